@@ -1,0 +1,67 @@
+"""Every kmq Prometheus metric, declared once (KMQ-DESIGN section 10).
+
+Metrics live in a :class:`prometheus_client.CollectorRegistry` passed in by
+the component (no global state): a process that runs a tracker and a
+consumer, or a test that runs several, gives each its own registry or shares
+one on purpose.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ConsumerMetrics", "TrackerMetrics", "LATENCY_BUCKETS"]
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class ConsumerMetrics:
+    """``kmq_consumer_*``: what a worker process did."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.messages = Counter(
+            "kmq_consumer_messages_total", "Messages by outcome (received, acked, nacked, rejected, renewed)",
+            ["queue", "outcome"], registry=r,
+        )
+        self.in_flight = Gauge(
+            "kmq_consumer_in_flight", "Messages handed to user code and not yet settled", ["queue", "partition"], registry=r,
+        )
+        self.marker_write_seconds = Histogram(
+            "kmq_consumer_marker_write_seconds", "Time to write START markers and get Kafka's acknowledgement",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+
+
+class TrackerMetrics:
+    """``kmq_tracker_*``: the redelivery tracker's view."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.markers = Counter("kmq_tracker_markers_total", "Marker records read, by type", ["queue", "type"], registry=r)
+        self.in_flight = Gauge("kmq_tracker_in_flight", "Open (started, not closed) messages", ["queue", "partition"], registry=r)
+        self.oldest_in_flight_seconds = Gauge(
+            "kmq_tracker_oldest_in_flight_seconds", "Age of the oldest open message", ["queue", "partition"], registry=r,
+        )
+        self.redelivered = Counter(
+            "kmq_tracker_redelivered_total", "Messages re-produced to the queue", ["queue", "reason"], registry=r,
+        )
+        self.dead_lettered = Counter(
+            "kmq_tracker_dead_lettered_total", "Messages produced to the DLQ", ["queue", "reason"], registry=r,
+        )
+        self.late_acks = Counter("kmq_tracker_late_acks_total", "END/RENEW for offsets already closed", ["queue"], registry=r)
+        self.redelivery_delay_seconds = Histogram(
+            "kmq_tracker_redelivery_delay_seconds", "Actual redelivery time minus due time", buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.marker_lag = Gauge(
+            "kmq_tracker_marker_lag", "Markers high-water mark minus the tracker's position", ["queue", "partition"], registry=r,
+        )
+        self.bad_markers = Counter("kmq_tracker_bad_markers_total", "Undecodable marker records skipped", registry=r)
+        self.missing_offsets = Counter(
+            "kmq_tracker_missing_offsets_total", "Offsets no longer in the queue log, closed as outcome 3", ["queue"], registry=r,
+        )
+        self.redelivery_failures = Counter(
+            "kmq_tracker_redelivery_failures_total", "Redelivery attempts that failed and will be retried", ["queue"], registry=r,
+        )
