@@ -9,4 +9,5 @@ cd "$(dirname "$0")/.."
 source scripts/setup-env.sh
 ensure_venv
 ensure_redis
+ensure_promtool
 exec .venv/bin/python -m pytest "$@"
