@@ -1,0 +1,5 @@
+"""``python -m kmq`` runs the CLI."""
+
+from kmq.cli import main
+
+main()

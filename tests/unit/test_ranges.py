@@ -1,0 +1,63 @@
+"""Offset-range arithmetic against a plain set model."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kmq.ranges import OffsetRange, RangeOverlapError, RangeSet, coalesce, normalize
+
+
+def test_kip_example_merges_to_one_range():
+    assert coalesce([45, 46, 47, 48, 49, 50]) == [OffsetRange(45, 6)]
+
+
+@pytest.mark.parametrize(
+    "offsets,expected",
+    [([], []), ([3], [(3, 1)]), ([5, 3, 4, 9], [(3, 3), (9, 1)]), ([1, 1, 2], [(1, 2)])],
+)
+def test_coalesce(offsets, expected):
+    assert coalesce(offsets) == [OffsetRange(*e) for e in expected]
+
+
+def test_normalize_merges_adjacent_and_rejects_overlap():
+    assert normalize([(5, 2), (1, 4)]) == (OffsetRange(1, 6),)
+    with pytest.raises(RangeOverlapError):
+        normalize([(1, 5), (5, 1)])
+    with pytest.raises(ValueError):
+        normalize([(1, 0)])
+
+
+ops = st.lists(st.tuples(st.booleans(), st.integers(0, 200), st.integers(1, 30)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_rangeset_matches_a_set_model(operations):
+    rs, model = RangeSet(), set()
+    for is_add, first, count in operations:
+        span = set(range(first, first + count))
+        if is_add:
+            assert rs.add(first, count) == len(span - model)
+            model |= span
+        else:
+            removed = rs.remove(first, count)
+            assert sum(r.count for r in removed) == len(span & model)
+            model -= span
+        assert len(rs) == len(model)
+        assert [o for r in rs for o in r.offsets()] == sorted(model)
+        # stored coalesced: no two ranges touch
+        rl = rs.ranges()
+        assert all(a.end < b.first for a, b in zip(rl, rl[1:]))
+    probe = set(range(0, 240))
+    assert {o for o in probe if o in rs} == model & probe
+    assert [o for r in rs.intersection(50, 100) for o in r.offsets()] == sorted(model & set(range(50, 150)))
+
+
+def test_rangeset_memory_is_per_range_not_per_offset():
+    rs = RangeSet()
+    rs.add(0, 1_000_000)
+    assert rs.range_count == 1 and len(rs) == 1_000_000
+    rs.remove(500, 1)
+    assert rs.range_count == 2 and len(rs) == 999_999 and rs.min() == 0
