@@ -21,11 +21,21 @@ from kmq.errors import (
     TopicMisaligned,
     TopicMissing,
 )
+from kmq.consumer import KmqConsumer
+from kmq.guard import IdempotencyGuard
+from kmq.message import KmqMessage
+from kmq.writer import MarkerWriter, marked
 
 __all__ = [
     "__version__",
     # configuration
     "Config",
+    # consuming
+    "KmqConsumer",
+    "KmqMessage",
+    "MarkerWriter",
+    "marked",
+    "IdempotencyGuard",
     # errors
     "KmqError",
     "ConfigError",

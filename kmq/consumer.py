@@ -1,0 +1,439 @@
+"""KmqConsumer: a queue consumer with individual acks (KMQ-DESIGN section 4).
+
+Threading (after the new Kafka consumer's design in shared/seeds/): one
+background *fetcher* thread owns the kafka-python ``KafkaConsumer`` (which is
+not thread-safe) and runs poll -> START (acknowledged by Kafka) -> synchronous
+commit -> hand-over, one batch ahead of the application. The application
+thread takes ready batches from a bounded queue; acks and other settlements go
+into the writer's :class:`~kmq.ack_buffer.AckBuffer` and are flushed as
+coalesced ranges by the writer's flusher thread. So the next batch's poll,
+START and commit overlap with user processing of the current one.
+
+The per-partition in-flight cap counts messages handed over (or ready to be)
+and not settled: a partition at the cap is paused, records beyond the cap are
+sought back, and the partition resumes when acks drain it. A rebalance drops
+ready-but-not-handed batches of revoked partitions and NACKs them (delay 0),
+so the tracker redelivers them at once to the new owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterator
+
+from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.errors import KafkaError
+
+from kmq import clients
+from kmq.config import Config
+from kmq.errors import BrokerUnavailable, KmqError, MessageAlreadySettled
+from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
+from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
+from kmq.metrics import ConsumerMetrics
+from kmq.writer import CommitError, MarkerWriter, _ms
+
+__all__ = ["KmqConsumer", "StageHook"]
+
+log = logging.getLogger(__name__)
+
+#: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
+#: thread at "polled" (records fetched, nothing written), "started" (START
+#: acknowledged, not committed) and "committed" (about to hand over). For tests
+#: and diagnostics; it runs on the fetcher thread and blocks it.
+StageHook = Callable[[str, dict], None]
+
+
+def _member_id(kc: Any) -> str | None:
+    gen = getattr(getattr(kc, "_coordinator", None), "_generation", None)
+    member = getattr(gen, "member_id", None)
+    return member or None
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, owner: "KmqConsumer") -> None:
+        self.owner = owner
+
+    def on_partitions_revoked(self, revoked):  # fetcher thread, inside poll()
+        self.owner._revoked({tp.partition for tp in revoked if tp.topic == self.owner.queue.name})
+
+    def on_partitions_assigned(self, assigned):
+        log.info("%s: assigned partitions %s", self.owner.queue.name, sorted(tp.partition for tp in assigned))
+
+
+class KmqConsumer:
+    """Consume a queue with individual acknowledgements.
+
+    ::
+
+        with KmqConsumer(cfg, queue="orders") as consumer:
+            for msg in consumer:          # START written + offsets committed
+                handle(msg.value)
+                msg.ack()
+
+    :param cfg: the kmq configuration (group from ``consumer.group_id``).
+    :param queue: queue name (default: the only configured queue).
+    :param batch_size: records per poll (``max_poll_records``); one START per partition per batch.
+    :param prefetch: batches made ready ahead of the application (START + commit done).
+    :param metrics: :class:`~kmq.metrics.ConsumerMetrics` to record into.
+    :param stage_hook: see :data:`StageHook` (tests, diagnostics).
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        queue: str | None = None,
+        *,
+        batch_size: int = 500,
+        prefetch: int = 1,
+        metrics: ConsumerMetrics | None = None,
+        stage_hook: StageHook | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.writer = MarkerWriter(cfg, queue, metrics=metrics)
+        self.queue = self.writer.queue
+        self.metrics = self.writer.metrics
+        self.batch_size = batch_size
+        self.prefetch = max(1, prefetch)
+        self.cap = cfg.consumer.max_in_flight_per_partition
+        self._hook = stage_hook
+        self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
+        self._cond = threading.Condition()  # ready batches
+        self._ready: deque[list[KmqMessage]] = deque()
+        self._inflight: dict[int, int] = defaultdict(int)
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._stop_run = threading.Event()
+        self._closed = False
+        self._fetcher: threading.Thread | None = None
+        self.exhausted_leases = 0
+        try:
+            self._kc = clients.consumer(
+                cfg.kafka, group_id=cfg.consumer.group_id, enable_auto_commit=False, max_poll_records=batch_size,
+            )
+        except BaseException:
+            self.writer.close()
+            raise
+        self._schedule: LeaseSchedule | None = None
+        self._keeper: LeaseKeeper | None = None
+        if cfg.consumer.auto_renew:
+            self._schedule = LeaseSchedule(
+                self.queue.lease, cfg.consumer.max_lease, default_margin(self.queue.lease, self.writer.flush_interval),
+            )
+            self._keeper = LeaseKeeper(self._schedule, self._lock, self._auto_renew, self._lease_exhausted,
+                                       max_sleep=max(0.05, min(0.5, self.queue.lease / 4)))
+
+    # ------------------------------------------------------------ Settler (called under self._lock)
+    def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
+        p = msg.partition
+        if outcome is ACK:
+            self.writer.buffer.ack(p, msg.offset)
+        elif outcome is NACK:
+            self.writer.buffer.nack(p, msg.offset, _ms(arg))
+        elif outcome is REJECT:
+            self.writer.buffer.reject(p, msg.offset, arg)
+        self._inflight[p] -= 1
+        if self._schedule is not None:
+            self._schedule.forget((p, msg.offset))
+
+    def renewed(self, msg: KmqMessage, lease: float | None) -> None:
+        lease = lease or self.queue.lease
+        self.writer.buffer.renew(msg.partition, msg.offset, _ms(lease))
+        if self._schedule is not None:
+            self._schedule.renewed((msg.partition, msg.offset), time.monotonic(), lease)
+
+    def _auto_renew(self, lease: float, keys: list) -> None:
+        by_part: dict[int, list[int]] = defaultdict(list)
+        for p, off in keys:
+            by_part[p].append(off)
+        for p, offs in by_part.items():
+            self.writer.buffer.renew_many(p, offs, _ms(lease))
+
+    def _lease_exhausted(self, keys: list) -> None:
+        self.exhausted_leases += len(keys)
+        first = min(keys)
+        log.warning(
+            "%d message(s) of %s (first %s/%d/%d) reached consumer.max_lease (%gs) without being settled; "
+            "no more automatic renewals: the tracker will redeliver them when their current lease ends",
+            len(keys), self.queue.name, self.queue.name, first[0], first[1], self.cfg.consumer.max_lease,
+        )
+
+    # ------------------------------------------------------------ lifecycle
+    def _ensure_started(self) -> None:
+        if self._closed:
+            raise KmqError(f"the consumer of {self.queue.name} is closed")
+        if self._fetcher is None:
+            self._fetcher = threading.Thread(target=self._fetch_loop, name=f"kmq-fetcher-{self.queue.name}", daemon=True)
+            self._fetcher.start()
+            if self._keeper is not None:
+                self._keeper.start()
+
+    def __enter__(self) -> "KmqConsumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop fetching, NACK ready-but-not-handed messages, leave the group and
+        flush pending acks. Unsettled handed-over messages stay in flight: the
+        tracker redelivers them when their leases end."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._stop_run.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._fetcher is not None and self._fetcher is not threading.current_thread():
+            self._fetcher.join(timeout if timeout is not None else self.cfg.kafka.session_timeout + 10)
+        if self._fetcher is None:
+            self._close_kafka_consumer()
+        if self._keeper is not None:
+            self._keeper.stop()
+        with self._lock:
+            unsettled = sum(n for n in self._inflight.values() if n > 0)
+        if unsettled:
+            log.info("%s: closing with %d unsettled message(s); the tracker redelivers them when their leases end",
+                     self.queue.name, unsettled)
+        self.writer.close(timeout)
+
+    def stop(self) -> None:
+        """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
+        self._stop_run.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def in_flight(self) -> dict[int, int]:
+        """Unsettled messages per partition (handed over or ready to be)."""
+        with self._lock:
+            return {p: n for p, n in self._inflight.items() if n}
+
+    # ------------------------------------------------------------ application side
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[KmqMessage]:
+        """Messages whose START was acknowledged by Kafka and whose offsets were
+        committed; ``[]`` after ``timeout`` seconds without any. Raises the
+        fetcher's error (e.g. :class:`~kmq.errors.MarkerWriteError`) once ready
+        messages are used up."""
+        self._ensure_started()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._ready:
+                if self._error is not None:
+                    raise self._error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stop.is_set() or self._stop_run.is_set():
+                    return []
+                self._cond.wait(remaining)
+            batch = self._ready.popleft()
+            if max_records is not None and 0 < max_records < len(batch):
+                self._ready.appendleft(batch[max_records:])
+                batch = batch[:max_records]
+            self._cond.notify_all()
+        return batch
+
+    def __iter__(self) -> Iterator[KmqMessage]:
+        """Messages one by one until :meth:`stop` or :meth:`close`."""
+        while not (self._stop_run.is_set() or self._closed):
+            yield from self.poll(timeout=0.5)
+
+    def run(self, handler: Callable[[KmqMessage], Any], workers: int = 1, poll_timeout: float = 0.5) -> None:
+        """Call ``handler(msg)`` on a pool of ``workers`` threads until :meth:`stop`.
+
+        Out of order, no head-of-line blocking inside a partition. A handler
+        that returns acks the message (unless it settled it itself); an
+        exception nacks it with the queue's backoff for its delivery count.
+        On stop, handlers already running finish and queued messages are
+        nacked (delay 0) for immediate redelivery."""
+        backoff = self.queue.backoff
+        pending: set[KmqMessage] = set()
+        plock = threading.Lock()
+
+        def call(msg: KmqMessage) -> None:
+            with plock:
+                if msg not in pending:
+                    return
+                pending.discard(msg)
+            try:
+                handler(msg)
+            except Exception as exc:
+                delay = backoff.delay(msg.delivery_count)
+                log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
+                            msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
+                try:
+                    msg.nack(delay)
+                except MessageAlreadySettled:
+                    pass
+                return
+            if msg._outcome is None:
+                try:
+                    msg.ack()
+                except MessageAlreadySettled:
+                    pass
+
+        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"kmq-worker-{self.queue.name}")
+        try:
+            while not (self._stop_run.is_set() or self._closed):
+                for msg in self.poll(timeout=poll_timeout):
+                    with plock:
+                        pending.add(msg)
+                    pool.submit(call, msg)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            with plock:
+                left, pending = list(pending), set()
+            for msg in left:
+                try:
+                    msg.nack(0.0)
+                except MessageAlreadySettled:
+                    pass
+            if left:
+                log.info("%s: stopped with %d queued message(s); nacked for immediate redelivery", self.queue.name, len(left))
+
+    # ------------------------------------------------------------ fetcher thread
+    def _fetch_loop(self) -> None:
+        kc = self._kc
+        try:
+            kc.subscribe([self.queue.name], listener=_Listener(self))
+            gauge_at = 0.0
+            while not self._stop.is_set():
+                with self._cond:
+                    while len(self._ready) >= self.prefetch and not self._stop.is_set():
+                        self._cond.wait(0.1)
+                if self._stop.is_set():
+                    break
+                self._apply_cap(kc)
+                records = kc.poll(timeout_ms=100, max_records=self.batch_size)
+                if records:
+                    self._process(kc, records)
+                now = time.monotonic()
+                if now >= gauge_at:
+                    gauge_at = now + 0.5
+                    for p, n in self.in_flight().items():
+                        self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
+        except CommitError as exc:  # pragma: no cover - handled in _process
+            self._fail(exc)
+        except (KmqError, KafkaError) as exc:
+            self._fail(exc)
+        except Exception as exc:  # a bug: surface it to the application instead of dying silently
+            log.exception("fetcher of %s failed", self.queue.name)
+            self._fail(exc)
+        finally:
+            self._drop_ready(None, "the consumer is closing")
+            self._close_kafka_consumer()
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, KafkaError) and not isinstance(exc, KmqError):
+            wrapped = BrokerUnavailable(f"consuming {self.queue.name} failed: {type(exc).__name__}: {exc}")
+            wrapped.__cause__ = exc
+            exc = wrapped
+        log.error("%s: %s", self.queue.name, exc)
+        with self._cond:
+            self._error = exc
+            self._stop.set()
+            self._cond.notify_all()
+
+    def _close_kafka_consumer(self) -> None:
+        try:
+            self._kc.close()  # leaves the group (auto-commit is off: nothing else committed)
+        except Exception as exc:  # noqa: BLE001 - closing is best effort
+            log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
+
+    def _apply_cap(self, kc: Any) -> None:
+        with self._lock:
+            full = {p for p, n in self._inflight.items() if n >= self.cap}
+        paused = {tp.partition for tp in kc.paused()}
+        assigned = kc.assignment()
+        to_pause = [tp for tp in assigned if tp.partition in full and tp.partition not in paused]
+        to_resume = [tp for tp in assigned if tp.partition in paused and tp.partition not in full]
+        if to_pause:
+            kc.pause(*to_pause)
+        if to_resume:
+            kc.resume(*to_resume)
+
+    def _process(self, kc: Any, records: dict) -> None:
+        offsets: dict[int, list[int]] = {}
+        kept: list = []
+        with self._lock:
+            room = {tp.partition: self.cap - self._inflight[tp.partition] for tp in records}
+        for tp, recs in records.items():
+            allowed = room[tp.partition]
+            if allowed < len(recs):
+                # Over the cap: take what fits, fetch the rest again after acks drain the partition.
+                kc.seek(tp, recs[max(allowed, 0)].offset)
+                recs = recs[: max(allowed, 0)]
+            if recs:
+                offsets[tp.partition] = [r.offset for r in recs]
+                kept.append((tp, recs))
+        if not kept:
+            return
+        spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
+        if self._hook:
+            self._hook("polled", spans)
+        member = _member_id(kc)
+        if member:
+            self.writer.owner = member[:255]
+        self.writer.write_starts(offsets)  # MarkerWriteError -> _fail: nothing committed, nothing handed
+        if self._hook:
+            self._hook("started", spans)
+        try:
+            self.writer.commit(kc, {p: o[-1] + 1 for p, o in offsets.items()})
+        except CommitError as exc:
+            log.warning("%s", exc)
+            assigned = kc.assignment()
+            for tp, recs in kept:
+                if tp in assigned:
+                    kc.seek(tp, recs[0].offset)
+            return
+        if self._hook:
+            self._hook("committed", spans)
+        lock = self._lock
+        batch = [
+            KmqMessage(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp, self, lock)
+            for _, recs in kept
+            for r in recs
+        ]
+        with lock:
+            for p, offs in offsets.items():
+                self._inflight[p] += len(offs)
+            if self._schedule is not None:
+                now = time.monotonic()
+                for p, offs in offsets.items():
+                    for off in offs:
+                        self._schedule.track((p, off), now)
+        self.writer._c_received.inc(len(batch))
+        with self._cond:
+            self._ready.append(batch)
+            self._cond.notify_all()
+
+    def _revoked(self, partitions: set[int]) -> None:
+        if partitions:
+            self._drop_ready(partitions, f"partitions {sorted(partitions)} were revoked")
+
+    def _drop_ready(self, partitions: set[int] | None, why: str) -> None:
+        """NACK (delay 0) ready-but-not-handed messages of ``partitions`` (None = all)."""
+        dropped: list[KmqMessage] = []
+        with self._cond:
+            keep: deque[list[KmqMessage]] = deque()
+            for batch in self._ready:
+                if partitions is None:
+                    dropped.extend(batch)
+                    continue
+                rest = [m for m in batch if m.partition not in partitions]
+                dropped.extend(m for m in batch if m.partition in partitions)
+                if rest:
+                    keep.append(rest)
+            self._ready = keep
+            self._cond.notify_all()
+        for m in dropped:
+            try:
+                m.nack(0.0)
+            except MessageAlreadySettled:
+                pass
+        if dropped:
+            log.info("%s: %s; %d prefetched message(s) nacked for immediate redelivery by the tracker",
+                     self.queue.name, why, len(dropped))
+            self.writer.flush_buffer()

@@ -1,0 +1,183 @@
+"""A queue message handed to user code, and its settle state.
+
+Pure: no Kafka import. A :class:`KmqMessage` is created by
+:class:`~kmq.consumer.KmqConsumer` after the message's START marker was
+acknowledged by Kafka and the queue offsets were committed. User code settles
+it exactly once with :meth:`~KmqMessage.ack`, :meth:`~KmqMessage.nack` or
+:meth:`~KmqMessage.reject` (any thread, any order); :meth:`~KmqMessage.renew`
+extends the lease of an unsettled message. A second terminal call raises
+:class:`~kmq.errors.MessageAlreadySettled` and writes no second marker.
+
+The settle decision is made under a lock shared with the owner (the
+consumer), so the owner's bookkeeping (ack buffer, in-flight count) happens
+atomically with the state change.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol, Sequence
+
+from kmq.errors import MessageAlreadySettled
+
+__all__ = [
+    "KmqMessage",
+    "Settler",
+    "ACK",
+    "NACK",
+    "REJECT",
+    "ABANDON",
+    "HEADER_DELIVERY_COUNT",
+    "HEADER_ORIGIN",
+    "delivery_count_of",
+    "origin_of",
+]
+
+ACK, NACK, REJECT, ABANDON = "ack", "nack", "reject", "abandon"
+HEADER_DELIVERY_COUNT = "kmq-delivery-count"
+HEADER_ORIGIN = "kmq-origin"
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class Settler(Protocol):
+    """What a message reports its settlement to. Both calls run under the shared
+    lock and must not block (append to a buffer, update counters)."""
+
+    def settled(self, msg: "KmqMessage", outcome: str, arg: Any) -> None: ...
+
+    def renewed(self, msg: "KmqMessage", lease: float | None) -> None: ...
+
+
+def _header(headers: Headers | None, name: str) -> bytes | None:
+    if headers:
+        for k, v in headers:
+            if k == name:
+                return v
+    return None
+
+
+def delivery_count_of(headers: Headers | None) -> int:
+    """``kmq-delivery-count`` as an int; absent (first delivery) or unreadable = 1."""
+    raw = _header(headers, HEADER_DELIVERY_COUNT)
+    if raw is None:
+        return 1
+    try:
+        n = int(raw.decode("ascii") if isinstance(raw, (bytes, bytearray)) else raw)
+    except (ValueError, UnicodeDecodeError):
+        return 1
+    return n if n >= 1 else 1
+
+
+def origin_of(headers: Headers | None, topic: str, partition: int, offset: int) -> str:
+    """``kmq-origin`` (the first delivery's ``topic/partition/offset``), else this record's."""
+    raw = _header(headers, HEADER_ORIGIN)
+    if raw:
+        try:
+            return raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else str(raw)
+        except UnicodeDecodeError:
+            pass
+    return f"{topic}/{partition}/{offset}"
+
+
+class KmqMessage:
+    """One message of a queue, delivered under a lease.
+
+    Attributes: ``value``, ``key``, ``headers`` (list of ``(str, bytes)``),
+    ``topic``, ``partition``, ``offset``, ``timestamp`` (ms),
+    ``delivery_count`` (1 on the first delivery) and ``origin`` (stable id
+    ``topic/partition/offset`` of the first delivery, for deduplication).
+    """
+
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp", "_lock", "_settler", "_outcome")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp: int | None,
+        settler: Settler,
+        lock: threading.Lock,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers if headers is not None else []
+        self.timestamp = timestamp
+        self._settler = settler
+        self._lock = lock
+        self._outcome: str | None = None
+
+    # ------------------------------------------------------------ derived
+    @property
+    def delivery_count(self) -> int:
+        """How many times this message was delivered (header ``kmq-delivery-count``; absent = 1)."""
+        return delivery_count_of(self.headers)
+
+    @property
+    def origin(self) -> str:
+        """Stable id of the message across redeliveries: ``topic/partition/offset`` of its first delivery."""
+        return origin_of(self.headers, self.topic, self.partition, self.offset)
+
+    @property
+    def outcome(self) -> str | None:
+        """None while unsettled, else ``"ack"``, ``"nack"``, ``"reject"`` or ``"abandon"``."""
+        return self._outcome
+
+    @property
+    def settled(self) -> bool:
+        return self._outcome is not None
+
+    def __repr__(self) -> str:
+        state = self._outcome or "in flight"
+        return f"KmqMessage({self.topic}/{self.partition}/{self.offset}, delivery {self.delivery_count}, {state})"
+
+    # ------------------------------------------------------------ settling
+    def _settle(self, outcome: str, arg: Any) -> None:
+        with self._lock:
+            if self._outcome is not None:
+                raise MessageAlreadySettled(
+                    f"{self.topic}/{self.partition}/{self.offset} was already settled ({self._outcome}); "
+                    f"{outcome} ignored, no second marker written"
+                )
+            self._outcome = outcome
+            self._settler.settled(self, outcome, arg)
+
+    def ack(self) -> None:
+        """Processing is complete: an END marker is written with the next flush."""
+        self._settle(ACK, None)
+
+    def nack(self, delay: float = 0.0) -> None:
+        """Processing failed: the tracker redelivers the message after ``delay`` seconds."""
+        if delay < 0:
+            raise ValueError(f"nack delay must be >= 0 seconds, got {delay}")
+        self._settle(NACK, float(delay))
+
+    def reject(self, reason: str = "") -> None:
+        """The message can never be processed: the tracker sends it to the DLQ with ``reason``."""
+        self._settle(REJECT, str(reason))
+
+    def abandon(self) -> None:
+        """Give the message up without a marker, as a crashed worker would: it stays in
+        flight at the tracker and is redelivered when its lease ends. Frees its slot
+        in the in-flight cap and stops automatic renewal."""
+        self._settle(ABANDON, None)
+
+    def renew(self, lease: float | None = None) -> None:
+        """Extend the lease: new deadline = now + ``lease`` seconds (default: the queue's lease).
+
+        Raises :class:`~kmq.errors.MessageAlreadySettled` on a settled message."""
+        if lease is not None and lease <= 0:
+            raise ValueError(f"lease must be > 0 seconds, got {lease}")
+        with self._lock:
+            if self._outcome is not None:
+                raise MessageAlreadySettled(
+                    f"{self.topic}/{self.partition}/{self.offset} was already settled ({self._outcome}); cannot renew"
+                )
+            self._settler.renewed(self, lease)

@@ -1,0 +1,338 @@
+"""Marker writing: START before the commit, buffered END/NACK/REJECT/RENEW.
+
+:class:`MarkerWriter` is the KMQ consumer protocol (KMQ-DESIGN section 4) as
+helpers around a kafka-python ``KafkaConsumer`` the user already has::
+
+    writer = kmq.MarkerWriter(cfg, queue="orders", consumer=consumer)
+
+    @kmq.marked(writer)                 # ack on return, nack on exception
+    def handle(record): ...
+
+    for tp, records in consumer.poll(timeout_ms=500).items():
+        writer.start(records)           # START acknowledged by Kafka, then commit
+        for r in records:
+            handle(r)
+
+:class:`~kmq.consumer.KmqConsumer` uses the same writer internally.
+Settlements are buffered in an :class:`~kmq.ack_buffer.AckBuffer` and flushed
+as coalesced ranges (one record per partition per type) every
+``consumer.ack_flush_interval`` by a background thread, and on
+:meth:`MarkerWriter.flush` / :meth:`MarkerWriter.close`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from kmq import clients
+from kmq.ack_buffer import AckBuffer
+from kmq.config import Config, QueueConfig
+from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.markers import Marker, Start, encode, encode_key
+from kmq.message import delivery_count_of
+from kmq.metrics import ConsumerMetrics
+from kmq.ranges import coalesce
+from kmq.topics import require_aligned
+
+__all__ = ["MarkerWriter", "marked", "CommitError", "default_owner"]
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CommitError(KmqError):
+    """The queue offsets could not be committed after START (e.g. a rebalance);
+    the batch must not be processed by this consumer: the group delivers it again."""
+
+    retriable = True
+
+
+def default_owner(client_id: str) -> str:
+    """Owner id written in START markers: ``client_id@host:pid`` (<= 255 bytes)."""
+    return f"{client_id}@{socket.gethostname()}:{os.getpid()}"[:255]
+
+
+def _ms(seconds: float) -> int:
+    return max(0, int(round(seconds * 1000)))
+
+
+def _pick_queue(cfg: Config, queue: str | None) -> QueueConfig:
+    if queue is not None:
+        return cfg.queue(queue)
+    if len(cfg.queues) == 1:
+        return cfg.queues[0]
+    raise ValueError(f"pass queue=...: the configuration has {len(cfg.queues)} queues")
+
+
+class MarkerWriter:
+    """Writes a queue's markers; wraps an existing ``kafka.KafkaConsumer`` (optional).
+
+    :param cfg: the kmq configuration.
+    :param queue: queue name (default: the only configured queue).
+    :param consumer: the user's consumer, used by :meth:`start` to commit.
+    :param metrics: :class:`~kmq.metrics.ConsumerMetrics` (a private registry by default).
+    :param owner: owner id in START markers (default ``client_id@host:pid``).
+    :param check_topics: refuse to start when the markers topic is missing or misaligned.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        queue: str | None = None,
+        consumer: KafkaConsumer | None = None,
+        *,
+        metrics: ConsumerMetrics | None = None,
+        owner: str | None = None,
+        check_topics: bool = True,
+        flush_interval: float | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.queue: QueueConfig = _pick_queue(cfg, queue)
+        self.consumer = consumer
+        self.metrics = metrics or ConsumerMetrics()
+        self.owner = (owner or default_owner(cfg.kafka.client_id))[:255]
+        self.flush_interval = cfg.consumer.ack_flush_interval if flush_interval is None else flush_interval
+        self.lease_ms = _ms(self.queue.lease)
+        self.start_timeout = cfg.kafka.connect_timeout + 5.0
+        if check_topics:
+            require_aligned(cfg.kafka, self.queue)
+        req_ms = _ms(cfg.kafka.connect_timeout)
+        self._producer = clients.producer(
+            cfg.kafka, linger_ms=1, delivery_timeout_ms=req_ms + 1000, retry_backoff_ms=100,
+        )
+        #: Guards the buffer and every settle decision (shared with KmqMessage).
+        self.lock = threading.Lock()
+        self.buffer = AckBuffer()
+        self._open: dict[int, set[int]] = defaultdict(set)  # for start()/ack() on raw records
+        self._closed = False
+        self._flush_lock = threading.Lock()
+        self._failed_writes = 0
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="kmq-marker-flusher", daemon=True)
+        self._flusher.start()
+        self._c_received = self.metrics.messages.labels(self.queue.name, "received")
+
+    # ------------------------------------------------------------ START
+    def write_starts(self, offsets: Mapping[int, Iterable[int]]) -> int:
+        """Write one START per partition covering ``offsets`` and wait until Kafka
+        acknowledged every one of them. Returns the number of marker records.
+
+        Raises :class:`MarkerWriteError` (nothing may be committed then)."""
+        t0 = time.perf_counter()
+        futures = []
+        try:
+            for p, offs in offsets.items():
+                ranges = coalesce(offs)
+                if not ranges:
+                    continue
+                value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
+                futures.append((p, ranges, self._producer.send(self.queue.markers_topic, value=value, key=encode_key(p), partition=p)))
+            for p, ranges, fut in futures:
+                fut.get(timeout=self.start_timeout)
+        except (KafkaError, BrokerUnavailable) as exc:
+            what = ", ".join(f"{self.queue.name}[{p}] {r[0].first}..{r[-1].last}" for p, r, _ in futures) or self.queue.name
+            raise MarkerWriteError(
+                f"START marker for {what} was not acknowledged by Kafka at {self.cfg.kafka.bootstrap_servers} "
+                f"({type(exc).__name__}: {exc}); the batch was not handed to user code and its offsets were "
+                f"not committed, so the consumer group will deliver it again"
+            ) from exc
+        self.metrics.marker_write_seconds.observe(time.perf_counter() - t0)
+        return len(futures)
+
+    def commit(self, consumer: KafkaConsumer, next_offsets: Mapping[int, int]) -> None:
+        """Commit ``partition -> next offset`` of the queue topic synchronously."""
+        offsets = {
+            TopicPartition(self.queue.name, p): OffsetAndMetadata(off, "", -1) for p, off in next_offsets.items()
+        }
+        try:
+            consumer.commit(offsets)
+        except CommitFailedError as exc:
+            raise CommitError(
+                f"committing {self.queue.name} offsets {dict(next_offsets)} failed ({exc}); the group rebalanced, "
+                "so this batch is not processed here and the group delivers it again"
+            ) from exc
+        except KafkaError as exc:
+            raise CommitError(f"committing {self.queue.name} offsets failed: {type(exc).__name__}: {exc}") from exc
+
+    def start(self, records: Any, consumer: KafkaConsumer | None = None) -> list:
+        """START + synchronous commit for ``records`` of the queue topic: a
+        ``poll()`` result (``{TopicPartition: [records]}``) or a list of records.
+
+        Returns the records (flat list) once START was acknowledged by Kafka and
+        the offsets were committed; only then process them."""
+        consumer = consumer or self.consumer
+        if consumer is None:
+            raise ValueError("MarkerWriter.start needs the KafkaConsumer (pass consumer= here or to MarkerWriter)")
+        flat = [r for rs in records.values() for r in rs] if isinstance(records, Mapping) else list(records)
+        by_part: dict[int, list[int]] = defaultdict(list)
+        for r in flat:
+            if r.topic != self.queue.name:
+                raise ValueError(f"record of topic {r.topic!r} given to the writer of queue {self.queue.name!r}")
+            by_part[r.partition].append(r.offset)
+        if not by_part:
+            return flat
+        self.write_starts(by_part)
+        self.commit(consumer, {p: max(offs) + 1 for p, offs in by_part.items()})
+        with self.lock:
+            for p, offs in by_part.items():
+                self._open[p].update(offs)
+        self._c_received.inc(len(flat))
+        return flat
+
+    # ------------------------------------------------------------ settling raw records
+    def _take(self, record: Any, what: str) -> tuple[int, int]:
+        p, off = record.partition, record.offset
+        opened = self._open.get(p)
+        if not opened or off not in opened:
+            raise MessageAlreadySettled(
+                f"{self.queue.name}/{p}/{off} is not in flight here (already settled, or not started with "
+                f"writer.start); {what} ignored, no marker written"
+            )
+        return p, off
+
+    def ack(self, record: Any) -> None:
+        """Buffer an END for ``record`` (written with the next flush)."""
+        with self.lock:
+            p, off = self._take(record, "ack")
+            self._open[p].discard(off)
+            self.buffer.ack(p, off)
+
+    def nack(self, record: Any, delay: float = 0.0) -> None:
+        """Buffer a NACK: the tracker redelivers ``record`` after ``delay`` seconds."""
+        with self.lock:
+            p, off = self._take(record, "nack")
+            self._open[p].discard(off)
+            self.buffer.nack(p, off, _ms(delay))
+
+    def reject(self, record: Any, reason: str = "") -> None:
+        """Buffer a REJECT: the tracker dead-letters ``record`` with ``reason``."""
+        with self.lock:
+            p, off = self._take(record, "reject")
+            self._open[p].discard(off)
+            self.buffer.reject(p, off, str(reason))
+
+    def renew(self, record: Any, lease: float | None = None) -> None:
+        """Buffer a RENEW: new deadline = now + ``lease`` (default: the queue's lease)."""
+        with self.lock:
+            p, off = self._take(record, "renew")
+            self.buffer.renew(p, off, _ms(lease or self.queue.lease))
+
+    # ------------------------------------------------------------ flushing
+    def _send(self, partition: int, marker: Marker) -> Any:
+        fut = self._producer.send(self.queue.markers_topic, value=encode(marker), key=encode_key(partition), partition=partition)
+        fut.add_errback(self._write_failed, partition, marker)
+        return fut
+
+    def _write_failed(self, partition: int, marker: Marker, exc: BaseException) -> None:
+        self._failed_writes += 1
+        log.error(
+            "%s marker for %s[%d] (%d messages) was not written: %s; the tracker will redeliver these "
+            "messages when their leases end",
+            marker.TYPE.name, self.queue.name, partition, marker.offset_count(), exc,
+        )
+
+    def flush_buffer(self) -> int:
+        """Send everything buffered as coalesced markers (no wait). Returns records sent."""
+        with self._flush_lock:
+            with self.lock:
+                drained = self.buffer.drain()
+            if not drained:
+                return 0
+            for p, marker in drained.markers:
+                self._send(p, marker)
+            for outcome, n in drained.counts.items():
+                self.metrics.messages.labels(self.queue.name, outcome).inc(n)
+            return len(drained.markers)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send the buffered markers and wait until Kafka acknowledged them."""
+        self.flush_buffer()
+        self._producer.flush(timeout=timeout if timeout is not None else self.start_timeout)
+
+    def _flush_loop(self) -> None:
+        interval = max(self.flush_interval, 0.001)
+        while not self._stop.wait(interval):
+            try:
+                self.flush_buffer()
+            except Exception:  # keep flushing; the cause is logged
+                log.exception("flushing markers of %s failed; retrying in %ss", self.queue.name, interval)
+
+    @property
+    def failed_writes(self) -> int:
+        """Markers (END/NACK/REJECT/RENEW) that Kafka did not acknowledge."""
+        return self._failed_writes
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush the buffered markers, wait for them, stop the flusher and close the producer."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._flusher.is_alive() and threading.current_thread() is not self._flusher:
+            self._flusher.join(5)
+        try:
+            self.flush(timeout)
+        except KafkaError as exc:
+            log.error("could not flush markers of %s on close (%s); the tracker will redeliver unflushed "
+                      "messages when their leases end", self.queue.name, exc)
+        finally:
+            self._producer.close(timeout=timeout if timeout is not None else 5)
+
+    def __enter__(self) -> "MarkerWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def marked(writer: MarkerWriter, reject_on: type[BaseException] | tuple[type[BaseException], ...] = ()) -> Callable[[F], F]:
+    """Decorate a per-record handler: ack on return, nack on exception (delay from
+    the queue's backoff by delivery count), reject on an exception of ``reject_on``.
+
+    The exception is logged and not re-raised, so the poll loop goes on. A
+    handler that settled the record itself is left alone."""
+
+    backoff = writer.queue.backoff
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(record: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                result = fn(record, *args, **kwargs)
+            except BaseException as exc:
+                if not isinstance(exc, Exception):
+                    raise
+                where = f"{record.topic}/{record.partition}/{record.offset}"
+                try:
+                    if reject_on and isinstance(exc, reject_on):
+                        log.warning("handler rejected %s (%s: %s); it goes to the DLQ", where, type(exc).__name__, exc)
+                        writer.reject(record, f"{type(exc).__name__}: {exc}")
+                    else:
+                        delay = backoff.delay(delivery_count_of(record.headers))
+                        log.warning("handler failed on %s (%s: %s); nacked, redelivery in %.3gs",
+                                    where, type(exc).__name__, exc, delay)
+                        writer.nack(record, delay)
+                except MessageAlreadySettled:
+                    pass
+                return None
+            try:
+                writer.ack(record)
+            except MessageAlreadySettled:
+                pass
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco

@@ -1,0 +1,70 @@
+"""LeaseSchedule (consumer auto-renew): renew before the lease ends, never past max_lease."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmq.lease import LeaseSchedule, default_margin
+
+
+def run(schedule, until, step=0.05):
+    """Advance a fake clock; return [(time, lease)] renewals and exhaustion time per key."""
+    renewals, exhausted = [], {}
+    for i in range(int(round(until / step)) + 1):
+        t = round(i * step, 6)
+        due = schedule.due(t)
+        for lease, keys in due.renew.items():
+            renewals.extend((round(t, 3), lease, k) for k in keys)
+        for k in due.exhausted:
+            exhausted[k] = round(t, 3)
+    return renewals, exhausted
+
+
+def test_renews_before_deadline_and_stops_at_max_lease():
+    s = LeaseSchedule(lease=1.0, max_lease=2.5, margin=0.25)
+    s.track("m", 0.0)
+    renewals, exhausted = run(s, 5.0)
+    assert [(t, lease) for t, lease, _ in renewals] == [(0.75, 1.0), (1.5, 1.0)]
+    # last deadline 2.5 = START + max_lease; never beyond
+    assert exhausted == {"m": 2.25}
+    assert len(s) == 0
+
+
+def test_lease_is_shortened_to_fit_the_budget():
+    s = LeaseSchedule(lease=1.0, max_lease=1.5, margin=0.25)
+    s.track("m", 0.0)
+    renewals, exhausted = run(s, 3.0)
+    assert [(t, lease) for t, lease, _ in renewals] == [(0.75, 0.75)]
+    assert exhausted == {"m": 1.25}
+
+
+def test_settled_message_is_not_renewed_and_explicit_renew_moves_the_deadline():
+    s = LeaseSchedule(lease=1.0, max_lease=100.0, margin=0.25)
+    s.track("a", 0.0)
+    s.track("b", 0.0)
+    s.forget("a")
+    s.renewed("b", 0.5, 2.0)  # deadline 2.5 -> renew at 2.25
+    assert s.due(0.8).renew == {}
+    due = s.due(2.25)
+    assert due.renew == {1.0: ["b"]}
+    assert due.next_in == pytest.approx(0.75)
+
+
+def test_next_in_is_none_when_nothing_is_tracked():
+    s = LeaseSchedule(lease=1.0, max_lease=10.0, margin=0.1)
+    assert s.due(0.0).next_in is None
+    s.track("x", 0.0)
+    assert s.due(0.0).next_in == pytest.approx(0.9)
+
+
+def test_many_messages_with_one_start_renew_together():
+    s = LeaseSchedule(lease=2.0, max_lease=60.0, margin=0.5)
+    for i in range(1000):
+        s.track(("p0", i), 10.0)
+    due = s.due(11.5)
+    assert list(due.renew) == [2.0] and len(due.renew[2.0]) == 1000
+
+
+@pytest.mark.parametrize("lease, interval, expected", [(30.0, 0.1, 7.5), (1.0, 0.1, 0.4), (0.4, 0.1, 0.2)])
+def test_default_margin(lease, interval, expected):
+    assert default_margin(lease, interval) == pytest.approx(expected)

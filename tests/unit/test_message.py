@@ -1,0 +1,101 @@
+"""KmqMessage settle state: one terminal outcome, renew only while unsettled."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kmq.errors import MessageAlreadySettled
+from kmq.message import KmqMessage, delivery_count_of, origin_of
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def settled(self, msg, outcome, arg):
+        self.calls.append((msg.offset, outcome, arg))
+
+    def renewed(self, msg, lease):
+        self.calls.append((msg.offset, "renew", lease))
+
+
+def make(offset=5, headers=None, settler=None):
+    return KmqMessage("orders", 2, offset, b"k", b"v", headers, 1000, settler or Recorder(), threading.Lock())
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [("ack", "ack"), ("ack", "nack"), ("nack", "reject"), ("reject", "ack"), ("abandon", "ack")],
+)
+def test_second_terminal_call_raises_and_reports_nothing(first, second):
+    rec = Recorder()
+    msg = make(settler=rec)
+    getattr(msg, first)()
+    with pytest.raises(MessageAlreadySettled, match=f"already settled \\({first}\\)"):
+        getattr(msg, second)()
+    assert rec.calls == [(5, first, {"ack": None, "nack": 0.0, "reject": "", "abandon": None}[first])]
+    assert msg.outcome == first and msg.settled
+
+
+def test_renew_while_unsettled_then_refused_after_ack():
+    rec = Recorder()
+    msg = make(settler=rec)
+    msg.renew()
+    msg.renew(lease=60.0)
+    msg.ack()
+    with pytest.raises(MessageAlreadySettled):
+        msg.renew()
+    assert rec.calls == [(5, "renew", None), (5, "renew", 60.0), (5, "ack", None)]
+
+
+def test_arguments_are_validated_before_settling():
+    msg = make()
+    with pytest.raises(ValueError):
+        msg.nack(delay=-1)
+    with pytest.raises(ValueError):
+        msg.renew(lease=0)
+    assert not msg.settled
+    msg.nack(delay=2.5)
+    msg2 = make()
+    msg2.reject("bad payload")
+    assert msg2.outcome == "reject"
+
+
+def test_concurrent_acks_settle_exactly_once():
+    rec = Recorder()
+    msg = make(settler=rec)
+    errors = []
+    barrier = threading.Barrier(8)
+
+    def go():
+        barrier.wait()
+        try:
+            msg.ack()
+        except MessageAlreadySettled:
+            errors.append(1)
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(rec.calls) == 1 and len(errors) == 7
+
+
+@pytest.mark.parametrize(
+    "headers, count, origin",
+    [
+        (None, 1, "orders/2/5"),
+        ([("kmq-delivery-count", b"3"), ("kmq-origin", b"orders/0/17")], 3, "orders/0/17"),
+        ([("kmq-delivery-count", b"junk")], 1, "orders/2/5"),
+        ([("other", b"x"), ("kmq-delivery-count", b"0")], 1, "orders/2/5"),
+    ],
+)
+def test_delivery_count_and_origin_from_headers(headers, count, origin):
+    msg = make(headers=headers)
+    assert msg.delivery_count == count
+    assert msg.origin == origin
+    assert delivery_count_of(headers) == count
+    assert origin_of(headers, "orders", 2, 5) == origin
