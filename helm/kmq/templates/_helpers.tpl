@@ -1,0 +1,187 @@
+{{/* Names ------------------------------------------------------------ */}}
+{{- define "kmq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kmq.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kmq.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels; call with (dict "ctx" $ "component" "tracker") */}}
+{{- define "kmq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kmq.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "kmq.labels" -}}
+helm.sh/chart: {{ include "kmq.chart" .ctx }}
+{{ include "kmq.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kmq
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+{{- end -}}
+
+{{- define "kmq.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kmq.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kmq.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "kmq.sparkImage" -}}
+{{- printf "%s:%s" .Values.sparkImage.repository (default .Chart.AppVersion .Values.sparkImage.tag) -}}
+{{- end -}}
+
+{{/* A kmq duration (250ms, 30s, 5m, 1h or a number of seconds) in seconds. */}}
+{{- define "kmq.seconds" -}}
+{{- $v := toString . -}}
+{{- if hasSuffix "ms" $v -}}{{ divf (trimSuffix "ms" $v | float64) 1000 }}
+{{- else if hasSuffix "s" $v -}}{{ trimSuffix "s" $v | float64 }}
+{{- else if hasSuffix "m" $v -}}{{ mulf (trimSuffix "m" $v | float64) 60 }}
+{{- else if hasSuffix "h" $v -}}{{ mulf (trimSuffix "h" $v | float64) 3600 }}
+{{- else -}}{{ $v | float64 }}
+{{- end -}}
+{{- end -}}
+
+{{/* Checks across values that values.schema.json cannot express. */}}
+{{- define "kmq.validate" -}}
+{{- $k := .Values.kafka -}}
+{{- if and (hasPrefix "SASL" $k.securityProtocol) (not $k.saslMechanism) -}}
+{{- fail (printf "kafka.saslMechanism is required when kafka.securityProtocol is %s" $k.securityProtocol) -}}
+{{- end -}}
+{{- if and $k.saslMechanism (not (hasPrefix "SASL" $k.securityProtocol)) -}}
+{{- fail (printf "kafka.saslMechanism is set but kafka.securityProtocol is %s; use SASL_SSL or SASL_PLAINTEXT" $k.securityProtocol) -}}
+{{- end -}}
+{{- if and (hasPrefix "SASL" $k.securityProtocol) (not $k.existingSecret) -}}
+{{- fail "kafka.existingSecret is required with SASL: the password is read from that Secret, never from values" -}}
+{{- end -}}
+{{- if and .Values.hpa.enabled (gt (int .Values.hpa.minReplicas) (int .Values.hpa.maxReplicas)) -}}
+{{- fail (printf "hpa.minReplicas (%d) is above hpa.maxReplicas (%d)" (int .Values.hpa.minReplicas) (int .Values.hpa.maxReplicas)) -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $i, $q := .Values.queues -}}
+{{- if hasKey $seen $q.name -}}
+{{- fail (printf "queues[%d].name: queue %q is configured twice" $i $q.name) -}}
+{{- end -}}
+{{- $_ := set $seen $q.name true -}}
+{{- end -}}
+{{- end -}}
+
+{{/* kmq.yaml (KMQ-DESIGN section 7), generated from values. No secrets. */}}
+{{- define "kmq.config" -}}
+{{- $k := .Values.kafka -}}
+{{- $kafka := dict "bootstrap_servers" $k.bootstrapServers "security_protocol" $k.securityProtocol "client_id" $k.clientId -}}
+{{- with $k.saslMechanism }}{{ $_ := set $kafka "sasl_mechanism" . }}{{ end -}}
+{{- if and $k.saslUsername (not $k.existingSecretKeys.username) }}{{ $_ := set $kafka "sasl_username" $k.saslUsername }}{{ end -}}
+{{- if $k.existingSecret }}{{ $_ := set $kafka "sasl_password_file" (printf "/var/run/secrets/kmq/kafka-credentials/%s" $k.existingSecretKeys.password) }}{{ end -}}
+{{- if $k.tls.caSecret }}{{ $_ := set $kafka "ssl_cafile" (printf "/var/run/secrets/kmq/kafka-ca/%s" $k.tls.caKey) }}{{ end -}}
+{{- $queues := list -}}
+{{- range .Values.queues }}{{ $queues = append $queues (omit . "partitions") }}{{ end -}}
+{{- $tracker := dict "group_id" .Values.tracker.groupId "tick" .Values.tracker.tick "http_port" .Values.tracker.httpPort -}}
+{{- $cfg := dict "kafka" $kafka "queues" $queues "tracker" $tracker -}}
+{{- with .Values.redis.url }}{{ $_ := set $cfg "redis" (dict "url" .) }}{{ end -}}
+{{- $cfg = mergeOverwrite $cfg (deepCopy .Values.extraConfig) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Environment of every kmq container (credentials from the existing Secret). */}}
+{{- define "kmq.env" -}}
+{{- if and .Values.kafka.existingSecret .Values.kafka.existingSecretKeys.username }}
+- name: KMQ_KAFKA__SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.kafka.existingSecret }}
+      key: {{ .Values.kafka.existingSecretKeys.username }}
+{{- end }}
+- name: HOME
+  value: /tmp
+{{- end -}}
+
+{{/* Volumes and mounts: kmq.yaml from a ConfigMap (name in .configMap), credentials, CA, /tmp. */}}
+{{- define "kmq.volumes" -}}
+- name: config
+  configMap:
+    name: {{ .configMap }}
+{{- with .ctx.Values.kafka.existingSecret }}
+- name: kafka-credentials
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: {{ $.ctx.Values.kafka.existingSecretKeys.password }}
+        path: {{ $.ctx.Values.kafka.existingSecretKeys.password }}
+{{- end }}
+{{- with .ctx.Values.kafka.tls.caSecret }}
+- name: kafka-ca
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: {{ $.ctx.Values.kafka.tls.caKey }}
+        path: {{ $.ctx.Values.kafka.tls.caKey }}
+{{- end }}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end -}}
+
+{{- define "kmq.volumeMounts" -}}
+- name: config
+  mountPath: /etc/kmq
+  readOnly: true
+{{- if .Values.kafka.existingSecret }}
+- name: kafka-credentials
+  mountPath: /var/run/secrets/kmq/kafka-credentials
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.tls.caSecret }}
+- name: kafka-ca
+  mountPath: /var/run/secrets/kmq/kafka-ca
+  readOnly: true
+{{- end }}
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{- define "kmq.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "kmq.containerSecurityContext" -}}
+runAsNonRoot: true
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "kmq.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets -}}
+imagePullSecrets:
+{{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
