@@ -91,7 +91,9 @@ def unique(prefix: str = "t") -> str:
 def make_config(bootstrap):
     """Build a Config for one test: random queue/group names, fast group timing."""
 
-    def make(queue: str | None = None, **sections) -> Config:
+    def make(queue: str | dict | None = None, **sections) -> Config:
+        if isinstance(queue, dict):  # make_config(queue={"lease": "2s"}): queue settings, random name
+            sections["queue"], queue = dict(queue), None
         queue = queue or unique("q")
         data = {
             "kafka": {"bootstrap_servers": bootstrap, **TEST_GROUP_TIMING, **sections.pop("kafka", {})},
