@@ -1,0 +1,32 @@
+"""``kmq tracker run``: the redelivery tracker service."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from kmq.cli.common import config_options
+from kmq.config import Config
+
+
+@click.group()
+def tracker() -> None:
+    """The redelivery tracker (timeouts, NACK, REJECT, DLQ)."""
+
+
+@tracker.command()
+@click.option("--http-host", default="0.0.0.0", show_default=True, envvar="KMQ_TRACKER_HTTP_HOST",
+              help="Address for /metrics, /healthz and /readyz (port: tracker.http_port, 0 = any free port).")
+@config_options
+def run(http_host: str, cfg: Config) -> None:
+    """Join the tracker group and redeliver until SIGTERM (drains, commits, leaves the group)."""
+    # The service reports its port, assignments and catch-up at INFO: show them even without -v.
+    logging.getLogger("tracker").setLevel(min(logging.getLogger("tracker").getEffectiveLevel(), logging.INFO))
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:
+        h.setLevel(logging.NOTSET)
+    from tracker import Tracker
+
+    Tracker(cfg, http_host=http_host).run()

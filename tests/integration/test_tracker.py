@@ -1,0 +1,167 @@
+"""The redelivery tracker on the real broker: timeout, RENEW, NACK, REJECT,
+backoff, DLQ, bad markers. Markers are written directly with the codec, so
+each test controls exactly what a consumer would have written."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+
+import pytest
+from kafka import KafkaProducer
+
+from kmq.markers import End, MarkerDecodeError, Nack, Reject, Renew, Start, decode, encode, encode_key
+from tests.conftest import unique
+from tests.helpers.kafka import wait_until
+from tests.integration.tracker_util import MarkerProducer, Tail, headers, http_status, metric
+from tracker import Tracker
+
+pytestmark = pytest.mark.integration
+
+LEASE_MS = 1000
+QUEUE = {"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}
+TICK = 0.05
+
+
+@contextlib.contextmanager
+def running_tracker(cfg):
+    t = Tracker(cfg, http_host="127.0.0.1").start()
+    try:
+        wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")
+        yield t
+    finally:
+        t.stop()
+
+
+def produce(bootstrap, topic, n, partition=0, hdrs=(("app", b"x"),)):
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    metas = [p.send(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), headers=list(hdrs), partition=partition)
+             for i in range(n)]
+    p.flush()
+    out = [m.get(10) for m in metas]
+    p.close()
+    return out
+
+
+def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topics):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"})
+    produce(bootstrap, q.name, 3)
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
+    try:
+        with running_tracker(cfg) as t:
+            assert http_status(t.http_port, "/healthz") == 200
+            first = 0
+            for delivery in (1, 2):
+                meta = markers.send(0, Start([(first, 3)], lease_ms=LEASE_MS, owner="w1"))
+                start_ts = meta.timestamp
+                recs = tail.wait_for(first + 6, what=f"redelivery {delivery}")
+                copies = recs[first + 3:first + 6]
+                backoff_ms = 200 * 2 ** (delivery - 1)
+                for i, c in enumerate(copies):
+                    h = headers(c)
+                    assert h["kmq-delivery-count"] == str(delivery + 1)
+                    assert h["kmq-origin"] == f"{q.name}/0/{i}"  # the FIRST delivery, kept across copies
+                    assert h["app"] == "x" and c.key == f"k{i}".encode() and c.value == f"v{i}".encode()
+                    # Due at lease end + backoff(count); redelivered within tick + 1 s of that.
+                    due = start_ts + LEASE_MS + backoff_ms
+                    assert due <= c.timestamp <= due + (TICK + 1.0) * 1000, (delivery, c.timestamp - start_ts)
+                first += 3
+            # Third delivery times out: max_deliveries = 3 -> DLQ, reason timeout, origin kept.
+            markers.send(0, Start([(6, 3)], lease_ms=LEASE_MS, owner="w1"))
+            dead = dlq.wait_for(3, what="dead letters")
+            for i, d in enumerate(dead):
+                h = headers(d)
+                assert h["kmq-dlq-reason"] == "timeout" and h["kmq-delivery-count"] == "3"
+                assert h["kmq-origin"] == f"{q.name}/0/{i}" and h["app"] == "x"
+                assert abs(int(h["kmq-dlq-ts"]) - d.timestamp) < 5000
+            wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 0, 10,
+                       what="nothing in flight")
+            assert metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name, reason="timeout") == 6
+            assert metric(t.http_port, "kmq_tracker_dead_lettered_total", queue=q.name, reason="timeout") == 3
+            assert len(tail.poll()) == 9  # nothing redelivered twice
+    finally:
+        markers.close(); tail.close(); dlq.close()
+
+
+def test_renew_nack_reject_and_end(bootstrap, queue_topics):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"})
+    produce(bootstrap, q.name, 4)
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
+    try:
+        with running_tracker(cfg) as t:
+            start = markers.send(0, Start([(0, 4)], lease_ms=LEASE_MS, owner="w1")).timestamp
+            markers.send(0, End([(0, 1)]))                                  # 0: acked
+            renew = markers.send(0, Renew([(1, 1)], lease_ms=4000)).timestamp  # 1: kept alive
+            nack = markers.send(0, Nack([(2, 1)], delay_ms=1500)).timestamp    # 2: redeliver after 1.5 s
+            markers.send(0, Reject([(3, 1)], reason="bad payload"))          # 3: DLQ at once
+            (dead,) = dlq.wait_for(1, what="rejected message")
+            h = headers(dead)
+            assert (h["kmq-dlq-reason"], h["kmq-dlq-error"], h["kmq-origin"]) == ("rejected", "bad payload", f"{q.name}/0/3")
+            recs = tail.wait_for(5, what="nacked copy")
+            nacked = recs[4]
+            assert headers(nacked)["kmq-origin"] == f"{q.name}/0/2"
+            assert nack + 1500 <= nacked.timestamp <= nack + 1500 + (TICK + 1.0) * 1000
+            # The original lease (+ backoff) of offset 1 is long over; RENEW kept it open.
+            assert nacked.timestamp > start + LEASE_MS + 200
+            recs = tail.wait_for(6, what="renewed message after its new lease")
+            renewed = recs[5]
+            assert headers(renewed)["kmq-origin"] == f"{q.name}/0/1"
+            assert renewed.timestamp >= renew + 4000 + 200
+            # A late END for the redelivered offset is counted, not applied.
+            markers.send(0, End([(1, 1)]))
+            wait_until(lambda: metric(t.http_port, "kmq_tracker_late_acks_total", queue=q.name) == 1, 10,
+                       what="late ack counted")
+            assert len(tail.poll()) == 6  # offset 0 (acked) was never redelivered
+    finally:
+        markers.close(); tail.close(); dlq.close()
+
+
+def _fuzz_values(n: int, seed: int = 7) -> list[bytes]:
+    """Mutations of valid markers and random bytes, each one undecodable."""
+    rnd = random.Random(seed)
+    valid = [encode(Start([(5, 3)], lease_ms=100, owner="w")), encode(End([(1, 2), (9, 1)])),
+             encode(Renew([(0, 1)], lease_ms=5)), encode(Reject([(2, 2)], reason="r"))]
+    out: list[bytes] = []
+    while len(out) < n:
+        base = bytearray(rnd.choice(valid))
+        k = rnd.randrange(4)
+        if k == 0:
+            base = base[: rnd.randrange(len(base))]
+        elif k == 1:
+            base += bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4)))
+        elif k == 2:
+            base[rnd.randrange(len(base))] = rnd.randrange(256)
+        else:
+            base = bytearray(rnd.randbytes(rnd.randint(0, 24)))
+        try:
+            decode(bytes(base))
+        except MarkerDecodeError:
+            out.append(bytes(base))
+    return out
+
+
+def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics):
+    """100,000 undecodable values (plus bad keys) never stop the tracker."""
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"})
+    produce(bootstrap, q.name, 1)
+    values = _fuzz_values(100_000)
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
+    good_start = encode(Start([(0, 1)], lease_ms=LEASE_MS))
+    for v in values:
+        p.send(q.markers_topic, key=encode_key(0), value=v, partition=0)
+    p.send(q.markers_topic, key=b"\x00", value=good_start, partition=0)  # bad key length
+    p.send(q.markers_topic, key=encode_key(3), value=good_start, partition=0)  # key names another partition
+    p.send(q.markers_topic, key=encode_key(0), value=good_start, partition=0)  # the one valid marker
+    p.flush()
+    p.close()
+    tail = Tail(bootstrap, q.name)
+    try:
+        with running_tracker(cfg) as t:
+            assert metric(t.http_port, "kmq_tracker_bad_markers_total") == 100_002
+            (_, copy) = tail.wait_for(2, what="redelivery after the bad markers")
+            assert headers(copy)["kmq-delivery-count"] == "2"
+    finally:
+        tail.close()

@@ -1,0 +1,84 @@
+"""Helpers shared by the tracker's integration tests: write markers with the
+codec, tail a topic, read tracker metrics. No sleeps: everything waits on
+real conditions."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from kmq.markers import encode, encode_key
+
+
+class Tail:
+    """Accumulates every record of some partitions of a topic as they arrive."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions=(0,)) -> None:
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                      auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        self.tps = [TopicPartition(topic, p) for p in partitions]
+        self.consumer.assign(self.tps)
+        self.consumer.seek_to_beginning(*self.tps)
+        self.records: list = []
+
+    def poll(self) -> list:
+        for recs in self.consumer.poll(timeout_ms=100).values():
+            self.records.extend(recs)
+        return self.records
+
+    def wait_for(self, n: int, timeout: float = 30.0, what: str = "records") -> list:
+        deadline = time.monotonic() + timeout
+        while len(self.poll()) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {n} {what}; have {len(self.records)}")
+        return self.records
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class MarkerProducer:
+    """Writes markers to a markers topic the way a consumer would (acks=all, flushed)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+
+    def send(self, partition: int, marker, ts_ms: int | None = None, flush: bool = True):
+        fut = self.producer.send(self.topic, key=encode_key(partition), value=encode(marker),
+                                 partition=partition, timestamp_ms=ts_ms)
+        if flush:
+            return fut.get(timeout=10)
+        return fut
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def headers(rec) -> dict[str, str]:
+    return {k: v.decode() for k, v in (rec.headers or [])}
+
+
+def metric(port: int, name: str, **labels) -> float:
+    """Sum of a Prometheus sample from the tracker's /metrics (0 when absent)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric_name, _, label_text = head.partition("{")
+        if metric_name != name:
+            continue
+        if all(f'{k}="{v}"' in label_text for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def http_status(port: int, path: str) -> int:
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).status
+    except urllib.error.HTTPError as exc:
+        return exc.code

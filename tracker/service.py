@@ -1,0 +1,358 @@
+"""The redelivery tracker service: group membership, catch-up, commit, main loop.
+
+One consumer group (``tracker.group_id``) reads the markers topics of all
+configured queues; any number of instances share the partitions. Per owned
+markers partition the pure :class:`~tracker.lease_state.PartitionState` holds
+the open leases.
+
+* On assignment a partition resumes from its committed marker offset and is
+  *catching up* until its position reaches the high-water mark seen at
+  assignment (``consumer.highwater`` after the first fetch); only then are its
+  due messages redelivered, so a restart never redelivers something whose
+  END is still unread.
+* The committed marker offset is the smallest START marker offset that still
+  has open offsets (else the position): a restart replays only what is open.
+* On revoke the partition's offset is committed and its state dropped.
+* SIGTERM (or :meth:`Tracker.stop`) finishes the current step, commits and
+  leaves the group. SIGKILL loses nothing: the new owner replays from the
+  last commit, which never passes an open START.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import Counter as Tally
+from dataclasses import dataclass
+from typing import Callable
+
+from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata
+from prometheus_client import CollectorRegistry
+
+from kmq.clients import consumer as make_consumer, producer as make_producer
+from kmq.config import Config, QueueConfig
+from kmq.errors import KmqError, MarkerDecodeError
+from kmq.markers import decode, decode_key
+from kmq.metrics import TrackerMetrics
+from kmq.topics import require_aligned
+from tracker.http import HealthServer
+from tracker.lease_state import PartitionState
+from tracker.log_reader import LogReader
+from tracker.redeliver import Redeliverer
+
+__all__ = ["Tracker"]
+
+log = logging.getLogger(__name__)
+
+_COMMIT_INTERVAL_S = 1.0
+_METRICS_INTERVAL_S = 1.0
+# Offsets handed to the redeliverer per partition and step: bounds one step's work.
+_DUE_LIMIT = 5000
+
+
+@dataclass
+class _Owned:
+    """One assigned markers partition."""
+
+    queue: QueueConfig
+    tp: TopicPartition
+    state: PartitionState
+    target: int | None = None  # high-water mark seen at assignment
+    caught_up: bool = False
+    committed: int | None = None
+    bad_logged: bool = False
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, tracker: "Tracker") -> None:
+        self._tracker = tracker
+
+    def on_partitions_revoked(self, revoked) -> None:
+        self._tracker._on_revoked(revoked)
+
+    def on_partitions_assigned(self, assigned) -> None:
+        self._tracker._on_assigned(assigned)
+
+
+class Tracker:
+    """The redelivery tracker. ``Tracker(cfg).run()`` blocks until SIGTERM/SIGINT or :meth:`stop`.
+
+    For tests and embedding: :meth:`start` runs it in a thread and returns once
+    the HTTP endpoints are up; :meth:`stop` drains, commits and leaves the group.
+    """
+
+    def __init__(self, cfg: Config, registry: CollectorRegistry | None = None, http_host: str = "0.0.0.0",
+                 clock: Callable[[], float] = time.time) -> None:
+        if not cfg.queues:
+            raise KmqError("the tracker needs at least one queue under `queues:` in the configuration")
+        self.cfg = cfg
+        self.metrics = TrackerMetrics(registry)
+        self._clock = clock
+        self._http_host = http_host
+        self._queues = {q.markers_topic: q for q in cfg.queues}
+        self._owned: dict[TopicPartition, _Owned] = {}
+        self._stopping = threading.Event()
+        self._started = threading.Event()
+        self._joined = False
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._consumer = None
+        self._http: HealthServer | None = None
+        self.http_port: int | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def run(self) -> None:
+        """Run until stopped. Installs SIGTERM/SIGINT handlers when on the main thread."""
+        restore = self._install_signals()
+        try:
+            self._setup()
+            self._started.set()
+            delay = 0.0
+            while not self._stopping.is_set():
+                delay = self.step(delay)
+        finally:
+            self._started.set()
+            self._shutdown()
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+
+    def start(self, timeout: float = 30.0) -> "Tracker":
+        """Run in a background thread; return once the HTTP endpoints are bound."""
+
+        def target() -> None:
+            try:
+                self.run()
+            except BaseException as exc:  # surfaced by start()/stop()
+                self._error = exc
+                log.exception("tracker stopped with an error")
+
+        self._thread = threading.Thread(target=target, name="kmq-tracker", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise KmqError(f"tracker did not start within {timeout}s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Drain, commit and leave the group (also from another thread)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise KmqError(f"tracker did not stop within {timeout}s")
+            self._thread = None
+
+    def ready(self) -> tuple[bool, str]:
+        """(ready, detail): joined the group and every assigned partition caught up."""
+        if not self._joined:
+            return False, "not ready: joining the tracker group"
+        behind = [f"{o.tp.topic}[{o.tp.partition}]" for o in list(self._owned.values()) if not o.caught_up]
+        if behind:
+            return False, "not ready: catching up " + ", ".join(sorted(behind))
+        return True, f"ready: {len(self._owned)} partition(s)"
+
+    def _install_signals(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        restore = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            restore[sig] = signal.getsignal(sig)
+            signal.signal(sig, lambda signum, frame: self._on_signal(signum))
+        return restore
+
+    def _on_signal(self, signum: int) -> None:
+        log.info("received %s: finishing the current step, committing and leaving the group",
+                 signal.Signals(signum).name)
+        self._stopping.set()
+
+    def _setup(self) -> None:
+        kafka = self.cfg.kafka
+        for q in self.cfg.queues:
+            require_aligned(kafka, q)
+        self._http = HealthServer(self.metrics.registry, self.ready, self._http_host, self.cfg.tracker.http_port)
+        self.http_port = self._http.start()
+        self._producer = make_producer(kafka)
+        self._reader = LogReader(kafka)
+        self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms)
+        self._consumer = make_consumer(
+            kafka, group_id=self.cfg.tracker.group_id, max_poll_records=5000,
+            fetch_max_wait_ms=max(10, min(500, int(self.cfg.tracker.tick * 1000))),
+            metadata_max_age_ms=30_000,
+        )
+        self._consumer.subscribe(topics=sorted(self._queues), listener=_Listener(self))
+        self._next_commit = self._next_metrics = time.monotonic()
+        log.info("tracker started: group %s, queues %s", self.cfg.tracker.group_id,
+                 ", ".join(q.name for q in self.cfg.queues))
+
+    def _shutdown(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._commit(force=True)
+                self._consumer.close()  # leaves the group: partitions move at once
+        except Exception:  # noqa: BLE001 - shutting down; the last commit is replayed safely
+            log.exception("error while leaving the tracker group; the next owner replays from the last commit")
+        for closer in ("_reader", "_producer"):
+            obj = getattr(self, closer, None)
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001
+                    log.debug("closing %s failed", closer, exc_info=True)
+        if self._http is not None:
+            self._http.stop()
+        self._consumer = None
+        log.info("tracker stopped")
+
+    # ------------------------------------------------------------ main loop
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def step(self, wait_s: float = 0.0) -> float:
+        """Poll markers for up to ``wait_s``, apply them, redeliver what is due,
+        commit; return how long the next poll may wait."""
+        records = self._consumer.poll(timeout_ms=int(wait_s * 1000), max_records=5000)
+        tally: Tally = Tally()
+        for tp, batch in records.items():
+            owned = self._owned.get(tp)
+            if owned is not None:
+                self._apply(owned, batch, tally)
+        for (queue, mtype), n in tally.items():
+            self.metrics.markers.labels(queue, mtype).inc(n)
+        self._update_catch_up()
+        now = self._now_ms()
+        for owned in list(self._owned.values()):
+            if owned.caught_up and not self._stopping.is_set():
+                items = owned.state.due(now, limit=_DUE_LIMIT)
+                if items:
+                    self._redeliverer.process(owned.queue, owned.tp.partition, owned.state, items)
+        mono = time.monotonic()
+        if mono >= self._next_commit:
+            self._commit()
+            self._next_commit = mono + _COMMIT_INTERVAL_S
+        if mono >= self._next_metrics:
+            self._update_metrics()
+            self._next_metrics = mono + _METRICS_INTERVAL_S
+        return self._next_delay()
+
+    def _next_delay(self) -> float:
+        tick = self.cfg.tracker.tick
+        now = self._now_ms()
+        soonest = None
+        for owned in self._owned.values():
+            if not owned.caught_up:
+                return 0.0 if owned.target is not None else tick
+            due = owned.state.next_due_ms()
+            if due is not None and (soonest is None or due < soonest):
+                soonest = due
+        if soonest is None:
+            return tick
+        return max(0.0, min(tick, (soonest - now) / 1000.0))
+
+    def _apply(self, owned: _Owned, batch, tally: Tally) -> None:
+        state, qname, p = owned.state, owned.queue.name, owned.tp.partition
+        late = 0
+        for rec in batch:
+            try:
+                qp = decode_key(rec.key)
+                if qp != p:
+                    raise MarkerDecodeError(f"key names queue partition {qp} but the record is in markers partition {p}")
+                marker = decode(rec.value)
+            except MarkerDecodeError as exc:
+                self.metrics.bad_markers.inc()
+                if not owned.bad_logged:
+                    owned.bad_logged = True
+                    log.warning("skipping an undecodable marker at %s[%d] offset %d: %s (further bad markers on "
+                                "this partition are only counted in kmq_tracker_bad_markers_total)",
+                                owned.tp.topic, p, rec.offset, exc)
+                state.skip(rec.offset)
+                continue
+            eff = state.apply(marker, rec.offset, rec.timestamp)
+            late += eff.late
+            tally[(qname, marker.TYPE.name.lower())] += 1
+        if late:
+            self.metrics.late_acks.labels(qname).inc(late)
+
+    def _update_catch_up(self) -> None:
+        for owned in self._owned.values():
+            if owned.caught_up:
+                continue
+            if owned.target is None:
+                owned.target = self._consumer.highwater(owned.tp)
+                if owned.target is None:
+                    continue
+            pos = owned.state.position
+            if pos is None:
+                pos = self._consumer.position(owned.tp)
+                owned.state.position = pos
+            if pos is not None and pos >= owned.target:
+                owned.caught_up = True
+                log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
+                         owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
+
+    def _commit(self, force: bool = False, only=None) -> None:
+        offsets = {}
+        for tp, owned in self._owned.items():
+            if only is not None and tp not in only:
+                continue
+            c = owned.state.committable_offset()
+            if c is not None and (force or c != owned.committed):
+                offsets[tp] = (owned, c)
+        if not offsets:
+            return
+        try:
+            self._consumer.commit({tp: OffsetAndMetadata(c, "", -1) for tp, (_, c) in offsets.items()})
+        except (CommitFailedError, KafkaError) as exc:
+            # Not fatal: the previous commit stays, a new owner replays a little more.
+            log.warning("marker offset commit failed (%s); a new owner would replay from the previous commit", exc)
+            return
+        for owned, c in offsets.values():
+            owned.committed = c
+
+    def _update_metrics(self) -> None:
+        now = self._now_ms()
+        m = self.metrics
+        for owned in self._owned.values():
+            labels = (owned.queue.name, str(owned.tp.partition))
+            m.in_flight.labels(*labels).set(owned.state.in_flight)
+            m.oldest_in_flight_seconds.labels(*labels).set(owned.state.oldest_age_s(now))
+            hw = self._consumer.highwater(owned.tp)
+            pos = owned.state.position
+            if hw is not None and pos is not None:
+                m.marker_lag.labels(*labels).set(max(0, hw - pos))
+
+    # ------------------------------------------------------------ rebalance
+    def _on_assigned(self, assigned) -> None:
+        self._joined = True
+        for tp in assigned:
+            if tp in self._owned:
+                continue
+            q = self._queues[tp.topic]
+            self._owned[tp] = _Owned(q, tp, PartitionState(q.backoff.delay, q.max_deliveries))
+        log.info("assigned markers partitions: %s", _names(assigned) or "none")
+
+    def _on_revoked(self, revoked) -> None:
+        revoked = set(revoked)
+        if not revoked:
+            return
+        self._commit(force=True, only=revoked)
+        m = self.metrics
+        for tp in revoked:
+            owned = self._owned.pop(tp, None)
+            if owned is None:
+                continue
+            labels = (owned.queue.name, str(tp.partition))
+            for g in (m.in_flight, m.oldest_in_flight_seconds, m.marker_lag):
+                try:
+                    g.remove(*labels)
+                except KeyError:
+                    pass
+        log.info("revoked markers partitions: %s (offsets committed, state dropped)", _names(revoked))
+
+
+def _names(tps) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(tps))
