@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""Offline validation of kmq's deployment files (no cluster, no helm binary).
+
+    .venv/bin/python scripts/validate-deploy.py            # everything
+    .venv/bin/python scripts/validate-deploy.py --only chart --chart /tmp/copy-of-chart
+
+Checks, each one a function the tests in tests/deploy/ call on its own:
+
+* chart:     ``helm lint --strict`` (helm-python-sdk) with the default values and
+             with every values set in tests/deploy/values/ (all toggles on);
+             render each set and validate every manifest with kubernetes-validate
+             --strict for Kubernetes 1.29, 1.30 and 1.31; pod hardening rules.
+* bad-values: every tests/deploy/bad-values/*.yaml must be rejected (by
+             values.schema.json or by the chart's own checks) with the message
+             its ``# expect:`` line names.
+* manifests: deploy/k8s/**.yaml the same way, and every kustomization.yaml lists
+             exactly the files next to it.
+* rules:     ``promtool check rules`` + ``promtool test rules`` on
+             deploy/prometheus/, and the chart's PrometheusRule equals rules.yaml.
+
+Custom resources (ServiceMonitor, PrometheusRule, SparkApplication) are not in
+kubernetes-validate's schemas: they are checked against the structural schemas
+in CRD_SCHEMAS below (the fields kmq uses, unknown fields rejected), and the
+PrometheusRule's groups also go through ``promtool check rules``.
+Kustomization files are not Kubernetes objects and are skipped by kind.
+
+Exit status: 0 when everything passes, 1 with one line per problem otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "kmq"
+K8S_DIR = ROOT / "deploy" / "k8s"
+RULES_DIR = ROOT / "deploy" / "prometheus"
+VALUES_DIR = ROOT / "tests" / "deploy" / "values"
+BAD_VALUES_DIR = ROOT / "tests" / "deploy" / "bad-values"
+K8S_VERSIONS = ("1.29.0", "1.30.0", "1.31.0")
+RELEASE, NAMESPACE = "kmq", "kmq"
+
+SKIPPED_KINDS = {("kustomize.config.k8s.io/v1beta1", "Kustomization")}
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod"}
+
+
+# ---------------------------------------------------------------- custom resources
+def _obj(props: dict, required: Iterable[str] = (), extra: bool = False) -> dict:
+    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": extra}
+
+
+_STR, _INT, _BOOL, _OBJ, _ARR = ({"type": t} for t in ("string", "integer", "boolean", "object", "array"))
+_META = _obj({"name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253},
+              "namespace": _STR, "labels": {"type": "object", "additionalProperties": _STR},
+              "annotations": {"type": "object", "additionalProperties": _STR}}, ["name"])
+_DURATION = {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h|d|w|y))+$"}
+_SPARK_POD = _obj({"cores": {"type": "integer", "minimum": 1}, "instances": {"type": "integer", "minimum": 1},
+                   "memory": {"type": "string", "pattern": r"^[0-9]+[kmgt]?$"}, "serviceAccount": _STR,
+                   "labels": {"type": "object", "additionalProperties": _STR}, "env": _ARR,
+                   "securityContext": _OBJ, "volumeMounts": _ARR}, ["cores", "memory"])
+
+
+def _resource(api: str, kind: str, spec: dict) -> dict:
+    return _obj({"apiVersion": {"const": api}, "kind": {"const": kind}, "metadata": _META, "spec": spec},
+                ["apiVersion", "kind", "metadata", "spec"])
+
+
+CRD_SCHEMAS: dict[tuple[str, str], dict] = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): _resource("monitoring.coreos.com/v1", "ServiceMonitor", _obj({
+        "selector": _obj({"matchLabels": {"type": "object", "additionalProperties": _STR}}, ["matchLabels"]),
+        "namespaceSelector": _obj({"matchNames": {"type": "array", "items": _STR}, "any": _BOOL}),
+        "endpoints": {"type": "array", "minItems": 1, "items": _obj(
+            {"port": _STR, "path": _STR, "interval": _DURATION, "scrapeTimeout": _DURATION}, ["port"])},
+    }, ["selector", "endpoints"])),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): _resource("monitoring.coreos.com/v1", "PrometheusRule", _obj({
+        "groups": {"type": "array", "minItems": 1, "items": _obj({"name": _STR, "interval": _DURATION, "rules": {
+            "type": "array", "items": _obj({"alert": _STR, "record": _STR, "expr": _STR, "for": _DURATION,
+                                            "labels": {"type": "object", "additionalProperties": _STR},
+                                            "annotations": {"type": "object", "additionalProperties": _STR}},
+                                           ["expr"])}}, ["name", "rules"])},
+    }, ["groups"])),
+    ("sparkoperator.k8s.io/v1beta2", "SparkApplication"): _resource("sparkoperator.k8s.io/v1beta2", "SparkApplication", _obj({
+        "type": {"enum": ["Java", "Scala", "Python", "R"]}, "pythonVersion": {"enum": ["2", "3"]},
+        "mode": {"enum": ["cluster", "client"]}, "image": _STR,
+        "imagePullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+        "imagePullSecrets": {"type": "array", "items": _STR},
+        "mainApplicationFile": {"type": "string", "pattern": r"^(local|file|https?|s3a?|gs)://"},
+        "arguments": {"type": "array", "items": _STR}, "sparkVersion": _STR,
+        "sparkConf": {"type": "object", "additionalProperties": _STR},
+        "deps": _obj({"packages": {"type": "array", "items": _STR}, "jars": {"type": "array", "items": _STR}}),
+        "restartPolicy": _obj({"type": {"enum": ["Never", "Always", "OnFailure"]},
+                               "onFailureRetryInterval": _INT, "onSubmissionFailureRetryInterval": _INT,
+                               "onFailureRetries": _INT, "onSubmissionFailureRetries": _INT}, ["type"]),
+        "volumes": _ARR, "driver": _SPARK_POD, "executor": _SPARK_POD,
+    }, ["type", "mode", "image", "mainApplicationFile", "sparkVersion", "driver", "executor"])),
+}
+
+
+# ---------------------------------------------------------------- kubernetes-validate
+@functools.lru_cache(maxsize=None)
+def _kv_module():
+    """kubernetes_validate with its schema files read once per process (it re-reads them per call)."""
+    import kubernetes_validate.utils as kvu
+
+    if not getattr(kvu.schema_contents, "_kmq_cached", False):
+        cached = functools.lru_cache(maxsize=None)(kvu.schema_contents)
+        cached._kmq_cached = True  # type: ignore[attr-defined]
+        kvu.schema_contents = cached
+    return kvu
+
+
+def validate_object(doc: dict, source: str, versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
+    """Problems of one object: kubernetes-validate --strict per version, or the CRD schema."""
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    where = f"{source}: {doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
+    if key in SKIPPED_KINDS:
+        return []
+    if key in CRD_SCHEMAS:
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator(CRD_SCHEMAS[key])
+        return [f"{where}: {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+                for e in validator.iter_errors(doc)]
+    kvu = _kv_module()
+    problems = []
+    for version in versions:
+        try:
+            kvu.validate(copy.deepcopy(doc), version, strict=True)
+        except kvu.SchemaNotFoundError as exc:
+            problems.append(f"{where}: k8s {version}: {exc.message}")
+        except kvu.ValidationError as exc:
+            path = ".".join(map(str, exc.absolute_path)) or "<root>"
+            problems.append(f"{where}: k8s {version}: {path}: {exc.message}")
+    return problems
+
+
+# ---------------------------------------------------------------- pod hardening
+def pod_specs(doc: dict) -> list[tuple[str, dict]]:
+    """(name, pod spec) of a workload object."""
+    kind, spec = doc.get("kind"), doc.get("spec") or {}
+    if kind == "Pod":
+        return [("pod", spec)]
+    if kind == "CronJob":
+        return [("pod", spec["jobTemplate"]["spec"]["template"]["spec"])]
+    if kind in WORKLOAD_KINDS:
+        return [("pod", spec["template"]["spec"])]
+    return []
+
+
+def check_pod_hardening(doc: dict, source: str) -> list[str]:
+    """kmq pods run as non-root, read-only root FS, no privilege escalation, no
+    capabilities, RuntimeDefault seccomp, memory limits and CPU requests."""
+    problems = []
+    for _, pod in pod_specs(doc):
+        where = f"{source}: {doc['kind']}/{doc['metadata']['name']}"
+        psc = pod.get("securityContext") or {}
+        if pod.get("automountServiceAccountToken") is not False:
+            problems.append(f"{where}: automountServiceAccountToken must be false (kmq needs no API access)")
+        for c in pod.get("initContainers", []) + pod.get("containers", []):
+            csc = c.get("securityContext") or {}
+            cw = f"{where} container {c['name']}"
+            if not (csc.get("runAsNonRoot") or psc.get("runAsNonRoot")):
+                problems.append(f"{cw}: runAsNonRoot is not true")
+            if csc.get("readOnlyRootFilesystem") is not True:
+                problems.append(f"{cw}: readOnlyRootFilesystem is not true")
+            if csc.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{cw}: allowPrivilegeEscalation is not false")
+            if "ALL" not in ((csc.get("capabilities") or {}).get("drop") or []):
+                problems.append(f"{cw}: capabilities do not drop ALL")
+            seccomp = (csc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+            if seccomp != "RuntimeDefault":
+                problems.append(f"{cw}: seccompProfile is {seccomp!r}, not RuntimeDefault")
+            res = c.get("resources") or {}
+            if "memory" not in (res.get("limits") or {}) or "cpu" not in (res.get("requests") or {}):
+                problems.append(f"{cw}: needs resources.requests.cpu and resources.limits.memory")
+            image = str(c.get("image", ""))
+            if image.endswith(":latest"):
+                problems.append(f"{cw}: image {image} uses the latest tag")
+    return problems
+
+
+# ---------------------------------------------------------------- chart
+def load_docs(text: str, source: str) -> list[tuple[str, dict]]:
+    return [(source, d) for d in yaml.safe_load_all(text) if d]
+
+
+def values_sets(values_dir: Path = VALUES_DIR) -> dict[str, dict]:
+    """Named values sets for lint and render: the defaults plus tests/deploy/values/*.yaml."""
+    sets: dict[str, dict] = {"defaults": {}}
+    for path in sorted(values_dir.glob("*.yaml")):
+        sets[path.stem] = yaml.safe_load(path.read_text()) or {}
+    return sets
+
+
+def lint_chart(chart: Path, values: dict | None) -> list[str]:
+    """``helm lint --strict``: warnings and errors are problems (info is not)."""
+    import helm_python
+
+    report = helm_python.lint(str(chart), values or None, strict=True)
+    problems = [f"lint {m['path']}: {m['error'].strip()}" for m in report.get("messages", []) if m.get("severity", 0) >= 2]
+    problems += [f"lint: {e.strip()}" for e in report.get("errors", []) if not any(e.strip() in p for p in problems)]
+    return problems
+
+
+def render_chart(chart: Path, values: dict | None, name: str = RELEASE, namespace: str = NAMESPACE) -> dict[str, str]:
+    """Rendered templates by path (raises helm_python errors on bad values or templates)."""
+    import helm_python
+
+    with helm_python.Chart.load(str(chart)) as c:
+        return c.render(values or {}, name=name, namespace=namespace, is_install=True)
+
+
+def rendered_docs(rendered: dict[str, str]) -> list[tuple[str, dict]]:
+    docs = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith(".txt") or not text.strip():
+            continue
+        try:
+            docs += load_docs(text, path)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path} does not render to valid YAML: {exc}") from None
+    return docs
+
+
+def check_chart(chart: Path = CHART, sets: dict[str, dict] | None = None, versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
+    """Lint, render and validate the chart for every values set."""
+    problems: list[str] = []
+    for set_name, values in (sets if sets is not None else values_sets()).items():
+        problems += [f"[{set_name}] {p}" for p in lint_chart(chart, values)]
+        try:
+            docs = rendered_docs(render_chart(chart, values))
+        except Exception as exc:  # helm_python errors and bad YAML
+            problems.append(f"[{set_name}] render failed: {type(exc).__name__}: {exc}")
+            continue
+        if not docs:
+            problems.append(f"[{set_name}] rendered no manifests")
+        for source, doc in docs:
+            problems += [f"[{set_name}] {p}" for p in validate_object(doc, source, versions)]
+            problems += [f"[{set_name}] {p}" for p in check_pod_hardening(doc, source)]
+        problems += [f"[{set_name}] {p}" for p in check_rendered_rules(docs)]
+    return problems
+
+
+def expected_rejection(path: Path) -> str:
+    """The ``# expect: TEXT`` line of a bad values file."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# expect:"):
+            return line.split(":", 1)[1].strip()
+    raise ValueError(f"{path} has no '# expect: <part of the error message>' line")
+
+
+def check_bad_values_file(chart: Path, path: Path) -> list[str]:
+    """A bad values file must fail rendering with the message its ``# expect:`` line names."""
+    expect = expected_rejection(path)
+    values = yaml.safe_load(path.read_text()) or {}
+    try:
+        render_chart(chart, values)
+    except Exception as exc:
+        if expect not in str(exc):
+            return [f"{path.name}: rejected, but not for {expect!r}: {str(exc).strip()}"]
+        return []
+    return [f"{path.name}: accepted, expected a rejection mentioning {expect!r}"]
+
+
+def check_bad_values(chart: Path = CHART, bad_dir: Path = BAD_VALUES_DIR) -> list[str]:
+    """Every tests/deploy/bad-values/*.yaml must be rejected."""
+    files = sorted(bad_dir.glob("*.yaml"))
+    if not files:
+        return [f"no bad values files in {bad_dir}"]
+    return [p for path in files for p in check_bad_values_file(chart, path)]
+
+
+# ---------------------------------------------------------------- plain manifests
+def check_manifests(k8s_dir: Path = K8S_DIR, versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
+    problems = []
+    for kust in sorted(k8s_dir.rglob("kustomization.yaml")):
+        listed = set((yaml.safe_load(kust.read_text()) or {}).get("resources", []))
+        present = {p.name for p in kust.parent.glob("*.yaml") if p.name != "kustomization.yaml"}
+        rel = kust.relative_to(ROOT) if kust.is_relative_to(ROOT) else kust
+        for missing in sorted(listed - present):
+            problems.append(f"{rel}: lists {missing}, which does not exist")
+        for unlisted in sorted(present - listed):
+            problems.append(f"{rel}: {unlisted} is not listed in resources")
+    for path in sorted(k8s_dir.rglob("*.yaml")):
+        rel = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+        for source, doc in load_docs(path.read_text(), rel):
+            problems += validate_object(doc, source, versions)
+            problems += check_pod_hardening(doc, source)
+    return problems
+
+
+# ---------------------------------------------------------------- Prometheus rules
+def promtool() -> str:
+    binary = shutil.which("promtool")
+    if not binary:
+        raise RuntimeError("promtool not found: apt-get install prometheus (scripts/setup-env.sh ensure_promtool)")
+    return binary
+
+
+def _run(cmd: list[str], cwd: Path) -> list[str]:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return [f"{' '.join(cmd[:3])} failed ({proc.returncode}): {(proc.stdout + proc.stderr).strip()}"]
+    return []
+
+
+def check_rules(rules_dir: Path = RULES_DIR) -> list[str]:
+    tool = promtool()
+    return _run([tool, "check", "rules", "rules.yaml"], rules_dir) + _run([tool, "test", "rules", "rules.test.yaml"], rules_dir)
+
+
+def check_rendered_rules(docs: list[tuple[str, dict]]) -> list[str]:
+    """``promtool check rules`` on every rendered PrometheusRule's groups."""
+    problems = []
+    for source, doc in docs:
+        if doc.get("kind") != "PrometheusRule":
+            continue
+        with tempfile.TemporaryDirectory(prefix="kmq-rules-") as tmp:
+            Path(tmp, "rules.yaml").write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
+            problems += [f"{source}: {p}" for p in _run([promtool(), "check", "rules", "rules.yaml"], Path(tmp))]
+    return problems
+
+
+def check_rules_match_chart(chart: Path = CHART, rules_dir: Path = RULES_DIR) -> list[str]:
+    """The chart's PrometheusRule (release "kmq", default values) equals deploy/prometheus/rules.yaml."""
+    docs = rendered_docs(render_chart(chart, {"prometheusRule": {"enabled": True}}))
+    rules = [d for _, d in docs if d.get("kind") == "PrometheusRule"]
+    if len(rules) != 1:
+        return [f"expected one PrometheusRule with prometheusRule.enabled, got {len(rules)}"]
+    plain = yaml.safe_load((rules_dir / "rules.yaml").read_text())["groups"]
+    if rules[0]["spec"]["groups"] != plain:
+        return ["helm/kmq PrometheusRule differs from deploy/prometheus/rules.yaml; keep them equal"]
+    return []
+
+
+# ---------------------------------------------------------------- main
+CHECKS = {
+    "chart": lambda a: check_chart(a.chart, values_sets(a.values_dir)),
+    "bad-values": lambda a: check_bad_values(a.chart),
+    "rules-match": lambda a: check_rules_match_chart(a.chart),
+    "manifests": lambda a: check_manifests(),
+    "rules": lambda a: check_rules(),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chart", type=Path, default=CHART, help="chart directory (default helm/kmq)")
+    parser.add_argument("--values-dir", type=Path, default=VALUES_DIR,
+                        help="values sets rendered besides the defaults (default tests/deploy/values)")
+    parser.add_argument("--only", action="append", choices=sorted(CHECKS), help="run only these checks (repeatable)")
+    args = parser.parse_args(argv)
+    failed = 0
+    for name in args.only or CHECKS:
+        try:
+            problems = CHECKS[name](args)
+        except Exception as exc:
+            problems = [f"{type(exc).__name__}: {exc}"]
+        status = "ok" if not problems else f"{len(problems)} problem(s)"
+        print(f"==> {name}: {status}")
+        for p in problems:
+            print(f"    {p}")
+        failed += bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
