@@ -1,23 +1,50 @@
-"""``kmq demo``: the product on an embedded local broker."""
+"""``kmq demo``: the whole product on an embedded local broker, with failures."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from kmq.config import Config
-from kmq.devbroker import DevBroker
-from kmq.topics import ensure_topics
+from kmq.cli.common import fail
+from kmq.config import parse_duration
+from kmq.demo import DemoSettings, LiveView, _sigterm_as_interrupt, run_demo, summary_text
 
 
 @click.command()
-@click.option("--queue", default="orders", show_default=True)
+@click.option("--duration", type=click.FloatRange(min=5), default=45, show_default=True,
+              help="Seconds of the active phase (producing and working); a bounded drain follows.")
+@click.option("--messages", type=click.IntRange(min=1), default=3000, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
-def demo(queue: str, partitions: int) -> None:
-    """Start an embedded broker, create a queue's topics and show them."""
-    with DevBroker() as broker:
-        click.echo(f"embedded broker at {broker.bootstrap}")
-        cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap}})
-        layout = ensure_topics(cfg.kafka, cfg.queue(queue), partitions)
-        click.echo(f"created {layout.queue.name} ({layout.queue_partitions} partitions), "
-                   f"{layout.queue.markers_topic} ({layout.markers_partitions}), {layout.queue.dlq_topic} ({layout.dlq_partitions})")
-    click.echo("broker stopped")
+@click.option("--workers", "worker_processes", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Worker processes (kmq work), 8 handler threads each.")
+@click.option("--fail-rate", type=click.FloatRange(0, 1), default=0.03, show_default=True, help="Deliveries that raise (nack).")
+@click.option("--hang-rate", type=click.FloatRange(0, 1), default=0.01, show_default=True, help="Deliveries never settled (lease expires).")
+@click.option("--poison-rate", type=click.FloatRange(0, 1), default=0.005, show_default=True, help="Messages rejected on every delivery (DLQ).")
+@click.option("--lease", default="2s", show_default=True, help="Queue lease for the demo.")
+@click.option("--keep-running", is_flag=True, help="Keep producing/working until Ctrl-C.")
+@click.option("--bootstrap", help="Use this Kafka instead of an embedded broker (topics are left in place).")
+def demo(duration: float, messages: int, partitions: int, worker_processes: int, fail_rate: float, hang_rate: float,
+         poison_rate: float, lease: str, keep_running: bool, bootstrap: str | None) -> None:
+    """Run broker, tracker and flaky workers; show progress; prove 0 lost at the end."""
+    parse_duration(lease, "--lease")
+    if fail_rate + hang_rate > 1:
+        raise click.BadParameter("--fail-rate plus --hang-rate must not exceed 1")
+    settings = DemoSettings(
+        messages=messages, duration=duration, partitions=partitions, worker_processes=worker_processes,
+        fail_rate=fail_rate, hang_rate=hang_rate, poison_rate=poison_rate, lease=lease,
+        keep_running=keep_running, bootstrap=bootstrap,
+    )
+    click.echo(f"kmq demo: {messages} messages, {worker_processes} flaky workers (fail {fail_rate:.0%}, "
+               f"hang {hang_rate:.0%}, poison {poison_rate:.1%}), 1 tracker, lease {lease}", err=True)
+    try:
+        with _sigterm_as_interrupt():
+            result = run_demo(settings, LiveView(sys.stdout, messages))
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: every demo process was stopped", err=True)
+        sys.exit(130)
+    except RuntimeError as exc:
+        raise fail(str(exc)) from exc
+    click.echo(summary_text(result))
+    if not result.guarantee_holds:
+        raise fail("the demo did not settle every message in time (see 'not settled yet' above)")
