@@ -291,6 +291,7 @@ class Tracker:
                 owned.state.position = pos
             if pos is not None and pos >= owned.target:
                 owned.caught_up = True
+                self._next_metrics = 0.0  # publish the replayed state at once
                 log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
                          owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
 

@@ -82,3 +82,77 @@ def http_status(port: int, path: str) -> int:
         return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+class TrackerProcess:
+    """``kmq tracker run`` as a real process (for SIGKILL / SIGTERM tests)."""
+
+    def __init__(self, cfg, workdir) -> None:
+        import subprocess
+        import sys
+
+        import yaml
+
+        self.path = workdir / f"tracker-{time.monotonic_ns()}.yaml"
+        self.path.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
+        self.log_path = workdir / f"{self.path.stem}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kmq", "tracker", "run", "--config", str(self.path), "--http-host", "127.0.0.1"],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        self.port: int | None = None
+
+    def wait_port(self, timeout: float = 30.0) -> int:
+        import re
+
+        deadline = time.monotonic() + timeout
+        while self.port is None:
+            m = re.search(rb"tracker HTTP listening on [^:]+:(\d+)", self.log_path.read_bytes())
+            if m:
+                self.port = int(m.group(1))
+            elif self.proc.poll() is not None:
+                raise AssertionError(f"tracker exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            elif time.monotonic() > deadline:
+                raise AssertionError("tracker did not report its HTTP port")
+            else:
+                time.sleep(0.05)
+        return self.port
+
+    def wait_ready(self, timeout: float = 40.0) -> int:
+        port = self.wait_port(timeout)
+        deadline = time.monotonic() + timeout
+        while http_status(port, "/readyz") != 200:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"tracker not ready: {self.log_path.read_text()[-2000:]}")
+            time.sleep(0.05)
+        return port
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def close(self) -> None:
+        self.kill()
+        self._log.close()
+
+
+def committed(bootstrap: str, group: str, topic: str, partition: int = 0):
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return c.committed(TopicPartition(topic, partition))
+    finally:
+        c.close()
