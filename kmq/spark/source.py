@@ -1,0 +1,397 @@
+"""A Kafka source for Spark Structured Streaming without extra jars.
+
+:class:`KafkaPythonSource` is a Spark Python data source (``format("kmq-kafka")``
+once registered with :func:`register`) that reads Kafka with kafka-python and
+yields the columns of Spark's own Kafka source: key, value, topic, partition,
+offset, timestamp, timestampType, headers.
+
+Options (Spark lower-cases option keys; both spellings work):
+
+* ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics)
+* ``startingOffsets``: ``earliest`` (default), ``latest`` or JSON
+  ``{"topic": {"0": 42}}`` (partitions not named start at the earliest offset)
+* ``maxOffsetsPerTrigger``: cap on records per micro-batch, spread over partitions
+* ``failOnDataLoss``: ``true`` (default) fails with a clear error when offsets
+  were deleted by retention; ``false`` skips to the earliest available offset
+* ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.username``,
+  ``kafka.sasl.password``, ``kafka.ssl.cafile``, ``kafka.client.id``
+* ``pollTimeoutMs``: how long a task waits for records it knows exist (default 30000)
+
+Offsets are ``{"topic": {"partition": next_offset}}``, as in Spark's source.
+The end of a partition is the high-water mark reported by a fetch
+(``consumer.highwater``), never a latest-offset look-up, which some brokers
+answer wrongly. New partitions are discovered on metadata refresh (every
+``metadataMaxAgeMs``, default 5000) and read from their earliest offset.
+Consumers are reused: one per reader on the driver, one cached per Python
+worker process for the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from kmq.errors import KmqError
+
+__all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "SCHEMA", "SourceError", "DataLossError"]
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "kmq-kafka"
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key: string, value: binary>>"
+)
+_ARROW_SCHEMA = pa.schema([
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+_ROWS_PER_ARROW_BATCH = 20_000
+
+
+class SourceError(KmqError):
+    """The Kafka data source cannot go on (bad options, broker gone, timeouts)."""
+
+
+class DataLossError(SourceError):
+    """Offsets the query needs were deleted (retention) and failOnDataLoss is true."""
+
+
+def register(spark) -> None:
+    """Register the source with a SparkSession as ``format("kmq-kafka")``."""
+    spark.dataSource.register(KafkaPythonSource)
+
+
+def _opt(options, name: str, default: Any = None) -> Any:
+    # Spark lower-cases keys; read from the options object itself (it is case-insensitive).
+    for key in (name, name.lower()):
+        try:
+            if key in options:
+                return options[key]
+        except TypeError:  # pragma: no cover - options without __contains__
+            pass
+    return default
+
+
+def client_kwargs_from_options(options) -> dict[str, Any]:
+    """kafka-python keyword arguments from the source options."""
+    servers = _opt(options, "kafka.bootstrap.servers")
+    if not servers:
+        raise SourceError("the kmq-kafka source needs the option kafka.bootstrap.servers")
+    kw: dict[str, Any] = {
+        "bootstrap_servers": [s.strip() for s in str(servers).split(",") if s.strip()],
+        "security_protocol": str(_opt(options, "kafka.security.protocol", "PLAINTEXT")).upper(),
+        "client_id": str(_opt(options, "kafka.client.id", "kmq-spark")),
+    }
+    mech = _opt(options, "kafka.sasl.mechanism")
+    if mech:
+        kw["sasl_mechanism"] = str(mech).upper()
+        kw["sasl_plain_username"] = _opt(options, "kafka.sasl.username")
+        kw["sasl_plain_password"] = _opt(options, "kafka.sasl.password")
+    cafile = _opt(options, "kafka.ssl.cafile")
+    if cafile:
+        kw["ssl_cafile"] = cafile
+    return kw
+
+
+def _bool(value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+# ------------------------------------------------------------------ consumers
+_WORKER_CONSUMERS: dict[str, Any] = {}
+
+
+def _worker_consumer(client_json: str):
+    """One cached consumer per Python worker process and client configuration."""
+    from kafka import KafkaConsumer
+
+    c = _WORKER_CONSUMERS.get(client_json)
+    if c is None:
+        kw = json.loads(client_json)
+        c = KafkaConsumer(
+            **kw,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            fetch_max_wait_ms=100,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+            fetch_max_bytes=32 * 1024 * 1024,
+        )
+        _WORKER_CONSUMERS[client_json] = c
+    return c
+
+
+class KafkaInputPartition(InputPartition):
+    """Offsets ``start`` (inclusive) to ``end`` (exclusive) of one topic partition."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int, client_json: str,
+                 fail_on_data_loss: bool, poll_timeout_ms: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.client_json = client_json
+        self.fail_on_data_loss = fail_on_data_loss
+        self.poll_timeout_ms = poll_timeout_ms
+
+
+def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    """Records ``start..end-1`` of one partition as Arrow batches (runs in a task)."""
+    from kafka import TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
+
+    consumer = _worker_consumer(part.client_json)
+    tp = TopicPartition(part.topic, part.partition)
+    consumer.assign([tp])
+    consumer.seek(tp, part.start)
+    cols: dict[str, list] = {n: [] for n in _ARROW_SCHEMA.names}
+    position = part.start
+    last_progress = time.monotonic()
+    while position < part.end:
+        try:
+            batch = consumer.poll(timeout_ms=200, max_records=50_000)
+        except OffsetOutOfRangeError:
+            earliest = consumer.beginning_offsets([tp])[tp]
+            if part.fail_on_data_loss:
+                raise DataLossError(
+                    f"{part.topic}[{part.partition}]: offsets {position}..{earliest - 1} were deleted (retention) "
+                    "before the job read them; set failOnDataLoss=false to skip them, or restart with a new checkpoint"
+                ) from None
+            log.warning("%s[%d]: skipping deleted offsets %d..%d", part.topic, part.partition, position, earliest - 1)
+            position = max(earliest, position)
+            consumer.seek(tp, position)
+            continue
+        records = batch.get(tp, [])
+        if records:
+            last_progress = time.monotonic()
+        for r in records:
+            if r.offset >= part.end:
+                break
+            cols["key"].append(r.key)
+            cols["value"].append(r.value)
+            cols["offset"].append(r.offset)
+            cols["timestamp"].append(r.timestamp * 1000)
+            cols["timestampType"].append(r.timestamp_type)
+            cols["headers"].append([{"key": k, "value": v} for k, v in (r.headers or [])])
+        pos = consumer.position(tp)
+        position = max(position, pos if pos is not None else position)
+        if len(cols["offset"]) >= _ROWS_PER_ARROW_BATCH:
+            yield _arrow(cols, part)
+            cols = {n: [] for n in _ARROW_SCHEMA.names}
+        if position < part.end and time.monotonic() - last_progress > part.poll_timeout_ms / 1000:
+            raise SourceError(
+                f"{part.topic}[{part.partition}]: no records for {part.poll_timeout_ms} ms at offset {position}, "
+                f"expected up to {part.end - 1}; is the broker reachable?"
+            )
+    if cols["offset"]:
+        yield _arrow(cols, part)
+
+
+def _arrow(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
+    n = len(cols["offset"])
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(cols["key"], pa.binary()),
+            pa.array(cols["value"], pa.binary()),
+            pa.array([part.topic] * n, pa.string()),
+            pa.array([part.partition] * n, pa.int32()),
+            pa.array(cols["offset"], pa.int64()),
+            pa.array(cols["timestamp"], pa.timestamp("us", tz="UTC")),
+            pa.array(cols["timestampType"], pa.int32()),
+            pa.array(cols["headers"], _ARROW_SCHEMA.field("headers").type),
+        ],
+        schema=_ARROW_SCHEMA,
+    )
+
+
+# ------------------------------------------------------------------ driver side
+class KafkaStreamReader(DataSourceStreamReader):
+    """Plans micro-batches: offsets per topic partition from fetch high-water marks."""
+
+    def __init__(self, options) -> None:
+        self.client_kwargs = client_kwargs_from_options(options)
+        self.client_json = json.dumps(self.client_kwargs, sort_keys=True)
+        topics = _opt(options, "subscribe")
+        if not topics:
+            raise SourceError("the kmq-kafka source needs the option subscribe (comma-separated topics)")
+        self.topics = [t.strip() for t in str(topics).split(",") if t.strip()]
+        self.starting = str(_opt(options, "startingOffsets", "earliest")).strip()
+        mx = _opt(options, "maxOffsetsPerTrigger")
+        self.max_offsets = int(mx) if mx not in (None, "") else None
+        self.fail_on_data_loss = _bool(_opt(options, "failOnDataLoss"), True)
+        self.poll_timeout_ms = int(_opt(options, "pollTimeoutMs", 30000))
+        self.metadata_max_age_ms = int(_opt(options, "metadataMaxAgeMs", 5000))
+        self._consumer = None
+        self._hw: dict[tuple[str, int], int] = {}
+
+    # -- helpers
+    def _client(self):
+        if self._consumer is None:
+            from kafka import KafkaConsumer
+
+            self._consumer = KafkaConsumer(
+                **self.client_kwargs,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=50,
+                max_partition_fetch_bytes=1,  # the driver only wants high-water marks
+                metadata_max_age_ms=self.metadata_max_age_ms,
+            )
+        return self._consumer
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        c = self._client()
+        out = []
+        for t in self.topics:
+            parts = c.partitions_for_topic(t)
+            if parts is None:
+                c.topics()  # force a metadata refresh once
+                parts = c.partitions_for_topic(t)
+            if not parts:
+                raise SourceError(f"topic {t!r} does not exist (create it first, e.g. `kmq topics create`)")
+            out.extend((t, p) for p in sorted(parts))
+        return out
+
+    def _earliest(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from kafka import TopicPartition
+
+        if not tps:
+            return {}
+        got = self._client().beginning_offsets([TopicPartition(t, p) for t, p in tps])
+        return {(tp.topic, tp.partition): off for tp, off in got.items()}
+
+    def _high_water(self, tps: Sequence[tuple[str, int]], floor: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """High-water marks from one fetch (positions start at the last known end)."""
+        from kafka import TopicPartition
+
+        c = self._client()
+        want = [TopicPartition(t, p) for t, p in tps]
+        if set(c.assignment()) != set(want):
+            c.assign(want)
+        for tp in want:
+            key = (tp.topic, tp.partition)
+            c.seek(tp, max(self._hw.get(key, 0), floor.get(key, 0)))
+        deadline = time.monotonic() + self.poll_timeout_ms / 1000
+        while True:
+            c.poll(timeout_ms=100, max_records=1)
+            known = {(tp.topic, tp.partition): c.highwater(tp) for tp in want}
+            if all(v is not None for v in known.values()):
+                break
+            if time.monotonic() > deadline:
+                missing = [f"{t}[{p}]" for (t, p), v in known.items() if v is None]
+                raise SourceError(f"no fetch response with a high-water mark for {', '.join(missing)}")
+        for key, v in known.items():
+            self._hw[key] = max(self._hw.get(key, 0), v)
+        return {key: self._hw[key] for key in known}
+
+    # -- DataSourceStreamReader
+    def initialOffset(self) -> dict:
+        tps = self._partitions()
+        earliest = self._earliest(tps)
+        if self.starting == "earliest":
+            start = earliest
+        elif self.starting == "latest":
+            start = self._high_water(tps, earliest)
+        else:
+            try:
+                given = json.loads(self.starting)
+            except json.JSONDecodeError:
+                raise SourceError(f"startingOffsets must be earliest, latest or JSON, got {self.starting!r}") from None
+            start = dict(earliest)
+            for t, parts in given.items():
+                for p, off in parts.items():
+                    if (t, int(p)) in start and int(off) >= 0:
+                        start[(t, int(p))] = int(off)
+        return _to_json_offsets(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        current = _from_json_offsets(start)
+        tps = self._partitions()
+        new = [tp for tp in tps if tp not in current]
+        if new:
+            log.info("new partitions %s start at their earliest offset", new)
+            current.update(self._earliest(new))
+        hw = self._high_water(tps, current)
+        end = {tp: max(current[tp], hw[tp]) for tp in tps}
+        if isinstance(limit, ReadMaxRows):
+            end = _limit(current, end, int(limit.max_rows))
+        return _to_json_offsets(end)
+
+    def reportLatestOffset(self):
+        return _to_json_offsets(self._hw) if self._hw else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        s, e = _from_json_offsets(start), _from_json_offsets(end)
+        out = []
+        for (t, p), hi in sorted(e.items()):
+            lo = s.get((t, p), 0)
+            if hi > lo:
+                out.append(KafkaInputPartition(t, p, lo, hi, self.client_json, self.fail_on_data_loss, self.poll_timeout_ms))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict) -> None:
+        """Offsets live in Spark's checkpoint; nothing to do."""
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _limit(start: dict, end: dict, max_rows: int) -> dict:
+    """Spread ``max_rows`` over partitions in proportion to their backlog."""
+    backlog = {tp: end[tp] - start.get(tp, end[tp]) for tp in end}
+    total = sum(backlog.values())
+    if total <= max_rows:
+        return end
+    out = {}
+    for tp, n in backlog.items():
+        take = (n * max_rows) // total
+        out[tp] = start[tp] + max(take, 1 if n else 0)
+    return out
+
+
+def _to_json_offsets(offsets: dict[tuple[str, int], int]) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), off in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = int(off)
+    return out
+
+
+def _from_json_offsets(offsets: dict) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in (offsets or {}).items() for p, o in parts.items()}
+
+
+class KafkaPythonSource(DataSource):
+    """Kafka for Structured Streaming, read with kafka-python (no Spark Kafka jar)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return KafkaStreamReader(self.options)
