@@ -230,7 +230,7 @@ class LiveView:
             f"  in flight       {s.open:>8}",
             f"  acked           {s.acked:>8}   ({rate:,.0f}/s)",
             f"  redelivered     {s.redelivered:>8}   (timeouts and nacks re-produced by the tracker)",
-            f"  dead-lettered   {s.dead_lettered:>8}   {dict(sorted(s.dlq_reasons.items())) or ''}",
+            f"  dead-lettered   {s.dead_lettered:>8}   " + ", ".join(f"{k} {v}" for k, v in sorted(s.dlq_reasons.items())),
             f"  duplicates      {s.duplicates:>8}   (acked more than once: at-least-once)",
             "",
             "  Ctrl-C stops everything.",
