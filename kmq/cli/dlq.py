@@ -1,0 +1,80 @@
+"""``kmq dlq list|replay QUEUE``: inspect dead letters and move them back."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timezone
+
+import click
+
+from kmq.cli.common import config_options
+from kmq.config import Config
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters of a queue: list them or replay them to the queue."""
+
+
+def _text(b: bytes | None, width: int = 40) -> str:
+    if b is None:
+        return "-"
+    s = b.decode("utf-8", "replace")
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+@dlq.command("list")
+@click.argument("queue")
+@click.option("--limit", type=click.IntRange(min=1), help="Show at most N dead letters.")
+@config_options
+def list_(queue: str, limit: int | None, cfg: Config) -> None:
+    """Show QUEUE's dead letters with their headers."""
+    from tracker.dlq import list_dead_letters
+
+    n = 0
+    for dl in list_dead_letters(cfg, queue):
+        ts = datetime.fromtimestamp(dl.timestamp / 1000, timezone.utc).isoformat(timespec="seconds")
+        click.echo(f"{dl.partition}:{dl.offset}  {ts}  key={_text(dl.key, 24)}  value={_text(dl.value)}")
+        for k, v in dl.headers:
+            click.echo(f"    {k}: {_text(v, 200)}")
+        n += 1
+        if limit is not None and n >= limit:
+            break
+    click.echo(f"{n} dead letter(s)", err=True)
+
+
+@dlq.command()
+@click.argument("queue")
+@click.option("--limit", type=click.IntRange(min=1), help="Replay at most N messages.")
+@click.option("--rate", type=click.FloatRange(min=0.001), help="At most R messages per second.")
+@click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected"]), help="Only this kmq-dlq-reason.")
+@click.option("--group", help="Replay consumer group that remembers the DLQ position "
+                              "(default: <tracker.group_id>-dlq-replay-QUEUE[-REASON]).")
+@config_options
+def replay(queue: str, limit: int | None, rate: float | None, reason: str | None, group: str | None,
+           cfg: Config) -> None:
+    """Move QUEUE's dead letters back to the queue with the delivery count reset."""
+    from tracker.dlq import replay as do_replay
+
+    bar = None
+    total = {"n": 0}
+
+    def size_hint(n: int) -> None:
+        total["n"] = min(n, limit) if limit else n
+
+    try:
+        def progress(k: int) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = click.progressbar(length=max(1, total["n"]), label="replaying", file=sys.stderr)
+                bar.__enter__()
+            bar.update(k)
+
+        result = do_replay(cfg, queue, limit=limit, rate=rate, reason=reason, group=group,
+                           progress=progress, size_hint=size_hint)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    click.echo(f"replayed {result.replayed} message(s) to {queue}"
+               + (f", skipped {result.skipped} with another reason" if result.skipped else "")
+               + f" (position kept in group {result.group})")

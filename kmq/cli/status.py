@@ -1,0 +1,57 @@
+"""``kmq status QUEUE``: one screen per partition, read from Kafka directly."""
+
+from __future__ import annotations
+
+import click
+
+from kmq.cli.common import config_options
+from kmq.config import Config
+
+
+def _age(seconds: float) -> str:
+    if seconds <= 0:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _n(v: int | None) -> str:
+    return "-" if v is None else str(v)
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--tracker-url", help="Also show this tracker's metrics (e.g. http://tracker:9108).")
+@click.option("--workers-group", help="Workers consumer group (default: consumer.group_id).")
+@click.option("--tracker-group", help="Tracker consumer group (default: tracker.group_id).")
+@config_options
+def status(queue: str, tracker_url: str | None, workers_group: str | None, tracker_group: str | None,
+           cfg: Config) -> None:
+    """In-flight, oldest in-flight age, queue lag, marker lag and DLQ size per partition of QUEUE.
+
+    Works while the tracker is down: it replays the markers from the tracker's
+    committed offset, as a new tracker would.
+    """
+    from tracker.status import collect, tracker_metrics
+
+    rows = collect(cfg, queue, workers_group, tracker_group)
+    click.echo(f"queue {queue}  workers group {workers_group or cfg.consumer.group_id}  "
+               f"tracker group {tracker_group or cfg.tracker.group_id}")
+    header = f"{'partition':>9}  {'in-flight':>9}  {'oldest':>8}  {'queue-lag':>9}  {'marker-lag':>10}  {'dlq':>6}"
+    click.echo(header)
+    for r in rows:
+        click.echo(f"{r.partition:>9}  {r.in_flight:>9}  {_age(r.oldest_age_s):>8}  {_n(r.queue_lag):>9}  "
+                   f"{_n(r.marker_lag):>10}  {_n(r.dlq_size):>6}")
+    click.echo(f"{'total':>9}  {sum(r.in_flight for r in rows):>9}  {_age(max((r.oldest_age_s for r in rows), default=0)):>8}  "
+               f"{sum(r.queue_lag or 0 for r in rows):>9}  {sum(r.marker_lag or 0 for r in rows):>10}  "
+               f"{sum(r.dlq_size or 0 for r in rows):>6}")
+    bad = sum(r.bad_markers for r in rows)
+    if bad:
+        click.echo(f"{bad} undecodable marker record(s) skipped while replaying")
+    if tracker_url:
+        click.echo(f"tracker {tracker_url}:")
+        for line in tracker_metrics(tracker_url, queue):
+            click.echo(f"  {line}")
