@@ -199,4 +199,9 @@ def test_manifest_command_lines_use_real_cli_options(words):
     used = [w for w in rest if w.startswith("-")]
     unknown = [w for w in used if w.split("=")[0] not in known]
     assert not unknown, f"`kmq {path}` has no option(s) {unknown}; it has {sorted(known)}"
-    assert "--config" in used and "/etc/kmq/kmq.yaml" in rest
+    # click parses and type-checks the line (choices, integers) without running the command.
+    try:
+        ctx = cmd.make_context(f"kmq {path}", list(rest))
+    except click.UsageError as exc:
+        pytest.fail(f"`kmq {path} {' '.join(rest)}` is not a valid command line: {exc.format_message()}")
+    assert ctx.params["config_path"] == "/etc/kmq/kmq.yaml"
