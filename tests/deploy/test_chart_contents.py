@@ -205,3 +205,26 @@ def test_manifest_command_lines_use_real_cli_options(words):
     except click.UsageError as exc:
         pytest.fail(f"`kmq {path} {' '.join(rest)}` is not a valid command line: {exc.format_message()}")
     assert ctx.params["config_path"] == "/etc/kmq/kmq.yaml"
+
+
+# ------------------------------------------------------------------ network policy
+def rule_ports(rules: list[dict]) -> set[tuple[str, int]]:
+    return {(p.get("protocol", "TCP"), p["port"]) for r in rules for p in r.get("ports", [])}
+
+
+def test_network_policy_allows_kafka_redis_dns_out_and_metrics_in():
+    docs = render(VALUES_SETS["all-on-local"])
+    np = find(docs, "NetworkPolicy", "kmq")["spec"]
+    assert np["policyTypes"] == ["Ingress", "Egress"]
+    assert np["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kmq", "app.kubernetes.io/instance": "kmq"}
+    assert rule_ports(np["egress"]) == {("TCP", 9092), ("TCP", 9093), ("TCP", 6379), ("UDP", 53), ("TCP", 53)}
+    assert all(r.get("to") for r in np["egress"]), "every egress rule names its peers in this values set"
+    assert rule_ports(np["ingress"]) == {("TCP", 9108), ("TCP", 9109)}
+    assert all(r.get("from") for r in np["ingress"])
+
+
+def test_network_policy_has_no_redis_rule_without_redis():
+    docs = render({"networkPolicy": {"enabled": True}})
+    np = find(docs, "NetworkPolicy", "kmq")["spec"]
+    assert rule_ports(np["egress"]) == {("TCP", 9092), ("TCP", 9093), ("UDP", 53), ("TCP", 53)}
+    assert rule_ports(np["ingress"]) == {("TCP", 9108)}

@@ -77,6 +77,9 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- if and .Values.hpa.enabled (gt (int .Values.hpa.minReplicas) (int .Values.hpa.maxReplicas)) -}}
 {{- fail (printf "hpa.minReplicas (%d) is above hpa.maxReplicas (%d)" (int .Values.hpa.minReplicas) (int .Values.hpa.maxReplicas)) -}}
 {{- end -}}
+{{- if and .Values.pdb.enabled (not .Values.hpa.enabled) (kindIs "float64" .Values.pdb.minAvailable) (ge (int .Values.pdb.minAvailable) (int .Values.tracker.replicas)) -}}
+{{- fail (printf "pdb.minAvailable (%d) must be below tracker.replicas (%d), or node drains block forever" (int .Values.pdb.minAvailable) (int .Values.tracker.replicas)) -}}
+{{- end -}}
 {{- $seen := dict -}}
 {{- range $i, $q := .Values.queues -}}
 {{- if hasKey $seen $q.name -}}
