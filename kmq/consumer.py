@@ -27,14 +27,15 @@ from typing import Any, Callable, Iterator
 
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
 
 from kmq import clients
 from kmq.config import Config
-from kmq.errors import BrokerUnavailable, KmqError, MessageAlreadySettled
+from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
 from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
 from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
-from kmq.writer import CommitError, MarkerWriter, _ms
+from kmq.writer import MarkerWriter, _ms
 
 __all__ = ["KmqConsumer", "StageHook"]
 
@@ -53,6 +54,20 @@ def _member_id(kc: Any) -> str | None:
     return member or None
 
 
+class _Pending:
+    """A polled batch between START and hand-over (fetcher thread only)."""
+
+    __slots__ = ("messages", "offsets", "spans", "t0", "futures", "commit")
+
+    def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
+        self.messages = messages
+        self.offsets = offsets
+        self.spans = spans
+        self.t0 = t0
+        self.futures: list = []
+        self.commit: Any = None
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, owner: "KmqConsumer") -> None:
         self.owner = owner
@@ -61,6 +76,7 @@ class _Listener(ConsumerRebalanceListener):
         self.owner._revoked({tp.partition for tp in revoked if tp.topic == self.owner.queue.name})
 
     def on_partitions_assigned(self, assigned):
+        self.owner._revoked_parts = frozenset(self.owner._revoked_parts - {tp.partition for tp in assigned})
         log.info("%s: assigned partitions %s", self.owner.queue.name, sorted(tp.partition for tp in assigned))
 
 
@@ -88,7 +104,7 @@ class KmqConsumer:
         queue: str | None = None,
         *,
         batch_size: int = 500,
-        prefetch: int = 1,
+        prefetch: int = 2,
         metrics: ConsumerMetrics | None = None,
         stage_hook: StageHook | None = None,
     ) -> None:
@@ -109,6 +125,9 @@ class KmqConsumer:
         self._stop_run = threading.Event()
         self._closed = False
         self._fetcher: threading.Thread | None = None
+        self._kick = threading.Event()
+        self._revoked_parts: frozenset[int] = frozenset()
+        self.pipeline = 2  # batches between poll and hand-over (START and commit in flight)
         self.exhausted_leases = 0
         try:
             self._kc = clients.consumer(
@@ -232,7 +251,7 @@ class KmqConsumer:
             if max_records is not None and 0 < max_records < len(batch):
                 self._ready.appendleft(batch[max_records:])
                 batch = batch[:max_records]
-            self._cond.notify_all()
+        self._kick.set()
         return batch
 
     def __iter__(self) -> Iterator[KmqMessage]:
@@ -296,32 +315,37 @@ class KmqConsumer:
     # ------------------------------------------------------------ fetcher thread
     def _fetch_loop(self) -> None:
         kc = self._kc
+        pending: deque[_Pending] = deque()
         try:
             kc.subscribe([self.queue.name], listener=_Listener(self))
             gauge_at = 0.0
             while not self._stop.is_set():
+                self._advance(kc, pending)
                 with self._cond:
-                    while len(self._ready) >= self.prefetch and not self._stop.is_set():
-                        self._cond.wait(0.1)
-                if self._stop.is_set():
-                    break
+                    queued = len(self._ready)
+                if queued >= self.prefetch or queued + len(pending) >= self.prefetch + self.pipeline:
+                    self._kick.wait(0.05)  # a START/commit completing or the application taking a batch wakes us
+                    self._kick.clear()
+                    continue
                 self._apply_cap(kc)
-                records = kc.poll(timeout_ms=100, max_records=self.batch_size)
-                if records:
-                    self._process(kc, records)
+                # Short timeout while batches are between START and hand-over, so they move on soon.
+                records = kc.poll(timeout_ms=5 if pending else 100, max_records=self.batch_size)
+                batch = self._take(kc, records) if records else None
+                if batch is not None:
+                    pending.append(batch)
                 now = time.monotonic()
                 if now >= gauge_at:
                     gauge_at = now + 0.5
                     for p, n in self.in_flight().items():
                         self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
-        except CommitError as exc:  # pragma: no cover - handled in _process
-            self._fail(exc)
         except (KmqError, KafkaError) as exc:
             self._fail(exc)
         except Exception as exc:  # a bug: surface it to the application instead of dying silently
             log.exception("fetcher of %s failed", self.queue.name)
             self._fail(exc)
         finally:
+            for b in pending:  # START may exist, nothing handed over: let the tracker redeliver now
+                self._nack_all(b.messages)
             self._drop_ready(None, "the consumer is closing")
             self._close_kafka_consumer()
 
@@ -346,6 +370,8 @@ class KmqConsumer:
         with self._lock:
             full = {p for p, n in self._inflight.items() if n >= self.cap}
         paused = {tp.partition for tp in kc.paused()}
+        if not full and not paused:
+            return
         assigned = kc.assignment()
         to_pause = [tp for tp in assigned if tp.partition in full and tp.partition not in paused]
         to_resume = [tp for tp in assigned if tp.partition in paused and tp.partition not in full]
@@ -354,7 +380,8 @@ class KmqConsumer:
         if to_resume:
             kc.resume(*to_resume)
 
-    def _process(self, kc: Any, records: dict) -> None:
+    def _take(self, kc: Any, records: dict) -> "_Pending | None":
+        """Cap the polled records, count them in flight and send their STARTs (no wait)."""
         offsets: dict[int, list[int]] = {}
         kept: list = []
         with self._lock:
@@ -367,49 +394,108 @@ class KmqConsumer:
                 recs = recs[: max(allowed, 0)]
             if recs:
                 offsets[tp.partition] = [r.offset for r in recs]
-                kept.append((tp, recs))
+                kept.append(recs)
         if not kept:
-            return
+            return None
         spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
         if self._hook:
             self._hook("polled", spans)
         member = _member_id(kc)
         if member:
             self.writer.owner = member[:255]
-        self.writer.write_starts(offsets)  # MarkerWriteError -> _fail: nothing committed, nothing handed
-        if self._hook:
-            self._hook("started", spans)
-        try:
-            self.writer.commit(kc, {p: o[-1] + 1 for p, o in offsets.items()})
-        except CommitError as exc:
-            log.warning("%s", exc)
-            assigned = kc.assignment()
-            for tp, recs in kept:
-                if tp in assigned:
-                    kc.seek(tp, recs[0].offset)
-            return
-        if self._hook:
-            self._hook("committed", spans)
         lock = self._lock
-        batch = [
+        messages = [
             KmqMessage(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp, self, lock)
-            for _, recs in kept
+            for recs in kept
             for r in recs
         ]
         with lock:
             for p, offs in offsets.items():
                 self._inflight[p] += len(offs)
-            if self._schedule is not None:
-                now = time.monotonic()
-                for p, offs in offsets.items():
-                    for off in offs:
-                        self._schedule.track((p, off), now)
-        self.writer._c_received.inc(len(batch))
+        b = _Pending(messages, offsets, spans, time.perf_counter())
+        try:
+            b.futures = self.writer.send_starts(offsets)
+        except MarkerWriteError:
+            self._forget(messages)
+            raise
+        for _, _, fut in b.futures:
+            fut.add_both(self._kick_cb)
+        return b
+
+    def _kick_cb(self, *_: Any) -> None:
+        self._kick.set()
+
+    def _forget(self, messages: list[KmqMessage]) -> None:
+        """Messages never handed over and never to be: out of the in-flight count, no marker."""
+        for m in messages:
+            try:
+                m.abandon()
+            except MessageAlreadySettled:
+                pass
+
+    def _nack_all(self, messages: list[KmqMessage]) -> None:
+        for m in messages:
+            try:
+                m.nack(0.0)
+            except MessageAlreadySettled:
+                pass
+
+    def _advance(self, kc: Any, pending: "deque[_Pending]") -> None:
+        """Move finished steps along, oldest batch first: START acknowledged ->
+        commit (acknowledged) -> hand over. Commits are sent one at a time, in order."""
+        while pending:
+            b = pending[0]
+            if b.commit is None:
+                if not all(f.is_done for _, _, f in b.futures):
+                    return
+                try:
+                    self.writer.wait_starts(b.futures, timeout=0)
+                except MarkerWriteError:
+                    pending.popleft()
+                    self._forget(b.messages)  # not committed, not handed: the group delivers them again
+                    raise
+                self.metrics.marker_write_seconds.observe(time.perf_counter() - b.t0)
+                if self._hook:
+                    self._hook("started", b.spans)
+                revoked = self._revoked_parts & set(b.offsets)
+                if revoked:
+                    pending.popleft()
+                    log.info("%s: partitions %s revoked before the commit; %d started message(s) nacked for "
+                             "redelivery", self.queue.name, sorted(revoked), len(b.messages))
+                    self._nack_all(b.messages)
+                    continue
+                offsets = {
+                    TopicPartition(self.queue.name, p): OffsetAndMetadata(o[-1] + 1, "", -1) for p, o in b.offsets.items()
+                }
+                b.commit = kc.commit_async(offsets)
+                b.commit.add_both(self._kick_cb)
+            if not b.commit.is_done:
+                return
+            pending.popleft()
+            if b.commit.failed():
+                log.warning("%s: committing offsets %s failed (%s); %d started message(s) nacked for redelivery "
+                            "instead of being handed over", self.queue.name, b.spans, b.commit.exception, len(b.messages))
+                self._nack_all(b.messages)
+                continue
+            if self._hook:
+                self._hook("committed", b.spans)
+            self._hand_over(b.messages)
+
+    def _hand_over(self, messages: list[KmqMessage]) -> None:
+        if self._schedule is not None:
+            now = time.monotonic()
+            with self._lock:
+                for m in messages:
+                    if m._outcome is None:
+                        self._schedule.track((m.partition, m.offset), now)
+        self.writer._c_received.inc(len(messages))
         with self._cond:
-            self._ready.append(batch)
+            self._ready.append(messages)
             self._cond.notify_all()
 
     def _revoked(self, partitions: set[int]) -> None:
+        # Runs on kafka-python's network thread: touch only thread-safe state.
+        self._revoked_parts = frozenset(self._revoked_parts | partitions)
         if partitions:
             self._drop_ready(partitions, f"partitions {sorted(partitions)} were revoked")
 

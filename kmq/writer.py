@@ -119,18 +119,17 @@ class MarkerWriter:
         self._closed = False
         self._flush_lock = threading.Lock()
         self._failed_writes = 0
+        #: Marker records sent by this writer (START included), for overhead figures.
+        self.markers_sent = 0
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, name="kmq-marker-flusher", daemon=True)
         self._flusher.start()
         self._c_received = self.metrics.messages.labels(self.queue.name, "received")
 
     # ------------------------------------------------------------ START
-    def write_starts(self, offsets: Mapping[int, Iterable[int]]) -> int:
-        """Write one START per partition covering ``offsets`` and wait until Kafka
-        acknowledged every one of them. Returns the number of marker records.
-
-        Raises :class:`MarkerWriteError` (nothing may be committed then)."""
-        t0 = time.perf_counter()
+    def send_starts(self, offsets: Mapping[int, Iterable[int]]) -> list[tuple[int, list, Any]]:
+        """Send one START per partition covering ``offsets``; returns
+        ``[(partition, ranges, future)]`` for :meth:`wait_starts` (no wait here)."""
         futures = []
         try:
             for p, offs in offsets.items():
@@ -139,15 +138,36 @@ class MarkerWriter:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
                 futures.append((p, ranges, self._producer.send(self.queue.markers_topic, value=value, key=encode_key(p), partition=p)))
-            for p, ranges, fut in futures:
-                fut.get(timeout=self.start_timeout)
         except (KafkaError, BrokerUnavailable) as exc:
-            what = ", ".join(f"{self.queue.name}[{p}] {r[0].first}..{r[-1].last}" for p, r, _ in futures) or self.queue.name
-            raise MarkerWriteError(
-                f"START marker for {what} was not acknowledged by Kafka at {self.cfg.kafka.bootstrap_servers} "
-                f"({type(exc).__name__}: {exc}); the batch was not handed to user code and its offsets were "
-                f"not committed, so the consumer group will deliver it again"
-            ) from exc
+            raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
+        finally:
+            self.markers_sent += len(futures)
+        return futures
+
+    def _start_error(self, futures: list, exc: BaseException) -> MarkerWriteError:
+        what = ", ".join(f"{self.queue.name}[{p}] {r[0].first}..{r[-1].last}" for p, r, _ in futures if r) or self.queue.name
+        return MarkerWriteError(
+            f"START marker for {what} was not acknowledged by Kafka at {self.cfg.kafka.bootstrap_servers} "
+            f"({type(exc).__name__}: {exc}); the batch was not handed to user code and its offsets were "
+            f"not committed, so the consumer group will deliver it again"
+        )
+
+    def wait_starts(self, futures: list[tuple[int, list, Any]], timeout: float | None = None) -> None:
+        """Wait until Kafka acknowledged every START in ``futures``; :class:`MarkerWriteError` if not."""
+        try:
+            for _, _, fut in futures:
+                fut.get(timeout=self.start_timeout if timeout is None else timeout)
+        except KafkaError as exc:
+            raise self._start_error(futures, exc) from exc
+
+    def write_starts(self, offsets: Mapping[int, Iterable[int]]) -> int:
+        """Write one START per partition covering ``offsets`` and wait until Kafka
+        acknowledged every one of them. Returns the number of marker records.
+
+        Raises :class:`MarkerWriteError` (nothing may be committed then)."""
+        t0 = time.perf_counter()
+        futures = self.send_starts(offsets)
+        self.wait_starts(futures)
         self.metrics.marker_write_seconds.observe(time.perf_counter() - t0)
         return len(futures)
 
@@ -252,6 +272,7 @@ class MarkerWriter:
                 return 0
             for p, marker in drained.markers:
                 self._send(p, marker)
+            self.markers_sent += len(drained.markers)
             for outcome, n in drained.counts.items():
                 self.metrics.messages.labels(self.queue.name, outcome).inc(n)
             return len(drained.markers)

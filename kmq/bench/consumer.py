@@ -1,0 +1,201 @@
+"""``kmq bench consumer``: plain kafka-python group loop vs KmqConsumer, A/B.
+
+Both variants read the same pre-produced messages of one queue topic, each run
+in a fresh consumer group and a fresh process (so peak RSS is per variant),
+alternating plain/kmq ``--rounds`` times:
+
+* plain: ``poll(max_records=batch)``, the handler per record, ``commit()`` per poll.
+* kmq:   ``KmqConsumer.poll(max_records=batch)``, the same handler, ``msg.ack()`` each
+  (START per partition per poll acknowledged before the commit, END ranges
+  flushed every ``ack_flush_interval``); the clock stops after the final flush.
+
+Throughput is measured from the first record handed to the handler to the
+last one settled (group join excluded). Reported: msg/s of each run, the
+median ratio kmq/plain, marker records per message and peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+import zlib
+from typing import Any
+
+import click
+
+__all__ = ["command", "run"]
+
+
+def handler(value: bytes) -> int:
+    """The same light per-message work in both variants."""
+    return zlib.crc32(value)
+
+
+def _config(bootstrap: str, queue: str, group: str, flush_interval: str) -> Any:
+    from kmq.config import Config
+
+    return Config.from_dict({
+        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},
+        "queues": [{"name": queue}],
+        "consumer": {"group_id": group, "ack_flush_interval": flush_interval, "max_in_flight_per_partition": 100_000},
+    })
+
+
+def _rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
+    from kmq import clients
+
+    kc = clients.consumer(cfg.kafka, group_id=cfg.consumer.group_id, max_poll_records=batch)
+    kc.subscribe([cfg.queues[0].name])
+    n = 0
+    t0 = None
+    acc = 0
+    while n < messages:
+        records = kc.poll(timeout_ms=500, max_records=batch)
+        if not records:
+            continue
+        if t0 is None:
+            t0 = time.perf_counter()
+        for recs in records.values():
+            for r in recs:
+                acc ^= handler(r.value)
+            n += len(recs)
+        kc.commit()
+    took = time.perf_counter() - t0
+    kc.close()
+    return {"messages": n, "seconds": took, "markers": 0}
+
+
+def _child_kmq(cfg: Any, messages: int, batch: int) -> dict:
+    from kmq.consumer import KmqConsumer
+
+    c = KmqConsumer(cfg, batch_size=batch)
+    n = 0
+    t0 = None
+    acc = 0
+    while n < messages:
+        msgs = c.poll(timeout=0.5, max_records=batch)
+        if not msgs:
+            continue
+        if t0 is None:
+            t0 = time.perf_counter()
+        for m in msgs:
+            acc ^= handler(m.value)
+            m.ack()
+        n += len(msgs)
+    c.writer.flush()
+    took = time.perf_counter() - t0
+    c.close()
+    return {"messages": n, "seconds": took, "markers": c.writer.markers_sent}
+
+
+def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str) -> None:
+    import logging
+
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval)
+    fn = _child_plain if variant == "plain" else _child_kmq
+    out = fn(cfg, messages, batch)
+    out["rss_mb"] = _rss_mb()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str, profile: str | None) -> dict:
+    code = (
+        "import sys; from kmq.bench.consumer import _child; "
+        f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {flush_interval!r})"
+    )
+    cmd = [sys.executable, "-c", code]
+    if profile and variant == "kmq":
+        cmd = [sys.executable, "-m", "pyinstrument", "-o", profile, "-c", code]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise click.ClickException(f"{variant} run failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+
+
+def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: int) -> None:
+    from kmq.config import Config
+    from kmq.topics import ensure_topics
+    from kmq import clients
+
+    cfg = _config(bootstrap, queue, "unused", "100ms")
+    ensure_topics(cfg.kafka, cfg.queues[0], partitions)
+    p = clients.producer(cfg.kafka, linger_ms=20, batch_size=512 * 1024, compression_type=None)
+    value = b"x" * size
+    for i in range(messages):
+        p.send(queue, value=value, partition=i % partitions)
+    p.flush()
+    p.close()
+
+
+def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int = 3, partitions: int = 1,
+        flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
+        echo: Any = None) -> dict:
+    """Run the A/B benchmark; returns the figures (also printed through ``echo``)."""
+    say = echo or (lambda *_: None)
+    broker = None
+    if bootstrap is None:
+        from kmq.devbroker import DevBroker
+
+        broker = DevBroker().start()
+        bootstrap = broker.bootstrap
+    try:
+        queue = f"bench-{uuid.uuid4().hex[:8]}"
+        t = time.perf_counter()
+        _produce(bootstrap, queue, messages, size, partitions)
+        say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)) in {time.perf_counter() - t:.1f}s")
+        runs: dict[str, list[dict]] = {"plain": [], "kmq": []}
+        for r in range(rounds):
+            for variant in ("plain", "kmq"):
+                res = _spawn(variant, bootstrap, queue, messages, batch, flush_interval, profile if r == rounds - 1 else None)
+                res["rate"] = res["messages"] / res["seconds"]
+                runs[variant].append(res)
+                say(f"round {r + 1} {variant:5s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
+                    f"markers {res['markers']}, peak RSS {res['rss_mb']:.0f} MB)")
+        plain = [x["rate"] for x in runs["plain"]]
+        kmq = [x["rate"] for x in runs["kmq"]]
+        ratios = [k / p for k, p in zip(kmq, plain)]
+        result = {
+            "messages": messages, "size": size, "batch": batch, "rounds": rounds, "partitions": partitions,
+            "plain_msgs_per_s": plain, "kmq_msgs_per_s": kmq,
+            "plain_median": statistics.median(plain), "kmq_median": statistics.median(kmq),
+            "ratio_per_round": ratios, "ratio_median": statistics.median(ratios),
+            "markers_per_message": statistics.median(x["markers"] / x["messages"] for x in runs["kmq"]),
+            "peak_rss_mb": {"plain": max(x["rss_mb"] for x in runs["plain"]), "kmq": max(x["rss_mb"] for x in runs["kmq"])},
+        }
+        say(f"plain median {result['plain_median']:,.0f} msg/s, kmq median {result['kmq_median']:,.0f} msg/s")
+        say(f"ratio kmq/plain per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['ratio_median']:.3f} (target >= 0.9)")
+        say(f"marker records per message {result['markers_per_message']:.4f} (target <= 0.05 at batch 500)")
+        say(f"peak RSS plain {result['peak_rss_mb']['plain']:.0f} MB, kmq {result['peak_rss_mb']['kmq']:.0f} MB")
+        return result
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+@click.command("consumer")
+@click.option("--messages", type=click.IntRange(min=1), default=200_000, show_default=True)
+@click.option("--size", type=click.IntRange(min=1), default=100, show_default=True, help="Payload bytes.")
+@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True, help="Records per poll.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="A/B alternations.")
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--flush-interval", default="100ms", show_default=True, help="consumer.ack_flush_interval for kmq.")
+@click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
+@click.option("--profile", default=None, help="Write a pyinstrument HTML profile of the last kmq run here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
+def command(as_json: bool, **opts: Any) -> None:
+    """Plain kafka-python consumer vs KmqConsumer on one embedded broker, A/B."""
+    result = run(echo=click.echo, **opts)
+    if as_json:
+        click.echo(json.dumps(result))

@@ -1,0 +1,187 @@
+"""``kmq produce`` and ``kmq work``: a demo producer and a worker with failure injection.
+
+Deterministic by design, so demos and chaos tests can predict outcomes:
+
+* Payload of message i (``kmq produce``): ``POISON:`` for poison messages,
+  then ``i`` as 10 digits and ``:``, padded with ``.`` to ``--size`` bytes.
+  Message i is poison when ``floor((i+1)*p) > floor(i*p)`` for
+  ``--poison-rate p``: exactly ``floor(N*p)`` of N messages, evenly spread.
+* ``kmq work`` decides per delivery from ``crc32(origin + "#" + delivery_count)``:
+  a fraction in [0, 1) below ``--fail-rate`` raises (-> nack with backoff);
+  the next ``--hang-rate`` band never settles (the lease expires and the tracker
+  redelivers). Poison payloads are always rejected (-> DLQ). The same message
+  on the same delivery always gets the same fate.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+import zlib
+from typing import Any
+
+import click
+
+from kmq.cli.common import config_options
+from kmq.config import Config
+
+__all__ = ["produce", "work", "payload", "is_poison_index", "is_poison", "fate", "POISON_PREFIX"]
+
+log = logging.getLogger(__name__)
+
+POISON_PREFIX = b"POISON:"
+
+
+def is_poison_index(i: int, rate: float) -> bool:
+    return rate > 0 and math.floor((i + 1) * rate) > math.floor(i * rate)
+
+
+def payload(i: int, size: int, poison: bool) -> bytes:
+    head = (POISON_PREFIX if poison else b"") + b"%010d:" % i
+    return head + b"." * max(0, size - len(head))
+
+
+def is_poison(value: bytes | None, rate: float = 0.0) -> bool:
+    """Poison: payload starts with ``POISON:``, or its index i (as written by
+    ``kmq produce``) is chosen by ``rate``."""
+    if value is None:
+        return False
+    if value.startswith(POISON_PREFIX):
+        return True
+    if rate > 0 and len(value) >= 11 and value[10:11] == b":" and value[:10].isdigit():
+        return is_poison_index(int(value[:10]), rate)
+    return False
+
+
+def fate(origin: str, delivery_count: int, fail_rate: float, hang_rate: float) -> str:
+    """``"fail"``, ``"hang"`` or ``"ok"`` for one delivery (deterministic)."""
+    x = zlib.crc32(f"{origin}#{delivery_count}".encode()) / 2**32
+    if x < fail_rate:
+        return "fail"
+    if x < fail_rate + hang_rate:
+        return "hang"
+    return "ok"
+
+
+class InjectedFailure(Exception):
+    """Raised by ``kmq work --fail-rate`` (the message is nacked)."""
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--count", "-n", type=click.IntRange(min=0), required=True, help="Messages to produce.")
+@click.option("--size", type=click.IntRange(min=1), default=100, show_default=True, help="Payload bytes per message.")
+@click.option("--rate", type=click.FloatRange(min=0), default=0.0, help="Messages per second (0 = as fast as possible).")
+@click.option("--poison-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of messages made poison (payload starts with POISON:, chosen evenly: "
+                   "message i is poison when floor((i+1)*p) > floor(i*p)).")
+@click.option("--start", type=click.IntRange(min=0), default=0, help="Number of the first message (payload index).")
+@config_options
+def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, start: int, cfg: Config) -> None:
+    """Produce COUNT demo messages to QUEUE (key = message number)."""
+    from kmq import clients
+
+    producer = clients.producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024)
+    t0 = time.monotonic()
+    poisons = 0
+    try:
+        for n in range(count):
+            i = start + n
+            poison = is_poison_index(i, poison_rate)
+            poisons += poison
+            producer.send(queue, key=str(i).encode(), value=payload(i, size, poison))
+            if rate > 0:
+                ahead = (n + 1) / rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+        producer.flush()
+    finally:
+        producer.close()
+    took = time.monotonic() - t0
+    click.echo(f"produced {count} messages ({poisons} poison) to {queue} in {took:.2f}s")
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True, help="Handler threads.")
+@click.option("--fail-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of deliveries whose handler raises (-> nack with backoff). Chosen by crc32(origin#delivery).")
+@click.option("--hang-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of deliveries never settled (lease expires -> the tracker redelivers).")
+@click.option("--poison-rate", type=click.FloatRange(0, 1), default=None,
+              help="Also treat message i of `kmq produce` (index read from the payload) as poison when "
+                   "floor((i+1)*p) > floor(i*p). Payloads starting with POISON: are always poison. Poison -> reject (DLQ).")
+@click.option("--processing-ms", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Simulated work per message.")
+@click.option("--ack-log", type=click.Path(dir_okay=False), default=None,
+              help='Append "topic/partition/offset origin" per ack to this file (flushed each line).')
+@click.option("--max-messages", type=click.IntRange(min=0), default=0, help="Stop after settling this many (0 = run until SIGTERM).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port.")
+@config_options
+def work(queue: str, workers: int, fail_rate: float, hang_rate: float, poison_rate: float | None, processing_ms: float,
+         ack_log: str | None, max_messages: int, metrics_port: int | None, cfg: Config) -> None:
+    """Consume QUEUE with failure injection until SIGTERM/SIGINT (drain, flush, close).
+
+    Deterministic per delivery: fate = crc32("origin#delivery_count")/2^32;
+    below --fail-rate -> raise (nack), next --hang-rate band -> never settle,
+    payload starting with POISON: -> reject (DLQ). Prints one summary line on exit.
+    """
+    from kmq.consumer import KmqConsumer
+    from kmq.metrics import ConsumerMetrics
+
+    if fail_rate + hang_rate > 1:
+        raise click.BadParameter("--fail-rate plus --hang-rate must not exceed 1")
+    metrics = ConsumerMetrics()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    log_file = open(ack_log, "a", buffering=1) if ack_log else None  # noqa: SIM115 - closed below
+    log_lock = threading.Lock()
+    counts = {"ok": 0, "fail": 0, "hang": 0, "poison": 0}
+    consumer = KmqConsumer(cfg, queue=queue, metrics=metrics)
+
+    def count(kind: str) -> None:
+        with log_lock:
+            counts[kind] += 1
+            total = sum(counts.values())
+        if max_messages and total >= max_messages:
+            consumer.stop()
+
+    def handler(msg: Any) -> None:
+        if is_poison(msg.value, poison_rate or 0.0):
+            msg.reject("poison payload")
+            count("poison")
+            return
+        kind = fate(msg.origin, msg.delivery_count, fail_rate, hang_rate)
+        if processing_ms:
+            time.sleep(processing_ms / 1000.0)
+        count(kind)
+        if kind == "fail":
+            raise InjectedFailure(f"injected failure on delivery {msg.delivery_count}")
+        if kind == "hang":
+            msg.abandon()
+            return
+        msg.ack()
+        if log_file is not None:
+            with log_lock:
+                log_file.write(f"{msg.topic}/{msg.partition}/{msg.offset} {msg.origin}\n")
+                log_file.flush()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("signal %d: draining", signum)
+        consumer.stop()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    click.echo(f"working on {queue} with {workers} workers", err=True)
+    try:
+        consumer.run(handler, workers=workers)
+    finally:
+        consumer.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+        if log_file is not None:
+            log_file.close()
+    click.echo("settled: " + " ".join(f"{k}={v}" for k, v in counts.items()))
