@@ -6,7 +6,7 @@
 
 Checks, each one a function the tests in tests/deploy/ call on its own:
 
-* chart:     ``helm lint --strict`` (helm-python-sdk) with the default values and
+* chart:     ``helm lint --strict`` (helm-python-sdk, per Kubernetes version) with the default values and
              with every values set in tests/deploy/values/ (all toggles on);
              render each set and validate every manifest with kubernetes-validate
              --strict for Kubernetes 1.29, 1.30 and 1.31; pod hardening rules.
@@ -206,9 +206,12 @@ def lint_chart(chart: Path, values: dict | None) -> list[str]:
     """``helm lint --strict``: warnings and errors are problems (info is not)."""
     import helm_python
 
-    report = helm_python.lint(str(chart), values or None, strict=True)
-    problems = [f"lint {m['path']}: {m['error'].strip()}" for m in report.get("messages", []) if m.get("severity", 0) >= 2]
-    problems += [f"lint: {e.strip()}" for e in report.get("errors", []) if not any(e.strip() in p for p in problems)]
+    problems: list[str] = []
+    for version in K8S_VERSIONS:
+        report = helm_python.lint(str(chart), values or None, strict=True, kube_version=f"v{version}")
+        found = [f"lint {m['path']}: {m['error'].strip()}" for m in report.get("messages", []) if m.get("severity", 0) >= 2]
+        found += [f"lint: {e.strip()}" for e in report.get("errors", []) if not any(e.strip() in p for p in found)]
+        problems += [p for p in found if p not in problems]
     return problems
 
 

@@ -119,7 +119,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
   value: /tmp
 {{- end -}}
 
-{{/* Volumes and mounts: kmq.yaml from a ConfigMap (name in .configMap), credentials, CA, /tmp. */}}
+{{/* Volumes and mounts: kmq.yaml from a ConfigMap (name in .configMap), credentials, CA, /tmp (.tmpSize, default 64Mi). */}}
 {{- define "kmq.volumes" -}}
 - name: config
   configMap:
@@ -142,7 +142,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end }}
 - name: tmp
   emptyDir:
-    sizeLimit: 64Mi
+    sizeLimit: {{ .tmpSize | default "64Mi" }}
 {{- end -}}
 
 {{- define "kmq.volumeMounts" -}}
