@@ -28,7 +28,8 @@ from collections import Counter as Tally
 from dataclasses import dataclass
 from typing import Callable
 
-from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka import TopicPartition
+from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 from prometheus_client import CollectorRegistry
@@ -65,16 +66,20 @@ class _Owned:
     caught_up: bool = False
     committed: int | None = None
     bad_logged: bool = False
+    positioned: bool = False  # sought to the committed offset after assignment
 
 
-class _Listener(ConsumerRebalanceListener):
+class _Listener(AsyncConsumerRebalanceListener):
+    """kafka-python 3 runs rebalance callbacks on its IO thread, where a blocking
+    commit is refused; the async listener awaits the commit there instead."""
+
     def __init__(self, tracker: "Tracker") -> None:
         self._tracker = tracker
 
-    def on_partitions_revoked(self, revoked) -> None:
-        self._tracker._on_revoked(revoked)
+    async def on_partitions_revoked(self, revoked) -> None:
+        await self._tracker._on_revoked(revoked)
 
-    def on_partitions_assigned(self, assigned) -> None:
+    async def on_partitions_assigned(self, assigned) -> None:
         self._tracker._on_assigned(assigned)
 
 
@@ -217,9 +222,10 @@ class Tracker:
         commit; return how long the next poll may wait."""
         records = self._consumer.poll(timeout_ms=int(wait_s * 1000), max_records=5000)
         tally: Tally = Tally()
+        just_positioned = self._position_new()
         for tp, batch in records.items():
             owned = self._owned.get(tp)
-            if owned is not None:
+            if owned is not None and tp not in just_positioned:
                 self._apply(owned, batch, tally)
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
@@ -245,7 +251,7 @@ class Tracker:
         soonest = None
         for owned in self._owned.values():
             if not owned.caught_up:
-                return 0.0 if owned.target is not None else tick
+                return tick  # poll returns as soon as markers arrive
             due = owned.state.next_due_ms()
             if due is not None and (soonest is None or due < soonest):
                 soonest = due
@@ -277,9 +283,30 @@ class Tracker:
         if late:
             self.metrics.late_acks.labels(qname).inc(late)
 
+    def _position_new(self) -> set[TopicPartition]:
+        """Seek newly assigned partitions to their committed marker offset.
+
+        kafka-python keeps the fetch position of a partition that is revoked
+        and assigned again to the same member; its state was dropped at the
+        revoke, so it must be replayed from the commit. Records fetched for it
+        in the same poll came from the old position and are discarded.
+        """
+        new = [o for o in self._owned.values() if not o.positioned]
+        for owned in new:
+            off = self._consumer.committed(owned.tp)
+            if off is None:
+                self._consumer.seek_to_beginning(owned.tp)
+            else:
+                self._consumer.seek(owned.tp, off)
+            owned.positioned = True
+            owned.target = None
+            owned.state.position = off
+            owned.committed = off
+        return {o.tp for o in new}
+
     def _update_catch_up(self) -> None:
         for owned in self._owned.values():
-            if owned.caught_up:
+            if owned.caught_up or not owned.positioned:
                 continue
             if owned.target is None:
                 owned.target = self._consumer.highwater(owned.tp)
@@ -295,11 +322,9 @@ class Tracker:
                 log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
                          owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
 
-    def _commit(self, force: bool = False, only=None) -> None:
+    def _commit(self, force: bool = False) -> None:
         offsets = {}
         for tp, owned in self._owned.items():
-            if only is not None and tp not in only:
-                continue
             c = owned.state.committable_offset()
             if c is not None and (force or c != owned.committed):
                 offsets[tp] = (owned, c)
@@ -336,11 +361,23 @@ class Tracker:
             self._owned[tp] = _Owned(q, tp, PartitionState(q.backoff.delay, q.max_deliveries))
         log.info("assigned markers partitions: %s", _names(assigned) or "none")
 
-    def _on_revoked(self, revoked) -> None:
+    async def _on_revoked(self, revoked) -> None:
+        """Commit the revoked partitions' offsets (when changed), then drop their state."""
         revoked = set(revoked)
         if not revoked:
             return
-        self._commit(force=True, only=revoked)
+        offsets = {}
+        for tp in revoked:
+            owned = self._owned.get(tp)
+            c = owned.state.committable_offset() if owned is not None else None
+            if c is not None and c != owned.committed:
+                offsets[tp] = OffsetAndMetadata(c, "", -1)
+        if offsets:
+            try:
+                # The awaitable form of consumer.commit(), usable on the IO thread.
+                await self._consumer._coordinator._commit_offsets_sync_async(offsets, 10_000)
+            except Exception as exc:  # noqa: BLE001 - the previous commit stays; the new owner replays more
+                log.warning("commit before revoke failed (%s); the new owner replays from the previous commit", exc)
         m = self.metrics
         for tp in revoked:
             owned = self._owned.pop(tp, None)

@@ -112,3 +112,30 @@ def test_broker_restart_mid_run_loses_nothing(tmp_path):
                   f"{metric(t.http_port, 'kmq_tracker_redelivery_failures_total', queue=q.name):.0f} failed attempts retried")
     finally:
         broker.stop()
+
+
+def test_a_joining_tracker_takes_partitions_and_nothing_is_redelivered_twice(bootstrap, queue_topics):
+    cfg, q = queue_topics(2, queue={**QUEUE, "lease": "4s"}, tracker={"tick": "50ms"})
+    for p in (0, 1):
+        produce(bootstrap, q.name, 2, partition=p)
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tails = [Tail(bootstrap, q.name, (0,)), Tail(bootstrap, q.name, (1,))]
+    try:
+        with running_tracker(cfg) as a:
+            for p in (0, 1):
+                markers.send(p, Start([(0, 2)], lease_ms=4000, owner="w"))
+            wait_until(lambda: metric(a.http_port, "kmq_tracker_in_flight", queue=q.name) == 4, 10, what="tracked")
+            with running_tracker(cfg) as b:
+                # The rebalance moved a partition: A committed before the revoke, B replayed it.
+                wait_until(lambda: a.ready()[1].startswith("ready: 1") and b.ready()[1].startswith("ready: 1"), 30,
+                           what="one partition each")
+                for tail in tails:
+                    recs = tail.wait_for(4, what="redelivery after the rebalance")
+                    assert [headers(r)["kmq-delivery-count"] for r in recs[2:]] == ["2", "2"]
+                total = sum(metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) for t in (a, b))
+                assert total == 4
+        assert [len(t.poll()) for t in tails] == [4, 4]  # no second copy from either owner
+    finally:
+        markers.close()
+        for t in tails:
+            t.close()

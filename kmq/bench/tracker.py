@@ -1,0 +1,270 @@
+"""``kmq bench tracker``: the tracker's figures.
+
+* **throughput**: tracked messages per second on one core through marker
+  decode + the pure lease state (START batches of 500, END flushes with
+  out-of-order acks, ``due()`` every batch), no broker;
+* **memory**: RSS of a fresh process holding 1,000,000 in-flight messages
+  (unfragmented and with ack holes);
+* **redelivery delay**: p50/p99 of (copy produced) - (due time) on a real
+  broker at tick 50 ms;
+* **recovery**: markers replayed and time to ready for a new owner, when an
+  open START sits behind many acked markers.
+
+Targets (docs): >= 100,000 msg/s, <= 50 MB, p99 <= 200 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+import uuid
+
+import click
+
+__all__ = ["command", "run", "throughput", "memory"]
+
+BATCH = 500
+
+
+def _workload(batches: int, seed: int = 1) -> list[tuple[bytes, int]]:
+    """Encoded markers: a START per batch of 500, acks in ~10 coalesced END flushes per
+    batch with jittered (out-of-order) completion, ENDs trailing STARTs by 4 batches."""
+    from kmq.markers import End, Start, encode
+    from kmq.ranges import coalesce
+
+    rnd = random.Random(seed)
+    out: list[tuple[bytes, int]] = []
+    pending: list[list[bytes]] = []
+    ts = 1_000_000
+    for b in range(batches):
+        first = b * BATCH
+        out.append((encode(Start([(first, BATCH)], lease_ms=30_000, owner="bench-worker")), ts))
+        done = sorted(range(first, first + BATCH), key=lambda o: o + rnd.random() * 40)
+        pending.append([encode(End(coalesce(done[i:i + 50]))) for i in range(0, BATCH, 50)])
+        if len(pending) > 4:
+            out.extend((v, ts) for v in pending.pop(0))
+        ts += 5
+    for flushes in pending:
+        out.extend((v, ts) for v in flushes)
+    return out
+
+
+def throughput(batches: int = 2000) -> dict:
+    """Messages tracked per second through decode + apply (+ due every batch)."""
+    from kmq.config import BackoffConfig
+    from kmq.markers import decode
+    from tracker.lease_state import PartitionState
+
+    work = _workload(batches)
+    state = PartitionState(BackoffConfig().delay, 5)
+    t0 = time.perf_counter()
+    for moff, (value, ts) in enumerate(work):
+        state.apply(decode(value), moff, ts)
+        if moff % 11 == 0:
+            state.due(ts)
+    elapsed = time.perf_counter() - t0
+    assert state.in_flight == 0, state.in_flight
+    n = batches * BATCH
+    return {"messages": n, "markers": len(work), "markers_per_message": round(len(work) / n, 4),
+            "seconds": round(elapsed, 3), "messages_per_s": round(n / elapsed)}
+
+
+_RSS_SCRIPT = r"""
+import json, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+from kmq.config import BackoffConfig
+from kmq.markers import End, Start
+from tracker.lease_state import PartitionState
+base = rss()
+holes = sys.argv[1] == "holes"
+s = PartitionState(BackoffConfig().delay, 5)
+moff = 0
+if not holes:
+    for b in range(2000):
+        s.apply(Start([(b * 500, 500)], lease_ms=30000), moff, b); moff += 1
+else:
+    # 1.1M started; acks leave a hole of 1 in every 50: 1,000,000 open in ~22,000 segments
+    for b in range(2200):
+        s.apply(Start([(b * 500, 500)], lease_ms=30000), moff, b); moff += 1
+    acked = 0
+    for b in range(2200):
+        if acked >= 100000:
+            break
+        for k in range(10):
+            first = b * 500 + k * 50 + 10
+            s.apply(End([(first, 5)]), moff, b); moff += 1
+            acked += 5
+            if acked >= 100000:
+                break
+print(json.dumps({"in_flight": s.in_flight, "segments": s.segment_count, "rss_mb": round(rss(), 1),
+                  "baseline_rss_mb": round(base, 1)}))
+"""
+
+
+def memory() -> dict:
+    """RSS of fresh processes holding 1,000,000 in-flight messages."""
+    out = {}
+    for kind in ("contiguous", "holes"):
+        res = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, kind], capture_output=True, text=True, check=True)
+        out[kind] = json.loads(res.stdout)
+    return out
+
+
+def redelivery_delay(bootstrap: str, messages: int = 400, batch: int = 10) -> dict:
+    """p50/p99 of copy timestamp minus due time, tick 50 ms, real broker."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from kmq.config import Config
+    from kmq.markers import Start, encode, encode_key
+    from kmq.topics import ensure_topics
+    from tracker import Tracker
+
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    cfg = Config.from_dict({
+        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},
+        "queues": [{"name": name, "lease": "1s", "backoff": {"initial": "100ms", "max": "1s"}}],
+        "tracker": {"group_id": f"{name}-tracker", "tick": "50ms", "http_port": 0},
+    })
+    q = cfg.queues[0]
+    ensure_topics(cfg.kafka, q, 1)
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    for i in range(messages):
+        p.send(q.name, value=b"x" * 100, partition=0)
+    p.flush()
+    t = Tracker(cfg, http_host="127.0.0.1").start()
+    try:
+        while not t.ready()[0]:
+            time.sleep(0.05)
+        due: dict[int, int] = {}
+        for first in range(0, messages, batch):
+            meta = p.send(q.markers_topic, key=encode_key(0), value=encode(Start([(first, batch)], lease_ms=1000)),
+                          partition=0).get(10)
+            for o in range(first, first + batch):
+                due[o] = meta.timestamp + 1000 + 100
+            time.sleep(0.013)  # spread the due times over the tick
+        c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50)
+        tp = TopicPartition(q.name, 0)
+        c.assign([tp])
+        c.seek(tp, messages)
+        delays = []
+        deadline = time.monotonic() + 60
+        while len(delays) < messages and time.monotonic() < deadline:
+            for recs in c.poll(timeout_ms=200).values():
+                for r in recs:
+                    origin = dict(r.headers)["kmq-origin"].decode()
+                    delays.append(r.timestamp - due[int(origin.rsplit("/", 1)[1])])
+        c.close()
+    finally:
+        t.stop()
+        p.close()
+    delays.sort()
+
+    def pct(x: float) -> int:
+        return delays[min(len(delays) - 1, int(x * len(delays)))]
+
+    return {"messages": len(delays), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": delays[-1],
+            "min_ms": delays[0], "tick_ms": 50}
+
+
+def recovery(bootstrap: str, acked_pairs: int = 20_000) -> dict:
+    """An open START behind ``acked_pairs`` START/END pairs and ahead of as many more:
+    a new owner (after the first one committed) replays only from that START."""
+    from kafka import KafkaProducer
+
+    from kmq.config import Config
+    from kmq.markers import End, Start, encode, encode_key
+    from kmq.topics import ensure_topics
+    from tracker import Tracker
+
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    cfg = Config.from_dict({
+        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},
+        "queues": [{"name": name, "lease": "10m"}],
+        "tracker": {"group_id": f"{name}-tracker", "tick": "50ms", "http_port": 0},
+    })
+    q = cfg.queues[0]
+    ensure_topics(cfg.kafka, q, 1)
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024)
+    key = encode_key(0)
+    o = 0
+    for half in range(2):
+        for _ in range(acked_pairs):
+            p.send(q.markers_topic, key=key, value=encode(Start([(o, 1)], lease_ms=600_000)), partition=0)
+            p.send(q.markers_topic, key=key, value=encode(End([(o, 1)])), partition=0)
+            o += 1
+        if half == 0:
+            p.send(q.markers_topic, key=key, value=encode(Start([(o, 1)], lease_ms=600_000)), partition=0)
+            o += 1
+    p.flush()
+    p.close()
+    total = 4 * acked_pairs + 1
+    first = Tracker(cfg, http_host="127.0.0.1").start()
+    try:
+        while not first.ready()[0]:
+            time.sleep(0.05)
+    finally:
+        first.stop()  # commits at the open START, as the periodic commit does before a crash
+    t0 = time.monotonic()
+    second = Tracker(cfg, http_host="127.0.0.1").start()
+    try:
+        while not second.ready()[0]:
+            time.sleep(0.02)
+        ready_s = time.monotonic() - t0
+        replayed = sum(s.value for m in second.metrics.markers.collect() for s in m.samples
+                       if s.name == "kmq_tracker_markers_total")
+    finally:
+        second.stop()
+    return {"markers_total": total, "replayed": int(replayed), "ready_s": round(ready_s, 2),
+            "note": "ready time includes the group join (about half the 6 s session timeout on tansu)"}
+
+
+def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True) -> dict:
+    """All tracker figures; starts an embedded broker when ``bootstrap`` is None."""
+    out: dict = {"throughput": throughput(batches), "memory": memory()}
+    if not broker:
+        return out
+    dev = None
+    if bootstrap is None:
+        from kmq.devbroker import DevBroker
+
+        dev = DevBroker().start()
+        bootstrap = dev.bootstrap
+    try:
+        out["redelivery_delay"] = redelivery_delay(bootstrap)
+        out["recovery"] = recovery(bootstrap)
+    finally:
+        if dev is not None:
+            dev.stop()
+    return out
+
+
+@click.command("tracker")
+@click.option("--bootstrap", help="Kafka to measure redelivery and recovery on (default: an embedded broker).")
+@click.option("--batches", default=2000, show_default=True, help="START batches of 500 for the throughput run.")
+@click.option("--no-broker", is_flag=True, help="Only the pure figures (throughput, memory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def command(bootstrap: str | None, batches: int, no_broker: bool, as_json: bool) -> None:
+    """Tracker throughput (pure path), memory, redelivery delay and recovery."""
+    figures = run(bootstrap=bootstrap, batches=batches, broker=not no_broker)
+    if as_json:
+        click.echo(json.dumps(figures, indent=2))
+        return
+    t = figures["throughput"]
+    click.echo(f"throughput  {t['messages_per_s']:,} messages/s ({t['messages']:,} messages, "
+               f"{t['markers_per_message']} markers/message, {t['seconds']}s, one core)   target >= 100,000")
+    for kind, m in figures["memory"].items():
+        click.echo(f"memory      {m['rss_mb']} MB RSS with {m['in_flight']:,} in flight in {m['segments']:,} segments "
+                   f"({kind}; interpreter + imports {m['baseline_rss_mb']} MB)   target <= 50 MB")
+    if "redelivery_delay" in figures:
+        d = figures["redelivery_delay"]
+        click.echo(f"redelivery  p50 {d['p50_ms']} ms, p99 {d['p99_ms']} ms, max {d['max_ms']} ms after due "
+                   f"({d['messages']} messages, tick {d['tick_ms']} ms)   target p99 <= 200 ms")
+        r = figures["recovery"]
+        click.echo(f"recovery    replayed {r['replayed']:,} of {r['markers_total']:,} markers, ready in {r['ready_s']}s "
+                   f"({r['note']})")
