@@ -1,0 +1,318 @@
+"""The lag job: markers topics in, per-partition window statistics out.
+
+Plan (Structured Streaming)::
+
+    markers topics (kmq-kafka Python source, or Spark's "kafka" connector)
+      -> mapInArrow: decode each record with kmq.markers (bad ones become type BAD)
+      -> groupBy(queue, partition).applyInPandasWithState: PartitionLagState
+         (open ranges + current window; processing-time timeout closes idle windows)
+      -> foreachBatch: sinks (metrics topic, Prometheus, Parquet), idempotent by batch id
+
+:func:`build_windows` returns the streaming DataFrame of closed windows;
+:func:`start` starts the query with the sinks; :func:`run` is ``kmq lag-job``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from kmq.config import Config
+from kmq.errors import KmqError
+from kmq.spark.lag_state import MARKER_TYPES, PartitionLagState
+
+__all__ = [
+    "JobOptions",
+    "OUTPUT_SCHEMA",
+    "SparkConnectorMissing",
+    "spark_session",
+    "read_markers",
+    "build_windows",
+    "start",
+    "run",
+]
+
+log = logging.getLogger(__name__)
+
+DECODED_SCHEMA = (
+    "queue string, partition int, moffset long, ts_ms long, mtype string, "
+    "firsts array<long>, counts array<long>, outcome int"
+)
+_STATS_COLUMNS = (
+    [f"markers_{t.lower()}" for t in MARKER_TYPES]
+    + ["bad_markers", "acked", "in_flight", "oldest_in_flight_ms", "ack_p50_ms", "ack_p95_ms", "ack_p99_ms",
+       "redeliveries", "dead_letters", "missing", "late_acks", "markers_high_water"]
+)
+OUTPUT_SCHEMA = (
+    "queue string, partition int, window_start timestamp, window_end timestamp, "
+    + ", ".join(f"{c} long" for c in _STATS_COLUMNS)
+)
+OUTPUT_COLUMNS = ["queue", "partition", "window_start", "window_end", *_STATS_COLUMNS]
+KAFKA_CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+class SparkConnectorMissing(KmqError):
+    """``--source kafka`` without Spark's Kafka connector on the classpath."""
+
+
+@dataclass
+class JobOptions:
+    """What ``kmq lag-job`` can be told; defaults suit a small cluster."""
+
+    source: str = "python"  # python | kafka
+    sinks: tuple[str, ...] = ("topic", "prometheus")
+    checkpoint: str = "kmq-lag-checkpoint"
+    trigger: str = "1 second"
+    window_s: float = 10.0
+    idle_close_s: float | None = None  # default: max(window, 2 s)
+    parquet_path: str | None = None
+    prometheus_port: int = 9109
+    prometheus_host: str = "0.0.0.0"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = 200_000
+    fail_on_data_loss: bool = True
+    queues: tuple[str, ...] = ()  # empty = every configured queue
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def window_ms(self) -> int:
+        return max(1, int(self.window_s * 1000))
+
+    @property
+    def idle_close_ms(self) -> int:
+        s = self.idle_close_s if self.idle_close_s is not None else max(self.window_s, 2.0)
+        return max(1, int(s * 1000))
+
+
+# ------------------------------------------------------------------ session
+def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str | None = None):
+    """The SparkSession: reuses a running one (spark-submit), sets kmq's defaults otherwise."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    given = SparkConf()
+    b = SparkSession.builder.appName(app_name)
+    if master or not given.contains("spark.master"):
+        b = b.master(master or "local[2]")
+    defaults = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    }
+    for k, v in defaults.items():
+        if not given.contains(k):
+            b = b.config(k, v)
+    for k, v in opts.spark_conf.items():
+        b = b.config(k, v)
+    return b.getOrCreate()
+
+
+# ------------------------------------------------------------------ source
+def _queues(cfg: Config, opts: JobOptions):
+    qs = [cfg.queue(n) for n in opts.queues] if opts.queues else list(cfg.queues)
+    if not qs:
+        raise KmqError("no queue to watch: list queues in the config (queues:) or pass --queue NAME")
+    return qs
+
+
+def _java_security_options(cfg: Config) -> dict[str, str]:
+    k = cfg.kafka
+    out = {"kafka.security.protocol": k.security_protocol}
+    if k.sasl_mechanism:
+        module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if k.sasl_mechanism == "PLAIN"
+                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        pw = (k.password() or "").replace('"', '\\"')
+        out["kafka.sasl.mechanism"] = k.sasl_mechanism
+        out["kafka.sasl.jaas.config"] = f'{module} required username="{k.sasl_username}" password="{pw}";'
+    if k.ssl_cafile:
+        out["kafka.ssl.truststore.type"] = "PEM"
+        out["kafka.ssl.truststore.location"] = k.ssl_cafile
+    return out
+
+
+def _python_security_options(cfg: Config) -> dict[str, str]:
+    k = cfg.kafka
+    out = {"kafka.security.protocol": k.security_protocol, "kafka.client.id": f"{k.client_id}-lag-job"}
+    if k.sasl_mechanism:
+        out["kafka.sasl.mechanism"] = k.sasl_mechanism
+        out["kafka.sasl.username"] = k.sasl_username or ""
+        out["kafka.sasl.password"] = k.password() or ""
+    if k.ssl_cafile:
+        out["kafka.ssl.cafile"] = k.ssl_cafile
+    return out
+
+
+def kafka_connector_available(spark) -> bool:
+    """True when Spark's own Kafka source is on the classpath."""
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(
+            KAFKA_CONNECTOR_CLASS, False, spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader()
+        )
+        return True
+    except Exception:  # py4j wraps ClassNotFoundException
+        return False
+
+
+def read_markers(spark, cfg: Config, opts: JobOptions):
+    """The raw markers stream (Spark Kafka source columns) of the watched queues."""
+    topics = ",".join(q.markers_topic for q in _queues(cfg, opts))
+    if opts.source == "kafka":
+        if not kafka_connector_available(spark):
+            import pyspark
+
+            raise SparkConnectorMissing(
+                "--source kafka needs Spark's Kafka connector, which is not on the classpath: add "
+                f"--packages org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__} to spark-submit "
+                "(or set spark.jars.packages), or use --source python (no jars needed)"
+            )
+        fmt, sec = "kafka", _java_security_options(cfg)
+    elif opts.source == "python":
+        from kmq.spark.source import SOURCE_NAME, register
+
+        register(spark)
+        fmt, sec = SOURCE_NAME, _python_security_options(cfg)
+    else:
+        raise KmqError(f"unknown source {opts.source!r}: use python or kafka")
+    r = (spark.readStream.format(fmt)
+         .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
+         .option("subscribe", topics)
+         .option("startingOffsets", opts.starting_offsets)
+         .option("failOnDataLoss", str(opts.fail_on_data_loss).lower()))
+    if opts.max_offsets_per_trigger:
+        r = r.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
+    for k, v in sec.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+# ------------------------------------------------------------------ decode
+def _decoder(topic_to_queue: dict[str, str]):
+    def decode_batches(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from kmq.spark.decode import decode_batch
+
+        schema = pa.schema([
+            ("queue", pa.string()), ("partition", pa.int32()), ("moffset", pa.int64()), ("ts_ms", pa.int64()),
+            ("mtype", pa.string()), ("firsts", pa.list_(pa.int64())), ("counts", pa.list_(pa.int64())),
+            ("outcome", pa.int32()),
+        ])
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            ts = pc.divide(b.column("timestamp").cast(pa.int64()), 1000)
+            d = decode_batch(
+                b.column("partition").to_pylist(), b.column("offset").to_pylist(), ts.to_pylist(),
+                b.column("key").to_pylist(), b.column("value").to_pylist(),
+            )
+            queues = [topic_to_queue.get(t, t) for t in b.column("topic").to_pylist()]
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(queues, pa.string()), pa.array(d["partition"], pa.int32()),
+                 pa.array(d["moffset"], pa.int64()), pa.array(d["ts_ms"], pa.int64()),
+                 pa.array(d["mtype"], pa.string()), pa.array(d["firsts"], pa.list_(pa.int64())),
+                 pa.array(d["counts"], pa.list_(pa.int64())), pa.array(d["outcome"], pa.int32())],
+                schema=schema,
+            )
+
+    return decode_batches
+
+
+# ------------------------------------------------------------------ state
+def _stateful(window_ms: int, idle_close_ms: int):
+    def update(key, pdfs, state):
+        import pandas as pd
+
+        queue, partition = key
+        st = PartitionLagState.from_json(state.get[0]) if state.exists else PartitionLagState(int(partition), window_ms)
+        closed = []
+        if state.hasTimedOut:
+            closed.extend(st.expire(state.getCurrentProcessingTimeMs(), 0))
+            if st.current is not None:  # its end is still ahead of the clock: look again then
+                state.setTimeoutDuration(max(1, st.current.window_end_ms - state.getCurrentProcessingTimeMs()))
+        else:
+            frames = [p for p in pdfs if len(p)]
+            if frames:
+                pdf = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+                pdf = pdf.sort_values("moffset", kind="stable")
+                for off, ts, mtype, firsts, counts, outcome in zip(
+                    pdf["moffset"].tolist(), pdf["ts_ms"].tolist(), pdf["mtype"].tolist(),
+                    pdf["firsts"].tolist(), pdf["counts"].tolist(), pdf["outcome"].tolist(),
+                ):
+                    if off < st.high_water:
+                        continue  # already applied (defensive: a source replaying offsets)
+                    ranges = zip(firsts.tolist(), counts.tolist()) if firsts is not None else ()
+                    oc = None if outcome is None or outcome != outcome else int(outcome)
+                    closed.extend(st.apply(int(off), int(ts), mtype, ranges, oc))
+            state.setTimeoutDuration(idle_close_ms)
+        state.update((st.to_json(),))
+        if closed:
+            rows = []
+            for w in closed:
+                r = w.as_row()
+                r["queue"] = queue
+                r["window_start"] = pd.Timestamp(w.window_start_ms, unit="ms", tz="UTC")
+                r["window_end"] = pd.Timestamp(w.window_end_ms, unit="ms", tz="UTC")
+                r.pop("window_start_ms")
+                r.pop("window_end_ms")
+                rows.append(r)
+            out = pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
+            for c in _STATS_COLUMNS:
+                out[c] = out[c].astype("object")
+            yield out
+
+    return update
+
+
+def build_windows(spark, cfg: Config, opts: JobOptions, markers=None):
+    """Streaming DataFrame of closed windows (:data:`OUTPUT_SCHEMA`) per queue partition."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    queues = _queues(cfg, opts)
+    raw = markers if markers is not None else read_markers(spark, cfg, opts)
+    decoded = raw.select("topic", "partition", "offset", "timestamp", "key", "value").mapInArrow(
+        _decoder({q.markers_topic: q.name for q in queues}), DECODED_SCHEMA
+    )
+    return decoded.groupBy("queue", "partition").applyInPandasWithState(
+        _stateful(opts.window_ms, opts.idle_close_ms),
+        outputStructType=OUTPUT_SCHEMA,
+        stateStructType="state string",
+        outputMode="append",
+        timeoutConf=GroupStateTimeout.ProcessingTimeTimeout,
+    )
+
+
+def start(spark, cfg: Config, opts: JobOptions, sinks=None):
+    """Start the streaming query with its sinks; returns (query, sinks)."""
+    from kmq.spark.sinks import BatchSinks
+
+    if sinks is None:
+        sinks = BatchSinks.from_options(spark, cfg, opts)
+    windows = build_windows(spark, cfg, opts)
+    q = (windows.writeStream
+         .foreachBatch(sinks.write_batch)
+         .option("checkpointLocation", opts.checkpoint)
+         .trigger(processingTime=opts.trigger)
+         .queryName("kmq-lag-job")
+         .start())
+    return q, sinks
+
+
+def run(cfg: Config, opts: JobOptions, master: str | None = None) -> None:
+    """``kmq lag-job``: run until stopped (SIGTERM/Ctrl-C stop the query cleanly)."""
+    spark = spark_session(opts, master=master)
+    sinks = None
+    try:
+        query, sinks = start(spark, cfg, opts)
+        log.info("lag job running: query %s, checkpoint %s", query.id, opts.checkpoint)
+        query.awaitTermination()
+    finally:
+        if sinks is not None:
+            sinks.close()
+        spark.stop()

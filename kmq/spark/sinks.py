@@ -1,0 +1,281 @@
+"""Sinks of the lag job, written from ``foreachBatch`` and idempotent by batch id.
+
+* **topic**: one JSON record per (queue, partition, window) to ``Q__kmq_metrics``,
+  keyed ``"<partition>:<window_start_ms>"`` with the batch id in the value. After
+  the records of batch N are acknowledged, N is recorded in
+  ``<checkpoint>/kmq-sinks/topic-committed``; a batch re-run after a crash
+  whose id is not above it is skipped. A crash between the acknowledgement and
+  that note re-sends identical records with identical keys (readers keep the
+  last value per key; the topic may be compacted).
+* **parquet**: ``<path>/batch_id=N/`` written with mode overwrite, so a re-run
+  replaces its own earlier attempt and never adds rows.
+* **prometheus**: ``kmq_lag_*`` gauges on the driver (labels queue, partition),
+  set from the newest window of each partition: idempotent by nature.
+
+Marker lag (markers high-water mark seen by the job minus the tracker group's
+committed offset) is looked up on the driver when a batch is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from kmq.config import Config
+from kmq.spark.lag_state import MARKER_TYPES
+
+__all__ = ["BatchSinks", "LagJobMetrics", "row_key"]
+
+log = logging.getLogger(__name__)
+
+
+def row_key(row: dict) -> str:
+    """Metrics-topic key of a window row: ``<partition>:<window_start_ms>``."""
+    return f"{row['partition']}:{row['window_start_ms']}"
+
+
+class LagJobMetrics:
+    """``kmq_lag_*`` gauges (same label names as the tracker's: queue, partition)."""
+
+    def __init__(self, registry=None) -> None:
+        from prometheus_client import CollectorRegistry, Gauge
+
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r, qp = self.registry, ["queue", "partition"]
+        self.markers = Gauge("kmq_lag_markers", "Marker records in the last closed window, by type", [*qp, "type"], registry=r)
+        self.bad_markers = Gauge("kmq_lag_bad_markers", "Undecodable marker records in the last closed window", qp, registry=r)
+        self.in_flight = Gauge("kmq_lag_in_flight", "Offsets started and not closed, at the window end", qp, registry=r)
+        self.oldest = Gauge("kmq_lag_oldest_in_flight_seconds", "Age of the oldest open offset at the window end", qp, registry=r)
+        self.ack_latency = Gauge(
+            "kmq_lag_ack_latency_seconds", "Ack latency (END time - START time) percentile, bucket upper bound",
+            [*qp, "quantile"], registry=r,
+        )
+        self.acked = Gauge("kmq_lag_acked", "Offsets acknowledged in the last closed window", qp, registry=r)
+        self.redeliveries = Gauge("kmq_lag_redeliveries", "Offsets redelivered (CLOSED outcome 1) in the window", qp, registry=r)
+        self.dead_letters = Gauge("kmq_lag_dead_letters", "Offsets dead-lettered (CLOSED outcome 2) in the window", qp, registry=r)
+        self.late_acks = Gauge("kmq_lag_late_acks", "END markers for offsets already closed, in the window", qp, registry=r)
+        self.marker_lag = Gauge("kmq_lag_marker_lag", "Markers high-water mark minus the tracker's committed offset", qp, registry=r)
+        self.window_end = Gauge("kmq_lag_window_end_timestamp_seconds", "End of the last closed window", qp, registry=r)
+        self.last_batch = Gauge("kmq_lag_last_batch_id", "Last micro-batch written by the sinks", registry=r)
+
+    def update(self, row: dict) -> None:
+        labels = (row["queue"], str(row["partition"]))
+        for t in MARKER_TYPES:
+            self.markers.labels(*labels, t).set(row[f"markers_{t.lower()}"])
+        self.bad_markers.labels(*labels).set(row["bad_markers"])
+        self.in_flight.labels(*labels).set(row["in_flight"])
+        self.oldest.labels(*labels).set((row["oldest_in_flight_ms"] or 0) / 1000)
+        for q in ("50", "95", "99"):
+            v = row[f"ack_p{q}_ms"]
+            if v is not None:
+                self.ack_latency.labels(*labels, f"0.{q}").set(v / 1000)
+        self.acked.labels(*labels).set(row["acked"])
+        self.redeliveries.labels(*labels).set(row["redeliveries"])
+        self.dead_letters.labels(*labels).set(row["dead_letters"])
+        self.late_acks.labels(*labels).set(row["late_acks"])
+        if row.get("marker_lag") is not None:
+            self.marker_lag.labels(*labels).set(row["marker_lag"])
+        self.window_end.labels(*labels).set(row["window_end_ms"] / 1000)
+
+
+class _CommittedBatch:
+    """The last batch id a sink finished, kept next to Spark's checkpoint (any Hadoop FS)."""
+
+    def __init__(self, spark, checkpoint: str, name: str) -> None:
+        self.spark = spark
+        self.path = f"{checkpoint.rstrip('/')}/kmq-sinks/{name}-committed"
+
+    def _fs(self):
+        jvm = self.spark.sparkContext._jvm
+        p = jvm.org.apache.hadoop.fs.Path(self.path)
+        return p, p.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+
+    def get(self) -> int:
+        p, fs = self._fs()
+        if not fs.exists(p):
+            return -1
+        stream = fs.open(p)
+        try:
+            reader = self.spark.sparkContext._jvm.java.io.BufferedReader(
+                self.spark.sparkContext._jvm.java.io.InputStreamReader(stream))
+            line = reader.readLine()
+        finally:
+            stream.close()
+        return int(line.strip()) if line else -1
+
+    def set(self, batch_id: int) -> None:
+        p, fs = self._fs()
+        jvm = self.spark.sparkContext._jvm
+        tmp = jvm.org.apache.hadoop.fs.Path(self.path + ".tmp")
+        out = fs.create(tmp, True)
+        try:
+            out.write(bytearray(f"{batch_id}\n".encode()))
+        finally:
+            out.close()
+        fs.delete(p, False)
+        fs.rename(tmp, p)
+
+
+class BatchSinks:
+    """Everything ``foreachBatch`` does with one micro-batch of window rows."""
+
+    def __init__(self, spark, cfg: Config, checkpoint: str, sinks: tuple[str, ...], parquet_path: str | None = None,
+                 prometheus_port: int | None = None, prometheus_host: str = "0.0.0.0") -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.sinks = tuple(sinks)
+        unknown = set(self.sinks) - {"topic", "prometheus", "parquet"}
+        if unknown:
+            from kmq.errors import KmqError
+
+            raise KmqError(f"unknown sink(s) {', '.join(sorted(unknown))}: use topic, prometheus or parquet")
+        if "parquet" in self.sinks and not parquet_path:
+            from kmq.errors import KmqError
+
+            raise KmqError("the parquet sink needs --parquet-path DIR")
+        self.parquet_path = parquet_path
+        self.metrics = LagJobMetrics()
+        self.http_server = None
+        self.http_port: int | None = None
+        if "prometheus" in self.sinks and prometheus_port is not None:
+            from prometheus_client import start_http_server
+
+            server, _thread = start_http_server(prometheus_port, addr=prometheus_host, registry=self.metrics.registry)
+            self.http_server = server
+            self.http_port = server.server_port
+            log.info("Prometheus metrics on http://%s:%d/metrics", prometheus_host, self.http_port)
+        self._topic_committed = _CommittedBatch(spark, checkpoint, "topic") if "topic" in self.sinks else None
+        self._producer = None
+        self._offsets_consumer = None
+        self._topics_ready: set[str] = set()
+        self.batches_written = 0
+        self.windows_written = 0
+
+    @classmethod
+    def from_options(cls, spark, cfg: Config, opts) -> "BatchSinks":
+        return cls(spark, cfg, opts.checkpoint, opts.sinks, opts.parquet_path, opts.prometheus_port, opts.prometheus_host)
+
+    # ------------------------------------------------------------ batch
+    def write_batch(self, df, batch_id: int) -> None:
+        """The ``foreachBatch`` function."""
+        pdf = df.toPandas()
+        if len(pdf) == 0:
+            return
+        rows = [self._row(r) for r in pdf.to_dict("records")]
+        self._add_marker_lag(rows)
+        if "parquet" in self.sinks:
+            self._write_parquet(df.sparkSession, rows, batch_id)
+        if "topic" in self.sinks:
+            self._write_topic(rows, batch_id)
+        if "prometheus" in self.sinks:
+            for r in sorted(rows, key=lambda r: r["window_end_ms"]):
+                self.metrics.update(r)
+            self.metrics.last_batch.set(batch_id)
+        self.batches_written += 1
+        self.windows_written += len(rows)
+
+    @staticmethod
+    def _row(r: dict) -> dict:
+        out: dict[str, Any] = {}
+        for k, v in r.items():
+            if k in ("window_start", "window_end"):
+                out[f"{k}_ms"] = int(v.value // 1_000_000)
+            elif v is None or (isinstance(v, float) and v != v):
+                out[k] = None
+            elif k in ("queue",):
+                out[k] = str(v)
+            else:
+                out[k] = int(v)
+        return out
+
+    def _add_marker_lag(self, rows: list[dict]) -> None:
+        from kafka import TopicPartition
+
+        from kmq.clients import consumer
+
+        if self._offsets_consumer is None:
+            self._offsets_consumer = consumer(self.cfg.kafka, group_id=self.cfg.tracker.group_id)
+        topics = {q.name: q.markers_topic for q in self.cfg.queues}
+        cache: dict[tuple[str, int], int | None] = {}
+        for r in rows:
+            key = (topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"])
+            if key not in cache:
+                cache[key] = self._offsets_consumer.committed(TopicPartition(*key))
+            committed = cache[key] or 0
+            r["marker_lag"] = max(0, r["markers_high_water"] - committed)
+
+    def _write_parquet(self, spark, rows: list[dict], batch_id: int) -> None:
+        import pandas as pd
+
+        pdf = pd.DataFrame(rows)
+        for c in ("window_start", "window_end"):
+            pdf[c] = pd.to_datetime(pdf[f"{c}_ms"], unit="ms", utc=True)
+        pdf = pdf.drop(columns=["window_start_ms", "window_end_ms"])
+        from kmq.spark.job import OUTPUT_SCHEMA
+
+        schema = OUTPUT_SCHEMA + ", marker_lag long"
+        cols = [c.strip().split(" ")[0] for c in schema.split(",")]
+        out = spark.createDataFrame(pdf[cols].astype(object).where(pdf[cols].notna(), None), schema)
+        out.coalesce(1).write.mode("overwrite").parquet(f"{self.parquet_path.rstrip('/')}/batch_id={batch_id}")
+
+    def _write_topic(self, rows: list[dict], batch_id: int) -> None:
+        assert self._topic_committed is not None
+        if batch_id <= self._topic_committed.get():
+            log.info("batch %d already in the metrics topic; skipped", batch_id)
+            return
+        from kmq.clients import producer
+
+        if self._producer is None:
+            self._producer = producer(self.cfg.kafka)
+        futures = []
+        for r in rows:
+            topic = self.cfg.queue(r["queue"]).metrics_topic
+            self._ensure_topic(topic)
+            value = json.dumps({**r, "batch_id": batch_id}, separators=(",", ":")).encode()
+            futures.append(self._producer.send(topic, key=row_key(r).encode(), value=value))
+        self._producer.flush()
+        for f in futures:
+            f.get(timeout=30)
+        self._topic_committed.set(batch_id)
+
+    def _ensure_topic(self, topic: str) -> None:
+        if topic in self._topics_ready:
+            return
+        from kafka.admin import NewTopic
+        from kafka.errors import TopicAlreadyExistsError
+
+        from kmq.clients import admin_client
+
+        admin = admin_client(self.cfg.kafka)
+        try:
+            if topic not in admin.list_topics():
+                try:
+                    admin.create_topics([NewTopic(topic, 1, 1)])
+                except TopicAlreadyExistsError:
+                    pass
+        finally:
+            admin.close()
+        self._topics_ready.add(topic)
+
+    def close(self) -> None:
+        """Flush and close clients, stop the HTTP endpoint."""
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+        if self._offsets_consumer is not None:
+            self._offsets_consumer.close()
+            self._offsets_consumer = None
+        if self.http_server is not None:
+            self.http_server.shutdown()
+            self.http_server = None
+
+
+def parquet_rows(path: str) -> list[dict]:
+    """Every row under a Parquet sink directory (pyarrow; for tests and tooling)."""
+    import pyarrow.dataset as ds
+
+    if not os.path.isdir(path):
+        return []
+    return ds.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist()
