@@ -3,8 +3,9 @@
 Plan (Structured Streaming)::
 
     markers topics (kmq-kafka Python source, or Spark's "kafka" connector)
-      -> mapInArrow: decode each record with kmq.markers (bad ones become type BAD)
-      -> groupBy(queue, partition).applyInPandasWithState: PartitionLagState
+      -> select queue, partition, marker offset, time (ms), key, value (Spark SQL, no Python)
+      -> groupBy(queue, partition).applyInPandasWithState: decode each chunk with
+         kmq.markers (decode_batch; bad records become type BAD) and feed PartitionLagState
          (open ranges + current window; processing-time timeout closes idle windows)
       -> foreachBatch: sinks (metrics topic, Prometheus, Parquet), idempotent by batch id
 
@@ -37,10 +38,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DECODED_SCHEMA = (
-    "queue string, partition int, moffset long, ts_ms long, mtype string, "
-    "firsts array<long>, counts array<long>, outcome int"
-)
 _STATS_COLUMNS = (
     [f"markers_{t.lower()}" for t in MARKER_TYPES]
     + ["bad_markers", "acked", "in_flight", "oldest_in_flight_ms", "ack_p50_ms", "ack_p95_ms", "ack_p99_ms",
@@ -191,43 +188,12 @@ def read_markers(spark, cfg: Config, opts: JobOptions):
     return r.load()
 
 
-# ------------------------------------------------------------------ decode
-def _decoder(topic_to_queue: dict[str, str]):
-    def decode_batches(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from kmq.spark.decode import decode_batch
-
-        schema = pa.schema([
-            ("queue", pa.string()), ("partition", pa.int32()), ("moffset", pa.int64()), ("ts_ms", pa.int64()),
-            ("mtype", pa.string()), ("firsts", pa.list_(pa.int64())), ("counts", pa.list_(pa.int64())),
-            ("outcome", pa.int32()),
-        ])
-        for b in batches:
-            if b.num_rows == 0:
-                continue
-            ts = pc.divide(b.column("timestamp").cast(pa.int64()), 1000)
-            d = decode_batch(
-                b.column("partition").to_pylist(), b.column("offset").to_pylist(), ts.to_pylist(),
-                b.column("key").to_pylist(), b.column("value").to_pylist(),
-            )
-            queues = [topic_to_queue.get(t, t) for t in b.column("topic").to_pylist()]
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(queues, pa.string()), pa.array(d["partition"], pa.int32()),
-                 pa.array(d["moffset"], pa.int64()), pa.array(d["ts_ms"], pa.int64()),
-                 pa.array(d["mtype"], pa.string()), pa.array(d["firsts"], pa.list_(pa.int64())),
-                 pa.array(d["counts"], pa.list_(pa.int64())), pa.array(d["outcome"], pa.int32())],
-                schema=schema,
-            )
-
-    return decode_batches
-
-
 # ------------------------------------------------------------------ state
 def _stateful(window_ms: int, idle_close_ms: int):
     def update(key, pdfs, state):
         import pandas as pd
+
+        from kmq.spark.decode import decode_batch
 
         queue, partition = key
         st = PartitionLagState.from_json(state.get[0]) if state.exists else PartitionLagState(int(partition), window_ms)
@@ -237,19 +203,20 @@ def _stateful(window_ms: int, idle_close_ms: int):
             if st.current is not None:  # its end is still ahead of the clock: look again then
                 state.setTimeoutDuration(max(1, st.current.window_end_ms - state.getCurrentProcessingTimeMs()))
         else:
+            # Rows of one key may arrive in several chunks and in any order: sort by marker offset.
             frames = [p for p in pdfs if len(p)]
             if frames:
                 pdf = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-                pdf = pdf.sort_values("moffset", kind="stable")
+                if not pdf["moffset"].is_monotonic_increasing:
+                    pdf = pdf.sort_values("moffset", kind="stable")
+                d = decode_batch(pdf["partition"].tolist(), pdf["moffset"].tolist(), pdf["ts_ms"].tolist(),
+                                 pdf["key"].tolist(), pdf["value"].tolist())
                 for off, ts, mtype, firsts, counts, outcome in zip(
-                    pdf["moffset"].tolist(), pdf["ts_ms"].tolist(), pdf["mtype"].tolist(),
-                    pdf["firsts"].tolist(), pdf["counts"].tolist(), pdf["outcome"].tolist(),
+                    d["moffset"], d["ts_ms"], d["mtype"], d["firsts"], d["counts"], d["outcome"],
                 ):
                     if off < st.high_water:
                         continue  # already applied (defensive: a source replaying offsets)
-                    ranges = zip(firsts.tolist(), counts.tolist()) if firsts is not None else ()
-                    oc = None if outcome is None or outcome != outcome else int(outcome)
-                    closed.extend(st.apply(int(off), int(ts), mtype, ranges, oc))
+                    closed.extend(st.apply(off, ts, mtype, zip(firsts, counts), outcome))
             state.setTimeoutDuration(idle_close_ms)
         state.update((st.to_json(),))
         if closed:
@@ -276,8 +243,18 @@ def build_windows(spark, cfg: Config, opts: JobOptions, markers=None):
 
     queues = _queues(cfg, opts)
     raw = markers if markers is not None else read_markers(spark, cfg, opts)
-    decoded = raw.select("topic", "partition", "offset", "timestamp", "key", "value").mapInArrow(
-        _decoder({q.markers_topic: q.name for q in queues}), DECODED_SCHEMA
+    from pyspark.sql import functions as F
+
+    topic_to_queue = F.create_map(*[F.lit(x) for q in queues for x in (q.markers_topic, q.name)])
+    # Decoding happens inside the stateful step, batch-wise with kmq.markers (decode_batch):
+    # one Python hop per record instead of two (see docs/spark.md).
+    decoded = raw.select(
+        F.coalesce(topic_to_queue[F.col("topic")], F.col("topic")).alias("queue"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").alias("moffset"),
+        F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+        "key",
+        "value",
     )
     return decoded.groupBy("queue", "partition").applyInPandasWithState(
         _stateful(opts.window_ms, opts.idle_close_ms),

@@ -152,6 +152,7 @@ class BatchSinks:
         self._topics_ready: set[str] = set()
         self.batches_written = 0
         self.windows_written = 0
+        self.last_windows: list[tuple[int, int]] = []  # (start_ms, end_ms) of the last batch written
 
     @classmethod
     def from_options(cls, spark, cfg: Config, opts) -> "BatchSinks":
@@ -162,6 +163,7 @@ class BatchSinks:
         """The ``foreachBatch`` function."""
         pdf = df.toPandas()
         if len(pdf) == 0:
+            self.last_windows = []
             return
         rows = [self._row(r) for r in pdf.to_dict("records")]
         self._add_marker_lag(rows)
@@ -175,6 +177,7 @@ class BatchSinks:
             self.metrics.last_batch.set(batch_id)
         self.batches_written += 1
         self.windows_written += len(rows)
+        self.last_windows = [(r["window_start_ms"], r["window_end_ms"]) for r in rows]
 
     @staticmethod
     def _row(r: dict) -> dict:

@@ -1,0 +1,188 @@
+"""``kmq bench spark``: the lag job's throughput and end-to-end latency at local[2].
+
+Two phases against one markers topic (an embedded broker unless ``--bootstrap``):
+
+1. **throughput**: a backlog of START/END markers is written first, then the job
+   reads it; markers/s = input rows / trigger execution time over the batches
+   after the warm-up (Spark's own progress reports).
+2. **latency**: with the job caught up, markers are written live (record time =
+   now) at ``--rate`` per second; for every window row the sink records when it
+   wrote the row. Reported: sink time minus window end (the newest marker of the
+   window) and minus window start (its oldest marker).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import tempfile
+import threading
+import time
+from typing import Any
+
+import click
+
+from kmq import markers as mk
+
+__all__ = ["command", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def _marker_records(partitions: int, count: int, t0_ms: int, spacing_ms: float, first_offsets: dict[int, int]):
+    """START/END pairs, 10 offsets each, round-robin over partitions."""
+    out = []
+    for i in range(count // 2):
+        p = i % partitions
+        off = first_offsets[p]
+        first_offsets[p] = off + 10
+        ts = int(t0_ms + i * 2 * spacing_ms)
+        out.append((p, ts, mk.encode_key(p), mk.encode(mk.Start(ranges=((off, 10),), lease_ms=30_000, owner="bench"))))
+        out.append((p, ts + 1, mk.encode_key(p), mk.encode(mk.End(ranges=((off, 10),)))))
+    return out
+
+
+def _produce(cfg, topic: str, records) -> None:
+    from kmq.clients import producer
+
+    p = producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024)
+    try:
+        for part, ts, k, v in records:
+            p.send(topic, key=k, value=v, partition=part, timestamp_ms=ts)
+        p.flush()
+    finally:
+        p.close()
+
+
+def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_000, rate: int = 2_000,
+        latency_seconds: float = 20.0, trigger: str = "1s", window: str = "1s",
+        max_offsets_per_trigger: int = 200_000) -> dict[str, Any]:
+    """Run both phases; returns the figures."""
+    from kmq.config import Config, parse_duration
+    from kmq.devbroker import DevBroker
+    from kmq.spark.job import JobOptions, spark_session, start
+    from kmq.spark.sinks import BatchSinks
+    from kmq.topics import ensure_topics
+
+    broker = None
+    if bootstrap is None:
+        broker = DevBroker()
+        broker.start()
+        bootstrap = broker.bootstrap
+    queue = f"bench-spark-{int(time.time())}"
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap}, "queues": [{"name": queue}],
+                            "tracker": {"group_id": f"{queue}-tracker"}})
+    q = cfg.queues[0]
+    workdir = tempfile.mkdtemp(prefix="kmq-bench-spark-")
+    spark = query = sinks = None
+    written: list[tuple[float, int, int]] = []
+    try:
+        ensure_topics(cfg.kafka, q, partitions)
+        offsets = {p: 0 for p in range(partitions)}
+        t0 = int(time.time() * 1000) - 3_600_000  # the backlog lies an hour back
+        t_write = time.monotonic()
+        _produce(cfg, q.markers_topic, _marker_records(partitions, markers, t0, 3_000_000 / markers, offsets))
+        write_s = time.monotonic() - t_write
+        opts = JobOptions(sinks=("prometheus",), checkpoint=f"{workdir}/ck", trigger=f"{int(parse_duration(trigger) * 1000)} milliseconds",
+                          window_s=parse_duration(window), prometheus_port=None,
+                          max_offsets_per_trigger=max_offsets_per_trigger)
+        spark = spark_session(opts, app_name="kmq-bench-spark")
+        spark.sparkContext.setLogLevel("ERROR")
+
+        class TimedSinks(BatchSinks):
+            def write_batch(self, df, batch_id):
+                pdf_rows = super().write_batch(df, batch_id)
+                now = time.time()
+                for ws, we in self.last_windows:
+                    written.append((now, ws, we))
+                return pdf_rows
+
+        sinks = TimedSinks(spark, cfg, opts.checkpoint, opts.sinks, prometheus_port=None)
+        query, _ = start(spark, cfg, opts, sinks)
+        # Phase 1: drain the backlog.
+        deadline = time.monotonic() + 600
+        while True:
+            done = sum(p["numInputRows"] for p in query.recentProgress)
+            if done >= markers or time.monotonic() > deadline:
+                break
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            time.sleep(0.5)
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        steady = progress[1:] if len(progress) > 2 else progress
+        rows = sum(p["numInputRows"] for p in steady)
+        ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
+        throughput = rows / (ms / 1000) if ms else 0.0
+        # Phase 2: live markers at `rate` per second.
+        written.clear()
+        stop = threading.Event()
+        start_live = time.time()
+
+        def writer():
+            from kmq.clients import producer
+
+            prod = producer(cfg.kafka, linger_ms=5)
+            try:
+                tick = 0.1
+                per_tick = max(2, int(rate * tick))
+                nxt = time.monotonic()
+                while not stop.is_set():
+                    now_ms = int(time.time() * 1000)
+                    for part, ts, k, v in _marker_records(partitions, per_tick, now_ms, 0, offsets):
+                        prod.send(q.markers_topic, key=k, value=v, partition=part, timestamp_ms=ts)
+                    prod.flush()
+                    nxt += tick
+                    time.sleep(max(0.0, nxt - time.monotonic()))
+            finally:
+                prod.close()
+
+        th = threading.Thread(target=writer, daemon=True)
+        th.start()
+        time.sleep(latency_seconds)
+        stop.set()
+        th.join(30)
+        live = [(now, ws, we) for now, ws, we in written if ws / 1000 >= start_live + 2]  # skip the ramp-up
+        to_end = sorted(now - we / 1000 for now, ws, we in live)
+        to_start = sorted(now - ws / 1000 for now, ws, we in live)
+
+        def pct(xs, q_):
+            return round(xs[min(len(xs) - 1, int(q_ * len(xs)))], 3) if xs else None
+
+        return {
+            "partitions": partitions,
+            "backlog_markers": markers,
+            "backlog_write_s": round(write_s, 2),
+            "steady_batches": len(steady),
+            "markers_per_s": round(throughput),
+            "live_rate_markers_per_s": rate,
+            "live_windows": len(live),
+            "latency_window_end_to_sink_s": {"p50": pct(to_end, 0.5), "p95": pct(to_end, 0.95), "max": pct(to_end, 1.0)},
+            "latency_window_start_to_sink_s": {"p50": pct(to_start, 0.5), "p95": pct(to_start, 0.95), "max": pct(to_start, 1.0)},
+            "mean_batch_s": round(statistics.mean(p["durationMs"]["triggerExecution"] for p in steady) / 1000, 3) if steady else None,
+            "trigger": trigger,
+            "window": window,
+        }
+    finally:
+        if query is not None:
+            query.stop()
+        if sinks is not None:
+            sinks.close()
+        if spark is not None:
+            spark.stop()
+        if broker is not None:
+            broker.stop()
+
+
+@click.command("spark")
+@click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
+@click.option("--partitions", default=4, show_default=True)
+@click.option("--markers", default=400_000, show_default=True, help="Backlog size for the throughput phase.")
+@click.option("--rate", default=2_000, show_default=True, help="Live markers/s in the latency phase.")
+@click.option("--latency-seconds", default=20.0, show_default=True)
+@click.option("--trigger", default="1s", show_default=True)
+@click.option("--window", default="1s", show_default=True)
+def command(**opts) -> None:
+    """Lag job: markers/s in steady state and marker-to-sink latency."""
+    import json
+
+    click.echo(json.dumps(run(**opts), indent=2))
