@@ -57,13 +57,14 @@ def _member_id(kc: Any) -> str | None:
 class _Pending:
     """A polled batch between START and hand-over (fetcher thread only)."""
 
-    __slots__ = ("messages", "offsets", "spans", "t0", "futures", "commit")
+    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "futures", "commit")
 
     def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
         self.messages = messages
         self.offsets = offsets
         self.spans = spans
         self.t0 = t0
+        self.sent_at = time.monotonic()  # START marker time, for the lease schedule
         self.futures: list = []
         self.commit: Any = None
 
@@ -139,8 +140,11 @@ class KmqConsumer:
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
         if cfg.consumer.auto_renew:
+            # A RENEW's deadline counts from its marker time, which is up to a flush
+            # interval after the keeper decided it: keep that much of max_lease in hand.
+            budget = max(self.queue.lease, cfg.consumer.max_lease - 2 * self.writer.flush_interval)
             self._schedule = LeaseSchedule(
-                self.queue.lease, cfg.consumer.max_lease, default_margin(self.queue.lease, self.writer.flush_interval),
+                self.queue.lease, budget, default_margin(self.queue.lease, self.writer.flush_interval),
             )
             self._keeper = LeaseKeeper(self._schedule, self._lock, self._auto_renew, self._lease_exhausted,
                                        max_sleep=max(0.05, min(0.5, self.queue.lease / 4)))
@@ -479,11 +483,11 @@ class KmqConsumer:
                 continue
             if self._hook:
                 self._hook("committed", b.spans)
-            self._hand_over(b.messages)
+            self._hand_over(b.messages, b.sent_at)
 
-    def _hand_over(self, messages: list[KmqMessage]) -> None:
+    def _hand_over(self, messages: list[KmqMessage], started_at: float) -> None:
         if self._schedule is not None:
-            now = time.monotonic()
+            now = started_at
             with self._lock:
                 for m in messages:
                     if m._outcome is None:

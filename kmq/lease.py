@@ -91,6 +91,7 @@ class LeaseSchedule:
         """Renewals due at ``now``. Each returned key is treated as renewed at ``now``."""
         out = Due()
         heap = self._heap
+        later: list[tuple[Hashable, float]] = []  # pushed after the loop: each entry is looked at once per call
         while heap and heap[0][0] <= now:
             renew_at, _, key = heapq.heappop(heap)
             e = self._entries.get(key)
@@ -98,7 +99,8 @@ class LeaseSchedule:
                 continue  # settled, or superseded by a later deadline
             started, deadline = e
             budget_end = started + self.max_lease
-            if deadline >= budget_end - 1e-9 or now >= budget_end:
+            # 1 ms tolerance: leases are whole milliseconds on the wire.
+            if deadline >= budget_end - 1e-3 or now >= budget_end:
                 del self._entries[key]
                 out.exhausted.append(key)
                 continue
@@ -107,7 +109,9 @@ class LeaseSchedule:
             lease = max(0.001, round(lease, 3))
             e[1] = now + lease
             out.renew.setdefault(lease, []).append(key)
-            self._push(key, e[1])
+            later.append((key, e[1]))
+        for key, deadline in later:
+            self._push(key, deadline)
         while heap and heap[0][2] not in self._entries:
             heapq.heappop(heap)
         if heap:

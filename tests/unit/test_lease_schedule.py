@@ -68,3 +68,14 @@ def test_many_messages_with_one_start_renew_together():
 @pytest.mark.parametrize("lease, interval, expected", [(30.0, 0.1, 7.5), (1.0, 0.1, 0.4), (0.4, 0.1, 0.2)])
 def test_default_margin(lease, interval, expected):
     assert default_margin(lease, interval) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("lease, max_lease, margin", [(1.0, 2.5, 0.3), (1.0, 2.45, 0.3), (0.3, 1.0, 0.25), (1.0, 1.0001, 0.5)])
+def test_always_terminates_and_never_passes_the_budget(lease, max_lease, margin):
+    s = LeaseSchedule(lease=lease, max_lease=max_lease, margin=margin)
+    s.track("m", 0.0)
+    renewals, exhausted = run(s, max_lease + 2 * lease, step=0.01)
+    assert "m" in exhausted
+    for t, new_lease, _ in renewals:
+        assert t + new_lease <= max_lease + 1e-3
+    assert exhausted["m"] >= renewals[-1][0] if renewals else True

@@ -1,0 +1,95 @@
+"""A KmqConsumer worker process for crash tests, plus readers for what it left behind.
+
+Run as ``python -m tests.helpers.workers --bootstrap B --queue Q --group G --pause-at STAGE``:
+the worker prints ``STAGE <stage> <json spans>`` at every fetcher stage
+("polled", "started", "committed") and blocks forever at ``STAGE`` so the test
+can SIGKILL it at exactly that step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from kafka import TopicPartition
+
+from kmq.markers import Start, decode, decode_key
+from tests.helpers.kafka import read_all
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(bootstrap: str, queue: str, group: str, pause_at: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.workers", "--bootstrap", bootstrap, "--queue", queue,
+         "--group", group, "--pause-at", pause_at],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+
+
+def markers_by_partition(bootstrap: str, topic: str) -> dict[int, list]:
+    """Decoded markers of ``topic`` per queue partition, in log order."""
+    out: dict[int, list] = {}
+    for r in read_all(bootstrap, topic):
+        out.setdefault(decode_key(r.key), []).append(decode(r.value))
+    return out
+
+
+def started_offsets(markers: dict[int, list]) -> dict[int, set[int]]:
+    return {p: {o for m in ms if isinstance(m, Start) for r in m.ranges for o in r.offsets()} for p, ms in markers.items()}
+
+
+def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """Committed offsets of ``group`` on ``topic`` (partition -> next offset); no group join."""
+    from kafka import KafkaConsumer
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        out = {}
+        for p in sorted(c.partitions_for_topic(topic) or ()):
+            off = c.committed(TopicPartition(topic, p))
+            if off is not None and off >= 0:
+                out[p] = off
+        return out
+    finally:
+        c.close()
+
+
+def _main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--queue", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--pause-at", choices=["polled", "started", "committed"], required=True)
+    args = ap.parse_args()
+
+    from kmq.config import Config
+    from kmq.consumer import KmqConsumer
+
+    cfg = Config.from_dict({
+        "kafka": {"bootstrap_servers": args.bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},
+        "queues": [{"name": args.queue}],
+        "consumer": {"group_id": args.group},
+    })
+    block = threading.Event()
+
+    def hook(stage: str, spans: dict) -> None:
+        print(f"STAGE {stage} {json.dumps({str(p): s for p, s in spans.items()})}", flush=True)
+        if stage == args.pause_at:
+            block.wait()  # until SIGKILL
+
+    consumer = KmqConsumer(cfg, queue=args.queue, stage_hook=hook)
+    while True:
+        for msg in consumer.poll(timeout=1.0):
+            msg.ack()
+
+
+if __name__ == "__main__":
+    _main()
+
+
+__all__ = ["spawn", "markers_by_partition", "started_offsets", "committed", "TopicPartition"]

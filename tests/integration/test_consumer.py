@@ -1,0 +1,245 @@
+"""KmqConsumer on the real broker: START before commit, coalesced settlements,
+in-flight cap, automatic renewal up to max_lease, START failure."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import pytest
+
+from kmq import clients
+from kmq.config import Config
+from kmq.consumer import KmqConsumer
+from kmq.devbroker import DevBroker
+from kmq.errors import MarkerWriteError, MessageAlreadySettled
+from kmq.markers import End, Nack, Reject, Renew, Start
+from kmq.topics import ensure_topics
+from tests.conftest import unique
+from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.workers import committed, markers_by_partition, spawn, started_offsets
+
+pytestmark = pytest.mark.integration
+
+
+def produce(cfg: Config, topic: str, n: int, partitions: int = 1, prefix: bytes = b"m") -> None:
+    p = clients.producer(cfg.kafka)
+    for i in range(n):
+        p.send(topic, key=b"%d" % i, value=prefix + b"%d" % i, partition=i % partitions)
+    p.flush()
+    p.close()
+
+
+def poll_n(consumer: KmqConsumer, n: int, timeout: float = 30.0) -> list:
+    got: list = []
+    wait_until(lambda: got.extend(consumer.poll(timeout=0.2)) or len(got) >= n, timeout, what=f"{n} messages")
+    return got
+
+
+def types(markers: list) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m in markers:
+        out[type(m).__name__] = out.get(type(m).__name__, 0) + 1
+    return out
+
+
+def test_messages_arrive_after_start_and_commit_and_acks_are_coalesced(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"})
+    produce(cfg, q.name, 400, partitions=2)
+    with KmqConsumer(cfg, queue=q.name) as consumer:
+        msgs = poll_n(consumer, 400)
+        # Every handed-over message has its START on the markers topic and its offset committed.
+        starts = started_offsets(markers_by_partition(bootstrap, q.markers_topic))
+        done = committed(bootstrap, cfg.consumer.group_id, q.name)
+        for m in msgs:
+            assert m.offset in starts[m.partition]
+            assert done[m.partition] > m.offset
+            assert m.delivery_count == 1 and m.origin == f"{q.name}/{m.partition}/{m.offset}"
+        for m in reversed(msgs):  # any order
+            m.ack()
+        with pytest.raises(MessageAlreadySettled):
+            msgs[0].ack()
+        consumer.writer.flush()
+        markers = markers_by_partition(bootstrap, q.markers_topic)
+    ended = {p: {o for m in ms if isinstance(m, End) for r in m.ranges for o in r.offsets()} for p, ms in markers.items()}
+    assert ended == {0: set(range(200)), 1: set(range(200))}
+    records = sum(len(ms) for ms in markers.values())
+    assert records <= 12, f"{records} marker records for 400 messages"  # a few STARTs + one END per partition per flush
+    assert all(m.owner for ms in markers.values() for m in ms if isinstance(m, Start))
+
+
+def test_nack_reject_renew_are_ranges_with_their_parameters(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "10s"})  # flush only when asked
+    produce(cfg, q.name, 100)
+    with KmqConsumer(cfg, queue=q.name) as consumer:
+        msgs = sorted(poll_n(consumer, 100), key=lambda m: m.offset)
+        for m in msgs[:40]:
+            m.renew(lease=90.0)
+        for m in msgs[:20]:
+            m.nack(delay=5.0)
+        for m in msgs[20:30]:
+            m.reject("bad payload")
+        for m in msgs[40:]:  # 30..39 stay in flight
+            m.ack()
+        with pytest.raises(MessageAlreadySettled):
+            msgs[25].nack()
+        consumer.writer.flush()
+        markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    kinds = types(markers)
+    assert kinds.get("Nack") == 1 and kinds.get("Reject") == 1 and kinds.get("End") == 1 and kinds.get("Renew") == 1
+    nack = next(m for m in markers if isinstance(m, Nack))
+    assert [tuple(r) for r in nack.ranges] == [(0, 20)] and nack.delay_ms == 5000
+    reject = next(m for m in markers if isinstance(m, Reject))
+    assert [tuple(r) for r in reject.ranges] == [(20, 10)] and reject.reason == "bad payload"
+    renew = next(m for m in markers if isinstance(m, Renew))
+    # renews of messages settled in the same flush are dropped: only 30..39 are still worth renewing
+    assert [tuple(r) for r in renew.ranges] == [(30, 10)] and renew.lease_ms == 90000
+
+
+def test_in_flight_cap_holds_under_a_slow_handler(queue_topics):
+    cfg, q = queue_topics(partitions=2, consumer={"max_in_flight_per_partition": 5, "ack_flush_interval": "50ms"})
+    produce(cfg, q.name, 60, partitions=2)
+    consumer = KmqConsumer(cfg, queue=q.name, batch_size=50)
+    peak: dict[int, int] = {}
+    seen: list = []
+    lock = threading.Lock()
+
+    def slow(msg):
+        with lock:
+            for p, n in consumer.in_flight().items():
+                peak[p] = max(peak.get(p, 0), n)
+            seen.append(msg.offset)
+            if len(seen) == 60:
+                consumer.stop()
+        time.sleep(0.02)
+
+    runner = threading.Thread(target=consumer.run, args=(slow,), kwargs={"workers": 8})
+    runner.start()
+    try:
+        wait_until(lambda: not runner.is_alive(), 60, what="all 60 messages handled")
+    finally:
+        consumer.stop()
+        runner.join(10)
+        consumer.close()
+    assert len(seen) == 60
+    assert peak and max(peak.values()) <= 5, peak
+
+
+def test_handler_exception_nacks_with_backoff_by_delivery_count(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "2s", "max": "60s", "multiplier": 3.0}},
+                          consumer={"ack_flush_interval": "50ms"})
+    p = clients.producer(cfg.kafka)
+    p.send(q.name, value=b"fresh")
+    p.send(q.name, value=b"third", headers=[("kmq-delivery-count", b"3"), ("kmq-origin", b"x/0/1")])
+    p.send(q.name, value=b"ok")
+    p.flush()
+    p.close()
+    consumer = KmqConsumer(cfg, queue=q.name)
+    handled: list = []
+
+    def handler(msg):
+        handled.append(msg.value)
+        if len(handled) == 3:
+            consumer.stop()
+        if msg.value != b"ok":
+            raise RuntimeError("boom")
+
+    consumer.run(handler, workers=2)
+    consumer.close()
+    markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    nacks = {r.first: m.delay_ms for m in markers if isinstance(m, Nack) for r in m.ranges}
+    assert nacks == {0: 2000, 1: 18000}  # delay(1) = 2s, delay(3) = 2s * 3^2
+    assert [tuple(r) for m in markers if isinstance(m, End) for r in m.ranges] == [(2, 1)]
+
+
+def test_auto_renew_renews_as_ranges_and_stops_at_max_lease(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=1, queue={"lease": "1s"},
+                          consumer={"auto_renew": True, "max_lease": "2500ms", "ack_flush_interval": "50ms"})
+    produce(cfg, q.name, 10)
+    with KmqConsumer(cfg, queue=q.name) as consumer:
+        msgs = poll_n(consumer, 10)
+        wait_until(lambda: consumer.exhausted_leases >= 10, 15, what="max_lease reached")
+        consumer.writer.flush()
+        markers = read_all(bootstrap, q.markers_topic)
+        assert not any(m.settled for m in msgs)
+    from kmq.markers import decode
+
+    decoded = [(r.timestamp, decode(r.value)) for r in markers]
+    start_ts = min(ts for ts, m in decoded if isinstance(m, Start))
+    renews = [(ts, m) for ts, m in decoded if isinstance(m, Renew)]
+    assert renews, "no RENEW written"
+    for ts, m in renews:
+        assert [tuple(r) for r in m.ranges] == [(0, 10)]  # one record for all ten
+        # never beyond max_lease after START (100 ms slack for ms rounding and thread scheduling)
+        assert ts + m.lease_ms <= start_ts + 2500 + 100
+    last_deadline = max(ts + m.lease_ms for ts, m in renews)
+    assert last_deadline >= start_ts + 2000  # it did keep the lease going
+
+
+def test_start_write_failure_hands_nothing_over_and_commits_nothing(tmp_path):
+    broker = DevBroker().start()
+    try:
+        q = unique("q")
+        cfg = Config.from_dict({
+            "kafka": {"bootstrap_servers": broker.bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s",
+                      "connect_timeout": "2s"},
+            "queues": [{"name": q}],
+            "consumer": {"group_id": unique("g")},
+        })
+        ensure_topics(cfg.kafka, cfg.queues[0], 1)
+        produce(cfg, q, 5)
+        stages: list[str] = []
+
+        def hook(stage, spans):
+            stages.append(stage)
+            if stage == "polled":
+                broker.kill()  # the broker dies between poll and START
+
+        consumer = KmqConsumer(cfg, queue=q, stage_hook=hook)
+        try:
+            got: list = []
+            with pytest.raises(MarkerWriteError) as err:
+                wait_until(lambda: got.extend(consumer.poll(timeout=0.5)) or False, 60, what="MarkerWriteError")
+            assert got == []
+            assert stages == ["polled"]  # never "started", never "committed"
+            text = str(err.value)
+            assert "START marker" in text and "not acknowledged by Kafka" in text and "not committed" in text
+        finally:
+            consumer.close(timeout=5)
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("stage", ["polled", "started", "committed"])
+def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topics, bootstrap, stage):
+    cfg, q = queue_topics(partitions=2)
+    produce(cfg, q.name, 20, partitions=2)
+    proc = spawn(bootstrap, q.name, cfg.consumer.group_id, stage)
+    try:
+        spans = None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(f"STAGE {stage} "):
+                spans = {int(p): s for p, s in json.loads(line.split(" ", 2)[2]).items()}
+                break
+        assert spans, "worker exited before reaching the stage"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    starts = started_offsets(markers_by_partition(bootstrap, q.markers_topic))
+    done = committed(bootstrap, cfg.consumer.group_id, q.name)
+    # The invariant: every committed offset has its START.
+    for p, nxt in done.items():
+        assert set(range(nxt)) <= starts.get(p, set()), f"partition {p} committed to {nxt} without START"
+    batch = {p: set(range(first, last + 1)) for p, (first, last) in spans.items()}
+    if stage == "polled":
+        assert done == {} and all(not (starts.get(p, set()) & offs) for p, offs in batch.items())
+    elif stage == "started":
+        assert done == {} and all(offs <= starts[p] for p, offs in batch.items())
+    else:
+        assert all(offs <= starts[p] and done[p] == max(offs) + 1 for p, offs in batch.items())
