@@ -1,0 +1,124 @@
+"""MarkerWriter and @kmq.marked around a user's own kafka-python loop."""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+
+import pytest
+
+import kmq
+from kmq import clients
+from kmq.errors import MessageAlreadySettled
+from kmq.markers import End, Nack, Reject, Renew, Start
+from tests.helpers.kafka import wait_for_assignment
+from tests.helpers.workers import committed, markers_by_partition
+
+pytestmark = pytest.mark.integration
+
+ORIGINAL = textwrap.dedent('''
+    from kafka import KafkaConsumer
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=1000)
+
+    def handle(record):
+        handled.append((record.partition, record.offset))
+
+    while len(handled) < n:
+        batch = consumer.poll(timeout_ms=500)
+        for tp, records in batch.items():
+            for record in records:
+                handle(record)
+        consumer.commit()
+    consumer.close()
+''')
+
+WITH_KMQ = textwrap.dedent('''
+    from kafka import KafkaConsumer
+    import kmq
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=1000)
+    writer = kmq.MarkerWriter(cfg, queue=topic, consumer=consumer)
+
+    @kmq.marked(writer)
+    def handle(record):
+        handled.append((record.partition, record.offset))
+
+    while len(handled) < n:
+        batch = consumer.poll(timeout_ms=500)
+        writer.start(batch)
+        for tp, records in batch.items():
+            for record in records:
+                handle(record)
+        consumer.commit()
+    consumer.close()
+    writer.close()
+''')
+
+
+def produce(cfg, topic, n, partitions):
+    p = clients.producer(cfg.kafka)
+    for i in range(n):
+        p.send(topic, value=b"v%d" % i, partition=i % partitions)
+    p.flush()
+    p.close()
+
+
+def test_an_existing_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap):
+    changed = [line for line in difflib.ndiff(ORIGINAL.splitlines(), WITH_KMQ.splitlines()) if line[:2] in ("+ ", "- ")]
+    assert len(changed) <= 5, changed
+
+    cfg, q = queue_topics(partitions=2)
+    produce(cfg, q.name, 50, 2)
+    for source, group in ((ORIGINAL, cfg.consumer.group_id + "-plain"), (WITH_KMQ, cfg.consumer.group_id)):
+        handled: list = []
+        exec(source, {"topic": q.name, "bootstrap": bootstrap, "group": group, "n": 50, "handled": handled, "cfg": cfg})
+        assert sorted(handled) == sorted((i % 2, i // 2) for i in range(50))
+
+    markers = markers_by_partition(bootstrap, q.markers_topic)
+    for p in (0, 1):
+        started = {o for m in markers[p] if isinstance(m, Start) for r in m.ranges for o in r.offsets()}
+        ended = {o for m in markers[p] if isinstance(m, End) for r in m.ranges for o in r.offsets()}
+        assert started == ended == set(range(25))
+    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 25, 1: 25}
+
+
+def test_marked_acks_nacks_with_backoff_and_rejects_by_exception_class(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "3s"}})
+    produce(cfg, q.name, 6, 1)
+    consumer = clients.consumer(cfg.kafka, q.name, group_id=cfg.consumer.group_id)
+
+    class Poison(Exception):
+        pass
+
+    writer = kmq.MarkerWriter(cfg, queue=q.name, consumer=consumer)
+
+    @kmq.marked(writer, reject_on=Poison)
+    def handle(record):
+        if record.offset in (1, 2):
+            raise RuntimeError("transient")
+        if record.offset == 3:
+            raise Poison("unparseable")
+        if record.offset == 4:
+            writer.renew(record, lease=45.0)
+            writer.flush_buffer()  # written before the ack, so it is not folded into it
+        return record.offset
+
+    try:
+        wait_for_assignment(consumer)
+        results = []
+        while len(results) < 6:
+            for rec in writer.start(consumer.poll(timeout_ms=500)):
+                results.append(handle(rec))
+        assert results == [0, None, None, None, 4, 5]
+        with pytest.raises(MessageAlreadySettled):
+            writer.ack(rec)  # offset 5 was acked by the decorator
+    finally:
+        consumer.close()
+        writer.close()
+    markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    assert [(tuple(r), m.delay_ms) for m in markers if isinstance(m, Nack) for r in m.ranges] == [((1, 2), 3000)]
+    rejects = [m for m in markers if isinstance(m, Reject)]
+    assert len(rejects) == 1 and rejects[0].ranges[0] == (3, 1) and rejects[0].reason == "Poison: unparseable"
+    assert {o for m in markers if isinstance(m, End) for r in m.ranges for o in r.offsets()} == {0, 4, 5}
+    assert any(isinstance(m, Renew) and m.lease_ms == 45000 for m in markers)
