@@ -167,13 +167,18 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
             batch = consumer.poll(timeout_ms=200, max_records=50_000)
         except OffsetOutOfRangeError:
             earliest = consumer.beginning_offsets([tp])[tp]
+            if earliest <= position:
+                raise SourceError(
+                    f"{part.topic}[{part.partition}]: offset {position} is out of range although the log starts at "
+                    f"{earliest}: was the topic deleted and recreated? Restart the job with a new checkpoint"
+                ) from None
             if part.fail_on_data_loss:
                 raise DataLossError(
                     f"{part.topic}[{part.partition}]: offsets {position}..{earliest - 1} were deleted (retention) "
                     "before the job read them; set failOnDataLoss=false to skip them, or restart with a new checkpoint"
                 ) from None
             log.warning("%s[%d]: skipping deleted offsets %d..%d", part.topic, part.partition, position, earliest - 1)
-            position = max(earliest, position)
+            position = earliest
             consumer.seek(tp, position)
             continue
         records = batch.get(tp, [])

@@ -1,0 +1,112 @@
+"""The kmq-kafka Python data source, driven through its reader API (no query needed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from kafka import TopicPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from kmq.spark.job import JobOptions, SparkConnectorMissing, kafka_connector_available, read_markers
+from kmq.spark.source import DataLossError, KafkaStreamReader, SourceError
+from tests.integration.spark.markers_workload import write_records
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+def _reader(bootstrap, topic, **extra):
+    # Spark hands options over with lower-cased keys.
+    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **{k.lower(): v for k, v in extra.items()}}
+    return KafkaStreamReader(opts)
+
+
+def _read(reader, start, end):
+    rows = []
+    for part in reader.partitions(start, end):
+        for batch in reader.read(part):
+            rows.extend(batch.to_pylist())
+    return rows
+
+
+def test_reader_plans_batches_and_yields_spark_kafka_columns(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=2)
+    t = 1_700_000_000_123
+    recs = [(i % 2, t + i, b"k%d" % i, b"v%d" % i) for i in range(30)]
+    from kmq.clients import producer
+
+    p = producer(cfg.kafka)
+    for part, ts, k, v in recs:
+        p.send(q.markers_topic, key=k, value=v, partition=part, timestamp_ms=ts, headers=[("h", b"x")])
+    p.flush()
+    p.close()
+    reader = _reader(bootstrap, q.markers_topic, maxOffsetsPerTrigger="10", startingOffsets="earliest")
+    try:
+        start = reader.initialOffset()
+        assert start == {q.markers_topic: {"0": 0, "1": 0}}
+        assert reader.getDefaultReadLimit() == ReadMaxRows(10)
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        assert end == {q.markers_topic: {"0": 5, "1": 5}}  # the cap is spread over the partitions
+        rows = _read(reader, start, end)
+        everything = reader.latestOffset(end, ReadAllAvailable())
+        assert everything == {q.markers_topic: {"0": 15, "1": 15}}
+        rows += _read(reader, end, everything)
+        assert reader.latestOffset(everything, ReadAllAvailable()) == everything
+        assert reader.partitions(everything, everything) == []
+    finally:
+        reader.stop()
+    assert len(rows) == 30
+    r = next(x for x in rows if x["partition"] == 1 and x["offset"] == 2)
+    assert r["key"] == b"k5" and r["value"] == b"v5" and r["topic"] == q.markers_topic
+    assert r["timestamp"] == dt.datetime.fromtimestamp((t + 5) / 1000, dt.timezone.utc)
+    assert r["timestamp"].tzinfo is not None
+    assert r["timestampType"] == 0
+    assert r["headers"] == [{"key": "h", "value": b"x"}]
+    # JSON starting offsets: named partitions start there, the others at the earliest offset.
+    r2 = _reader(bootstrap, q.markers_topic, startingOffsets='{"%s": {"1": 12}}' % q.markers_topic)
+    try:
+        assert r2.initialOffset() == {q.markers_topic: {"0": 0, "1": 12}}
+    finally:
+        r2.stop()
+
+
+def test_reader_errors_are_clear(queue_topics, bootstrap):
+    with pytest.raises(SourceError, match="kafka.bootstrap.servers"):
+        KafkaStreamReader({"subscribe": "x"})
+    reader = _reader(bootstrap, "no-such-topic-kmq")
+    try:
+        with pytest.raises(SourceError, match="does not exist"):
+            reader.initialOffset()
+    finally:
+        reader.stop()
+
+
+def test_deleted_offsets_fail_or_skip_per_option(queue_topics, bootstrap, skip_on_tansu):
+    skip_on_tansu("DeleteRecords is not supported, so retention cannot be simulated")
+    cfg, q = queue_topics(partitions=1)
+    write_records(cfg, q.markers_topic, [(0, 1_700_000_000_000 + i, b"k", b"v") for i in range(20)])
+    from kmq.clients import admin_client
+
+    admin = admin_client(cfg.kafka)
+    admin.delete_records({TopicPartition(q.markers_topic, 0): 10})
+    admin.close()
+    for fail, expect in ((True, None), (False, list(range(10, 20)))):
+        reader = _reader(bootstrap, q.markers_topic, failOnDataLoss=str(fail).lower(),
+                         startingOffsets='{"%s": {"0": 3}}' % q.markers_topic)
+        try:
+            start = reader.initialOffset()
+            end = reader.latestOffset(start, ReadAllAvailable())
+            if expect is None:
+                with pytest.raises(DataLossError, match="failOnDataLoss"):
+                    _read(reader, start, end)
+            else:
+                assert [r["offset"] for r in _read(reader, start, end)] == expect
+        finally:
+            reader.stop()
+
+
+def test_source_kafka_without_the_connector_says_how_to_add_it(spark, make_config):
+    if kafka_connector_available(spark):
+        pytest.skip("Spark's Kafka connector is on this classpath; the missing-jar error cannot happen")
+    with pytest.raises(SparkConnectorMissing, match=r"spark-sql-kafka-0-10_2\.13:4\.3\.0.*--source python"):
+        read_markers(spark, make_config(), JobOptions(source="kafka"))
