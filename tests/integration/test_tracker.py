@@ -13,7 +13,7 @@ from kafka import KafkaProducer
 
 from kmq.markers import End, MarkerDecodeError, Nack, Reject, Renew, Start, decode, encode, encode_key
 from tests.conftest import unique
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, headers, http_status, metric
 from tracker import Tracker
 
@@ -165,3 +165,27 @@ def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics):
             assert headers(copy)["kmq-delivery-count"] == "2"
     finally:
         tail.close()
+
+
+def test_offsets_missing_from_the_queue_log_are_closed_not_replaced(bootstrap, queue_topics):
+    """START covers offsets 0..4 but the log holds only 0..2: 3 copies, 2 closed as missing."""
+    from kmq.markers import Closed, Outcome
+
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"})
+    produce(bootstrap, q.name, 3)
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tail = Tail(bootstrap, q.name)
+    try:
+        with running_tracker(cfg) as t:
+            markers.send(0, Start([(0, 5)], lease_ms=LEASE_MS))
+            wait_until(lambda: metric(t.http_port, "kmq_tracker_missing_offsets_total", queue=q.name) == 2, 15,
+                       what="missing offsets counted")
+            recs = tail.wait_for(6, what="copies of the three real records")
+            assert sorted(headers(r)["kmq-origin"] for r in recs[3:]) == [f"{q.name}/0/{i}" for i in range(3)]
+            wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 0, 10, what="closed")
+        closed = [m for m in (decode(r.value) for r in read_all(bootstrap, q.markers_topic)) if isinstance(m, Closed)]
+        assert Closed([(3, 2)], Outcome.MISSING) in closed
+        assert Closed([(0, 3)], Outcome.REDELIVERED) in closed
+        assert len(tail.poll()) == 6
+    finally:
+        markers.close(); tail.close()
