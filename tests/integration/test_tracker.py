@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 
 import pytest
 from kafka import KafkaProducer
 
 from kmq.markers import End, MarkerDecodeError, Nack, Reject, Renew, Start, decode, encode, encode_key
-from tests.conftest import unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, headers, http_status, metric
 from tracker import Tracker
