@@ -6,7 +6,7 @@ Deterministic by design, so demos and chaos tests can predict outcomes:
   then ``i`` as 10 digits and ``:``, padded with ``.`` to ``--size`` bytes.
   Message i is poison when ``floor((i+1)*p) > floor(i*p)`` for
   ``--poison-rate p``: exactly ``floor(N*p)`` of N messages, evenly spread.
-* ``kmq work`` decides per delivery from ``crc32(origin + "#" + delivery_count)``:
+* ``kmq work`` decides per delivery from ``blake2b-64(origin + "#" + delivery_count) / 2^64``:
   a fraction in [0, 1) below ``--fail-rate`` raises (-> nack with backoff);
   the next ``--hang-rate`` band never settles (the lease expires and the tracker
   redelivers). Poison payloads are always rejected (-> DLQ). The same message
@@ -20,7 +20,7 @@ import math
 import signal
 import threading
 import time
-import zlib
+import hashlib
 from typing import Any
 
 import click
@@ -58,7 +58,8 @@ def is_poison(value: bytes | None, rate: float = 0.0) -> bool:
 
 def fate(origin: str, delivery_count: int, fail_rate: float, hang_rate: float) -> str:
     """``"fail"``, ``"hang"`` or ``"ok"`` for one delivery (deterministic)."""
-    x = zlib.crc32(f"{origin}#{delivery_count}".encode()) / 2**32
+    digest = hashlib.blake2b(f"{origin}#{delivery_count}".encode(), digest_size=8).digest()
+    x = int.from_bytes(digest, "big") / 2**64
     if x < fail_rate:
         return "fail"
     if x < fail_rate + hang_rate:
@@ -108,7 +109,7 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
 @click.argument("queue")
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True, help="Handler threads.")
 @click.option("--fail-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
-              help="Fraction of deliveries whose handler raises (-> nack with backoff). Chosen by crc32(origin#delivery).")
+              help="Fraction of deliveries whose handler raises (-> nack with backoff). Chosen by blake2b(origin#delivery).")
 @click.option("--hang-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Fraction of deliveries never settled (lease expires -> the tracker redelivers).")
 @click.option("--poison-rate", type=click.FloatRange(0, 1), default=None,
@@ -124,7 +125,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, poison_ra
          ack_log: str | None, max_messages: int, metrics_port: int | None, cfg: Config) -> None:
     """Consume QUEUE with failure injection until SIGTERM/SIGINT (drain, flush, close).
 
-    Deterministic per delivery: fate = crc32("origin#delivery_count")/2^32;
+    Deterministic per delivery: fate = blake2b-64("origin#delivery_count")/2^64;
     below --fail-rate -> raise (nack), next --hang-rate band -> never settle,
     payload starting with POISON: -> reject (DLQ). Prints one summary line on exit.
     """

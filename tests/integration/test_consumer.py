@@ -63,6 +63,10 @@ def test_messages_arrive_after_start_and_commit_and_acks_are_coalesced(queue_top
             msgs[0].ack()
         consumer.writer.flush()
         markers = markers_by_partition(bootstrap, q.markers_topic)
+    sample = consumer.metrics.registry.get_sample_value
+    assert sample("kmq_consumer_messages_total", {"queue": q.name, "outcome": "received"}) == 400
+    assert sample("kmq_consumer_messages_total", {"queue": q.name, "outcome": "acked"}) == 400
+    assert sample("kmq_consumer_marker_write_seconds_count") >= 1
     ended = {p: {o for m in ms if isinstance(m, End) for r in m.ranges for o in r.offsets()} for p, ms in markers.items()}
     assert ended == {0: set(range(200)), 1: set(range(200))}
     records = sum(len(ms) for ms in markers.values())
