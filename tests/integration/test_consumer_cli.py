@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from kmq.cli import cli
 from kmq.cli.work import fate, is_poison
+from kmq.devbroker import free_port
 from kmq.markers import End, Nack, Reject
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import markers_by_partition
@@ -68,9 +70,10 @@ def test_work_drains_and_flushes_on_sigterm(queue_topics, bootstrap, tmp_path):
     res = CliRunner().invoke(cli, ["produce", q.name, "--count", "300", "--config", str(conf)])
     assert res.exit_code == 0, res.output
     ack_log = tmp_path / "acks.log"
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-c", "from kmq.cli import main; main()", "work", q.name, "--config", str(conf), "--workers", "2",
-         "--processing-ms", "20", "--ack-log", str(ack_log)],
+         "--processing-ms", "20", "--ack-log", str(ack_log), "--metrics-port", str(port)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -79,6 +82,8 @@ def test_work_drains_and_flushes_on_sigterm(queue_topics, bootstrap, tmp_path):
             return ack_log.exists() and len(ack_log.read_text().splitlines()) >= 30
 
         wait_until(thirty_acks, 60, what="30 acks")
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert f'kmq_consumer_messages_total{{outcome="received",queue="{q.name}"}}' in metrics
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
