@@ -29,6 +29,8 @@ __all__ = [
     "JobOptions",
     "OUTPUT_SCHEMA",
     "SparkConnectorMissing",
+    "LagJobFailed",
+    "preflight",
     "spark_session",
     "read_markers",
     "build_windows",
@@ -53,6 +55,36 @@ KAFKA_CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 class SparkConnectorMissing(KmqError):
     """``--source kafka`` without Spark's Kafka connector on the classpath."""
+
+
+class LagJobFailed(KmqError):
+    """The streaming query stopped with an error (the first line says why)."""
+
+
+def preflight(cfg: Config, opts: JobOptions) -> None:
+    """Fail fast, with kmq's clear errors, when the broker or a markers topic is missing."""
+    from kmq.clients import consumer
+    from kmq.errors import TopicMissing
+
+    c = consumer(cfg.kafka)
+    try:
+        for q in _queues(cfg, opts):
+            if not c.partitions_for_topic(q.markers_topic):
+                raise TopicMissing(
+                    f"markers topic {q.markers_topic!r} of queue {q.name!r} does not exist: run `kmq topics create`"
+                )
+    finally:
+        c.close()
+
+
+def _summary(exc: BaseException) -> str:
+    """The most telling line of a Spark/py4j error: a kmq error if any, else the last ``...Error: ...`` line."""
+    text = str(getattr(exc, "desc", None) or exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    kmq_lines = [ln for ln in lines if ln.startswith("kmq.")]
+    error_lines = [ln for ln in lines if "Error: " in ln and not ln.startswith(("File ", "at "))]
+    best = kmq_lines or error_lines or lines or [repr(exc)]
+    return best[-1][:500]
 
 
 @dataclass
@@ -283,12 +315,18 @@ def start(spark, cfg: Config, opts: JobOptions, sinks=None):
 
 def run(cfg: Config, opts: JobOptions, master: str | None = None) -> None:
     """``kmq lag-job``: run until stopped (SIGTERM/Ctrl-C stop the query cleanly)."""
+    preflight(cfg, opts)
     spark = spark_session(opts, master=master)
     sinks = None
     try:
         query, sinks = start(spark, cfg, opts)
         log.info("lag job running: query %s, checkpoint %s", query.id, opts.checkpoint)
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        except Exception as exc:  # StreamingQueryException and py4j errors: one clear line
+            if isinstance(exc, KmqError):
+                raise
+            raise LagJobFailed(f"the lag job stopped: {_summary(exc)}") from exc
     finally:
         if sinks is not None:
             sinks.close()
