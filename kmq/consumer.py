@@ -11,7 +11,9 @@ START and commit overlap with user processing of the current one.
 
 The per-partition in-flight cap counts messages handed over (or ready to be)
 and not settled: a partition at the cap is paused, records beyond the cap are
-sought back, and the partition resumes when acks drain it. A rebalance drops
+sought back, and the partition resumes when acks drain it. When the
+application falls behind (ready batches pile up), the fetcher pauses every
+partition but keeps polling, so heartbeats and rebalances go on. A rebalance drops
 ready-but-not-handed batches of revoked partitions and NACKs them (delay 0),
 so the tracker redelivers them at once to the new owner.
 """
@@ -126,7 +128,6 @@ class KmqConsumer:
         self._stop_run = threading.Event()
         self._closed = False
         self._fetcher: threading.Thread | None = None
-        self._kick = threading.Event()
         self._revoked_parts: frozenset[int] = frozenset()
         self.pipeline = 2  # batches between poll and hand-over (START and commit in flight)
         self.exhausted_leases = 0
@@ -255,7 +256,6 @@ class KmqConsumer:
             if max_records is not None and 0 < max_records < len(batch):
                 self._ready.appendleft(batch[max_records:])
                 batch = batch[:max_records]
-        self._kick.set()
         return batch
 
     def __iter__(self) -> Iterator[KmqMessage]:
@@ -327,13 +327,13 @@ class KmqConsumer:
                 self._advance(kc, pending)
                 with self._cond:
                     queued = len(self._ready)
-                if queued >= self.prefetch or queued + len(pending) >= self.prefetch + self.pipeline:
-                    self._kick.wait(0.05)  # a START/commit completing or the application taking a batch wakes us
-                    self._kick.clear()
-                    continue
-                self._apply_cap(kc)
-                # Short timeout while batches are between START and hand-over, so they move on soon.
-                records = kc.poll(timeout_ms=5 if pending else 100, max_records=self.batch_size)
+                # Backpressure: the application is behind. Keep polling (group membership,
+                # rebalances) with every partition paused instead of not polling at all.
+                full = queued >= self.prefetch or queued + len(pending) >= self.prefetch + self.pipeline
+                self._apply_pauses(kc, full)
+                # Short timeouts while batches are between START and hand-over, so they move on soon.
+                timeout_ms = 5 if pending else 10 if full else 100
+                records = kc.poll(timeout_ms=timeout_ms, max_records=self.batch_size)
                 batch = self._take(kc, records) if records else None
                 if batch is not None:
                     pending.append(batch)
@@ -370,19 +370,21 @@ class KmqConsumer:
         except Exception as exc:  # noqa: BLE001 - closing is best effort
             log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
 
-    def _apply_cap(self, kc: Any) -> None:
-        with self._lock:
-            full = {p for p, n in self._inflight.items() if n >= self.cap}
-        paused = {tp.partition for tp in kc.paused()}
-        if not full and not paused:
-            return
-        assigned = kc.assignment()
-        to_pause = [tp for tp in assigned if tp.partition in full and tp.partition not in paused]
-        to_resume = [tp for tp in assigned if tp.partition in paused and tp.partition not in full]
-        if to_pause:
-            kc.pause(*to_pause)
-        if to_resume:
-            kc.resume(*to_resume)
+    def _apply_pauses(self, kc: Any, all_paused: bool) -> None:
+        """Pause partitions at the in-flight cap (or all, under backpressure); resume the rest."""
+        paused = {tp for tp in kc.paused()}
+        if all_paused:
+            want = set(kc.assignment())
+        else:
+            with self._lock:
+                full = {p for p, n in self._inflight.items() if n >= self.cap}
+            if not full and not paused:
+                return
+            want = {tp for tp in kc.assignment() if tp.partition in full}
+        if want - paused:
+            kc.pause(*(want - paused))
+        if paused - want:
+            kc.resume(*(paused - want))
 
     def _take(self, kc: Any, records: dict) -> "_Pending | None":
         """Cap the polled records, count them in flight and send their STARTs (no wait)."""
@@ -422,12 +424,7 @@ class KmqConsumer:
         except MarkerWriteError:
             self._forget(messages)
             raise
-        for _, _, fut in b.futures:
-            fut.add_both(self._kick_cb)
         return b
-
-    def _kick_cb(self, *_: Any) -> None:
-        self._kick.set()
 
     def _forget(self, messages: list[KmqMessage]) -> None:
         """Messages never handed over and never to be: out of the in-flight count, no marker."""
@@ -472,7 +469,6 @@ class KmqConsumer:
                     TopicPartition(self.queue.name, p): OffsetAndMetadata(o[-1] + 1, "", -1) for p, o in b.offsets.items()
                 }
                 b.commit = kc.commit_async(offsets)
-                b.commit.add_both(self._kick_cb)
             if not b.commit.is_done:
                 return
             pending.popleft()

@@ -110,7 +110,7 @@ class MarkerWriter:
             require_aligned(cfg.kafka, self.queue)
         req_ms = _ms(cfg.kafka.connect_timeout)
         self._producer = clients.producer(
-            cfg.kafka, linger_ms=1, delivery_timeout_ms=req_ms + 1000, retry_backoff_ms=100,
+            cfg.kafka, linger_ms=0, delivery_timeout_ms=req_ms + 1000, retry_backoff_ms=100,
         )
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()

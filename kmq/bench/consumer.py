@@ -51,6 +51,13 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _cpu() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
     from kmq import clients
 
@@ -64,15 +71,15 @@ def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
         if not records:
             continue
         if t0 is None:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu()
         for recs in records.values():
             for r in recs:
                 acc ^= handler(r.value)
             n += len(recs)
         kc.commit()
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, _cpu() - c0
     kc.close()
-    return {"messages": n, "seconds": took, "markers": 0}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0}
 
 
 def _child_kmq(cfg: Any, messages: int, batch: int) -> dict:
@@ -87,15 +94,15 @@ def _child_kmq(cfg: Any, messages: int, batch: int) -> dict:
         if not msgs:
             continue
         if t0 is None:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu()
         for m in msgs:
             acc ^= handler(m.value)
             m.ack()
         n += len(msgs)
     c.writer.flush()
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, _cpu() - c0
     c.close()
-    return {"messages": n, "seconds": took, "markers": c.writer.markers_sent}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent}
 
 
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str) -> None:
@@ -161,7 +168,7 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
                 res = _spawn(variant, bootstrap, queue, messages, batch, flush_interval, profile if r == rounds - 1 else None)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
-                say(f"round {r + 1} {variant:5s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
+                say(f"round {r + 1} {variant:5s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, cpu {res['cpu_seconds']:.2f}s, "
                     f"markers {res['markers']}, peak RSS {res['rss_mb']:.0f} MB)")
         plain = [x["rate"] for x in runs["plain"]]
         kmq = [x["rate"] for x in runs["kmq"]]

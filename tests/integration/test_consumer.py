@@ -247,3 +247,30 @@ def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topi
         assert done == {} and all(offs <= starts[p] for p, offs in batch.items())
     else:
         assert all(offs <= starts[p] and done[p] == max(offs) + 1 for p, offs in batch.items())
+
+
+def test_rebalance_nacks_prefetched_messages_of_revoked_partitions(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"})
+    produce(cfg, q.name, 2000, partitions=2)
+    a = KmqConsumer(cfg, queue=q.name, batch_size=100)
+    b = KmqConsumer(cfg, queue=q.name, batch_size=100)
+    try:
+        handed_a = poll_n(a, 1)
+        for m in handed_a:
+            m.ack()
+        # A's fetcher has batches ready beyond what the application took (counted in flight).
+        wait_until(lambda: sum(a.in_flight().values()) >= 100, 30, what="prefetched batches")
+        got_b: list = []
+        wait_until(lambda: got_b.extend(b.poll(timeout=0.2)) or got_b, 60, what="B to get partitions")
+        a.writer.flush()
+        b.writer.flush()
+        markers = markers_by_partition(bootstrap, q.markers_topic)
+    finally:
+        b.close()
+        a.close()
+    nacked = {(p, o) for p, ms in markers.items() for m in ms if isinstance(m, Nack) and m.delay_ms == 0
+              for r in m.ranges for o in r.offsets()}
+    started = {(p, o) for p, offs in started_offsets(markers).items() for o in offs}
+    assert nacked, "the revoked partitions' prefetched messages were not nacked"
+    assert nacked <= started
+    assert not nacked & {(m.partition, m.offset) for m in handed_a + got_b}  # never handed to user code
