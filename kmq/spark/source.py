@@ -349,6 +349,9 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         s, e = _from_json_offsets(start), _from_json_offsets(end)
+        new = [tp for tp in e if tp not in s]
+        if new:  # partitions found by latestOffset start at their earliest offset
+            s.update(self._earliest(new))
         out = []
         for (t, p), hi in sorted(e.items()):
             lo = s.get((t, p), 0)

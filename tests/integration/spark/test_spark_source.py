@@ -110,3 +110,33 @@ def test_source_kafka_without_the_connector_says_how_to_add_it(spark, make_confi
         pytest.skip("Spark's Kafka connector is on this classpath; the missing-jar error cannot happen")
     with pytest.raises(SparkConnectorMissing, match=r"spark-sql-kafka-0-10_2\.13:4\.3\.0.*--source python"):
         read_markers(spark, make_config(), JobOptions(source="kafka"))
+
+
+def test_new_partitions_are_discovered_and_read_from_the_start(queue_topics, bootstrap, skip_on_tansu):
+    skip_on_tansu("CreatePartitions is not supported, so a topic cannot grow")
+    from kafka.admin import NewPartitions
+
+    from kmq.clients import admin_client
+
+    cfg, q = queue_topics(partitions=1)
+    write_records(cfg, q.markers_topic, [(0, 1_700_000_000_000, b"k", b"v")])
+    reader = _reader(bootstrap, q.markers_topic, metadataMaxAgeMs="100")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {q.markers_topic: {"0": 1}}
+        admin = admin_client(cfg.kafka)
+        admin.create_partitions({q.markers_topic: NewPartitions(2)})
+        admin.close()
+        write_records(cfg, q.markers_topic, [(1, 1_700_000_000_001, b"k", b"v")] * 2)
+
+        def grown():
+            e = reader.latestOffset(end, ReadAllAvailable())
+            return e if e[q.markers_topic].get("1") == 2 else None
+
+        from tests.helpers.kafka import wait_until
+
+        e2 = wait_until(grown, timeout=20, what="the new partition in the planned offsets")
+        assert [r["partition"] for r in _read(reader, end, e2)] == [1, 1]
+    finally:
+        reader.stop()
