@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from kmq.errors import MarkerDecodeError
-from kmq.markers import Closed, decode, decode_key
+from kmq.markers import Closed, decode, decode_key, encode_key
 
 __all__ = ["DECODED_COLUMNS", "decode_batch"]
 
@@ -26,14 +26,18 @@ def decode_batch(
 ) -> dict[str, list]:
     """Decode marker records column-wise; returns :data:`DECODED_COLUMNS` as lists."""
     out: dict[str, list] = {c: [] for c in DECODED_COLUMNS}
+    expected_keys: dict[int, bytes] = {}
     for p, off, ts, key, value in zip(partitions, offsets, timestamps_ms, keys, values):
         firsts: list[int] = []
         counts: list[int] = []
         outcome = None
         error = None
         try:
-            qp = decode_key(key)
-            if qp != p:
+            want = expected_keys.get(p)
+            if want is None:
+                want = expected_keys[p] = encode_key(p)
+            if key != want:  # the common case skips decode_key
+                qp = decode_key(key)
                 raise MarkerDecodeError(f"marker for queue partition {qp} found in markers partition {p}")
             m = decode(value)
             mtype = m.TYPE.name
