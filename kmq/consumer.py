@@ -101,6 +101,9 @@ class KmqConsumer:
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
     """
 
+    #: Seconds the application may stay behind before the fetcher polls with all partitions paused.
+    BACKPRESSURE_POLL = 0.5
+
     def __init__(
         self,
         cfg: Config,
@@ -256,6 +259,7 @@ class KmqConsumer:
             if max_records is not None and 0 < max_records < len(batch):
                 self._ready.appendleft(batch[max_records:])
                 batch = batch[:max_records]
+            self._cond.notify_all()  # room for the fetcher
         return batch
 
     def __iter__(self) -> Iterator[KmqMessage]:
@@ -323,13 +327,31 @@ class KmqConsumer:
         try:
             kc.subscribe([self.queue.name], listener=_Listener(self))
             gauge_at = 0.0
+            full_since: float | None = None
             while not self._stop.is_set():
                 self._advance(kc, pending)
                 with self._cond:
                     queued = len(self._ready)
-                # Backpressure: the application is behind. Keep polling (group membership,
-                # rebalances) with every partition paused instead of not polling at all.
                 full = queued >= self.prefetch or queued + len(pending) >= self.prefetch + self.pipeline
+                now = time.monotonic()
+                if now >= gauge_at:
+                    gauge_at = now + 0.5
+                    with self._lock:
+                        snapshot = dict(self._inflight)  # zeros included, so a drained partition shows 0
+                    for p, n in snapshot.items():
+                        self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
+                if not full:
+                    full_since = None
+                elif full_since is None:
+                    full_since = now
+                if full and now - full_since < self.BACKPRESSURE_POLL:
+                    # The application is behind: wait for it (or for a commit) without polling.
+                    with self._cond:
+                        if len(self._ready) >= queued:
+                            self._cond.wait(0.002 if pending else 0.02)
+                    continue
+                # Behind for a while: keep polling with every partition paused, so heartbeats
+                # and rebalances go on (pausing drops buffered fetches, so not on every blip).
                 self._apply_pauses(kc, full)
                 # Short timeouts while batches are between START and hand-over, so they move on soon.
                 timeout_ms = 5 if pending else 10 if full else 100
@@ -337,11 +359,6 @@ class KmqConsumer:
                 batch = self._take(kc, records) if records else None
                 if batch is not None:
                     pending.append(batch)
-                now = time.monotonic()
-                if now >= gauge_at:
-                    gauge_at = now + 0.5
-                    for p, n in self.in_flight().items():
-                        self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
         except (KmqError, KafkaError) as exc:
             self._fail(exc)
         except Exception as exc:  # a bug: surface it to the application instead of dying silently
