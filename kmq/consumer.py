@@ -35,7 +35,7 @@ from kmq import clients
 from kmq.config import Config
 from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
 from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
-from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
+from kmq.message import ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
 from kmq.writer import MarkerWriter, _ms
 

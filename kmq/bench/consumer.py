@@ -123,7 +123,12 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     )
     cmd = [sys.executable, "-c", code]
     if profile and variant == "kmq":
-        cmd = [sys.executable, "-m", "pyinstrument", "-o", profile, "-c", code]
+        import shutil
+
+        spy = shutil.which("py-spy")
+        if spy is None:
+            raise click.ClickException("--profile needs py-spy on PATH (pip install py-spy)")
+        cmd = [spy, "record", "--threads", "-o", profile, "--", *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -132,7 +137,6 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
 
 def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: int) -> None:
-    from kmq.config import Config
     from kmq.topics import ensure_topics
     from kmq import clients
 
@@ -199,7 +203,7 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--flush-interval", default="100ms", show_default=True, help="consumer.ack_flush_interval for kmq.")
 @click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
-@click.option("--profile", default=None, help="Write a pyinstrument HTML profile of the last kmq run here.")
+@click.option("--profile", default=None, help="Write a py-spy flame graph (SVG) of the last kmq run here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
 def command(as_json: bool, **opts: Any) -> None:
     """Plain kafka-python consumer vs KmqConsumer on one embedded broker, A/B."""

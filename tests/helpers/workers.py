@@ -92,4 +92,4 @@ if __name__ == "__main__":
     _main()
 
 
-__all__ = ["spawn", "markers_by_partition", "started_offsets", "committed", "TopicPartition"]
+__all__ = ["spawn", "markers_by_partition", "started_offsets", "committed"]
