@@ -281,8 +281,8 @@ class KmqConsumer:
 
         def call(msg: KmqMessage) -> None:
             with plock:
-                if msg not in pending:
-                    return
+                if msg not in pending or self._stop_run.is_set():
+                    return  # stopping: not started handlers do not start; nacked below
                 pending.discard(msg)
             try:
                 handler(msg)

@@ -274,3 +274,33 @@ def test_rebalance_nacks_prefetched_messages_of_revoked_partitions(queue_topics,
     assert nacked, "the revoked partitions' prefetched messages were not nacked"
     assert nacked <= started
     assert not nacked & {(m.partition, m.offset) for m in handed_a + got_b}  # never handed to user code
+
+
+def test_run_stop_finishes_running_handlers_and_nacks_queued_messages(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"})
+    produce(cfg, q.name, 20)
+    consumer = KmqConsumer(cfg, queue=q.name)
+    entered, release = threading.Event(), threading.Event()
+    handled: list[int] = []
+
+    def handler(msg):
+        handled.append(msg.offset)
+        entered.set()
+        release.wait(10)
+
+    runner = threading.Thread(target=consumer.run, args=(handler,), kwargs={"workers": 1})
+    runner.start()
+    try:
+        assert entered.wait(30)
+        consumer.stop()
+        release.set()
+        runner.join(30)
+        assert not runner.is_alive()
+    finally:
+        release.set()
+        consumer.close()
+    markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    ended = {o for m in markers if isinstance(m, End) for r in m.ranges for o in r.offsets()}
+    nacked = {o for m in markers if isinstance(m, Nack) and m.delay_ms == 0 for r in m.ranges for o in r.offsets()}
+    assert handled == [0] and ended == {0}
+    assert nacked == set(range(1, 20))  # queued, never started: back to the tracker at once
