@@ -185,6 +185,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
 @click.option("--latency-seconds", default=20.0, show_default=True)
 @click.option("--trigger", default="1s", show_default=True)
 @click.option("--window", default="1s", show_default=True)
+@click.option("--max-offsets-per-trigger", default=100_000, show_default=True)
 def command(**opts) -> None:
     """Lag job: markers/s in steady state and marker-to-sink latency."""
     import json
