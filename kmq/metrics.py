@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ConsumerMetrics", "TrackerMetrics", "LATENCY_BUCKETS"]
+__all__ = ["ConsumerMetrics", "TrackerMetrics", "LagMetrics", "LATENCY_BUCKETS"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -65,3 +65,26 @@ class TrackerMetrics:
         self.redelivery_failures = Counter(
             "kmq_tracker_redelivery_failures_total", "Redelivery attempts that failed and will be retried", ["queue"], registry=r,
         )
+
+
+class LagMetrics:
+    """``kmq_lag_*``: the Spark lag job's gauges (same label names as the tracker's: queue, partition)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r, qp = self.registry, ["queue", "partition"]
+        self.markers = Gauge("kmq_lag_markers", "Marker records in the last closed window, by type", [*qp, "type"], registry=r)
+        self.bad_markers = Gauge("kmq_lag_bad_markers", "Undecodable marker records in the last closed window", qp, registry=r)
+        self.in_flight = Gauge("kmq_lag_in_flight", "Offsets started and not closed, at the window end", qp, registry=r)
+        self.oldest = Gauge("kmq_lag_oldest_in_flight_seconds", "Age of the oldest open offset at the window end", qp, registry=r)
+        self.ack_latency = Gauge(
+            "kmq_lag_ack_latency_seconds", "Ack latency (END time - START time) percentile, bucket upper bound",
+            [*qp, "quantile"], registry=r,
+        )
+        self.acked = Gauge("kmq_lag_acked", "Offsets acknowledged in the last closed window", qp, registry=r)
+        self.redeliveries = Gauge("kmq_lag_redeliveries", "Offsets redelivered (CLOSED outcome 1) in the window", qp, registry=r)
+        self.dead_letters = Gauge("kmq_lag_dead_letters", "Offsets dead-lettered (CLOSED outcome 2) in the window", qp, registry=r)
+        self.late_acks = Gauge("kmq_lag_late_acks", "END markers for offsets already closed, in the window", qp, registry=r)
+        self.marker_lag = Gauge("kmq_lag_marker_lag", "Markers high-water mark minus the tracker's committed offset", qp, registry=r)
+        self.window_end = Gauge("kmq_lag_window_end_timestamp_seconds", "End of the last closed window", qp, registry=r)
+        self.last_batch = Gauge("kmq_lag_last_batch_id", "Last micro-batch written by the sinks", registry=r)
