@@ -95,7 +95,10 @@ class KmqConsumer:
 
     :param cfg: the kmq configuration (group from ``consumer.group_id``).
     :param queue: queue name (default: the only configured queue).
-    :param batch_size: records per poll (``max_poll_records``); one START per partition per batch.
+    :param batch_size: default ``max_records`` of :meth:`poll` (and what :meth:`run` takes at a time).
+    :param fetch_size: records the fetcher takes per Kafka poll; one START per partition per
+        fetch (default ``4 * batch_size``). kafka-python's per-poll cost is high, so fetching
+        in bigger steps than the application consumes keeps the overhead per message low.
     :param prefetch: batches made ready ahead of the application (START + commit done).
     :param metrics: :class:`~kmq.metrics.ConsumerMetrics` to record into.
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
@@ -110,6 +113,7 @@ class KmqConsumer:
         queue: str | None = None,
         *,
         batch_size: int = 500,
+        fetch_size: int | None = None,
         prefetch: int = 2,
         metrics: ConsumerMetrics | None = None,
         stage_hook: StageHook | None = None,
@@ -119,6 +123,7 @@ class KmqConsumer:
         self.queue = self.writer.queue
         self.metrics = self.writer.metrics
         self.batch_size = batch_size
+        self.fetch_size = fetch_size or 4 * batch_size
         self.prefetch = max(1, prefetch)
         self.cap = cfg.consumer.max_in_flight_per_partition
         self._hook = stage_hook
@@ -136,7 +141,7 @@ class KmqConsumer:
         self.exhausted_leases = 0
         try:
             self._kc = clients.consumer(
-                cfg.kafka, group_id=cfg.consumer.group_id, enable_auto_commit=False, max_poll_records=batch_size,
+                cfg.kafka, group_id=cfg.consumer.group_id, enable_auto_commit=False, max_poll_records=self.fetch_size,
             )
         except BaseException:
             self.writer.close()
@@ -241,8 +246,9 @@ class KmqConsumer:
 
     # ------------------------------------------------------------ application side
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[KmqMessage]:
-        """Messages whose START was acknowledged by Kafka and whose offsets were
-        committed; ``[]`` after ``timeout`` seconds without any. Raises the
+        """Up to ``max_records`` (default ``batch_size``) messages whose START was
+        acknowledged by Kafka and whose offsets were committed; ``[]`` after
+        ``timeout`` seconds without any. Raises the
         fetcher's error (e.g. :class:`~kmq.errors.MarkerWriteError`) once ready
         messages are used up."""
         self._ensure_started()
@@ -256,7 +262,9 @@ class KmqConsumer:
                     return []
                 self._cond.wait(remaining)
             batch = self._ready.popleft()
-            if max_records is not None and 0 < max_records < len(batch):
+            if max_records is None:
+                max_records = self.batch_size
+            if 0 < max_records < len(batch):
                 self._ready.appendleft(batch[max_records:])
                 batch = batch[:max_records]
             self._cond.notify_all()  # room for the fetcher
@@ -355,7 +363,7 @@ class KmqConsumer:
                 self._apply_pauses(kc, full)
                 # Short timeouts while batches are between START and hand-over, so they move on soon.
                 timeout_ms = 5 if pending else 10 if full else 100
-                records = kc.poll(timeout_ms=timeout_ms, max_records=self.batch_size)
+                records = kc.poll(timeout_ms=timeout_ms, max_records=self.fetch_size)
                 batch = self._take(kc, records) if records else None
                 if batch is not None:
                     pending.append(batch)

@@ -6,7 +6,8 @@ alternating plain/kmq ``--rounds`` times:
 
 * plain: ``poll(max_records=batch)``, the handler per record, ``commit()`` per poll.
 * kmq:   ``KmqConsumer.poll(max_records=batch)``, the same handler, ``msg.ack()`` each
-  (START per partition per poll acknowledged before the commit, END ranges
+  (the fetcher takes ``fetch_size`` records per Kafka poll, default 4 x batch,
+  with one START per partition acknowledged before the commit; END ranges
   flushed every ``ack_flush_interval``); the clock stops after the final flush.
 
 Throughput is measured from the first record handed to the handler to the
@@ -82,10 +83,10 @@ def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0}
 
 
-def _child_kmq(cfg: Any, messages: int, batch: int) -> dict:
+def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) -> dict:
     from kmq.consumer import KmqConsumer
 
-    c = KmqConsumer(cfg, batch_size=batch)
+    c = KmqConsumer(cfg, batch_size=batch, fetch_size=fetch)
     n = 0
     t0 = None
     acc = 0
@@ -105,21 +106,22 @@ def _child_kmq(cfg: Any, messages: int, batch: int) -> dict:
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent}
 
 
-def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str) -> None:
+def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str,
+           fetch: int | None = None) -> None:
     import logging
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval)
-    fn = _child_plain if variant == "plain" else _child_kmq
-    out = fn(cfg, messages, batch)
+    out = _child_plain(cfg, messages, batch) if variant == "plain" else _child_kmq(cfg, messages, batch, fetch)
     out["rss_mb"] = _rss_mb()
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str, profile: str | None) -> dict:
+def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str,
+           profile: str | None, fetch: int | None) -> dict:
     code = (
         "import sys; from kmq.bench.consumer import _child; "
-        f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {flush_interval!r})"
+        f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {flush_interval!r}, {fetch!r})"
     )
     cmd = [sys.executable, "-c", code]
     if profile and variant == "kmq":
@@ -152,7 +154,7 @@ def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: i
 
 def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int = 3, partitions: int = 1,
         flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
-        echo: Any = None) -> dict:
+        fetch: int | None = None, echo: Any = None) -> dict:
     """Run the A/B benchmark; returns the figures (also printed through ``echo``)."""
     say = echo or (lambda *_: None)
     broker = None
@@ -165,11 +167,13 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         t = time.perf_counter()
         _produce(bootstrap, queue, messages, size, partitions)
-        say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)) in {time.perf_counter() - t:.1f}s")
+        say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)) in {time.perf_counter() - t:.1f}s; "
+            f"both poll {batch} at a time, KmqConsumer fetches {fetch or 4 * batch} per START")
         runs: dict[str, list[dict]] = {"plain": [], "kmq": []}
         for r in range(rounds):
             for variant in ("plain", "kmq"):
-                res = _spawn(variant, bootstrap, queue, messages, batch, flush_interval, profile if r == rounds - 1 else None)
+                res = _spawn(variant, bootstrap, queue, messages, batch, flush_interval,
+                             profile if r == rounds - 1 else None, fetch)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
                 say(f"round {r + 1} {variant:5s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, cpu {res['cpu_seconds']:.2f}s, "
@@ -178,7 +182,8 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
         kmq = [x["rate"] for x in runs["kmq"]]
         ratios = [k / p for k, p in zip(kmq, plain)]
         result = {
-            "messages": messages, "size": size, "batch": batch, "rounds": rounds, "partitions": partitions,
+            "messages": messages, "size": size, "batch": batch, "fetch": fetch or 4 * batch, "rounds": rounds,
+            "partitions": partitions,
             "plain_msgs_per_s": plain, "kmq_msgs_per_s": kmq,
             "plain_median": statistics.median(plain), "kmq_median": statistics.median(kmq),
             "ratio_per_round": ratios, "ratio_median": statistics.median(ratios),
@@ -198,7 +203,10 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
 @click.command("consumer")
 @click.option("--messages", type=click.IntRange(min=1), default=200_000, show_default=True)
 @click.option("--size", type=click.IntRange(min=1), default=100, show_default=True, help="Payload bytes.")
-@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True, help="Records per poll.")
+@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Records per poll (plain: max_records and commit; kmq: poll(max_records)).")
+@click.option("--fetch", type=click.IntRange(min=1), default=None,
+              help="KmqConsumer fetch_size: records per Kafka poll and START (default 4 x batch).")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="A/B alternations.")
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--flush-interval", default="100ms", show_default=True, help="consumer.ack_flush_interval for kmq.")

@@ -250,7 +250,8 @@ def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topi
 
 
 def test_rebalance_nacks_prefetched_messages_of_revoked_partitions(queue_topics, bootstrap):
-    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"})
+    # The cap keeps A from taking every message of a partition before B joins (B must find work).
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 300})
     produce(cfg, q.name, 2000, partitions=2)
     a = KmqConsumer(cfg, queue=q.name, batch_size=100)
     b = KmqConsumer(cfg, queue=q.name, batch_size=100)
