@@ -97,7 +97,8 @@ class KmqConsumer:
     :param queue: queue name (default: the only configured queue).
     :param batch_size: default ``max_records`` of :meth:`poll` (and what :meth:`run` takes at a time).
     :param fetch_size: records the fetcher takes per Kafka poll; one START per partition per
-        fetch (default ``4 * batch_size``). kafka-python's per-poll cost is high, so fetching
+        fetch (default ``4 * batch_size``, at most half of ``max_in_flight_per_partition``
+        but at least ``batch_size``). kafka-python's per-poll cost is high, so fetching
         in bigger steps than the application consumes keeps the overhead per message low.
     :param prefetch: batches made ready ahead of the application (START + commit done).
     :param metrics: :class:`~kmq.metrics.ConsumerMetrics` to record into.
@@ -123,9 +124,10 @@ class KmqConsumer:
         self.queue = self.writer.queue
         self.metrics = self.writer.metrics
         self.batch_size = batch_size
-        self.fetch_size = fetch_size or 4 * batch_size
-        self.prefetch = max(1, prefetch)
         self.cap = cfg.consumer.max_in_flight_per_partition
+        # Default: 4 batches, but at most half the in-flight cap so fetches keep overlapping.
+        self.fetch_size = fetch_size or max(batch_size, min(4 * batch_size, self.cap // 2))
+        self.prefetch = max(1, prefetch)
         self._hook = stage_hook
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
         self._cond = threading.Condition()  # ready batches

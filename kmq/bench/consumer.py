@@ -168,7 +168,7 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
         t = time.perf_counter()
         _produce(bootstrap, queue, messages, size, partitions)
         say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)) in {time.perf_counter() - t:.1f}s; "
-            f"both poll {batch} at a time, KmqConsumer fetches {fetch or 4 * batch} per START")
+            f"both poll {batch} at a time, KmqConsumer fetches {fetch or 4 * batch} per START (in-flight cap 100000)")
         runs: dict[str, list[dict]] = {"plain": [], "kmq": []}
         for r in range(rounds):
             for variant in ("plain", "kmq"):
