@@ -27,6 +27,7 @@ import yaml
 from kmq.audit import QueueAudit
 from kmq.config import Config
 from kmq.devbroker import DevBroker, free_port
+from kmq.devredis import DevRedis
 from kmq.ledger import LedgerSnapshot
 from kmq.topics import ensure_topics
 
@@ -44,6 +45,7 @@ class DemoSettings:
     threads: int = 8
     fail_rate: float = 0.03
     hang_rate: float = 0.01
+    slow_rate: float = 0.01
     poison_rate: float = 0.005
     processing_ms: float = 5.0
     lease: str = "2s"
@@ -52,6 +54,7 @@ class DemoSettings:
     keep_running: bool = False
     bootstrap: str | None = None  # use this broker instead of an embedded one
     queue: str | None = None
+    redis: bool = True  # start a local redis-server (when installed) for IdempotencyGuard in the workers
 
 
 @dataclass
@@ -63,6 +66,7 @@ class DemoResult:
     metrics_url: str
     expected_poison: int
     unsettled: list[str] = field(default_factory=list)
+    guard_skipped: int | None = None  # duplicate deliveries acked without effect (None: no Redis)
 
     @property
     def guarantee_holds(self) -> bool:
@@ -112,7 +116,8 @@ class _Procs:
                 p.wait(5)
 
 
-def _write_config(path: Path, bootstrap: str, queue: str, s: DemoSettings, http_port: int) -> Config:
+def _write_config(path: Path, bootstrap: str, queue: str, s: DemoSettings, http_port: int,
+                  redis_url: str | None) -> Config:
     data = {
         "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},
         "queues": [{
@@ -121,6 +126,7 @@ def _write_config(path: Path, bootstrap: str, queue: str, s: DemoSettings, http_
         }],
         "consumer": {"group_id": f"{queue}-workers", "ack_flush_interval": "100ms", "max_in_flight_per_partition": 2000},
         "tracker": {"group_id": f"{queue}-tracker", "tick": "50ms", "http_port": http_port},
+        "redis": {"url": redis_url},
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return Config.load(path, env={})
@@ -130,6 +136,7 @@ def run_demo(s: DemoSettings, view: "Callable[[str, LedgerSnapshot, float, bool]
     """Run the demo; ``view(phase, snapshot, elapsed, final)`` is called about once a second."""
     workdir = Path(tempfile.mkdtemp(prefix="kmq-demo-"))
     broker: DevBroker | None = None
+    redis: DevRedis | None = None
     procs = _Procs(workdir)
     queue = s.queue or (f"demo-orders-{uuid.uuid4().hex[:6]}" if s.bootstrap else "demo-orders")
     try:
@@ -138,9 +145,11 @@ def run_demo(s: DemoSettings, view: "Callable[[str, LedgerSnapshot, float, bool]
         else:
             broker = DevBroker(workdir=str(workdir)).start()
             bootstrap = broker.bootstrap
+        if s.redis and DevRedis.available():
+            redis = DevRedis().start()
         http_port = free_port()
         cfg_path = workdir / "kmq.yaml"
-        cfg = _write_config(cfg_path, bootstrap, queue, s, http_port)
+        cfg = _write_config(cfg_path, bootstrap, queue, s, http_port, redis.url if redis else None)
         qcfg = cfg.queues[0]
         ensure_topics(cfg.kafka, qcfg, s.partitions)
         common = ["--config", str(cfg_path)]
@@ -148,7 +157,7 @@ def run_demo(s: DemoSettings, view: "Callable[[str, LedgerSnapshot, float, bool]
         for i in range(s.worker_processes):
             procs.start(f"worker-{i}", [
                 "work", queue, "--workers", str(s.threads), "--fail-rate", str(s.fail_rate),
-                "--hang-rate", str(s.hang_rate), "--processing-ms", str(s.processing_ms), *common,
+                "--hang-rate", str(s.hang_rate), "--slow-rate", str(s.slow_rate), "--processing-ms", str(s.processing_ms), *common,
             ])
         rate = s.messages / max(1.0, s.duration * 0.5)
         procs.start("produce", ["produce", queue, "--count", str(s.messages), "--rate", f"{rate:.1f}",
@@ -184,12 +193,27 @@ def run_demo(s: DemoSettings, view: "Callable[[str, LedgerSnapshot, float, bool]
             snap = audit.drain(10.0)
             if view:
                 view("done", snap, time.monotonic() - started, True)
+            skipped = _guard_skipped(workdir, s.worker_processes) if redis else None
             return DemoResult(queue, bootstrap, snap, drained and snap.open == 0, metrics_url, expected_poison,
-                              audit.ledger.unsettled())
+                              audit.ledger.unsettled(), skipped)
     finally:
         procs.stop()
+        if redis is not None:
+            redis.stop()
         if broker is not None:
             broker.stop()
+
+
+def _guard_skipped(workdir: Path, workers: int) -> int:
+    """Sum of ``duplicate=N`` from the workers' closing ``settled:`` lines."""
+    total = 0
+    for i in range(workers):
+        text = (workdir / f"worker-{i}.log").read_text(errors="replace")
+        lines = [l for l in text.splitlines() if l.startswith("settled:")]
+        if lines:
+            fields = dict(f.split("=", 1) for f in lines[-1].split()[1:] if "=" in f)
+            total += int(fields.get("duplicate", 0))
+    return total
 
 
 # ---------------------------------------------------------------------- view
@@ -251,6 +275,10 @@ def summary_text(r: DemoResult, workdir_hint: str = "") -> str:
         + f" (poison messages produced: {r.expected_poison})",
         f"  counted independently from {r.queue}, {r.queue}__markers and {r.queue}__dlq",
     ]
+    if r.guard_skipped is None:
+        lines.append("  IdempotencyGuard: off (no redis-server on this machine)")
+    else:
+        lines.append(f"  IdempotencyGuard (local Redis): {r.guard_skipped} duplicate deliveries acked without a second effect")
     if not r.guarantee_holds:
         lines.append(f"  not settled yet: {', '.join(r.unsettled[:10])}")
     lines += [

@@ -27,7 +27,7 @@ import redis
 
 from kmq.errors import KmqError
 
-__all__ = ["IdempotencyGuard", "GuardUnavailable"]
+__all__ = ["IdempotencyGuard", "GuardUnavailable", "InProgressElsewhere"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,14 @@ return 0
 
 class GuardUnavailable(KmqError):
     """Redis could not be reached; the message is not processed (it will be redelivered)."""
+
+    retriable = True
+
+
+class InProgressElsewhere(KmqError):
+    """Another worker holds the in-progress lock for this origin. Not a duplicate yet:
+    if that worker dies its effect never happens, so this copy must be retried later
+    (raised from :meth:`IdempotencyGuard.run`, so the consumer nacks it with backoff)."""
 
     retriable = True
 
@@ -123,11 +131,14 @@ class IdempotencyGuard:
         return "done" if raw == b"done" else "running"
 
     def run(self, msg: Any, fn: Callable[[Any], T]) -> tuple[bool, T | None]:
-        """``fn(msg)`` unless ``msg`` is a duplicate. Returns ``(ran, result)``;
-        an exception from ``fn`` releases the claim and propagates."""
+        """``fn(msg)`` unless ``msg`` is a duplicate. Returns ``(ran, result)``: ``(False, None)``
+        when a copy already took effect. Raises :class:`InProgressElsewhere` while another copy
+        is being processed (retry later). An exception from ``fn`` releases the claim and propagates."""
         if not self.begin(msg):
+            if self.state(msg) == "running":
+                raise InProgressElsewhere(f"{_origin(msg)} is being processed by another worker; retry later")
             self.skipped += 1
-            log.info("%s already processed or in progress elsewhere; skipped as a duplicate", _origin(msg))
+            log.info("%s already processed; skipped as a duplicate", _origin(msg))
             return False, None
         try:
             result = fn(msg)

@@ -12,15 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from kmq.config import Config
-from kmq.devbroker import DevBroker, free_port
+from kmq.devbroker import DevBroker
 
 TEST_GROUP_TIMING = {"session_timeout": "6s", "heartbeat_interval": "1s"}
 
@@ -128,36 +125,14 @@ def redis_url():
     if env:
         yield env
         return
-    binary = shutil.which("redis-server")
-    if binary:
-        port = free_port()
-        workdir = Path(tempfile.mkdtemp(prefix="kmq-redis-"))
-        pidfile = workdir / "redis.pid"
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir), "--pidfile", str(pidfile)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )
-        url = f"redis://127.0.0.1:{port}/0"
-        import redis
+    from kmq.devredis import DevRedis
 
-        deadline = time.monotonic() + 10
-        client = redis.Redis.from_url(url)
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    proc.kill()
-                    pytest.fail("local redis-server did not start")
-                time.sleep(0.02)
-        client.close()
+    if DevRedis.available():
+        server = DevRedis().start()
         try:
-            yield url
+            yield server.url
         finally:
-            proc.terminate()
-            proc.wait(10)
+            server.stop()
         return
     if _docker_engine_running():
         from testcontainers.redis import RedisContainer

@@ -20,23 +20,26 @@ from kmq.demo import DemoSettings, LiveView, _sigterm_as_interrupt, run_demo, su
               help="Worker processes (kmq work), 8 handler threads each.")
 @click.option("--fail-rate", type=click.FloatRange(0, 1), default=0.03, show_default=True, help="Deliveries that raise (nack).")
 @click.option("--hang-rate", type=click.FloatRange(0, 1), default=0.01, show_default=True, help="Deliveries never settled (lease expires).")
+@click.option("--slow-rate", type=click.FloatRange(0, 1), default=0.01, show_default=True,
+              help="Deliveries acked after 1.5 x the lease (late: a copy was redelivered meanwhile).")
 @click.option("--poison-rate", type=click.FloatRange(0, 1), default=0.005, show_default=True, help="Messages rejected on every delivery (DLQ).")
 @click.option("--lease", default="2s", show_default=True, help="Queue lease for the demo.")
 @click.option("--keep-running", is_flag=True, help="Keep producing/working until Ctrl-C.")
 @click.option("--bootstrap", help="Use this Kafka instead of an embedded broker (topics are left in place).")
+@click.option("--no-redis", is_flag=True, help="Do not start a local redis-server for IdempotencyGuard.")
 def demo(duration: float, messages: int, partitions: int, worker_processes: int, fail_rate: float, hang_rate: float,
-         poison_rate: float, lease: str, keep_running: bool, bootstrap: str | None) -> None:
+         slow_rate: float, poison_rate: float, lease: str, keep_running: bool, bootstrap: str | None, no_redis: bool) -> None:
     """Run broker, tracker and flaky workers; show progress; prove 0 lost at the end."""
     parse_duration(lease, "--lease")
-    if fail_rate + hang_rate > 1:
-        raise click.BadParameter("--fail-rate plus --hang-rate must not exceed 1")
+    if fail_rate + hang_rate + slow_rate > 1:
+        raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
     settings = DemoSettings(
         messages=messages, duration=duration, partitions=partitions, worker_processes=worker_processes,
-        fail_rate=fail_rate, hang_rate=hang_rate, poison_rate=poison_rate, lease=lease,
-        keep_running=keep_running, bootstrap=bootstrap,
+        fail_rate=fail_rate, hang_rate=hang_rate, slow_rate=slow_rate, poison_rate=poison_rate, lease=lease,
+        keep_running=keep_running, bootstrap=bootstrap, redis=not no_redis,
     )
     click.echo(f"kmq demo: {messages} messages, {worker_processes} flaky workers (fail {fail_rate:.0%}, "
-               f"hang {hang_rate:.0%}, poison {poison_rate:.1%}), 1 tracker, lease {lease}", err=True)
+               f"hang {hang_rate:.0%}, slow {slow_rate:.0%}, poison {poison_rate:.1%}), 1 tracker, lease {lease}", err=True)
     try:
         with _sigterm_as_interrupt():
             result = run_demo(settings, LiveView(sys.stdout, messages))

@@ -56,14 +56,16 @@ def is_poison(value: bytes | None, rate: float = 0.0) -> bool:
     return False
 
 
-def fate(origin: str, delivery_count: int, fail_rate: float, hang_rate: float) -> str:
-    """``"fail"``, ``"hang"`` or ``"ok"`` for one delivery (deterministic)."""
+def fate(origin: str, delivery_count: int, fail_rate: float, hang_rate: float, slow_rate: float = 0.0) -> str:
+    """``"fail"``, ``"hang"``, ``"slow"`` or ``"ok"`` for one delivery (deterministic)."""
     digest = hashlib.blake2b(f"{origin}#{delivery_count}".encode(), digest_size=8).digest()
     x = int.from_bytes(digest, "big") / 2**64
     if x < fail_rate:
         return "fail"
     if x < fail_rate + hang_rate:
         return "hang"
+    if x < fail_rate + hang_rate + slow_rate:
+        return "slow"
     return "ok"
 
 
@@ -112,6 +114,9 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
               help="Fraction of deliveries whose handler raises (-> nack with backoff). Chosen by blake2b(origin#delivery).")
 @click.option("--hang-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Fraction of deliveries never settled (lease expires -> the tracker redelivers).")
+@click.option("--slow-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of deliveries that take 1.5 x the lease and then ack (a late ack: the tracker has "
+                   "redelivered a copy by then, so the message is processed twice; --redis-url dedupes the effect).")
 @click.option("--poison-rate", type=click.FloatRange(0, 1), default=None,
               help="Also treat message i of `kmq produce` (index read from the payload) as poison when "
                    "floor((i+1)*p) > floor(i*p). Payloads starting with POISON: are always poison. Poison -> reject (DLQ).")
@@ -120,20 +125,28 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
               help='Append "topic/partition/offset origin" per ack to this file (flushed each line).')
 @click.option("--max-messages", type=click.IntRange(min=0), default=0, help="Stop after settling this many (0 = run until SIGTERM).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--redis-url", default=None,
+              help="Guard the effect (the ack and its --ack-log line) with IdempotencyGuard on this Redis, so a "
+                   "message whose copy was already processed is acked without effect (default: redis.url).")
 @config_options
-def work(queue: str, workers: int, fail_rate: float, hang_rate: float, poison_rate: float | None, processing_ms: float,
-         ack_log: str | None, max_messages: int, metrics_port: int | None, cfg: Config) -> None:
+def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate: float, poison_rate: float | None,
+         processing_ms: float,
+         ack_log: str | None, max_messages: int, metrics_port: int | None, redis_url: str | None, cfg: Config) -> None:
     """Consume QUEUE with failure injection until SIGTERM/SIGINT (drain, flush, close).
 
     Deterministic per delivery: fate = blake2b-64("origin#delivery_count")/2^64;
     below --fail-rate -> raise (nack), next --hang-rate band -> never settle,
-    payload starting with POISON: -> reject (DLQ). Prints one summary line on exit.
+    next --slow-rate band -> ack after 1.5 x the lease (late ack, a duplicate);
+    payload starting with POISON: -> reject (DLQ). With --redis-url (or redis.url)
+    a copy whose origin already took effect is acked without effect, and one being
+    processed elsewhere is nacked for later. Prints one summary line on exit.
     """
     from kmq.consumer import KmqConsumer
     from kmq.metrics import ConsumerMetrics
 
-    if fail_rate + hang_rate > 1:
-        raise click.BadParameter("--fail-rate plus --hang-rate must not exceed 1")
+    if fail_rate + hang_rate + slow_rate > 1:
+        raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
+    slow_s = 1.5 * cfg.queue(queue).lease
     metrics = ConsumerMetrics()
     if metrics_port is not None:
         from prometheus_client import start_http_server
@@ -141,7 +154,12 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, poison_ra
         start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
     log_file = open(ack_log, "a", buffering=1) if ack_log else None  # noqa: SIM115 - closed below
     log_lock = threading.Lock()
-    counts = {"ok": 0, "fail": 0, "hang": 0, "poison": 0}
+    counts = {"ok": 0, "fail": 0, "hang": 0, "poison": 0, "slow": 0, "duplicate": 0}
+    guard = None
+    if redis_url or cfg.redis.url:
+        from kmq.guard import IdempotencyGuard
+
+        guard = IdempotencyGuard(redis_url or cfg.redis.url)
     consumer = KmqConsumer(cfg, queue=queue, metrics=metrics)
 
     def count(kind: str) -> None:
@@ -156,9 +174,20 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, poison_ra
             msg.reject("poison payload")
             count("poison")
             return
-        kind = fate(msg.origin, msg.delivery_count, fail_rate, hang_rate)
+        kind = fate(msg.origin, msg.delivery_count, fail_rate, hang_rate, slow_rate)
         if processing_ms:
             time.sleep(processing_ms / 1000.0)
+        if kind == "slow":
+            time.sleep(slow_s)  # past the lease: the tracker redelivers a copy meanwhile
+        # The guard covers the effect (the ack and its log line), claimed just before it.
+        if kind in ("ok", "slow") and guard is not None and not guard.begin(msg):
+            if guard.state(msg) == "running":
+                # Another worker is applying a copy right now; if it dies, its effect never happens.
+                msg.nack(delay=cfg.queue(queue).lease)
+                return
+            count("duplicate")  # a copy already took effect: ack without a second effect
+            msg.ack()
+            return
         count(kind)
         if kind == "fail":
             raise InjectedFailure(f"injected failure on delivery {msg.delivery_count}")
@@ -170,6 +199,8 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, poison_ra
             with log_lock:
                 log_file.write(f"{msg.topic}/{msg.partition}/{msg.offset} {msg.origin}\n")
                 log_file.flush()
+        if guard is not None:
+            guard.done(msg)
 
     def on_signal(signum: int, frame: Any) -> None:
         log.info("signal %d: draining", signum)
@@ -185,4 +216,6 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, poison_ra
             signal.signal(s, h)
         if log_file is not None:
             log_file.close()
+        if guard is not None:
+            guard.close()
     click.echo("settled: " + " ".join(f"{k}={v}" for k, v in counts.items()))

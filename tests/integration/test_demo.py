@@ -60,3 +60,9 @@ def test_demo_runs_to_its_summary_and_the_guarantee_line_is_true(bootstrap):
     assert dead_origins == poison and not (acked_origins & poison)
     assert {_header(r, "kmq-dlq-reason") for r in dlq} <= {"rejected"} and f"rejected {dead}" in reasons
     assert len(queue_records) - len(originals) >= int(redelivered) > 0  # hangs and fails were redelivered
+    # With Redis (the suite installs redis-server), every duplicate ack was a guard skip: no second effect.
+    guard = re.search(r"IdempotencyGuard \(local Redis\): (\d+) duplicate deliveries", out)
+    if guard is not None:
+        assert int(guard.group(1)) == int(duplicates)
+    else:
+        assert "IdempotencyGuard: off" in out

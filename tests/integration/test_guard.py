@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from kmq import IdempotencyGuard, KmqConsumer, clients
+from kmq.guard import InProgressElsewhere
 from tests.conftest import unique
 from tests.helpers.kafka import wait_until
 from tests.helpers.workers import markers_by_partition
@@ -53,7 +54,7 @@ def test_redelivered_copy_is_acked_without_a_second_effect(queue_topics, bootstr
     guard.close()
 
 
-def test_copy_arriving_while_the_original_is_in_progress_is_skipped(redis_url):
+def test_copy_arriving_while_the_original_is_in_progress_is_retried_not_dropped(redis_url):
     guard = IdempotencyGuard(redis_url, ttl=60, lock_ttl=30, prefix=unique("kmq-test") + ":")
     origin = "orders/3/42"
     entered, release = threading.Event(), threading.Event()
@@ -68,10 +69,14 @@ def test_copy_arriving_while_the_original_is_in_progress_is_skipped(redis_url):
     t.start()
     assert entered.wait(10)
     assert guard.state(origin) == "running"
-    ran, _ = guard.run(msg(origin), lambda m: effects.append("copy"))
+    # Not skipped yet: if the original's worker died now, skipping would lose the effect.
+    with pytest.raises(InProgressElsewhere):
+        guard.run(msg(origin), lambda m: effects.append("copy"))
     release.set()
     t.join(10)
-    assert ran is False and effects == ["original"] and guard.state(origin) == "done"
+    assert effects == ["original"] and guard.state(origin) == "done"
+    ran, _ = guard.run(msg(origin), lambda m: effects.append("copy"))  # the retried copy
+    assert ran is False and effects == ["original"] and guard.skipped == 1
     guard.close()
 
 
