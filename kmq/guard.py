@@ -21,11 +21,12 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from typing import Any, Callable, TypeVar
-
-import redis
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from kmq.errors import KmqError
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = ["IdempotencyGuard", "GuardUnavailable", "InProgressElsewhere"]
 
@@ -80,6 +81,11 @@ class IdempotencyGuard:
         self.ttl_ms = int(ttl * 1000)
         self.lock_ttl_ms = int(lock_ttl * 1000)
         self.prefix = prefix
+        # Imported here, not at module level: redis adds ~8 MB to every process that
+        # imports kmq, and trackers and most workers never use it.
+        import redis
+
+        self._redis_error = redis.RedisError
         self._redis = client or redis.Redis.from_url(redis_url)
         self._url = redis_url
         self._release = self._redis.register_script(_RELEASE)
@@ -93,7 +99,7 @@ class IdempotencyGuard:
     def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         try:
             return fn(*args, **kw)
-        except redis.RedisError as exc:
+        except self._redis_error as exc:
             raise GuardUnavailable(
                 f"Redis at {self._url} failed ({type(exc).__name__}: {exc}); the message was not processed"
             ) from exc
