@@ -223,9 +223,16 @@ def read_markers(spark, cfg: Config, opts: JobOptions):
 # ------------------------------------------------------------------ state
 def _stateful(window_ms: int, idle_close_ms: int):
     def update(key, pdfs, state):
+        import warnings
+
         import pandas as pd
 
         from kmq.spark.decode import decode_batch
+
+        # pyspark's own applyInPandasWithState code concatenates all-NA padding frames,
+        # which pandas 2.x warns about on every batch; it is not ours to fix (runs in workers only).
+        warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenation with empty or all-NA",
+                                category=FutureWarning)
 
         queue, partition = key
         st = PartitionLagState.from_json(state.get[0]) if state.exists else PartitionLagState(int(partition), window_ms)
