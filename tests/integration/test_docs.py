@@ -126,6 +126,7 @@ def test_readme_quickstart_runs_as_written(tmp_path):
         "KMQ_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{port}",
         "KMQ_KAFKA__SESSION_TIMEOUT": "6s",
         "KMQ_TRACKER__HTTP_PORT": str(free_port()),
+        "KMQ_TRACKER_HTTP_HOST": "127.0.0.1",  # loopback only on test machines (pods bind 0.0.0.0)
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
     yaml_block = next(b for b in _blocks(ROOT / "README.md", "yaml") if "queues:" in b)
