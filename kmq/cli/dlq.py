@@ -26,13 +26,16 @@ def _text(b: bytes | None, width: int = 40) -> str:
 @dlq.command("list")
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most N dead letters.")
+@click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected"]), help="Only this kmq-dlq-reason.")
 @config_options
-def list_(queue: str, limit: int | None, cfg: Config) -> None:
+def list_(queue: str, limit: int | None, reason: str | None, cfg: Config) -> None:
     """Show QUEUE's dead letters with their headers."""
     from tracker.dlq import list_dead_letters
 
     n = 0
     for dl in list_dead_letters(cfg, queue):
+        if reason is not None and dl.reason != reason:
+            continue
         ts = datetime.fromtimestamp(dl.timestamp / 1000, timezone.utc).isoformat(timespec="seconds")
         click.echo(f"{dl.partition}:{dl.offset}  {ts}  key={_text(dl.key, 24)}  value={_text(dl.value)}")
         for k, v in dl.headers:

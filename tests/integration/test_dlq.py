@@ -33,6 +33,9 @@ def test_list_and_replay_once_with_reason_limit_and_rate(bootstrap, queue_topics
     assert res.exit_code == 0, res.output
     assert res.output.count("kmq-dlq-reason: timeout") == 3 and "kmq-dlq-error: bad payload" in res.output
     assert "5 dead letter(s)" in res.output
+    res = run.invoke(cli, ["dlq", "list", q.name, "--reason", "rejected", "--bootstrap", bootstrap])
+    assert res.exit_code == 0, res.output
+    assert "2 dead letter(s)" in res.output and "kmq-dlq-reason: timeout" not in res.output
 
     def replay(*extra):
         r = run.invoke(cli, ["dlq", "replay", q.name, "--bootstrap", bootstrap, *extra])
