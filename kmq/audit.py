@@ -6,6 +6,8 @@ so it changes nothing on the cluster and can run beside the system it audits.
 
 from __future__ import annotations
 
+import time
+
 from kafka import TopicPartition
 
 from kmq.clients import consumer as make_consumer
@@ -58,8 +60,6 @@ class QueueAudit:
 
     def drain(self, max_seconds: float = 10.0) -> LedgerSnapshot:
         """Poll until caught up with what was in the topics (bounded)."""
-        import time
-
         deadline = time.monotonic() + max_seconds
         while time.monotonic() < deadline:
             if self.poll(0.2) == 0 and self.caught_up():

@@ -9,10 +9,8 @@ prints a summary whose numbers come from reading the topics themselves
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,12 +26,18 @@ from kmq.audit import QueueAudit
 from kmq.config import Config
 from kmq.devbroker import DevBroker, free_port
 from kmq.devredis import DevRedis
+from kmq.errors import KmqError
 from kmq.ledger import LedgerSnapshot
+from kmq.processes import stop_processes
 from kmq.topics import ensure_topics
 
-__all__ = ["DemoSettings", "DemoResult", "run_demo"]
+__all__ = ["DemoSettings", "DemoResult", "DemoError", "run_demo"]
 
 log = logging.getLogger(__name__)
+
+
+class DemoError(KmqError):
+    """A demo process died early; the message names its log file."""
 
 
 @dataclass(frozen=True)
@@ -102,18 +106,8 @@ class _Procs:
     def dead(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() not in (None, 0) and not n.startswith("produce")]
 
-    def stop(self, names: list[str] | None = None, timeout: float = 20.0) -> None:
-        targets = [(n, p) for n, p in self.procs.items() if names is None or n in names]
-        for _, p in targets:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for _, p in targets:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+    def stop(self, timeout: float = 20.0) -> None:
+        stop_processes(self.procs.values(), timeout)
 
 
 def _write_config(path: Path, bootstrap: str, queue: str, s: DemoSettings, http_port: int,
@@ -177,7 +171,7 @@ def run_demo(s: DemoSettings, view: "Callable[[str, LedgerSnapshot, float, bool]
                     view(phase, snap, time.monotonic() - started, False)
                 dead = procs.dead()
                 if dead:
-                    raise RuntimeError(f"demo process {dead[0]} exited early; see {workdir / (dead[0] + '.log')}")
+                    raise DemoError(f"demo process {dead[0]} exited early; see {workdir / (dead[0] + '.log')}")
                 return snap
 
             while time.monotonic() - started < s.duration or s.keep_running:
@@ -291,15 +285,3 @@ def summary_text(r: DemoResult, workdir_hint: str = "") -> str:
         "  README.md: KmqConsumer in 10 lines, or @kmq.marked on an existing kafka-python loop",
     ]
     return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)

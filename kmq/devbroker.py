@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from kmq.errors import DevBrokerError
+from kmq.processes import stop_processes
 
 __all__ = ["DevBroker", "free_port", "tansu_binary"]
 
@@ -165,15 +166,8 @@ class DevBroker:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (then SIGKILL) the broker and the S3 server; idempotent."""
-        for proc in (self._proc, self._moto):
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout)
+        stop_processes([self._proc], timeout)  # the broker first: it may still write to S3
+        stop_processes([self._moto], timeout)
         self._proc = None
         self._moto = None
 

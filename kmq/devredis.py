@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kmq.devbroker import free_port
 from kmq.errors import KmqError
+from kmq.processes import stop_processes
 
 __all__ = ["DevRedis", "DevRedisError"]
 
@@ -68,13 +69,7 @@ class DevRedis:
             client.close()
 
     def stop(self) -> None:
-        if self._proc and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
+        stop_processes([self._proc])
         self._proc = None
 
     def __enter__(self) -> "DevRedis":

@@ -18,19 +18,9 @@ from typing import Iterable, Sequence
 
 from kmq.errors import MarkerDecodeError
 from kmq.markers import Closed, End, Outcome, Start, decode, decode_key
+from kmq.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, origin_of
 
-__all__ = ["Ledger", "LedgerSnapshot", "header"]
-
-ORIGIN = "kmq-origin"
-DELIVERY_COUNT = "kmq-delivery-count"
-DLQ_REASON = "kmq-dlq-reason"
-
-
-def header(headers: Sequence[tuple[str, bytes]] | None, name: str) -> str | None:
-    for k, v in headers or ():
-        if k == name:
-            return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
-    return None
+__all__ = ["Ledger", "LedgerSnapshot"]
 
 
 @dataclass(frozen=True)
@@ -75,13 +65,13 @@ class Ledger:
 
     # ------------------------------------------------------------ feeding
     def add_queue_record(self, partition: int, offset: int, headers: Sequence[tuple[str, bytes]] | None) -> None:
-        origin = header(headers, ORIGIN) or f"{self.queue}/{partition}/{offset}"
         key = (partition, offset)
         if key in self._origin_of:
             return
+        origin = origin_of(headers, self.queue, partition, offset)
         self._origin_of[key] = origin
         self._deliveries += 1
-        if header(headers, ORIGIN) is None:
+        if header_text(headers, HEADER_ORIGIN) is None:
             self._originals.add(origin)
         if key in self._unresolved_acks:
             self._unresolved_acks.discard(key)
@@ -118,9 +108,9 @@ class Ledger:
                 self._missing += n
 
     def add_dlq_record(self, partition: int, offset: int, headers: Sequence[tuple[str, bytes]] | None) -> None:
-        origin = header(headers, ORIGIN) or f"?dlq/{partition}/{offset}"
+        origin = header_text(headers, HEADER_ORIGIN) or f"?dlq/{partition}/{offset}"
         self._dlq_origins[origin] += 1
-        self._dlq_reasons[header(headers, DLQ_REASON) or "unknown"] += 1
+        self._dlq_reasons[header_text(headers, HEADER_DLQ_REASON) or "unknown"] += 1
 
     def add_records(self, topic_kind: str, records: Iterable) -> None:
         """Feed kafka-python ConsumerRecords of one kind: "queue", "markers" or "dlq"."""

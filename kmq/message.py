@@ -29,13 +29,21 @@ __all__ = [
     "ABANDON",
     "HEADER_DELIVERY_COUNT",
     "HEADER_ORIGIN",
+    "HEADER_DLQ_REASON",
+    "HEADER_DLQ_ERROR",
+    "HEADER_DLQ_TS",
+    "header_text",
     "delivery_count_of",
     "origin_of",
 ]
 
 ACK, NACK, REJECT, ABANDON = "ack", "nack", "reject", "abandon"
+# Every kmq header (docs/protocol.md), named once.
 HEADER_DELIVERY_COUNT = "kmq-delivery-count"
 HEADER_ORIGIN = "kmq-origin"
+HEADER_DLQ_REASON = "kmq-dlq-reason"
+HEADER_DLQ_ERROR = "kmq-dlq-error"
+HEADER_DLQ_TS = "kmq-dlq-ts"
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -55,6 +63,14 @@ def _header(headers: Headers | None, name: str) -> bytes | None:
             if k == name:
                 return v
     return None
+
+
+def header_text(headers: Headers | None, name: str) -> str | None:
+    """Header ``name`` as text (utf-8, undecodable bytes replaced), None when absent."""
+    raw = _header(headers, name)
+    if raw is None:
+        return None
+    return raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
 
 
 def delivery_count_of(headers: Headers | None) -> int:

@@ -22,9 +22,15 @@ from kafka.structs import OffsetAndMetadata
 from kmq.clients import broker_errors, consumer as make_consumer, producer as make_producer
 from kmq.config import Config, QueueConfig
 from kmq.errors import KmqError
-from kmq.message import HEADER_DELIVERY_COUNT, HEADER_ORIGIN
+from kmq.message import (
+    HEADER_DELIVERY_COUNT,
+    HEADER_DLQ_ERROR,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_TS,
+    HEADER_ORIGIN,
+    header_text,
+)
 from kmq.topics import require_aligned
-from tracker.redeliver import HEADER_DLQ_ERROR, HEADER_DLQ_REASON, HEADER_DLQ_TS
 
 __all__ = ["DeadLetter", "list_dead_letters", "replay", "ReplayResult", "replay_group", "REASONS"]
 
@@ -43,10 +49,7 @@ class DeadLetter:
     timestamp: int
 
     def header(self, name: str) -> str | None:
-        for k, v in self.headers:
-            if k == name:
-                return v.decode("utf-8", "replace")
-        return None
+        return header_text(self.headers, name)
 
     @property
     def reason(self) -> str | None:

@@ -27,7 +27,15 @@ from typing import Callable
 from kafka.errors import KafkaError
 
 from kmq.config import QueueConfig
-from kmq.message import HEADER_DELIVERY_COUNT, HEADER_ORIGIN, delivery_count_of, origin_of
+from kmq.message import (
+    HEADER_DELIVERY_COUNT,
+    HEADER_DLQ_ERROR,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_TS,
+    HEADER_ORIGIN,
+    delivery_count_of,
+    origin_of,
+)
 from kmq.markers import Closed, Outcome, encode, encode_key
 from kmq.metrics import TrackerMetrics
 from kmq.ranges import OffsetRange, coalesce
@@ -48,9 +56,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HEADER_DLQ_REASON = "kmq-dlq-reason"
-HEADER_DLQ_ERROR = "kmq-dlq-error"
-HEADER_DLQ_TS = "kmq-dlq-ts"
 KMQ_HEADERS = (HEADER_DELIVERY_COUNT, HEADER_ORIGIN, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS)
 _REPLACED = {HEADER_DELIVERY_COUNT, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS}
 

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 
 import click
 
 from kmq.cli.common import fail
 from kmq.config import parse_duration
-from kmq.demo import DemoSettings, LiveView, _sigterm_as_interrupt, run_demo, summary_text
+from kmq.demo import DemoSettings, LiveView, run_demo, summary_text
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM stops the demo like Ctrl-C: every child is stopped on the way out."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @click.command()
@@ -46,8 +62,6 @@ def demo(duration: float, messages: int, partitions: int, worker_processes: int,
     except KeyboardInterrupt:
         click.echo("\ninterrupted: every demo process was stopped", err=True)
         sys.exit(130)
-    except RuntimeError as exc:
-        raise fail(str(exc)) from exc
     click.echo(summary_text(result))
     if not result.guarantee_holds:
         raise fail("the demo did not settle every message in time (see 'not settled yet' above)")

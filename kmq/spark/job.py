@@ -19,7 +19,6 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from kmq.config import Config
 from kmq.errors import KmqError
