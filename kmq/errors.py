@@ -15,7 +15,9 @@ and the fix; the CLI prints it as one line and exits 1.
     │   └── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
     ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
     ├── MessageAlreadySettled     second ack/nack/reject on one message
-    └── DevBrokerError            the embedded broker could not start
+    ├── DevBrokerError            the embedded broker could not start
+    ├── TraceError                a ``kmq trace`` selector that names no message
+    └── UiConfigError             ``kmq ui`` bound beyond loopback without a token
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ __all__ = [
     "MarkerWriteError",
     "MessageAlreadySettled",
     "DevBrokerError",
+    "TraceError",
+    "UiConfigError",
 ]
 
 
@@ -88,3 +92,11 @@ class MessageAlreadySettled(KmqError):
 
 class DevBrokerError(KmqError):
     pass
+
+
+class TraceError(KmqError):
+    """A ``kmq trace`` selector that is malformed or names no message."""
+
+
+class UiConfigError(KmqError):
+    """``kmq ui`` would start unsafely (bound beyond loopback without a token)."""
