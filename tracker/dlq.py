@@ -124,12 +124,15 @@ class ReplayResult:
 
 def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | None = None, reason: str | None = None,
            group: str | None = None, progress: Callable[[int], None] | None = None,
-           size_hint: Callable[[int], None] | None = None, timeout_s: float = 10.0) -> ReplayResult:
+           size_hint: Callable[[int], None] | None = None, timeout_s: float = 10.0,
+           select: Callable[[DeadLetter], bool] | None = None) -> ReplayResult:
     """Move dead letters of ``queue`` back to it; see the module docstring.
 
     ``rate`` caps replayed messages per second; ``progress(n)`` is called with
     the number of records handled since the last call; ``size_hint(total)``
-    once with the number of DLQ records to look at.
+    once with the number of DLQ records to look at. ``select`` narrows the
+    replay further (the console's redrive of chosen dead letters): records it
+    refuses count as skipped, like another ``reason``.
     """
     if reason is not None and reason not in REASONS:
         raise KmqError(f"--reason must be one of {', '.join(REASONS)}, got {reason!r}")
@@ -170,7 +173,7 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
                 if limit is not None and result.replayed >= limit:
                     break
                 dl = DeadLetter(tp.partition, rec.offset, rec.key, rec.value, tuple(rec.headers or ()), rec.timestamp)
-                if reason is None or dl.reason == reason:
+                if (reason is None or dl.reason == reason) and (select is None or select(dl)):
                     if rate:
                         wait = started + result.replayed / rate - time.monotonic()
                         if wait > 0:

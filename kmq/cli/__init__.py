@@ -32,6 +32,8 @@ COMMANDS = {
     "lag-job": "kmq.cli.lagjob:lag_job",
     "demo": "kmq.cli.demo:demo",
     "bench": "kmq.cli.bench:bench",
+    "trace": "kmq.cli.trace:trace",
+    "ui": "kmq.cli.ui:ui",
 }
 
 

@@ -1,0 +1,128 @@
+"""``kmq trace QUEUE (ORIGIN | --key K | --partition P --offset O)``: what happened to one message."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import click
+
+from kmq.cli.common import config_options
+from kmq.config import Config, parse_duration
+from kmq.errors import ConfigError, TraceError
+from kmq.trace import Trace, TraceEvent
+
+__all__ = ["trace", "describe_event", "format_trace"]
+
+
+def _ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms / 1000:g}s" if ms < 120_000 else f"{ms / 60_000:g}m"
+
+
+def _clock(ts_ms: int) -> str:
+    return datetime.fromtimestamp(ts_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def describe_event(e: TraceEvent) -> str:
+    """One line of prose for an event (the CLI and the console show the same words)."""
+    d = e.detail
+    if e.kind == "delivered":
+        return f"delivery {d['delivery_count']} ({d['via']})"
+    if e.kind == "start":
+        return f"START by {d['owner'] or '?'}, lease {_ms(d['lease_ms'])} (until {_clock(d['deadline_ms'])})"
+    if e.kind == "renew":
+        late = " (late: the copy was already settled, ignored)" if d.get("late") else ""
+        return f"RENEW lease {_ms(d['lease_ms'])} (until {_clock(d['deadline_ms'])}){late}"
+    if e.kind == "nack":
+        return f"NACK, redeliver after {_ms(d['delay_ms'])}"
+    if e.kind == "ack":
+        return "END: acknowledged" + (" again (duplicate ack)" if d.get("duplicate") else "")
+    if e.kind == "late-ack":
+        return f"END arrived late: the tracker had already closed this copy as {d['closed_as']} (counted, ignored)"
+    if e.kind == "reject":
+        return f"REJECT: {d['reason'] or '(no reason)'}"
+    if e.kind == "lease-expired":
+        return "lease expired" + (": waiting for the tracker to redeliver" if d.get("pending") else "")
+    if e.kind == "closed":
+        return f"CLOSED by the tracker: {d['outcome']}"
+    if e.kind == "dead-lettered":
+        err = f" ({d['error']})" if d.get("error") else ""
+        return f"dead letter, reason {d['reason']}{err}, after delivery {d['delivery_count']}"
+    return e.kind
+
+
+def format_trace(t: Trace) -> list[str]:
+    lines = [f"message {t.origin}" + (f"  key {t.key}" if t.key is not None else "")
+             + f"  deliveries {t.deliveries}"]
+    for e in t.events:
+        where = f"dlq {e.partition}:{e.offset}" if e.kind == "dead-lettered" else f"copy {e.partition}:{e.offset}"
+        lines.append(f"  {_clock(e.ts_ms)}  {where:<14}  {describe_event(e)}")
+    lines.append(f"  final state: {t.state} ({t.state_text})")
+    scan = t.scan
+    if scan:
+        frm = scan.get("markers_from")
+        since = f", records since {_clock(scan['since_ms'])}" if scan.get("since_ms") else ""
+        lines.append(f"  read: markers from offset {frm if frm is not None else 'log start'} "
+                     f"({scan.get('markers_from_source')}){since}, {scan.get('records_read', 0)} records")
+    return lines
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("origin", required=False)
+@click.option("--key", help="Trace the messages with this key (newest 20).")
+@click.option("--partition", type=click.IntRange(min=0), help="With --offset: the queue record at P:O (any copy).")
+@click.option("--offset", type=click.IntRange(min=0), help="With --partition.")
+@click.option("--since", "since", help="Read the last DURATION (e.g. 1h, 30m) instead of from the tracker's "
+                                       "committed marker offset.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--tracker-group", help="Tracker consumer group (default: tracker.group_id).")
+@click.option("--workers-group", help="Workers consumer group (default: consumer.group_id).")
+@config_options
+def trace(queue: str, origin: str | None, key: str | None, partition: int | None, offset: int | None,
+          since: str | None, output: str, tracker_group: str | None, workers_group: str | None, cfg: Config) -> None:
+    """The attempt timeline of one message of QUEUE: deliveries, START/RENEW/NACK/END/REJECT,
+    lease expiries, CLOSED, the dead letter, and its final state.
+
+    ORIGIN is topic/partition/offset of the first delivery (the kmq-origin
+    header). Reads from the tracker's committed marker offset, or the last
+    --since; a progress line goes to stderr. Nothing is committed.
+    """
+    from tracker.trace_reader import trace as read_trace
+
+    try:
+        since_s = parse_duration(since, "--since") if since is not None else None
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+    if since_s is not None and since_s <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--since")
+    if (partition is None) != (offset is None):
+        raise click.UsageError("--partition and --offset go together")
+    last = {"t": 0.0, "shown": False}
+
+    def progress(topic: str, p: int, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done >= total or now - last["t"] >= 0.2:  # one line, rewritten at most 5 times a second
+            click.echo(f"\rscanning {topic}[{p}]: {done}/{total} records", err=True, nl=False)
+            last["t"], last["shown"] = now, True
+
+    try:
+        traces = read_trace(cfg, queue, origin=origin, key=key, partition=partition, offset=offset,
+                            since_s=since_s, tracker_group=tracker_group, workers_group=workers_group,
+                            progress=progress)
+    finally:
+        if last["shown"]:
+            click.echo("", err=True)
+    if output == "json":
+        click.echo(json.dumps({"queue": queue, "messages": [t.to_dict() for t in traces]}, indent=2))
+        return
+    if not traces:
+        raise TraceError(f"no message with key {key!r} in the scanned range of {queue}; try a longer --since")
+    for i, t in enumerate(traces):
+        if i:
+            click.echo("")
+        for line in format_trace(t):
+            click.echo(line)
