@@ -41,7 +41,7 @@ from kmq.message import (
     origin_of,
 )
 
-__all__ = ["TraceEvent", "Trace", "TraceBuilder", "parse_origin", "STATES", "EVENT_KINDS"]
+__all__ = ["TraceEvent", "Trace", "TraceBuilder", "parse_origin", "describe_event", "clock", "STATES", "EVENT_KINDS"]
 
 EVENT_KINDS = ("delivered", "start", "renew", "nack", "ack", "late-ack", "reject", "lease-expired", "closed",
                "dead-lettered")
@@ -276,3 +276,42 @@ class TraceBuilder:
 
 def _iso(ts_ms: int) -> str:
     return datetime.fromtimestamp(ts_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms / 1000:g}s" if ms < 120_000 else f"{ms / 60_000:g}m"
+
+
+def clock(ts_ms: int) -> str:
+    """UTC wall-clock time with milliseconds, as the timelines show it."""
+    return datetime.fromtimestamp(ts_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def describe_event(e: TraceEvent) -> str:
+    """One line of prose for an event (the CLI and the console show the same words)."""
+    d = e.detail
+    if e.kind == "delivered":
+        return f"delivery {d['delivery_count']} ({d['via']})"
+    if e.kind == "start":
+        return f"START by {d['owner'] or '?'}, lease {_ms(d['lease_ms'])} (until {clock(d['deadline_ms'])})"
+    if e.kind == "renew":
+        late = " (late: the copy was already settled, ignored)" if d.get("late") else ""
+        return f"RENEW lease {_ms(d['lease_ms'])} (until {clock(d['deadline_ms'])}){late}"
+    if e.kind == "nack":
+        return f"NACK, redeliver after {_ms(d['delay_ms'])}"
+    if e.kind == "ack":
+        return "END: acknowledged" + (" again (duplicate ack)" if d.get("duplicate") else "")
+    if e.kind == "late-ack":
+        return f"END arrived late: the tracker had already closed this copy as {d['closed_as']} (counted, ignored)"
+    if e.kind == "reject":
+        return f"REJECT: {d['reason'] or '(no reason)'}"
+    if e.kind == "lease-expired":
+        return "lease expired" + (": waiting for the tracker to redeliver" if d.get("pending") else "")
+    if e.kind == "closed":
+        return f"CLOSED by the tracker: {d['outcome']}"
+    if e.kind == "dead-lettered":
+        err = f" ({d['error']})" if d.get("error") else ""
+        return f"dead letter, reason {d['reason']}{err}, after delivery {d['delivery_count']}"
+    return e.kind

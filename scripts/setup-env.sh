@@ -34,3 +34,16 @@ ensure_promtool() {
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   fi
 }
+
+# A real headless browser for the console's tests (kmq ui): Debian's chromium
+# and its matching chromedriver; selenium drives /usr/bin/chromedriver and never
+# downloads a browser.
+ensure_chromium() {
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing chromium and chromium-driver (Debian)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+  else
+    echo "note: chromium/chromedriver not found and not root; browser tests of kmq ui will skip (fail in CI)" >&2
+  fi
+}

@@ -4,54 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
 
 import click
 
 from kmq.cli.common import config_options
 from kmq.config import Config, parse_duration
 from kmq.errors import ConfigError, TraceError
-from kmq.trace import Trace, TraceEvent
+from kmq.trace import Trace, clock, describe_event
 
-__all__ = ["trace", "describe_event", "format_trace"]
-
-
-def _ms(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms / 1000:g}s" if ms < 120_000 else f"{ms / 60_000:g}m"
-
-
-def _clock(ts_ms: int) -> str:
-    return datetime.fromtimestamp(ts_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def describe_event(e: TraceEvent) -> str:
-    """One line of prose for an event (the CLI and the console show the same words)."""
-    d = e.detail
-    if e.kind == "delivered":
-        return f"delivery {d['delivery_count']} ({d['via']})"
-    if e.kind == "start":
-        return f"START by {d['owner'] or '?'}, lease {_ms(d['lease_ms'])} (until {_clock(d['deadline_ms'])})"
-    if e.kind == "renew":
-        late = " (late: the copy was already settled, ignored)" if d.get("late") else ""
-        return f"RENEW lease {_ms(d['lease_ms'])} (until {_clock(d['deadline_ms'])}){late}"
-    if e.kind == "nack":
-        return f"NACK, redeliver after {_ms(d['delay_ms'])}"
-    if e.kind == "ack":
-        return "END: acknowledged" + (" again (duplicate ack)" if d.get("duplicate") else "")
-    if e.kind == "late-ack":
-        return f"END arrived late: the tracker had already closed this copy as {d['closed_as']} (counted, ignored)"
-    if e.kind == "reject":
-        return f"REJECT: {d['reason'] or '(no reason)'}"
-    if e.kind == "lease-expired":
-        return "lease expired" + (": waiting for the tracker to redeliver" if d.get("pending") else "")
-    if e.kind == "closed":
-        return f"CLOSED by the tracker: {d['outcome']}"
-    if e.kind == "dead-lettered":
-        err = f" ({d['error']})" if d.get("error") else ""
-        return f"dead letter, reason {d['reason']}{err}, after delivery {d['delivery_count']}"
-    return e.kind
+__all__ = ["trace", "format_trace"]
 
 
 def format_trace(t: Trace) -> list[str]:
@@ -59,12 +20,12 @@ def format_trace(t: Trace) -> list[str]:
              + f"  deliveries {t.deliveries}"]
     for e in t.events:
         where = f"dlq {e.partition}:{e.offset}" if e.kind == "dead-lettered" else f"copy {e.partition}:{e.offset}"
-        lines.append(f"  {_clock(e.ts_ms)}  {where:<14}  {describe_event(e)}")
+        lines.append(f"  {clock(e.ts_ms)}  {where:<14}  {describe_event(e)}")
     lines.append(f"  final state: {t.state} ({t.state_text})")
     scan = t.scan
     if scan:
         frm = scan.get("markers_from")
-        since = f", records since {_clock(scan['since_ms'])}" if scan.get("since_ms") else ""
+        since = f", records since {clock(scan['since_ms'])}" if scan.get("since_ms") else ""
         lines.append(f"  read: markers from offset {frm if frm is not None else 'log start'} "
                      f"({scan.get('markers_from_source')}){since}, {scan.get('records_read', 0)} records")
     return lines
