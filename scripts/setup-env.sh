@@ -47,3 +47,15 @@ ensure_chromium() {
     echo "note: chromium/chromedriver not found and not root; browser tests of kmq ui will skip (fail in CI)" >&2
   fi
 }
+
+# stunnel terminates TLS in front of the embedded broker for the TLS tests
+# (tansu's own TLS listener is unproven, see TEST-ENVIRONMENT.md).
+ensure_stunnel() {
+  if command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing stunnel4 (Debian)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stunnel4 >/dev/null
+  else
+    echo "note: stunnel not found and not root; TLS tests will skip (fail in CI)" >&2
+  fi
+}

@@ -2,7 +2,7 @@
 # Run the kmq test suite on this machine from a clean clone:
 #   ./scripts/test.sh [pytest args]
 # Creates/uses .venv, installs kmq with its extras, installs Debian's
-# redis-server, promtool and chromium when missing (as root), then runs pytest. Integration tests
+# redis-server, promtool, chromium and stunnel when missing (as root), then runs pytest. Integration tests
 # use the embedded tansu broker unless KMQ_TEST_BOOTSTRAP=host:port is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,4 +11,5 @@ ensure_venv
 ensure_redis
 ensure_promtool
 ensure_chromium
+ensure_stunnel
 exec .venv/bin/python -m pytest "$@"
