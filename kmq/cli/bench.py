@@ -12,6 +12,7 @@ BENCHMARKS = {
     "consumer": "kmq.bench.consumer",
     "tracker": "kmq.bench.tracker",
     "spark": "kmq.bench.spark",
+    "trace": "kmq.bench.trace",
     "all": "kmq.bench.all",
 }
 
