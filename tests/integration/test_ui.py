@@ -269,6 +269,16 @@ def test_console_in_a_real_browser(bootstrap, queue_topics, tmp_path):
             assert "REJECT: bad payload" in text and "dead letter, reason rejected (bad payload)" in text
             assert "delivery 1 (redriven from the DLQ)" in text
             screenshot(driver, tmp_path, "ui-trace.png")
+
+            # Redrive by filter (reason + key): the dry run counts what the confirmation then moves.
+            driver.get(f"{base}/dlq?queue={q.name}&reason=rejected&key=html")
+            driver.find_element(By.ID, "redrive-filter").click()
+            dry = wait_until(lambda: driver.find_elements(By.ID, "dry-run"), 30, what="filter dry run")[0]
+            assert dry.text.startswith("1 dead letter(s) would be moved back")
+            driver.find_element(By.ID, "confirm").click()
+            result = wait_until(lambda: driver.find_elements(By.ID, "result"), 30, what="filter redrive")[0]
+            assert result.text.startswith("moved 1 dead letter(s) back")
+            wait_until(lambda: "html" in w.acked, 30, what="the redriven html message acked")
         finally:
             if driver is not None:
                 driver.quit()
