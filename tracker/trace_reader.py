@@ -8,7 +8,8 @@ high-water mark seen at its first fetch):
 * queue partition p from the origin's offset (``--key``: every partition);
 * markers partition p from the tracker group's committed offset, which is
   the oldest START that still has open offsets: enough for anything in
-  flight, cheap because a tracker commits as it goes. With ``since`` it
+  flight, cheap because a tracker commits as it goes (the log start while
+  the tracker group has committed nothing, as a new tracker would). With ``since`` it
   starts at the offsets of ``now - since`` instead (``offsets_for_times``)
   and also drops older records as it reads, so a broker that answers that
   look-up with an earlier offset costs more reading, never a wrong trace;
@@ -50,7 +51,6 @@ Progress = Callable[[str, int, int, int], None]
 class _Window:
     """Where each read starts and why (reported in the trace's ``scan``)."""
 
-    since_ms: int | None
     markers_from: dict[int, int]
     markers_source: str
 
@@ -97,9 +97,9 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
     markers_tps = [TopicPartition(q.markers_topic, p) for p in partitions]
     committed = r.committed(tracker_group, markers_tps)
     if r.since_ms is not None:
-        window = _Window(r.since_ms, r.offsets_at(markers_tps), "since")
+        window = _Window(r.offsets_at(markers_tps), "since")
     else:
-        window = _Window(None, {tp.partition: committed[tp] for tp in markers_tps if committed[tp] is not None},
+        window = _Window({tp.partition: committed[tp] for tp in markers_tps if committed[tp] is not None},
                          "tracker committed offset")
     builders: dict[str, TraceBuilder] = {}
     for p in partitions:
