@@ -75,7 +75,12 @@ def tls_alert_error(server: str, exc: ssl.SSLError) -> KmqError | None:
     if "ALERT" not in reason:
         return None
     alert = reason.split("ALERT_", 1)[-1].replace("_", " ").lower()
-    if any(word in alert for word in ("certificate", "unknown ca", "bad certificate", "access denied")):
+    if "certificate required" in alert:
+        return CertificateRejected(
+            f"Kafka at {server} requires a client certificate (TLS alert: {alert}); set kafka.ssl_certfile and "
+            "kafka.ssl_keyfile (mutual TLS)"
+        )
+    if any(word in alert for word in ("certificate", "unknown ca", "access denied")):
         return CertificateRejected(
             f"Kafka at {server} refused kmq's client certificate (TLS alert: {alert}); check kafka.ssl_certfile and "
             "kafka.ssl_keyfile: a certificate that is valid now and signed by a CA the broker trusts"
@@ -94,6 +99,19 @@ def _plaintext_to_tls(server: str, detail: str) -> TlsHandshakeFailed:
     return TlsHandshakeFailed(
         f"Kafka at {server} did not answer a plaintext Kafka request ({detail}): the port expects TLS; set "
         "kafka.security_protocol to SSL (or SASL_SSL) and kafka.ssl_cafile"
+    )
+
+
+def _closed_after_handshake(kafka: KafkaConfig, server: str) -> CertificateRejected:
+    if not kafka.ssl_certfile:
+        return CertificateRejected(
+            f"Kafka at {server} closed the TLS connection right after the handshake: it probably requires a client "
+            "certificate (mutual TLS); set kafka.ssl_certfile and kafka.ssl_keyfile"
+        )
+    return CertificateRejected(
+        f"Kafka at {server} closed the TLS connection right after the handshake: it probably refused kmq's client "
+        f"certificate {kafka.ssl_certfile} (expired, or not signed by a CA the broker trusts); check kafka.ssl_certfile "
+        "and kafka.ssl_keyfile"
     )
 
 
@@ -143,7 +161,12 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
             sock.sendall(API_VERSIONS_V0)
             head = _recv_exactly(sock, 8)
         except ssl.SSLError as exc:
-            return tls_alert_error(server, exc) or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
+            found = tls_alert_error(server, exc)
+            if found is None and isinstance(exc, ssl.SSLEOFError):
+                # TLS 1.3 clients learn the broker's verdict on their certificate only now; a TLS
+                # terminator that drops the connection instead of sending an alert means the same.
+                found = _closed_after_handshake(kafka, server)
+            return found or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
         except TimeoutError:
             if kafka.uses_tls:
                 return unreachable(kafka, cause=f"{server} accepted TLS but did not answer a Kafka request within {timeout:g}s")
