@@ -34,3 +34,14 @@ ensure_promtool() {
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   fi
 }
+
+ensure_stunnel() {
+  # The TLS test tier puts stunnel4 in front of the embedded broker (tests/helpers/tls.py).
+  if command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing stunnel4 (Debian, for the TLS test tier)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stunnel4 >/dev/null
+  else
+    echo "note: stunnel4 not found and not root; the TLS tier skips (fails in CI)" >&2
+  fi
+}
