@@ -157,3 +157,19 @@ def test_tls_failures_are_told_apart():
     other = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "TLSV1_ALERT_PROTOCOL_VERSION"))
     assert isinstance(other, TlsHandshakeFailed)
     assert tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "WRONG_VERSION_NUMBER")) is None
+
+
+def test_every_security_example_in_the_docs_is_a_valid_config():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    blocks = [b for doc in ("docs/configuration.md", "docs/deploy.md")
+              for kind, b in re.findall(r"```(\w*)\n(.*?)```", (root / doc).read_text(), re.S)
+              if kind == "yaml" and "security_protocol:" in b]
+    assert len(blocks) >= 6
+    for block in blocks:
+        cfg = Config.from_dict(yaml.safe_load(block))
+        assert cfg.kafka.security_protocol in ("SSL", "SASL_SSL"), block
