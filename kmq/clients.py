@@ -30,7 +30,7 @@ from kmq.oauth import TokenProvider
 
 __all__ = [
     "admin_client", "producer", "consumer", "client_kwargs", "token_provider",
-    "unreachable", "broker_errors", "authentication_failed", "authorization_failed",
+    "unreachable", "broker_errors", "classify", "authentication_failed", "authorization_failed",
 ]
 
 
@@ -83,6 +83,15 @@ def authorization_failed(kafka: KafkaConfig, exc: AuthorizationError) -> Authori
     return AuthorizationFailed(
         f"Kafka denied {who} a {what} operation ({detail}); grant the ACLs listed in docs/deploy.md for this component"
     )
+
+
+def classify(kafka: KafkaConfig, exc: BaseException) -> BrokerUnavailable | None:
+    """kmq's error for a refused login or an ACL denial raised by kafka-python mid-run; None for other errors."""
+    if isinstance(exc, (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)):
+        return authentication_failed(kafka, exc)
+    if isinstance(exc, AuthorizationError):
+        return authorization_failed(kafka, exc)
+    return None
 
 
 @contextlib.contextmanager

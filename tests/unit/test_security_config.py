@@ -173,3 +173,12 @@ def test_every_security_example_in_the_docs_is_a_valid_config():
     for block in blocks:
         cfg = Config.from_dict(yaml.safe_load(block))
         assert cfg.kafka.security_protocol in ("SSL", "SASL_SSL"), block
+
+
+def test_errors_raised_mid_run_are_classified_too():
+    from kmq.clients import classify
+
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9092"}})
+    assert isinstance(classify(cfg.kafka, TopicAuthorizationFailedError("orders")), AuthorizationFailed)
+    assert isinstance(classify(cfg.kafka, SaslAuthenticationFailedError("bad")), AuthenticationFailed)
+    assert classify(cfg.kafka, ValueError("x")) is None
