@@ -182,3 +182,22 @@ def test_errors_raised_mid_run_are_classified_too():
     assert isinstance(classify(cfg.kafka, TopicAuthorizationFailedError("orders")), AuthorizationFailed)
     assert isinstance(classify(cfg.kafka, SaslAuthenticationFailedError("bad")), AuthenticationFailed)
     assert classify(cfg.kafka, ValueError("x")) is None
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
+    # SASL cannot be exercised against the embedded broker (tansu gap, docs/configuration.md):
+    # check that what kmq hands kafka-python is what its SASL mechanisms read.
+    from kafka.net.sasl import get_sasl_mechanism
+
+    from kmq.clients import client_kwargs
+
+    cfg = Config.from_dict({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+                                      "sasl_username": "kmq", "sasl_password": "pw"}})
+    kw = client_kwargs(cfg.kafka)
+    assert (kw["security_protocol"], kw["sasl_mechanism"]) == ("SASL_PLAINTEXT", mechanism)
+    first = get_sasl_mechanism(mechanism)(host="k", **kw).auth_bytes()
+    if mechanism == "PLAIN":
+        assert first == b"kmq\0kmq\0pw"  # authzid, authcid, password
+    else:
+        assert first.startswith(b"n,,n=kmq,r=")
