@@ -201,3 +201,29 @@ def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
         assert first == b"kmq\0kmq\0pw"  # authzid, authcid, password
     else:
         assert first.startswith(b"n,,n=kmq,r=")
+
+
+def test_lag_job_hands_the_security_settings_to_either_source(tmp_path):
+    from kmq.errors import KmqError
+    from kmq.spark.job import _java_security_options, _python_security_options
+    from kmq.spark.source import client_kwargs_from_options
+
+    (tmp_path / "c.pem").write_text("CERT")
+    (tmp_path / "k.pem").write_text("KEY")
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9093", "security_protocol": "SSL", "ssl_cafile": "/ca.pem",
+                                      "ssl_certfile": str(tmp_path / "c.pem"), "ssl_keyfile": str(tmp_path / "k.pem"),
+                                      "ssl_password": "pw", "ssl_check_hostname": False}})
+    java = _java_security_options(cfg)
+    assert java["kafka.ssl.keystore.type"] == "PEM" and java["kafka.ssl.keystore.certificate.chain"] == "CERT"
+    assert java["kafka.ssl.keystore.key"] == "KEY" and java["kafka.ssl.key.password"] == "pw"
+    assert java["kafka.ssl.endpoint.identification.algorithm"] == ""
+    opts = {k.lower(): v for k, v in _python_security_options(cfg).items()}  # as Spark hands them over
+    kw = client_kwargs_from_options({"kafka.bootstrap.servers": "k:9093", **opts})
+    assert (kw["ssl_certfile"], kw["ssl_keyfile"], kw["ssl_password"], kw["ssl_check_hostname"]) == (
+        str(tmp_path / "c.pem"), str(tmp_path / "k.pem"), "pw", False)
+    oauth = Config.from_dict({"kafka": {**OAUTH, "sasl_oauth_token_command": "get-token"}})
+    opts = {k.lower(): v for k, v in _python_security_options(oauth).items()}
+    kw = client_kwargs_from_options({"kafka.bootstrap.servers": "k:9093", **opts})
+    assert kw["sasl_oauth_token_command"] == "get-token" and "sasl_plain_password" not in kw
+    with pytest.raises(KmqError, match="--source kafka does not configure sasl_mechanism OAUTHBEARER"):
+        _java_security_options(oauth)
