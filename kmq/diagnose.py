@@ -46,6 +46,7 @@ _CORRELATION_ID = 0x6B6D71  # "kmq"
 _REQUEST = struct.pack(">hhih", 18, 0, _CORRELATION_ID, 3) + b"kmq"
 API_VERSIONS_V0 = struct.pack(">i", len(_REQUEST)) + _REQUEST
 _STEP_TIMEOUT_S = 5.0
+_VERDICT_WAIT_S = 1.0
 
 
 def unreachable(kafka: KafkaConfig, timeout_s: float | None = None, cause: object = None) -> BrokerUnavailable:
@@ -88,10 +89,14 @@ def tls_alert_error(server: str, exc: ssl.SSLError) -> KmqError | None:
     return TlsHandshakeFailed(f"TLS with Kafka at {server} failed (TLS alert: {alert}); check the broker's TLS settings")
 
 
-def _tls_to_plaintext(server: str, detail: str) -> TlsHandshakeFailed:
+def _tls_to_plaintext(server: str, detail: str, kafka: KafkaConfig | None = None) -> TlsHandshakeFailed:
+    # A connection closed mid-handshake is also how a TLS 1.2 broker may refuse a client certificate.
+    closed = "EOF" in detail or "closed" in detail
+    also = (f", or the broker refused the client certificate {kafka.ssl_certfile} (check kafka.ssl_certfile)"
+            if closed and kafka is not None and kafka.ssl_certfile else "")
     return TlsHandshakeFailed(
         f"TLS handshake with Kafka at {server} failed ({detail}): the port does not speak TLS; use the broker's "
-        "TLS listener in kafka.bootstrap_servers, or set kafka.security_protocol to PLAINTEXT (or SASL_PLAINTEXT)"
+        f"TLS listener in kafka.bootstrap_servers, or set kafka.security_protocol to PLAINTEXT (or SASL_PLAINTEXT){also}"
     )
 
 
@@ -113,6 +118,25 @@ def _closed_after_handshake(kafka: KafkaConfig, server: str) -> CertificateRejec
         f"certificate {kafka.ssl_certfile} (expired, or not signed by a CA the broker trusts); check kafka.ssl_certfile "
         "and kafka.ssl_keyfile"
     )
+
+
+def _client_certificate_verdict(kafka: KafkaConfig, server: str, sock: ssl.SSLSocket, wait: float) -> KmqError | None:
+    """With TLS 1.3 the broker judges our client certificate after our handshake is done: listen
+    for its alert before writing anything (a write could turn the alert into a bare reset).
+    A Kafka broker sends nothing unasked, so silence until ``wait`` means "accepted"."""
+    sock.settimeout(wait)
+    try:
+        if not sock.recv(1):
+            return _closed_after_handshake(kafka, server)
+    except TimeoutError:
+        return None
+    except ssl.SSLError as exc:
+        if isinstance(exc, ssl.SSLEOFError):
+            return _closed_after_handshake(kafka, server)
+        return tls_alert_error(server, exc) or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
+    except OSError:
+        return _closed_after_handshake(kafka, server)
+    return None  # data nobody asked for: let the Kafka request below judge the listener
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -152,11 +176,15 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
                 alert = tls_alert_error(server, exc)
                 if alert is not None:
                     return alert
-                return _tls_to_plaintext(server, exc.reason or str(exc))
+                return _tls_to_plaintext(server, exc.reason or str(exc), kafka)
             except TimeoutError:
                 return _tls_to_plaintext(server, f"no TLS answer within {timeout:g}s")
             except OSError as exc:  # EOF or reset: a plaintext Kafka port drops a ClientHello
-                return _tls_to_plaintext(server, f"connection closed: {exc.strerror or type(exc).__name__}")
+                return _tls_to_plaintext(server, f"connection closed: {exc.strerror or type(exc).__name__}", kafka)
+            verdict = _client_certificate_verdict(kafka, server, sock, min(timeout, _VERDICT_WAIT_S))
+            if verdict is not None:
+                return verdict
+            sock.settimeout(timeout)
         try:
             sock.sendall(API_VERSIONS_V0)
             head = _recv_exactly(sock, 8)
