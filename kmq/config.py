@@ -6,9 +6,16 @@ accept ``250ms``, ``30s``, ``5m``, ``1h`` or a bare number of seconds.
 Unknown keys and bad values raise :class:`~kmq.errors.ConfigError` naming the
 key path, e.g. ``queues[0].lease: expected a duration like 30s, got 'soon'``.
 
-Secrets (``kafka.sasl_password``) come only from the environment
-(``KMQ_KAFKA__SASL_PASSWORD``) or a file (``kafka.sasl_password_file``), never
-from kmq.yaml, and are never shown in errors, logs or ``repr``.
+Secrets (``kafka.sasl_password``, ``kafka.ssl_password``) come only from the
+environment (``KMQ_KAFKA__SASL_PASSWORD``) or a file (``kafka.sasl_password_file``),
+never from kmq.yaml, and are never shown in errors, logs or ``repr``.
+
+Security settings are checked in two steps: :meth:`Config.from_dict` checks
+what the keys say together (a SASL mechanism needs a SASL protocol, TLS files
+need SSL); :meth:`KafkaConfig.check_security` (run by :meth:`Config.load`
+and again before any client is built) checks what only the running process
+can know: credentials present after the environment is applied, TLS files and
+the OAUTHBEARER token file readable.
 """
 
 from __future__ import annotations
@@ -37,7 +44,10 @@ __all__ = [
 ]
 
 ENV_PREFIX = "KMQ_"
-_VERBATIM_KAFKA_KEYS = {"bootstrap_servers", "client_id", "sasl_username", "sasl_password"}
+_VERBATIM_KAFKA_KEYS = {"bootstrap_servers", "client_id", "sasl_username", "sasl_password", "ssl_password",
+                        "sasl_oauth_token_command"}
+# Which mechanisms log in with a user name and password.
+_PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -80,11 +90,23 @@ def _f(default: Any, kind: str, **meta: Any) -> Any:
 class KafkaConfig:
     bootstrap_servers: str = _f("localhost:9092", "str")
     security_protocol: str = _f("PLAINTEXT", "choice", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
-    sasl_mechanism: str | None = _f(None, "optchoice", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"))
+    sasl_mechanism: str | None = _f(
+        None, "optchoice", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"))
     sasl_username: str | None = _f(None, "optstr")
     sasl_password: str | None = field(default=None, repr=False, metadata={"kind": "optstr", "secret": True})
     sasl_password_file: str | None = _f(None, "optstr")
     ssl_cafile: str | None = _f(None, "optstr")
+    # Mutual TLS: client certificate (PEM; may also hold the key), its key, and
+    # the key's password (a secret: environment or file only).
+    ssl_certfile: str | None = _f(None, "optstr")
+    ssl_keyfile: str | None = _f(None, "optstr")
+    ssl_password: str | None = field(default=None, repr=False, metadata={"kind": "optstr", "secret": True})
+    ssl_password_file: str | None = _f(None, "optstr")
+    # Off only for brokers reached by a name their certificate does not carry.
+    ssl_check_hostname: bool = _f(True, "bool")
+    # OAUTHBEARER: where the token comes from (exactly one of the two).
+    sasl_oauth_token_file: str | None = _f(None, "optstr")
+    sasl_oauth_token_command: str | None = _f(None, "optstr")
     client_id: str = _f("kmq", "str")
     # Group timing for every kmq consumer group member (workers, tracker).
     session_timeout: float = _f(10.0, "duration", min=1.0)
@@ -105,6 +127,16 @@ class KafkaConfig:
             kw["sasl_plain_password"] = self.password()
         if self.ssl_cafile:
             kw["ssl_cafile"] = self.ssl_cafile
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            kw["ssl_check_hostname"] = self.ssl_check_hostname
+            if self.ssl_certfile:
+                kw["ssl_certfile"] = self.ssl_certfile
+                kw["ssl_keyfile"] = self.ssl_keyfile
+                kw["ssl_password"] = self.key_password()
+        if self.sasl_mechanism not in (None, *_PASSWORD_MECHANISMS):
+            # OAUTHBEARER gets a token provider (kmq.clients), AWS_MSK_IAM signs with AWS credentials.
+            kw.pop("sasl_plain_username", None)
+            kw.pop("sasl_plain_password", None)
         return kw
 
     def password(self) -> str | None:
@@ -116,6 +148,57 @@ class KafkaConfig:
             except OSError as exc:
                 raise ConfigError("kafka.sasl_password_file", f"cannot read the password file: {exc.strerror}") from exc
         return None
+
+    def key_password(self) -> str | None:
+        """Password of the client key (``ssl_password`` from the environment, or ``ssl_password_file``)."""
+        if self.ssl_password is not None:
+            return self.ssl_password
+        if self.ssl_password_file:
+            try:
+                return Path(self.ssl_password_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError("kafka.ssl_password_file", f"cannot read the key password file: {exc.strerror}") from exc
+        return None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def check_security(self) -> None:
+        """Fail with the key's path when credentials are missing or a TLS/token file cannot be read.
+
+        Needs the final values (environment applied) and reads the file system,
+        so it runs in :meth:`Config.load` and before clients are built, not in
+        :meth:`Config.from_dict` (a rendered chart names files that exist only in the pod).
+        """
+        mech = self.sasl_mechanism
+        if mech in _PASSWORD_MECHANISMS:
+            if not self.sasl_username:
+                raise ConfigError("kafka.sasl_username", f"required with sasl_mechanism {mech} (or KMQ_KAFKA__SASL_USERNAME)")
+            if self.sasl_password is None and not self.sasl_password_file:
+                raise ConfigError(
+                    "kafka.sasl_password",
+                    f"required with sasl_mechanism {mech}: set KMQ_KAFKA__SASL_PASSWORD or kafka.sasl_password_file",
+                )
+        if mech == "AWS_MSK_IAM":
+            import importlib.util
+
+            if importlib.util.find_spec("botocore") is None:
+                raise ConfigError("kafka.sasl_mechanism", "AWS_MSK_IAM signs with AWS credentials through botocore: pip install botocore")
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password_file", "sasl_password_file", "sasl_oauth_token_file"):
+            _check_readable(f"kafka.{key}", getattr(self, key))
+
+
+def _check_readable(path: str, name: str | None) -> None:
+    if name is None:
+        return
+    p = Path(name)
+    if not p.exists():
+        raise ConfigError(path, f"file {name} does not exist")
+    if not p.is_file():
+        raise ConfigError(path, f"{name} is not a file")
+    if not os.access(p, os.R_OK):
+        raise ConfigError(path, f"file {name} is not readable by this process (uid {os.getuid()}): check its mode and owner")
 
 
 @dataclass(frozen=True)
@@ -221,7 +304,9 @@ class Config:
                 raise ConfigError("", f"{p} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
             if isinstance(data, dict):
                 _reject_file_secrets(data)
-        return cls.from_dict(data, os.environ if env is None else env)
+        cfg = cls.from_dict(data, os.environ if env is None else env)
+        cfg.kafka.check_security()
+        return cfg
 
     # ------------------------------------------------------------ lookup
     def queue(self, name: str) -> QueueConfig:
@@ -314,6 +399,11 @@ def _reject_file_secrets(data: dict) -> None:
         raise ConfigError(
             "kafka.sasl_password",
             "secrets are not read from the config file; set KMQ_KAFKA__SASL_PASSWORD or kafka.sasl_password_file",
+        )
+    if isinstance(kafka, dict) and kafka.get("ssl_password") not in (None, ""):
+        raise ConfigError(
+            "kafka.ssl_password",
+            "secrets are not read from the config file; set KMQ_KAFKA__SSL_PASSWORD or kafka.ssl_password_file",
         )
 
 
@@ -431,4 +521,36 @@ def _build_config(raw: dict) -> Config:
         raise ConfigError("kafka.sasl_mechanism", f"is set but kafka.security_protocol is {kafka.security_protocol}; use SASL_SSL or SASL_PLAINTEXT")
     if kafka.security_protocol.startswith("SASL") and not kafka.sasl_mechanism:
         raise ConfigError("kafka.sasl_mechanism", f"required when kafka.security_protocol is {kafka.security_protocol}")
+    _check_security_keys(kafka)
     return Config(queues=queues, **kwargs)
+
+
+def _check_security_keys(kafka: KafkaConfig) -> None:
+    """Keys that contradict each other (values only; files and credentials: KafkaConfig.check_security)."""
+    if not kafka.uses_tls:
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_password_file"):
+            if getattr(kafka, key) is not None:
+                raise ConfigError(f"kafka.{key}", f"is set but kafka.security_protocol is {kafka.security_protocol}; use SSL or SASL_SSL")
+        if not kafka.ssl_check_hostname:
+            raise ConfigError("kafka.ssl_check_hostname", f"is false but kafka.security_protocol is {kafka.security_protocol}; use SSL or SASL_SSL")
+    if kafka.ssl_keyfile and not kafka.ssl_certfile:
+        raise ConfigError("kafka.ssl_keyfile", "needs kafka.ssl_certfile (the client certificate that goes with the key)")
+    if (kafka.ssl_password is not None or kafka.ssl_password_file) and not kafka.ssl_certfile:
+        raise ConfigError("kafka.ssl_password" if kafka.ssl_password is not None else "kafka.ssl_password_file",
+                          "protects a client key: set kafka.ssl_certfile (and kafka.ssl_keyfile)")
+    if kafka.ssl_password is not None and kafka.ssl_password_file:
+        raise ConfigError("kafka.ssl_password_file", "set either KMQ_KAFKA__SSL_PASSWORD or kafka.ssl_password_file, not both")
+    mech = kafka.sasl_mechanism
+    token_keys = [k for k in ("sasl_oauth_token_file", "sasl_oauth_token_command") if getattr(kafka, k)]
+    if mech == "OAUTHBEARER":
+        if not token_keys:
+            raise ConfigError("kafka.sasl_oauth_token_file",
+                              "OAUTHBEARER needs a token: set kafka.sasl_oauth_token_file or kafka.sasl_oauth_token_command")
+        if len(token_keys) == 2:
+            raise ConfigError("kafka.sasl_oauth_token_command", "set either kafka.sasl_oauth_token_file or kafka.sasl_oauth_token_command, not both")
+    elif token_keys:
+        raise ConfigError(f"kafka.{token_keys[0]}", f"only used with sasl_mechanism OAUTHBEARER (it is {mech})")
+    if mech in ("OAUTHBEARER", "AWS_MSK_IAM"):
+        for key in ("sasl_username", "sasl_password", "sasl_password_file"):
+            if getattr(kafka, key) is not None:
+                raise ConfigError(f"kafka.{key}", f"not used with sasl_mechanism {mech}; remove it")

@@ -382,7 +382,8 @@ class KmqConsumer:
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, KafkaError) and not isinstance(exc, KmqError):
-            wrapped = BrokerUnavailable(f"consuming {self.queue.name} failed: {type(exc).__name__}: {exc}")
+            wrapped = clients.classify(self.cfg.kafka, exc) or BrokerUnavailable(
+                f"consuming {self.queue.name} failed: {type(exc).__name__}: {exc}")
             wrapped.__cause__ = exc
             exc = wrapped
         log.error("%s: %s", self.queue.name, exc)

@@ -90,13 +90,17 @@ class DevBroker:
     ...     print(broker.bootstrap)          # 127.0.0.1:PORT
     """
 
-    def __init__(self, port: int | None = None, storage: str = "memory", host: str = "127.0.0.1", workdir: str | None = None) -> None:
+    def __init__(self, port: int | None = None, storage: str = "memory", host: str = "127.0.0.1", workdir: str | None = None,
+                 advertised_port: int | None = None) -> None:
+        """``advertised_port``: the port named in metadata, when clients reach the broker through a
+        proxy (e.g. a TLS terminator on another port); default: ``port``."""
         if storage not in ("memory", "s3"):
             raise DevBrokerError(f"storage must be 'memory' or 's3', got {storage!r}")
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise DevBrokerError("the embedded broker listens on loopback only (127.0.0.1)")
         self.host = "127.0.0.1" if host == "localhost" else host
         self.port = port or free_port(self.host)
+        self.advertised_port = advertised_port or self.port
         self.storage = storage
         self._workdir = Path(workdir or tempfile.mkdtemp(prefix="kmq-devbroker-"))
         self._proc: subprocess.Popen | None = None
@@ -137,7 +141,8 @@ class DevBroker:
         else:
             engine = "memory://tansu/"
         log_path = self._workdir / "tansu.log"
-        cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", engine]
+        advertised = f"tcp://{self.host}:{self.advertised_port}"
+        cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised, "--storage-engine", engine]
         log.debug("starting %s", " ".join(cmd))
         with open(log_path, "ab") as out:
             self._proc = subprocess.Popen(
@@ -146,7 +151,9 @@ class DevBroker:
             )
         try:
             _wait_port(self.host, self.port, self._proc, deadline, "tansu", log_path)
-            self._wait_metadata(deadline)
+            if self.advertised_port == self.port:
+                # Behind a proxy, metadata sends clients to the proxy, which its owner waits for.
+                self._wait_metadata(deadline)
         except BaseException:
             self.stop()
             raise

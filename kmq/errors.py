@@ -9,6 +9,10 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── ConfigError               bad or unknown configuration key (names the key path)
     ├── MarkerDecodeError         a marker record that is not valid wire format v1
     ├── BrokerUnavailable         Kafka not reachable within the timeout      (retriable)
+    │   ├── TlsHandshakeFailed    TLS could not be set up (TLS to a plaintext port, plaintext to a TLS port)
+    │   ├── CertificateRejected   broker certificate untrusted/expired/wrong host, or our client certificate refused
+    │   ├── AuthenticationFailed  SASL login refused, or no OAUTHBEARER token could be obtained
+    │   └── AuthorizationFailed   authenticated, but an ACL denies a topic, group or cluster operation
     ├── TopicError
     │   ├── TopicMissing          a queue, markers or DLQ topic does not exist
     │   ├── TopicMisaligned       markers topic has fewer partitions than the queue
@@ -27,6 +31,10 @@ __all__ = [
     "ConfigError",
     "MarkerDecodeError",
     "BrokerUnavailable",
+    "TlsHandshakeFailed",
+    "CertificateRejected",
+    "AuthenticationFailed",
+    "AuthorizationFailed",
     "TopicError",
     "TopicMissing",
     "TopicMisaligned",
@@ -64,6 +72,32 @@ class MarkerDecodeError(KmqError):
 
 class BrokerUnavailable(KmqError):
     retriable = True
+
+
+# The subclasses below are misconfigurations, not outages: retrying does not
+# help until someone changes a certificate, a credential or an ACL.
+class TlsHandshakeFailed(BrokerUnavailable):
+    """The TLS layer could not be set up (one side speaks TLS and the other does not, or no common protocol)."""
+
+    retriable = False
+
+
+class CertificateRejected(BrokerUnavailable):
+    """A certificate was refused: the broker's by us (untrusted, expired, wrong host) or ours by the broker."""
+
+    retriable = False
+
+
+class AuthenticationFailed(BrokerUnavailable):
+    """SASL authentication was refused, or no OAUTHBEARER token could be obtained."""
+
+    retriable = False
+
+
+class AuthorizationFailed(BrokerUnavailable):
+    """Authenticated, but the broker's ACLs deny an operation kmq needs."""
+
+    retriable = False
 
 
 class TopicError(KmqError):

@@ -69,8 +69,10 @@ def cli(verbose: int) -> None:
     """kmq: individual acks, timeout redelivery, lease renewal and dead letters on any Kafka."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # kafka-python logs every refused connection at ERROR; our own error line says what matters.
-    logging.getLogger("kafka").setLevel(logging.CRITICAL if verbose < 2 else logging.DEBUG)
+    # kafka-python logs every refused connection at ERROR, over and over; by default our own
+    # one-line error says what failed (kmq.diagnose). -v shows the client's warnings and errors
+    # (the TLS or SASL detail behind a failure), -vv everything.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL if verbose == 0 else logging.WARNING if verbose == 1 else logging.DEBUG)
 
 
 def main(argv: list[str] | None = None) -> None:

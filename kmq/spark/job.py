@@ -152,6 +152,12 @@ def _queues(cfg: Config, opts: JobOptions):
 def _java_security_options(cfg: Config) -> dict[str, str]:
     k = cfg.kafka
     out = {"kafka.security.protocol": k.security_protocol}
+    if k.sasl_mechanism in ("OAUTHBEARER", "AWS_MSK_IAM"):
+        # The Java client needs a login callback handler class on the classpath for these.
+        raise KmqError(
+            f"--source kafka does not configure sasl_mechanism {k.sasl_mechanism}; use --source python "
+            "(kmq's token provider / AWS signer) or set the Java client's sasl.* options with spark-submit --conf"
+        )
     if k.sasl_mechanism:
         module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if k.sasl_mechanism == "PLAIN"
                   else "org.apache.kafka.common.security.scram.ScramLoginModule")
@@ -161,6 +167,17 @@ def _java_security_options(cfg: Config) -> dict[str, str]:
     if k.ssl_cafile:
         out["kafka.ssl.truststore.type"] = "PEM"
         out["kafka.ssl.truststore.location"] = k.ssl_cafile
+    if k.uses_tls and not k.ssl_check_hostname:
+        out["kafka.ssl.endpoint.identification.algorithm"] = ""
+    if k.uses_tls and k.ssl_certfile:
+        # Kafka's PEM key store takes the certificate chain and the key as text.
+        from pathlib import Path
+
+        out["kafka.ssl.keystore.type"] = "PEM"
+        out["kafka.ssl.keystore.certificate.chain"] = Path(k.ssl_certfile).read_text()
+        out["kafka.ssl.keystore.key"] = Path(k.ssl_keyfile or k.ssl_certfile).read_text()
+        if k.key_password() is not None:
+            out["kafka.ssl.key.password"] = k.key_password() or ""
     return out
 
 
@@ -173,6 +190,18 @@ def _python_security_options(cfg: Config) -> dict[str, str]:
         out["kafka.sasl.password"] = k.password() or ""
     if k.ssl_cafile:
         out["kafka.ssl.cafile"] = k.ssl_cafile
+    if k.uses_tls:
+        out["kafka.ssl.check.hostname"] = str(k.ssl_check_hostname).lower()
+        if k.ssl_certfile:
+            out["kafka.ssl.certfile"] = k.ssl_certfile
+            if k.ssl_keyfile:
+                out["kafka.ssl.keyfile"] = k.ssl_keyfile
+            if k.key_password() is not None:
+                out["kafka.ssl.password"] = k.key_password() or ""
+    if k.sasl_oauth_token_file:
+        out["kafka.sasl.oauth.token.file"] = k.sasl_oauth_token_file
+    if k.sasl_oauth_token_command:
+        out["kafka.sasl.oauth.token.command"] = k.sasl_oauth_token_command
     return out
 
 

@@ -15,6 +15,11 @@ Options (Spark lower-cases option keys; both spellings work):
   were deleted by retention; ``false`` skips to the earliest available offset
 * ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.username``,
   ``kafka.sasl.password``, ``kafka.ssl.cafile``, ``kafka.client.id``
+* mutual TLS: ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``, ``kafka.ssl.password``,
+  ``kafka.ssl.check.hostname`` (``true``/``false``); the files must exist where the
+  tasks run (same paths on the driver and the executors)
+* OAUTHBEARER: ``kafka.sasl.oauth.token.file`` or ``kafka.sasl.oauth.token.command``
+  (each process builds its own :class:`kmq.oauth.TokenProvider`)
 * ``pollTimeoutMs``: how long a task waits for records it knows exist (default 30000)
 
 Offsets are ``{"topic": {"partition": next_offset}}``, as in Spark's source.
@@ -100,10 +105,33 @@ def client_kwargs_from_options(options) -> dict[str, Any]:
         kw["sasl_mechanism"] = str(mech).upper()
         kw["sasl_plain_username"] = _opt(options, "kafka.sasl.username")
         kw["sasl_plain_password"] = _opt(options, "kafka.sasl.password")
-    cafile = _opt(options, "kafka.ssl.cafile")
-    if cafile:
-        kw["ssl_cafile"] = cafile
+    if mech and str(mech).upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        kw.pop("sasl_plain_username")
+        kw.pop("sasl_plain_password")
+    for option, key in (("kafka.ssl.cafile", "ssl_cafile"), ("kafka.ssl.certfile", "ssl_certfile"),
+                        ("kafka.ssl.keyfile", "ssl_keyfile"), ("kafka.ssl.password", "ssl_password"),
+                        ("kafka.sasl.oauth.token.file", "sasl_oauth_token_file"),
+                        ("kafka.sasl.oauth.token.command", "sasl_oauth_token_command")):
+        value = _opt(options, option)
+        if value:
+            kw[key] = str(value)
+    check = _opt(options, "kafka.ssl.check.hostname")
+    if check is not None:
+        kw["ssl_check_hostname"] = _bool(check, True)
     return kw
+
+
+def _kafka_python_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python arguments from :func:`client_kwargs_from_options` (JSON-safe) ones: the OAUTHBEARER
+    token source becomes a token provider, built in the process that connects."""
+    out = dict(kw)
+    token_file = out.pop("sasl_oauth_token_file", None)
+    token_command = out.pop("sasl_oauth_token_command", None)
+    if token_file or token_command:
+        from kmq.oauth import TokenProvider
+
+        out["sasl_oauth_token_provider"] = TokenProvider(token_file=token_file, token_command=token_command)
+    return out
 
 
 def _bool(value: Any, default: bool) -> bool:
@@ -122,7 +150,7 @@ def _worker_consumer(client_json: str):
 
     c = _WORKER_CONSUMERS.get(client_json)
     if c is None:
-        kw = json.loads(client_json)
+        kw = _kafka_python_kwargs(json.loads(client_json))
         c = KafkaConsumer(
             **kw,
             enable_auto_commit=False,
@@ -250,7 +278,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             from kafka import KafkaConsumer
 
             self._consumer = KafkaConsumer(
-                **self.client_kwargs,
+                **_kafka_python_kwargs(self.client_kwargs),
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 fetch_max_wait_ms=50,

@@ -228,3 +228,20 @@ def test_network_policy_has_no_redis_rule_without_redis():
     np = find(docs, "NetworkPolicy", "kmq")["spec"]
     assert rule_ports(np["egress"]) == {("TCP", 9092), ("TCP", 9093), ("UDP", 53), ("TCP", 53)}
     assert rule_ports(np["ingress"]) == {("TCP", 9108)}
+
+
+def test_client_certificate_secret_is_mounted_and_named_in_kmq_yaml():
+    docs = render(VALUES_SETS["mtls-strimzi"])
+    cfg = Config.from_dict(yaml.safe_load(find(docs, "ConfigMap", "kmq")["data"]["kmq.yaml"]))
+    assert cfg.kafka.security_protocol == "SSL" and cfg.kafka.ssl_check_hostname is False
+    assert cfg.kafka.ssl_certfile == "/var/run/secrets/kmq/kafka-client/user.crt"
+    assert cfg.kafka.ssl_keyfile == "/var/run/secrets/kmq/kafka-client/user.key"
+    pod = find(docs, "Deployment", "-tracker")["spec"]["template"]["spec"]
+    vol = next(v for v in pod["volumes"] if v["name"] == "kafka-client")
+    assert vol["secret"]["secretName"] == "kmq"
+    assert {i["key"] for i in vol["secret"]["items"]} == {"user.crt", "user.key"}
+    mount = next(m for m in tracker_container(docs)["volumeMounts"] if m["name"] == "kafka-client")
+    assert mount["mountPath"] == "/var/run/secrets/kmq/kafka-client" and mount["readOnly"]
+    # OAUTHBEARER and AWS_MSK_IAM need no password Secret.
+    for mech in ("OAUTHBEARER", "AWS_MSK_IAM"):
+        render({"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": mech}})

@@ -71,8 +71,11 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- if and $k.saslMechanism (not (hasPrefix "SASL" $k.securityProtocol)) -}}
 {{- fail (printf "kafka.saslMechanism is set but kafka.securityProtocol is %s; use SASL_SSL or SASL_PLAINTEXT" $k.securityProtocol) -}}
 {{- end -}}
-{{- if and (hasPrefix "SASL" $k.securityProtocol) (not $k.existingSecret) -}}
+{{- if and (has $k.saslMechanism (list "PLAIN" "SCRAM-SHA-256" "SCRAM-SHA-512")) (not $k.existingSecret) -}}
 {{- fail "kafka.existingSecret is required with SASL: the password is read from that Secret, never from values" -}}
+{{- end -}}
+{{- if and $k.tls.clientSecret (not (has $k.securityProtocol (list "SSL" "SASL_SSL"))) -}}
+{{- fail (printf "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL, not %s" $k.securityProtocol) -}}
 {{- end -}}
 {{- if and .Values.hpa.enabled (gt (int .Values.hpa.minReplicas) (int .Values.hpa.maxReplicas)) -}}
 {{- fail (printf "hpa.minReplicas (%d) is above hpa.maxReplicas (%d)" (int .Values.hpa.minReplicas) (int .Values.hpa.maxReplicas)) -}}
@@ -97,6 +100,8 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- if and $k.saslUsername (not $k.existingSecretKeys.username) }}{{ $_ := set $kafka "sasl_username" $k.saslUsername }}{{ end -}}
 {{- if $k.existingSecret }}{{ $_ := set $kafka "sasl_password_file" (printf "/var/run/secrets/kmq/kafka-credentials/%s" $k.existingSecretKeys.password) }}{{ end -}}
 {{- if $k.tls.caSecret }}{{ $_ := set $kafka "ssl_cafile" (printf "/var/run/secrets/kmq/kafka-ca/%s" $k.tls.caKey) }}{{ end -}}
+{{- if $k.tls.clientSecret }}{{ $_ := set $kafka "ssl_certfile" (printf "/var/run/secrets/kmq/kafka-client/%s" $k.tls.clientCertKey) }}{{ $_ := set $kafka "ssl_keyfile" (printf "/var/run/secrets/kmq/kafka-client/%s" $k.tls.clientKeyKey) }}{{ end -}}
+{{- if and (eq (toString $k.tls.checkHostname) "false") (has $k.securityProtocol (list "SSL" "SASL_SSL")) }}{{ $_ := set $kafka "ssl_check_hostname" false }}{{ end -}}
 {{- $queues := list -}}
 {{- range .Values.queues }}{{ $queues = append $queues (omit . "partitions") }}{{ end -}}
 {{- $tracker := dict "group_id" .Values.tracker.groupId "tick" .Values.tracker.tick "http_port" .Values.tracker.httpPort -}}
@@ -140,6 +145,16 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
       - key: {{ $.ctx.Values.kafka.tls.caKey }}
         path: {{ $.ctx.Values.kafka.tls.caKey }}
 {{- end }}
+{{- with .ctx.Values.kafka.tls.clientSecret }}
+- name: kafka-client
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: {{ $.ctx.Values.kafka.tls.clientCertKey }}
+        path: {{ $.ctx.Values.kafka.tls.clientCertKey }}
+      - key: {{ $.ctx.Values.kafka.tls.clientKeyKey }}
+        path: {{ $.ctx.Values.kafka.tls.clientKeyKey }}
+{{- end }}
 - name: tmp
   emptyDir:
     sizeLimit: {{ .tmpSize | default "64Mi" }}
@@ -157,6 +172,11 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- if .Values.kafka.tls.caSecret }}
 - name: kafka-ca
   mountPath: /var/run/secrets/kmq/kafka-ca
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.tls.clientSecret }}
+- name: kafka-client
+  mountPath: /var/run/secrets/kmq/kafka-client
   readOnly: true
 {{- end }}
 - name: tmp

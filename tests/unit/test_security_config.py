@@ -1,0 +1,229 @@
+"""Security settings: what the keys say together, token parsing, and how failures are named."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+
+import pytest
+from kafka.errors import GroupAuthorizationFailedError, SaslAuthenticationFailedError, TopicAuthorizationFailedError
+
+from kmq.clients import broker_errors
+from kmq.config import Config
+from kmq.diagnose import broker_certificate_error, tls_alert_error
+from kmq.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    BrokerUnavailable,
+    CertificateRejected,
+    ConfigError,
+    TlsHandshakeFailed,
+)
+from kmq.oauth import REFRESH_FRACTION, UNKNOWN_LIFETIME_S, parse_token
+
+SCRAM = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"}
+OAUTH = {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"}
+
+
+@pytest.mark.parametrize(
+    "kafka, message",
+    [
+        ({"ssl_cafile": "/ca.pem"}, "kafka.ssl_cafile: is set but kafka.security_protocol is PLAINTEXT; use SSL or SASL_SSL"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "ssl_certfile": "/c.pem"},
+         "kafka.ssl_certfile: is set but kafka.security_protocol is SASL_PLAINTEXT"),
+        ({"ssl_check_hostname": False}, "kafka.ssl_check_hostname: is false but"),
+        ({"security_protocol": "SSL", "ssl_keyfile": "/k.pem"}, "kafka.ssl_keyfile: needs kafka.ssl_certfile"),
+        ({"security_protocol": "SSL", "ssl_password_file": "/pw"}, "kafka.ssl_password_file: protects a client key"),
+        ({"security_protocol": "SSL", "ssl_certfile": "/c", "ssl_password": "x", "ssl_password_file": "/pw"},
+         "kafka.ssl_password_file: set either"),
+        (OAUTH, "kafka.sasl_oauth_token_file: OAUTHBEARER needs a token"),
+        ({**OAUTH, "sasl_oauth_token_file": "/t", "sasl_oauth_token_command": "get-token"}, "kafka.sasl_oauth_token_command: set either"),
+        ({**SCRAM, "sasl_oauth_token_file": "/t"}, "kafka.sasl_oauth_token_file: only used with sasl_mechanism OAUTHBEARER"),
+        ({**OAUTH, "sasl_oauth_token_file": "/t", "sasl_username": "u"}, "kafka.sasl_username: not used with sasl_mechanism OAUTHBEARER"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "AWS_MSK_IAM", "sasl_password_file": "/pw"},
+         "kafka.sasl_password_file: not used with sasl_mechanism AWS_MSK_IAM"),
+        ({"security_protocol": "SSL", "sasl_mechanism": "GSSAPI"}, "kafka.sasl_mechanism: expected one of"),
+    ],
+)
+def test_contradicting_security_keys_name_the_key(kafka, message):
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({"kafka": kafka})
+    assert message in str(info.value)
+
+
+def test_credentials_and_files_are_checked_at_load(tmp_path):
+    path = tmp_path / "kmq.yaml"
+
+    def load(kafka: dict, env: dict | None = None) -> Config:
+        import yaml
+
+        path.write_text(yaml.safe_dump({"kafka": kafka}))
+        return Config.load(path, env=env or {})
+
+    with pytest.raises(ConfigError, match=r"^kafka.sasl_username: required with sasl_mechanism SCRAM-SHA-512"):
+        load(SCRAM)
+    with pytest.raises(ConfigError, match=r"^kafka.sasl_password: required with sasl_mechanism SCRAM-SHA-512: set KMQ_KAFKA__SASL_PASSWORD"):
+        load({**SCRAM, "sasl_username": "kmq"})
+    cfg = load({**SCRAM}, env={"KMQ_KAFKA__SASL_USERNAME": "kmq", "KMQ_KAFKA__SASL_PASSWORD": "007"})
+    assert cfg.kafka.password() == "007" and cfg.kafka.client_kwargs()["sasl_plain_username"] == "kmq"
+    with pytest.raises(ConfigError, match=r"^kafka.ssl_cafile: file .*nope.pem does not exist$"):
+        load({"security_protocol": "SSL", "ssl_cafile": str(tmp_path / "nope.pem")})
+    with pytest.raises(ConfigError, match=r"^kafka.ssl_certfile: .* is not a file$"):
+        load({"security_protocol": "SSL", "ssl_certfile": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"^kafka.sasl_oauth_token_file: file .* does not exist"):
+        load({**OAUTH, "sasl_oauth_token_file": str(tmp_path / "token")})
+    with pytest.raises(ConfigError) as info:
+        load({"security_protocol": "SSL", "ssl_certfile": "/c", "ssl_password": "hunter2"})
+    assert str(info.value).startswith("kafka.ssl_password: secrets are not read from the config file") and "hunter2" not in str(info.value)
+    # The key password from the environment: kept verbatim, never shown.
+    (tmp_path / "c.pem").write_text("x")
+    cfg = load({"security_protocol": "SSL", "ssl_certfile": str(tmp_path / "c.pem")}, env={"KMQ_KAFKA__SSL_PASSWORD": "0123"})
+    assert cfg.kafka.key_password() == "0123" and cfg.kafka.client_kwargs()["ssl_password"] == "0123"
+    assert "0123" not in repr(cfg) and "0123" not in str(cfg.to_dict())
+
+
+def test_rendered_chart_configs_stay_loadable_without_the_pod_files():
+    # from_dict checks only what the keys say; files mounted in the pod are checked by load() there.
+    cfg = Config.from_dict({"kafka": {**SCRAM, "sasl_password_file": "/var/run/secrets/kmq/kafka-credentials/pw",
+                                      "ssl_cafile": "/var/run/secrets/kmq/kafka-ca/ca.crt"}})
+    assert cfg.kafka.ssl_cafile.endswith("ca.crt")
+
+
+def _jwt(claims: dict) -> str:
+    def b64(d: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+
+    return f"{b64({'alg': 'none'})}.{b64(claims)}.sig"
+
+
+def test_tokens_say_when_to_refresh():
+    bare = parse_token("opaque-token\n", now=100.0, source="s")
+    assert bare.value == "opaque-token" and bare.expires_at is None and bare.refresh_at == 100.0 + UNKNOWN_LIFETIME_S
+    jwt = parse_token(_jwt({"sub": "kmq", "exp": 1100}), now=100.0, source="s")
+    assert jwt.expires_at == 1100 and jwt.refresh_at == 100.0 + REFRESH_FRACTION * 1000
+    oauth = parse_token(json.dumps({"access_token": "abc", "expires_in": 3600}), now=10.0, source="s")
+    assert (oauth.value, oauth.expires_at) == ("abc", 3610.0)
+    at = parse_token(json.dumps({"token": "t", "expires_at": 500}), now=0.0, source="s")
+    assert (at.value, at.expires_at) == ("t", 500.0)
+    assert "abc" not in repr(oauth)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "gave an empty OAUTHBEARER token"),
+    ("{not json", "starts like JSON but is not JSON"),
+    (json.dumps({"expires_in": 5}), "JSON without an access_token"),
+    ("Bearer abc", "more than one word"),
+])
+def test_bad_token_text_is_an_authentication_error(text, message):
+    with pytest.raises(AuthenticationFailed, match=message):
+        parse_token(text, now=0.0, source="kafka.sasl_oauth_token_command")
+
+
+def test_sasl_and_acl_failures_from_the_client_are_named():
+    cfg = Config.from_dict({"kafka": {**SCRAM, "bootstrap_servers": "k:9093", "sasl_username": "kmq"}})
+    with pytest.raises(AuthenticationFailed) as info, broker_errors(cfg.kafka):
+        raise SaslAuthenticationFailedError("SaslAuthenticationFailedError: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512")
+    text = str(info.value)
+    assert "refused SASL SCRAM-SHA-512 authentication as 'kmq'" in text and "KMQ_KAFKA__SASL_PASSWORD" in text
+    assert not info.value.retriable and isinstance(info.value, BrokerUnavailable)
+    with pytest.raises(AuthorizationFailed, match=r"denied user 'kmq' a topic operation .*docs/deploy.md"), broker_errors(cfg.kafka):
+        raise TopicAuthorizationFailedError("orders__markers")
+    with pytest.raises(AuthorizationFailed, match="a group operation"), broker_errors(cfg.kafka):
+        raise GroupAuthorizationFailedError("kmq-tracker")
+
+
+def _ssl_error(cls, reason: str, **attrs):
+    exc = cls(1, reason)
+    exc.reason = reason
+    for k, v in attrs.items():
+        setattr(exc, k, v)
+    return exc
+
+
+def test_tls_failures_are_told_apart():
+    expired = _ssl_error(ssl.SSLCertVerificationError, "CERTIFICATE_VERIFY_FAILED", verify_message="certificate has expired")
+    assert "renewed" in str(broker_certificate_error("k:9093", expired))
+    untrusted = _ssl_error(ssl.SSLCertVerificationError, "CERTIFICATE_VERIFY_FAILED",
+                           verify_message="unable to get local issuer certificate")
+    assert "kafka.ssl_cafile" in str(broker_certificate_error("k:9093", untrusted))
+    host = _ssl_error(ssl.SSLCertVerificationError, "CERTIFICATE_VERIFY_FAILED",
+                      verify_message="Hostname mismatch, certificate is not valid for 'k'.")
+    assert "kafka.ssl_check_hostname" in str(broker_certificate_error("k:9093", host))
+    refused = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "SSLV3_ALERT_CERTIFICATE_EXPIRED"))
+    assert isinstance(refused, CertificateRejected) and "certificate expired" in str(refused)
+    needed = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "TLSV13_ALERT_CERTIFICATE_REQUIRED"))
+    assert "requires a client certificate" in str(needed)
+    other = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "TLSV1_ALERT_PROTOCOL_VERSION"))
+    assert isinstance(other, TlsHandshakeFailed)
+    assert tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "WRONG_VERSION_NUMBER")) is None
+
+
+def test_every_security_example_in_the_docs_is_a_valid_config():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    blocks = [b for doc in ("docs/configuration.md", "docs/deploy.md")
+              for kind, b in re.findall(r"```(\w*)\n(.*?)```", (root / doc).read_text(), re.S)
+              if kind == "yaml" and "security_protocol:" in b]
+    assert len(blocks) >= 6
+    for block in blocks:
+        cfg = Config.from_dict(yaml.safe_load(block))
+        assert cfg.kafka.security_protocol in ("SSL", "SASL_SSL"), block
+
+
+def test_errors_raised_mid_run_are_classified_too():
+    from kmq.clients import classify
+
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9092"}})
+    assert isinstance(classify(cfg.kafka, TopicAuthorizationFailedError("orders")), AuthorizationFailed)
+    assert isinstance(classify(cfg.kafka, SaslAuthenticationFailedError("bad")), AuthenticationFailed)
+    assert classify(cfg.kafka, ValueError("x")) is None
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
+    # SASL cannot be exercised against the embedded broker (tansu gap, docs/configuration.md):
+    # check that what kmq hands kafka-python is what its SASL mechanisms read.
+    from kafka.net.sasl import get_sasl_mechanism
+
+    from kmq.clients import client_kwargs
+
+    cfg = Config.from_dict({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+                                      "sasl_username": "kmq", "sasl_password": "pw"}})
+    kw = client_kwargs(cfg.kafka)
+    assert (kw["security_protocol"], kw["sasl_mechanism"]) == ("SASL_PLAINTEXT", mechanism)
+    first = get_sasl_mechanism(mechanism)(host="k", **kw).auth_bytes()
+    if mechanism == "PLAIN":
+        assert first == b"kmq\0kmq\0pw"  # authzid, authcid, password
+    else:
+        assert first.startswith(b"n,,n=kmq,r=")
+
+
+def test_lag_job_hands_the_security_settings_to_either_source(tmp_path):
+    from kmq.errors import KmqError
+    from kmq.spark.job import _java_security_options, _python_security_options
+    from kmq.spark.source import client_kwargs_from_options
+
+    (tmp_path / "c.pem").write_text("CERT")
+    (tmp_path / "k.pem").write_text("KEY")
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9093", "security_protocol": "SSL", "ssl_cafile": "/ca.pem",
+                                      "ssl_certfile": str(tmp_path / "c.pem"), "ssl_keyfile": str(tmp_path / "k.pem"),
+                                      "ssl_password": "pw", "ssl_check_hostname": False}})
+    java = _java_security_options(cfg)
+    assert java["kafka.ssl.keystore.type"] == "PEM" and java["kafka.ssl.keystore.certificate.chain"] == "CERT"
+    assert java["kafka.ssl.keystore.key"] == "KEY" and java["kafka.ssl.key.password"] == "pw"
+    assert java["kafka.ssl.endpoint.identification.algorithm"] == ""
+    opts = {k.lower(): v for k, v in _python_security_options(cfg).items()}  # as Spark hands them over
+    kw = client_kwargs_from_options({"kafka.bootstrap.servers": "k:9093", **opts})
+    assert (kw["ssl_certfile"], kw["ssl_keyfile"], kw["ssl_password"], kw["ssl_check_hostname"]) == (
+        str(tmp_path / "c.pem"), str(tmp_path / "k.pem"), "pw", False)
+    oauth = Config.from_dict({"kafka": {**OAUTH, "sasl_oauth_token_command": "get-token"}})
+    opts = {k.lower(): v for k, v in _python_security_options(oauth).items()}
+    kw = client_kwargs_from_options({"kafka.bootstrap.servers": "k:9093", **opts})
+    assert kw["sasl_oauth_token_command"] == "get-token" and "sasl_plain_password" not in kw
+    with pytest.raises(KmqError, match="--source kafka does not configure sasl_mechanism OAUTHBEARER"):
+        _java_security_options(oauth)
