@@ -32,6 +32,7 @@ __all__ = [
     "ConsumerConfig",
     "TrackerConfig",
     "RedisConfig",
+    "LoggingConfig",
     "parse_duration",
     "ENV_PREFIX",
 ]
@@ -164,6 +165,13 @@ class TrackerConfig:
     group_id: str = _f("kmq-tracker", "str")
     tick: float = _f(0.05, "duration", min=0.001)
     http_port: int = _f(9108, "int", min=0, max=65535)
+    # /healthz fails when the main loop has not completed a step for this long
+    # (a hung loop redelivers nothing; the liveness probe then restarts the pod).
+    liveness_timeout: float = _f(60.0, "duration", min=1.0)
+    # Static membership (group.instance.id): a restarted pod with the same id
+    # gets its partitions back without a rebalance within session_timeout.
+    # Empty: dynamic membership. The chart sets it from the pod name.
+    instance_id: str | None = _f(None, "optstr")
 
 
 @dataclass(frozen=True)
@@ -171,11 +179,23 @@ class RedisConfig:
     url: str | None = _f(None, "optstr")
 
 
+@dataclass(frozen=True)
+class LoggingConfig:
+    """How the ``kmq`` command logs (applied by the CLI entry; a library user keeps their own)."""
+
+    level: str = _f("WARNING", "choice", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+    format: str = _f("text", "choice", choices=("TEXT", "JSON"))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "format", self.format.lower())
+
+
 _SECTIONS: dict[str, type] = {
     "kafka": KafkaConfig,
     "consumer": ConsumerConfig,
     "tracker": TrackerConfig,
     "redis": RedisConfig,
+    "logging": LoggingConfig,
 }
 
 
@@ -188,6 +208,7 @@ class Config:
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     # ------------------------------------------------------------ building
     @classmethod

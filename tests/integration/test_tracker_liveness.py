@@ -1,0 +1,81 @@
+"""Liveness: /healthz fails when the tracker's main loop stops completing steps.
+
+The loop is hung for real: the tracker's clock (its injected time source, read
+inside every step) blocks on an event, so the main thread is stuck inside a
+step exactly as it would be in a broker call that never returns, while the
+HTTP thread keeps answering. SIGSTOP would stop both and prove nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kmq.metrics import exported_metric_names
+from tests.helpers.kafka import wait_until
+from tests.integration.tracker_util import http_status, metric
+from tracker import Tracker
+
+pytestmark = pytest.mark.integration
+
+BOUND_S = 2.0
+
+
+class HangableClock:
+    """time.time, except that it blocks the caller while ``hang`` is set."""
+
+    def __init__(self) -> None:
+        self.hang = threading.Event()
+        self.release = threading.Event()
+        self.blocked = threading.Event()
+
+    def __call__(self) -> float:
+        if self.hang.is_set():
+            self.blocked.set()
+            self.release.wait(60)
+        return time.time()
+
+
+def test_healthz_fails_within_the_bound_when_the_main_loop_hangs_and_recovers(queue_topics):
+    cfg, q = queue_topics(1, tracker={"tick": "50ms", "liveness_timeout": f"{BOUND_S}s"})
+    clock = HangableClock()
+    t = Tracker(cfg, http_host="127.0.0.1", clock=clock).start()
+    try:
+        wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")
+        assert http_status(t.http_port, "/healthz") == 200
+        assert metric(t.http_port, "kmq_tracker_ready") == 1.0
+
+        clock.hang.set()
+        assert clock.blocked.wait(5), "the main loop never read the clock"
+        hung_at = time.monotonic()
+        # Still alive inside the bound (a slow step is not a hang) ...
+        assert http_status(t.http_port, "/healthz") == 200
+        wait_until(lambda: http_status(t.http_port, "/healthz") == 503, BOUND_S + 5, what="/healthz 503")
+        failed_after = time.monotonic() - hung_at
+        # ... and failing once the bound has passed since the last completed step (which
+        # ended up to one tick before the hang began; wait_until polls every 50 ms).
+        assert BOUND_S - 0.5 <= failed_after <= BOUND_S + 1.0, failed_after
+
+        clock.hang.clear()
+        clock.release.set()
+        wait_until(lambda: http_status(t.http_port, "/healthz") == 200, 10, what="/healthz 200 after the loop resumed")
+    finally:
+        clock.hang.clear()
+        clock.release.set()
+        t.stop()
+
+
+def test_tracker_exports_process_and_build_info_metrics(queue_topics):
+    cfg, _ = queue_topics(1, tracker={"tick": "50ms"})
+    t = Tracker(cfg, http_host="127.0.0.1").start()
+    try:
+        from kmq import __version__
+
+        assert metric(t.http_port, "kmq_build_info", version=__version__) == 1.0
+        assert metric(t.http_port, "process_resident_memory_bytes") > 0
+        assert metric(t.http_port, "process_cpu_seconds_total") > 0
+        assert {"kmq_build_info", "process_resident_memory_bytes", "kmq_tracker_ready"} <= exported_metric_names()
+    finally:
+        t.stop()
