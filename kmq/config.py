@@ -33,19 +33,20 @@ __all__ = [
     "TrackerConfig",
     "RedisConfig",
     "LoggingConfig",
+    "TopicsConfig",
     "parse_duration",
     "ENV_PREFIX",
 ]
 
 ENV_PREFIX = "KMQ_"
 _VERBATIM_KAFKA_KEYS = {"bootstrap_servers", "client_id", "sasl_username", "sasl_password"}
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def parse_duration(value: Any, path: str = "") -> float:
-    """Seconds from ``250ms``/``30s``/``5m``/``1h`` or a number of seconds."""
+    """Seconds from ``250ms``/``30s``/``5m``/``1h``/``7d`` or a number of seconds."""
     if isinstance(value, bool):
         raise ConfigError(path, f"expected a duration like 30s, got {value!r}")
     if isinstance(value, (int, float)):
@@ -61,6 +62,10 @@ def parse_duration(value: Any, path: str = "") -> float:
 
 def _duration_text(seconds: float) -> str:
     ms = round(seconds * 1000)
+    if ms % 86_400_000 == 0 and ms:
+        return f"{ms // 86_400_000}d"
+    if ms % 3_600_000 == 0 and ms:
+        return f"{ms // 3_600_000}h"
     if ms % 60000 == 0 and ms:
         return f"{ms // 60000}m"
     if ms % 1000 == 0:
@@ -180,6 +185,21 @@ class RedisConfig:
 
 
 @dataclass(frozen=True)
+class TopicsConfig:
+    """Settings of the topics ``kmq topics create`` makes (existing topics are not altered)."""
+
+    # null: 3 when the cluster has at least 3 brokers, else the broker count.
+    replication_factor: int | None = _f(None, "optint", min=1)
+    # null: the broker's default. Set it (e.g. 2 with replication 3) so acks=all means what it says.
+    min_insync_replicas: int | None = _f(None, "optint", min=1)
+    # Must exceed the longest lease plus backoff: a START marker deleted while its
+    # message is open is invisible to a restarted tracker.
+    markers_retention: float = _f(7 * 86400.0, "duration", min=60.0)
+    # null: the broker's default (usually 7 days).
+    dlq_retention: float | None = _f(None, "optduration", min=60.0)
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """How the ``kmq`` command logs (applied by the CLI entry; a library user keeps their own)."""
 
@@ -196,6 +216,7 @@ _SECTIONS: dict[str, type] = {
     "tracker": TrackerConfig,
     "redis": RedisConfig,
     "logging": LoggingConfig,
+    "topics": TopicsConfig,
 }
 
 
@@ -209,6 +230,7 @@ class Config:
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -274,7 +296,7 @@ class Config:
                     v = getattr(obj, f.name)
                     if f.metadata.get("secret") and v is not None and redact:
                         out[f.name] = "***"
-                    elif f.metadata.get("kind") == "duration":
+                    elif f.metadata.get("kind") in ("duration", "optduration") and v is not None:
                         out[f.name] = _duration_text(v)
                     else:
                         out[f.name] = conv(v)
@@ -356,6 +378,10 @@ def _check_topic(path: str, value: Any) -> str:
 def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
     kind = f.metadata.get("kind")
     shown = "***" if f.metadata.get("secret") else repr(value)
+    if kind in ("optint", "optduration"):
+        if value is None:
+            return None
+        kind = kind[3:]
     if kind == "duration":
         v = parse_duration(value, path)
         if "min" in f.metadata and v < f.metadata["min"]:
@@ -452,4 +478,8 @@ def _build_config(raw: dict) -> Config:
         raise ConfigError("kafka.sasl_mechanism", f"is set but kafka.security_protocol is {kafka.security_protocol}; use SASL_SSL or SASL_PLAINTEXT")
     if kafka.security_protocol.startswith("SASL") and not kafka.sasl_mechanism:
         raise ConfigError("kafka.sasl_mechanism", f"required when kafka.security_protocol is {kafka.security_protocol}")
+    topics: TopicsConfig = kwargs["topics"]
+    if topics.replication_factor and topics.min_insync_replicas and topics.min_insync_replicas > topics.replication_factor:
+        raise ConfigError("topics.min_insync_replicas", f"({topics.min_insync_replicas}) must not exceed "
+                          f"topics.replication_factor ({topics.replication_factor}), or no write can succeed")
     return Config(queues=queues, **kwargs)
