@@ -40,7 +40,9 @@ def choose_replication_factor(requested: int | None, brokers: int) -> int:
             raise TopicError(f"replication factor {requested} is above the {brokers} broker(s) of this cluster; "
                              f"use --replication-factor {brokers} (or topics.replication_factor)")
         return requested
-    return max(1, min(_DEFAULT_REPLICATION, brokers))
+    if brokers <= 0:
+        return _DEFAULT_REPLICATION
+    return min(_DEFAULT_REPLICATION, brokers)
 
 
 def topic_configs(settings: TopicsConfig) -> dict[str, dict[str, str]]:
@@ -148,7 +150,7 @@ def ensure_topics(
             counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
             rf = 1
             if None in counts.values():
-                brokers = len(admin.describe_cluster().get("brokers") or [])
+                brokers = _broker_count(admin)
                 rf = choose_replication_factor(
                     replication_factor if replication_factor is not None else settings.replication_factor, brokers)
             qp = counts[queue.name]
@@ -169,6 +171,16 @@ def ensure_topics(
     finally:
         admin.close()
     return TopicLayout(queue, counts[queue.name], counts[queue.markers_topic], counts[queue.dlq_topic])
+
+
+def _broker_count(admin) -> int:
+    """Brokers in the cluster; 0 when the cluster does not tell (then the default factor 3 is tried)."""
+    try:
+        return len(admin.describe_cluster().get("brokers") or [])
+    except KafkaError as exc:
+        log.warning("cannot count the brokers (%s); new topics get replication factor %d unless "
+                    "topics.replication_factor or --replication-factor says otherwise", exc, _DEFAULT_REPLICATION)
+        return 0
 
 
 def _create(admin, name: str, partitions: int, rf: int, configs: dict[str, str]) -> None:

@@ -9,8 +9,9 @@ from kmq.errors import ConfigError, TopicError
 from kmq.topics import choose_replication_factor, topic_configs
 
 
-@pytest.mark.parametrize("brokers, expected", [(1, 1), (2, 2), (3, 3), (5, 3), (0, 1)])
+@pytest.mark.parametrize("brokers, expected", [(1, 1), (2, 2), (3, 3), (5, 3), (0, 3)])
 def test_default_replication_factor_is_3_when_the_cluster_has_3_brokers_else_what_it_has(brokers, expected):
+    # 0: the broker count is unknown (DescribeCluster refused): try the production default.
     assert choose_replication_factor(None, brokers) == expected
 
 
