@@ -68,9 +68,13 @@ def configure_logging(cfg: LoggingConfig, verbose: int = 0, stream=None) -> None
         level = min(level, logging.INFO)
     handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonFormatter() if cfg.format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler._kmq_handler = True  # type: ignore[attr-defined]
     root = logging.getLogger()
+    # Replace our own earlier handler (and the CLI's plain default), keep anyone else's
+    # (an embedding application's, a test runner's capture).
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if getattr(old, "_kmq_handler", False) or getattr(old, "_kmq_default", False):
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("kafka").setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)

@@ -83,6 +83,7 @@ class AckLatencyHistogram:
     ``rate(..._bucket[5m])`` gives percentiles that aggregate across partitions."""
 
     name = "kmq_lag_ack_latency_seconds"
+    _doc = "Ack latency (END time - START time) of acked offsets"
 
     def __init__(self, bounds_s: tuple[float, ...], registry: CollectorRegistry) -> None:
         self.bounds_s = tuple(bounds_s)
@@ -101,8 +102,6 @@ class AckLatencyHistogram:
 
     def describe(self):
         return [HistogramMetricFamily(self.name, self._doc, labels=["queue", "partition"])]
-
-    _doc = "Ack latency (END time - START time) of acked offsets"
 
     def collect(self):
         fam = HistogramMetricFamily(self.name, self._doc, labels=["queue", "partition"])

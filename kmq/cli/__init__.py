@@ -66,7 +66,11 @@ class LazyGroup(click.Group):
 def cli(verbose: int) -> None:
     """kmq: individual acks, timeout redelivery, lease renewal and dead letters on any Kafka."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    before = set(logging.getLogger().handlers)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in set(logging.getLogger().handlers) - before:
+        # Commands that load kmq.yaml replace this default with `logging:` (kmq.logs).
+        handler._kmq_default = True  # type: ignore[attr-defined]
     # kafka-python logs every refused connection at ERROR; our own error line says what matters.
     logging.getLogger("kafka").setLevel(logging.CRITICAL if verbose < 2 else logging.DEBUG)
 

@@ -18,11 +18,12 @@ from kmq.logs import configure_logging
 
 @pytest.fixture(autouse=True)
 def restore_root_logging():
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    root, kafka = logging.getLogger(), logging.getLogger("kafka")
+    handlers, level, kafka_level = list(root.handlers), root.level, kafka.level
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    kafka.setLevel(kafka_level)
 
 
 def test_json_format_writes_one_parseable_object_per_line():
