@@ -79,3 +79,25 @@ def test_tracker_exports_process_and_build_info_metrics(queue_topics):
         assert {"kmq_build_info", "process_resident_memory_bytes", "kmq_tracker_ready"} <= exported_metric_names()
     finally:
         t.stop()
+
+
+def test_tracker_process_logs_json_when_configured(queue_topics, tmp_path):
+    import dataclasses
+    import json
+
+    from tests.integration.tracker_util import TrackerProcess
+
+    cfg, q = queue_topics(1, tracker={"tick": "50ms"})
+    cfg = cfg.replace(logging=dataclasses.replace(cfg.logging, format="json", level="INFO"))
+    proc = TrackerProcess(cfg, tmp_path)
+    try:
+        port = proc.wait_ready(60)
+        assert http_status(port, "/healthz") == 200
+        assert proc.terminate(30) == 0
+        lines = [json.loads(line) for line in proc.log_path.read_text().splitlines() if line.strip()]
+        messages = [r["message"] for r in lines if r["logger"].startswith("tracker")]
+        assert any(m.startswith("tracker HTTP listening on 127.0.0.1:") for m in messages), messages
+        assert any("caught up" in m for m in messages) and messages[-1] == "tracker stopped"
+        assert {r["level"] for r in lines} <= {"INFO", "WARNING", "ERROR"}
+    finally:
+        proc.close()
