@@ -2,7 +2,7 @@
 
 Pure (reads the environment only when :meth:`Config.load` is called and only
 from the mapping it is given). Durations are stored as float seconds and
-accept ``250ms``, ``30s``, ``5m``, ``1h`` or a bare number of seconds.
+accept ``250ms``, ``30s``, ``5m``, ``1h``, ``7d`` or a bare number of seconds.
 Unknown keys and bad values raise :class:`~kmq.errors.ConfigError` naming the
 key path, e.g. ``queues[0].lease: expected a duration like 30s, got 'soon'``.
 
