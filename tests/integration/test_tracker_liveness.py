@@ -101,3 +101,55 @@ def test_tracker_process_logs_json_when_configured(queue_topics, tmp_path):
         assert {r["level"] for r in lines} <= {"INFO", "WARNING", "ERROR"}
     finally:
         proc.close()
+
+
+@pytest.mark.slow
+def test_healthz_fails_while_a_redelivery_waits_on_a_frozen_broker_and_nothing_is_lost():
+    """The other real way to hang the loop: the broker stops answering (SIGSTOP of a private
+    tansu) while a lease expires, so the step blocks in the read of the original record."""
+    import os
+    import signal
+
+    from kmq.config import Config
+    from kmq.devbroker import DevBroker
+    from kmq.markers import Start
+    from kmq.topics import ensure_topics
+    from tests.conftest import TEST_GROUP_TIMING, unique
+    from tests.integration.test_tracker import produce
+    from tests.integration.tracker_util import MarkerProducer, Tail
+
+    with DevBroker() as broker:
+        cfg = Config.from_dict({
+            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING},
+            "queues": [{"name": unique("q"), "lease": "3s"}],
+            "tracker": {"group_id": unique("tracker"), "http_port": 0, "tick": "50ms",
+                        "liveness_timeout": f"{BOUND_S}s"},
+        })
+        q = cfg.queues[0]
+        ensure_topics(cfg.kafka, q, 1)
+        produce(broker.bootstrap, q.name, 1)
+        t = Tracker(cfg, http_host="127.0.0.1").start()
+        frozen = False
+        try:
+            wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")
+            markers = MarkerProducer(broker.bootstrap, q.markers_topic)
+            markers.send(0, Start([(0, 1)], lease_ms=3000, owner="w"))
+            markers.close()
+            wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 1, 10,
+                       what="the START applied")
+            os.kill(broker.pid, signal.SIGSTOP)
+            frozen = True
+            # Due in under 3 s; the read of the original then blocks on the frozen broker.
+            wait_until(lambda: http_status(t.http_port, "/healthz") == 503, 3 + BOUND_S + 5, what="/healthz 503")
+            os.kill(broker.pid, signal.SIGCONT)
+            frozen = False
+            wait_until(lambda: http_status(t.http_port, "/healthz") == 200, 30, what="/healthz 200 after SIGCONT")
+            tail = Tail(broker.bootstrap, q.name)
+            try:
+                tail.wait_for(2, timeout=30, what="the redelivered copy")  # the original plus its copy
+            finally:
+                tail.close()
+        finally:
+            if frozen:
+                os.kill(broker.pid, signal.SIGCONT)
+            t.stop()
