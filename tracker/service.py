@@ -111,6 +111,7 @@ class Tracker:
         # Heartbeat of the main loop (monotonic seconds): /healthz fails when it is
         # older than tracker.liveness_timeout. Starts at setup so a hung join counts too.
         self._last_step_mono = time.monotonic()
+        self._stall_logged = False
 
     # ------------------------------------------------------------ lifecycle
     def run(self) -> None:
@@ -170,8 +171,13 @@ class Tracker:
         age = time.monotonic() - self._last_step_mono
         bound = self.cfg.tracker.liveness_timeout
         if age > bound:
-            return False, (f"not alive: the main loop has not completed a step for {age:.1f}s "
-                           f"(tracker.liveness_timeout {bound:g}s); nothing is redelivered meanwhile")
+            detail = (f"not alive: the main loop has not completed a step for {age:.1f}s "
+                      f"(tracker.liveness_timeout {bound:g}s); nothing is redelivered meanwhile")
+            if not self._stall_logged:  # once per stall: probes ask every few seconds
+                self._stall_logged = True
+                log.warning("%s; the liveness probe will restart this tracker", detail)
+            return False, detail
+        self._stall_logged = False
         return True, f"ok: last step {age:.1f}s ago"
 
     def _install_signals(self) -> dict:
