@@ -2,7 +2,7 @@
 
 Pure (reads the environment only when :meth:`Config.load` is called and only
 from the mapping it is given). Durations are stored as float seconds and
-accept ``250ms``, ``30s``, ``5m``, ``1h`` or a bare number of seconds.
+accept ``250ms``, ``30s``, ``5m``, ``1h``, ``7d`` or a bare number of seconds.
 Unknown keys and bad values raise :class:`~kmq.errors.ConfigError` naming the
 key path, e.g. ``queues[0].lease: expected a duration like 30s, got 'soon'``.
 
@@ -39,6 +39,8 @@ __all__ = [
     "ConsumerConfig",
     "TrackerConfig",
     "RedisConfig",
+    "LoggingConfig",
+    "TopicsConfig",
     "parse_duration",
     "ENV_PREFIX",
 ]
@@ -48,13 +50,13 @@ _VERBATIM_KAFKA_KEYS = {"bootstrap_servers", "client_id", "sasl_username", "sasl
                         "sasl_oauth_token_command"}
 # Which mechanisms log in with a user name and password.
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def parse_duration(value: Any, path: str = "") -> float:
-    """Seconds from ``250ms``/``30s``/``5m``/``1h`` or a number of seconds."""
+    """Seconds from ``250ms``/``30s``/``5m``/``1h``/``7d`` or a number of seconds."""
     if isinstance(value, bool):
         raise ConfigError(path, f"expected a duration like 30s, got {value!r}")
     if isinstance(value, (int, float)):
@@ -70,6 +72,10 @@ def parse_duration(value: Any, path: str = "") -> float:
 
 def _duration_text(seconds: float) -> str:
     ms = round(seconds * 1000)
+    if ms % 86_400_000 == 0 and ms:
+        return f"{ms // 86_400_000}d"
+    if ms % 3_600_000 == 0 and ms:
+        return f"{ms // 3_600_000}h"
     if ms % 60000 == 0 and ms:
         return f"{ms // 60000}m"
     if ms % 1000 == 0:
@@ -247,6 +253,13 @@ class TrackerConfig:
     group_id: str = _f("kmq-tracker", "str")
     tick: float = _f(0.05, "duration", min=0.001)
     http_port: int = _f(9108, "int", min=0, max=65535)
+    # /healthz fails when the main loop has not completed a step for this long
+    # (a hung loop redelivers nothing; the liveness probe then restarts the pod).
+    liveness_timeout: float = _f(60.0, "duration", min=1.0)
+    # Static membership (group.instance.id): a restarted pod with the same id
+    # gets its partitions back without a rebalance within session_timeout.
+    # Empty: dynamic membership. The chart sets it from the pod name.
+    instance_id: str | None = _f(None, "optstr")
 
 
 @dataclass(frozen=True)
@@ -254,11 +267,39 @@ class RedisConfig:
     url: str | None = _f(None, "optstr")
 
 
+@dataclass(frozen=True)
+class TopicsConfig:
+    """Settings of the topics ``kmq topics create`` makes (existing topics are not altered)."""
+
+    # null: 3 when the cluster has at least 3 brokers, else the broker count.
+    replication_factor: int | None = _f(None, "optint", min=1)
+    # null: the broker's default. Set it (e.g. 2 with replication 3) so acks=all means what it says.
+    min_insync_replicas: int | None = _f(None, "optint", min=1)
+    # Must exceed the longest lease plus backoff: a START marker deleted while its
+    # message is open is invisible to a restarted tracker.
+    markers_retention: float = _f(7 * 86400.0, "duration", min=60.0)
+    # null: the broker's default (usually 7 days).
+    dlq_retention: float | None = _f(None, "optduration", min=60.0)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """How the ``kmq`` command logs (applied by the CLI entry; a library user keeps their own)."""
+
+    level: str = _f("WARNING", "choice", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+    format: str = _f("text", "choice", choices=("TEXT", "JSON"))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "format", self.format.lower())
+
+
 _SECTIONS: dict[str, type] = {
     "kafka": KafkaConfig,
     "consumer": ConsumerConfig,
     "tracker": TrackerConfig,
     "redis": RedisConfig,
+    "logging": LoggingConfig,
+    "topics": TopicsConfig,
 }
 
 
@@ -271,6 +312,8 @@ class Config:
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -338,7 +381,7 @@ class Config:
                     v = getattr(obj, f.name)
                     if f.metadata.get("secret") and v is not None and redact:
                         out[f.name] = "***"
-                    elif f.metadata.get("kind") == "duration":
+                    elif f.metadata.get("kind") in ("duration", "optduration") and v is not None:
                         out[f.name] = _duration_text(v)
                     else:
                         out[f.name] = conv(v)
@@ -425,6 +468,10 @@ def _check_topic(path: str, value: Any) -> str:
 def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
     kind = f.metadata.get("kind")
     shown = "***" if f.metadata.get("secret") else repr(value)
+    if kind in ("optint", "optduration"):
+        if value is None:
+            return None
+        kind = kind[3:]
     if kind == "duration":
         v = parse_duration(value, path)
         if "min" in f.metadata and v < f.metadata["min"]:
@@ -522,6 +569,10 @@ def _build_config(raw: dict) -> Config:
     if kafka.security_protocol.startswith("SASL") and not kafka.sasl_mechanism:
         raise ConfigError("kafka.sasl_mechanism", f"required when kafka.security_protocol is {kafka.security_protocol}")
     _check_security_keys(kafka)
+    topics: TopicsConfig = kwargs["topics"]
+    if topics.replication_factor and topics.min_insync_replicas and topics.min_insync_replicas > topics.replication_factor:
+        raise ConfigError("topics.min_insync_replicas", f"({topics.min_insync_replicas}) must not exceed "
+                          f"topics.replication_factor ({topics.replication_factor}), or no write can succeed")
     return Config(queues=queues, **kwargs)
 
 

@@ -8,9 +8,13 @@ one on purpose.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import platform
 
-__all__ = ["ConsumerMetrics", "TrackerMetrics", "LagMetrics", "LATENCY_BUCKETS"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import HistogramMetricFamily
+
+__all__ = ["ConsumerMetrics", "TrackerMetrics", "LagMetrics", "LATENCY_BUCKETS", "register_process_metrics",
+           "exported_metric_names"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -65,26 +69,102 @@ class TrackerMetrics:
         self.redelivery_failures = Counter(
             "kmq_tracker_redelivery_failures_total", "Redelivery attempts that failed and will be retried", ["queue"], registry=r,
         )
+        # Set by the service with set_function: evaluated at scrape time, like /readyz.
+        self.ready = Gauge("kmq_tracker_ready", "1 when joined and caught up on every assigned partition (/readyz)",
+                           registry=r)
+        register_process_metrics(r)
+
+
+class AckLatencyHistogram:
+    """``kmq_lag_ack_latency_seconds``: a Prometheus histogram per (queue, partition) fed with
+    whole bucket counts (the lag job counts acks per latency bucket in each window, so
+    observing one value at a time would be pointless). Cumulative ``le`` buckets, ``_sum``
+    and ``_count``, monotonic for the life of the process: ``histogram_quantile()`` over
+    ``rate(..._bucket[5m])`` gives percentiles that aggregate across partitions."""
+
+    name = "kmq_lag_ack_latency_seconds"
+    _doc = "Ack latency (END time - START time) of acked offsets"
+
+    def __init__(self, bounds_s: tuple[float, ...], registry: CollectorRegistry) -> None:
+        self.bounds_s = tuple(bounds_s)
+        self._series: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+        registry.register(self)
+
+    def add(self, queue: str, partition: str, counts: list[int], sum_s: float) -> None:
+        """Add one window: ``counts[i]`` acks at or below ``bounds_s[i]`` (non-cumulative), the last
+        entry is the overflow bucket; ``sum_s`` is the latencies' total in seconds."""
+        if len(counts) != len(self.bounds_s) + 1:
+            raise ValueError(f"expected {len(self.bounds_s) + 1} bucket counts, got {len(counts)}")
+        buckets, total = self._series.setdefault((queue, partition), ([0] * len(counts), [0.0]))
+        for i, n in enumerate(counts):
+            buckets[i] += int(n)
+        total[0] += sum_s
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self._doc, labels=["queue", "partition"])]
+
+    def collect(self):
+        fam = HistogramMetricFamily(self.name, self._doc, labels=["queue", "partition"])
+        for (queue, partition), (buckets, total) in sorted(self._series.items()):
+            cumulative, running = [], 0
+            for bound, n in zip((*(repr(float(b)) for b in self.bounds_s), "+Inf"), buckets):
+                running += n
+                cumulative.append((bound, running))
+            fam.add_metric([queue, partition], cumulative, total[0])
+        yield fam
 
 
 class LagMetrics:
-    """``kmq_lag_*``: the Spark lag job's gauges (same label names as the tracker's: queue, partition)."""
+    """``kmq_lag_*``: the Spark lag job's metrics (label names as the tracker's: queue, partition).
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    Events counted per closed window are monotonic counters (``rate()`` them; a scrape
+    interval longer than the window loses nothing); levels at a window's end are gauges;
+    ack latency is a histogram.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 ack_latency_bounds_s: tuple[float, ...] = LATENCY_BUCKETS) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r, qp = self.registry, ["queue", "partition"]
-        self.markers = Gauge("kmq_lag_markers", "Marker records in the last closed window, by type", [*qp, "type"], registry=r)
-        self.bad_markers = Gauge("kmq_lag_bad_markers", "Undecodable marker records in the last closed window", qp, registry=r)
+        # counters: per-window counts added up
+        self.markers = Counter("kmq_lag_markers_total", "Marker records read, by type", [*qp, "type"], registry=r)
+        self.bad_markers = Counter("kmq_lag_bad_markers_total", "Undecodable marker records", qp, registry=r)
+        self.acked = Counter("kmq_lag_acked_total", "Offsets acknowledged (END)", qp, registry=r)
+        self.redeliveries = Counter("kmq_lag_redeliveries_total", "Offsets redelivered (CLOSED outcome 1)", qp, registry=r)
+        self.dead_letters = Counter("kmq_lag_dead_letters_total", "Offsets dead-lettered (CLOSED outcome 2)", qp, registry=r)
+        self.missing = Counter("kmq_lag_missing_offsets_total", "Offsets missing from the queue log (CLOSED outcome 3)",
+                               qp, registry=r)
+        self.late_acks = Counter("kmq_lag_late_acks_total", "END markers for offsets already closed", qp, registry=r)
+        self.ack_latency = AckLatencyHistogram(ack_latency_bounds_s, r)
+        # gauges: levels at the end of the newest closed window
         self.in_flight = Gauge("kmq_lag_in_flight", "Offsets started and not closed, at the window end", qp, registry=r)
         self.oldest = Gauge("kmq_lag_oldest_in_flight_seconds", "Age of the oldest open offset at the window end", qp, registry=r)
-        self.ack_latency = Gauge(
-            "kmq_lag_ack_latency_seconds", "Ack latency (END time - START time) percentile, bucket upper bound",
-            [*qp, "quantile"], registry=r,
-        )
-        self.acked = Gauge("kmq_lag_acked", "Offsets acknowledged in the last closed window", qp, registry=r)
-        self.redeliveries = Gauge("kmq_lag_redeliveries", "Offsets redelivered (CLOSED outcome 1) in the window", qp, registry=r)
-        self.dead_letters = Gauge("kmq_lag_dead_letters", "Offsets dead-lettered (CLOSED outcome 2) in the window", qp, registry=r)
-        self.late_acks = Gauge("kmq_lag_late_acks", "END markers for offsets already closed, in the window", qp, registry=r)
         self.marker_lag = Gauge("kmq_lag_marker_lag", "Markers high-water mark minus the tracker's committed offset", qp, registry=r)
         self.window_end = Gauge("kmq_lag_window_end_timestamp_seconds", "End of the last closed window", qp, registry=r)
         self.last_batch = Gauge("kmq_lag_last_batch_id", "Last micro-batch written by the sinks", registry=r)
+        register_process_metrics(r)
+
+
+def register_process_metrics(registry: CollectorRegistry) -> None:
+    """``process_*`` (CPU, memory, open fds, start time; Linux) and ``kmq_build_info`` in ``registry``."""
+    from kmq import __version__
+
+    ProcessCollector(registry=registry)
+    info = Gauge("kmq_build_info", "kmq version and Python version of this process (always 1)",
+                 ["version", "python"], registry=registry)
+    info.labels(__version__, platform.python_version()).set(1)
+
+
+def exported_metric_names() -> set[str]:
+    """Every sample name kmq's components can export (``_total``, ``_bucket``/``_sum``/``_count``
+    included), from the declarations above: dashboards and alert rules are checked against it."""
+    names: set[str] = set()
+    for component in (ConsumerMetrics, TrackerMetrics, LagMetrics):
+        registry = CollectorRegistry()
+        component(registry)
+        for family in registry.collect():
+            suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
+                        "summary": ("", "_sum", "_count"), "info": ("_info",)}.get(family.type, ("",))
+            names.update(family.name + sfx for sfx in suffixes)
+    return names
+

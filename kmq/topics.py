@@ -15,15 +15,46 @@ from kafka.admin import NewPartitions, NewTopic
 from kafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError, KafkaError, TopicAlreadyExistsError
 
 from kmq.clients import admin_client, broker_errors
-from kmq.config import KafkaConfig, QueueConfig
+from kmq.config import KafkaConfig, QueueConfig, TopicsConfig
 from kmq.errors import TopicError, TopicMisaligned, TopicMissing, UnsupportedByBroker
 
-__all__ = ["TopicLayout", "describe", "ensure_topics", "require_aligned", "MARKERS_RETENTION_MS"]
+__all__ = ["TopicLayout", "describe", "ensure_topics", "require_aligned", "MARKERS_RETENTION_MS",
+           "choose_replication_factor", "topic_configs"]
 
 log = logging.getLogger(__name__)
 
-# Must exceed the longest lease plus backoff; 7 days by default (docs/protocol.md).
+# Must exceed the longest lease plus backoff; 7 days by default (docs/protocol.md,
+# topics.markers_retention).
 MARKERS_RETENTION_MS = 7 * 24 * 3600 * 1000
+_DEFAULT_REPLICATION = 3
+
+
+def choose_replication_factor(requested: int | None, brokers: int) -> int:
+    """``requested``, or 3 when the cluster has at least 3 brokers, else the broker count.
+
+    A requested factor above the broker count is refused here with the fix,
+    rather than by the broker with INVALID_REPLICATION_FACTOR.
+    """
+    if requested is not None:
+        if brokers and requested > brokers:
+            raise TopicError(f"replication factor {requested} is above the {brokers} broker(s) of this cluster; "
+                             f"use --replication-factor {brokers} (or topics.replication_factor)")
+        return requested
+    if brokers <= 0:
+        return _DEFAULT_REPLICATION
+    return min(_DEFAULT_REPLICATION, brokers)
+
+
+def topic_configs(settings: TopicsConfig) -> dict[str, dict[str, str]]:
+    """Topic-level configs by role (queue, markers, dlq) from ``topics:`` in kmq.yaml."""
+    common = {}
+    if settings.min_insync_replicas is not None:
+        common["min.insync.replicas"] = str(settings.min_insync_replicas)
+    markers = {**common, "retention.ms": str(round(settings.markers_retention * 1000))}
+    dlq = dict(common)
+    if settings.dlq_retention is not None:
+        dlq["retention.ms"] = str(round(settings.dlq_retention * 1000))
+    return {"queue": common, "markers": markers, "dlq": dlq}
 
 
 @dataclass(frozen=True)
@@ -97,45 +128,66 @@ def require_aligned(kafka: KafkaConfig, queue: QueueConfig) -> TopicLayout:
 
 
 def ensure_topics(
-    kafka: KafkaConfig, queue: QueueConfig, partitions: int | None = None, replication_factor: int = 1,
-    dlq_partitions: int | None = None,
+    kafka: KafkaConfig, queue: QueueConfig, partitions: int | None = None, replication_factor: int | None = None,
+    dlq_partitions: int | None = None, settings: TopicsConfig | None = None,
 ) -> TopicLayout:
     """Create the missing topics and grow the markers topic to match the queue.
 
     Idempotent. ``partitions`` is used when the queue topic does not exist
     yet; an existing queue topic keeps its count (a larger ``partitions`` grows
-    it, where the broker supports CreatePartitions).
+    it, where the broker supports CreatePartitions). New topics get
+    ``settings`` (``topics:`` in kmq.yaml: replication factor, min.insync.replicas,
+    markers and DLQ retention); existing topics are not altered.
+    ``replication_factor`` overrides ``settings.replication_factor``.
     """
     if partitions is not None and partitions < 1:
         raise TopicError(f"--partitions must be at least 1, got {partitions}")
+    settings = settings or TopicsConfig()
+    configs = topic_configs(settings)
     admin = admin_client(kafka)
     try:
         with broker_errors(kafka):
             counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
+            rf = 1
+            if None in counts.values():
+                brokers = _broker_count(admin)
+                rf = choose_replication_factor(
+                    replication_factor if replication_factor is not None else settings.replication_factor, brokers)
             qp = counts[queue.name]
             if qp is None:
                 qp = partitions or 1
-                _create(admin, queue.name, qp, replication_factor, {})
+                _create(admin, queue.name, qp, rf, configs["queue"])
             elif partitions and partitions > qp:
                 _grow(admin, queue.name, partitions)
                 qp = partitions
             mp = counts[queue.markers_topic]
             if mp is None:
-                _create(admin, queue.markers_topic, qp, replication_factor, {"retention.ms": str(MARKERS_RETENTION_MS)})
+                _create(admin, queue.markers_topic, qp, rf, configs["markers"])
             elif mp < qp:
                 _grow(admin, queue.markers_topic, qp)
             if counts[queue.dlq_topic] is None:
-                _create(admin, queue.dlq_topic, dlq_partitions or qp, replication_factor, {})
+                _create(admin, queue.dlq_topic, dlq_partitions or qp, rf, configs["dlq"])
             counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
     finally:
         admin.close()
     return TopicLayout(queue, counts[queue.name], counts[queue.markers_topic], counts[queue.dlq_topic])
 
 
+def _broker_count(admin) -> int:
+    """Brokers in the cluster; 0 when the cluster does not tell (then the default factor 3 is tried)."""
+    try:
+        return len(admin.describe_cluster().get("brokers") or [])
+    except KafkaError as exc:
+        log.warning("cannot count the brokers (%s); new topics get replication factor %d unless "
+                    "topics.replication_factor or --replication-factor says otherwise", exc, _DEFAULT_REPLICATION)
+        return 0
+
+
 def _create(admin, name: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
     try:
         admin.create_topics([NewTopic(name, partitions, rf, topic_configs=configs)])
-        log.info("created topic %s with %d partitions", name, partitions)
+        log.info("created topic %s with %d partitions, replication factor %d%s", name, partitions, rf,
+                 "".join(f", {k}={v}" for k, v in sorted(configs.items())))
     except TopicAlreadyExistsError:
         log.info("topic %s already exists", name)  # another process won the race
 

@@ -17,6 +17,13 @@ Checks, each one a function the tests in tests/deploy/ call on its own:
              exactly the files next to it.
 * rules:     ``promtool check rules`` + ``promtool test rules`` on
              deploy/prometheus/, and the chart's PrometheusRule equals rules.yaml.
+* alerts:    every alert has a promtool unit test, a ``runbook_url`` into
+             docs/operations.md and a runbook heading there; every metric an
+             alert uses is one kmq exports (kmq.metrics.exported_metric_names).
+* dashboard: helm/kmq/dashboards/kmq.json is a Grafana dashboard whose every
+             query (panels and template variables) uses only metrics kmq exports.
+* strimzi:   the chart renders topicInit.mode strimzi as KafkaTopic resources
+             (three per queue, no hook Job) that pass their structural schema.
 
 Custom resources (ServiceMonitor, PrometheusRule, SparkApplication) are not in
 kubernetes-validate's schemas: they are checked against the structural schemas
@@ -49,6 +56,10 @@ VALUES_DIR = ROOT / "tests" / "deploy" / "values"
 BAD_VALUES_DIR = ROOT / "tests" / "deploy" / "bad-values"
 K8S_VERSIONS = ("1.29.0", "1.30.0", "1.31.0")
 RELEASE, NAMESPACE = "kmq", "kmq"
+DASHBOARD = CHART / "dashboards" / "kmq.json"
+RUNBOOK = ROOT / "docs" / "operations.md"
+# Metrics alerts and dashboards may use that kmq does not export itself.
+EXTERNAL_METRICS = {"up"}
 
 SKIPPED_KINDS = {("kustomize.config.k8s.io/v1beta1", "Kustomization")}
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod"}
@@ -89,6 +100,20 @@ CRD_SCHEMAS: dict[tuple[str, str], dict] = {
                                             "annotations": {"type": "object", "additionalProperties": _STR}},
                                            ["expr"])}}, ["name", "rules"])},
     }, ["groups"])),
+    ("monitoring.coreos.com/v1", "PodMonitor"): _resource("monitoring.coreos.com/v1", "PodMonitor", _obj({
+        "selector": _obj({"matchLabels": {"type": "object", "additionalProperties": _STR}}, ["matchLabels"]),
+        "namespaceSelector": _obj({"matchNames": {"type": "array", "items": _STR}, "any": _BOOL}),
+        "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _obj(
+            {"port": _STR, "path": _STR, "interval": _DURATION, "scrapeTimeout": _DURATION,
+             "relabelings": {"type": "array", "items": _obj(
+                 {"targetLabel": _STR, "replacement": _STR, "sourceLabels": {"type": "array", "items": _STR},
+                  "action": _STR, "regex": _STR})}}, ["port"])},
+    }, ["selector", "podMetricsEndpoints"])),
+    ("kafka.strimzi.io/v1beta2", "KafkaTopic"): _resource("kafka.strimzi.io/v1beta2", "KafkaTopic", _obj({
+        "topicName": {"type": "string", "pattern": r"^[A-Za-z0-9._-]{1,249}$"},
+        "partitions": {"type": "integer", "minimum": 1}, "replicas": {"type": "integer", "minimum": 1, "maximum": 32767},
+        "config": {"type": "object", "additionalProperties": {"type": ["string", "integer", "number", "boolean"]}},
+    }, ["partitions"])),
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"): _resource("sparkoperator.k8s.io/v1beta2", "SparkApplication", _obj({
         "type": {"enum": ["Java", "Scala", "Python", "R"]}, "pythonVersion": {"enum": ["2", "3"]},
         "mode": {"enum": ["cluster", "client"]}, "image": _STR,
@@ -346,6 +371,150 @@ def check_rules_match_chart(chart: Path = CHART, rules_dir: Path = RULES_DIR) ->
     return []
 
 
+# ---------------------------------------------------------------- alerts, runbook, dashboard
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                 "offset", "inf", "nan", "le"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression reads (Grafana's $__rate_interval etc. allowed).
+
+    Strings, label matchers, ``by (...)`` lists, ranges and function names are
+    dropped; what remains as identifiers are metric names.
+    """
+    import re
+
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)              # string literals
+    text = re.sub(r"\{[^}]*\}", " ", text)                              # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)                              # ranges
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    text = re.sub(r"\$\w+", " ", text)                                   # dashboard variables
+    names = set()
+    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        word, rest = m.group(0), text[m.end():].lstrip()
+        if rest.startswith("(") or word.lower() in _PROMQL_WORDS:
+            continue
+        if m.start() > 0 and (text[m.start() - 1].isdigit() or text[m.start() - 1] == "."):
+            continue  # the unit of 5m, 1e3
+        names.add(word)
+    return names
+
+
+def _known_metrics() -> set[str]:
+    sys.path.insert(0, str(ROOT))
+    from kmq.metrics import exported_metric_names
+
+    return exported_metric_names() | EXTERNAL_METRICS
+
+
+def _alert_rules(rules_dir: Path = RULES_DIR) -> list[dict]:
+    doc = yaml.safe_load((rules_dir / "rules.yaml").read_text())
+    return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+
+
+def runbook_anchors(path: Path = RUNBOOK) -> set[str]:
+    """GitHub-style anchors of the ``### Name`` headings of docs/operations.md."""
+    import re
+
+    anchors = set()
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def check_alerts(rules_dir: Path = RULES_DIR, runbook: Path = RUNBOOK) -> list[str]:
+    """Every alert: a promtool test, a runbook_url whose anchor is a heading in docs/operations.md,
+    and only metrics that kmq exports."""
+    problems = []
+    known = _known_metrics()
+    anchors = runbook_anchors(runbook)
+    tests = yaml.safe_load((rules_dir / "rules.test.yaml").read_text())["tests"]
+    tested = {t["alertname"] for test in tests for t in test.get("alert_rule_test", []) if t.get("exp_alerts")}
+    for rule in _alert_rules(rules_dir):
+        name = rule["alert"]
+        url = (rule.get("annotations") or {}).get("runbook_url", "")
+        if "#" not in url or not url.split("#", 1)[0].endswith("operations.md"):
+            problems.append(f"alert {name}: runbook_url {url!r} does not point into docs/operations.md")
+        elif url.split("#", 1)[1] not in anchors:
+            problems.append(f"alert {name}: docs/operations.md has no heading for #{url.split('#', 1)[1]}")
+        if name not in tested:
+            problems.append(f"alert {name}: no promtool test in rules.test.yaml expects it to fire")
+        for metric in sorted(promql_metric_names(rule["expr"]) - known):
+            problems.append(f"alert {name}: uses {metric}, which kmq does not export (kmq/metrics.py)")
+    return problems
+
+
+def dashboard_queries(dashboard: dict) -> list[tuple[str, str]]:
+    """(where, PromQL) of every panel target and query variable of a Grafana dashboard."""
+    import re
+
+    out = []
+    for panel in dashboard.get("panels", []):
+        for inner in [panel, *panel.get("panels", [])]:
+            for t in inner.get("targets", []):
+                out.append((f"panel {inner.get('title')!r}", t["expr"]))
+    for var in dashboard.get("templating", {}).get("list", []):
+        if var.get("type") == "query":
+            q = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+            m = re.match(r"\s*label_values\((.*),\s*\w+\)\s*$", q)
+            out.append((f"variable {var['name']}", m.group(1) if m else q))
+    return out
+
+
+def check_dashboard(path: Path = DASHBOARD) -> list[str]:
+    """The Grafana dashboard is valid JSON with unique panel ids, and every query uses kmq's metrics only."""
+    import json
+
+    try:
+        dash = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"{path.name}: not a readable JSON dashboard: {exc}"]
+    problems = []
+    for key in ("title", "uid", "panels", "schemaVersion"):
+        if key not in dash:
+            problems.append(f"{path.name}: missing {key!r}")
+    ids = [p.get("id") for p in dash.get("panels", [])]
+    if len(ids) != len(set(ids)):
+        problems.append(f"{path.name}: panel ids are not unique")
+    known = _known_metrics()
+    queries = dashboard_queries(dash)
+    if not queries:
+        problems.append(f"{path.name}: no queries")
+    for where, expr in queries:
+        names = promql_metric_names(expr)
+        if not names:
+            problems.append(f"{path.name} {where}: {expr!r} reads no metric")
+        for metric in sorted(names - known):
+            problems.append(f"{path.name} {where}: uses {metric}, which kmq does not export (kmq/metrics.py)")
+    return problems
+
+
+def check_strimzi(chart: Path = CHART) -> list[str]:
+    """topicInit.mode strimzi renders three valid KafkaTopic resources per queue and no hook Job."""
+    values = {"topicInit": {"mode": "strimzi", "strimzi": {"clusterName": "my-cluster"}},
+              "queues": [{"name": "orders", "partitions": 6}, {"name": "payments", "partitions": 3,
+                                                             "markers_topic": "payments.markers"}]}
+    docs = rendered_docs(render_chart(chart, values))
+    problems = []
+    topics = {d["spec"]["topicName"]: d for _, d in docs if d.get("kind") == "KafkaTopic"}
+    want = {"orders": 6, "orders__markers": 6, "orders__dlq": 6, "payments": 3, "payments.markers": 3, "payments__dlq": 3}
+    got = {name: d["spec"]["partitions"] for name, d in topics.items()}
+    if got != want:
+        problems.append(f"strimzi mode renders topics {got}, expected {want}")
+    for name, d in topics.items():
+        if d["metadata"]["labels"].get("strimzi.io/cluster") != "my-cluster":
+            problems.append(f"KafkaTopic {name}: no strimzi.io/cluster label")
+        problems += validate_object(d, f"KafkaTopic {name}", K8S_VERSIONS[-1:])
+    markers = topics.get("orders__markers", {}).get("spec", {}).get("config", {})
+    if str(markers.get("retention.ms")) != str(7 * 86400 * 1000):
+        problems.append(f"markers KafkaTopic retention.ms is {markers.get('retention.ms')!r}, expected 7 days")
+    if any(d.get("kind") == "Job" for _, d in docs):
+        problems.append("strimzi mode still renders the topic-init hook Job")
+    return problems
+
+
 # ---------------------------------------------------------------- main
 CHECKS = {
     "chart": lambda a: check_chart(a.chart, values_sets(a.values_dir)),
@@ -353,6 +522,9 @@ CHECKS = {
     "rules-match": lambda a: check_rules_match_chart(a.chart),
     "manifests": lambda a: check_manifests(),
     "rules": lambda a: check_rules(),
+    "alerts": lambda a: check_alerts(),
+    "dashboard": lambda a: check_dashboard(),
+    "strimzi": lambda a: check_strimzi(a.chart),
 }
 
 

@@ -1,7 +1,9 @@
 """The tracker's HTTP endpoints (stdlib http.server in a daemon thread).
 
 * ``/metrics``: Prometheus text format of the tracker's registry
-* ``/healthz``: 200 while the process is alive
+* ``/healthz``: 200 while the main loop completes steps (``liveness()``), 503
+  with the reason when it has not for longer than its bound: a hung loop
+  redelivers nothing, so the liveness probe should restart the pod
 * ``/readyz``: 200 when every assigned markers partition has caught up to the
   high-water mark seen at assignment, 503 otherwise (with the reason)
 
@@ -23,12 +25,15 @@ log = logging.getLogger(__name__)
 
 
 class HealthServer:
-    """Serve /metrics, /healthz and /readyz. ``readiness()`` returns (ready, detail)."""
+    """Serve /metrics, /healthz and /readyz. ``readiness()`` and ``liveness()`` return (ok, detail);
+    without ``liveness`` /healthz answers 200 while the process serves HTTP."""
 
     def __init__(self, registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]],
-                 host: str = "0.0.0.0", port: int = 9108) -> None:
+                 host: str = "0.0.0.0", port: int = 9108,
+                 liveness: Callable[[], tuple[bool, str]] | None = None) -> None:
         self._registry = registry
         self._readiness = readiness
+        self._liveness = liveness or (lambda: (True, "ok"))
         self._host = host
         self._requested_port = port
         self._server: ThreadingHTTPServer | None = None
@@ -45,12 +50,15 @@ class HealthServer:
                 if path == "/metrics":
                     self._send(200, generate_latest(owner._registry), CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
-                    self._send(200, b"ok\n")
+                    self._check(owner._liveness, "alive", "not alive")
                 elif path == "/readyz":
-                    ready, detail = owner._readiness()
-                    self._send(200 if ready else 503, (detail or ("ready" if ready else "not ready")).encode() + b"\n")
+                    self._check(owner._readiness, "ready", "not ready")
                 else:
                     self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+            def _check(self, probe: Callable[[], tuple[bool, str]], yes: str, no: str) -> None:
+                ok, detail = probe()
+                self._send(200 if ok else 503, (detail or (yes if ok else no)).encode() + b"\n")
 
             def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
                 self.send_response(code)

@@ -108,6 +108,10 @@ class Tracker:
         self._consumer = None
         self._http: HealthServer | None = None
         self.http_port: int | None = None
+        # Heartbeat of the main loop (monotonic seconds): /healthz fails when it is
+        # older than tracker.liveness_timeout. Starts at setup so a hung join counts too.
+        self._last_step_mono = time.monotonic()
+        self._stall_logged = False
 
     # ------------------------------------------------------------ lifecycle
     def run(self) -> None:
@@ -119,6 +123,7 @@ class Tracker:
             delay = 0.0
             while not self._stopping.is_set():
                 delay = self.step(delay)
+                self._last_step_mono = time.monotonic()
         finally:
             self._started.set()
             self._shutdown()
@@ -161,6 +166,20 @@ class Tracker:
             return False, "not ready: catching up " + ", ".join(sorted(behind))
         return True, f"ready: {len(self._owned)} partition(s)"
 
+    def alive(self) -> tuple[bool, str]:
+        """(alive, detail): the main loop completed a step within ``tracker.liveness_timeout``."""
+        age = time.monotonic() - self._last_step_mono
+        bound = self.cfg.tracker.liveness_timeout
+        if age > bound:
+            detail = (f"not alive: the main loop has not completed a step for {age:.1f}s "
+                      f"(tracker.liveness_timeout {bound:g}s); nothing is redelivered meanwhile")
+            if not self._stall_logged:  # once per stall: probes ask every few seconds
+                self._stall_logged = True
+                log.warning("%s; the liveness probe will restart this tracker", detail)
+            return False, detail
+        self._stall_logged = False
+        return True, f"ok: last step {age:.1f}s ago"
+
     def _install_signals(self) -> dict:
         if threading.current_thread() is not threading.main_thread():
             return {}
@@ -179,19 +198,28 @@ class Tracker:
         kafka = self.cfg.kafka
         for q in self.cfg.queues:
             require_aligned(kafka, q)
-        self._http = HealthServer(self.metrics.registry, self.ready, self._http_host, self.cfg.tracker.http_port)
+        self._last_step_mono = time.monotonic()
+        self._http = HealthServer(self.metrics.registry, self.ready, self._http_host, self.cfg.tracker.http_port,
+                                  liveness=self.alive)
+        self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
         self.http_port = self._http.start()
         self._producer = make_producer(kafka)
         self._reader = LogReader(kafka)
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms)
+        membership = {}
+        if self.cfg.tracker.instance_id:
+            # Static membership: a restart within kafka.session_timeout gets the same
+            # partitions back without a group-wide rebalance (close() does not leave).
+            membership["group_instance_id"] = self.cfg.tracker.instance_id
         self._consumer = make_consumer(
             kafka, group_id=self.cfg.tracker.group_id, max_poll_records=5000,
             fetch_max_wait_ms=max(10, min(500, int(self.cfg.tracker.tick * 1000))),
-            metadata_max_age_ms=30_000,
+            metadata_max_age_ms=30_000, **membership,
         )
         self._consumer.subscribe(topics=sorted(self._queues), listener=_Listener(self))
         self._next_commit = self._next_metrics = time.monotonic()
-        log.info("tracker started: group %s, queues %s", self.cfg.tracker.group_id,
+        log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
+                 f" (static member {self.cfg.tracker.instance_id})" if self.cfg.tracker.instance_id else "",
                  ", ".join(q.name for q in self.cfg.queues))
 
     def _shutdown(self) -> None:

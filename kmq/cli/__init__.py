@@ -68,7 +68,11 @@ class LazyGroup(click.Group):
 def cli(verbose: int) -> None:
     """kmq: individual acks, timeout redelivery, lease renewal and dead letters on any Kafka."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    before = set(logging.getLogger().handlers)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in set(logging.getLogger().handlers) - before:
+        # Commands that load kmq.yaml replace this default with `logging:` (kmq.logs).
+        handler._kmq_default = True  # type: ignore[attr-defined]
     # kafka-python logs every refused connection at ERROR, over and over; by default our own
     # one-line error says what failed (kmq.diagnose). -v shows the client's warnings and errors
     # (the TLS or SASL detail behind a failure), -vv everything.

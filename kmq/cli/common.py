@@ -11,7 +11,7 @@ import click
 
 from kmq.config import Config
 
-__all__ = ["config_options", "load_config", "fail"]
+__all__ = ["config_options", "load_config", "fail", "output_option", "echo_json", "bytes_field"]
 
 
 def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -24,7 +24,9 @@ def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--bootstrap", help="Kafka bootstrap servers; overrides kafka.bootstrap_servers.")
     @functools.wraps(fn)
     def wrapper(*args: Any, config_path: str | None, bootstrap: str | None, **kwargs: Any) -> Any:
-        kwargs["cfg"] = load_config(config_path, bootstrap)
+        cfg = load_config(config_path, bootstrap)
+        _apply_logging(cfg)
+        kwargs["cfg"] = cfg
         return fn(*args, **kwargs)
 
     return wrapper
@@ -41,8 +43,41 @@ def load_config(path: str | None, bootstrap: str | None = None) -> Config:
     return cfg
 
 
+def _apply_logging(cfg: Config) -> None:
+    """``logging:`` from kmq.yaml/env, raised by the root command's ``-v``/``-vv``."""
+    from kmq.logs import configure_logging
+
+    ctx = click.get_current_context(silent=True)
+    verbose = (ctx.find_root().params.get("verbose") or 0) if ctx is not None else 0
+    configure_logging(cfg.logging, verbose)
+
+
 def fail(message: str) -> click.ClickException:
     """A runtime failure (exit 1) with one clear line."""
     exc = click.ClickException(message)
     exc.exit_code = 1
     return exc
+
+
+def output_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--output text|json`` (``output``): json prints one JSON document on stdout for scripts."""
+    return click.option("--output", "-o", "output", type=click.Choice(["text", "json"]), default="text",
+                        show_default=True, help="text for people, json for scripts (one document on stdout).")(fn)
+
+
+def echo_json(doc: Any) -> None:
+    import json
+
+    click.echo(json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False))
+
+
+def bytes_field(name: str, data: bytes | None) -> dict[str, Any]:
+    """``{name: text}`` when ``data`` is UTF-8 (or null), else ``{name: None, name_base64: ...}``."""
+    if data is None:
+        return {name: None}
+    try:
+        return {name: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64
+
+        return {name: None, f"{name}_base64": base64.b64encode(data).decode("ascii")}

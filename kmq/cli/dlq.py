@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import click
 
-from kmq.cli.common import config_options
+from kmq.cli.common import bytes_field, config_options, echo_json, output_option
 from kmq.config import Config
 
 
@@ -27,23 +27,45 @@ def _text(b: bytes | None, width: int = 40) -> str:
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most N dead letters.")
 @click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected"]), help="Only this kmq-dlq-reason.")
+@output_option
 @config_options
-def list_(queue: str, limit: int | None, reason: str | None, cfg: Config) -> None:
+def list_(queue: str, limit: int | None, reason: str | None, output: str, cfg: Config) -> None:
     """Show QUEUE's dead letters with their headers."""
     from tracker.dlq import list_dead_letters
 
     n = 0
+    docs = []
     for dl in list_dead_letters(cfg, queue):
         if reason is not None and dl.reason != reason:
             continue
-        ts = datetime.fromtimestamp(dl.timestamp / 1000, timezone.utc).isoformat(timespec="seconds")
+        when = datetime.fromtimestamp(dl.timestamp / 1000, timezone.utc)
+        ts = when.isoformat(timespec="seconds")
+        if output == "json":
+            docs.append(_dead_letter_doc(dl, when.isoformat(timespec="milliseconds")))
+            n += 1
+            if limit is not None and n >= limit:
+                break
+            continue
         click.echo(f"{dl.partition}:{dl.offset}  {ts}  key={_text(dl.key, 24)}  value={_text(dl.value)}")
         for k, v in dl.headers:
             click.echo(f"    {k}: {_text(v, 200)}")
         n += 1
         if limit is not None and n >= limit:
             break
+    if output == "json":
+        echo_json({"queue": queue, "count": n, "dead_letters": docs})
+        return
     click.echo(f"{n} dead letter(s)", err=True)
+
+
+def _dead_letter_doc(dl, ts: str) -> dict:
+    """One dead letter for ``-o json``: text where the bytes are UTF-8, base64 otherwise."""
+    return {
+        "partition": dl.partition, "offset": dl.offset, "timestamp_ms": dl.timestamp, "timestamp": ts,
+        "reason": dl.reason,
+        **bytes_field("key", dl.key), **bytes_field("value", dl.value),
+        "headers": [{"name": k, **bytes_field("value", v)} for k, v in dl.headers],
+    }
 
 
 @dlq.command()

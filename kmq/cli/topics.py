@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kmq.cli.common import config_options, fail
+from kmq.cli.common import config_options, echo_json, fail, output_option
 from kmq.config import Config
 from kmq.topics import TopicLayout, describe as describe_layout, ensure_topics
 
@@ -26,14 +26,34 @@ def _print_layout(layout: TopicLayout) -> None:
     click.echo("aligned: yes" if layout.aligned else "aligned: NO")
 
 
+def _layout_doc(layout: TopicLayout) -> dict:
+    q = layout.queue
+    return {
+        "queue": q.name,
+        "topics": [
+            {"role": "queue", "name": q.name, "partitions": layout.queue_partitions},
+            {"role": "markers", "name": q.markers_topic, "partitions": layout.markers_partitions},
+            {"role": "dlq", "name": q.dlq_topic, "partitions": layout.dlq_partitions},
+        ],
+        "aligned": layout.aligned,
+        "problems": layout.problems(),
+    }
+
+
 @topics.command()
 @click.argument("queue")
 @click.option("--partitions", type=click.IntRange(min=1), help="Partitions of a new queue topic (default 1).")
-@click.option("--replication-factor", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--replication-factor", type=click.IntRange(min=1),
+              help="Replication factor of new topics (default: topics.replication_factor, else 3 when the "
+                   "cluster has at least 3 brokers, else the broker count).")
 @config_options
-def create(queue: str, partitions: int | None, replication_factor: int, cfg: Config) -> None:
-    """Create QUEUE, its markers and DLQ topics (idempotent; grows markers to match)."""
-    layout = ensure_topics(cfg.kafka, cfg.queue(queue), partitions, replication_factor)
+def create(queue: str, partitions: int | None, replication_factor: int | None, cfg: Config) -> None:
+    """Create QUEUE, its markers and DLQ topics (idempotent; grows markers to match).
+
+    New topics get the ``topics:`` settings of kmq.yaml (min.insync.replicas,
+    markers and DLQ retention); existing topics are left as they are.
+    """
+    layout = ensure_topics(cfg.kafka, cfg.queue(queue), partitions, replication_factor, settings=cfg.topics)
     _print_layout(layout)
     if not layout.aligned:
         raise fail("; ".join(layout.problems()))
@@ -41,10 +61,14 @@ def create(queue: str, partitions: int | None, replication_factor: int, cfg: Con
 
 @topics.command()
 @click.argument("queue")
+@output_option
 @config_options
-def describe(queue: str, cfg: Config) -> None:
-    """Show the partitions of QUEUE's topics and whether they are aligned."""
+def describe(queue: str, output: str, cfg: Config) -> None:
+    """Show the partitions of QUEUE's topics and whether they are aligned (exit 1 when not)."""
     layout = describe_layout(cfg.kafka, cfg.queue(queue))
-    _print_layout(layout)
+    if output == "json":
+        echo_json(_layout_doc(layout))
+    else:
+        _print_layout(layout)
     if not layout.aligned:
         raise fail("; ".join(layout.problems()))

@@ -44,11 +44,15 @@ _STATS_COLUMNS = (
     + ["bad_markers", "acked", "in_flight", "oldest_in_flight_ms", "ack_p50_ms", "ack_p95_ms", "ack_p99_ms",
        "redeliveries", "dead_letters", "missing", "late_acks", "markers_high_water"]
 )
+# The ack-latency histogram of the window (counts per lag_state.LATENCY_BUCKETS_MS bucket,
+# the last one open) and its exact sum: what the Prometheus sink's histogram is built from.
+_HISTOGRAM_COLUMNS = ["ack_latency_sum_ms", "ack_latency_buckets"]
 OUTPUT_SCHEMA = (
     "queue string, partition int, window_start timestamp, window_end timestamp, "
     + ", ".join(f"{c} long" for c in _STATS_COLUMNS)
+    + ", ack_latency_sum_ms long, ack_latency_buckets array<long>"
 )
-OUTPUT_COLUMNS = ["queue", "partition", "window_start", "window_end", *_STATS_COLUMNS]
+OUTPUT_COLUMNS = ["queue", "partition", "window_start", "window_end", *_STATS_COLUMNS, *_HISTOGRAM_COLUMNS]
 KAFKA_CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
@@ -297,7 +301,7 @@ def _stateful(window_ms: int, idle_close_ms: int):
                 r.pop("window_end_ms")
                 rows.append(r)
             out = pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
-            for c in _STATS_COLUMNS:
+            for c in (*_STATS_COLUMNS, "ack_latency_sum_ms"):
                 out[c] = out[c].astype("object")
             yield out
 

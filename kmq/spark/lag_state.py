@@ -157,6 +157,8 @@ class WindowStats:
     bad_markers: int = 0
     acked: int = 0
     ack_latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))
+    # Exact total of the acked offsets' latencies: the _sum of the Prometheus histogram.
+    ack_latency_sum_ms: int = 0
     redeliveries: int = 0
     dead_letters: int = 0
     missing: int = 0
@@ -187,6 +189,8 @@ class WindowStats:
             "missing": self.missing,
             "late_acks": self.late_acks,
             "markers_high_water": self.markers_high_water,
+            "ack_latency_sum_ms": self.ack_latency_sum_ms,
+            "ack_latency_buckets": list(self.ack_latency_buckets),
         }
         for t in MARKER_TYPES:
             row[f"markers_{t.lower()}"] = self.markers[t]
@@ -266,6 +270,7 @@ class PartitionLagState:
                 for n, started in self.open.remove(first, count):
                     w.acked += n
                     w.ack_latency_buckets[_bucket(max(0, ts_ms - started))] += n
+                    w.ack_latency_sum_ms += n * max(0, ts_ms - started)
                 w.late_acks += was_closed
                 self.closed.add(first, count)
         elif mtype in ("REJECT", "CLOSED"):

@@ -9,8 +9,13 @@
   last value per key; the topic may be compacted).
 * **parquet**: ``<path>/batch_id=N/`` written with mode overwrite, so a re-run
   replaces its own earlier attempt and never adds rows.
-* **prometheus**: ``kmq_lag_*`` gauges on the driver (labels queue, partition),
-  set from the newest window of each partition: idempotent by nature.
+* **prometheus**: ``kmq_lag_*`` on the driver (labels queue, partition):
+  per-window counts are added to monotonic counters and to the ack-latency
+  histogram (so ``rate()`` works and no window is lost between scrapes); levels
+  (in-flight, oldest age, marker lag) are gauges set from the newest window.
+  Counters add each batch once: a batch id not above the last one added is
+  skipped (a restarted driver starts its counters from zero, which Prometheus
+  reads as a counter reset).
 
 Marker lag (markers high-water mark seen by the job minus the tracker group's
 committed offset) is looked up on the driver when a batch is written.
@@ -25,7 +30,7 @@ from typing import Any
 
 from kmq.config import Config
 from kmq.metrics import LagMetrics
-from kmq.spark.lag_state import MARKER_TYPES
+from kmq.spark.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES
 
 __all__ = ["BatchSinks", "LagJobMetrics", "row_key"]
 
@@ -38,23 +43,38 @@ def row_key(row: dict) -> str:
 
 
 class LagJobMetrics(LagMetrics):
-    """The ``kmq_lag_*`` gauges (declared in :mod:`kmq.metrics`), fed from window rows."""
+    """The ``kmq_lag_*`` metrics (declared in :mod:`kmq.metrics`), fed from window rows."""
+
+    def __init__(self, registry=None) -> None:
+        super().__init__(registry, tuple(b / 1000 for b in LATENCY_BUCKETS_MS))
+        self.last_added_batch = -1
+
+    def add_batch(self, rows: list[dict], batch_id: int) -> bool:
+        """Add a batch's windows (oldest first); False when this batch id was already added."""
+        if batch_id <= self.last_added_batch:
+            log.info("batch %d already in the Prometheus counters; skipped", batch_id)
+            return False
+        for r in sorted(rows, key=lambda r: r["window_end_ms"]):
+            self.update(r)
+        self.last_added_batch = batch_id
+        self.last_batch.set(batch_id)
+        return True
 
     def update(self, row: dict) -> None:
+        """Add one closed window's counts; set the levels at its end."""
         labels = (row["queue"], str(row["partition"]))
         for t in MARKER_TYPES:
-            self.markers.labels(*labels, t).set(row[f"markers_{t.lower()}"])
-        self.bad_markers.labels(*labels).set(row["bad_markers"])
+            self.markers.labels(*labels, t).inc(row[f"markers_{t.lower()}"])
+        self.bad_markers.labels(*labels).inc(row["bad_markers"])
+        self.acked.labels(*labels).inc(row["acked"])
+        self.redeliveries.labels(*labels).inc(row["redeliveries"])
+        self.dead_letters.labels(*labels).inc(row["dead_letters"])
+        self.missing.labels(*labels).inc(row["missing"])
+        self.late_acks.labels(*labels).inc(row["late_acks"])
+        if row.get("ack_latency_buckets") is not None:
+            self.ack_latency.add(*labels, list(row["ack_latency_buckets"]), (row["ack_latency_sum_ms"] or 0) / 1000)
         self.in_flight.labels(*labels).set(row["in_flight"])
         self.oldest.labels(*labels).set((row["oldest_in_flight_ms"] or 0) / 1000)
-        for q in ("50", "95", "99"):
-            v = row[f"ack_p{q}_ms"]
-            if v is not None:
-                self.ack_latency.labels(*labels, f"0.{q}").set(v / 1000)
-        self.acked.labels(*labels).set(row["acked"])
-        self.redeliveries.labels(*labels).set(row["redeliveries"])
-        self.dead_letters.labels(*labels).set(row["dead_letters"])
-        self.late_acks.labels(*labels).set(row["late_acks"])
         if row.get("marker_lag") is not None:
             self.marker_lag.labels(*labels).set(row["marker_lag"])
         self.window_end.labels(*labels).set(row["window_end_ms"] / 1000)
@@ -152,9 +172,7 @@ class BatchSinks:
         if "topic" in self.sinks:
             self._write_topic(rows, batch_id)
         if "prometheus" in self.sinks:
-            for r in sorted(rows, key=lambda r: r["window_end_ms"]):
-                self.metrics.update(r)
-            self.metrics.last_batch.set(batch_id)
+            self.metrics.add_batch(rows, batch_id)
         self.batches_written += 1
         self.windows_written += len(rows)
         self.last_windows = [(r["window_start_ms"], r["window_end_ms"]) for r in rows]
@@ -169,6 +187,8 @@ class BatchSinks:
                 out[k] = None
             elif k in ("queue",):
                 out[k] = str(v)
+            elif k == "ack_latency_buckets":
+                out[k] = [int(x) for x in v]
             else:
                 out[k] = int(v)
         return out

@@ -36,7 +36,7 @@ def plain_docs() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("set_name", sorted(VALUES_SETS))
 def test_generated_kmq_yaml_loads_with_kmq_config(set_name):
     docs = render(VALUES_SETS[set_name])
-    for cm in (d for d in docs if d["kind"] == "ConfigMap"):
+    for cm in (d for d in docs if d["kind"] == "ConfigMap" and "kmq.yaml" in d["data"]):
         cfg = Config.from_dict(yaml.safe_load(cm["data"]["kmq.yaml"]))
         values = VALUES_SETS[set_name]
         expected_queues = [q["name"] for q in values.get("queues", [{"name": "orders"}])]
@@ -137,7 +137,10 @@ def test_topic_init_runs_as_pre_install_and_pre_upgrade_hook_with_its_own_config
     assert next(v for v in pod["volumes"] if v["name"] == "config")["configMap"]["name"] == cm["metadata"]["name"]
     assert "serviceAccountName" not in pod, "hooks run before the chart's ServiceAccount exists"
     script = pod["containers"][0]["args"][0]
-    assert "kmq topics create orders --partitions 12 --replication-factor 3" in script
+    assert "kmq topics create orders --partitions 12 --config /etc/kmq/kmq.yaml" in script
+    # Replication, min.insync.replicas and retention come from the hook's own kmq.yaml (topics:).
+    topics = yaml.safe_load(cm["data"]["kmq.yaml"])["topics"]
+    assert topics["replication_factor"] == 3 and topics["markers_retention"] == "7d"
     assert "kmq topics create payments --partitions 3" in script
     assert not any(d["kind"] == "Job" for d in render({"topicInit": {"enabled": False}}))
 
@@ -163,6 +166,8 @@ def command_lines(doc: dict) -> list[list[str]]:
     lines = []
     for _, pod in vd.pod_specs(doc):
         for c in pod["containers"]:
+            if "kmq" not in c.get("image", ""):
+                continue  # a user's sidecar (tracker.extraContainers)
             if c.get("command") == ["/bin/sh", "-c"]:
                 for line in c["args"][0].splitlines():
                     words = shlex.split(line)

@@ -60,10 +60,11 @@ def test_rendered_probes_get_200_from_a_real_tracker(queue_topics, bootstrap, tm
     (container,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     probes = {}
-    for probe in ("readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         target = container[probe]["httpGet"]
         probes[probe] = (target["path"], ports.get(target["port"], target["port"]))
-    assert probes == {"readinessProbe": ("/readyz", port), "livenessProbe": ("/healthz", port)}
+    assert probes == {"startupProbe": ("/healthz", port), "readinessProbe": ("/readyz", port),
+                      "livenessProbe": ("/healthz", port)}
 
     # The container's args after the image's entry point (kmq.cli:main, here `python -m kmq`
     # from the source tree), with the ConfigMap mount replaced by the file; loopback only here.
@@ -73,8 +74,13 @@ def test_rendered_probes_get_200_from_a_real_tracker(queue_topics, bootstrap, tm
         proc = subprocess.Popen([sys.executable, "-m", "kmq", *args, "--http-host", "127.0.0.1"], cwd=ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
+        path, p = probes["startupProbe"]
+        startup = container["startupProbe"]
+        # The startup probe's window covers a real start (connect, topic checks, HTTP bind).
+        wait_for(lambda: get(p, path)[0] == 200, proc, log, startup["periodSeconds"] * startup["failureThreshold"],
+                 f"GET {path} on {p} = 200")
         path, p = probes["livenessProbe"]
-        wait_for(lambda: get(p, path)[0] == 200, proc, log, 30, f"GET {path} on {p} = 200")
+        assert get(p, path)[0] == 200
         path, p = probes["readinessProbe"]
         status, body = wait_for(lambda: (r := get(p, path))[0] == 200 and r, proc, log, 60, f"GET {path} on {p} = 200")
         svc = find(docs, "Service", "-tracker")["spec"]["ports"][0]

@@ -23,13 +23,20 @@ def test_chart_lints_renders_and_validates_for_k8s_1_29_to_1_31(set_name):
 
 
 def test_values_sets_turn_every_toggle_on():
-    toggles = ["hpa", "networkPolicy", "serviceMonitor", "prometheusRule", "sparkJob", "topicInit", "tests", "pdb"]
+    toggles = ["hpa", "networkPolicy", "serviceMonitor", "prometheusRule", "sparkJob", "topicInit", "tests", "pdb",
+               "podMonitor", "grafanaDashboard"]
     for toggle in toggles:
         assert any((v.get(toggle) or {}).get("enabled") for v in VALUES_SETS.values()), f"no values set enables {toggle}"
     modes = {(v.get("sparkJob") or {}).get("mode") for v in VALUES_SETS.values() if (v.get("sparkJob") or {}).get("enabled")}
     assert modes == {"local", "operator"}
     assert any(v.get("kafka", {}).get("existingSecret") for v in VALUES_SETS.values())
     assert any(v.get("kafka", {}).get("tls", {}).get("caSecret") for v in VALUES_SETS.values())
+    assert any((v.get("topicInit") or {}).get("mode") == "strimzi" for v in VALUES_SETS.values())
+    assert any(((v.get("tracker") or {}).get("staticMembership") or {}).get("enabled") for v in VALUES_SETS.values())
+    for key in ("podSecurityContext", "priorityClassName", "extraEnv", "extraVolumes", "extraVolumeMounts"):
+        assert any(key in v for v in VALUES_SETS.values()), f"no values set sets {key}"
+    assert any((v.get("image") or {}).get("digest") for v in VALUES_SETS.values())
+    assert any((v.get("redis") or {}).get("existingSecret") for v in VALUES_SETS.values())
 
 
 def test_plain_manifests_validate_for_k8s_1_29_to_1_31():
@@ -87,7 +94,8 @@ def test_script_fails_on_a_values_file_that_breaks_a_template(tmp_path):
 BREAKAGES = {
     "misspelled-field": ("tracker-deployment.yaml", "readinessProbe:", "readinesProbe:", "readinesProbe"),
     "template-syntax": ("tracker-service.yaml", "{{ .Values.tracker.httpPort }}", "{{ .Values.tracker.httpPort }", "render failed"),
-    "lost-hardening": ("_helpers.tpl", "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", "readOnlyRootFilesystem is not true"),
+    "lost-hardening": ("tracker-deployment.yaml", '{{- include "kmq.containerSecurityContext" . | nindent 12 }}',
+                       "readOnlyRootFilesystem: false", "readOnlyRootFilesystem is not true"),
     "bad-yaml-indent": ("tracker-pdb.yaml", "  minAvailable:", "minAvailable:", "render failed"),
 }
 

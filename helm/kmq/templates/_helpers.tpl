@@ -43,12 +43,21 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* repository@digest when a digest is set (what was tested is what runs), else repository:tag. */}}
+{{- define "kmq.imageRef" -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository (default .appVersion .tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "kmq.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "kmq.imageRef" (merge (dict "appVersion" .Chart.AppVersion) .Values.image) -}}
 {{- end -}}
 
 {{- define "kmq.sparkImage" -}}
-{{- printf "%s:%s" .Values.sparkImage.repository (default .Chart.AppVersion .Values.sparkImage.tag) -}}
+{{- include "kmq.imageRef" (merge (dict "appVersion" .Chart.AppVersion) .Values.sparkImage) -}}
 {{- end -}}
 
 {{/* A kmq duration (250ms, 30s, 5m, 1h or a number of seconds) in seconds. */}}
@@ -58,6 +67,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- else if hasSuffix "s" $v -}}{{ trimSuffix "s" $v | float64 }}
 {{- else if hasSuffix "m" $v -}}{{ mulf (trimSuffix "m" $v | float64) 60 }}
 {{- else if hasSuffix "h" $v -}}{{ mulf (trimSuffix "h" $v | float64) 3600 }}
+{{- else if hasSuffix "d" $v -}}{{ mulf (trimSuffix "d" $v | float64) 86400 }}
 {{- else -}}{{ $v | float64 }}
 {{- end -}}
 {{- end -}}
@@ -83,6 +93,19 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- if and .Values.pdb.enabled (not .Values.hpa.enabled) (kindIs "float64" .Values.pdb.minAvailable) (ge (int .Values.pdb.minAvailable) (int .Values.tracker.replicas)) -}}
 {{- fail (printf "pdb.minAvailable (%d) must be below tracker.replicas (%d), or node drains block forever" (int .Values.pdb.minAvailable) (int .Values.tracker.replicas)) -}}
 {{- end -}}
+{{- if regexMatch "^rediss?://[^/@]*@" (.Values.redis.url | default "") -}}
+{{- fail "redis.url carries credentials and would land in a ConfigMap: put the URL in a Secret and set redis.existingSecret" -}}
+{{- end -}}
+{{- if and .Values.redis.url .Values.redis.existingSecret -}}
+{{- fail "set either redis.url or redis.existingSecret, not both" -}}
+{{- end -}}
+{{- if and .Values.topicInit.enabled (eq .Values.topicInit.mode "strimzi") (not .Values.topicInit.strimzi.clusterName) -}}
+{{- fail "topicInit.strimzi.clusterName is required with topicInit.mode strimzi (the strimzi.io/cluster label of the KafkaTopic resources)" -}}
+{{- end -}}
+{{- $rf := .Values.topicInit.replicationFactor -}}
+{{- if and $rf .Values.topicInit.minInsyncReplicas (gt (int .Values.topicInit.minInsyncReplicas) (int $rf)) -}}
+{{- fail (printf "topicInit.minInsyncReplicas (%d) must not exceed topicInit.replicationFactor (%d), or no write can succeed" (int .Values.topicInit.minInsyncReplicas) (int $rf)) -}}
+{{- end -}}
 {{- $seen := dict -}}
 {{- range $i, $q := .Values.queues -}}
 {{- if hasKey $seen $q.name -}}
@@ -105,7 +128,14 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- $queues := list -}}
 {{- range .Values.queues }}{{ $queues = append $queues (omit . "partitions") }}{{ end -}}
 {{- $tracker := dict "group_id" .Values.tracker.groupId "tick" .Values.tracker.tick "http_port" .Values.tracker.httpPort -}}
-{{- $cfg := dict "kafka" $kafka "queues" $queues "tracker" $tracker -}}
+{{- if .Values.tracker.livenessTimeout }}{{ $_ := set $tracker "liveness_timeout" .Values.tracker.livenessTimeout }}{{ end -}}
+{{- $ti := .Values.topicInit -}}
+{{- $topics := dict "markers_retention" $ti.markersRetention -}}
+{{- with $ti.replicationFactor }}{{ $_ := set $topics "replication_factor" . }}{{ end -}}
+{{- with $ti.minInsyncReplicas }}{{ $_ := set $topics "min_insync_replicas" . }}{{ end -}}
+{{- with $ti.dlqRetention }}{{ $_ := set $topics "dlq_retention" . }}{{ end -}}
+{{- $logging := dict "level" .Values.logging.level "format" .Values.logging.format -}}
+{{- $cfg := dict "kafka" $kafka "queues" $queues "tracker" $tracker "topics" $topics "logging" $logging -}}
 {{- with .Values.redis.url }}{{ $_ := set $cfg "redis" (dict "url" .) }}{{ end -}}
 {{- $cfg = mergeOverwrite $cfg (deepCopy .Values.extraConfig) -}}
 {{- toYaml $cfg -}}
@@ -120,8 +150,18 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
       name: {{ .Values.kafka.existingSecret }}
       key: {{ .Values.kafka.existingSecretKeys.username }}
 {{- end }}
+{{- with .Values.redis.existingSecret }}
+- name: KMQ_REDIS__URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.redis.existingSecretKey }}
+{{- end }}
 - name: HOME
   value: /tmp
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* Volumes and mounts: kmq.yaml from a ConfigMap (name in .configMap), credentials, CA, /tmp (.tmpSize, default 64Mi). */}}
@@ -158,6 +198,9 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 - name: tmp
   emptyDir:
     sizeLimit: {{ .tmpSize | default "64Mi" }}
+{{- with .ctx.Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "kmq.volumeMounts" -}}
@@ -181,25 +224,19 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end }}
 - name: tmp
   mountPath: /tmp
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
+{{/* Security contexts from values (podSecurityContext, containerSecurityContext): OpenShift's
+restricted SCC assigns the UID itself, so it wants runAsUser/runAsGroup/fsGroup left out. */}}
 {{- define "kmq.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 10001
-runAsGroup: 10001
-fsGroup: 10001
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext -}}
 {{- end -}}
 
 {{- define "kmq.containerSecurityContext" -}}
-runAsNonRoot: true
-readOnlyRootFilesystem: true
-allowPrivilegeEscalation: false
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.containerSecurityContext -}}
 {{- end -}}
 
 {{- define "kmq.imagePullSecrets" -}}

@@ -136,4 +136,15 @@ def test_job_output_equals_ground_truth(spark, queue_topics, bootstrap, tmp_path
     assert m.oldest.labels(q.name, "0")._value.get() == (2 * W - 100) / 1000
     assert m.marker_lag.labels(q.name, "0")._value.get() == 8
     assert m.bad_markers.labels(q.name, "1")._value.get() == 4
-    assert m.ack_latency.labels(q.name, "1", "0.99")._value.get() == 0.5
+    # Counters add every window: partition 0's two windows, not just the newest.
+    assert f'kmq_lag_acked_total{{{labels}}} 90.0' in body
+    assert f'kmq_lag_markers_total{{{labels},type="START"}} 3.0' in body
+    assert f'kmq_lag_redeliveries_total{{{labels}}} 5.0' in body
+    # Ack latency is a histogram: partition 1's 10 acks took 400 ms each.
+    p1 = f'partition="1",queue="{q.name}"'
+    assert f'kmq_lag_ack_latency_seconds_bucket{{le="0.2",{p1}}} 0.0' in body
+    assert f'kmq_lag_ack_latency_seconds_bucket{{le="0.5",{p1}}} 10.0' in body
+    assert f'kmq_lag_ack_latency_seconds_bucket{{le="+Inf",{p1}}} 10.0' in body
+    assert f'kmq_lag_ack_latency_seconds_count{{{p1}}} 10.0' in body
+    assert f'kmq_lag_ack_latency_seconds_sum{{{p1}}} 4.0' in body
+    assert "quantile" not in body

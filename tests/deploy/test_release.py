@@ -1,0 +1,77 @@
+"""scripts/release.sh: sdist, wheel and the packaged chart with one version; the
+image step says clearly that it was skipped where no container engine runs
+(this machine); mismatched versions stop the release naming the file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+import zipfile
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = ROOT / "scripts" / "release.sh"
+
+
+def _engine_running() -> bool:
+    for engine in ("docker", "podman"):
+        if shutil.which(engine) and subprocess.run([engine, "info"], capture_output=True).returncode == 0:
+            return True
+    return False
+
+
+def test_release_builds_python_packages_and_chart_with_one_version(tmp_path):
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    out = tmp_path / "dist"
+    proc = subprocess.run([str(SCRIPT), "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest = json.loads((out / "release.json").read_text())
+    assert manifest["version"] == version
+    wheel, sdist, chart = (out / f"kmq-{version}-py3-none-any.whl", out / f"kmq-{version}.tar.gz",
+                           out / f"kmq-{version}.tgz")
+    with zipfile.ZipFile(wheel) as z:
+        assert f"kmq-{version}.dist-info/METADATA" in z.namelist()
+        assert "tracker/service.py" in z.namelist() and not any(n.startswith("tests/") for n in z.namelist())
+    with tarfile.open(sdist) as t:
+        assert f"kmq-{version}/pyproject.toml" in t.getnames()
+    with tarfile.open(chart) as t:
+        meta = yaml.safe_load(t.extractfile("kmq/Chart.yaml").read())
+        assert (meta["version"], meta["appVersion"]) == (version, version)
+        assert "kmq/dashboards/kmq.json" in t.getnames()
+    sums = dict(reversed(line.split()) for line in (out / "SHA256SUMS").read_text().splitlines())
+    assert {a["file"]: a["sha256"] for a in manifest["artifacts"]} == sums
+    assert manifest["chart"]["digest"] == "sha256:" + sums[chart.name]
+    import helm_python
+
+    with helm_python.Chart.load(str(chart)) as c:  # the packaged chart renders
+        assert any(path.endswith("tracker-deployment.yaml") for path in c.render({}, name="kmq", namespace="kmq"))
+    if not _engine_running():
+        assert manifest["images"]["status"] == "skipped"
+        assert "no container engine running here" in proc.stdout
+        assert "docker build -f deploy/docker/Dockerfile" in manifest["images"]["note"]
+        failed = subprocess.run([str(SCRIPT), "--out", str(tmp_path / "again"), "--require-image"],
+                                capture_output=True, text=True, timeout=600)
+        assert failed.returncode == 1 and "--require-image: no container engine" in failed.stderr
+
+
+def test_mismatched_versions_stop_the_release_naming_the_file(tmp_path):
+    repo = tmp_path / "repo"
+    for rel in ("pyproject.toml", "kmq/__init__.py", "helm/kmq/Chart.yaml", "scripts/release.sh"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, repo / rel)
+    chart = repo / "helm/kmq/Chart.yaml"
+    chart.write_text(chart.read_text().replace("\nversion: ", "\nversion: 9.9.9\nold_version: ", 1))
+    proc = subprocess.run([str(repo / "scripts/release.sh"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "helm/kmq/Chart.yaml version is 9.9.9" in proc.stderr and "make them equal" in proc.stderr
+    assert not (tmp_path / "out").exists()
