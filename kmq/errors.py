@@ -15,6 +15,7 @@ and the fix; the CLI prints it as one line and exits 1.
     │   └── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
     ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
     ├── MessageAlreadySettled     second ack/nack/reject on one message
+    ├── InvalidSettlement         nack/renew/reject argument out of the wire's range (also a ValueError)
     └── DevBrokerError            the embedded broker could not start
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "UnsupportedByBroker",
     "MarkerWriteError",
     "MessageAlreadySettled",
+    "InvalidSettlement",
     "DevBrokerError",
 ]
 
@@ -88,3 +90,10 @@ class MessageAlreadySettled(KmqError):
 
 class DevBrokerError(KmqError):
     pass
+
+
+class InvalidSettlement(KmqError, ValueError):
+    """A settlement argument the marker wire cannot carry (NaN, negative, over the
+    u32 ms range, a reason over 65,535 utf-8 bytes...). Raised before anything is
+    recorded: the message stays unsettled and can still be settled correctly.
+    Also a :class:`ValueError`, so ``except ValueError`` keeps working."""

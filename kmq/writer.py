@@ -23,6 +23,7 @@ as coalesced ranges (one record per partition per type) every
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import socket
@@ -32,13 +33,14 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import CommitFailedError, KafkaError
+from kafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from kmq import clients
+from kmq import clients, settlement
 from kmq.ack_buffer import AckBuffer
 from kmq.config import Config, QueueConfig
 from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.marker_retry import MarkerRetry, Pending, describe
 from kmq.markers import Marker, Start, encode, encode_key
 from kmq.message import delivery_count_of
 from kmq.metrics import ConsumerMetrics
@@ -109,8 +111,12 @@ class MarkerWriter:
         if check_topics:
             require_aligned(cfg.kafka, self.queue)
         req_ms = _ms(cfg.kafka.connect_timeout)
+        # A short delivery timeout keeps START failures prompt and definite (a START
+        # reported failed is never written later); END/RENEW/NACK/REJECT ride through
+        # longer outages in the retry store below. Reconnect quickly once the broker is back.
         self._producer = clients.producer(
             cfg.kafka, linger_ms=0, delivery_timeout_ms=req_ms + 1000, retry_backoff_ms=100,
+            reconnect_backoff_max_ms=1000,
         )
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()
@@ -119,6 +125,15 @@ class MarkerWriter:
         self._closed = False
         self._flush_lock = threading.Lock()
         self._failed_writes = 0
+        #: Seconds a failed END/RENEW/NACK/REJECT is retried (``consumer.marker_retry_budget``).
+        self.retry_budget = cfg.consumer.marker_retry_budget
+        self._retry = MarkerRetry(self.retry_budget, interval=max(1.0, self.flush_interval))
+        self._retry_lock = threading.Lock()  # retry store, outstanding writes, outage state
+        self._tokens = itertools.count()
+        self._outstanding: dict[int, Pending] = {}  # settlement markers sent, not yet answered
+        self._failing_since: float | None = None
+        self._final = False  # closing: failures are reported, no longer retried
+        self._not_written: list[Pending] = []
         #: Marker records sent by this writer (START included), for overhead figures.
         self.markers_sent = 0
         self._stop = threading.Event()
@@ -203,13 +218,38 @@ class MarkerWriter:
             by_part[r.partition].append(r.offset)
         if not by_part:
             return flat
-        self.write_starts(by_part)
-        self.commit(consumer, {p: max(offs) + 1 for p, offs in by_part.items()})
+        try:
+            self.write_starts(by_part)
+            self.commit(consumer, {p: max(offs) + 1 for p, offs in by_part.items()})
+        except (MarkerWriteError, CommitError):
+            # poll() already moved the position past the batch: without this, a caller that
+            # catches the (retriable) error and polls on would commit past records that
+            # have no START -- lost. Back at the batch, the next poll returns it again.
+            self._rewind(consumer, by_part)
+            raise
         with self.lock:
             for p, offs in by_part.items():
                 self._open[p].update(offs)
         self._c_received.inc(len(flat))
         return flat
+
+    def _rewind(self, consumer: KafkaConsumer, by_part: Mapping[int, list[int]]) -> None:
+        """Seek ``consumer`` back to the first offset of the batch on each partition it still owns."""
+        try:
+            owned = consumer.assignment()
+        except KafkaError:  # pragma: no cover - assignment() is local state
+            owned = set()
+        for p, offs in by_part.items():
+            tp = TopicPartition(self.queue.name, p)
+            if tp not in owned:
+                continue  # revoked: the group hands it to the new owner from the committed offset
+            try:
+                consumer.seek(tp, min(offs))
+            except (IllegalStateError, KafkaError, AssertionError) as exc:
+                log.warning("could not seek %s back to %d (%s); the group delivers the batch again "
+                            "after the next rebalance", tp, min(offs), exc)
+        log.info("%s: consumer positioned back at the failed batch %s; poll again to retry it",
+                 self.queue.name, {p: min(o) for p, o in by_part.items()})
 
     # ------------------------------------------------------------ settling raw records
     def _take(self, record: Any, what: str) -> tuple[int, int]:
@@ -230,38 +270,109 @@ class MarkerWriter:
             self.buffer.ack(p, off)
 
     def nack(self, record: Any, delay: float = 0.0) -> None:
-        """Buffer a NACK: the tracker redelivers ``record`` after ``delay`` seconds."""
+        """Buffer a NACK: the tracker redelivers ``record`` after ``delay`` seconds.
+        :class:`~kmq.errors.InvalidSettlement` (nothing recorded) for a delay the wire cannot carry."""
+        ms = settlement.delay_ms(delay)
         with self.lock:
             p, off = self._take(record, "nack")
             self._open[p].discard(off)
-            self.buffer.nack(p, off, _ms(delay))
+            self.buffer.nack(p, off, ms)
 
     def reject(self, record: Any, reason: str = "") -> None:
-        """Buffer a REJECT: the tracker dead-letters ``record`` with ``reason``."""
+        """Buffer a REJECT: the tracker dead-letters ``record`` with ``reason``.
+        :class:`~kmq.errors.InvalidSettlement` (nothing recorded) for a reason over 65,535 utf-8 bytes."""
+        text = settlement.reject_reason(reason)
         with self.lock:
             p, off = self._take(record, "reject")
             self._open[p].discard(off)
-            self.buffer.reject(p, off, str(reason))
+            self.buffer.reject(p, off, text)
 
     def renew(self, record: Any, lease: float | None = None) -> None:
-        """Buffer a RENEW: new deadline = now + ``lease`` (default: the queue's lease)."""
+        """Buffer a RENEW: new deadline = now + ``lease`` (default: the queue's lease).
+        :class:`~kmq.errors.InvalidSettlement` (nothing recorded) for a lease the wire cannot carry."""
+        ms = self.lease_ms if lease is None else settlement.lease_ms(lease)
         with self.lock:
             p, off = self._take(record, "renew")
-            self.buffer.renew(p, off, _ms(lease or self.queue.lease))
+            self.buffer.renew(p, off, ms)
 
     # ------------------------------------------------------------ flushing
-    def _send(self, partition: int, marker: Marker) -> Any:
-        fut = self._producer.send(self.queue.markers_topic, value=encode(marker), key=encode_key(partition), partition=partition)
-        fut.add_errback(self._write_failed, partition, marker)
-        return fut
+    def _send(self, partition: int, marker: Marker, since: float | None = None) -> None:
+        """Send one settlement marker; a failure goes to the retry store (``since``: first failure)."""
+        try:
+            value = encode(marker)
+        except Exception as exc:  # a bug: this marker can never be written, the rest still can
+            log.error("cannot encode %s marker for %s[%d] (%s: %s); the tracker will redeliver its %d message(s) "
+                      "when their leases end", marker.TYPE.name, self.queue.name, partition, type(exc).__name__,
+                      exc, marker.offset_count())
+            with self._retry_lock:
+                self._failed_writes += 1
+            return
+        token = next(self._tokens)
+        with self._retry_lock:
+            self._outstanding[token] = (partition, marker, since if since is not None else -1.0)
+        try:
+            fut = self._producer.send(self.queue.markers_topic, value=value, key=encode_key(partition), partition=partition)
+        except Exception as exc:  # e.g. metadata or buffer space not available in max_block_ms
+            self._write_failed(token, exc)
+            return
+        fut.add_callback(self._written, token)
+        fut.add_errback(self._write_failed, token)
 
-    def _write_failed(self, partition: int, marker: Marker, exc: BaseException) -> None:
-        self._failed_writes += 1
-        log.error(
-            "%s marker for %s[%d] (%d messages) was not written: %s; the tracker will redeliver these "
-            "messages when their leases end",
-            marker.TYPE.name, self.queue.name, partition, marker.offset_count(), exc,
-        )
+    def _written(self, token: int, _metadata: Any = None) -> None:
+        with self._retry_lock:
+            self._outstanding.pop(token, None)
+            if self._failing_since is None or self._retry or self._final:
+                return
+            outage, self._failing_since = time.monotonic() - self._failing_since, None
+        log.warning("marker writes to %s work again after %.1fs of failures; the markers that failed meanwhile "
+                    "were written late (no redelivery for messages whose leases had not ended)",
+                    self.queue.markers_topic, outage)
+
+    def _write_failed(self, token: int, exc: BaseException) -> None:
+        # Runs on the producer's I/O thread (or the caller's, for a failed send()).
+        now = time.monotonic()
+        given_up: list[Pending] = []
+        first = False
+        with self._retry_lock:
+            entry = self._outstanding.pop(token, None)
+            if entry is None:
+                return
+            partition, marker, since = entry
+            since = now if since < 0 else since
+            if self._final:
+                self._not_written.append((partition, marker, since))
+                return
+            given_up = self._retry.add(partition, marker, since)
+            if self._failing_since is None:
+                self._failing_since, first = now, True
+        if first:
+            log.warning(
+                "%s marker for %s[%d] (%d messages) was not written: %s: %s; kmq keeps retrying failed markers "
+                "for up to %gs (consumer.marker_retry_budget) and logs when writes work again",
+                marker.TYPE.name, self.queue.name, partition, marker.offset_count(), type(exc).__name__, exc,
+                self.retry_budget,
+            )
+        if given_up:
+            self._give_up(given_up, f"more than {self._retry.max_ranges} offset ranges waited to be written")
+
+    def _give_up(self, pending: list[Pending], why: str) -> None:
+        n = sum(m.offset_count() for _, m, _ in pending)
+        with self._retry_lock:
+            self._failed_writes += len(pending)
+        log.error("%d marker(s) of %s were not written (%s): %s; the tracker will redeliver these %d message(s) "
+                  "when their leases end", len(pending), self.queue.name, why, describe(pending), n)
+
+    def _resend_due(self, force: bool = False) -> int:
+        """Send failed markers again (at most once per retry interval unless ``force``)."""
+        with self._retry_lock:
+            resend, given_up = self._retry.take(time.monotonic(), force)
+        if given_up:
+            self._give_up(given_up, f"Kafka did not acknowledge them within consumer.marker_retry_budget "
+                                    f"({self.retry_budget:g}s)")
+        for p, marker, since in resend:
+            self._send(p, marker, since)
+        self.markers_sent += len(resend)
+        return len(resend)
 
     def flush_buffer(self) -> int:
         """Send everything buffered as coalesced markers (no wait). Returns records sent."""
@@ -278,38 +389,83 @@ class MarkerWriter:
             return len(drained.markers)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send the buffered markers and wait until Kafka acknowledged them."""
+        """Send the buffered markers (and those waiting for a retry) and wait until Kafka
+        acknowledged them, at most ``timeout`` seconds (default ``kafka.connect_timeout`` + 5s).
+
+        Raises :class:`~kmq.errors.MarkerWriteError` (retriable) naming what is not written
+        yet; those markers stay queued and are retried within ``consumer.marker_retry_budget``."""
+        wait = self.start_timeout if timeout is None else timeout
         self.flush_buffer()
-        self._producer.flush(timeout=timeout if timeout is not None else self.start_timeout)
+        self._resend_due(force=True)
+        try:
+            self._producer.flush(timeout=wait)
+        except KafkaError:
+            pass  # reported below with what is missing
+        with self._retry_lock:
+            missing = list(self._outstanding.values()) + self._retry.pending()
+        if missing:
+            raise MarkerWriteError(
+                f"{len(missing)} marker(s) of {self.queue.name} not acknowledged by Kafka at "
+                f"{self.cfg.kafka.bootstrap_servers} within {wait:g}s: {describe(missing)}; they stay queued "
+                f"and are retried for up to {self.retry_budget:g}s (consumer.marker_retry_budget)"
+            )
 
     def _flush_loop(self) -> None:
         interval = max(self.flush_interval, 0.001)
         while not self._stop.wait(interval):
             try:
                 self.flush_buffer()
+                self._resend_due()
             except Exception:  # keep flushing; the cause is logged
                 log.exception("flushing markers of %s failed; retrying in %ss", self.queue.name, interval)
 
     @property
     def failed_writes(self) -> int:
-        """Markers (END/NACK/REJECT/RENEW) that Kafka did not acknowledge."""
+        """Markers (END/NACK/REJECT/RENEW) given up: not acknowledged by Kafka within the retry budget."""
         return self._failed_writes
 
+    @property
+    def retrying(self) -> int:
+        """Messages whose settlement marker failed and waits to be sent again."""
+        with self._retry_lock:
+            return len(self._retry)
+
     def close(self, timeout: float | None = None) -> None:
-        """Flush the buffered markers, wait for them, stop the flusher and close the producer."""
+        """Flush the buffered markers and those waiting for a retry, wait for them (at most
+        ``timeout`` seconds, default ``kafka.connect_timeout`` + 5s), stop the flusher and
+        close the producer. What Kafka did not acknowledge by then is logged as one error
+        line (the tracker redelivers those messages when their leases end); close never
+        waits out the retry budget."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
         if self._flusher.is_alive() and threading.current_thread() is not self._flusher:
             self._flusher.join(5)
+        wait = self.start_timeout if timeout is None else timeout
         try:
-            self.flush(timeout)
-        except KafkaError as exc:
-            log.error("could not flush markers of %s on close (%s); the tracker will redeliver unflushed "
-                      "messages when their leases end", self.queue.name, exc)
+            self.flush_buffer()
+            with self._retry_lock:
+                self._final = True  # from here on a failed write is reported, not retried
+                last = self._retry.drain()
+            for p, marker, since in last:
+                self._send(p, marker, since)
+            try:
+                self._producer.flush(timeout=wait)
+            except KafkaError:
+                pass  # reported below
+            with self._retry_lock:
+                lost = self._not_written + list(self._outstanding.values())
+            if lost:
+                self._failed_writes += len(lost)
+                log.error(
+                    "closing the marker writer of %s: %d marker(s) not acknowledged by Kafka at %s within %gs: %s; "
+                    "the tracker will redeliver these %d message(s) when their leases end",
+                    self.queue.name, len(lost), self.cfg.kafka.bootstrap_servers, wait, describe(lost),
+                    sum(m.offset_count() for _, m, _ in lost),
+                )
         finally:
-            self._producer.close(timeout=timeout if timeout is not None else 5)
+            clients.close_producer(self._producer, timeout=5)
 
     def __enter__(self) -> "MarkerWriter":
         return self
@@ -339,7 +495,7 @@ def marked(writer: MarkerWriter, reject_on: type[BaseException] | tuple[type[Bas
                 try:
                     if reject_on and isinstance(exc, reject_on):
                         log.warning("handler rejected %s (%s: %s); it goes to the DLQ", where, type(exc).__name__, exc)
-                        writer.reject(record, f"{type(exc).__name__}: {exc}")
+                        writer.reject(record, settlement.clip_reason(f"{type(exc).__name__}: {exc}"))
                     else:
                         delay = backoff.delay(delivery_count_of(record.headers))
                         log.warning("handler failed on %s (%s: %s); nacked, redelivery in %.3gs",
