@@ -110,14 +110,11 @@ class MarkerWriter:
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
         if check_topics:
             require_aligned(cfg.kafka, self.queue)
-        req_ms = _ms(cfg.kafka.connect_timeout)
-        # A short delivery timeout keeps START failures prompt and definite (a START
-        # reported failed is never written later); END/RENEW/NACK/REJECT ride through
-        # longer outages in the retry store below. Reconnect quickly once the broker is back.
-        self._producer = clients.producer(
-            cfg.kafka, linger_ms=0, delivery_timeout_ms=req_ms + 1000, retry_backoff_ms=100,
-            reconnect_backoff_max_ms=1000,
-        )
+        #: Seconds within which the producer answers every send (acknowledged or failed).
+        self.delivery_timeout = cfg.kafka.connect_timeout + 1.0
+        # Past this, an unanswered send means the producer is stuck, not slow (see _check_stall).
+        self._stall_after = self.delivery_timeout + max(2.0, cfg.kafka.connect_timeout)
+        self._producer = self._new_producer()
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()
         self.buffer = AckBuffer()
@@ -131,6 +128,9 @@ class MarkerWriter:
         self._retry_lock = threading.Lock()  # retry store, outstanding writes, outage state
         self._tokens = itertools.count()
         self._outstanding: dict[int, Pending] = {}  # settlement markers sent, not yet answered
+        self._sent_at: dict[int, float] = {}  # every unanswered send, START included: token -> monotonic time
+        self.producer_replacements = 0
+        self._stall_warned_at = float("-inf")
         self._failing_since: float | None = None
         self._final = False  # closing: failures are reported, no longer retried
         self._not_written: list[Pending] = []
@@ -152,7 +152,7 @@ class MarkerWriter:
                 if not ranges:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
-                futures.append((p, ranges, self._producer.send(self.queue.markers_topic, value=value, key=encode_key(p), partition=p)))
+                futures.append((p, ranges, self._produce(p, value, next(self._tokens))))
         except (KafkaError, BrokerUnavailable) as exc:
             raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
         finally:
@@ -311,12 +311,71 @@ class MarkerWriter:
         with self._retry_lock:
             self._outstanding[token] = (partition, marker, since if since is not None else -1.0)
         try:
-            fut = self._producer.send(self.queue.markers_topic, value=value, key=encode_key(partition), partition=partition)
+            fut = self._produce(partition, value, token)
         except Exception as exc:  # e.g. metadata or buffer space not available in max_block_ms
             self._write_failed(token, exc)
             return
         fut.add_callback(self._written, token)
         fut.add_errback(self._write_failed, token)
+
+    def _new_producer(self) -> Any:
+        # A short delivery timeout keeps START failures prompt and definite (a START
+        # reported failed is never written later); END/RENEW/NACK/REJECT ride through
+        # longer outages in the retry store. Reconnect quickly once the broker is back.
+        return clients.producer(
+            self.cfg.kafka, linger_ms=0, delivery_timeout_ms=_ms(self.delivery_timeout), retry_backoff_ms=100,
+            reconnect_backoff_max_ms=1000,
+        )
+
+    def _produce(self, partition: int, value: bytes, token: int) -> Any:
+        """Send one marker record, watched until the producer answers it."""
+        fut = self._producer.send(self.queue.markers_topic, value=value, key=encode_key(partition), partition=partition)
+        with self._retry_lock:
+            self._sent_at[token] = time.monotonic()
+        fut.add_both(self._answered, token)
+        return fut
+
+    def _answered(self, token: int, _result: Any = None) -> None:
+        with self._retry_lock:
+            self._sent_at.pop(token, None)
+
+    def _check_stall(self) -> bool:
+        """Replace the producer when a send stayed unanswered well past its delivery timeout.
+
+        kafka-python promises an answer (acknowledged, or failed with a timeout) within
+        ``delivery_timeout``. After a broker outage its idempotent producer can instead wait
+        forever for a new producer id while neither sending nor expiring anything (seen with
+        kafka-python 3.0.12): every later marker would be silently stuck. A fresh producer
+        takes over; the stuck one's pending settlement markers go to the retry store, its
+        pending STARTs fail (their batches are polled again). Returns True if replaced."""
+        now = time.monotonic()
+        with self._retry_lock:
+            oldest = min(self._sent_at.values(), default=None)
+        if oldest is None or now - oldest < self._stall_after:
+            return False
+        try:
+            new = self._new_producer()
+        except KmqError as exc:  # still unreachable: keep retrying the markers, try again later
+            if now - self._stall_warned_at >= 30:
+                self._stall_warned_at = now
+                log.warning("the marker producer of %s is stuck and a new one cannot connect yet (%s); "
+                            "trying again until it can", self.queue.name, exc)
+            return False
+        with self._retry_lock:
+            old, self._producer = self._producer, new
+            stale = list(self._outstanding.values())
+            self._outstanding.clear()
+            self._sent_at.clear()
+            for p, marker, since in stale:
+                self._retry.add(p, marker, now if since < 0 else since)
+            if stale and self._failing_since is None:
+                self._failing_since = oldest
+        self.producer_replacements += 1
+        log.warning("a marker write of %s stayed unanswered for %.0fs (delivery timeout %gs): the Kafka producer is "
+                    "stuck; replaced it with a new one, %d pending marker(s) will be sent again",
+                    self.queue.name, now - oldest, self.delivery_timeout, len(stale))
+        clients.close_producer(old, timeout=0)
+        return True
 
     def _written(self, token: int, _metadata: Any = None) -> None:
         with self._retry_lock:
@@ -395,14 +454,21 @@ class MarkerWriter:
         Raises :class:`~kmq.errors.MarkerWriteError` (retriable) naming what is not written
         yet; those markers stay queued and are retried within ``consumer.marker_retry_budget``."""
         wait = self.start_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
         self.flush_buffer()
-        self._resend_due(force=True)
-        try:
-            self._producer.flush(timeout=wait)
-        except KafkaError:
-            pass  # reported below with what is missing
-        with self._retry_lock:
-            missing = list(self._outstanding.values()) + self._retry.pending()
+        while True:
+            # A write that fails meanwhile (the broker just came back, say) goes to the retry
+            # store: send it again until everything is acknowledged or the time is up.
+            self._resend_due(force=True)
+            try:
+                self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+            except KafkaError:
+                pass  # reported below with what is missing
+            with self._retry_lock:
+                missing = list(self._outstanding.values()) + self._retry.pending()
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))  # between resend rounds
         if missing:
             raise MarkerWriteError(
                 f"{len(missing)} marker(s) of {self.queue.name} not acknowledged by Kafka at "
@@ -414,6 +480,7 @@ class MarkerWriter:
         interval = max(self.flush_interval, 0.001)
         while not self._stop.wait(interval):
             try:
+                self._check_stall()
                 self.flush_buffer()
                 self._resend_due()
             except Exception:  # keep flushing; the cause is logged
@@ -444,6 +511,7 @@ class MarkerWriter:
             self._flusher.join(5)
         wait = self.start_timeout if timeout is None else timeout
         try:
+            self._check_stall()
             self.flush_buffer()
             with self._retry_lock:
                 self._final = True  # from here on a failed write is reported, not retried
