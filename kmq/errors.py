@@ -16,6 +16,7 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
     ├── MessageAlreadySettled     second ack/nack/reject on one message
     ├── InvalidSettlement         nack/renew/reject argument out of the wire's range (also a ValueError)
+    ├── UnsupportedConsumer       e.g. an aiokafka consumer given to MarkerWriter (also a TypeError)
     └── DevBrokerError            the embedded broker could not start
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "MarkerWriteError",
     "MessageAlreadySettled",
     "InvalidSettlement",
+    "UnsupportedConsumer",
     "DevBrokerError",
 ]
 
@@ -97,3 +99,9 @@ class InvalidSettlement(KmqError, ValueError):
     u32 ms range, a reason over 65,535 utf-8 bytes...). Raised before anything is
     recorded: the message stays unsettled and can still be settled correctly.
     Also a :class:`ValueError`, so ``except ValueError`` keeps working."""
+
+
+class UnsupportedConsumer(KmqError, TypeError):
+    """A consumer :class:`~kmq.writer.MarkerWriter` cannot drive, e.g. an asyncio
+    one (aiokafka) whose ``commit`` is a coroutine: the writer's blocking calls
+    would never await it, so nothing would be committed. Also a :class:`TypeError`."""

@@ -23,6 +23,7 @@ as coalesced ranges (one record per partition per type) every
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import logging
 import os
@@ -39,7 +40,7 @@ from kafka.structs import OffsetAndMetadata
 from kmq import clients, settlement
 from kmq.ack_buffer import AckBuffer
 from kmq.config import Config, QueueConfig
-from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
 from kmq.marker_retry import MarkerRetry, Pending, describe
 from kmq.markers import Marker, Start, encode, encode_key
 from kmq.message import delivery_count_of
@@ -78,12 +79,24 @@ def _pick_queue(cfg: Config, queue: str | None) -> QueueConfig:
     raise ValueError(f"pass queue=...: the configuration has {len(cfg.queues)} queues")
 
 
+def _check_consumer(consumer: Any) -> None:
+    if consumer is not None and inspect.iscoroutinefunction(getattr(consumer, "commit", None)):
+        raise UnsupportedConsumer(
+            f"{type(consumer).__module__}.{type(consumer).__name__} is an asyncio consumer (its commit() is a "
+            "coroutine); MarkerWriter drives a blocking kafka.KafkaConsumer and would never await the commit. "
+            "Use kafka-python's KafkaConsumer with MarkerWriter, or kmq.KmqConsumer; an async API is needed for "
+            "aiokafka and kmq has none yet"
+        )
+
+
 class MarkerWriter:
     """Writes a queue's markers; wraps an existing ``kafka.KafkaConsumer`` (optional).
 
     :param cfg: the kmq configuration.
     :param queue: queue name (default: the only configured queue).
-    :param consumer: the user's consumer, used by :meth:`start` to commit.
+    :param consumer: the user's consumer, used by :meth:`start` to commit (a blocking
+        ``kafka.KafkaConsumer``; an asyncio one such as aiokafka's raises
+        :class:`~kmq.errors.UnsupportedConsumer`).
     :param metrics: :class:`~kmq.metrics.ConsumerMetrics` (a private registry by default).
     :param owner: owner id in START markers (default ``client_id@host:pid``).
     :param check_topics: refuse to start when the markers topic is missing or misaligned.
@@ -102,6 +115,7 @@ class MarkerWriter:
     ) -> None:
         self.cfg = cfg
         self.queue: QueueConfig = _pick_queue(cfg, queue)
+        _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
         self.metrics = metrics or ConsumerMetrics()
         self.owner = (owner or default_owner(cfg.kafka.client_id))[:255]
@@ -208,6 +222,7 @@ class MarkerWriter:
         Returns the records (flat list) once START was acknowledged by Kafka and
         the offsets were committed; only then process them."""
         consumer = consumer or self.consumer
+        _check_consumer(consumer)
         if consumer is None:
             raise ValueError("MarkerWriter.start needs the KafkaConsumer (pass consumer= here or to MarkerWriter)")
         flat = [r for rs in records.values() for r in rs] if isinstance(records, Mapping) else list(records)
