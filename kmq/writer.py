@@ -17,14 +17,15 @@ helpers around a kafka-python ``KafkaConsumer`` the user already has::
 Settlements are buffered in an :class:`~kmq.ack_buffer.AckBuffer` and flushed
 as coalesced ranges (one record per partition per type) every
 ``consumer.ack_flush_interval`` by a background thread, and on
-:meth:`MarkerWriter.flush` / :meth:`MarkerWriter.close`.
+:meth:`MarkerWriter.flush` / :meth:`MarkerWriter.close`. Getting them to Kafka
+through broker outages (retries within ``consumer.marker_retry_budget``, a
+stuck producer replaced) is :class:`~kmq.marker_sender.MarkerSender`'s job.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import logging
 import os
 import socket
@@ -37,12 +38,12 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from kmq import clients, settlement
+from kmq import settlement
 from kmq.ack_buffer import AckBuffer
 from kmq.config import Config, QueueConfig
 from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
-from kmq.marker_retry import MarkerRetry, Pending, describe
-from kmq.markers import Marker, Start, encode, encode_key
+from kmq.marker_sender import MarkerSender
+from kmq.markers import Start, encode
 from kmq.message import delivery_count_of
 from kmq.metrics import ConsumerMetrics
 from kmq.ranges import coalesce
@@ -124,30 +125,14 @@ class MarkerWriter:
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
         if check_topics:
             require_aligned(cfg.kafka, self.queue)
-        #: Seconds within which the producer answers every send (acknowledged or failed).
-        self.delivery_timeout = cfg.kafka.connect_timeout + 1.0
-        # Past this, an unanswered send means the producer is stuck, not slow (see _check_stall).
-        self._stall_after = self.delivery_timeout + max(2.0, cfg.kafka.connect_timeout)
-        self._producer = self._new_producer()
+        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval))
+        self.retry_budget = self._sender.retry_budget
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()
         self.buffer = AckBuffer()
         self._open: dict[int, set[int]] = defaultdict(set)  # for start()/ack() on raw records
         self._closed = False
         self._flush_lock = threading.Lock()
-        self._failed_writes = 0
-        #: Seconds a failed END/RENEW/NACK/REJECT is retried (``consumer.marker_retry_budget``).
-        self.retry_budget = cfg.consumer.marker_retry_budget
-        self._retry = MarkerRetry(self.retry_budget, interval=max(1.0, self.flush_interval))
-        self._retry_lock = threading.Lock()  # retry store, outstanding writes, outage state
-        self._tokens = itertools.count()
-        self._outstanding: dict[int, Pending] = {}  # settlement markers sent, not yet answered
-        self._sent_at: dict[int, float] = {}  # every unanswered send, START included: token -> monotonic time
-        self.producer_replacements = 0
-        self._stall_warned_at = float("-inf")
-        self._failing_since: float | None = None
-        self._final = False  # closing: failures are reported, no longer retried
-        self._not_written: list[Pending] = []
         #: Marker records sent by this writer (START included), for overhead figures.
         self.markers_sent = 0
         self._stop = threading.Event()
@@ -166,7 +151,7 @@ class MarkerWriter:
                 if not ranges:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
-                futures.append((p, ranges, self._produce(p, value, next(self._tokens))))
+                futures.append((p, ranges, self._sender.send_start(p, value)))
         except (KafkaError, BrokerUnavailable) as exc:
             raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
         finally:
@@ -311,143 +296,6 @@ class MarkerWriter:
             self.buffer.renew(p, off, ms)
 
     # ------------------------------------------------------------ flushing
-    def _send(self, partition: int, marker: Marker, since: float | None = None) -> None:
-        """Send one settlement marker; a failure goes to the retry store (``since``: first failure)."""
-        try:
-            value = encode(marker)
-        except Exception as exc:  # a bug: this marker can never be written, the rest still can
-            log.error("cannot encode %s marker for %s[%d] (%s: %s); the tracker will redeliver its %d message(s) "
-                      "when their leases end", marker.TYPE.name, self.queue.name, partition, type(exc).__name__,
-                      exc, marker.offset_count())
-            with self._retry_lock:
-                self._failed_writes += 1
-            return
-        token = next(self._tokens)
-        with self._retry_lock:
-            self._outstanding[token] = (partition, marker, since if since is not None else -1.0)
-        try:
-            fut = self._produce(partition, value, token)
-        except Exception as exc:  # e.g. metadata or buffer space not available in max_block_ms
-            self._write_failed(token, exc)
-            return
-        fut.add_callback(self._written, token)
-        fut.add_errback(self._write_failed, token)
-
-    def _new_producer(self) -> Any:
-        # A short delivery timeout keeps START failures prompt and definite (a START
-        # reported failed is never written later); END/RENEW/NACK/REJECT ride through
-        # longer outages in the retry store. Reconnect quickly once the broker is back.
-        return clients.producer(
-            self.cfg.kafka, linger_ms=0, delivery_timeout_ms=_ms(self.delivery_timeout), retry_backoff_ms=100,
-            reconnect_backoff_max_ms=1000,
-        )
-
-    def _produce(self, partition: int, value: bytes, token: int) -> Any:
-        """Send one marker record, watched until the producer answers it."""
-        fut = self._producer.send(self.queue.markers_topic, value=value, key=encode_key(partition), partition=partition)
-        with self._retry_lock:
-            self._sent_at[token] = time.monotonic()
-        fut.add_both(self._answered, token)
-        return fut
-
-    def _answered(self, token: int, _result: Any = None) -> None:
-        with self._retry_lock:
-            self._sent_at.pop(token, None)
-
-    def _check_stall(self) -> bool:
-        """Replace the producer when a send stayed unanswered well past its delivery timeout.
-
-        kafka-python promises an answer (acknowledged, or failed with a timeout) within
-        ``delivery_timeout``. After a broker outage its idempotent producer can instead wait
-        forever for a new producer id while neither sending nor expiring anything (seen with
-        kafka-python 3.0.12): every later marker would be silently stuck. A fresh producer
-        takes over; the stuck one's pending settlement markers go to the retry store, its
-        pending STARTs fail (their batches are polled again). Returns True if replaced."""
-        now = time.monotonic()
-        with self._retry_lock:
-            oldest = min(self._sent_at.values(), default=None)
-        if oldest is None or now - oldest < self._stall_after:
-            return False
-        try:
-            new = self._new_producer()
-        except KmqError as exc:  # still unreachable: keep retrying the markers, try again later
-            if now - self._stall_warned_at >= 30:
-                self._stall_warned_at = now
-                log.warning("the marker producer of %s is stuck and a new one cannot connect yet (%s); "
-                            "trying again until it can", self.queue.name, exc)
-            return False
-        with self._retry_lock:
-            old, self._producer = self._producer, new
-            stale = list(self._outstanding.values())
-            self._outstanding.clear()
-            self._sent_at.clear()
-            for p, marker, since in stale:
-                self._retry.add(p, marker, now if since < 0 else since)
-            if stale and self._failing_since is None:
-                self._failing_since = oldest
-        self.producer_replacements += 1
-        log.warning("a marker write of %s stayed unanswered for %.0fs (delivery timeout %gs): the Kafka producer is "
-                    "stuck; replaced it with a new one, %d pending marker(s) will be sent again",
-                    self.queue.name, now - oldest, self.delivery_timeout, len(stale))
-        clients.close_producer(old, timeout=0)
-        return True
-
-    def _written(self, token: int, _metadata: Any = None) -> None:
-        with self._retry_lock:
-            self._outstanding.pop(token, None)
-            if self._failing_since is None or self._retry or self._final:
-                return
-            outage, self._failing_since = time.monotonic() - self._failing_since, None
-        log.warning("marker writes to %s work again after %.1fs of failures; the markers that failed meanwhile "
-                    "were written late (no redelivery for messages whose leases had not ended)",
-                    self.queue.markers_topic, outage)
-
-    def _write_failed(self, token: int, exc: BaseException) -> None:
-        # Runs on the producer's I/O thread (or the caller's, for a failed send()).
-        now = time.monotonic()
-        given_up: list[Pending] = []
-        first = False
-        with self._retry_lock:
-            entry = self._outstanding.pop(token, None)
-            if entry is None:
-                return
-            partition, marker, since = entry
-            since = now if since < 0 else since
-            if self._final:
-                self._not_written.append((partition, marker, since))
-                return
-            given_up = self._retry.add(partition, marker, since)
-            if self._failing_since is None:
-                self._failing_since, first = now, True
-        if first:
-            log.warning(
-                "%s marker for %s[%d] (%d messages) was not written: %s: %s; kmq keeps retrying failed markers "
-                "for up to %gs (consumer.marker_retry_budget) and logs when writes work again",
-                marker.TYPE.name, self.queue.name, partition, marker.offset_count(), type(exc).__name__, exc,
-                self.retry_budget,
-            )
-        if given_up:
-            self._give_up(given_up, f"more than {self._retry.max_ranges} offset ranges waited to be written")
-
-    def _give_up(self, pending: list[Pending], why: str) -> None:
-        n = sum(m.offset_count() for _, m, _ in pending)
-        with self._retry_lock:
-            self._failed_writes += len(pending)
-        log.error("%d marker(s) of %s were not written (%s): %s; the tracker will redeliver these %d message(s) "
-                  "when their leases end", len(pending), self.queue.name, why, describe(pending), n)
-
-    def _resend_due(self, force: bool = False) -> int:
-        """Send failed markers again (at most once per retry interval unless ``force``)."""
-        with self._retry_lock:
-            resend, given_up = self._retry.take(time.monotonic(), force)
-        if given_up:
-            self._give_up(given_up, f"Kafka did not acknowledge them within consumer.marker_retry_budget "
-                                    f"({self.retry_budget:g}s)")
-        for p, marker, since in resend:
-            self._send(p, marker, since)
-        self.markers_sent += len(resend)
-        return len(resend)
-
     def flush_buffer(self) -> int:
         """Send everything buffered as coalesced markers (no wait). Returns records sent."""
         with self._flush_lock:
@@ -456,7 +304,7 @@ class MarkerWriter:
             if not drained:
                 return 0
             for p, marker in drained.markers:
-                self._send(p, marker)
+                self._sender.send(p, marker)
             self.markers_sent += len(drained.markers)
             for outcome, n in drained.counts.items():
                 self.metrics.messages.labels(self.queue.name, outcome).inc(n)
@@ -469,48 +317,35 @@ class MarkerWriter:
         Raises :class:`~kmq.errors.MarkerWriteError` (retriable) naming what is not written
         yet; those markers stay queued and are retried within ``consumer.marker_retry_budget``."""
         wait = self.start_timeout if timeout is None else timeout
-        deadline = time.monotonic() + wait
         self.flush_buffer()
-        while True:
-            # A write that fails meanwhile (the broker just came back, say) goes to the retry
-            # store: send it again until everything is acknowledged or the time is up.
-            self._resend_due(force=True)
-            try:
-                self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
-            except KafkaError:
-                pass  # reported below with what is missing
-            with self._retry_lock:
-                missing = list(self._outstanding.values()) + self._retry.pending()
-            if not missing or time.monotonic() >= deadline:
-                break
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))  # between resend rounds
+        missing = self._sender.wait(wait)
         if missing:
-            raise MarkerWriteError(
-                f"{len(missing)} marker(s) of {self.queue.name} not acknowledged by Kafka at "
-                f"{self.cfg.kafka.bootstrap_servers} within {wait:g}s: {describe(missing)}; they stay queued "
-                f"and are retried for up to {self.retry_budget:g}s (consumer.marker_retry_budget)"
-            )
+            raise self._sender.describe_missing(missing, wait)
 
     def _flush_loop(self) -> None:
         interval = max(self.flush_interval, 0.001)
         while not self._stop.wait(interval):
             try:
-                self._check_stall()
+                self._sender.check_stall()
                 self.flush_buffer()
-                self._resend_due()
+                self.markers_sent += self._sender.resend_due()
             except Exception:  # keep flushing; the cause is logged
                 log.exception("flushing markers of %s failed; retrying in %ss", self.queue.name, interval)
 
     @property
     def failed_writes(self) -> int:
         """Markers (END/NACK/REJECT/RENEW) given up: not acknowledged by Kafka within the retry budget."""
-        return self._failed_writes
+        return self._sender.failed_writes
 
     @property
     def retrying(self) -> int:
         """Messages whose settlement marker failed and waits to be sent again."""
-        with self._retry_lock:
-            return len(self._retry)
+        return self._sender.retrying
+
+    @property
+    def producer_replacements(self) -> int:
+        """How often a stuck Kafka producer was replaced (see :mod:`kmq.marker_sender`)."""
+        return self._sender.producer_replacements
 
     def close(self, timeout: float | None = None) -> None:
         """Flush the buffered markers and those waiting for a retry, wait for them (at most
@@ -526,29 +361,9 @@ class MarkerWriter:
             self._flusher.join(5)
         wait = self.start_timeout if timeout is None else timeout
         try:
-            self._check_stall()
             self.flush_buffer()
-            with self._retry_lock:
-                self._final = True  # from here on a failed write is reported, not retried
-                last = self._retry.drain()
-            for p, marker, since in last:
-                self._send(p, marker, since)
-            try:
-                self._producer.flush(timeout=wait)
-            except KafkaError:
-                pass  # reported below
-            with self._retry_lock:
-                lost = self._not_written + list(self._outstanding.values())
-            if lost:
-                self._failed_writes += len(lost)
-                log.error(
-                    "closing the marker writer of %s: %d marker(s) not acknowledged by Kafka at %s within %gs: %s; "
-                    "the tracker will redeliver these %d message(s) when their leases end",
-                    self.queue.name, len(lost), self.cfg.kafka.bootstrap_servers, wait, describe(lost),
-                    sum(m.offset_count() for _, m, _ in lost),
-                )
         finally:
-            clients.close_producer(self._producer, timeout=5)
+            self._sender.close(wait)
 
     def __enter__(self) -> "MarkerWriter":
         return self
