@@ -182,3 +182,17 @@ def test_parse_origin(text, parsed):
 )
 def test_origin_is_trusted_only_for_this_queue(raw, origin):
     assert origin_of([("kmq-origin", raw)], "orders", 2, 5) == origin
+
+
+def test_the_guard_keys_raw_records_by_their_trusted_origin():
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    from kmq.guard import _origin
+
+    def record(offset, headers):
+        return ConsumerRecord("orders", 2, 0, offset, 0, 0, None, b"v", headers, None, 0, 1, -1)
+
+    assert _origin(record(5, [])) == "orders/2/5"
+    assert _origin(record(6, [("kmq-origin", b"payments/0/1")])) == "orders/2/6"  # another topic's: not trusted
+    assert _origin(record(7, [("kmq-origin", b"orders/0/1")])) == "orders/0/1"  # this queue's copy
+    assert _origin("orders/1/1") == "orders/1/1"
