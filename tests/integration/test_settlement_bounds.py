@@ -9,6 +9,7 @@ topic does not make IdempotencyGuard skip a record.
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from kafka import KafkaConsumer
@@ -110,7 +111,8 @@ def test_a_huge_delivery_count_goes_through_marked(queue_topics, bootstrap):
         raise (KeyError("é" * 40_000) if record.offset == 1 else RuntimeError("boom"))  # 80 kB reason: clipped
 
     handled = 0
-    while handled < 2:
+    deadline = time.monotonic() + 30
+    while handled < 2 and time.monotonic() < deadline:
         for records in consumer.poll(timeout_ms=500).values():
             writer.start(records)
             for r in records:
@@ -118,6 +120,7 @@ def test_a_huge_delivery_count_goes_through_marked(queue_topics, bootstrap):
                 handled += 1
     writer.close()
     consumer.close()
+    assert handled == 2
     ms = markers_by_partition(bootstrap, q.markers_topic)[0]
     nack = [m for m in ms if isinstance(m, Nack)]
     reject = [m for m in ms if type(m).__name__ == "Reject"]
