@@ -16,10 +16,12 @@ from kmq.errors import (
     KmqError,
     MarkerDecodeError,
     MarkerWriteError,
+    InvalidSettlement,
     MessageAlreadySettled,
     TopicError,
     TopicMisaligned,
     TopicMissing,
+    UnsupportedConsumer,
 )
 from kmq.consumer import KmqConsumer
 from kmq.guard import IdempotencyGuard
@@ -46,4 +48,6 @@ __all__ = [
     "TopicMisaligned",
     "MarkerWriteError",
     "MessageAlreadySettled",
+    "InvalidSettlement",
+    "UnsupportedConsumer",
 ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from kmq.markers import End, Marker, Nack, Reject, Renew
 from kmq.ranges import coalesce
+from kmq.settlement import MAX_MS, reject_reason
 
 __all__ = ["AckBuffer", "Drained"]
 
@@ -27,6 +28,15 @@ class Drained:
 
     def __bool__(self) -> bool:
         return bool(self.markers)
+
+
+def _u32_ms(name: str, value: int) -> int:
+    # Refuse here, at append time: a value the marker cannot carry found only at
+    # drain time would fail the whole flush and lose every other message's ack in it.
+    value = int(value)
+    if not 0 <= value <= MAX_MS:
+        raise ValueError(f"{name} must be within 0..{MAX_MS} ms, got {value}")
+    return value
 
 
 def _chunks(offsets: list[int], max_ranges: int):
@@ -61,19 +71,19 @@ class AckBuffer:
         self._size += len(offsets)
 
     def nack(self, partition: int, offset: int, delay_ms: int = 0) -> None:
-        self._nack[(partition, int(delay_ms))].append(offset)
+        self._nack[(partition, _u32_ms("delay_ms", delay_ms))].append(offset)
         self._size += 1
 
     def reject(self, partition: int, offset: int, reason: str = "") -> None:
-        self._reject[(partition, reason)].append(offset)
+        self._reject[(partition, reject_reason(reason))].append(offset)
         self._size += 1
 
     def renew(self, partition: int, offset: int, lease_ms: int) -> None:
-        self._renew[(partition, int(lease_ms))].append(offset)
+        self._renew[(partition, _u32_ms("lease_ms", lease_ms))].append(offset)
         self._size += 1
 
     def renew_many(self, partition: int, offsets: list[int], lease_ms: int) -> None:
-        self._renew[(partition, int(lease_ms))].extend(offsets)
+        self._renew[(partition, _u32_ms("lease_ms", lease_ms))].extend(offsets)
         self._size += len(offsets)
 
     def drop_partition(self, partition: int) -> int:

@@ -29,7 +29,7 @@ from kmq.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavaila
 from kmq.oauth import TokenProvider
 
 __all__ = [
-    "admin_client", "producer", "consumer", "client_kwargs", "token_provider",
+    "admin_client", "producer", "close_producer", "consumer", "client_kwargs", "token_provider",
     "unreachable", "broker_errors", "classify", "authentication_failed", "authorization_failed",
 ]
 
@@ -134,6 +134,24 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: An
     kw.update(overrides)
     with broker_errors(kafka, timeout_s):
         return KafkaProducer(**kw)
+
+
+def close_producer(producer: KafkaProducer, timeout: float = 5.0) -> None:
+    """Close ``producer`` within about ``timeout`` seconds even when records are still
+    pending (broker down). kafka-python's ``close(timeout)`` raises from its flush in
+    that case and leaves its I/O thread running; this force-closes it instead (the
+    pending records fail, and their callbacks say so)."""
+    try:
+        producer.close(timeout=timeout)
+        return
+    except KafkaTimeoutError:
+        pass
+    sender = getattr(producer, "_sender", None)  # kafka-python internals: only here, behind this seam
+    if sender is not None:
+        sender.force_close()
+        sender.join(timeout)
+    with contextlib.suppress(Exception):
+        producer.close(timeout=0)
 
 
 def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> KafkaConsumer:

@@ -21,6 +21,7 @@ the OAUTHBEARER token file readable.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from kmq.backoff import backoff_delay
 from kmq.errors import ConfigError
 
 __all__ = [
@@ -67,6 +69,8 @@ def parse_duration(value: Any, path: str = "") -> float:
         raise ConfigError(path, f"expected a duration like 30s, got {value!r}")
     if seconds < 0:
         raise ConfigError(path, f"expected a non-negative duration, got {value!r}")
+    if not math.isfinite(seconds):  # .inf / .nan from YAML would overflow the wire's u32 ms
+        raise ConfigError(path, f"expected a finite duration like 30s, got {value!r}")
     return seconds
 
 
@@ -215,9 +219,7 @@ class BackoffConfig:
 
     def delay(self, attempt: int) -> float:
         """Backoff before redelivery number ``attempt`` (1 = first redelivery)."""
-        if attempt < 1:
-            return 0.0
-        return min(self.max, self.initial * self.multiplier ** (attempt - 1))
+        return backoff_delay(attempt, self.initial, self.max, self.multiplier)
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,9 @@ class ConsumerConfig:
     ack_flush_interval: float = _f(0.1, "duration")
     auto_renew: bool = _f(False, "bool")
     max_lease: float = _f(600.0, "duration")
+    # How long an END/RENEW/NACK/REJECT that Kafka did not acknowledge is retried
+    # (from its first failure): at least a broker restart or leader move.
+    marker_retry_budget: float = _f(120.0, "duration")
 
 
 @dataclass(frozen=True)
@@ -481,6 +486,8 @@ def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "int" and not float(value).is_integer()):
             raise ConfigError(path, f"expected {'an integer' if kind == 'int' else 'a number'}, got {shown}")
         v = int(value) if kind == "int" else float(value)
+        if not math.isfinite(v):
+            raise ConfigError(path, f"expected a finite number, got {shown}")
         lo, hi = f.metadata.get("min"), f.metadata.get("max")
         if lo is not None and v < lo:
             raise ConfigError(path, f"expected at least {lo}, got {shown}")

@@ -19,6 +19,8 @@ and the fix; the CLI prints it as one line and exits 1.
     │   └── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
     ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
     ├── MessageAlreadySettled     second ack/nack/reject on one message
+    ├── InvalidSettlement         nack/renew/reject argument out of the wire's range (also a ValueError)
+    ├── UnsupportedConsumer       e.g. an aiokafka consumer given to MarkerWriter (also a TypeError)
     ├── DevBrokerError            the embedded broker could not start
     ├── TraceError                a ``kmq trace`` selector that names no message
     └── UiConfigError             ``kmq ui`` bound beyond loopback without a token
@@ -41,6 +43,8 @@ __all__ = [
     "UnsupportedByBroker",
     "MarkerWriteError",
     "MessageAlreadySettled",
+    "InvalidSettlement",
+    "UnsupportedConsumer",
     "DevBrokerError",
     "TraceError",
     "UiConfigError",
@@ -134,3 +138,14 @@ class TraceError(KmqError):
 
 class UiConfigError(KmqError):
     """``kmq ui`` would start unsafely (bound beyond loopback without a token)."""
+class InvalidSettlement(KmqError, ValueError):
+    """A settlement argument the marker wire cannot carry (NaN, negative, over the
+    u32 ms range, a reason over 65,535 utf-8 bytes...). Raised before anything is
+    recorded: the message stays unsettled and can still be settled correctly.
+    Also a :class:`ValueError`, so ``except ValueError`` keeps working."""
+
+
+class UnsupportedConsumer(KmqError, TypeError):
+    """A consumer :class:`~kmq.writer.MarkerWriter` cannot drive, e.g. an asyncio
+    one (aiokafka) whose ``commit`` is a coroutine: the writer's blocking calls
+    would never await it, so nothing would be committed. Also a :class:`TypeError`."""

@@ -24,6 +24,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from kmq.errors import KmqError
+from kmq.message import origin_of
 
 if TYPE_CHECKING:
     import redis
@@ -61,7 +62,14 @@ class InProgressElsewhere(KmqError):
 
 
 def _origin(msg_or_origin: Any) -> str:
-    return msg_or_origin if isinstance(msg_or_origin, str) else msg_or_origin.origin
+    if isinstance(msg_or_origin, str):
+        return msg_or_origin
+    origin = getattr(msg_or_origin, "origin", None)
+    if isinstance(origin, str):  # a KmqMessage
+        return origin
+    # A kafka-python ConsumerRecord (MarkerWriter users): the same trusted-origin rule.
+    m = msg_or_origin
+    return origin_of(m.headers, m.topic, m.partition, m.offset)
 
 
 class IdempotencyGuard:
@@ -105,7 +113,8 @@ class IdempotencyGuard:
             ) from exc
 
     def begin(self, msg: Any) -> bool:
-        """Claim ``msg`` (a message or an origin string). False: done or in progress elsewhere."""
+        """Claim ``msg`` (a :class:`~kmq.message.KmqMessage`, a kafka-python ``ConsumerRecord``
+        or an origin string). False: done or in progress elsewhere."""
         origin = _origin(msg)
         token = f"running:{uuid.uuid4().hex}"
         if self._call(self._redis.set, self._key(origin), token, nx=True, px=self.lock_ttl_ms):

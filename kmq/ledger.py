@@ -71,7 +71,7 @@ class Ledger:
         origin = origin_of(headers, self.queue, partition, offset)
         self._origin_of[key] = origin
         self._deliveries += 1
-        if header_text(headers, HEADER_ORIGIN) is None:
+        if origin == f"{self.queue}/{partition}/{offset}":  # no (trusted) kmq-origin: a first delivery
             self._originals.add(origin)
         if key in self._unresolved_acks:
             self._unresolved_acks.discard(key)

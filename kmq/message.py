@@ -19,6 +19,7 @@ import threading
 from typing import Any, Protocol, Sequence
 
 from kmq.errors import MessageAlreadySettled
+from kmq.settlement import delay_ms, lease_ms, reject_reason
 
 __all__ = [
     "KmqMessage",
@@ -35,6 +36,8 @@ __all__ = [
     "header_text",
     "delivery_count_of",
     "origin_of",
+    "parse_origin",
+    "MAX_DELIVERY_COUNT",
 ]
 
 ACK, NACK, REJECT, ABANDON = "ack", "nack", "reject", "abandon"
@@ -73,26 +76,69 @@ def header_text(headers: Headers | None, name: str) -> str | None:
     return raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
 
 
+_I32_MAX = 2**31 - 1
+_I64_MAX = 2**63 - 1
+#: Delivery counts read from headers are clamped to this (Kafka's int32 range).
+MAX_DELIVERY_COUNT = _I32_MAX
+_I32_DIGITS = len(str(_I32_MAX))
+
+
 def delivery_count_of(headers: Headers | None) -> int:
-    """``kmq-delivery-count`` as an int; absent (first delivery) or unreadable = 1."""
+    """``kmq-delivery-count`` as an int in ``1..MAX_DELIVERY_COUNT``.
+
+    Absent (first delivery), unreadable or below 1 = 1; above the range =
+    :data:`MAX_DELIVERY_COUNT`. Headers come from anyone who can produce to the
+    queue, so no value may make a consumer or the tracker fail."""
     raw = _header(headers, HEADER_DELIVERY_COUNT)
     if raw is None:
         return 1
     try:
-        n = int(raw.decode("ascii") if isinstance(raw, (bytes, bytearray)) else raw)
-    except (ValueError, UnicodeDecodeError):
+        text = (raw.decode("ascii") if isinstance(raw, (bytes, bytearray)) else str(raw)).strip()
+    except UnicodeDecodeError:
         return 1
-    return n if n >= 1 else 1
+    if not text.isascii() or not text.isdigit():  # "-3", "1e9", "5_000", "" are unreadable
+        return 1
+    digits = text.lstrip("0")
+    if len(digits) > _I32_DIGITS:  # checked before int(): a huge digit string costs nothing
+        return MAX_DELIVERY_COUNT
+    return min(max(int(text), 1), MAX_DELIVERY_COUNT)
+
+
+def parse_origin(text: str) -> tuple[str, int, int] | None:
+    """``topic/partition/offset`` -> its parts, or None when malformed (topic names
+    hold no ``/``; partition and offset are non-negative int32 / int64 numbers)."""
+    parts = text.split("/")
+    if len(parts) != 3:
+        return None
+    topic, part, off = parts
+    if not topic or not (part.isascii() and part.isdigit() and off.isascii() and off.isdigit()):
+        return None
+    if len(part) > 12 or len(off) > 20:
+        return None
+    p, o = int(part), int(off)
+    if p > _I32_MAX or o > _I64_MAX:
+        return None
+    return topic, p, o
 
 
 def origin_of(headers: Headers | None, topic: str, partition: int, offset: int) -> str:
-    """``kmq-origin`` (the first delivery's ``topic/partition/offset``), else this record's."""
+    """Stable id of a message: ``topic/partition/offset`` of its first delivery.
+
+    ``kmq-origin`` is trusted only when it names this queue (``topic``): only
+    the tracker's copies of this queue's records carry such a header. A header
+    naming another topic (copied along by Streams or Connect from a record of
+    another kmq queue) or a malformed one is ignored, and the record's own
+    coordinates are its origin -- otherwise :class:`~kmq.guard.IdempotencyGuard`
+    would skip it as a duplicate of an unrelated message."""
     raw = _header(headers, HEADER_ORIGIN)
     if raw:
         try:
-            return raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else str(raw)
+            text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else str(raw)
         except UnicodeDecodeError:
-            pass
+            text = ""
+        parsed = parse_origin(text)
+        if parsed is not None and parsed[0] == topic:
+            return f"{parsed[0]}/{parsed[1]}/{parsed[2]}"
     return f"{topic}/{partition}/{offset}"
 
 
@@ -170,14 +216,20 @@ class KmqMessage:
         self._settle(ACK, None)
 
     def nack(self, delay: float = 0.0) -> None:
-        """Processing failed: the tracker redelivers the message after ``delay`` seconds."""
-        if delay < 0:
-            raise ValueError(f"nack delay must be >= 0 seconds, got {delay}")
+        """Processing failed: the tracker redelivers the message after ``delay`` seconds.
+
+        Raises :class:`~kmq.errors.InvalidSettlement` (a ``ValueError``) for a delay the
+        wire cannot carry (negative, NaN, inf, over about 49.7 days); the message then
+        stays unsettled."""
+        delay_ms(delay)  # InvalidSettlement before the outcome is set: the message stays settleable
         self._settle(NACK, float(delay))
 
     def reject(self, reason: str = "") -> None:
-        """The message can never be processed: the tracker sends it to the DLQ with ``reason``."""
-        self._settle(REJECT, str(reason))
+        """The message can never be processed: the tracker sends it to the DLQ with ``reason``.
+
+        Raises :class:`~kmq.errors.InvalidSettlement` for a reason over 65,535 utf-8
+        bytes or not encodable as utf-8; the message then stays unsettled."""
+        self._settle(REJECT, reject_reason(reason))
 
     def abandon(self) -> None:
         """Give the message up without a marker, as a crashed worker would: it stays in
@@ -188,9 +240,11 @@ class KmqMessage:
     def renew(self, lease: float | None = None) -> None:
         """Extend the lease: new deadline = now + ``lease`` seconds (default: the queue's lease).
 
-        Raises :class:`~kmq.errors.MessageAlreadySettled` on a settled message."""
-        if lease is not None and lease <= 0:
-            raise ValueError(f"lease must be > 0 seconds, got {lease}")
+        Raises :class:`~kmq.errors.MessageAlreadySettled` on a settled message and
+        :class:`~kmq.errors.InvalidSettlement` for a lease the wire cannot carry
+        (<= 0, NaN, inf, over about 49.7 days)."""
+        if lease is not None:
+            lease_ms(lease)  # InvalidSettlement before anything is recorded
         with self._lock:
             if self._outcome is not None:
                 raise MessageAlreadySettled(

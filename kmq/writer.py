@@ -17,12 +17,15 @@ helpers around a kafka-python ``KafkaConsumer`` the user already has::
 Settlements are buffered in an :class:`~kmq.ack_buffer.AckBuffer` and flushed
 as coalesced ranges (one record per partition per type) every
 ``consumer.ack_flush_interval`` by a background thread, and on
-:meth:`MarkerWriter.flush` / :meth:`MarkerWriter.close`.
+:meth:`MarkerWriter.flush` / :meth:`MarkerWriter.close`. Getting them to Kafka
+through broker outages (retries within ``consumer.marker_retry_budget``, a
+stuck producer replaced) is :class:`~kmq.marker_sender.MarkerSender`'s job.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import socket
@@ -32,14 +35,15 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import CommitFailedError, KafkaError
+from kafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from kmq import clients
+from kmq import settlement
 from kmq.ack_buffer import AckBuffer
 from kmq.config import Config, QueueConfig
-from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
-from kmq.markers import Marker, Start, encode, encode_key
+from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
+from kmq.marker_sender import MarkerSender
+from kmq.markers import Start, encode
 from kmq.message import delivery_count_of
 from kmq.metrics import ConsumerMetrics
 from kmq.ranges import coalesce
@@ -76,12 +80,24 @@ def _pick_queue(cfg: Config, queue: str | None) -> QueueConfig:
     raise ValueError(f"pass queue=...: the configuration has {len(cfg.queues)} queues")
 
 
+def _check_consumer(consumer: Any) -> None:
+    if consumer is not None and inspect.iscoroutinefunction(getattr(consumer, "commit", None)):
+        raise UnsupportedConsumer(
+            f"{type(consumer).__module__}.{type(consumer).__name__} is an asyncio consumer (its commit() is a "
+            "coroutine); MarkerWriter drives a blocking kafka.KafkaConsumer and would never await the commit. "
+            "Use kafka-python's KafkaConsumer with MarkerWriter, or kmq.KmqConsumer; an async API is needed for "
+            "aiokafka and kmq has none yet"
+        )
+
+
 class MarkerWriter:
     """Writes a queue's markers; wraps an existing ``kafka.KafkaConsumer`` (optional).
 
     :param cfg: the kmq configuration.
     :param queue: queue name (default: the only configured queue).
-    :param consumer: the user's consumer, used by :meth:`start` to commit.
+    :param consumer: the user's consumer, used by :meth:`start` to commit (a blocking
+        ``kafka.KafkaConsumer``; an asyncio one such as aiokafka's raises
+        :class:`~kmq.errors.UnsupportedConsumer`).
     :param metrics: :class:`~kmq.metrics.ConsumerMetrics` (a private registry by default).
     :param owner: owner id in START markers (default ``client_id@host:pid``).
     :param check_topics: refuse to start when the markers topic is missing or misaligned.
@@ -100,6 +116,7 @@ class MarkerWriter:
     ) -> None:
         self.cfg = cfg
         self.queue: QueueConfig = _pick_queue(cfg, queue)
+        _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
         self.metrics = metrics or ConsumerMetrics()
         self.owner = (owner or default_owner(cfg.kafka.client_id))[:255]
@@ -108,17 +125,14 @@ class MarkerWriter:
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
         if check_topics:
             require_aligned(cfg.kafka, self.queue)
-        req_ms = _ms(cfg.kafka.connect_timeout)
-        self._producer = clients.producer(
-            cfg.kafka, linger_ms=0, delivery_timeout_ms=req_ms + 1000, retry_backoff_ms=100,
-        )
+        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval))
+        self.retry_budget = self._sender.retry_budget
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()
         self.buffer = AckBuffer()
         self._open: dict[int, set[int]] = defaultdict(set)  # for start()/ack() on raw records
         self._closed = False
         self._flush_lock = threading.Lock()
-        self._failed_writes = 0
         #: Marker records sent by this writer (START included), for overhead figures.
         self.markers_sent = 0
         self._stop = threading.Event()
@@ -137,7 +151,7 @@ class MarkerWriter:
                 if not ranges:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
-                futures.append((p, ranges, self._producer.send(self.queue.markers_topic, value=value, key=encode_key(p), partition=p)))
+                futures.append((p, ranges, self._sender.send_start(p, value)))
         except (KafkaError, BrokerUnavailable) as exc:
             raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
         finally:
@@ -193,6 +207,7 @@ class MarkerWriter:
         Returns the records (flat list) once START was acknowledged by Kafka and
         the offsets were committed; only then process them."""
         consumer = consumer or self.consumer
+        _check_consumer(consumer)
         if consumer is None:
             raise ValueError("MarkerWriter.start needs the KafkaConsumer (pass consumer= here or to MarkerWriter)")
         flat = [r for rs in records.values() for r in rs] if isinstance(records, Mapping) else list(records)
@@ -203,13 +218,38 @@ class MarkerWriter:
             by_part[r.partition].append(r.offset)
         if not by_part:
             return flat
-        self.write_starts(by_part)
-        self.commit(consumer, {p: max(offs) + 1 for p, offs in by_part.items()})
+        try:
+            self.write_starts(by_part)
+            self.commit(consumer, {p: max(offs) + 1 for p, offs in by_part.items()})
+        except (MarkerWriteError, CommitError):
+            # poll() already moved the position past the batch: without this, a caller that
+            # catches the (retriable) error and polls on would commit past records that
+            # have no START -- lost. Back at the batch, the next poll returns it again.
+            self._rewind(consumer, by_part)
+            raise
         with self.lock:
             for p, offs in by_part.items():
                 self._open[p].update(offs)
         self._c_received.inc(len(flat))
         return flat
+
+    def _rewind(self, consumer: KafkaConsumer, by_part: Mapping[int, list[int]]) -> None:
+        """Seek ``consumer`` back to the first offset of the batch on each partition it still owns."""
+        try:
+            owned = consumer.assignment()
+        except KafkaError:  # pragma: no cover - assignment() is local state
+            owned = set()
+        for p, offs in by_part.items():
+            tp = TopicPartition(self.queue.name, p)
+            if tp not in owned:
+                continue  # revoked: the group hands it to the new owner from the committed offset
+            try:
+                consumer.seek(tp, min(offs))
+            except (IllegalStateError, KafkaError, AssertionError) as exc:
+                log.warning("could not seek %s back to %d (%s); the group delivers the batch again "
+                            "after the next rebalance", tp, min(offs), exc)
+        log.info("%s: consumer positioned back at the failed batch %s; poll again to retry it",
+                 self.queue.name, {p: min(o) for p, o in by_part.items()})
 
     # ------------------------------------------------------------ settling raw records
     def _take(self, record: Any, what: str) -> tuple[int, int]:
@@ -230,39 +270,32 @@ class MarkerWriter:
             self.buffer.ack(p, off)
 
     def nack(self, record: Any, delay: float = 0.0) -> None:
-        """Buffer a NACK: the tracker redelivers ``record`` after ``delay`` seconds."""
+        """Buffer a NACK: the tracker redelivers ``record`` after ``delay`` seconds.
+        :class:`~kmq.errors.InvalidSettlement` (nothing recorded) for a delay the wire cannot carry."""
+        ms = settlement.delay_ms(delay)
         with self.lock:
             p, off = self._take(record, "nack")
             self._open[p].discard(off)
-            self.buffer.nack(p, off, _ms(delay))
+            self.buffer.nack(p, off, ms)
 
     def reject(self, record: Any, reason: str = "") -> None:
-        """Buffer a REJECT: the tracker dead-letters ``record`` with ``reason``."""
+        """Buffer a REJECT: the tracker dead-letters ``record`` with ``reason``.
+        :class:`~kmq.errors.InvalidSettlement` (nothing recorded) for a reason over 65,535 utf-8 bytes."""
+        text = settlement.reject_reason(reason)
         with self.lock:
             p, off = self._take(record, "reject")
             self._open[p].discard(off)
-            self.buffer.reject(p, off, str(reason))
+            self.buffer.reject(p, off, text)
 
     def renew(self, record: Any, lease: float | None = None) -> None:
-        """Buffer a RENEW: new deadline = now + ``lease`` (default: the queue's lease)."""
+        """Buffer a RENEW: new deadline = now + ``lease`` (default: the queue's lease).
+        :class:`~kmq.errors.InvalidSettlement` (nothing recorded) for a lease the wire cannot carry."""
+        ms = self.lease_ms if lease is None else settlement.lease_ms(lease)
         with self.lock:
             p, off = self._take(record, "renew")
-            self.buffer.renew(p, off, _ms(lease or self.queue.lease))
+            self.buffer.renew(p, off, ms)
 
     # ------------------------------------------------------------ flushing
-    def _send(self, partition: int, marker: Marker) -> Any:
-        fut = self._producer.send(self.queue.markers_topic, value=encode(marker), key=encode_key(partition), partition=partition)
-        fut.add_errback(self._write_failed, partition, marker)
-        return fut
-
-    def _write_failed(self, partition: int, marker: Marker, exc: BaseException) -> None:
-        self._failed_writes += 1
-        log.error(
-            "%s marker for %s[%d] (%d messages) was not written: %s; the tracker will redeliver these "
-            "messages when their leases end",
-            marker.TYPE.name, self.queue.name, partition, marker.offset_count(), exc,
-        )
-
     def flush_buffer(self) -> int:
         """Send everything buffered as coalesced markers (no wait). Returns records sent."""
         with self._flush_lock:
@@ -271,45 +304,66 @@ class MarkerWriter:
             if not drained:
                 return 0
             for p, marker in drained.markers:
-                self._send(p, marker)
+                self._sender.send(p, marker)
             self.markers_sent += len(drained.markers)
             for outcome, n in drained.counts.items():
                 self.metrics.messages.labels(self.queue.name, outcome).inc(n)
             return len(drained.markers)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send the buffered markers and wait until Kafka acknowledged them."""
+        """Send the buffered markers (and those waiting for a retry) and wait until Kafka
+        acknowledged them, at most ``timeout`` seconds (default ``kafka.connect_timeout`` + 5s).
+
+        Raises :class:`~kmq.errors.MarkerWriteError` (retriable) naming what is not written
+        yet; those markers stay queued and are retried within ``consumer.marker_retry_budget``."""
+        wait = self.start_timeout if timeout is None else timeout
         self.flush_buffer()
-        self._producer.flush(timeout=timeout if timeout is not None else self.start_timeout)
+        missing = self._sender.wait(wait)
+        if missing:
+            raise self._sender.describe_missing(missing, wait)
 
     def _flush_loop(self) -> None:
         interval = max(self.flush_interval, 0.001)
         while not self._stop.wait(interval):
             try:
+                self._sender.check_stall()
                 self.flush_buffer()
+                self.markers_sent += self._sender.resend_due()
             except Exception:  # keep flushing; the cause is logged
                 log.exception("flushing markers of %s failed; retrying in %ss", self.queue.name, interval)
 
     @property
     def failed_writes(self) -> int:
-        """Markers (END/NACK/REJECT/RENEW) that Kafka did not acknowledge."""
-        return self._failed_writes
+        """Markers (END/NACK/REJECT/RENEW) given up: not acknowledged by Kafka within the retry budget."""
+        return self._sender.failed_writes
+
+    @property
+    def retrying(self) -> int:
+        """Messages whose settlement marker failed and waits to be sent again."""
+        return self._sender.retrying
+
+    @property
+    def producer_replacements(self) -> int:
+        """How often a stuck Kafka producer was replaced (see :mod:`kmq.marker_sender`)."""
+        return self._sender.producer_replacements
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush the buffered markers, wait for them, stop the flusher and close the producer."""
+        """Flush the buffered markers and those waiting for a retry, wait for them (at most
+        ``timeout`` seconds, default ``kafka.connect_timeout`` + 5s), stop the flusher and
+        close the producer. What Kafka did not acknowledge by then is logged as one error
+        line (the tracker redelivers those messages when their leases end); close never
+        waits out the retry budget."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
         if self._flusher.is_alive() and threading.current_thread() is not self._flusher:
             self._flusher.join(5)
+        wait = self.start_timeout if timeout is None else timeout
         try:
-            self.flush(timeout)
-        except KafkaError as exc:
-            log.error("could not flush markers of %s on close (%s); the tracker will redeliver unflushed "
-                      "messages when their leases end", self.queue.name, exc)
+            self.flush_buffer()
         finally:
-            self._producer.close(timeout=timeout if timeout is not None else 5)
+            self._sender.close(wait)
 
     def __enter__(self) -> "MarkerWriter":
         return self
@@ -339,7 +393,7 @@ def marked(writer: MarkerWriter, reject_on: type[BaseException] | tuple[type[Bas
                 try:
                     if reject_on and isinstance(exc, reject_on):
                         log.warning("handler rejected %s (%s: %s); it goes to the DLQ", where, type(exc).__name__, exc)
-                        writer.reject(record, f"{type(exc).__name__}: {exc}")
+                        writer.reject(record, settlement.clip_reason(f"{type(exc).__name__}: {exc}"))
                     else:
                         delay = backoff.delay(delivery_count_of(record.headers))
                         log.warning("handler failed on %s (%s: %s); nacked, redelivery in %.3gs",
