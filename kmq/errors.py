@@ -12,7 +12,8 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── TopicError
     │   ├── TopicMissing          a queue, markers or DLQ topic does not exist
     │   ├── TopicMisaligned       markers topic has fewer partitions than the queue
-    │   └── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
+    │   ├── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
+    │   └── DeadLetterTopicUnavailable  DLQ topic missing or not writable      (retriable)
     ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
     ├── MessageAlreadySettled     second ack/nack/reject on one message
     └── DevBrokerError            the embedded broker could not start
@@ -32,6 +33,7 @@ __all__ = [
     "MarkerWriteError",
     "MessageAlreadySettled",
     "DevBrokerError",
+    "DeadLetterTopicUnavailable",
 ]
 
 
@@ -88,3 +90,9 @@ class MessageAlreadySettled(KmqError):
 
 class DevBrokerError(KmqError):
     pass
+
+
+class DeadLetterTopicUnavailable(TopicError):
+    """The DLQ topic is missing or this client may not see or write it; dead letters wait."""
+
+    retriable = True

@@ -235,6 +235,10 @@ class PartitionState:
             _, _, token, seg = heapq.heappop(heap)
             if token != seg.token or seg.taken:
                 continue
+            if limit is not None and seg.end - seg.first > limit - taken:
+                # The limit holds inside a segment too: a START of 4 billion offsets is handed
+                # out a slice at a time; the rest stays due (split pushes it back on the heap).
+                self._split_at(seg.first + (limit - taken))
             seg.taken = True
             taken += seg.end - seg.first
             out.append(DueItem((OffsetRange(seg.first, seg.end - seg.first),), seg.reason, seg.error, seg.count,
@@ -327,6 +331,17 @@ class PartitionState:
                 s.taken = False
                 s.failures += 1
                 self._reschedule(s, until_ms)
+
+    def open_from(self, offset: int) -> list[OffsetRange]:
+        """Open offsets at or above ``offset`` (e.g. past the end of the queue log), coalesced."""
+        out: list[OffsetRange] = []
+        for s in self._overlapping(offset, 1 << 64):
+            a = max(s.first, offset)
+            if out and out[-1].end == a:
+                out[-1] = OffsetRange(out[-1].first, out[-1].count + s.end - a)
+            else:
+                out.append(OffsetRange(a, s.end - a))
+        return out
 
     def release(self) -> None:
         """Un-take every handed-out segment (e.g. after an interrupted attempt)."""
