@@ -120,6 +120,34 @@ class LogReader:
             left.remove(off, 1)
         return ReadResult(found, list(left), log_end)
 
+    def high_waters(self, starts: dict[TopicPartition, int | None]) -> dict[TopicPartition, int]:
+        """High-water marks fetched now (from the given start offsets; None = log start).
+
+        The tracker's group consumer keeps a partition's old high-water mark when the
+        partition is revoked and assigned again to the same member, so its catch-up target
+        is taken here, from a fresh assignment, never from a mark seen before the rebalance.
+        Raises :class:`LogReadError` on timeout."""
+        if not starts:
+            return {}
+        c = self._consumer
+        tps = list(starts)
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            c.unsubscribe()
+            c.assign(tps)
+            for tp, off in starts.items():
+                if off is None:
+                    c.seek_to_beginning(tp)
+                else:
+                    c.seek(tp, off)
+            while any(c.highwater(tp) is None for tp in tps):
+                c.poll(timeout_ms=100, max_records=1)
+                if time.monotonic() > deadline:
+                    raise LogReadError(f"timed out reading the high-water marks of {len(tps)} markers partition(s)")
+            return {tp: c.highwater(tp) for tp in tps}
+        except KafkaError as exc:
+            raise LogReadError(f"reading high-water marks failed: {exc}") from exc
+
     def partition_count(self, topic: str) -> int:
         """Partitions of ``topic``; 0 when it does not exist or this client may not see it.
 

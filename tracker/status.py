@@ -65,7 +65,8 @@ def high_waters(cfg: Config, tps: list[TopicPartition], timeout_s: float = 10.0)
 
 def _replay(cfg: Config, q: QueueConfig, tps: list[TopicPartition], start: dict, now_ms: int,
             timeout_s: float) -> dict[int, tuple[PartitionState, int]]:
-    states = {tp.partition: (PartitionState(q.backoff.delay, q.max_deliveries), 0) for tp in tps}
+    states = {tp.partition: (PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000)), 0)
+              for tp in tps}
     c = make_consumer(cfg.kafka, enable_auto_commit=False, max_poll_records=5000, fetch_max_wait_ms=50)
     try:
         c.assign(tps)

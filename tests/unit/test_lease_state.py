@@ -266,3 +266,14 @@ def test_due_honours_its_limit_inside_one_huge_segment():
     st.close([(0, 10_000)])
     assert st.in_flight == 0xFFFFFFFF - 10_000 and st.segment_count == 1
     assert st.open_from(1 << 40) == [] and st.open_from(20_000)[0].first == 20_000
+
+
+def test_leases_and_nack_delays_are_cut_to_the_hold_bound():
+    from kmq.markers import Nack as _Nack, Renew as _Renew, Start as _Start
+
+    st = PartitionState(lambda n: 0.0, 5, max_hold_ms=1000)
+    st.apply(_Start([(0, 2)], lease_ms=0xFFFFFFFF), 0, 0)
+    assert st.next_due_ms() == 1000
+    st.apply(_Renew([(0, 1)], lease_ms=0xFFFFFFFF), 1, 500)
+    st.apply(_Nack([(1, 1)], delay_ms=0xFFFFFFFF), 2, 600)
+    assert sorted(r.first for i in st.due(1600) for r in i.ranges) == [0, 1]
