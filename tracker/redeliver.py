@@ -318,14 +318,14 @@ class Redeliverer:
             retry.append(s)
 
     def _send_copy(self, queue: QueueConfig, partition: int, rec, count: int):
-        headers = [(k, v) for k, v in producible_headers(rec.headers) if k not in _REPLACED and k != HEADER_ORIGIN]
+        headers = producible_headers([(k, v) for k, v in rec.headers or () if k not in _REPLACED and k != HEADER_ORIGIN])
         headers.append((HEADER_DELIVERY_COUNT, str(count + 1).encode()))
         headers.append((HEADER_ORIGIN, origin_of(rec.headers, queue.name, partition, rec.offset).encode()))
         return self._producer.send(queue.name, value=rec.value, key=rec.key, headers=headers, partition=partition)
 
     def _send_dlq(self, queue: QueueConfig, partition: int, rec, count: int, reason: str, error: str, now_ms: int):
         dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
-        headers = [(k, v) for k, v in producible_headers(rec.headers) if k not in _REPLACED and k != HEADER_ORIGIN]
+        headers = producible_headers([(k, v) for k, v in rec.headers or () if k not in _REPLACED and k != HEADER_ORIGIN])
         headers.append((HEADER_DELIVERY_COUNT, str(count).encode()))
         headers.append((HEADER_ORIGIN, origin_of(rec.headers, queue.name, partition, rec.offset).encode()))
         headers.append((HEADER_DLQ_REASON, reason.encode()))
