@@ -362,10 +362,9 @@ class Redeliverer:
             log.error("%s", why)
 
     def _write_closed(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
-        ranges = _u32_pieces(ranges)
         futures = []
-        for i in range(0, len(ranges), _MAX_RANGES):
-            value = encode(Closed(tuple(ranges[i:i + _MAX_RANGES]), outcome))
+        for group in _closed_groups(ranges):
+            value = encode(Closed(tuple(group), outcome))
             futures.append(self._producer.send(queue.markers_topic, value=value, key=encode_key(partition),
                                                partition=partition))
         self._producer.flush(timeout=self._send_timeout_s)
@@ -373,16 +372,21 @@ class Redeliverer:
             f.get(timeout=0)
 
 
-def _u32_pieces(ranges: list[OffsetRange]) -> list[OffsetRange]:
-    """Ranges cut so each count fits the wire format's u32 (coalesced STARTs can be longer)."""
-    out: list[OffsetRange] = []
+def _closed_groups(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
+    """Ranges of CLOSED markers that fit the wire format: counts within u32 (coalesced STARTs can be
+    longer), at most u16 ranges a marker, and no two adjacent pieces in one marker (they would merge)."""
+    groups: list[list[OffsetRange]] = [[]]
     for r in ranges:
         first, left = r.first, r.count
-        while left > MAX_U32:
-            out.append(OffsetRange(first, MAX_U32))
-            first, left = first + MAX_U32, left - MAX_U32
-        out.append(OffsetRange(first, left))
-    return out
+        while left:
+            n = min(left, MAX_U32)
+            cur = groups[-1]
+            if len(cur) >= _MAX_RANGES or (cur and cur[-1].end == first):
+                cur = []
+                groups.append(cur)
+            cur.append(OffsetRange(first, n))
+            first, left = first + n, left - n
+    return [g for g in groups if g]
 
 
 def coalesce_ranges(ranges) -> list[OffsetRange]:

@@ -230,3 +230,13 @@ def test_start_far_beyond_the_log_end_is_closed_as_missing_at_once():
     assert sum(i.offset_count for i in items) == 100  # the limit holds inside the huge segment
     rep = red.process(Q, 0, st, items)
     assert rep.redelivered == 2 and rep.missing == 0xFFFFFFFF and st.in_flight == 0
+
+
+def test_closed_markers_split_ranges_longer_than_u32_into_separate_markers():
+    from tracker.redeliver import _closed_groups
+
+    groups = _closed_groups([OffsetRange(0, 3 * 0xFFFFFFFF + 5), OffsetRange(1 << 40, 7)])
+    assert [len(g) for g in groups] == [1, 1, 1, 2]
+    for g in groups:
+        assert Closed(tuple(g), Outcome.MISSING).offset_count() == sum(r.count for r in g)
+    assert sum(r.count for g in groups for r in g) == 3 * 0xFFFFFFFF + 12
