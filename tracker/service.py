@@ -400,7 +400,12 @@ class Tracker:
                     self._check_resume(owned, cur)
                     owned.state.position = cur
                 elif owned.resume_from > owned.target:
-                    continue  # committed offset past the log end: wait for the reset, never "caught up" here
+                    # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
+                    # reset to the log start on its own; do it explicitly rather than rely on the broker.
+                    self._consumer.seek_to_beginning(owned.tp)
+                    start = self._consumer.position(owned.tp)
+                    self._check_resume(owned, start)
+                    owned.state.position = start
             pos = owned.state.position
             if pos is None:
                 pos = self._consumer.position(owned.tp)
