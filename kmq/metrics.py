@@ -103,6 +103,11 @@ class TrackerMetrics:
         self.fenced_commits = Counter(
             "kmq_tracker_fenced_commits_total", "Marker offset commits the group refused (stale membership)", registry=r,
         )
+        self.stale_views = Counter(
+            "kmq_tracker_stale_views_total",
+            "Times the tracker dropped its in-memory view (paused past the session timeout, or fenced) and re-read",
+            registry=r,
+        )
 
 
 class LagMetrics:

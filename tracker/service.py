@@ -289,6 +289,7 @@ class Tracker:
         whether it is still ours). Duplicates at most; never a loss: the commit never passes an open START."""
         if not self._owned:
             return
+        self.metrics.stale_views.inc()
         log.warning("%s: dropping the in-memory state of %d partition(s) and re-reading them from the committed "
                     "offsets before redelivering anything", why, len(self._owned))
         for owned in self._owned.values():
@@ -488,6 +489,8 @@ class Tracker:
                 # The awaitable form of consumer.commit(), usable on the IO thread.
                 await self._consumer._coordinator._commit_offsets_sync_async(offsets, 10_000)
             except Exception as exc:  # noqa: BLE001 - the previous commit stays; the new owner replays more
+                if isinstance(exc, CommitFailedError):
+                    self.metrics.fenced_commits.inc()
                 log.warning("commit before revoke failed (%s); the new owner replays from the previous commit", exc)
         m = self.metrics
         for tp in revoked:
