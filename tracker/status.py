@@ -36,6 +36,9 @@ class PartitionStatus:
     marker_lag: int | None  # markers high-water minus the tracker group's committed offset
     dlq_size: int | None  # records in DLQ partition p (None: the DLQ has fewer partitions)
     bad_markers: int
+    # Markers between the tracker's committed offset and the log start: deleted by retention before the
+    # tracker read them (docs/operations.md, markers lost to retention).
+    markers_lost: int = 0
 
 
 def _committed(cfg: Config, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
@@ -134,6 +137,7 @@ def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_g
             queue_lag=hws[qtp] - (wc if wc is not None else starts[qtp]),
             marker_lag=hws[mtp] - (tc if tc is not None else starts[mtp]),
             dlq_size=dlq, bad_markers=bad,
+            markers_lost=max(0, starts[mtp] - tc) if tc is not None else 0,
         ))
     return out
 

@@ -51,6 +51,10 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     bad = sum(r.bad_markers for r in rows)
     if bad:
         click.echo(f"{bad} undecodable marker record(s) skipped while replaying")
+    for r in rows:
+        if r.markers_lost:
+            click.echo(f"partition {r.partition}: {r.markers_lost} marker record(s) deleted by retention before the "
+                       f"tracker read them; see docs/operations.md (markers lost to retention)")
     if tracker_url:
         click.echo(f"tracker {tracker_url}:")
         for line in tracker_metrics(tracker_url, queue):

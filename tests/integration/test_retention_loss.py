@@ -68,6 +68,9 @@ def test_committed_offset_below_the_log_start_counts_the_lost_markers(bootstrap,
         admin.delete_records({TopicPartition(q.markers_topic, 0): 6})  # what retention does
     finally:
         admin.close()
+    from tracker.status import collect
+
+    assert [r.markers_lost for r in collect(cfg, q.name)] == [4]  # kmq status shows it with the tracker down
     with running_tracker(cfg) as t:
         port = t.http_port
         wait_until(lambda: metric(port, "kmq_tracker_markers_lost_total", queue=q.name) == 4, 15,
