@@ -135,8 +135,11 @@ class Redeliverer:
     """Turns due items of one markers partition into copies, dead letters and CLOSED markers."""
 
     def __init__(self, producer, reader: LogReader, metrics: TrackerMetrics,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 30.0) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 30.0,
+                 max_request_size: int = 1_048_576) -> None:
         self._producer = producer
+        # CLOSED markers must fit the producer's request size too: 12 bytes a range, plus headroom.
+        self._max_ranges = max(1, min(_MAX_RANGES, (max_request_size - 512) // 12))
         self._reader = reader
         self._metrics = metrics
         self._clock_ms = clock_ms
@@ -363,7 +366,7 @@ class Redeliverer:
 
     def _write_closed(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
         futures = []
-        for group in _closed_groups(ranges):
+        for group in _closed_groups(ranges, self._max_ranges):
             value = encode(Closed(tuple(group), outcome))
             futures.append(self._producer.send(queue.markers_topic, value=value, key=encode_key(partition),
                                                partition=partition))
@@ -372,7 +375,7 @@ class Redeliverer:
             f.get(timeout=0)
 
 
-def _closed_groups(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
+def _closed_groups(ranges: list[OffsetRange], max_ranges: int = _MAX_RANGES) -> list[list[OffsetRange]]:
     """Ranges of CLOSED markers that fit the wire format: counts within u32 (coalesced STARTs can be
     longer), at most u16 ranges a marker, and no two adjacent pieces in one marker (they would merge)."""
     groups: list[list[OffsetRange]] = [[]]
@@ -381,7 +384,7 @@ def _closed_groups(ranges: list[OffsetRange]) -> list[list[OffsetRange]]:
         while left:
             n = min(left, MAX_U32)
             cur = groups[-1]
-            if len(cur) >= _MAX_RANGES or (cur and cur[-1].end == first):
+            if len(cur) >= max_ranges or (cur and cur[-1].end == first):
                 cur = []
                 groups.append(cur)
             cur.append(OffsetRange(first, n))

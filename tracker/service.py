@@ -187,7 +187,8 @@ class Tracker:
         self.http_port = self._http.start()
         self._producer = make_producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
         self._reader = LogReader(kafka)
-        self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms)
+        self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
+                                        max_request_size=self.cfg.tracker.max_request_size)
         self._consumer = make_consumer(
             kafka, group_id=self.cfg.tracker.group_id, max_poll_records=5000,
             fetch_max_wait_ms=max(10, min(500, int(self.cfg.tracker.tick * 1000))),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from kmq.config import BackoffConfig, QueueConfig
-from kmq.markers import Closed, Outcome, Reject, Start, decode
+from kmq.markers import Closed, Outcome, Reject, Start, decode, encode
 from kmq.metrics import TrackerMetrics
 from kmq.ranges import OffsetRange
 from tracker.lease_state import PartitionState
@@ -240,3 +240,12 @@ def test_closed_markers_split_ranges_longer_than_u32_into_separate_markers():
     for g in groups:
         assert Closed(tuple(g), Outcome.MISSING).offset_count() == sum(r.count for r in g)
     assert sum(r.count for g in groups for r in g) == 3 * 0xFFFFFFFF + 12
+
+
+def test_closed_markers_fit_the_producer_request_size():
+    from tracker.redeliver import _closed_groups
+
+    ranges = [OffsetRange(i * 2, 1) for i in range(1000)]
+    groups = _closed_groups(ranges, max_ranges=(2048 - 512) // 12)
+    assert all(len(encode(Closed(tuple(g), Outcome.REDELIVERED))) <= 2048 - 512 + 16 for g in groups)
+    assert sum(len(g) for g in groups) == 1000
