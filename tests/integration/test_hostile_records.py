@@ -8,9 +8,11 @@ outcome with a reason, without holding back the ordinary records behind them.
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
+from kmq.cli import cli
 from kmq.markers import Closed, Outcome, Reject, Start, decode
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, TrackerProcess, http_status, metric
@@ -121,6 +123,13 @@ def test_a_missing_dlq_topic_holds_dead_letters_open_without_duplicating_the_cop
         assert metric(port, "kmq_tracker_failing_offsets", queue=q.name) == 1
         assert tracker.proc.poll() is None
         assert b"does not exist or this tracker may not see it" in tracker.log_path.read_bytes()
+        # Visible in `kmq status --tracker-url`, next to the per-partition view.
+        res = CliRunner().invoke(cli, ["status", q.name, "--bootstrap", bootstrap,
+                                       "--tracker-url", f"http://127.0.0.1:{port}"])
+        assert res.exit_code == 0, res.output
+        assert f"DLQ topic {q.dlq_topic} does not exist" in res.output
+        assert f'kmq_tracker_record_failures_total{{cause="dlq_missing",queue="{q.name}"}}' in res.output
+        assert f'kmq_tracker_failing_offsets{{partition="0",queue="{q.name}"}} 1.0' in res.output
         admin.create_topics([NewTopic(q.dlq_topic, 1, 1)])
         dead = Tail(bootstrap, q.dlq_topic)
         try:
