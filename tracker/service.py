@@ -6,10 +6,18 @@ markers partition the pure :class:`~tracker.lease_state.PartitionState` holds
 the open leases.
 
 * On assignment a partition resumes from its committed marker offset and is
-  *catching up* until its position reaches the high-water mark seen at
-  assignment (``consumer.highwater`` after the first fetch); only then are its
-  due messages redelivered, so a restart never redelivers something whose
-  END is still unread.
+  *catching up* until its position reaches a high-water mark fetched after the
+  assignment (by the log reader: the group consumer keeps an old mark for a
+  partition assigned again to the same member); only then are its due
+  messages redelivered, so a restart never redelivers something whose END is
+  still unread. Where reading actually resumed is checked against the
+  committed offset: markers deleted by retention are logged and counted
+  (:mod:`tracker.retention`).
+* A main loop that stalled past the session timeout (a paused process) drops
+  its view and re-reads from the committed offsets before acting; a commit
+  the group refuses does the same.
+* One partition's failure (even an unexpected one) never stops the service:
+  its offsets stay open and are retried with a capped backoff.
 * The committed marker offset is the smallest START marker offset that still
   has open offsets (else the position): a restart replays only what is open.
 * On revoke the partition's offset is committed and its state dropped.
