@@ -141,7 +141,7 @@ class LogReader:
                 else:
                     c.seek(tp, off)
             while any(c.highwater(tp) is None for tp in tps):
-                c.poll(timeout_ms=100, max_records=1)
+                c.poll(timeout_ms=20, max_records=1)
                 if time.monotonic() > deadline:
                     raise LogReadError(f"timed out reading the high-water marks of {len(tps)} markers partition(s)")
             return {tp: c.highwater(tp) for tp in tps}

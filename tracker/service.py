@@ -195,6 +195,9 @@ class Tracker:
         self.http_port = self._http.start()
         self._producer = make_producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
         self._reader = LogReader(kafka)
+        # Catch-up targets come from their own client, so a fetch of a markers partition never
+        # sits in front of the queue reads that redeliveries wait on.
+        self._hw_reader = LogReader(kafka)
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
                                         max_request_size=self.cfg.tracker.max_request_size)
         self._consumer = make_consumer(
@@ -214,7 +217,7 @@ class Tracker:
                 self._consumer.close()  # leaves the group: partitions move at once
         except Exception:  # noqa: BLE001 - shutting down; the last commit is replayed safely
             log.exception("error while leaving the tracker group; the next owner replays from the last commit")
-        for closer in ("_reader", "_producer"):
+        for closer in ("_reader", "_hw_reader", "_producer"):
             obj = getattr(self, closer, None)
             if obj is not None:
                 try:
@@ -396,7 +399,7 @@ class Tracker:
             # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
             # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
             try:
-                for tp, hw in self._reader.high_waters(fresh).items():
+                for tp, hw in self._hw_reader.high_waters(fresh).items():
                     self._owned[tp].target = hw
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
