@@ -55,6 +55,10 @@ _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Bounds that keep the tracker's arithmetic and the markers retention safe (issue 11).
+MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.topics.MARKERS_RETENTION_MS
+MAX_DELIVERIES = 1000
+_MAX_U32_MS_S = 0xFFFFFFFF / 1000  # durations written into markers as u32 milliseconds
 
 
 def parse_duration(value: Any, path: str = "") -> float:
@@ -215,7 +219,7 @@ def _check_readable(path: str, name: str | None) -> None:
 class BackoffConfig:
     initial: float = _f(1.0, "duration")
     max: float = _f(60.0, "duration")
-    multiplier: float = _f(2.0, "float", min=1.0)
+    multiplier: float = _f(2.0, "float", min=1.0, max=100.0)
 
     def delay(self, attempt: int) -> float:
         """Backoff before redelivery number ``attempt`` (1 = first redelivery)."""
@@ -228,8 +232,16 @@ class QueueConfig:
     markers_topic: str = _f("", "topic")
     dlq_topic: str = _f("", "topic")
     lease: float = _f(30.0, "duration", min=0.001)
-    max_deliveries: int = _f(5, "int", min=1)
+    max_deliveries: int = _f(5, "int", min=1, max=MAX_DELIVERIES)
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
+    # What `kmq topics create` sets (tansu and some managed services do not report topic configs, so it
+    # is configured, not read): lease, backoff, NACK delays and renewals are kept below half of it.
+    markers_retention: float = _f(MARKERS_RETENTION_S, "duration", min=3600.0)
+
+    @property
+    def max_hold(self) -> float:
+        """Longest time (s) the tracker holds an open START before acting: half the markers retention."""
+        return self.markers_retention / 2
 
     @classmethod
     def named(cls, name: str, **kw: Any) -> "QueueConfig":
@@ -265,6 +277,9 @@ class TrackerConfig:
     # gets its partitions back without a rebalance within session_timeout.
     # Empty: dynamic membership. The chart sets it from the pod name.
     instance_id: str | None = _f(None, "optstr")
+    # The tracker producer's max_request_size: a copy larger than this is dead-lettered if it fits, else
+    # closed as undeliverable (docs/protocol.md).
+    max_request_size: int = _f(1_048_576, "int", min=1024, max=1_073_741_824)
 
 
 @dataclass(frozen=True)
@@ -481,6 +496,8 @@ def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
         v = parse_duration(value, path)
         if "min" in f.metadata and v < f.metadata["min"]:
             raise ConfigError(path, f"expected at least {_duration_text(f.metadata['min'])}, got {value!r}")
+        if "max" in f.metadata and v > f.metadata["max"]:
+            raise ConfigError(path, f"expected at most {_duration_text(f.metadata['max'])}, got {value!r}")
         return v
     if kind in ("int", "float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "int" and not float(value).is_integer()):
@@ -550,6 +567,13 @@ def _build_queue(raw: Any, path: str) -> QueueConfig:
     q = _build(QueueConfig, filled, path, {"backoff": lambda v, p: _build(BackoffConfig, v, p)})
     if q.backoff.max < q.backoff.initial:
         raise ConfigError(f"{path}.backoff.max", f"must be at least backoff.initial ({_duration_text(q.backoff.initial)})")
+    hold = q.lease + q.backoff.max
+    if hold > q.max_hold or q.lease > _MAX_U32_MS_S:
+        raise ConfigError(f"{path}.lease", (
+            f"lease ({_duration_text(q.lease)}) plus backoff.max ({_duration_text(q.backoff.max)}) must stay below "
+            f"half of markers_retention ({_duration_text(q.markers_retention)}), or an open START can be deleted by "
+            f"retention before it is redelivered: shorten them or raise the markers topic's retention.ms and "
+            f"markers_retention together"))
     topics = {q.name, q.markers_topic, q.dlq_topic}
     if len(topics) != 3:
         raise ConfigError(path, "queue, markers_topic and dlq_topic must be three different topics")
@@ -570,6 +594,12 @@ def _build_config(raw: dict) -> Config:
         if q.name in seen:
             raise ConfigError(f"queues[{i}].name", f"queue {q.name!r} is configured twice (also queues[{seen[q.name]}])")
         seen[q.name] = i
+    consumer: ConsumerConfig = kwargs["consumer"]
+    hold = min([q.max_hold for q in queues] or [MARKERS_RETENTION_S / 2])
+    if consumer.max_lease > hold or consumer.max_lease > _MAX_U32_MS_S:
+        raise ConfigError("consumer.max_lease", (
+            f"{_duration_text(consumer.max_lease)} must stay below half of the markers retention "
+            f"({_duration_text(hold * 2)}): a lease renewed past it outlives its START marker"))
     kafka: KafkaConfig = kwargs["kafka"]
     if kafka.sasl_mechanism and not kafka.security_protocol.startswith("SASL"):
         raise ConfigError("kafka.sasl_mechanism", f"is set but kafka.security_protocol is {kafka.security_protocol}; use SASL_SSL or SASL_PLAINTEXT")

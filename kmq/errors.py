@@ -16,7 +16,8 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── TopicError
     │   ├── TopicMissing          a queue, markers or DLQ topic does not exist
     │   ├── TopicMisaligned       markers topic has fewer partitions than the queue
-    │   └── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
+    │   ├── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
+    │   └── DeadLetterTopicUnavailable  DLQ topic missing or not writable      (retriable)
     ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
     ├── MessageAlreadySettled     second ack/nack/reject on one message
     ├── InvalidSettlement         nack/renew/reject argument out of the wire's range (also a ValueError)
@@ -48,6 +49,7 @@ __all__ = [
     "DevBrokerError",
     "TraceError",
     "UiConfigError",
+    "DeadLetterTopicUnavailable",
 ]
 
 
@@ -138,6 +140,8 @@ class TraceError(KmqError):
 
 class UiConfigError(KmqError):
     """``kmq ui`` would start unsafely (bound beyond loopback without a token)."""
+
+
 class InvalidSettlement(KmqError, ValueError):
     """A settlement argument the marker wire cannot carry (NaN, negative, over the
     u32 ms range, a reason over 65,535 utf-8 bytes...). Raised before anything is
@@ -149,3 +153,9 @@ class UnsupportedConsumer(KmqError, TypeError):
     """A consumer :class:`~kmq.writer.MarkerWriter` cannot drive, e.g. an asyncio
     one (aiokafka) whose ``commit`` is a coroutine: the writer's blocking calls
     would never await it, so nothing would be committed. Also a :class:`TypeError`."""
+
+
+class DeadLetterTopicUnavailable(TopicError):
+    """The DLQ topic is missing or this client may not see or write it; dead letters wait."""
+
+    retriable = True

@@ -70,6 +70,7 @@ class Outcome(IntEnum):
     REDELIVERED = 1
     DEAD_LETTERED = 2
     MISSING = 3  # offsets no longer in the queue log
+    UNDELIVERABLE = 4  # neither the queue nor the DLQ took a copy (cause logged and counted)
 
 
 def _ranges_field(ranges: Iterable[tuple[int, int]]) -> tuple[OffsetRange, ...]:

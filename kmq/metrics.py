@@ -72,6 +72,50 @@ class TrackerMetrics:
         # Set by the service with set_function: evaluated at scrape time, like /readyz.
         self.ready = Gauge("kmq_tracker_ready", "1 when joined and caught up on every assigned partition (/readyz)",
                            registry=r)
+
+        # Hostile records and failure paths (issue 11): bounded, counted, visible.
+        self.record_failures = Counter(
+            "kmq_tracker_record_failures_total",
+            "Failed sends of one record's copy or dead letter, by cause (retried, dead-lettered or closed)",
+            ["queue", "cause"], registry=r,
+        )
+        self.undeliverable = Counter(
+            "kmq_tracker_undeliverable_total",
+            "Messages closed without any copy (CLOSED outcome 4): neither the queue nor the DLQ took them",
+            ["queue", "cause"], registry=r,
+        )
+        self.failing_offsets = Gauge(
+            "kmq_tracker_failing_offsets", "Open messages held back after failed redelivery attempts",
+            ["queue", "partition"], registry=r,
+        )
+        self.markers_lost = Counter(
+            "kmq_tracker_markers_lost_total",
+            "Marker records deleted by retention before the tracker read them (committed offset below the log start)",
+            ["queue"], registry=r,
+        )
+        self.marker_offset_resets = Counter(
+            "kmq_tracker_marker_offset_resets_total",
+            "Committed marker offsets not found in the markers log (below_log_start: retention; beyond_log_end)",
+            ["queue", "kind"], registry=r,
+        )
+        self.retention_used_ratio = Gauge(
+            "kmq_tracker_retention_used_ratio",
+            "Age of the oldest open START divided by the markers retention (1 = its marker is about to be deleted)",
+            ["queue", "partition"], registry=r,
+        )
+        self.stale_copies = Counter(
+            "kmq_tracker_stale_copies_total",
+            "Copies written by a tracker that was paused past its session timeout (possible duplicates)",
+            ["queue"], registry=r,
+        )
+        self.fenced_commits = Counter(
+            "kmq_tracker_fenced_commits_total", "Marker offset commits the group refused (stale membership)", registry=r,
+        )
+        self.stale_views = Counter(
+            "kmq_tracker_stale_views_total",
+            "Times the tracker dropped its in-memory view (paused past the session timeout, or fenced) and re-read",
+            registry=r,
+        )
         register_process_metrics(r)
 
 

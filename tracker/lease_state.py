@@ -143,8 +143,12 @@ class PartitionState:
     DLQ instead.
     """
 
-    def __init__(self, backoff: Callable[[int], float], max_deliveries: int, position: int | None = None) -> None:
+    def __init__(self, backoff: Callable[[int], float], max_deliveries: int, position: int | None = None,
+                 max_hold_ms: int | None = None) -> None:
         self._backoff = backoff
+        # Longest lease / NACK delay honoured (half the markers retention): a longer one written by a
+        # client is cut, so the message is redelivered early instead of outliving its START marker.
+        self.max_hold_ms = max_hold_ms
         self._backoff_cache: dict[int, int] = {}
         self.max_deliveries = max_deliveries
         self._firsts: list[int] = []
@@ -162,6 +166,11 @@ class PartitionState:
     def in_flight(self) -> int:
         """Open (started, not closed) offsets."""
         return self._open
+
+    @property
+    def failing(self) -> int:
+        """Open offsets held back after failed redelivery attempts."""
+        return sum(s.end - s.first for s in self._segs if s.failures)
 
     @property
     def segment_count(self) -> int:
@@ -235,6 +244,10 @@ class PartitionState:
             _, _, token, seg = heapq.heappop(heap)
             if token != seg.token or seg.taken:
                 continue
+            if limit is not None and seg.end - seg.first > limit - taken:
+                # The limit holds inside a segment too: a START of 4 billion offsets is handed
+                # out a slice at a time; the rest stays due (split pushes it back on the heap).
+                self._split_at(seg.first + (limit - taken))
             seg.taken = True
             taken += seg.end - seg.first
             out.append(DueItem((OffsetRange(seg.first, seg.end - seg.first),), seg.reason, seg.error, seg.count,
@@ -269,7 +282,7 @@ class PartitionState:
             return MarkerEffect(closed=closed, late=late) if closed or late else _NO_EFFECT
         if isinstance(marker, Renew):
             late = 0
-            deadline = ts_ms + marker.lease_ms
+            deadline = ts_ms + self._hold(marker.lease_ms)
             for r in marker.ranges:
                 touched = 0
                 for s in self._pieces(r.first, r.end):
@@ -284,7 +297,7 @@ class PartitionState:
             for r in marker.ranges:
                 for s in self._pieces(r.first, r.end):
                     s.reason = Reason.NACK
-                    self._reschedule(s, ts_ms + marker.delay_ms)
+                    self._reschedule(s, ts_ms + self._hold(marker.delay_ms))
             return _NO_EFFECT
         if isinstance(marker, Reject):
             for r in marker.ranges:
@@ -328,6 +341,17 @@ class PartitionState:
                 s.failures += 1
                 self._reschedule(s, until_ms)
 
+    def open_from(self, offset: int) -> list[OffsetRange]:
+        """Open offsets at or above ``offset`` (e.g. past the end of the queue log), coalesced."""
+        out: list[OffsetRange] = []
+        for s in self._overlapping(offset, 1 << 64):
+            a = max(s.first, offset)
+            if out and out[-1].end == a:
+                out[-1] = OffsetRange(out[-1].first, out[-1].count + s.end - a)
+            else:
+                out.append(OffsetRange(a, s.end - a))
+        return out
+
     def release(self) -> None:
         """Un-take every handed-out segment (e.g. after an interrupted attempt)."""
         for s in self._segs:
@@ -336,6 +360,9 @@ class PartitionState:
                 self._reschedule(s, s.due_ms)
 
     # ------------------------------------------------------------ internals
+    def _hold(self, ms: int) -> int:
+        return ms if self.max_hold_ms is None else min(ms, self.max_hold_ms)
+
     def _backoff_ms(self, count: int) -> int:
         ms = self._backoff_cache.get(count)
         if ms is None:
@@ -359,7 +386,7 @@ class PartitionState:
             self._push(seg)
 
     def _start(self, m: Start, moff: int, ts: int) -> MarkerEffect:
-        deadline = ts + m.lease_ms
+        deadline = ts + self._hold(m.lease_ms)
         due = deadline + self._backoff_ms(1)
         opened = 0
         for r in m.ranges:

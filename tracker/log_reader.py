@@ -19,7 +19,7 @@ from kafka.errors import KafkaError
 from kmq.clients import consumer as make_consumer
 from kmq.config import KafkaConfig
 from kmq.errors import KmqError
-from kmq.ranges import OffsetRange, RangeSet, coalesce
+from kmq.ranges import OffsetRange, RangeSet
 
 __all__ = ["LogReader", "ReadResult", "LogReadError"]
 
@@ -38,11 +38,15 @@ class LogReadError(KmqError):
 class ReadResult:
     """Records found, by offset, and the requested offsets that are not in the log."""
 
-    __slots__ = ("records", "missing")
+    __slots__ = ("records", "missing", "log_end")
 
-    def __init__(self, records: dict[int, ConsumerRecord], missing: list[OffsetRange]) -> None:
+    def __init__(self, records: dict[int, ConsumerRecord], missing: list[OffsetRange],
+                 log_end: int | None = None) -> None:
         self.records = records
         self.missing = missing
+        # The high-water mark when the read ran into the end of the log: no offset at or
+        # above it exists (a START far beyond it is closed as missing, not retried forever).
+        self.log_end = log_end
 
 
 class LogReader:
@@ -70,6 +74,7 @@ class LogReader:
         deadline = time.monotonic() + self._timeout_s
         known = -1  # every wanted offset below this is decided (found or absent)
         pos: int | None = None  # the reader's position
+        log_end: int | None = None
         i = 0
         try:
             # A fresh assignment forgets the high-water mark of an earlier read, so
@@ -82,6 +87,10 @@ class LogReader:
                     i += 1
                     continue
                 target = max(r.first, known)
+                hw = c.highwater(tp)  # from a fetch of this assignment (fresh, see above)
+                if hw is not None and target >= hw:
+                    log_end = hw  # nothing from here on exists: do not seek past the end and reset
+                    break
                 if pos is None or target < pos or target - pos > _SEEK_GAP:
                     c.seek(tp, target)
                     pos = target
@@ -95,6 +104,7 @@ class LogReader:
                 cur = c.position(tp)
                 hw = c.highwater(tp)
                 if cur is not None and hw is not None and cur >= hw:
+                    log_end = hw
                     break  # end of the log: nothing from here on exists
                 if cur is not None and cur > pos:
                     # Reset to the log start: offsets below it were deleted by retention.
@@ -104,5 +114,46 @@ class LogReader:
                     raise LogReadError(f"timed out reading {topic}[{partition}] at offset {pos}")
         except KafkaError as exc:
             raise LogReadError(f"reading {topic}[{partition}] failed: {exc}") from exc
-        missing = [o for rr in todo for o in rr.offsets() if o not in found]
-        return ReadResult(found, coalesce(missing))
+        # Range arithmetic, never a walk over every wanted offset (a range may hold billions).
+        left = RangeSet(todo)
+        for off in found:
+            left.remove(off, 1)
+        return ReadResult(found, list(left), log_end)
+
+    def high_waters(self, starts: dict[TopicPartition, int | None]) -> dict[TopicPartition, int]:
+        """High-water marks fetched now (from the given start offsets; None = log start).
+
+        The tracker's group consumer keeps a partition's old high-water mark when the
+        partition is revoked and assigned again to the same member, so its catch-up target
+        is taken here, from a fresh assignment, never from a mark seen before the rebalance.
+        Raises :class:`LogReadError` on timeout."""
+        if not starts:
+            return {}
+        c = self._consumer
+        tps = list(starts)
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            c.unsubscribe()
+            c.assign(tps)
+            for tp, off in starts.items():
+                if off is None:
+                    c.seek_to_beginning(tp)
+                else:
+                    c.seek(tp, off)
+            while any(c.highwater(tp) is None for tp in tps):
+                c.poll(timeout_ms=20, max_records=1)
+                if time.monotonic() > deadline:
+                    raise LogReadError(f"timed out reading the high-water marks of {len(tps)} markers partition(s)")
+            return {tp: c.highwater(tp) for tp in tps}
+        except KafkaError as exc:
+            raise LogReadError(f"reading high-water marks failed: {exc}") from exc
+
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic``; 0 when it does not exist or this client may not see it.
+
+        One metadata request, never a wait for the topic to appear (a producer's
+        metadata wait would block the tracker for ``max_block_ms``)."""
+        try:
+            return len(self._consumer.partitions_for_topic(topic) or ())
+        except KafkaError as exc:
+            raise LogReadError(f"metadata of {topic} could not be read: {exc}") from exc

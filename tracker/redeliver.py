@@ -4,16 +4,21 @@ For the due items of one partition (handed out by
 :meth:`tracker.lease_state.PartitionState.due`):
 
 1. read the original records from the queue log, verifying every offset
-   (:mod:`tracker.log_reader`); offsets no longer in the log are closed with
-   ``Outcome.MISSING``;
+   (:mod:`tracker.log_reader`); offsets no longer in the log, or at or past
+   its end, are closed with ``Outcome.MISSING``;
 2. per record, ask the pure state what to do (delivery count from the
    ``kmq-delivery-count`` header): redeliver to the same queue partition,
    dead-letter to the DLQ (partition = original partition mod DLQ
    partitions), or wait (backoff);
 3. once Kafka acknowledged the copies, write one CLOSED marker per outcome
    (coalesced ranges) to the markers partition and close the offsets in the
-   state. A failure leaves the offsets open and schedules a retry with a
-   capped backoff: never dropped, never blocking the other partitions.
+   state.
+
+Failures are per record (:mod:`tracker.copies` decides): a record whose copy
+cannot be made is dead-lettered, one the DLQ refuses too is closed as
+undeliverable; a transient failure leaves only that record's offsets open
+with a capped backoff. One record never stops the service, never blocks the
+records behind it, and what was already copied is closed, not copied again.
 """
 
 from __future__ import annotations
@@ -24,9 +29,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kafka.errors import KafkaError
+from kafka.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 
 from kmq.config import QueueConfig
+from kmq.errors import DeadLetterTopicUnavailable
 from kmq.message import (
     HEADER_DELIVERY_COUNT,
     HEADER_DLQ_ERROR,
@@ -36,9 +50,10 @@ from kmq.message import (
     delivery_count_of,
     origin_of,
 )
-from kmq.markers import Closed, Outcome, encode, encode_key
+from kmq.markers import MAX_U32, Closed, Outcome, encode, encode_key
 from kmq.metrics import TrackerMetrics
-from kmq.ranges import OffsetRange, coalesce
+from kmq.ranges import OffsetRange, RangeSet, coalesce
+from tracker.copies import REASON_UNDELIVERABLE, Fallback, Step, copy_problem, fallback, producible_headers
 from tracker.lease_state import Action, DueItem, PartitionState
 from tracker.log_reader import LogReader, LogReadError
 
@@ -61,11 +76,30 @@ _REPLACED = {HEADER_DELIVERY_COUNT, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_
 
 # Most ranges one CLOSED marker may carry (u16 in the wire format).
 _MAX_RANGES = 0xFFFF
+# A missing or forbidden DLQ topic is looked up again at most this often (no lookup storm, no blocking).
+_DLQ_RECHECK_S = 10.0
+# Errors that fail again for the same record however often it is retried.
+_PERMANENT = (TypeError, ValueError, AssertionError, MessageSizeTooLargeError, RecordListTooLargeError,
+              InvalidRecordError, CorruptRecordError)
 
 
 def retry_delay_s(failures: int, initial: float = 0.5, cap: float = 30.0) -> float:
     """Delay before retrying a failed redelivery (exponential, capped)."""
-    return min(cap, initial * 2 ** max(0, failures))
+    return min(cap, initial * 2 ** min(max(0, failures), 32))
+
+
+def failure_cause(step: Step, exc: BaseException) -> str:
+    """Short metric label for a failed send (``kmq_tracker_record_failures_total{cause}``)."""
+    if isinstance(exc, (MessageSizeTooLargeError, RecordListTooLargeError)):
+        return "too_large"
+    if isinstance(exc, DeadLetterTopicUnavailable) or (
+            step is Step.DEAD_LETTER and isinstance(exc, UnknownTopicOrPartitionError)):
+        return "dlq_missing"
+    if isinstance(exc, TopicAuthorizationFailedError):
+        return "dlq_forbidden" if step is Step.DEAD_LETTER else "forbidden"
+    if isinstance(exc, _PERMANENT):
+        return "invalid_record"
+    return "send_failed"
 
 
 @dataclass
@@ -75,22 +109,43 @@ class RedeliveryReport:
     redelivered: int = 0
     dead_lettered: int = 0
     missing: int = 0
+    undeliverable: int = 0
     deferred: int = 0
     failed: int = 0
     reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    causes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+@dataclass
+class _Send:
+    """One record on its way to the queue or the DLQ."""
+
+    offset: int
+    rec: object
+    count: int
+    item: DueItem
+    step: Step
+    reason: str  # redelivery reason or kmq-dlq-reason
+    error: str  # kmq-dlq-error text
+    future: object = None
+    failure: BaseException | None = None
 
 
 class Redeliverer:
     """Turns due items of one markers partition into copies, dead letters and CLOSED markers."""
 
     def __init__(self, producer, reader: LogReader, metrics: TrackerMetrics,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 30.0) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 30.0,
+                 max_request_size: int = 1_048_576) -> None:
         self._producer = producer
+        # CLOSED markers must fit the producer's request size too: 12 bytes a range, plus headroom.
+        self._max_ranges = max(1, min(_MAX_RANGES, (max_request_size - 512) // 12))
         self._reader = reader
         self._metrics = metrics
         self._clock_ms = clock_ms
         self._send_timeout_s = send_timeout_s
         self._dlq_partitions: dict[str, int] = {}
+        self._dlq_down: dict[str, tuple[float, str]] = {}  # topic -> (recheck at, monotonic; why)
 
     def process(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem]) -> RedeliveryReport:
         """Handle ``items`` completely: every offset ends closed, deferred or scheduled for retry."""
@@ -100,7 +155,7 @@ class Redeliverer:
         try:
             self._process(queue, partition, state, items, report)
         except (KafkaError, LogReadError, OSError) as exc:
-            # Everything not yet closed goes back with a capped backoff.
+            # Reading the log or writing CLOSED failed: everything not yet closed goes back with a capped backoff.
             worst = max(i.failures for i in items)
             delay = retry_delay_s(worst)
             left = state.open_within(r for i in items for r in i.ranges)
@@ -119,18 +174,26 @@ class Redeliverer:
                  report: RedeliveryReport) -> None:
         ranges = coalesce_ranges(r for i in items for r in i.ranges)
         result = self._reader.read(queue.name, partition, ranges)
-        if result.missing:
-            n = sum(r.count for r in result.missing)
-            self._write_closed(queue, partition, result.missing, Outcome.MISSING)
-            state.close(result.missing)
-            report.missing += n
-            self._metrics.missing_offsets.labels(queue.name).inc(n)
-            log.warning(
-                "%d offset(s) of %s[%d] are no longer in the queue log (retention?) and were closed as missing: %s",
-                n, queue.name, partition, _show(result.missing),
-            )
+        missing = RangeSet(result.missing)
+        if result.log_end is not None:
+            # Offsets at or past the end of the queue log were never written: close all of them at
+            # once, also the parts of a huge START that due() has not handed out yet.
+            for r in state.open_from(result.log_end):
+                missing.add(r.first, r.count)
+        if missing:
+            gone = state.open_within(missing)
+            n = sum(r.count for r in gone)
+            if n:
+                self._write_closed(queue, partition, gone, Outcome.MISSING)
+                state.close(gone)
+                report.missing += n
+                self._metrics.missing_offsets.labels(queue.name).inc(n)
+                log.warning(
+                    "%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) and "
+                    "were closed as missing: %s", n, queue.name, partition, _show(gone),
+                )
         now = self._clock_ms()
-        sends = []  # (offset, outcome, reason, due_ms, future)
+        sends: list[_Send] = []
         deferred: dict[tuple[int, int], list[int]] = defaultdict(list)
         for item in items:
             for r in item.ranges:
@@ -143,37 +206,36 @@ class Redeliverer:
                     if plan.action is Action.WAIT:
                         deferred[(plan.until_ms, count)].append(off)
                         continue
-                    if plan.action is Action.REDELIVER:
-                        fut = self._send_copy(queue, partition, rec, count)
-                        sends.append((off, Outcome.REDELIVERED, item.reason.value, item.due_ms, fut))
+                    problem = copy_problem(rec.key, rec.value)
+                    if plan.action is Action.REDELIVER and problem is None:
+                        sends.append(_Send(off, rec, count, item, Step.COPY, item.reason.value, ""))
+                    elif plan.action is Action.REDELIVER:
+                        sends.append(_Send(off, rec, count, item, Step.DEAD_LETTER, REASON_UNDELIVERABLE, problem))
                     else:
-                        fut = self._send_dlq(queue, partition, rec, count, plan.dlq_reason or "timeout", item.error, now)
-                        sends.append((off, Outcome.DEAD_LETTERED, plan.dlq_reason or "timeout", item.due_ms, fut))
+                        sends.append(_Send(off, rec, count, item, Step.DEAD_LETTER, plan.dlq_reason or "timeout",
+                                           item.error))
         for (until, count), offs in deferred.items():
             state.defer(coalesce(offs), until, count)
             report.deferred += len(offs)
         if not sends:
             return
-        self._producer.flush(timeout=self._send_timeout_s)
+        self._send_all(queue, partition, sends, now)
         done: dict[Outcome, list[int]] = defaultdict(list)
-        failed: list[int] = []
-        first_error: BaseException | None = None
-        for off, outcome, reason, due_ms, fut in sends:
-            try:
-                fut.get(timeout=0)
-            except Exception as exc:  # noqa: BLE001 - any send failure means: retry later
-                failed.append(off)
-                first_error = first_error or exc
-                continue
-            done[outcome].append(off)
-            if outcome is Outcome.REDELIVERED:
-                self._metrics.redelivered.labels(queue.name, reason).inc()
-                report.redelivered += 1
+        retry: list[_Send] = []
+        second: list[_Send] = []
+        for s in sends:
+            if s.failure is None:
+                self._count_done(queue, s, now, report, done)
             else:
-                self._metrics.dead_lettered.labels(queue.name, reason).inc()
-                report.dead_lettered += 1
-            report.reasons[reason] += 1
-            self._metrics.redelivery_delay_seconds.observe(max(0.0, (now - due_ms) / 1000.0))
+                self._count_failure(queue, partition, s, report, done, retry, second)
+        if second:
+            # Copies refused for good: dead-letter these records instead (same step, same rules).
+            self._send_all(queue, partition, second, now)
+            for s in second:
+                if s.failure is None:
+                    self._count_done(queue, s, now, report, done)
+                else:
+                    self._count_failure(queue, partition, s, report, done, retry, [])
         # The copies are acknowledged: write CLOSED so a restarted tracker does not repeat them.
         for outcome, offs in done.items():
             closed = coalesce(offs)
@@ -184,50 +246,150 @@ class Redeliverer:
                 # Not lost: the copies exist. A restart before the next commit may redeliver once more.
                 log.warning("CLOSED marker for %s[%d] not written (%s); a tracker restart may redeliver %d "
                             "message(s) once more", queue.name, partition, exc, len(offs))
-        if failed:
-            worst = max(i.failures for i in items)
+        if retry:
+            worst = max(s.item.failures for s in retry)
             delay = retry_delay_s(worst)
-            state.retry(coalesce(failed), self._clock_ms() + int(delay * 1000))
-            report.failed += len(failed)
-            self._metrics.redelivery_failures.labels(queue.name).inc(len(failed))
-            log.warning("%d redelivery send(s) for %s[%d] failed (%s); they stay open and are retried in %.1fs",
-                        len(failed), queue.name, partition, first_error, delay)
+            state.retry(coalesce(s.offset for s in retry), self._clock_ms() + int(delay * 1000))
+            report.failed += len(retry)
+            self._metrics.redelivery_failures.labels(queue.name).inc(len(retry))
+            first = retry[0]
+            log.warning("%d redelivery send(s) for %s[%d] failed (first: offset %d, %s: %s); they stay open and are "
+                        "retried in %.1fs", len(retry), queue.name, partition, first.offset,
+                        type(first.failure).__name__, first.failure, delay)
+
+    def _send_all(self, queue: QueueConfig, partition: int, sends: list[_Send], now: int) -> None:
+        """Start every send, flush once, then record each one's own result in ``failure``."""
+        for s in sends:
+            try:
+                if s.step is Step.COPY:
+                    s.future = self._send_copy(queue, partition, s.rec, s.count)
+                else:
+                    s.future = self._send_dlq(queue, partition, s.rec, s.count, s.reason, s.error, now)
+            except Exception as exc:  # noqa: BLE001 - refused before it left: this record only
+                s.failure = exc
+        if any(s.future is not None for s in sends):
+            try:
+                self._producer.flush(timeout=self._send_timeout_s)
+            except KafkaError as exc:
+                # Unfinished sends fail below, each on its own; finished ones still count.
+                log.warning("flushing redeliveries of %s[%d] timed out (%s)", queue.name, partition, exc)
+        for s in sends:
+            if s.future is None:
+                continue
+            try:
+                s.future.get(timeout=0)
+            except Exception as exc:  # noqa: BLE001 - any send failure: decided per record below
+                s.failure = exc
+
+    def _count_done(self, queue: QueueConfig, s: _Send, now: int, report: RedeliveryReport,
+                    done: dict[Outcome, list[int]]) -> None:
+        if s.step is Step.COPY:
+            done[Outcome.REDELIVERED].append(s.offset)
+            self._metrics.redelivered.labels(queue.name, s.reason).inc()
+            report.redelivered += 1
+        else:
+            done[Outcome.DEAD_LETTERED].append(s.offset)
+            self._metrics.dead_lettered.labels(queue.name, s.reason).inc()
+            report.dead_lettered += 1
+            if s.reason == REASON_UNDELIVERABLE:
+                log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error)
+        report.reasons[s.reason] += 1
+        self._metrics.redelivery_delay_seconds.observe(max(0.0, (now - s.item.due_ms) / 1000.0))
+
+    def _count_failure(self, queue: QueueConfig, partition: int, s: _Send, report: RedeliveryReport,
+                       done: dict[Outcome, list[int]], retry: list[_Send], second: list[_Send]) -> None:
+        exc = s.failure
+        assert exc is not None
+        cause = failure_cause(s.step, exc)
+        self._metrics.record_failures.labels(queue.name, cause).inc()
+        report.causes[cause] += 1
+        if isinstance(exc, (TopicAuthorizationFailedError, UnknownTopicOrPartitionError)) and s.step is Step.DEAD_LETTER:
+            self._dlq_unavailable(queue.dlq_topic, f"{type(exc).__name__}: {exc}")
+        move = fallback(s.step, isinstance(exc, _PERMANENT))
+        text = f"{type(exc).__name__}: {exc}"
+        if move is Fallback.DEAD_LETTER:
+            second.append(_Send(s.offset, s.rec, s.count, s.item, Step.DEAD_LETTER, REASON_UNDELIVERABLE,
+                                f"copy to the queue refused: {text}"[:2000]))
+        elif move is Fallback.UNDELIVERABLE:
+            done[Outcome.UNDELIVERABLE].append(s.offset)
+            report.undeliverable += 1
+            self._metrics.undeliverable.labels(queue.name, cause).inc()
+            log.error("%s[%d] offset %d is undeliverable: neither the queue nor the DLQ %s accepts it (%s); closed "
+                      "with outcome 4, it will not be redelivered. Read it from the queue log at that offset if it "
+                      "still matters", queue.name, partition, s.offset, queue.dlq_topic, text)
+        else:
+            retry.append(s)
 
     def _send_copy(self, queue: QueueConfig, partition: int, rec, count: int):
-        headers = [(k, v) for k, v in (rec.headers or ()) if k not in _REPLACED and k != HEADER_ORIGIN]
+        headers = producible_headers([(k, v) for k, v in rec.headers or () if k not in _REPLACED and k != HEADER_ORIGIN])
         headers.append((HEADER_DELIVERY_COUNT, str(count + 1).encode()))
         headers.append((HEADER_ORIGIN, origin_of(rec.headers, queue.name, partition, rec.offset).encode()))
         return self._producer.send(queue.name, value=rec.value, key=rec.key, headers=headers, partition=partition)
 
     def _send_dlq(self, queue: QueueConfig, partition: int, rec, count: int, reason: str, error: str, now_ms: int):
-        headers = [(k, v) for k, v in (rec.headers or ()) if k not in _REPLACED and k != HEADER_ORIGIN]
+        dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
+        headers = producible_headers([(k, v) for k, v in rec.headers or () if k not in _REPLACED and k != HEADER_ORIGIN])
         headers.append((HEADER_DELIVERY_COUNT, str(count).encode()))
         headers.append((HEADER_ORIGIN, origin_of(rec.headers, queue.name, partition, rec.offset).encode()))
         headers.append((HEADER_DLQ_REASON, reason.encode()))
         if error:
-            headers.append((HEADER_DLQ_ERROR, error.encode("utf-8")))
+            headers.append((HEADER_DLQ_ERROR, error.encode("utf-8", "replace")))
         headers.append((HEADER_DLQ_TS, str(now_ms).encode()))
-        dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
-        return self._producer.send(queue.dlq_topic, value=rec.value, key=rec.key, headers=headers, partition=dlq_p)
+        value = rec.value
+        if rec.key is None and value is None:
+            value = b""  # a tombstone: kafka-python cannot produce one (see tracker.copies)
+        return self._producer.send(queue.dlq_topic, value=value, key=rec.key, headers=headers, partition=dlq_p)
 
     def _dlq_partition_count(self, topic: str) -> int:
         n = self._dlq_partitions.get(topic)
-        if n is None:
-            parts = self._producer.partitions_for(topic)
-            if not parts:
-                raise LogReadError(f"DLQ topic {topic!r} has no partitions (missing? run `kmq topics create`)")
-            n = self._dlq_partitions[topic] = len(parts)
+        if n is not None:
+            return n
+        down = self._dlq_down.get(topic)
+        if down is not None and time.monotonic() < down[0]:
+            raise DeadLetterTopicUnavailable(down[1])
+        n = self._reader.partition_count(topic)
+        if not n:
+            why = (f"DLQ topic {topic!r} does not exist or this tracker may not see it: dead letters wait (offsets "
+                   f"stay open) until `kmq topics create` makes it or an ACL grants Describe and Write")
+            self._dlq_unavailable(topic, why)
+            raise DeadLetterTopicUnavailable(why)
+        self._dlq_down.pop(topic, None)
+        self._dlq_partitions[topic] = n
         return n
+
+    def _dlq_unavailable(self, topic: str, why: str) -> None:
+        first = topic not in self._dlq_down
+        self._dlq_down[topic] = (time.monotonic() + _DLQ_RECHECK_S, why)
+        self._dlq_partitions.pop(topic, None)
+        if first:
+            log.error("%s", why)
 
     def _write_closed(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
         futures = []
-        for i in range(0, len(ranges), _MAX_RANGES):
-            value = encode(Closed(tuple(ranges[i:i + _MAX_RANGES]), outcome))
+        for group in _closed_groups(ranges, self._max_ranges):
+            value = encode(Closed(tuple(group), outcome))
             futures.append(self._producer.send(queue.markers_topic, value=value, key=encode_key(partition),
                                                partition=partition))
         self._producer.flush(timeout=self._send_timeout_s)
         for f in futures:
             f.get(timeout=0)
+
+
+def _closed_groups(ranges: list[OffsetRange], max_ranges: int = _MAX_RANGES) -> list[list[OffsetRange]]:
+    """Ranges of CLOSED markers that fit the wire format: counts within u32 (coalesced STARTs can be
+    longer), at most u16 ranges a marker, and no two adjacent pieces in one marker (they would merge)."""
+    groups: list[list[OffsetRange]] = [[]]
+    for r in ranges:
+        first, left = r.first, r.count
+        while left:
+            n = min(left, MAX_U32)
+            cur = groups[-1]
+            if len(cur) >= max_ranges or (cur and cur[-1].end == first):
+                cur = []
+                groups.append(cur)
+            cur.append(OffsetRange(first, n))
+            first, left = first + n, left - n
+    return [g for g in groups if g]
 
 
 def coalesce_ranges(ranges) -> list[OffsetRange]:

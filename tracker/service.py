@@ -6,10 +6,18 @@ markers partition the pure :class:`~tracker.lease_state.PartitionState` holds
 the open leases.
 
 * On assignment a partition resumes from its committed marker offset and is
-  *catching up* until its position reaches the high-water mark seen at
-  assignment (``consumer.highwater`` after the first fetch); only then are its
-  due messages redelivered, so a restart never redelivers something whose
-  END is still unread.
+  *catching up* until its position reaches a high-water mark fetched after the
+  assignment (by the log reader: the group consumer keeps an old mark for a
+  partition assigned again to the same member); only then are its due
+  messages redelivered, so a restart never redelivers something whose END is
+  still unread. Where reading actually resumed is checked against the
+  committed offset: markers deleted by retention are logged and counted
+  (:mod:`tracker.retention`).
+* A main loop that stalled past the session timeout (a paused process) drops
+  its view and re-reads from the committed offsets before acting; a commit
+  the group refuses does the same.
+* One partition's failure (even an unexpected one) never stops the service:
+  its offsets stay open and are retried with a capped backoff.
 * The committed marker offset is the smallest START marker offset that still
   has open offsets (else the position): a restart replays only what is open.
 * On revoke the partition's offset is committed and its state dropped.
@@ -42,8 +50,9 @@ from kmq.metrics import TrackerMetrics
 from kmq.topics import require_aligned
 from tracker.http import HealthServer
 from tracker.lease_state import PartitionState
-from tracker.log_reader import LogReader
-from tracker.redeliver import Redeliverer
+from tracker.log_reader import LogReader, LogReadError
+from tracker.redeliver import Redeliverer, RedeliveryReport, retry_delay_s
+from tracker.retention import BELOW_LOG_START, resume_gap, retention_used
 
 __all__ = ["Tracker"]
 
@@ -67,6 +76,8 @@ class _Owned:
     committed: int | None = None
     bad_logged: bool = False
     positioned: bool = False  # sought to the committed offset after assignment
+    resume_from: int | None = None  # committed offset sought to; checked against the first record read
+    retention_warned: bool = False
 
 
 class _Listener(AsyncConsumerRebalanceListener):
@@ -112,6 +123,7 @@ class Tracker:
         # older than tracker.liveness_timeout. Starts at setup so a hung join counts too.
         self._last_step_mono = time.monotonic()
         self._stall_logged = False
+        self._step_end: float | None = None  # monotonic end of the last step (pause detection)
 
     # ------------------------------------------------------------ lifecycle
     def run(self) -> None:
@@ -203,9 +215,13 @@ class Tracker:
                                   liveness=self.alive)
         self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
         self.http_port = self._http.start()
-        self._producer = make_producer(kafka)
+        self._producer = make_producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
         self._reader = LogReader(kafka)
-        self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms)
+        # Catch-up targets come from their own client, so a fetch of a markers partition never
+        # sits in front of the queue reads that redeliveries wait on.
+        self._hw_reader = LogReader(kafka)
+        self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
+                                        max_request_size=self.cfg.tracker.max_request_size)
         membership = {}
         if self.cfg.tracker.instance_id:
             # Static membership: a restart within kafka.session_timeout gets the same
@@ -229,7 +245,7 @@ class Tracker:
                 self._consumer.close()  # leaves the group: partitions move at once
         except Exception:  # noqa: BLE001 - shutting down; the last commit is replayed safely
             log.exception("error while leaving the tracker group; the next owner replays from the last commit")
-        for closer in ("_reader", "_producer"):
+        for closer in ("_reader", "_hw_reader", "_producer"):
             obj = getattr(self, closer, None)
             if obj is not None:
                 try:
@@ -249,6 +265,12 @@ class Tracker:
         """Poll markers for up to ``wait_s``, apply them, redeliver what is due,
         commit; return how long the next poll may wait."""
         records = self._consumer.poll(timeout_ms=int(wait_s * 1000), max_records=5000)
+        stalled = 0.0 if self._step_end is None else time.monotonic() - self._step_end - wait_s
+        if stalled > self.cfg.kafka.session_timeout:
+            # Paused (SIGSTOP, a VM freeze) past the session timeout: the group has most likely given our
+            # partitions to another member. Act on nothing read before the pause; re-read from the commits.
+            self._drop_view(f"the main loop stalled for {stalled:.1f}s, longer than the session timeout")
+            records = {}
         tally: Tally = Tally()
         just_positioned = self._position_new()
         for tp, batch in records.items():
@@ -263,7 +285,7 @@ class Tracker:
             if owned.caught_up and not self._stopping.is_set():
                 items = owned.state.due(now, limit=_DUE_LIMIT)
                 if items:
-                    self._redeliverer.process(owned.queue, owned.tp.partition, owned.state, items)
+                    self._redeliver(owned, items, now)
         mono = time.monotonic()
         if mono >= self._next_commit:
             self._commit()
@@ -271,7 +293,52 @@ class Tracker:
         if mono >= self._next_metrics:
             self._update_metrics()
             self._next_metrics = mono + _METRICS_INTERVAL_S
+        self._step_end = time.monotonic()
         return self._next_delay()
+
+    def _redeliver(self, owned: _Owned, items, now_ms: int) -> None:
+        """One partition's due items; nothing raised here stops the service or the other partitions."""
+        t0 = time.monotonic()
+        try:
+            report = self._redeliverer.process(owned.queue, owned.tp.partition, owned.state, items)
+        except Exception:  # noqa: BLE001 - a bug or a client surprise on one record must not stop the tracker
+            left = owned.state.open_within(r for i in items for r in i.ranges)
+            n = sum(r.count for r in left)
+            delay = retry_delay_s(max(i.failures for i in items))
+            owned.state.retry(left, now_ms + int(delay * 1000))
+            self.metrics.record_failures.labels(owned.queue.name, "internal").inc(n)
+            log.exception("redelivery of %d message(s) from %s[%d] failed unexpectedly; they stay open and are "
+                          "retried in %.1fs", n, owned.queue.name, owned.tp.partition, delay)
+            return
+        took = time.monotonic() - t0
+        if took > self.cfg.kafka.session_timeout:
+            self._stale_copies(owned, report, took)
+
+    def _stale_copies(self, owned: _Owned, report: RedeliveryReport, took: float) -> None:
+        """A redelivery step outlasted the session timeout (e.g. paused mid-step): the group may have
+        moved the partition, and its new owner may copy the same messages. Count, report, re-read."""
+        n = report.redelivered + report.dead_lettered
+        if n:
+            self.metrics.stale_copies.labels(owned.queue.name).inc(n)
+        self._drop_view(f"a redelivery step of {owned.tp.topic}[{owned.tp.partition}] took {took:.1f}s, longer "
+                        f"than the session timeout; its {n} copies may duplicate the new owner's "
+                        f"(kmq_tracker_stale_copies_total)")
+
+    def _drop_view(self, why: str) -> None:
+        """Forget every partition's state; each is re-read from its committed offset (the group decides
+        whether it is still ours). Duplicates at most; never a loss: the commit never passes an open START."""
+        if not self._owned:
+            return
+        self.metrics.stale_views.inc()
+        log.warning("%s: dropping the in-memory state of %d partition(s) and re-reading them from the committed "
+                    "offsets before redelivering anything", why, len(self._owned))
+        for owned in self._owned.values():
+            owned.state = self._new_state(owned.queue)
+            owned.positioned = owned.caught_up = False
+            owned.target = owned.committed = None
+
+    def _new_state(self, q: QueueConfig) -> PartitionState:
+        return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
     def _next_delay(self) -> float:
         tick = self.cfg.tracker.tick
@@ -289,6 +356,8 @@ class Tracker:
 
     def _apply(self, owned: _Owned, batch, tally: Tally) -> None:
         state, qname, p = owned.state, owned.queue.name, owned.tp.partition
+        if batch and owned.resume_from is not None:
+            self._check_resume(owned, batch[0].offset)
         late = 0
         for rec in batch:
             try:
@@ -330,16 +399,54 @@ class Tracker:
             owned.target = None
             owned.state.position = off
             owned.committed = off
+            owned.resume_from = off
         return {o.tp for o in new}
 
+    def _check_resume(self, owned: _Owned, resumed_at: int) -> None:
+        """The first offset read after resuming should be the committed one; if the consumer's offset
+        reset moved elsewhere, the committed offset is not in the log any more (see tracker.retention)."""
+        gap = resume_gap(owned.resume_from, resumed_at)
+        owned.resume_from = None
+        if gap is None:
+            return
+        q, tp = owned.queue, owned.tp
+        self.metrics.marker_offset_resets.labels(q.name, gap.kind).inc()
+        if gap.kind == BELOW_LOG_START and gap.lost is not None:
+            self.metrics.markers_lost.labels(q.name).inc(gap.lost.count)
+            log.error("%s[%d]: committed marker offset %d is below the log start %d: markers %d..%d were deleted by "
+                      "retention before the tracker closed them. Messages whose START was among them and that were "
+                      "not acked will NOT be redelivered. See docs/operations.md (markers lost to retention)",
+                      tp.topic, tp.partition, gap.committed, gap.resumed_at, gap.lost.first, gap.lost.last)
+        else:
+            log.warning("%s[%d]: committed marker offset %d is past the end of the markers log (topic recreated or "
+                        "truncated?); replaying from offset %d", tp.topic, tp.partition, gap.committed, gap.resumed_at)
+
     def _update_catch_up(self) -> None:
+        fresh = {o.tp: o.committed for o in self._owned.values() if o.positioned and not o.caught_up and o.target is None}
+        if fresh:
+            # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
+            # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
+            try:
+                for tp, hw in self._hw_reader.high_waters(fresh).items():
+                    self._owned[tp].target = hw
+            except LogReadError as exc:
+                log.warning("catch-up target not read (%s); trying again", exc)
         for owned in self._owned.values():
-            if owned.caught_up or not owned.positioned:
+            if owned.caught_up or not owned.positioned or owned.target is None:
                 continue
-            if owned.target is None:
-                owned.target = self._consumer.highwater(owned.tp)
-                if owned.target is None:
-                    continue
+            if owned.resume_from is not None and owned.state.position == owned.resume_from:
+                cur = self._consumer.position(owned.tp)
+                if cur is not None and cur != owned.resume_from:
+                    # The consumer's offset reset moved the position before anything was read.
+                    self._check_resume(owned, cur)
+                    owned.state.position = cur
+                elif owned.resume_from > owned.target:
+                    # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
+                    # reset to the log start on its own; do it explicitly rather than rely on the broker.
+                    self._consumer.seek_to_beginning(owned.tp)
+                    start = self._consumer.position(owned.tp)
+                    self._check_resume(owned, start)
+                    owned.state.position = start
             pos = owned.state.position
             if pos is None:
                 pos = self._consumer.position(owned.tp)
@@ -360,7 +467,13 @@ class Tracker:
             return
         try:
             self._consumer.commit({tp: OffsetAndMetadata(c, "", -1) for tp, (_, c) in offsets.items()})
-        except (CommitFailedError, KafkaError) as exc:
+        except CommitFailedError as exc:
+            # Fenced: the group moved on without us (e.g. after a pause). Our view is stale.
+            self.metrics.fenced_commits.inc()
+            log.warning("marker offset commit refused by the group (%s); the previous commit stays", exc)
+            self._drop_view("the group refused a commit")
+            return
+        except KafkaError as exc:
             # Not fatal: the previous commit stays, a new owner replays a little more.
             log.warning("marker offset commit failed (%s); a new owner would replay from the previous commit", exc)
             return
@@ -374,6 +487,17 @@ class Tracker:
             labels = (owned.queue.name, str(owned.tp.partition))
             m.in_flight.labels(*labels).set(owned.state.in_flight)
             m.oldest_in_flight_seconds.labels(*labels).set(owned.state.oldest_age_s(now))
+            m.failing_offsets.labels(*labels).set(owned.state.failing)
+            used = retention_used(owned.state.oldest_started_ms(), now, int(owned.queue.markers_retention * 1000))
+            m.retention_used_ratio.labels(*labels).set(used)
+            if used >= 0.5 and not owned.retention_warned:
+                owned.retention_warned = True
+                log.warning("%s[%d]: an open START has used %.0f%% of the markers retention (START marker offset %s); "
+                            "if it is not closed before the retention deletes it, its messages are lost. See "
+                            "docs/operations.md (markers approaching retention)", owned.tp.topic, owned.tp.partition,
+                            used * 100, owned.state.committable_offset())
+            elif used < 0.5:
+                owned.retention_warned = False
             hw = self._consumer.highwater(owned.tp)
             pos = owned.state.position
             if hw is not None and pos is not None:
@@ -386,7 +510,7 @@ class Tracker:
             if tp in self._owned:
                 continue
             q = self._queues[tp.topic]
-            self._owned[tp] = _Owned(q, tp, PartitionState(q.backoff.delay, q.max_deliveries))
+            self._owned[tp] = _Owned(q, tp, self._new_state(q))
         log.info("assigned markers partitions: %s", _names(assigned) or "none")
 
     async def _on_revoked(self, revoked) -> None:
@@ -405,6 +529,8 @@ class Tracker:
                 # The awaitable form of consumer.commit(), usable on the IO thread.
                 await self._consumer._coordinator._commit_offsets_sync_async(offsets, 10_000)
             except Exception as exc:  # noqa: BLE001 - the previous commit stays; the new owner replays more
+                if isinstance(exc, CommitFailedError):
+                    self.metrics.fenced_commits.inc()
                 log.warning("commit before revoke failed (%s); the new owner replays from the previous commit", exc)
         m = self.metrics
         for tp in revoked:
@@ -412,7 +538,7 @@ class Tracker:
             if owned is None:
                 continue
             labels = (owned.queue.name, str(tp.partition))
-            for g in (m.in_flight, m.oldest_in_flight_seconds, m.marker_lag):
+            for g in (m.in_flight, m.oldest_in_flight_seconds, m.marker_lag, m.failing_offsets, m.retention_used_ratio):
                 try:
                     g.remove(*labels)
                 except KeyError:

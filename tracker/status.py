@@ -21,7 +21,7 @@ from kmq.clients import broker_errors, consumer as make_consumer
 from kmq.config import Config, QueueConfig
 from kmq.errors import KmqError, MarkerDecodeError
 from kmq.markers import decode, decode_key
-from kmq.topics import require_aligned
+from kmq.topics import describe, require_aligned
 from tracker.lease_state import PartitionState
 
 __all__ = ["PartitionStatus", "collect", "tracker_metrics", "high_waters"]
@@ -36,6 +36,10 @@ class PartitionStatus:
     marker_lag: int | None  # markers high-water minus the tracker group's committed offset
     dlq_size: int | None  # records in DLQ partition p (None: the DLQ has fewer partitions)
     bad_markers: int
+    # Markers between the tracker's committed offset and the log start: deleted by retention before the
+    # tracker read them (docs/operations.md, markers lost to retention).
+    markers_lost: int = 0
+    dlq_missing: bool = False  # the DLQ topic does not exist (dead letters wait, see docs/operations.md)
 
 
 def _committed(cfg: Config, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
@@ -65,7 +69,8 @@ def high_waters(cfg: Config, tps: list[TopicPartition], timeout_s: float = 10.0)
 
 def _replay(cfg: Config, q: QueueConfig, tps: list[TopicPartition], start: dict, now_ms: int,
             timeout_s: float) -> dict[int, tuple[PartitionState, int]]:
-    states = {tp.partition: (PartitionState(q.backoff.delay, q.max_deliveries), 0) for tp in tps}
+    states = {tp.partition: (PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000)), 0)
+              for tp in tps}
     c = make_consumer(cfg.kafka, enable_auto_commit=False, max_poll_records=5000, fetch_max_wait_ms=50)
     try:
         c.assign(tps)
@@ -105,7 +110,11 @@ def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_g
             now_ms: int | None = None, timeout_s: float = 60.0) -> list[PartitionStatus]:
     """Per queue partition: in-flight, oldest age, queue lag, marker lag, DLQ size."""
     q = cfg.queue(queue)
-    layout = require_aligned(cfg.kafka, q)
+    layout = describe(cfg.kafka, q)
+    if layout.dlq_partitions is None and layout.queue_partitions is not None and layout.markers_partitions is not None:
+        dlq_missing = True  # still worth a status: the tracker keeps dead letters open until the DLQ exists
+    else:
+        layout, dlq_missing = require_aligned(cfg.kafka, q), False
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     n = layout.queue_partitions or 0
     qtps = [TopicPartition(q.name, p) for p in range(n)]
@@ -133,6 +142,8 @@ def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_g
             queue_lag=hws[qtp] - (wc if wc is not None else starts[qtp]),
             marker_lag=hws[mtp] - (tc if tc is not None else starts[mtp]),
             dlq_size=dlq, bad_markers=bad,
+            markers_lost=max(0, starts[mtp] - tc) if tc is not None else 0,
+            dlq_missing=dlq_missing,
         ))
     return out
 

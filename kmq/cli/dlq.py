@@ -26,7 +26,7 @@ def _text(b: bytes | None, width: int = 40) -> str:
 @dlq.command("list")
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most N dead letters.")
-@click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected"]), help="Only this kmq-dlq-reason.")
+@click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected", "undeliverable"]), help="Only this kmq-dlq-reason.")
 @output_option
 @config_options
 def list_(queue: str, limit: int | None, reason: str | None, output: str, cfg: Config) -> None:
@@ -72,7 +72,7 @@ def _dead_letter_doc(dl, ts: str) -> dict:
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay at most N messages.")
 @click.option("--rate", type=click.FloatRange(min=0.001), help="At most R messages per second.")
-@click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected"]), help="Only this kmq-dlq-reason.")
+@click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected", "undeliverable"]), help="Only this kmq-dlq-reason.")
 @click.option("--group", help="Replay consumer group that remembers the DLQ position "
                               "(default: <tracker.group_id>-dlq-replay-QUEUE[-REASON]).")
 @config_options
@@ -102,4 +102,7 @@ def replay(queue: str, limit: int | None, rate: float | None, reason: str | None
             bar.__exit__(None, None, None)
     click.echo(f"replayed {result.replayed} message(s) to {queue}"
                + (f", skipped {result.skipped} with another reason" if result.skipped else "")
+               + (f", {result.already} already copied by an interrupted run" if result.already else "")
                + f" (position kept in group {result.group})")
+    for where in result.unreplayable:
+        click.echo(f"not replayable, left in the DLQ: {where}", err=True)

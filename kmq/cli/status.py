@@ -56,6 +56,13 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     bad = sum(r.bad_markers for r in rows)
     if bad:
         click.echo(f"{bad} undecodable marker record(s) skipped while replaying")
+    if any(r.dlq_missing for r in rows):
+        click.echo(f"DLQ topic {cfg.queue(queue).dlq_topic} does not exist: dead letters wait (their messages stay "
+                   f"in flight); run `kmq topics create {queue}`")
+    for r in rows:
+        if r.markers_lost:
+            click.echo(f"partition {r.partition}: {r.markers_lost} marker record(s) deleted by retention before the "
+                       f"tracker read them; see docs/operations.md (markers lost to retention)")
     if tracker_url:
         click.echo(f"tracker {tracker_url}:")
         for line in tracker_metrics(tracker_url, queue):

@@ -35,6 +35,10 @@ from typing import Iterable, Iterator, Sequence
 
 from kmq.ranges import RangeSet
 
+# Closed ranges remembered for late-ack counting (as the tracker does): beyond this the oldest are
+# forgotten, so hostile or very fragmented markers cannot grow the state row without bound.
+CLOSED_MEMORY_RANGES = 50_000
+
 __all__ = [
     "LATENCY_BUCKETS_MS",
     "MARKER_TYPES",
@@ -272,11 +276,11 @@ class PartitionLagState:
                     w.ack_latency_buckets[_bucket(max(0, ts_ms - started))] += n
                     w.ack_latency_sum_ms += n * max(0, ts_ms - started)
                 w.late_acks += was_closed
-                self.closed.add(first, count)
+                self._remember_closed(first, count)
         elif mtype in ("REJECT", "CLOSED"):
             for first, count in ranges:
                 self.open.remove(first, count)
-                self.closed.add(first, count)
+                self._remember_closed(first, count)
                 if mtype == "CLOSED":
                     if outcome == 1:
                         w.redeliveries += count
@@ -285,6 +289,12 @@ class PartitionLagState:
                     elif outcome == 3:
                         w.missing += count
         return emitted
+
+    def _remember_closed(self, first: int, count: int) -> None:
+        self.closed.add(first, count)
+        while self.closed.range_count > CLOSED_MEMORY_RANGES:
+            oldest = next(iter(self.closed))
+            self.closed.remove(oldest.first, oldest.count)
 
     # ------------------------------------------------------------ persistence
     def to_json(self) -> str:

@@ -4,6 +4,13 @@
 poison injection, one SIGKILLed and restarted; 2 trackers, one SIGKILLed.
 End state: every non-poison message acked at least once, every poison message
 in the DLQ exactly once with its headers, nothing lost; duplicates reported.
+
+One hostile record of each kind rides along (produced with confluent-kafka,
+which writes what kafka-python refuses): a poison record with a null header
+value (dead-lettered, the header as b"" plus kmq-null-header), a tombstone
+(acked, or dead-lettered as undeliverable), a poison record larger than the
+trackers' max_request_size (closed as undeliverable, CLOSED outcome 4) and a
+poison record with hostile kmq headers (dead-lettered as usual).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import time
 import pytest
 import yaml
 
+from kmq.markers import Outcome, decode
 from tests.helpers.kafka import read_all
 from tests.integration.tracker_util import TrackerProcess, headers, metric
 
@@ -24,6 +32,22 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(42
 N = 10_000
 POISON_RATE = 0.01
 PARTITIONS = 4
+MAX_REQUEST = 16_384  # the trackers' producer limit: the oversize hostile record exceeds it
+HOSTILE = [
+    {"key": b"h-null-header", "value": b"POISON:null-header", "headers": [("trace", None)]},
+    {"key": None, "value": None},  # tombstone
+    {"key": b"h-big", "value": b"POISON:" + b"x" * (2 * MAX_REQUEST)},
+    {"key": b"h-kmq-headers", "value": b"POISON:kmq-headers",
+     "headers": [("kmq-delivery-count", b"\xff\xfe"), ("kmq-origin", None)]},
+]
+
+
+def _produce_hostile(bootstrap: str, topic: str) -> None:
+    confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    for i, rec in enumerate(HOSTILE):
+        p.produce(topic, partition=i % PARTITIONS, **rec)
+    assert p.flush(10) == 0
 
 
 class Worker:
@@ -68,7 +92,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
     t_start = time.monotonic()
     cfg, q = queue_topics(PARTITIONS, queue={"lease": "2s", "max_deliveries": 8,
                                              "backoff": {"initial": "200ms", "max": "1s", "multiplier": 2.0}},
-                          tracker={"tick": "50ms"})
+                          tracker={"tick": "50ms", "max_request_size": MAX_REQUEST})
     cfg_path = tmp_path / "kmq.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
     out = open(tmp_path / "workers.log", "ab")
@@ -79,6 +103,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
     try:
         for t in trackers:
             t.wait_ready(60)
+        _produce_hostile(bootstrap, q.name)
         # Produced at 700/s in the background: the kills below happen while messages still arrive.
         producer = subprocess.Popen(
             [sys.executable, "-m", "kmq", "produce", q.name, "--config", str(cfg_path), "-n", str(N),
@@ -99,13 +124,17 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         workers[0].stop(sig_kill=True)
         workers[0] = Worker(cfg_path, q.name, logs[3], out)  # restarted
         assert producer.wait(120) == 0
+        # Copies carry a non-null kmq-origin; an original may carry a null one (the hostile record).
         originals = [r for r in read_all(bootstrap, q.name, expect=None, timeout=30)
-                     if not any(k == "kmq-origin" for k, _ in (r.headers or []))]
+                     if not any(k == "kmq-origin" and v is not None for k, v in (r.headers or []))]
         originals = {f"{q.name}/{r.partition}/{r.offset}": r.value for r in originals}
-        assert len(originals) == N
-        poison = {o for o, v in originals.items() if v.startswith(b"POISON:")}
-        assert len(poison) == int(N * POISON_RATE)
-        wanted = set(originals) - poison
+        assert len(originals) == N + len(HOSTILE)
+        poison = {o for o, v in originals.items() if v is not None and v.startswith(b"POISON:")}
+        assert len(poison) == int(N * POISON_RATE) + 3
+        (big,) = [o for o, v in originals.items() if v is not None and len(v) > MAX_REQUEST]
+        (tombstone,) = [o for o, v in originals.items() if v is None]
+        poison_dead = poison - {big}  # the oversize poison fits no DLQ copy: closed as undeliverable
+        wanted = set(originals) - poison - {tombstone}
 
         deadline = time.monotonic() + 200
         dead: list = []
@@ -113,32 +142,43 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             acked = _acks(logs)
             dead = read_all(bootstrap, q.dlq_topic, timeout=10)
             dead_origins = {headers(d)["kmq-origin"] for d in dead}
-            if wanted <= set(acked) and poison <= dead_origins:
+            if wanted <= set(acked) and poison_dead <= dead_origins and tombstone in set(acked) | dead_origins:
                 break
             assert time.monotonic() < deadline, (
                 f"not settled: {len(wanted - set(acked))} non-poison unacked "
-                f"(e.g. {sorted(wanted - set(acked))[:5]}), {len(poison - dead_origins)} poison not in the DLQ")
+                f"(e.g. {sorted(wanted - set(acked))[:5]}), {len(poison_dead - dead_origins)} poison not in the DLQ")
             time.sleep(1)
         for w in workers:
             w.stop()
         redelivered = metric(trackers[1].wait_port(), "kmq_tracker_redelivered_total", queue=q.name)
         assert redelivered > 0  # hangs and fails went through the surviving tracker
-        # Nothing lost: every message acked or dead-lettered.
+        # Nothing lost: every message acked or dead-lettered, the oversize one closed as undeliverable.
         acked = _acks(logs)
-        assert set(originals) <= set(acked) | dead_origins
+        assert set(originals) - {big} <= set(acked) | dead_origins
+        big_offset = int(big.rsplit("/", 1)[1])
+        undeliverable = [m for r in read_all(bootstrap, q.markers_topic, timeout=30)
+                         if int.from_bytes(r.key, "big") == int(big.split("/")[1])
+                         for m in [decode(r.value)] if m.TYPE.name == "CLOSED" and m.outcome is Outcome.UNDELIVERABLE]
+        assert any(big_offset in rg for m in undeliverable for rg in m.ranges)
         # Every poison message exactly once in the DLQ, with its headers; nothing else there.
         by_origin = collections.Counter(headers(d)["kmq-origin"] for d in dead)
         unexpected = [(headers(d), acked.get(headers(d)["kmq-origin"], 0)) for d in dead
-                      if headers(d)["kmq-origin"] not in poison]
+                      if headers(d)["kmq-origin"] not in poison_dead | {tombstone}]
         assert not unexpected, unexpected[:5]
         assert max(by_origin.values()) == 1, [o for o, c in by_origin.items() if c > 1][:5]
         for d in dead:
             h = headers(d)
+            if h["kmq-origin"] == tombstone:
+                assert h["kmq-dlq-reason"] == "undeliverable" and d.value == b""
+                continue
+            if d.key == b"h-null-header":
+                assert h["trace"] == "" and h["kmq-null-header"] == "trace"
             assert h["kmq-dlq-reason"] == "rejected" and h["kmq-dlq-error"] == "poison payload"
             assert int(h["kmq-dlq-ts"]) > 0 and int(h["kmq-delivery-count"]) >= 1
             assert d.value == originals[h["kmq-origin"]]
         duplicates = sum(c - 1 for c in acked.values() if c > 1)
-        print(f"\nchaos: {N} messages, {len(poison)} poison dead-lettered once, 0 lost, "
+        print(f"\nchaos: {N} messages + {len(HOSTILE)} hostile, {len(poison_dead)} poison dead-lettered once, "
+              f"1 closed undeliverable, 0 lost, "
               f"{duplicates} duplicate acks ({sum(1 for c in acked.values() if c > 1)} messages acked more than once), "
               f"{sum(acked.values())} acks in all, {redelivered:.0f} redelivered by the surviving tracker, "
               f"{time.monotonic() - t_start:.0f}s")

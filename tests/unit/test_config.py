@@ -143,3 +143,28 @@ def test_unconfigured_queue_gets_defaults_and_bad_names_fail():
     assert cfg.queue("jobs").dlq_topic == "jobs__dlq"
     with pytest.raises(ConfigError):
         cfg.queue("no spaces")
+
+
+@pytest.mark.parametrize("data, path", [
+    ({"queues": [{"name": "q", "lease": "100h"}]}, "queues[0].lease"),
+    ({"queues": [{"name": "q", "lease": "1h", "markers_retention": "2h", "backoff": {"max": "1m"}}]}, "queues[0].lease"),
+    ({"queues": [{"name": "q", "max_deliveries": 10**9}]}, "queues[0].max_deliveries"),
+    ({"queues": [{"name": "q", "backoff": {"multiplier": 1e9}}]}, "queues[0].backoff.multiplier"),
+    ({"queues": [{"name": "q", "markers_retention": "10m"}]}, "queues[0].markers_retention"),
+    ({"consumer": {"max_lease": "200h"}}, "consumer.max_lease"),
+    ({"tracker": {"max_request_size": 10}}, "tracker.max_request_size"),
+])
+def test_bounds_that_keep_open_starts_inside_the_markers_retention(data, path):
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict(data)
+    assert err.value.path == path
+
+
+def test_backoff_never_overflows_and_retention_default_matches_topics_create():
+    from kmq.config import MARKERS_RETENTION_S, BackoffConfig
+    from kmq.topics import MARKERS_RETENTION_MS
+
+    assert BackoffConfig(multiplier=100.0).delay(10**9) == 60.0
+    assert MARKERS_RETENTION_S * 1000 == MARKERS_RETENTION_MS
+    q = Config.from_dict({"queues": [{"name": "q"}]}).queues[0]
+    assert q.max_hold == MARKERS_RETENTION_S / 2 and Config.from_dict({}).tracker.max_request_size == 1_048_576

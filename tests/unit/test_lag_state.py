@@ -141,3 +141,15 @@ def test_decode_batch_marks_bad_records_and_keeps_good_ones():
 def test_window_must_be_positive():
     with pytest.raises(ValueError):
         PartitionLagState(0, 0)
+
+
+def test_closed_memory_is_bounded_and_huge_counts_are_ranges_not_offsets():
+    from kmq.spark.lag_state import CLOSED_MEMORY_RANGES, PartitionLagState
+
+    st = PartitionLagState(0, 1000)
+    st.apply(0, 10, "START", [(0, 0xFFFFFFFF)])
+    assert st.open.size == 0xFFFFFFFF
+    for i in range(CLOSED_MEMORY_RANGES + 100):
+        st.apply(i + 1, 20, "END", [(2 * i, 1)])
+    assert st.closed.range_count == CLOSED_MEMORY_RANGES
+    assert st.open.size == 0xFFFFFFFF - CLOSED_MEMORY_RANGES - 100

@@ -252,3 +252,28 @@ def test_codec_round_trip_feeds_the_state():
     s.apply(decode(encode(Start(R(0, 5), lease_ms=100, owner="w"))), 0, 0)
     s.apply(decode(encode(End(R(1, 2)))), 1, 1)
     assert s.in_flight == 3
+
+
+def test_due_honours_its_limit_inside_one_huge_segment():
+    from kmq.markers import Start as _Start
+
+    st = PartitionState(lambda n: 0.0, 5)
+    st.apply(_Start([(0, 0xFFFFFFFF)], lease_ms=10), 0, 0)
+    first = st.due(100, limit=5000)
+    assert [(r.first, r.count) for i in first for r in i.ranges] == [(0, 5000)]
+    second = st.due(100, limit=5000)
+    assert [(r.first, r.count) for i in second for r in i.ranges] == [(5000, 5000)]
+    st.close([(0, 10_000)])
+    assert st.in_flight == 0xFFFFFFFF - 10_000 and st.segment_count == 1
+    assert st.open_from(1 << 40) == [] and st.open_from(20_000)[0].first == 20_000
+
+
+def test_leases_and_nack_delays_are_cut_to_the_hold_bound():
+    from kmq.markers import Nack as _Nack, Renew as _Renew, Start as _Start
+
+    st = PartitionState(lambda n: 0.0, 5, max_hold_ms=1000)
+    st.apply(_Start([(0, 2)], lease_ms=0xFFFFFFFF), 0, 0)
+    assert st.next_due_ms() == 1000
+    st.apply(_Renew([(0, 1)], lease_ms=0xFFFFFFFF), 1, 500)
+    st.apply(_Nack([(1, 1)], delay_ms=0xFFFFFFFF), 2, 600)
+    assert sorted(r.first for i in st.due(1600) for r in i.ranges) == [0, 1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from kmq.config import BackoffConfig, QueueConfig
-from kmq.markers import Closed, Outcome, Reject, Start, decode
+from kmq.markers import Closed, Outcome, Reject, Start, decode, encode
 from kmq.metrics import TrackerMetrics
 from kmq.ranges import OffsetRange
 from tracker.lease_state import PartitionState
@@ -55,6 +55,9 @@ class FakeReader:
                 else:
                     missing.append(OffsetRange(o, 1))
         return ReadResult(found, missing)
+
+    def partition_count(self, topic):
+        return 2
 
 
 def records(n, count_header=None):
@@ -130,3 +133,119 @@ def test_missing_offsets_are_closed_as_missing_and_never_replaced():
     closed = [decode(v) for t, _, _, v, _ in prod.sent if t == "orders__markers"]
     assert Closed([(1, 2)], Outcome.MISSING) in closed
     assert [s[4]["kmq-origin"] for s in prod.sent if s[0] == "orders"] == [b"orders/0/0"]
+
+
+# ---------------------------------------------------------------- hostile records (issue 11)
+class RefusingProducer(FakeProducer):
+    """Refuses what kafka-python refuses, and records over ``limit`` bytes, like the real client."""
+
+    def __init__(self, limit=1000, dlq_missing=False):
+        super().__init__()
+        self.limit = limit
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None):
+        from kafka.errors import MessageSizeTooLargeError
+
+        if key is None and value is None:
+            raise ValueError("Need at least one: key or value")
+        if not all(isinstance(v, bytes) for _, v in headers or []):
+            raise TypeError("All headers items must be (str, bytes) tuples")
+        if len(value or b"") + len(key or b"") > self.limit:
+            raise MessageSizeTooLargeError("too large")
+        return super().send(topic, value=value, key=key, headers=headers, partition=partition)
+
+
+def test_null_header_value_is_copied_as_empty_bytes_named_by_a_kmq_header():
+    prod = RefusingProducer()
+    recs = {0: Rec(0, b"k", b"v", [("trace", None), ("app", b"1")])}
+    red, st, clock = setup(recs, prod)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    assert red.process(Q, 0, st, st.due(clock["now"])).redelivered == 1
+    (copy,) = [s for s in prod.sent if s[0] == "orders"]
+    assert copy[4]["trace"] == b"" and copy[4]["kmq-null-header"] == b"trace" and copy[4]["app"] == b"1"
+
+
+def test_tombstone_is_dead_lettered_as_undeliverable_with_the_reason():
+    prod = RefusingProducer()
+    red, st, clock = setup({0: Rec(0, None, None, [])}, prod)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert rep.dead_lettered == 1 and st.in_flight == 0
+    ((topic, _, key, value, h),) = [s for s in prod.sent if s[0] == "orders__dlq"]
+    assert key is None and value == b"" and h["kmq-dlq-reason"] == b"undeliverable"
+    assert b"tombstone" in h["kmq-dlq-error"]
+
+
+def test_too_large_copy_goes_to_the_dlq_if_it_fits_else_closed_undeliverable():
+    # Offset 0 fits the DLQ (limit differs per topic), offset 1 fits nowhere, offset 2 is ordinary.
+    class PerTopic(RefusingProducer):
+        def send(self, topic, value=None, key=None, headers=None, partition=None):
+            self.limit = 150 if topic == "orders__dlq" else 100
+            return super().send(topic, value=value, key=key, headers=headers, partition=partition)
+
+    prod = PerTopic()
+    recs = {0: Rec(0, b"k", b"x" * 120, []), 1: Rec(1, b"k", b"x" * 500, []), 2: Rec(2, b"k", b"ok", [])}
+    red, st, clock = setup(recs, prod)
+    st.apply(Start([(0, 3)], lease_ms=1000), 0, 0)
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert (rep.redelivered, rep.dead_lettered, rep.undeliverable, rep.failed) == (1, 1, 1, 0)
+    assert st.in_flight == 0 and rep.causes["too_large"] == 3  # copy 0, copy 1, dead letter 1
+    closed = {decode(v).outcome: decode(v).ranges for t, _, _, v, _ in prod.sent if t == "orders__markers"}
+    assert closed == {Outcome.REDELIVERED: (OffsetRange(2, 1),), Outcome.DEAD_LETTERED: (OffsetRange(0, 1),),
+                      Outcome.UNDELIVERABLE: (OffsetRange(1, 1),)}
+    assert red._metrics.undeliverable.labels("orders", "too_large")._value.get() == 1
+
+
+def test_missing_dlq_keeps_dead_letters_open_without_repeating_the_copies_beside_them():
+    class NoDlq(FakeReader):
+        def partition_count(self, topic):
+            return 0
+
+    prod = FakeProducer()
+    clock = {"now": 10_000}
+    red = Redeliverer(prod, NoDlq(records(2)), TrackerMetrics(), clock_ms=lambda: clock["now"])
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 2)], lease_ms=1000), 0, 0)
+    st.apply(Reject([(1, 1)], reason="bad"), 1, 5)
+    for _ in range(3):
+        rep = red.process(Q, 0, st, st.due(clock["now"]))
+        clock["now"] = st.next_due_ms()
+    assert [s[0] for s in prod.sent].count("orders") == 1  # offset 0 copied once, never again
+    assert st.open_ranges() == [OffsetRange(1, 1)] and rep.failed == 1 and rep.causes["dlq_missing"] == 1
+    assert red._metrics.record_failures.labels("orders", "dlq_missing")._value.get() == 3
+
+
+def test_start_far_beyond_the_log_end_is_closed_as_missing_at_once():
+    class Ended(FakeReader):
+        def read(self, topic, partition, ranges):
+            res = super().read(topic, partition, ranges)
+            return ReadResult(res.records, [m for m in res.missing if m.first < 10], log_end=10)
+
+    prod = FakeProducer()
+    clock = {"now": 10_000}
+    red = Redeliverer(prod, Ended(records(2)), TrackerMetrics(), clock_ms=lambda: clock["now"])
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 2), (1_000_000, 0xFFFFFFFF)], lease_ms=1000), 0, 0)
+    items = st.due(clock["now"], limit=100)
+    assert sum(i.offset_count for i in items) == 100  # the limit holds inside the huge segment
+    rep = red.process(Q, 0, st, items)
+    assert rep.redelivered == 2 and rep.missing == 0xFFFFFFFF and st.in_flight == 0
+
+
+def test_closed_markers_split_ranges_longer_than_u32_into_separate_markers():
+    from tracker.redeliver import _closed_groups
+
+    groups = _closed_groups([OffsetRange(0, 3 * 0xFFFFFFFF + 5), OffsetRange(1 << 40, 7)])
+    assert [len(g) for g in groups] == [1, 1, 1, 2]
+    for g in groups:
+        assert Closed(tuple(g), Outcome.MISSING).offset_count() == sum(r.count for r in g)
+    assert sum(r.count for g in groups for r in g) == 3 * 0xFFFFFFFF + 12
+
+
+def test_closed_markers_fit_the_producer_request_size():
+    from tracker.redeliver import _closed_groups
+
+    ranges = [OffsetRange(i * 2, 1) for i in range(1000)]
+    groups = _closed_groups(ranges, max_ranges=(2048 - 512) // 12)
+    assert all(len(encode(Closed(tuple(g), Outcome.REDELIVERED))) <= 2048 - 512 + 16 for g in groups)
+    assert sum(len(g) for g in groups) == 1000

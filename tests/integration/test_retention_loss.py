@@ -1,0 +1,80 @@
+"""A committed marker offset that is no longer in the markers log is detected, logged and counted.
+
+tansu cannot delete records (no retention, no DeleteRecords), so its log start
+never moves. On tansu the resume check is driven with a committed offset past
+the log end (a recreated topic): the tracker compares the committed offset with
+a fresh high-water mark, resets to the log start itself (tansu also does not
+answer such a fetch with OFFSET_OUT_OF_RANGE, which real Kafka does) and counts
+it. The loss case proper (committed offset below the log start, seen through
+the consumer's offset-out-of-range reset) runs against a real Kafka
+(``KMQ_TEST_BOOTSTRAP``) and is skipped on tansu with the gap named; the
+classification itself is unit-tested in tests/unit/test_retention.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from kmq.markers import End, Start
+from tests.helpers.kafka import wait_until
+from tests.integration.test_tracker import QUEUE, running_tracker
+from tests.integration.tracker_util import MarkerProducer, metric
+
+pytestmark = pytest.mark.integration
+
+
+def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        c.commit({TopicPartition(topic, 0): OffsetAndMetadata(offset, "", -1)})
+    finally:
+        c.close()
+
+
+def test_committed_offset_past_the_log_end_is_detected_and_replayed_from_the_log_start(bootstrap, queue_topics,
+                                                                                      caplog):
+    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"})
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    try:
+        markers.send(0, Start([(0, 3)], lease_ms=60_000, owner="w"))
+        markers.send(0, End([(1, 1)]))
+    finally:
+        markers.close()
+    _commit(bootstrap, cfg.tracker.group_id, q.markers_topic, 50)  # e.g. the topic was recreated
+    with running_tracker(cfg) as t:
+        port = t.http_port
+        wait_until(lambda: metric(port, "kmq_tracker_marker_offset_resets_total", queue=q.name,
+                                  kind="beyond_log_end") == 1, 15, what="the reset counted")
+        # Replayed from the log start: the open START is known again (never "caught up" on an empty view).
+        wait_until(lambda: metric(port, "kmq_tracker_in_flight", queue=q.name) == 2, 10, what="START replayed")
+        assert metric(port, "kmq_tracker_markers_lost_total", queue=q.name) == 0
+    assert "is past the end of the markers log" in caplog.text
+
+
+def test_committed_offset_below_the_log_start_counts_the_lost_markers(bootstrap, queue_topics, caplog, skip_on_tansu):
+    skip_on_tansu("cannot delete records: no retention and no DeleteRecords, so the log start never moves")
+    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"})
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    try:
+        for i in range(10):
+            markers.send(0, Start([(i, 1)], lease_ms=60_000, owner="w"))
+    finally:
+        markers.close()
+    _commit(bootstrap, cfg.tracker.group_id, q.markers_topic, 2)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({TopicPartition(q.markers_topic, 0): 6})  # what retention does
+    finally:
+        admin.close()
+    from tracker.status import collect
+
+    assert [r.markers_lost for r in collect(cfg, q.name)] == [4]  # kmq status shows it with the tracker down
+    with running_tracker(cfg) as t:
+        port = t.http_port
+        wait_until(lambda: metric(port, "kmq_tracker_markers_lost_total", queue=q.name) == 4, 15,
+                   what="markers 2..5 counted as lost")
+        assert metric(port, "kmq_tracker_marker_offset_resets_total", queue=q.name, kind="below_log_start") == 1
+        assert metric(port, "kmq_tracker_in_flight", queue=q.name) == 4  # STARTs 6..9 survive
+    assert "were deleted by retention before the tracker closed them" in caplog.text
