@@ -209,9 +209,12 @@ class MarkerSender:
 
     @property
     def retrying(self) -> int:
-        """Messages whose settlement marker failed and waits to be sent again."""
+        """Messages whose settlement marker failed and is not written yet: waiting in the
+        retry store or being sent again (a resend in flight still counts, so the figure
+        does not drop to 0 between attempts while the broker is away)."""
         with self._lock:
-            return len(self._retry)
+            resending = sum(m.offset_count() for _, m, since in self._outstanding.values() if since >= 0)
+            return len(self._retry) + resending
 
     # ------------------------------------------------------------ waiting
     def wait(self, timeout: float) -> list[Pending]:

@@ -339,7 +339,7 @@ class MarkerWriter:
 
     @property
     def retrying(self) -> int:
-        """Messages whose settlement marker failed and waits to be sent again."""
+        """Messages whose settlement marker failed and is not written yet (waiting or being resent)."""
         return self._sender.retrying
 
     @property
