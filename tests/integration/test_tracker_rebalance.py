@@ -69,8 +69,8 @@ def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, q
                 markers.send(0, End([(1_000_000 + i, 1)]), flush=False)
             markers.send(0, End([(0, 1)]))
             assert t.ready()[1] == "ready: 0 partition(s)", "the rebalance ended before the markers were written"
-            wait_until(lambda: t.ready() == (True, "ready: 1 partition(s)"), 20, what="partition back and caught up")
-            wait_until(lambda: metric(port, "kmq_tracker_markers_total", queue=q.name, type="end") == FILLER + 2, 20,
+            wait_until(lambda: t.ready() == (True, "ready: 1 partition(s)"), 45, what="partition back and caught up")
+            wait_until(lambda: metric(port, "kmq_tracker_markers_total", queue=q.name, type="end") == FILLER + 2, 45,
                        what="every END read")
             wait_until(lambda: metric(port, "kmq_tracker_in_flight", queue=q.name) == 0, 5, what="gauge published")
             assert metric(port, "kmq_tracker_redelivered_total", queue=q.name) == 0
