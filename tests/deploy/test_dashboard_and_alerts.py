@@ -56,7 +56,11 @@ def test_every_alert_has_a_promtool_test_a_runbook_entry_and_known_metrics():
     assert vd.check_alerts() == []
     alerts = {r["alert"] for r in vd._alert_rules()}
     assert {"KmqRedeliveryFailing", "KmqOffsetsMissingFromQueueLog", "KmqBadMarkers",
-            "KmqInFlightNearMarkersRetention", "KmqTrackerNotReady", "KmqDeadLettersGrowing"} <= alerts
+            "KmqOpenStartNearRetention", "KmqTrackerNotReady", "KmqDeadLettersGrowing",
+            "KmqMarkersLostToRetention", "KmqDeadLetterTopicUnavailable", "KmqUndeliverableMessages"} <= alerts
+    # One alert per fact: the retention one reads the tracker's ratio (per queue retention), one failing-redelivery alert.
+    assert "KmqInFlightNearMarkersRetention" not in alerts
+    assert sum(r["alert"] == "KmqRedeliveryFailing" for r in vd._alert_rules()) == 1
 
 
 def test_dead_letter_alert_is_a_rate_with_a_for():
