@@ -95,7 +95,10 @@ def test_tracker_probes_digest_redis_secret_and_openshift_context():
     # The generated kmq.yaml is valid for kmq itself.
     from kmq.config import Config
 
-    assert Config.from_dict(config).topics.markers_retention == 14 * 86400
+    cfg = Config.from_dict(config)
+    assert cfg.topics.markers_retention == 14 * 86400
+    # One retention setting: queues inherit topicInit.markersRetention unless they set their own.
+    assert cfg.queue("orders").markers_retention == 14 * 86400 and cfg.queue("payments").markers_retention == 30 * 86400
     assert not [d for d in docs if d["kind"] == "Job"]
     assert find(docs, "PodMonitor", "kmq")["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == "kmq-tracker"
     dash = find(docs, "ConfigMap", "-dashboard")
