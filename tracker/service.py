@@ -494,9 +494,10 @@ class Tracker:
             if used >= 0.5 and not owned.retention_warned:
                 owned.retention_warned = True
                 log.warning("%s[%d]: an open START has used %.0f%% of the markers retention (START marker offset %s); "
-                            "if it is not closed before the retention deletes it, its messages are lost. See "
-                            "docs/operations.md (markers approaching retention)", owned.tp.topic, owned.tp.partition,
-                            used * 100, owned.state.committable_offset())
+                            "if it is not closed before the retention (%gh: queues[].markers_retention, default "
+                            "topics.markers_retention) deletes it, its messages are lost. See docs/operations.md "
+                            "(KmqOpenStartNearRetention)", owned.tp.topic, owned.tp.partition, used * 100,
+                            owned.state.committable_offset(), owned.queue.markers_retention / 3600)
             elif used < 0.5:
                 owned.retention_warned = False
             hw = self._consumer.highwater(owned.tp)
