@@ -57,6 +57,9 @@ _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # Bounds that keep the tracker's arithmetic and the markers retention safe (issue 11).
 MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.topics.MARKERS_RETENTION_MS
+# One lower bound for topics.markers_retention and queues[].markers_retention: a tracker outage
+# longer than the retention loses markers, so anything shorter than an hour is a typo.
+MIN_MARKERS_RETENTION_S = 3600.0
 MAX_DELIVERIES = 1000
 _MAX_U32_MS_S = 0xFFFFFFFF / 1000  # durations written into markers as u32 milliseconds
 
@@ -236,7 +239,8 @@ class QueueConfig:
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
     # What `kmq topics create` sets (tansu and some managed services do not report topic configs, so it
     # is configured, not read): lease, backoff, NACK delays and renewals are kept below half of it.
-    markers_retention: float = _f(MARKERS_RETENTION_S, "duration", min=3600.0)
+    # Unset in kmq.yaml: topics.markers_retention (filled in by Config), so one fact has one source.
+    markers_retention: float = _f(MARKERS_RETENTION_S, "duration", min=MIN_MARKERS_RETENTION_S)
 
     @property
     def max_hold(self) -> float:
@@ -296,8 +300,9 @@ class TopicsConfig:
     # null: the broker's default. Set it (e.g. 2 with replication 3) so acks=all means what it says.
     min_insync_replicas: int | None = _f(None, "optint", min=1)
     # Must exceed the longest lease plus backoff: a START marker deleted while its
-    # message is open is invisible to a restarted tracker.
-    markers_retention: float = _f(7 * 86400.0, "duration", min=60.0)
+    # message is open is invisible to a restarted tracker. The default of every
+    # queues[].markers_retention (the bounds and the tracker use the queue's value).
+    markers_retention: float = _f(MARKERS_RETENTION_S, "duration", min=MIN_MARKERS_RETENTION_S)
     # null: the broker's default (usually 7 days).
     dlq_retention: float | None = _f(None, "optduration", min=60.0)
 
@@ -381,7 +386,7 @@ class Config:
             _check_topic("queue", name)
         except ConfigError as exc:
             raise ConfigError("queue", exc.problem) from None
-        return QueueConfig.named(name)
+        return QueueConfig.named(name, markers_retention=self.topics.markers_retention)
 
     def with_queue(self, name: str) -> "Config":
         """This config with ``name`` among its queues (added with defaults if missing)."""
@@ -555,7 +560,7 @@ def _build(cls: type, raw: Any, path: str, nested: Mapping[str, Any] | None = No
     return cls(**kwargs)
 
 
-def _build_queue(raw: Any, path: str) -> QueueConfig:
+def _build_queue(raw: Any, path: str, topics: TopicsConfig) -> QueueConfig:
     if isinstance(raw, str):
         raw = {"name": raw}
     if not isinstance(raw, dict):
@@ -565,15 +570,19 @@ def _build_queue(raw: Any, path: str) -> QueueConfig:
     name = _check_topic(f"{path}.name", raw["name"])
     filled = {"markers_topic": f"{name}__markers", "dlq_topic": f"{name}__dlq", **raw}
     q = _build(QueueConfig, filled, path, {"backoff": lambda v, p: _build(BackoffConfig, v, p)})
+    retention_key = f"{path}.markers_retention"
+    if "markers_retention" not in raw:
+        q = dataclasses.replace(q, markers_retention=topics.markers_retention)
+        retention_key = "topics.markers_retention"
     if q.backoff.max < q.backoff.initial:
         raise ConfigError(f"{path}.backoff.max", f"must be at least backoff.initial ({_duration_text(q.backoff.initial)})")
     hold = q.lease + q.backoff.max
     if hold > q.max_hold or q.lease > _MAX_U32_MS_S:
         raise ConfigError(f"{path}.lease", (
             f"lease ({_duration_text(q.lease)}) plus backoff.max ({_duration_text(q.backoff.max)}) must stay below "
-            f"half of markers_retention ({_duration_text(q.markers_retention)}), or an open START can be deleted by "
-            f"retention before it is redelivered: shorten them or raise the markers topic's retention.ms and "
-            f"markers_retention together"))
+            f"half of the markers retention ({retention_key}: {_duration_text(q.markers_retention)}), or an open "
+            f"START can be deleted by retention before it is redelivered: shorten them or raise the markers "
+            f"topic's retention.ms and {retention_key} together"))
     topics = {q.name, q.markers_topic, q.dlq_topic}
     if len(topics) != 3:
         raise ConfigError(path, "queue, markers_topic and dlq_topic must be three different topics")
@@ -588,14 +597,15 @@ def _build_config(raw: dict) -> Config:
     queues_raw = raw.get("queues") or []
     if not isinstance(queues_raw, list):
         raise ConfigError("queues", f"expected a list of queues, got {type(queues_raw).__name__}")
-    queues = tuple(_build_queue(q, f"queues[{i}]") for i, q in enumerate(queues_raw))
+    topics: TopicsConfig = kwargs["topics"]
+    queues = tuple(_build_queue(q, f"queues[{i}]", topics) for i, q in enumerate(queues_raw))
     seen: dict[str, int] = {}
     for i, q in enumerate(queues):
         if q.name in seen:
             raise ConfigError(f"queues[{i}].name", f"queue {q.name!r} is configured twice (also queues[{seen[q.name]}])")
         seen[q.name] = i
     consumer: ConsumerConfig = kwargs["consumer"]
-    hold = min([q.max_hold for q in queues] or [MARKERS_RETENTION_S / 2])
+    hold = min([q.max_hold for q in queues] or [topics.markers_retention / 2])
     if consumer.max_lease > hold or consumer.max_lease > _MAX_U32_MS_S:
         raise ConfigError("consumer.max_lease", (
             f"{_duration_text(consumer.max_lease)} must stay below half of the markers retention "
@@ -606,7 +616,6 @@ def _build_config(raw: dict) -> Config:
     if kafka.security_protocol.startswith("SASL") and not kafka.sasl_mechanism:
         raise ConfigError("kafka.sasl_mechanism", f"required when kafka.security_protocol is {kafka.security_protocol}")
     _check_security_keys(kafka)
-    topics: TopicsConfig = kwargs["topics"]
     if topics.replication_factor and topics.min_insync_replicas and topics.min_insync_replicas > topics.replication_factor:
         raise ConfigError("topics.min_insync_replicas", f"({topics.min_insync_replicas}) must not exceed "
                           f"topics.replication_factor ({topics.replication_factor}), or no write can succeed")

@@ -45,12 +45,17 @@ def choose_replication_factor(requested: int | None, brokers: int) -> int:
     return min(_DEFAULT_REPLICATION, brokers)
 
 
-def topic_configs(settings: TopicsConfig) -> dict[str, dict[str, str]]:
-    """Topic-level configs by role (queue, markers, dlq) from ``topics:`` in kmq.yaml."""
+def topic_configs(settings: TopicsConfig, queue: QueueConfig | None = None) -> dict[str, dict[str, str]]:
+    """Topic-level configs by role (queue, markers, dlq) from ``topics:`` in kmq.yaml.
+
+    The markers retention is ``queue.markers_retention`` when a queue is given (it defaults to
+    ``topics.markers_retention``): the value the bounds and the tracker's retention ratio assume.
+    """
     common = {}
     if settings.min_insync_replicas is not None:
         common["min.insync.replicas"] = str(settings.min_insync_replicas)
-    markers = {**common, "retention.ms": str(round(settings.markers_retention * 1000))}
+    retention = queue.markers_retention if queue is not None else settings.markers_retention
+    markers = {**common, "retention.ms": str(round(retention * 1000))}
     dlq = dict(common)
     if settings.dlq_retention is not None:
         dlq["retention.ms"] = str(round(settings.dlq_retention * 1000))
@@ -143,7 +148,7 @@ def ensure_topics(
     if partitions is not None and partitions < 1:
         raise TopicError(f"--partitions must be at least 1, got {partitions}")
     settings = settings or TopicsConfig()
-    configs = topic_configs(settings)
+    configs = topic_configs(settings, queue)
     admin = admin_client(kafka)
     try:
         with broker_errors(kafka):

@@ -40,6 +40,7 @@ from kmq.message import (
     header_text,
     origin_of,
 )
+from kmq.message import parse_origin as parse_origin_header
 
 __all__ = ["TraceEvent", "Trace", "TraceBuilder", "parse_origin", "describe_event", "clock", "STATES", "EVENT_KINDS"]
 
@@ -64,19 +65,15 @@ _OUTCOME = {Outcome.REDELIVERED: "redelivered", Outcome.DEAD_LETTERED: "dead-let
 
 
 def parse_origin(origin: str) -> tuple[str, int, int]:
-    """``topic/partition/offset`` -> its parts; :class:`TraceError` when malformed."""
-    topic, sep, rest = origin.rpartition("/")
-    topic, sep2, part = topic.rpartition("/")
-    try:
-        if not (sep and sep2 and topic):
-            raise ValueError
-        p, o = int(part), int(rest)
-        if p < 0 or o < 0:
-            raise ValueError
-    except ValueError:
+    """``topic/partition/offset`` -> its parts; :class:`TraceError` when malformed.
+
+    The same rules as the consumer's reading of ``kmq-origin`` (:func:`kmq.message.parse_origin`).
+    """
+    parsed = parse_origin_header(origin)
+    if parsed is None:
         raise TraceError(f"origin {origin!r} is not topic/partition/offset (e.g. orders/0/42); "
-                         "copy it from a kmq-origin header or use --partition/--offset") from None
-    return topic, p, o
+                         "copy it from a kmq-origin header or use --partition/--offset")
+    return parsed
 
 
 @dataclass(frozen=True)

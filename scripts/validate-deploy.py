@@ -495,7 +495,8 @@ def check_strimzi(chart: Path = CHART) -> list[str]:
     """topicInit.mode strimzi renders three valid KafkaTopic resources per queue and no hook Job."""
     values = {"topicInit": {"mode": "strimzi", "strimzi": {"clusterName": "my-cluster"}},
               "queues": [{"name": "orders", "partitions": 6}, {"name": "payments", "partitions": 3,
-                                                             "markers_topic": "payments.markers"}]}
+                                                             "markers_topic": "payments.markers",
+                                                             "markers_retention": "30d"}]}
     docs = rendered_docs(render_chart(chart, values))
     problems = []
     topics = {d["spec"]["topicName"]: d for _, d in docs if d.get("kind") == "KafkaTopic"}
@@ -510,6 +511,9 @@ def check_strimzi(chart: Path = CHART) -> list[str]:
     markers = topics.get("orders__markers", {}).get("spec", {}).get("config", {})
     if str(markers.get("retention.ms")) != str(7 * 86400 * 1000):
         problems.append(f"markers KafkaTopic retention.ms is {markers.get('retention.ms')!r}, expected 7 days")
+    own = topics.get("payments.markers", {}).get("spec", {}).get("config", {})
+    if str(own.get("retention.ms")) != str(30 * 86400 * 1000):
+        problems.append(f"a queue's own markers_retention is not its KafkaTopic retention.ms ({own.get('retention.ms')!r})")
     if any(d.get("kind") == "Job" for _, d in docs):
         problems.append("strimzi mode still renders the topic-init hook Job")
     return problems

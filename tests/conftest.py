@@ -104,18 +104,24 @@ def make_config(bootstrap):
     return make
 
 
-@pytest.fixture
-def queue_topics(make_config):
-    """Create a queue with its markers and DLQ topics; returns (cfg, queue_config)."""
+def topics_creator(make):
+    """``create(partitions, **sections) -> (cfg, queue_config)``: a config from ``make``
+    (make_config or the TLS tier's tls_config) with its queue's three topics created."""
     from kmq.topics import ensure_topics
 
     def create(partitions: int = 1, **sections):
-        cfg = make_config(**sections)
+        cfg = make(**sections)
         q = cfg.queues[0]
         ensure_topics(cfg.kafka, q, partitions)
         return cfg, q
 
     return create
+
+
+@pytest.fixture
+def queue_topics(make_config):
+    """Create a queue with its markers and DLQ topics; returns (cfg, queue_config)."""
+    return topics_creator(make_config)
 
 
 # ------------------------------------------------------------------ Redis

@@ -29,6 +29,7 @@ from kmq.message import (
     HEADER_DLQ_TS,
     HEADER_ORIGIN,
     header_text,
+    parse_origin,
 )
 from kmq.topics import require_aligned
 from tracker.copies import producible_headers
@@ -267,19 +268,15 @@ def _already_copied(cfg: Config, c, q: QueueConfig, qtps: list[TopicPartition], 
     marks = {tp: m for tp, m in marks.items() if m is not None}
     if not marks:
         return set()
-    prefix = f"{q.dlq_topic}/"
     done: set[tuple[int, int]] = set()
     c.assign(list(marks))
     for tp, m in marks.items():
         c.seek(tp, m)
     for _tp, rec in _read(c, list(marks), timeout_s):
-        raw = header_text(rec.headers, HEADER_REPLAY_OF)
-        if raw and raw.startswith(prefix):
-            try:
-                part, off = raw[len(prefix):].split("/")
-                done.add((int(part), int(off)))
-            except ValueError:
-                continue
+        # kmq-replay-of has kmq-origin's format: one parser for both.
+        parsed = parse_origin(header_text(rec.headers, HEADER_REPLAY_OF) or "")
+        if parsed is not None and parsed[0] == q.dlq_topic:
+            done.add(parsed[1:])
     c.unsubscribe()
     return done
 

@@ -119,11 +119,13 @@ class Tracker:
         self._consumer = None
         self._http: HealthServer | None = None
         self.http_port: int | None = None
-        # Heartbeat of the main loop (monotonic seconds): /healthz fails when it is
-        # older than tracker.liveness_timeout. Starts at setup so a hung join counts too.
+        # End of the last main-loop step (monotonic seconds), one clock for two checks: /healthz
+        # fails when it is older than tracker.liveness_timeout (starts at setup so a hung join
+        # counts too), and step() drops its view when the gap since it exceeds the session timeout
+        # (a paused process; only once a step has completed, so a slow first join is no pause).
         self._last_step_mono = time.monotonic()
+        self._stepped = False
         self._stall_logged = False
-        self._step_end: float | None = None  # monotonic end of the last step (pause detection)
 
     # ------------------------------------------------------------ lifecycle
     def run(self) -> None:
@@ -135,7 +137,6 @@ class Tracker:
             delay = 0.0
             while not self._stopping.is_set():
                 delay = self.step(delay)
-                self._last_step_mono = time.monotonic()
         finally:
             self._started.set()
             self._shutdown()
@@ -265,7 +266,7 @@ class Tracker:
         """Poll markers for up to ``wait_s``, apply them, redeliver what is due,
         commit; return how long the next poll may wait."""
         records = self._consumer.poll(timeout_ms=int(wait_s * 1000), max_records=5000)
-        stalled = 0.0 if self._step_end is None else time.monotonic() - self._step_end - wait_s
+        stalled = time.monotonic() - self._last_step_mono - wait_s if self._stepped else 0.0
         if stalled > self.cfg.kafka.session_timeout:
             # Paused (SIGSTOP, a VM freeze) past the session timeout: the group has most likely given our
             # partitions to another member. Act on nothing read before the pause; re-read from the commits.
@@ -293,7 +294,7 @@ class Tracker:
         if mono >= self._next_metrics:
             self._update_metrics()
             self._next_metrics = mono + _METRICS_INTERVAL_S
-        self._step_end = time.monotonic()
+        self._last_step_mono, self._stepped = time.monotonic(), True
         return self._next_delay()
 
     def _redeliver(self, owned: _Owned, items, now_ms: int) -> None:
@@ -493,9 +494,10 @@ class Tracker:
             if used >= 0.5 and not owned.retention_warned:
                 owned.retention_warned = True
                 log.warning("%s[%d]: an open START has used %.0f%% of the markers retention (START marker offset %s); "
-                            "if it is not closed before the retention deletes it, its messages are lost. See "
-                            "docs/operations.md (markers approaching retention)", owned.tp.topic, owned.tp.partition,
-                            used * 100, owned.state.committable_offset())
+                            "if it is not closed before the retention (%gh: queues[].markers_retention, default "
+                            "topics.markers_retention) deletes it, its messages are lost. See docs/operations.md "
+                            "(KmqOpenStartNearRetention)", owned.tp.topic, owned.tp.partition, used * 100,
+                            owned.state.committable_offset(), owned.queue.markers_retention / 3600)
             elif used < 0.5:
                 owned.retention_warned = False
             hw = self._consumer.highwater(owned.tp)

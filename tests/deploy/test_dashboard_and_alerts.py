@@ -56,7 +56,11 @@ def test_every_alert_has_a_promtool_test_a_runbook_entry_and_known_metrics():
     assert vd.check_alerts() == []
     alerts = {r["alert"] for r in vd._alert_rules()}
     assert {"KmqRedeliveryFailing", "KmqOffsetsMissingFromQueueLog", "KmqBadMarkers",
-            "KmqInFlightNearMarkersRetention", "KmqTrackerNotReady", "KmqDeadLettersGrowing"} <= alerts
+            "KmqOpenStartNearRetention", "KmqTrackerNotReady", "KmqDeadLettersGrowing",
+            "KmqMarkersLostToRetention", "KmqDeadLetterTopicUnavailable", "KmqUndeliverableMessages"} <= alerts
+    # One alert per fact: the retention one reads the tracker's ratio (per queue retention), one failing-redelivery alert.
+    assert "KmqInFlightNearMarkersRetention" not in alerts
+    assert sum(r["alert"] == "KmqRedeliveryFailing" for r in vd._alert_rules()) == 1
 
 
 def test_dead_letter_alert_is_a_rate_with_a_for():
@@ -91,7 +95,10 @@ def test_tracker_probes_digest_redis_secret_and_openshift_context():
     # The generated kmq.yaml is valid for kmq itself.
     from kmq.config import Config
 
-    assert Config.from_dict(config).topics.markers_retention == 14 * 86400
+    cfg = Config.from_dict(config)
+    assert cfg.topics.markers_retention == 14 * 86400
+    # One retention setting: queues inherit topicInit.markersRetention unless they set their own.
+    assert cfg.queue("orders").markers_retention == 14 * 86400 and cfg.queue("payments").markers_retention == 30 * 86400
     assert not [d for d in docs if d["kind"] == "Job"]
     assert find(docs, "PodMonitor", "kmq")["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == "kmq-tracker"
     dash = find(docs, "ConfigMap", "-dashboard")

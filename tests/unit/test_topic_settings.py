@@ -36,7 +36,7 @@ def test_topic_configs_by_role():
 
 @pytest.mark.parametrize("topics, path, text", [
     ({"min_insync_replicas": 3, "replication_factor": 2}, "topics.min_insync_replicas", "must not exceed"),
-    ({"markers_retention": "30s"}, "topics.markers_retention", "at least 1m"),
+    ({"markers_retention": "30m"}, "topics.markers_retention", "at least 1h"),
     ({"replication_factor": 0}, "topics.replication_factor", "at least 1"),
     ({"dlq_retention": "forever"}, "topics.dlq_retention", "expected a duration"),
 ])
@@ -44,3 +44,27 @@ def test_bad_topic_settings_name_the_key(topics, path, text):
     with pytest.raises(ConfigError) as err:
         Config.from_dict({"topics": topics})
     assert err.value.path == path and text in str(err.value)
+
+
+def test_one_markers_retention_queues_inherit_topics_and_may_override_it():
+    cfg = Config.from_dict({"topics": {"markers_retention": "14d"},
+                            "queues": ["a", {"name": "b", "markers_retention": "2d"}]})
+    assert cfg.queue("a").markers_retention == 14 * 86400 and cfg.queue("b").markers_retention == 2 * 86400
+    assert cfg.queue("unlisted").markers_retention == 14 * 86400  # kmq topics create unlisted
+    # kmq topics create sets what the bounds and the tracker's retention ratio assume.
+    assert topic_configs(cfg.topics, cfg.queue("a"))["markers"]["retention.ms"] == str(14 * 86400_000)
+    assert topic_configs(cfg.topics, cfg.queue("b"))["markers"]["retention.ms"] == str(2 * 86400_000)
+    assert Config.from_dict(cfg.to_dict()).queue("b").markers_retention == 2 * 86400
+
+
+@pytest.mark.parametrize("data, path, key", [
+    ({"topics": {"markers_retention": "1h"}, "queues": [{"name": "q", "lease": "20m", "backoff": {"max": "20m"}}]},
+     "queues[0].lease", "topics.markers_retention"),
+    ({"topics": {"markers_retention": "1h"}, "queues": [{"name": "q", "markers_retention": "2h", "lease": "70m"}]},
+     "queues[0].lease", "queues[0].markers_retention"),
+    ({"topics": {"markers_retention": "1h"}, "consumer": {"max_lease": "40m"}}, "consumer.max_lease", "1h"),
+])
+def test_bounds_name_the_retention_key_they_came_from(data, path, key):
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict(data)
+    assert err.value.path == path and key in str(err.value)

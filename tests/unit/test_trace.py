@@ -157,14 +157,15 @@ def test_bad_markers_and_other_partitions_are_skipped():
     assert f.b.bad_markers == 1 and f.b.result(now_ms=1).kinds() == ["delivered"]
 
 
-@pytest.mark.parametrize("text", ["q/0", "q/x/1", "/0/1", "q/0/-1", "nonsense"])
+# Kafka topic names hold no "/": a/b/2/7 is malformed, as the consumer reads kmq-origin too.
+@pytest.mark.parametrize("text", ["q/0", "q/x/1", "/0/1", "q/0/-1", "nonsense", "a/b/2/7", "q/2147483648/1"])
 def test_malformed_origin(text):
     with pytest.raises(TraceError, match="topic/partition/offset"):
         parse_origin(text)
 
 
-def test_origin_with_slashes_in_topic_and_json_shape():
-    assert parse_origin("a/b/2/7") == ("a/b", 2, 7)
+def test_origin_parts_and_json_shape():
+    assert parse_origin("a.b_c-d/2/7") == ("a.b_c-d", 2, 7)
     f = Feed()
     f.queue(0, 0)
     d = f.b.result(now_ms=1).to_dict()

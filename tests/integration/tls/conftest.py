@@ -11,7 +11,7 @@ import os
 import pytest
 
 from kmq.config import Config
-from tests.conftest import TEST_GROUP_TIMING, unique
+from tests.conftest import topics_creator
 from tests.helpers.tls import TlsBroker, stunnel_binary
 
 
@@ -31,18 +31,11 @@ def tls_broker(tmp_path_factory, kafka_broker):
 
 
 @pytest.fixture
-def tls_config(tls_broker):
-    """A Config for one test over mutual TLS: random queue/group names, fast group timing."""
+def tls_config(tls_broker, make_config):
+    """A Config for one test over mutual TLS: make_config's random names and group timing."""
 
     def make(queue: dict | None = None, kafka: dict | None = None, **sections) -> Config:
-        data = {
-            "kafka": {**tls_broker.kafka_settings(), **TEST_GROUP_TIMING, **(kafka or {})},
-            "queues": [{"name": unique("tlsq"), **(queue or {})}],
-            "consumer": {"group_id": unique("workers")},
-            "tracker": {"group_id": unique("tracker"), "http_port": 0},
-            **sections,
-        }
-        return Config.from_dict(data)
+        return make_config(queue=queue, kafka={**tls_broker.kafka_settings(), **(kafka or {})}, **sections)
 
     return make
 
@@ -50,12 +43,4 @@ def tls_config(tls_broker):
 @pytest.fixture
 def tls_queue(tls_config):
     """Create a queue's three topics over TLS; returns (cfg, queue_config)."""
-    from kmq.topics import ensure_topics
-
-    def create(partitions: int = 1, **kw):
-        cfg = tls_config(**kw)
-        q = cfg.queues[0]
-        ensure_topics(cfg.kafka, q, partitions)
-        return cfg, q
-
-    return create
+    return topics_creator(tls_config)
