@@ -154,6 +154,10 @@ class LogReader:
         One metadata request, never a wait for the topic to appear (a producer's
         metadata wait would block the tracker for ``max_block_ms``)."""
         try:
+            # topics() always asks the cluster: the metadata cache can still list a topic
+            # that was deleted since (a DLQ removed by an operator).
+            if topic not in self._consumer.topics():
+                return 0
             return len(self._consumer.partitions_for_topic(topic) or ())
         except KafkaError as exc:
             raise LogReadError(f"metadata of {topic} could not be read: {exc}") from exc
