@@ -3,7 +3,8 @@
 10,000 messages (1 % poison) on 4 partitions; 3 workers with failure, hang and
 poison injection, one SIGKILLed and restarted; 2 trackers, one SIGKILLed.
 End state: every non-poison message acked at least once, every poison message
-in the DLQ exactly once with its headers, nothing lost; duplicates reported.
+in the DLQ with its headers (twice only inside the killed tracker's window
+between a dead letter and its CLOSED marker), nothing lost; duplicates reported.
 
 One hostile record of each kind rides along (produced with confluent-kafka,
 which writes what kafka-python refuses): a poison record with a null header
@@ -118,6 +119,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
 
         wait_acks(2_000, 120)
         assert producer.poll() is None, "the producer finished before the tracker kill: not mid-run"
+        tracker_killed_ms = int(time.time() * 1000)
         trackers[0].kill()  # its partitions move to the other tracker after the session timeout
         wait_acks(4_000, 120)
         assert producer.poll() is None, "the producer finished before the worker kill: not mid-run"
@@ -160,12 +162,22 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
                          if int.from_bytes(r.key, "big") == int(big.split("/")[1])
                          for m in [decode(r.value)] if m.TYPE.name == "CLOSED" and m.outcome is Outcome.UNDELIVERABLE]
         assert any(big_offset in rg for m in undeliverable for rg in m.ranges)
-        # Every poison message exactly once in the DLQ, with its headers; nothing else there.
+        # Every poison message in the DLQ, with its headers; nothing else there.
         by_origin = collections.Counter(headers(d)["kmq-origin"] for d in dead)
         unexpected = [(headers(d), acked.get(headers(d)["kmq-origin"], 0)) for d in dead
                       if headers(d)["kmq-origin"] not in poison_dead | {tombstone}]
         assert not unexpected, unexpected[:5]
-        assert max(by_origin.values()) == 1, [o for o, c in by_origin.items() if c > 1][:5]
+        # A message is dead-lettered twice only when the killed tracker wrote its dead letter and died
+        # before its CLOSED marker (docs/protocol.md): so the first of any two copies predates the kill.
+        first_ts: dict = {}
+        for d in dead:
+            o = headers(d)["kmq-origin"]
+            ts = int(headers(d)["kmq-dlq-ts"])  # when the tracker wrote it
+            first_ts[o] = min(first_ts.get(o, ts), ts)
+        twice = [o for o, c in by_origin.items() if c > 1]
+        assert all(first_ts[o] <= tracker_killed_ms + 1000 for o in twice), [
+            (o, first_ts[o] - tracker_killed_ms) for o in twice][:5]
+        print(f"dead-lettered twice (tracker kill window): {len(twice)} of {len(by_origin)}")
         for d in dead:
             h = headers(d)
             if h["kmq-origin"] == tombstone:
