@@ -157,6 +157,13 @@ class ConsumerConfig:
     ack_flush_interval: float = _f(0.1, "duration")
     auto_renew: bool = _f(False, "bool")
     max_lease: float = _f(600.0, "duration")
+    # Flow control (kmq/flow.py): bounds on fetched-but-unsettled messages of one consumer.
+    max_outstanding_messages: int = _f(10_000, "int", min=1)
+    max_outstanding_bytes: int = _f(100 * 1024 * 1024, "int", min=1)
+    # cooperative-sticky: a rebalance revokes only the partitions that move (KIP-429).
+    assignor: str = _f("COOPERATIVE-STICKY", "choice", choices=("COOPERATIVE-STICKY", "RANGE"))
+    # A fetcher whose Kafka poll has not returned for this long is stalled: the consumer fails loudly.
+    fetch_stall_timeout: float = _f(10.0, "duration", min=1.0)
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,23 @@ into the writer's :class:`~kmq.ack_buffer.AckBuffer` and are flushed as
 coalesced ranges by the writer's flusher thread. So the next batch's poll,
 START and commit overlap with user processing of the current one.
 
-The per-partition in-flight cap counts messages handed over (or ready to be)
-and not settled: a partition at the cap is paused, records beyond the cap are
-sought back, and the partition resumes when acks drain it. When the
-application falls behind (ready batches pile up), the fetcher pauses every
-partition but keeps polling, so heartbeats and rebalances go on. A rebalance drops
-ready-but-not-handed batches of revoked partitions and NACKs them (delay 0),
-so the tracker redelivers them at once to the new owner.
+Flow control (:mod:`kmq.flow`): the fetcher takes from Kafka only what the
+handlers can start within half a lease at the measured processing rate (and
+within ``consumer.max_outstanding_messages`` / ``max_outstanding_bytes``),
+asking Kafka for exactly that many records (no seek-back); a partition at
+``max_in_flight_per_partition`` is paused. :meth:`KmqConsumer.run` takes a
+message only when a worker is free, so nothing waits in a pool queue.
+
+Rebalances (cooperative-sticky by default: only moving partitions are
+revoked): committed messages of a revoked partition are still handed over and
+processed here (the tracker, not the group, owns their leases); a started but
+uncommitted batch of it is given back without a marker (the new owner polls it
+again). On close, never-handed messages are given back by committing their
+partition's offset back to the first of them, so the next owner polls them
+again: no copy, no higher delivery count.
+
+A watchdog (:mod:`kmq.fetch_watchdog`) unblocks or fails a Kafka poll that
+stops returning (kafka-python can lose its wake-up after a broker outage).
 """
 
 from __future__ import annotations
@@ -28,20 +38,29 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 from kafka import ConsumerRebalanceListener, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
 from kmq import clients
 from kmq.config import Config
-from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.errors import BrokerUnavailable, FetcherStalled, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.fetch_watchdog import FetchWatchdog
+from kmq.flow import FlowControl, FlowLimits
 from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
-from kmq.message import ACK, NACK, REJECT, KmqMessage
+from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
 from kmq.writer import MarkerWriter, _ms
 
 __all__ = ["KmqConsumer", "StageHook"]
 
 log = logging.getLogger(__name__)
+
+#: ``abandon`` argument of messages the consumer gives back unprocessed (not a user settlement).
+_RETURNED = "returned"
+
+
+def _size(m: KmqMessage) -> int:
+    return len(m.value or b"") + len(m.key or b"")
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
@@ -54,6 +73,16 @@ def _member_id(kc: Any) -> str | None:
     gen = getattr(getattr(kc, "_coordinator", None), "_generation", None)
     member = getattr(gen, "member_id", None)
     return member or None
+
+
+def _assignors(name: str) -> tuple:
+    if name == "RANGE":
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        return (RangePartitionAssignor,)
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+    return (CooperativeStickyAssignor,)
 
 
 class _Pending:
@@ -75,7 +104,7 @@ class _Listener(ConsumerRebalanceListener):
     def __init__(self, owner: "KmqConsumer") -> None:
         self.owner = owner
 
-    def on_partitions_revoked(self, revoked):  # fetcher thread, inside poll()
+    def on_partitions_revoked(self, revoked):  # kafka-python's I/O thread, during the fetcher's poll()
         self.owner._revoked({tp.partition for tp in revoked if tp.topic == self.owner.queue.name})
 
     def on_partitions_assigned(self, assigned):
@@ -96,16 +125,18 @@ class KmqConsumer:
     :param cfg: the kmq configuration (group from ``consumer.group_id``).
     :param queue: queue name (default: the only configured queue).
     :param batch_size: default ``max_records`` of :meth:`poll` (and what :meth:`run` takes at a time).
-    :param fetch_size: records the fetcher takes per Kafka poll; one START per partition per
-        fetch (default ``4 * batch_size``, at most half of ``max_in_flight_per_partition``
-        but at least ``batch_size``). kafka-python's per-poll cost is high, so fetching
-        in bigger steps than the application consumes keeps the overhead per message low.
-    :param prefetch: batches made ready ahead of the application (START + commit done).
+    :param fetch_size: most records the fetcher takes per Kafka poll; one START per partition
+        per fetch (default ``4 * batch_size``); flow control may ask for fewer.
+        kafka-python's per-poll cost is high, so fetching in bigger steps than the
+        application consumes keeps the overhead per message low.
+    :param prefetch: no longer used (flow control, :mod:`kmq.flow`, bounds what is
+        fetched ahead); accepted for compatibility.
     :param metrics: :class:`~kmq.metrics.ConsumerMetrics` to record into.
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
     """
 
-    #: Seconds the application may stay behind before the fetcher polls with all partitions paused.
+    #: Seconds without room (flow control) before the fetcher polls with all partitions paused,
+    #: so group membership and rebalances go on (pausing drops buffered fetches: not on every blip).
     BACKPRESSURE_POLL = 0.5
 
     def __init__(
@@ -125,9 +156,7 @@ class KmqConsumer:
         self.metrics = self.writer.metrics
         self.batch_size = batch_size
         self.cap = cfg.consumer.max_in_flight_per_partition
-        # Default: 4 batches, but at most half the in-flight cap so fetches keep overlapping.
-        self.fetch_size = fetch_size or max(batch_size, min(4 * batch_size, self.cap // 2))
-        self.prefetch = max(1, prefetch)
+        self.fetch_size = fetch_size or 4 * batch_size
         self._hook = stage_hook
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
         self._cond = threading.Condition()  # ready batches
@@ -139,15 +168,26 @@ class KmqConsumer:
         self._closed = False
         self._fetcher: threading.Thread | None = None
         self._revoked_parts: frozenset[int] = frozenset()
-        self.pipeline = 2  # batches between poll and hand-over (START and commit in flight)
         self.exhausted_leases = 0
+        self._commit_retry = False  # a commit failed and is retried: keep polling to finish a rebalance
+        #: Outstanding-message bounds and the measured rate (under self._lock).
+        self.flow = FlowControl(FlowLimits(
+            lease=self.queue.lease, max_messages=cfg.consumer.max_outstanding_messages,
+            max_bytes=cfg.consumer.max_outstanding_bytes,
+            # The floor: one full poll(max_records=batch_size) can always be served.
+            min_messages=max(1, min(batch_size, cfg.consumer.max_outstanding_messages)),
+        ), time.monotonic())
         try:
             self._kc = clients.consumer(
                 cfg.kafka, group_id=cfg.consumer.group_id, enable_auto_commit=False, max_poll_records=self.fetch_size,
+                partition_assignment_strategy=_assignors(cfg.consumer.assignor),
             )
         except BaseException:
             self.writer.close()
             raise
+        self._watchdog = FetchWatchdog(self._kc, cfg.consumer.fetch_stall_timeout, self._stalled, self.queue.name)
+        #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
+        self._starve_after = max(1.0, cfg.consumer.fetch_stall_timeout / 2)
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
         if cfg.consumer.auto_renew:
@@ -170,6 +210,10 @@ class KmqConsumer:
         elif outcome is REJECT:
             self.writer.buffer.reject(p, msg.offset, arg)
         self._inflight[p] -= 1
+        if outcome is ABANDON and arg == _RETURNED:
+            self.flow.returned(1, _size(msg), time.monotonic())
+        else:
+            self.flow.settled(1, _size(msg), time.monotonic())
         if self._schedule is not None:
             self._schedule.forget((p, msg.offset))
 
@@ -202,6 +246,7 @@ class KmqConsumer:
         if self._fetcher is None:
             self._fetcher = threading.Thread(target=self._fetch_loop, name=f"kmq-fetcher-{self.queue.name}", daemon=True)
             self._fetcher.start()
+            self._watchdog.start()
             if self._keeper is not None:
                 self._keeper.start()
 
@@ -212,9 +257,10 @@ class KmqConsumer:
         self.close()
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop fetching, NACK ready-but-not-handed messages, leave the group and
-        flush pending acks. Unsettled handed-over messages stay in flight: the
-        tracker redelivers them when their leases end."""
+        """Stop fetching, give never-handed messages back to the group (their
+        offsets are committed back, so the next owner polls them again), leave
+        the group and flush pending acks. Unsettled handed-over messages stay in
+        flight: the tracker redelivers them when their leases end."""
         if self._closed:
             return
         self._closed = True
@@ -223,9 +269,12 @@ class KmqConsumer:
         with self._cond:
             self._cond.notify_all()
         if self._fetcher is not None and self._fetcher is not threading.current_thread():
+            if isinstance(self._error, FetcherStalled):
+                timeout = 1.0  # it is stuck inside kafka-python: do not wait for it
             self._fetcher.join(timeout if timeout is not None else self.cfg.kafka.session_timeout + 10)
         if self._fetcher is None:
             self._close_kafka_consumer()
+        self._watchdog.stop()
         if self._keeper is not None:
             self._keeper.stop()
         with self._lock:
@@ -280,20 +329,16 @@ class KmqConsumer:
     def run(self, handler: Callable[[KmqMessage], Any], workers: int = 1, poll_timeout: float = 0.5) -> None:
         """Call ``handler(msg)`` on a pool of ``workers`` threads until :meth:`stop`.
 
-        Out of order, no head-of-line blocking inside a partition. A handler
-        that returns acks the message (unless it settled it itself); an
-        exception nacks it with the queue's backoff for its delivery count.
-        On stop, handlers already running finish and queued messages are
-        nacked (delay 0) for immediate redelivery."""
+        Out of order, no head-of-line blocking inside a partition. A message is
+        taken from the consumer only when a worker is free to start it, so no
+        lease runs in a pool queue. A handler that returns acks the message
+        (unless it settled it itself); an exception nacks it with the queue's
+        backoff for its delivery count. On stop, running handlers finish; messages
+        not yet taken are given back to the group by :meth:`close`."""
         backoff = self.queue.backoff
-        pending: set[KmqMessage] = set()
-        plock = threading.Lock()
+        slots = threading.Semaphore(max(1, workers))
 
         def call(msg: KmqMessage) -> None:
-            with plock:
-                if msg not in pending or self._stop_run.is_set():
-                    return  # stopping: not started handlers do not start; nacked below
-                pending.discard(msg)
             try:
                 handler(msg)
             except Exception as exc:
@@ -305,6 +350,8 @@ class KmqConsumer:
                 except MessageAlreadySettled:
                     pass
                 return
+            finally:
+                slots.release()
             if msg._outcome is None:
                 try:
                     msg.ack()
@@ -314,21 +361,29 @@ class KmqConsumer:
         pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"kmq-worker-{self.queue.name}")
         try:
             while not (self._stop_run.is_set() or self._closed):
-                for msg in self.poll(timeout=poll_timeout):
-                    with plock:
-                        pending.add(msg)
+                if not slots.acquire(timeout=poll_timeout):
+                    self._raise_error()  # every worker busy: still surface a failed fetcher
+                    continue
+                free = 1
+                while free < self.batch_size and slots.acquire(blocking=False):
+                    free += 1
+                try:
+                    msgs = self.poll(timeout=poll_timeout, max_records=free)
+                except BaseException:
+                    for _ in range(free):
+                        slots.release()
+                    raise
+                for _ in range(free - len(msgs)):
+                    slots.release()
+                for msg in msgs:
                     pool.submit(call, msg)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            with plock:
-                left, pending = list(pending), set()
-            for msg in left:
-                try:
-                    msg.nack(0.0)
-                except MessageAlreadySettled:
-                    pass
-            if left:
-                log.info("%s: stopped with %d queued message(s); nacked for immediate redelivery", self.queue.name, len(left))
+            pool.shutdown(wait=True)
+
+    def _raise_error(self) -> None:
+        with self._cond:
+            if self._error is not None and not self._ready:
+                raise self._error
 
     # ------------------------------------------------------------ fetcher thread
     def _fetch_loop(self) -> None:
@@ -337,35 +392,46 @@ class KmqConsumer:
         try:
             kc.subscribe([self.queue.name], listener=_Listener(self))
             gauge_at = 0.0
-            full_since: float | None = None
+            blocked_since: float | None = None
+            fed_at = time.monotonic()  # last poll that returned records (or had no room to)
             while not self._stop.is_set():
                 self._advance(kc, pending)
-                with self._cond:
-                    queued = len(self._ready)
-                full = queued >= self.prefetch or queued + len(pending) >= self.prefetch + self.pipeline
                 now = time.monotonic()
-                if now >= gauge_at:
+                publish = now >= gauge_at
+                with self._lock:
+                    room = self.flow.room(now)
+                    at_cap = {p for p, n in self._inflight.items() if n >= self.cap}
+                    # kafka-python caps a poll in total, not per partition: ask for no more than the
+                    # fullest unpaused partition has room for, so no partition passes its cap.
+                    part_room = self.cap - max((n for n in self._inflight.values() if n < self.cap), default=0)
+                    snapshot = dict(self._inflight) if publish else {}  # zeros kept: a drained partition shows 0
+                if publish:
                     gauge_at = now + 0.5
-                    with self._lock:
-                        snapshot = dict(self._inflight)  # zeros included, so a drained partition shows 0
                     for p, n in snapshot.items():
                         self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
-                if not full:
-                    full_since = None
-                elif full_since is None:
-                    full_since = now
-                if full and now - full_since < self.BACKPRESSURE_POLL:
-                    # The application is behind: wait for it (or for a commit) without polling.
-                    with self._cond:
-                        if len(self._ready) >= queued:
-                            self._cond.wait(0.002 if pending else 0.02)
+                if room:
+                    blocked_since = None
+                elif blocked_since is None:
+                    blocked_since = now
+                if not room and not self._commit_retry and (pending or now - blocked_since < self.BACKPRESSURE_POLL):
+                    # Handlers are behind: wait for settlements (or for a START/commit) without polling.
+                    self._stop.wait(0.002 if pending else 0.01)
                     continue
-                # Behind for a while: keep polling with every partition paused, so heartbeats
-                # and rebalances go on (pausing drops buffered fetches, so not on every blip).
-                self._apply_pauses(kc, full)
+                # No room for a while: poll with every partition paused, so membership goes on.
+                self._apply_pauses(kc, None if not room else at_cap)
+                max_records = min(self.fetch_size, room.messages, part_room) if room else 1
                 # Short timeouts while batches are between START and hand-over, so they move on soon.
-                timeout_ms = 5 if pending else 10 if full else 100
-                records = kc.poll(timeout_ms=timeout_ms, max_records=self.fetch_size)
+                records = self._poll(kc, 5 if pending else 100 if room else 50, max_records)
+                if records or not room:
+                    fed_at = time.monotonic()
+                elif time.monotonic() - fed_at > self._starve_after:
+                    lagging = self._lagging(kc)
+                    if lagging:
+                        self._watchdog.unstick_fetches()
+                        # A seek to the current position drops whatever fetch state kafka-python keeps for it.
+                        for tp, pos in lagging.items():
+                            kc.seek(tp, pos)
+                    fed_at = time.monotonic()
                 batch = self._take(kc, records) if records else None
                 if batch is not None:
                     pending.append(batch)
@@ -375,10 +441,39 @@ class KmqConsumer:
             log.exception("fetcher of %s failed", self.queue.name)
             self._fail(exc)
         finally:
-            for b in pending:  # START may exist, nothing handed over: let the tracker redeliver now
-                self._nack_all(b.messages)
-            self._drop_ready(None, "the consumer is closing")
+            self._give_back_unhanded(kc, pending)
             self._close_kafka_consumer()
+
+    def _poll(self, kc: Any, timeout_ms: int, max_records: int) -> dict:
+        """``kc.poll`` under the watchdog; a poll the watchdog unblocked returns nothing."""
+        self._watchdog.poll_started()
+        try:
+            records = kc.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except KafkaTimeoutError as exc:
+            self._watchdog.poll_returned(normally=False)
+            log.warning("%s: Kafka poll failed (%s); polling again", self.queue.name, exc)
+            return {}
+        self._watchdog.poll_returned()
+        return records
+
+    def _lagging(self, kc: Any) -> dict:
+        """Assigned, unpaused partitions with records past their position (last fetch's high-water)."""
+        out = {}
+        paused = kc.paused()
+        for tp in kc.assignment():
+            if tp in paused:
+                continue
+            high = kc.highwater(tp)
+            try:
+                pos = kc.position(tp, timeout_ms=0) if high is not None else None
+            except Exception:  # noqa: BLE001 - no position yet: not lagging as far as we know
+                pos = None
+            if high is not None and pos is not None and high > pos:
+                out[tp] = pos
+        return out
+
+    def _stalled(self, why: str) -> None:
+        self._fail(FetcherStalled(f"{self.queue.name}: {why}"))
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, KafkaError) and not isinstance(exc, KmqError):
@@ -397,37 +492,24 @@ class KmqConsumer:
         except Exception as exc:  # noqa: BLE001 - closing is best effort
             log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
 
-    def _apply_pauses(self, kc: Any, all_paused: bool) -> None:
-        """Pause partitions at the in-flight cap (or all, under backpressure); resume the rest."""
-        paused = {tp for tp in kc.paused()}
-        if all_paused:
-            want = set(kc.assignment())
-        else:
-            with self._lock:
-                full = {p for p, n in self._inflight.items() if n >= self.cap}
-            if not full and not paused:
-                return
-            want = {tp for tp in kc.assignment() if tp.partition in full}
+    def _apply_pauses(self, kc: Any, at_cap: set[int] | None) -> None:
+        """Pause partitions at the in-flight cap (``None``: all of them); resume the rest."""
+        paused = set(kc.paused())
+        if at_cap is not None and not at_cap and not paused:
+            return
+        assigned = kc.assignment()
+        want = set(assigned) if at_cap is None else {tp for tp in assigned if tp.partition in at_cap}
         if want - paused:
             kc.pause(*(want - paused))
         if paused - want:
             kc.resume(*(paused - want))
 
     def _take(self, kc: Any, records: dict) -> "_Pending | None":
-        """Cap the polled records, count them in flight and send their STARTs (no wait)."""
+        """Count the polled records outstanding and send their STARTs (no wait)."""
         offsets: dict[int, list[int]] = {}
-        kept: list = []
-        with self._lock:
-            room = {tp.partition: self.cap - self._inflight[tp.partition] for tp in records}
-        for tp, recs in records.items():
-            allowed = room[tp.partition]
-            if allowed < len(recs):
-                # Over the cap: take what fits, fetch the rest again after acks drain the partition.
-                kc.seek(tp, recs[max(allowed, 0)].offset)
-                recs = recs[: max(allowed, 0)]
-            if recs:
-                offsets[tp.partition] = [r.offset for r in recs]
-                kept.append(recs)
+        kept = [recs for recs in records.values() if recs]
+        for recs in kept:
+            offsets[recs[0].partition] = [r.offset for r in recs]
         if not kept:
             return None
         spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
@@ -445,19 +527,21 @@ class KmqConsumer:
         with lock:
             for p, offs in offsets.items():
                 self._inflight[p] += len(offs)
+            self.flow.taken(len(messages), sum(_size(m) for m in messages), time.monotonic())
         b = _Pending(messages, offsets, spans, time.perf_counter())
         try:
             b.futures = self.writer.send_starts(offsets)
-        except MarkerWriteError:
-            self._forget(messages)
-            raise
+        except MarkerWriteError as exc:
+            self._retry_later(kc, deque([b]), exc)
+            return None
         return b
 
-    def _forget(self, messages: list[KmqMessage]) -> None:
-        """Messages never handed over and never to be: out of the in-flight count, no marker."""
+    def _give_back(self, messages: list[KmqMessage]) -> None:
+        """Messages never handed over and never to be: out of the in-flight count and the
+        flow bound, no marker (the group delivers them again, or their lease runs out)."""
         for m in messages:
             try:
-                m.abandon()
+                m._settle(ABANDON, _RETURNED)
             except MessageAlreadySettled:
                 pass
 
@@ -467,6 +551,24 @@ class KmqConsumer:
                 m.nack(0.0)
             except MessageAlreadySettled:
                 pass
+
+    def _retry_later(self, kc: Any, batches: "deque[_Pending]", exc: BaseException) -> None:
+        """START or commit failed (e.g. the broker is down): nothing of ``batches`` was handed
+        over or committed. Seek each partition back to its first offset so the records are
+        polled (and STARTed) again, instead of dying or waiting for a lease to run out."""
+        first: dict[int, int] = {}
+        for b in batches:
+            for p, offs in b.offsets.items():
+                first[p] = min(first.get(p, offs[0]), offs[0])
+            self._give_back(b.messages)
+        batches.clear()
+        assigned = {tp.partition: tp for tp in kc.assignment()}
+        for p, off in first.items():
+            if p in assigned:  # a revoked partition is polled again by its new owner
+                kc.seek(assigned[p], off)
+        log.warning("%s: %s; partitions %s go back to offsets %s and are fetched again", self.queue.name,
+                    exc, sorted(first), [first[p] for p in sorted(first)])
+        self._stop.wait(0.5)  # a broker outage: do not spin
 
     def _advance(self, kc: Any, pending: "deque[_Pending]") -> None:
         """Move finished steps along, oldest batch first: START acknowledged ->
@@ -478,32 +580,43 @@ class KmqConsumer:
                     return
                 try:
                     self.writer.wait_starts(b.futures, timeout=0)
-                except MarkerWriteError:
-                    pending.popleft()
-                    self._forget(b.messages)  # not committed, not handed: the group delivers them again
-                    raise
+                except MarkerWriteError as exc:
+                    self._retry_later(kc, pending, exc)  # later batches too: they must not be committed past it
+                    return
                 self.metrics.marker_write_seconds.observe(time.perf_counter() - b.t0)
                 if self._hook:
                     self._hook("started", b.spans)
                 revoked = self._revoked_parts & set(b.offsets)
                 if revoked:
-                    pending.popleft()
-                    log.info("%s: partitions %s revoked before the commit; %d started message(s) nacked for "
-                             "redelivery", self.queue.name, sorted(revoked), len(b.messages))
-                    self._nack_all(b.messages)
-                    continue
+                    # Not committed: the partition's new owner polls these again (its START takes over).
+                    # The batch's other partitions are still ours and go on to the commit.
+                    back = [m for m in b.messages if m.partition in revoked]
+                    log.info("%s: partitions %s revoked before the commit; %d started message(s) given back to "
+                             "the group", self.queue.name, sorted(revoked), len(back))
+                    self._give_back(back)
+                    b.messages = [m for m in b.messages if m.partition not in revoked]
+                    b.offsets = {p: o for p, o in b.offsets.items() if p not in revoked}
+                    b.spans = {p: sp for p, sp in b.spans.items() if p not in revoked}
+                    if not b.messages:
+                        pending.popleft()
+                        continue
                 offsets = {
                     TopicPartition(self.queue.name, p): OffsetAndMetadata(o[-1] + 1, "", -1) for p, o in b.offsets.items()
                 }
                 b.commit = kc.commit_async(offsets)
             if not b.commit.is_done:
                 return
-            pending.popleft()
             if b.commit.failed():
-                log.warning("%s: committing offsets %s failed (%s); %d started message(s) nacked for redelivery "
-                            "instead of being handed over", self.queue.name, b.spans, b.commit.exception, len(b.messages))
-                self._nack_all(b.messages)
-                continue
+                # Whether a failed commit was applied is not certain (a rebalance may have raced it), so
+                # neither hand over nor seek back: commit again while the partitions are ours (polling
+                # meanwhile, which completes a rebalance); revoked ones are given back above.
+                log.warning("%s: committing offsets %s failed (%s); retrying", self.queue.name, b.spans,
+                            b.commit.exception)
+                b.commit = None
+                self._commit_retry = True
+                return
+            self._commit_retry = False
+            pending.popleft()
             if self._hook:
                 self._hook("committed", b.spans)
             self._hand_over(b.messages, b.sent_at)
@@ -521,32 +634,47 @@ class KmqConsumer:
             self._cond.notify_all()
 
     def _revoked(self, partitions: set[int]) -> None:
-        # Runs on kafka-python's network thread: touch only thread-safe state.
+        # Runs on kafka-python's I/O thread: touch only thread-safe state. Ready messages of
+        # revoked partitions are kept and handed over: they are committed, so no one else
+        # gets them, and the tracker (not the group) owns their leases.
         self._revoked_parts = frozenset(self._revoked_parts | partitions)
         if partitions:
-            self._drop_ready(partitions, f"partitions {sorted(partitions)} were revoked")
+            log.info("%s: partitions %s revoked", self.queue.name, sorted(partitions))
 
-    def _drop_ready(self, partitions: set[int] | None, why: str) -> None:
-        """NACK (delay 0) ready-but-not-handed messages of ``partitions`` (None = all)."""
-        dropped: list[KmqMessage] = []
+    def _give_back_unhanded(self, kc: Any, pending: "deque[_Pending]") -> None:
+        """On close: commit each partition back to its first never-handed offset, so the
+        group delivers those messages again (no copy, same delivery count).
+
+        Per partition the handed messages are a prefix of what was fetched (batches are
+        handed in fetch order), so the rewind re-delivers exactly the never-handed ones."""
         with self._cond:
-            keep: deque[list[KmqMessage]] = deque()
-            for batch in self._ready:
-                if partitions is None:
-                    dropped.extend(batch)
-                    continue
-                rest = [m for m in batch if m.partition not in partitions]
-                dropped.extend(m for m in batch if m.partition in partitions)
-                if rest:
-                    keep.append(rest)
-            self._ready = keep
+            ready = [m for batch in self._ready for m in batch]
+            self._ready.clear()
             self._cond.notify_all()
-        for m in dropped:
-            try:
-                m.nack(0.0)
-            except MessageAlreadySettled:
-                pass
-        if dropped:
-            log.info("%s: %s; %d prefetched message(s) nacked for immediate redelivery by the tracker",
-                     self.queue.name, why, len(dropped))
+        unhanded = ready + [m for b in pending for m in b.messages]
+        pending.clear()
+        if not unhanded:
+            return
+        first: dict[int, int] = {}
+        for m in unhanded:
+            first[m.partition] = min(first.get(m.partition, m.offset), m.offset)
+        try:
+            assigned = {tp.partition for tp in kc.assignment()} - self._revoked_parts
+            rewind = {p: o for p, o in first.items() if p in assigned}
+            if rewind:
+                kc.commit({TopicPartition(self.queue.name, p): OffsetAndMetadata(o, "", -1) for p, o in rewind.items()})
+        except Exception as exc:  # noqa: BLE001 - fall back to NACKs below
+            log.warning("%s: committing offsets back for never-handed messages failed (%s)", self.queue.name, exc)
+            rewind = {}
+        back = [m for m in unhanded if m.partition in rewind]
+        rest = [m for m in ready if m.partition not in rewind]
+        self._give_back(back)
+        # Ready messages of partitions no longer ours are committed: only the tracker can redeliver them.
+        self._nack_all(rest)
+        # Uncommitted ones of those partitions: their new owner polls them again.
+        self._give_back([m for m in unhanded if m.partition not in rewind])
+        log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)"
+                 "%s", self.queue.name, len(back), rewind,
+                 f", {len(rest)} of revoked partitions nacked for redelivery" if rest else "")
+        if rest:
             self.writer.flush_buffer()

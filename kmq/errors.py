@@ -15,7 +15,8 @@ and the fix; the CLI prints it as one line and exits 1.
     │   └── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
     ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
     ├── MessageAlreadySettled     second ack/nack/reject on one message
-    └── DevBrokerError            the embedded broker could not start
+    ├── DevBrokerError            the embedded broker could not start
+    └── FetcherStalled            the consumer's Kafka poll stopped returning (retriable)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "MarkerWriteError",
     "MessageAlreadySettled",
     "DevBrokerError",
+    "FetcherStalled",
 ]
 
 
@@ -88,3 +90,10 @@ class MessageAlreadySettled(KmqError):
 
 class DevBrokerError(KmqError):
     pass
+
+
+class FetcherStalled(KmqError):
+    """The consumer's Kafka poll stopped returning and could not be unblocked:
+    restart the process (its unsettled messages are redelivered by the tracker)."""
+
+    retriable = True
