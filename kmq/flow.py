@@ -79,14 +79,14 @@ class FlowControl:
         self._last = now
 
     # ------------------------------------------------------------ measuring
-    def _tick(self, now: float) -> None:
+    def _tick(self, now: float, fold: bool = True) -> None:
         """Account busy time up to ``now``; fold a full sample into the rate."""
         dt = max(0.0, now - self._last)
         self._last = now
         if self.outstanding > 0:
             self._busy += dt
         # Fold samples of at least 0.25 s of busy time: shorter ones are noise.
-        if self._busy >= 0.25:
+        if fold and self._busy >= 0.25:
             sample = self._done / self._busy
             if self._rate is None:
                 self._rate = sample
@@ -111,7 +111,9 @@ class FlowControl:
 
     def returned(self, messages: int, nbytes: int, now: float) -> None:
         """Messages given back unprocessed (revoked, closing): leave the bound, not the rate."""
-        self._tick(now)
+        self._tick(now, fold=False)
+        if self._done == 0:
+            self._busy = 0.0  # time spent only holding what was given back says nothing about handlers
         self._release(messages, nbytes)
 
     def _release(self, messages: int, nbytes: int) -> None:
