@@ -44,8 +44,8 @@ from kafka.structs import OffsetAndMetadata
 from kmq import clients
 from kmq.config import Config
 from kmq.errors import BrokerUnavailable, FetcherStalled, KmqError, MarkerWriteError, MessageAlreadySettled
-from kmq.fetch_watchdog import FetchWatchdog
-from kmq.flow import FlowControl, FlowLimits
+from kmq.fetch_watchdog import FetchWatchdog, unstrand_records
+from kmq.flow import FlowControl, FlowLimits, Room
 from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
 from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
@@ -135,9 +135,11 @@ class KmqConsumer:
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
     """
 
-    #: Seconds without room (flow control) before the fetcher polls with all partitions paused,
-    #: so group membership and rebalances go on (pausing drops buffered fetches: not on every blip).
-    BACKPRESSURE_POLL = 0.5
+    #: Seconds without room (flow control) before the fetcher polls with all partitions paused.
+    #: kafka-python 3 runs heartbeats and rebalances on its own I/O thread, so not polling for a
+    #: while is fine; polling only keeps max_poll_interval_ms (300 s) from expiring. Pausing is
+    #: avoided otherwise: it parks buffered fetches (and kafka-python 3.0 can strand them).
+    BACKPRESSURE_POLL = 10.0
 
     def __init__(
         self,
@@ -400,10 +402,11 @@ class KmqConsumer:
                 publish = now >= gauge_at
                 with self._lock:
                     room = self.flow.room(now)
-                    at_cap = {p for p, n in self._inflight.items() if n >= self.cap}
                     # kafka-python caps a poll in total, not per partition: ask for no more than the
-                    # fullest unpaused partition has room for, so no partition passes its cap.
-                    part_room = self.cap - max((n for n in self._inflight.values() if n < self.cap), default=0)
+                    # fullest partition has room for, so no partition passes its cap.
+                    part_room = self.cap - max(self._inflight.values(), default=0)
+                    if part_room <= 0:
+                        room = Room(0, room.bytes)
                     snapshot = dict(self._inflight) if publish else {}  # zeros kept: a drained partition shows 0
                 if publish:
                     gauge_at = now + 0.5
@@ -418,7 +421,7 @@ class KmqConsumer:
                     self._stop.wait(0.002 if pending else 0.01)
                     continue
                 # No room for a while: poll with every partition paused, so membership goes on.
-                self._apply_pauses(kc, None if not room else at_cap)
+                self._apply_pauses(kc, all_paused=not room)
                 max_records = min(self.fetch_size, room.messages, part_room) if room else 1
                 # Short timeouts while batches are between START and hand-over, so they move on soon.
                 records = self._poll(kc, 5 if pending else 100 if room else 50, max_records)
@@ -447,6 +450,7 @@ class KmqConsumer:
     def _poll(self, kc: Any, timeout_ms: int, max_records: int) -> dict:
         """``kc.poll`` under the watchdog; a poll the watchdog unblocked returns nothing."""
         self._watchdog.poll_started()
+        unstrand_records(kc)
         try:
             records = kc.poll(timeout_ms=timeout_ms, max_records=max_records)
         except KafkaTimeoutError as exc:
@@ -492,17 +496,16 @@ class KmqConsumer:
         except Exception as exc:  # noqa: BLE001 - closing is best effort
             log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
 
-    def _apply_pauses(self, kc: Any, at_cap: set[int] | None) -> None:
-        """Pause partitions at the in-flight cap (``None``: all of them); resume the rest."""
+    def _apply_pauses(self, kc: Any, all_paused: bool) -> None:
+        """Pause every partition (long without room) or resume them all."""
         paused = set(kc.paused())
-        if at_cap is not None and not at_cap and not paused:
+        if not all_paused:
+            if paused:
+                kc.resume(*paused)
             return
-        assigned = kc.assignment()
-        want = set(assigned) if at_cap is None else {tp for tp in assigned if tp.partition in at_cap}
+        want = set(kc.assignment())
         if want - paused:
             kc.pause(*(want - paused))
-        if paused - want:
-            kc.resume(*(paused - want))
 
     def _take(self, kc: Any, records: dict) -> "_Pending | None":
         """Count the polled records outstanding and send their STARTs (no wait)."""

@@ -26,11 +26,28 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["StallDetector", "FetchWatchdog", "RECOVER", "FAIL"]
+__all__ = ["StallDetector", "FetchWatchdog", "RECOVER", "FAIL", "unstrand_records"]
 
 log = logging.getLogger(__name__)
 
 RECOVER, FAIL = "recover", "fail"
+
+
+def unstrand_records(kc: Any) -> None:
+    """Work around a kafka-python 3.0 fetcher bug before each poll.
+
+    Records of a paused partition are parked (KAFKA-7548) and put back on resume
+    only while ``Fetcher._next_partition_records`` is None; a drained one stays
+    in that slot as an empty (falsy) object, so the parked records are never put
+    back, and the partition is never fetched again (the fetcher skips partitions
+    with parked data). Reproduced: a member paused at its in-flight cap, a
+    rebalance, and its remaining partition stopped at position < high-water for
+    good. Clearing a drained slot is what the fetcher itself does on its next
+    completion; no records are dropped."""
+    fetcher = getattr(kc, "_fetcher", None)
+    nxt = getattr(fetcher, "_next_partition_records", None)
+    if nxt is not None and not nxt and getattr(fetcher, "_paused_partition_records", None):
+        fetcher._next_partition_records = None
 
 
 class StallDetector:

@@ -257,10 +257,6 @@ def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topi
         assert all(offs <= starts[p] and done[p] == max(offs) + 1 for p, offs in batch.items())
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "after a rebalance the member that lost a partition stops receiving records of the partition it kept "
-    "(position < high-water, not paused, no pending fetch); reproduced with main's consumer too; open, see "
-    "the consumer-flow branch report"))
 def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_topics, bootstrap):
     # Issue 10: a rebalance no longer NACKs prefetched messages (each NACK was a copy with a higher
     # delivery count). Committed messages of a revoked partition are still handed over by the member
