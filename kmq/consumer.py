@@ -88,7 +88,7 @@ def _assignors(name: str) -> tuple:
 class _Pending:
     """A polled batch between START and hand-over (fetcher thread only)."""
 
-    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "futures", "commit")
+    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "futures", "commit", "commit_at", "commit_tries")
 
     def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
         self.messages = messages
@@ -98,6 +98,8 @@ class _Pending:
         self.sent_at = time.monotonic()  # START marker time, for the lease schedule
         self.futures: list = []
         self.commit: Any = None
+        self.commit_at = 0.0  # when the commit in flight was sent
+        self.commit_tries = 0
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -172,6 +174,9 @@ class KmqConsumer:
         self._revoked_parts: frozenset[int] = frozenset()
         self.exhausted_leases = 0
         self._commit_retry = False  # a commit failed and is retried: keep polling to finish a rebalance
+        self._commit_timeout = self.cfg.kafka.session_timeout + self.cfg.kafka.connect_timeout
+        # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
+        self._start_answer_timeout = self.cfg.kafka.connect_timeout + 2.0
         #: Outstanding-message bounds and the measured rate (under self._lock).
         self.flow = FlowControl(FlowLimits(
             lease=self.queue.lease, max_messages=cfg.consumer.max_outstanding_messages,
@@ -571,6 +576,10 @@ class KmqConsumer:
                 kc.seek(assigned[p], off)
         log.warning("%s: %s; partitions %s go back to offsets %s and are fetched again", self.queue.name,
                     exc, sorted(first), [first[p] for p in sorted(first)])
+        if isinstance(exc, MarkerWriteError):
+            # After a broker restart kafka-python's idempotent producer was seen to leave every later
+            # send pending for ever; a new producer costs one connection and rules that out.
+            self.writer.replace_producer(f"a START marker failed ({type(exc).__name__})")
         self._stop.wait(0.5)  # a broker outage: do not spin
 
     def _advance(self, kc: Any, pending: "deque[_Pending]") -> None:
@@ -580,6 +589,13 @@ class KmqConsumer:
             b = pending[0]
             if b.commit is None:
                 if not all(f.is_done for _, _, f in b.futures):
+                    if time.perf_counter() - b.t0 < self._start_answer_timeout:
+                        return
+                    # kafka-python's producer can lose a batch across a broker restart: its future
+                    # never completes. Past the write timeout, treat the START as failed.
+                    self._retry_later(kc, pending, MarkerWriteError(
+                        f"START marker for {self.queue.name} {b.spans} got no answer from Kafka within "
+                        f"{self._start_answer_timeout:g}s"))
                     return
                 try:
                     self.writer.wait_starts(b.futures, timeout=0)
@@ -607,16 +623,30 @@ class KmqConsumer:
                     TopicPartition(self.queue.name, p): OffsetAndMetadata(o[-1] + 1, "", -1) for p, o in b.offsets.items()
                 }
                 b.commit = kc.commit_async(offsets)
+                b.commit_at = time.monotonic()
+                b.commit_tries += 1
             if not b.commit.is_done:
-                return
-            if b.commit.failed():
+                if time.monotonic() - b.commit_at < self._commit_timeout:
+                    return
+                # kafka-python can lose a response across a broker restart: the future never completes.
+                exc: Any = f"no answer within {self._commit_timeout:g}s"
+            elif b.commit.failed():
+                exc = b.commit.exception
+            else:
+                exc = None
+            if exc is not None:
                 # Whether a failed commit was applied is not certain (a rebalance may have raced it), so
                 # neither hand over nor seek back: commit again while the partitions are ours (polling
                 # meanwhile, which completes a rebalance); revoked ones are given back above.
-                log.warning("%s: committing offsets %s failed (%s); retrying", self.queue.name, b.spans,
-                            b.commit.exception)
+                if b.commit_tries == 1:
+                    log.warning("%s: committing offsets %s failed (%s); retrying until it succeeds or the "
+                                "partitions are revoked", self.queue.name, b.spans, exc)
+                elif b.commit_tries % 50 == 0:
+                    log.warning("%s: committing offsets %s still failing after %d tries (%s)", self.queue.name,
+                                b.spans, b.commit_tries, exc)
                 b.commit = None
                 self._commit_retry = True
+                self._stop.wait(min(1.0, 0.05 * b.commit_tries))  # back off while the broker is away
                 return
             self._commit_retry = False
             pending.popleft()
@@ -625,12 +655,12 @@ class KmqConsumer:
             self._hand_over(b.messages, b.sent_at)
 
     def _hand_over(self, messages: list[KmqMessage], started_at: float) -> None:
-        if self._schedule is not None:
-            now = started_at
-            with self._lock:
+        with self._lock:
+            self.flow.handed(len(messages), time.monotonic())
+            if self._schedule is not None:
                 for m in messages:
                     if m._outcome is None:
-                        self._schedule.track((m.partition, m.offset), now)
+                        self._schedule.track((m.partition, m.offset), started_at)
         self.writer._c_received.inc(len(messages))
         with self._cond:
             self._ready.append(messages)

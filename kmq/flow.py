@@ -19,9 +19,10 @@ a redelivery storm. So, in the manner of the Pub/Sub client's flow control:
   measured processing rate: ``rate x lease x lease_fraction``, never below
   ``min_messages`` (so a slow start or an idle spell does not starve it).
 
-The rate is settlements per second of *busy* time (time with something
-outstanding), smoothed over ``window`` seconds, so an idle queue does not
-read as a slow handler. A message therefore waits at most about
+The rate is settlements per second of *busy* time (time with messages handed
+to user code and not yet settled), smoothed over ``window`` seconds, so an
+idle queue, or a START write held up by a broker outage, does not read as a
+slow handler. A message therefore waits at most about
 ``lease_fraction`` of its lease between its START and its handler, whatever
 the backlog.
 """
@@ -73,20 +74,21 @@ class FlowControl:
         self.limits = limits
         self.outstanding = 0
         self.outstanding_bytes = 0
+        self.available = 0  # handed to user code, not settled: what keeps handlers busy
         self._rate: float | None = None  # settlements per busy second, smoothed
         self._busy = 0.0  # busy seconds since the last rate update
         self._done = 0  # settlements since the last rate update
         self._last = now
 
     # ------------------------------------------------------------ measuring
-    def _tick(self, now: float, fold: bool = True) -> None:
+    def _tick(self, now: float) -> None:
         """Account busy time up to ``now``; fold a full sample into the rate."""
         dt = max(0.0, now - self._last)
         self._last = now
-        if self.outstanding > 0:
+        if self.available > 0:
             self._busy += dt
         # Fold samples of at least 0.25 s of busy time: shorter ones are noise.
-        if fold and self._busy >= 0.25:
+        if self._busy >= 0.25:
             sample = self._done / self._busy
             if self._rate is None:
                 self._rate = sample
@@ -103,17 +105,21 @@ class FlowControl:
         self.outstanding += messages
         self.outstanding_bytes += nbytes
 
+    def handed(self, messages: int, now: float) -> None:
+        """``messages`` were handed to user code (START acknowledged, offsets committed)."""
+        self._tick(now)
+        self.available += messages
+
     def settled(self, messages: int, nbytes: int, now: float) -> None:
         """User code settled ``messages``: they leave the bound and count for the rate."""
         self._tick(now)
         self._done += messages
+        self.available = max(0, self.available - messages)
         self._release(messages, nbytes)
 
     def returned(self, messages: int, nbytes: int, now: float) -> None:
         """Messages given back unprocessed (revoked, closing): leave the bound, not the rate."""
-        self._tick(now, fold=False)
-        if self._done == 0:
-            self._busy = 0.0  # time spent only holding what was given back says nothing about handlers
+        self._tick(now)
         self._release(messages, nbytes)
 
     def _release(self, messages: int, nbytes: int) -> None:

@@ -311,6 +311,28 @@ class MarkerWriter:
         finally:
             self._producer.close(timeout=timeout if timeout is not None else 5)
 
+    # ------------------------------------------------------------ recovery (consumer flow, issue 10)
+    def replace_producer(self, why: str) -> None:
+        """Swap the marker producer for a new one (the old one is closed without waiting).
+
+        For a producer that stopped answering: after a broker restart kafka-python's
+        idempotent producer was seen to leave every new send's future pending for
+        ever. Writes still pending in the old producer are failed or lost, which
+        is what a crash would do (the tracker redelivers on timeout)."""
+        log.warning("marker producer of %s replaced: %s", self.queue.name, why)
+        new = clients.producer(
+            self.cfg.kafka, linger_ms=0, delivery_timeout_ms=_ms(self.cfg.kafka.connect_timeout) + 1000,
+            retry_backoff_ms=100,
+        )
+        with self._flush_lock:
+            old, self._producer = self._producer, new
+        # Kept referenced: kafka-python's __del__ would flush it again and print a traceback.
+        self._retired_producers = [*getattr(self, "_retired_producers", [])[-3:], old]
+        try:
+            old.close(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - it is broken already
+            log.debug("closing the replaced producer failed: %s", exc)
+
     def __enter__(self) -> "MarkerWriter":
         return self
 

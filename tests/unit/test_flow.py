@@ -15,6 +15,7 @@ def drain(fc: FlowControl, rate: float, seconds: float, t: float, step: float = 
         room = fc.room(t)
         if room.messages:
             fc.taken(room.messages, room.messages * 100, t)
+            fc.handed(room.messages, t)
         t += step
         carry += rate * step
         n = min(int(carry), fc.outstanding)
@@ -80,6 +81,19 @@ def test_given_back_messages_leave_the_bound_but_not_the_rate():
     fc.taken(100, 0, 0.0)
     fc.returned(100, 0, 1.0)
     assert fc.outstanding == 0 and fc.rate is None
+
+
+def test_time_before_the_hand_over_does_not_read_as_slow_handlers():
+    # A START held up by a broker outage: messages outstanding, none handed, nothing settled.
+    fc = FlowControl(FlowLimits(lease=10.0, min_messages=10), now=0.0)
+    t = drain(fc, 1000.0, 5.0, 0.0)
+    fc.settled(fc.outstanding, 0, t)  # handlers caught up
+    before = fc.limit(t)
+    fc.taken(500, 0, t)
+    assert fc.limit(t + 30.0) == before  # 30 s of waiting for Kafka
+    fc.handed(500, t + 30.0)
+    fc.settled(500, 0, t + 30.5)
+    assert fc.limit(t + 30.5) >= before * 0.5
 
 
 @pytest.mark.parametrize("kw", [{"lease": 0}, {"lease": 1, "max_messages": 0}, {"lease": 1, "lease_fraction": 0},
