@@ -371,6 +371,9 @@ class KmqConsumer:
                 if not slots.acquire(timeout=poll_timeout):
                     self._raise_error()  # every worker busy: still surface a failed fetcher
                     continue
+                if self._stop_run.is_set():  # stopped while waiting for a worker
+                    slots.release()
+                    break
                 free = 1
                 while free < self.batch_size and slots.acquire(blocking=False):
                     free += 1
