@@ -18,6 +18,10 @@ from kmq.errors import BrokerUnavailable
 
 __all__ = ["admin_client", "producer", "consumer", "unreachable", "broker_errors"]
 
+#: Cap of the reconnect backoff (ms), as in the Java clients: work resumes within about a
+#: second of a broker's return instead of after kafka-python's default of up to 30 s.
+RECONNECT_BACKOFF_MAX_MS = 1000
+
 
 def unreachable(kafka: KafkaConfig, timeout_s: float | None = None, cause: object = None) -> BrokerUnavailable:
     within = f" within {timeout_s:g}s" if timeout_s else ""
@@ -56,6 +60,9 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: An
         "max_block_ms": int(timeout_s * 1000),
         "bootstrap_timeout_ms": int(timeout_s * 1000),
         "retries": 5,
+        # kafka-python's default lets the reconnect backoff grow to 30 s, so after a broker
+        # outage of that length clients idled up to 30 s more (Java clients cap it at 1 s).
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
     }
     kw.update(overrides)
     with broker_errors(kafka, timeout_s):
@@ -70,6 +77,7 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         "auto_offset_reset": "earliest",
         "request_timeout_ms": max(int(timeout_s * 1000), int(kafka.session_timeout * 1000) + 1000),
         "bootstrap_timeout_ms": int(timeout_s * 1000),
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
     }
     if overrides.get("group_id"):
         kw["session_timeout_ms"] = int(kafka.session_timeout * 1000)
