@@ -12,6 +12,7 @@ BENCHMARKS = {
     "consumer": "kmq.bench.consumer",
     "tracker": "kmq.bench.tracker",
     "spark": "kmq.bench.spark",
+    "overload": "kmq.bench.overload",
     "all": "kmq.bench.all",
 }
 
