@@ -16,7 +16,7 @@ from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 from kmq.config import KafkaConfig
 from kmq.errors import BrokerUnavailable
 
-__all__ = ["admin_client", "producer", "consumer", "unreachable", "broker_errors"]
+__all__ = ["admin_client", "producer", "consumer", "unreachable", "broker_errors", "assignors"]
 
 #: Cap of the reconnect backoff (ms), as in the Java clients: work resumes within about a
 #: second of a broker's return instead of after kafka-python's default of up to 30 s.
@@ -85,3 +85,14 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
     kw.update(overrides)
     with broker_errors(kafka, timeout_s):
         return KafkaConsumer(*topics, **kw)
+
+
+def assignors(name: str) -> tuple:
+    """kafka-python assignor classes for ``consumer.assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``)."""
+    if name.upper() == "RANGE":
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        return (RangePartitionAssignor,)
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+    return (CooperativeStickyAssignor,)

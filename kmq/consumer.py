@@ -9,23 +9,10 @@ into the writer's :class:`~kmq.ack_buffer.AckBuffer` and are flushed as
 coalesced ranges by the writer's flusher thread. So the next batch's poll,
 START and commit overlap with user processing of the current one.
 
-Flow control (:mod:`kmq.flow`): the fetcher takes from Kafka only what the
-handlers can start within half a lease at the measured processing rate (and
-within ``consumer.max_outstanding_messages`` / ``max_outstanding_bytes``),
-asking Kafka for exactly that many records (no seek-back); a partition at
-``max_in_flight_per_partition`` is paused. :meth:`KmqConsumer.run` takes a
-message only when a worker is free, so nothing waits in a pool queue.
-
-Rebalances (cooperative-sticky by default: only moving partitions are
-revoked): committed messages of a revoked partition are still handed over and
-processed here (the tracker, not the group, owns their leases); a started but
-uncommitted batch of it is given back without a marker (the new owner polls it
-again). On close, never-handed messages are given back by committing their
-partition's offset back to the first of them, so the next owner polls them
-again: no copy, no higher delivery count.
-
-A watchdog (:mod:`kmq.fetch_watchdog`) unblocks or fails a Kafka poll that
-stops returning (kafka-python can lose its wake-up after a broker outage).
+Flow control (:mod:`kmq.flow`), rebalances that cost no delivery, giving
+never-handed messages back on close and riding through broker outages are
+described in docs/protocol.md ("Consumer flow control, rebalances and
+outages"); kafka-python workarounds live in :mod:`kmq.fetch_watchdog`.
 """
 
 from __future__ import annotations
@@ -34,7 +21,6 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 from kafka import ConsumerRebalanceListener, TopicPartition
@@ -44,8 +30,10 @@ from kafka.structs import OffsetAndMetadata
 from kmq import clients
 from kmq.config import Config
 from kmq.errors import BrokerUnavailable, FetcherStalled, KmqError, MarkerWriteError, MessageAlreadySettled
-from kmq.fetch_watchdog import FetchWatchdog, unstrand_records
+from kmq.fetch_watchdog import FetchWatchdog, lagging_partitions, unstrand_records
 from kmq.flow import FlowControl, FlowLimits, Room
+from kmq.fetch_batch import FetchBatch, first_offsets, message_size as _size
+from kmq.handler_pool import run_handlers
 from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
 from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
@@ -59,8 +47,6 @@ log = logging.getLogger(__name__)
 _RETURNED = "returned"
 
 
-def _size(m: KmqMessage) -> int:
-    return len(m.value or b"") + len(m.key or b"")
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
@@ -73,33 +59,6 @@ def _member_id(kc: Any) -> str | None:
     gen = getattr(getattr(kc, "_coordinator", None), "_generation", None)
     member = getattr(gen, "member_id", None)
     return member or None
-
-
-def _assignors(name: str) -> tuple:
-    if name == "RANGE":
-        from kafka.coordinator.assignors.range import RangePartitionAssignor
-
-        return (RangePartitionAssignor,)
-    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-
-    return (CooperativeStickyAssignor,)
-
-
-class _Pending:
-    """A polled batch between START and hand-over (fetcher thread only)."""
-
-    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "futures", "commit", "commit_at", "commit_tries")
-
-    def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
-        self.messages = messages
-        self.offsets = offsets
-        self.spans = spans
-        self.t0 = t0
-        self.sent_at = time.monotonic()  # START marker time, for the lease schedule
-        self.futures: list = []
-        self.commit: Any = None
-        self.commit_at = 0.0  # when the commit in flight was sent
-        self.commit_tries = 0
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -187,7 +146,7 @@ class KmqConsumer:
         try:
             self._kc = clients.consumer(
                 cfg.kafka, group_id=cfg.consumer.group_id, enable_auto_commit=False, max_poll_records=self.fetch_size,
-                partition_assignment_strategy=_assignors(cfg.consumer.assignor),
+                partition_assignment_strategy=clients.assignors(cfg.consumer.assignor),
             )
         except BaseException:
             self.writer.close()
@@ -342,55 +301,15 @@ class KmqConsumer:
         (unless it settled it itself); an exception nacks it with the queue's
         backoff for its delivery count. On stop, running handlers finish; messages
         not yet taken are given back to the group by :meth:`close`."""
-        backoff = self.queue.backoff
-        slots = threading.Semaphore(max(1, workers))
+        run_handlers(self, handler, workers, poll_timeout)
 
-        def call(msg: KmqMessage) -> None:
-            try:
-                handler(msg)
-            except Exception as exc:
-                delay = backoff.delay(msg.delivery_count)
-                log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
-                            msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
-                try:
-                    msg.nack(delay)
-                except MessageAlreadySettled:
-                    pass
-                return
-            finally:
-                slots.release()
-            if msg._outcome is None:
-                try:
-                    msg.ack()
-                except MessageAlreadySettled:
-                    pass
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` or :meth:`close` was called."""
+        return self._stop_run.is_set() or self._closed
 
-        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"kmq-worker-{self.queue.name}")
-        try:
-            while not (self._stop_run.is_set() or self._closed):
-                if not slots.acquire(timeout=poll_timeout):
-                    self._raise_error()  # every worker busy: still surface a failed fetcher
-                    continue
-                if self._stop_run.is_set():  # stopped while waiting for a worker
-                    slots.release()
-                    break
-                free = 1
-                while free < self.batch_size and slots.acquire(blocking=False):
-                    free += 1
-                try:
-                    msgs = self.poll(timeout=poll_timeout, max_records=free)
-                except BaseException:
-                    for _ in range(free):
-                        slots.release()
-                    raise
-                for _ in range(free - len(msgs)):
-                    slots.release()
-                for msg in msgs:
-                    pool.submit(call, msg)
-        finally:
-            pool.shutdown(wait=True)
-
-    def _raise_error(self) -> None:
+    def raise_error(self) -> None:
+        """Raise the fetcher's error once no ready messages are left (for :mod:`kmq.handler_pool`)."""
         with self._cond:
             if self._error is not None and not self._ready:
                 raise self._error
@@ -398,7 +317,7 @@ class KmqConsumer:
     # ------------------------------------------------------------ fetcher thread
     def _fetch_loop(self) -> None:
         kc = self._kc
-        pending: deque[_Pending] = deque()
+        pending: deque[FetchBatch] = deque()
         try:
             kc.subscribe([self.queue.name], listener=_Listener(self))
             gauge_at = 0.0
@@ -436,7 +355,7 @@ class KmqConsumer:
                 if records or not room:
                     fed_at = time.monotonic()
                 elif time.monotonic() - fed_at > self._starve_after:
-                    lagging = self._lagging(kc)
+                    lagging = lagging_partitions(kc)
                     if lagging:
                         self._watchdog.unstick_fetches()
                         # A seek to the current position drops whatever fetch state kafka-python keeps for it.
@@ -467,22 +386,6 @@ class KmqConsumer:
             return {}
         self._watchdog.poll_returned()
         return records
-
-    def _lagging(self, kc: Any) -> dict:
-        """Assigned, unpaused partitions with records past their position (last fetch's high-water)."""
-        out = {}
-        paused = kc.paused()
-        for tp in kc.assignment():
-            if tp in paused:
-                continue
-            high = kc.highwater(tp)
-            try:
-                pos = kc.position(tp, timeout_ms=0) if high is not None else None
-            except Exception:  # noqa: BLE001 - no position yet: not lagging as far as we know
-                pos = None
-            if high is not None and pos is not None and high > pos:
-                out[tp] = pos
-        return out
 
     def _stalled(self, why: str) -> None:
         self._fail(FetcherStalled(f"{self.queue.name}: {why}"))
@@ -515,7 +418,7 @@ class KmqConsumer:
         if want - paused:
             kc.pause(*(want - paused))
 
-    def _take(self, kc: Any, records: dict) -> "_Pending | None":
+    def _take(self, kc: Any, records: dict) -> "FetchBatch | None":
         """Count the polled records outstanding and send their STARTs (no wait)."""
         offsets: dict[int, list[int]] = {}
         kept = [recs for recs in records.values() if recs]
@@ -539,7 +442,7 @@ class KmqConsumer:
             for p, offs in offsets.items():
                 self._inflight[p] += len(offs)
             self.flow.taken(len(messages), sum(_size(m) for m in messages), time.monotonic())
-        b = _Pending(messages, offsets, spans, time.perf_counter())
+        b = FetchBatch(messages, offsets, spans, time.perf_counter())
         try:
             b.futures = self.writer.send_starts(offsets)
         except MarkerWriteError as exc:
@@ -563,14 +466,12 @@ class KmqConsumer:
             except MessageAlreadySettled:
                 pass
 
-    def _retry_later(self, kc: Any, batches: "deque[_Pending]", exc: BaseException) -> None:
+    def _retry_later(self, kc: Any, batches: "deque[FetchBatch]", exc: BaseException) -> None:
         """START or commit failed (e.g. the broker is down): nothing of ``batches`` was handed
         over or committed. Seek each partition back to its first offset so the records are
         polled (and STARTed) again, instead of dying or waiting for a lease to run out."""
-        first: dict[int, int] = {}
+        first = first_offsets(m for b in batches for m in b.messages)
         for b in batches:
-            for p, offs in b.offsets.items():
-                first[p] = min(first.get(p, offs[0]), offs[0])
             self._give_back(b.messages)
         batches.clear()
         assigned = {tp.partition: tp for tp in kc.assignment()}
@@ -585,7 +486,7 @@ class KmqConsumer:
             self.writer.replace_producer(f"a START marker failed ({type(exc).__name__})")
         self._stop.wait(0.5)  # a broker outage: do not spin
 
-    def _advance(self, kc: Any, pending: "deque[_Pending]") -> None:
+    def _advance(self, kc: Any, pending: "deque[FetchBatch]") -> None:
         """Move finished steps along, oldest batch first: START acknowledged ->
         commit (acknowledged) -> hand over. Commits are sent one at a time, in order."""
         while pending:
@@ -677,7 +578,7 @@ class KmqConsumer:
         if partitions:
             log.info("%s: partitions %s revoked", self.queue.name, sorted(partitions))
 
-    def _give_back_unhanded(self, kc: Any, pending: "deque[_Pending]") -> None:
+    def _give_back_unhanded(self, kc: Any, pending: "deque[FetchBatch]") -> None:
         """On close: commit each partition back to its first never-handed offset, so the
         group delivers those messages again (no copy, same delivery count).
 
@@ -691,9 +592,7 @@ class KmqConsumer:
         pending.clear()
         if not unhanded:
             return
-        first: dict[int, int] = {}
-        for m in unhanded:
-            first[m.partition] = min(first.get(m.partition, m.offset), m.offset)
+        first = first_offsets(unhanded)
         try:
             assigned = {tp.partition for tp in kc.assignment()} - self._revoked_parts
             rewind = {p: o for p, o in first.items() if p in assigned}
@@ -704,11 +603,10 @@ class KmqConsumer:
             rewind = {}
         back = [m for m in unhanded if m.partition in rewind]
         rest = [m for m in ready if m.partition not in rewind]
-        self._give_back(back)
-        # Ready messages of partitions no longer ours are committed: only the tracker can redeliver them.
+        # Ready messages of partitions no longer ours are committed: only the tracker can redeliver
+        # them. Uncommitted ones of those partitions: their new owner polls them again.
         self._nack_all(rest)
-        # Uncommitted ones of those partitions: their new owner polls them again.
-        self._give_back([m for m in unhanded if m.partition not in rewind])
+        self._give_back(unhanded)
         log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)"
                  "%s", self.queue.name, len(back), rewind,
                  f", {len(rest)} of revoked partitions nacked for redelivery" if rest else "")

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["StallDetector", "FetchWatchdog", "RECOVER", "FAIL", "unstrand_records"]
+__all__ = ["StallDetector", "FetchWatchdog", "RECOVER", "FAIL", "unstrand_records", "lagging_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,24 @@ def unstrand_records(kc: Any) -> None:
     nxt = getattr(fetcher, "_next_partition_records", None)
     if nxt is not None and not nxt and getattr(fetcher, "_paused_partition_records", None):
         fetcher._next_partition_records = None
+
+
+def lagging_partitions(kc: Any) -> dict:
+    """``{tp: position}`` of assigned, unpaused partitions with records past their position
+    (by the last fetch's high-water mark): what a fetcher that returns nothing must not have."""
+    out = {}
+    paused = kc.paused()
+    for tp in kc.assignment():
+        if tp in paused:
+            continue
+        high = kc.highwater(tp)
+        try:
+            pos = kc.position(tp, timeout_ms=0) if high is not None else None
+        except Exception:  # noqa: BLE001 - no position yet: not lagging as far as we know
+            pos = None
+        if high is not None and pos is not None and high > pos:
+            out[tp] = pos
+    return out
 
 
 class StallDetector:
