@@ -96,11 +96,11 @@ class KmqConsumer:
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
     """
 
-    #: Seconds without room (flow control) before the fetcher polls with all partitions paused.
-    #: kafka-python 3 runs heartbeats and rebalances on its own I/O thread, so not polling for a
-    #: while is fine; polling only keeps max_poll_interval_ms (300 s) from expiring. Pausing is
-    #: avoided otherwise: it parks buffered fetches (and kafka-python 3.0 can strand them).
-    BACKPRESSURE_POLL = 10.0
+    #: Seconds without room (flow control) before the fetcher polls with all partitions paused:
+    #: a rebalance needs every member to poll (kafka-python rejoins inside poll), so a member must
+    #: not stop polling while its handlers are behind. Not on every blip: pausing parks buffered
+    #: fetches (see :func:`kmq.fetch_watchdog.unstrand_records`).
+    BACKPRESSURE_POLL = 0.5
 
     def __init__(
         self,
@@ -593,14 +593,24 @@ class KmqConsumer:
         if not unhanded:
             return
         first = first_offsets(unhanded)
-        try:
-            assigned = {tp.partition for tp in kc.assignment()} - self._revoked_parts
-            rewind = {p: o for p, o in first.items() if p in assigned}
-            if rewind:
-                kc.commit({TopicPartition(self.queue.name, p): OffsetAndMetadata(o, "", -1) for p, o in rewind.items()})
-        except Exception as exc:  # noqa: BLE001 - fall back to NACKs below
-            log.warning("%s: committing offsets back for never-handed messages failed (%s)", self.queue.name, exc)
-            rewind = {}
+        rewind: dict[int, int] = {}
+        deadline = time.monotonic() + self.cfg.kafka.session_timeout
+        while True:
+            try:
+                assigned = {tp.partition for tp in kc.assignment()} - self._revoked_parts
+                rewind = {p: o for p, o in first.items() if p in assigned}
+                if rewind:
+                    kc.commit({TopicPartition(self.queue.name, p): OffsetAndMetadata(o, "", -1)
+                               for p, o in rewind.items()})
+                break
+            except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
+                if time.monotonic() > deadline:
+                    log.warning("%s: committing offsets back for never-handed messages failed (%s)",
+                                self.queue.name, exc)
+                    rewind = {}
+                    break
+                self._apply_pauses(kc, all_paused=True)
+                kc.poll(timeout_ms=200, max_records=1)  # completes the rebalance; nothing is taken
         back = [m for m in unhanded if m.partition in rewind]
         rest = [m for m in ready if m.partition not in rewind]
         # Ready messages of partitions no longer ours are committed: only the tracker can redeliver
