@@ -153,7 +153,7 @@ class QueueConfig:
 @dataclass(frozen=True)
 class ConsumerConfig:
     group_id: str = _f("kmq-workers", "str")
-    max_in_flight_per_partition: int = _f(2000, "int", min=1)
+    max_in_flight_per_partition: int = _f(10_000, "int", min=1)
     ack_flush_interval: float = _f(0.1, "duration")
     auto_renew: bool = _f(False, "bool")
     max_lease: float = _f(600.0, "duration")

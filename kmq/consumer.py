@@ -133,6 +133,8 @@ class KmqConsumer:
         self._revoked_parts: frozenset[int] = frozenset()
         self.exhausted_leases = 0
         self._commit_retry = False  # a commit failed and is retried: keep polling to finish a rebalance
+        self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
+        self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
         self._commit_timeout = self.cfg.kafka.session_timeout + self.cfg.kafka.connect_timeout
         # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
         self._start_answer_timeout = self.cfg.kafka.connect_timeout + 2.0
@@ -176,12 +178,21 @@ class KmqConsumer:
         elif outcome is REJECT:
             self.writer.buffer.reject(p, msg.offset, arg)
         self._inflight[p] -= 1
-        if outcome is ABANDON and arg == _RETURNED:
-            self.flow.returned(1, _size(msg), time.monotonic())
-        else:
-            self.flow.settled(1, _size(msg), time.monotonic())
+        # Counted here, folded into the flow state by the fetcher (no clock read per message).
+        c = self._returned_counts if outcome is ABANDON and arg == _RETURNED else self._settled_counts
+        c[0] += 1
+        c[1] += _size(msg)
         if self._schedule is not None:
             self._schedule.forget((p, msg.offset))
+
+    def _fold_settlements(self, now: float) -> None:
+        """Move the settlement counts into the flow state (under self._lock)."""
+        if self._settled_counts[0]:
+            self.flow.settled(self._settled_counts[0], self._settled_counts[1], now)
+            self._settled_counts[:] = [0, 0]
+        if self._returned_counts[0]:
+            self.flow.returned(self._returned_counts[0], self._returned_counts[1], now)
+            self._returned_counts[:] = [0, 0]
 
     def renewed(self, msg: KmqMessage, lease: float | None) -> None:
         lease = lease or self.queue.lease
@@ -328,11 +339,15 @@ class KmqConsumer:
                 now = time.monotonic()
                 publish = now >= gauge_at
                 with self._lock:
+                    self._fold_settlements(now)
                     room = self.flow.room(now)
                     # kafka-python caps a poll in total, not per partition: ask for no more than the
                     # fullest partition has room for, so no partition passes its cap.
                     part_room = self.cap - max(self._inflight.values(), default=0)
-                    if part_room <= 0:
+                    # Fetch in steps of at least a quarter of the bound (or a whole fetch): many small
+                    # fetches would each pay kafka-python's per-poll cost and a START of their own.
+                    step = max(1, min(self.fetch_size, self.flow.limit(now) // 4, self.cap // 4))
+                    if min(room.messages, part_room) < step and self.flow.outstanding > 0:
                         room = Room(0, room.bytes)
                     snapshot = dict(self._inflight) if publish else {}  # zeros kept: a drained partition shows 0
                 if publish:
@@ -345,7 +360,7 @@ class KmqConsumer:
                     blocked_since = now
                 if not room and not self._commit_retry and (pending or now - blocked_since < self.BACKPRESSURE_POLL):
                     # Handlers are behind: wait for settlements (or for a START/commit) without polling.
-                    self._stop.wait(0.002 if pending else 0.01)
+                    self._stop.wait(0.002)
                     continue
                 # No room for a while: poll with every partition paused, so membership goes on.
                 self._apply_pauses(kc, all_paused=not room)

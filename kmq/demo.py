@@ -118,7 +118,7 @@ def _write_config(path: Path, bootstrap: str, queue: str, s: DemoSettings, http_
             "name": queue, "lease": s.lease, "max_deliveries": s.max_deliveries,
             "backoff": {"initial": "250ms", "max": "2s", "multiplier": 2.0},
         }],
-        "consumer": {"group_id": f"{queue}-workers", "ack_flush_interval": "100ms", "max_in_flight_per_partition": 2000},
+        "consumer": {"group_id": f"{queue}-workers", "ack_flush_interval": "100ms"},
         "tracker": {"group_id": f"{queue}-tracker", "tick": "50ms", "http_port": http_port},
         "redis": {"url": redis_url},
     }
