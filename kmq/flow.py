@@ -87,10 +87,11 @@ class FlowControl:
         self._last = now
         if self.available > 0:
             self._busy += dt
-        # Fold samples of at least 0.25 s of busy time (shorter ones are noise), or of 200
-        # settlements: fast handlers accumulate busy time slowly, and until the first sample
-        # the bound stays at its floor.
-        if self._busy >= 0.25 or (self._done >= 200 and self._busy >= 0.002):
+        # Fold samples of at least 0.25 s of busy time (shorter ones are noise). The first sample
+        # may be 200 settlements instead: fast handlers accumulate busy time slowly, and until
+        # the first sample the bound stays at its floor.
+        first = self._rate is None and self._done >= 200 and self._busy >= 0.002
+        if self._busy >= 0.25 or first:
             sample = self._done / self._busy
             if self._rate is None:
                 self._rate = sample
