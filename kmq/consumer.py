@@ -124,6 +124,8 @@ class KmqConsumer:
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
         self._cond = threading.Condition()  # ready batches
         self._ready: deque[list[KmqMessage]] = deque()
+        self._ready_at: deque[float] = deque()  # per ready batch: when its lease was last (re)started
+        self._renew_at = 0.0  # next look for held messages whose lease needs a RENEW
         self._inflight: dict[int, int] = defaultdict(int)
         self._error: BaseException | None = None
         self._stop = threading.Event()
@@ -290,10 +292,12 @@ class KmqConsumer:
                     return []
                 self._cond.wait(remaining)
             batch = self._ready.popleft()
+            leased_at = self._ready_at.popleft()
             if max_records is None:
                 max_records = self.batch_size
             if 0 < max_records < len(batch):
                 self._ready.appendleft(batch[max_records:])
+                self._ready_at.appendleft(leased_at)
                 batch = batch[:max_records]
             self._cond.notify_all()  # room for the fetcher
         return batch
@@ -337,6 +341,7 @@ class KmqConsumer:
             while not self._stop.is_set():
                 self._advance(kc, pending)
                 now = time.monotonic()
+                self._renew_held(pending, now)
                 publish = now >= gauge_at
                 with self._lock:
                     self._fold_settlements(now)
@@ -571,7 +576,7 @@ class KmqConsumer:
             pending.popleft()
             if self._hook:
                 self._hook("committed", b.spans)
-            self._hand_over(b.messages, b.sent_at)
+            self._hand_over(b.messages, b.leased_at)
 
     def _hand_over(self, messages: list[KmqMessage], started_at: float) -> None:
         with self._lock:
@@ -583,7 +588,38 @@ class KmqConsumer:
         self.writer._c_received.inc(len(messages))
         with self._cond:
             self._ready.append(messages)
+            self._ready_at.append(started_at)
             self._cond.notify_all()
+
+    def _renew_held(self, pending: "deque[FetchBatch]", now: float) -> None:
+        """RENEW the leases of messages held here but not handed to user code yet (START sent:
+        waiting for the commit, e.g. through a rebalance, or for a free handler), half a lease
+        after their lease started: held messages never time out (the Pub/Sub client's lease
+        management). Flow control keeps this rare; a rebalance or a slow spell is when it counts."""
+        half = self.queue.lease / 2
+        if now < self._renew_at:
+            return
+        self._renew_at = now + max(0.05, half / 4)
+        due: list[KmqMessage] = []
+        for b in pending:
+            if b.leased_at + half <= now:
+                b.leased_at = now
+                due.extend(b.messages)
+        with self._cond:
+            for i, at in enumerate(self._ready_at):
+                if at + half <= now:
+                    self._ready_at[i] = now
+                    due.extend(self._ready[i])
+        if not due:
+            return
+        by_part: dict[int, list[int]] = defaultdict(list)
+        with self._lock:
+            for m in due:
+                if m._outcome is None:
+                    by_part[m.partition].append(m.offset)
+            for p, offs in by_part.items():
+                self.writer.buffer.renew_many(p, offs, _ms(self.queue.lease))
+        log.debug("%s: renewed %d held message(s)", self.queue.name, sum(map(len, by_part.values())))
 
     def _revoked(self, partitions: set[int]) -> None:
         # Runs on kafka-python's I/O thread: touch only thread-safe state. Ready messages of
@@ -602,6 +638,7 @@ class KmqConsumer:
         with self._cond:
             ready = [m for batch in self._ready for m in batch]
             self._ready.clear()
+            self._ready_at.clear()
             self._cond.notify_all()
         unhanded = ready + [m for b in pending for m in b.messages]
         pending.clear()

@@ -31,7 +31,8 @@ def first_offsets(messages: Iterable[KmqMessage]) -> dict[int, int]:
 class FetchBatch:
     """A polled batch between START and hand-over (fetcher thread only)."""
 
-    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "futures", "commit", "commit_at", "commit_tries")
+    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "leased_at", "futures", "commit", "commit_at",
+                 "commit_tries")
 
     def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
         self.messages = messages
@@ -39,6 +40,7 @@ class FetchBatch:
         self.spans = spans
         self.t0 = t0
         self.sent_at = time.monotonic()  # START marker time, for the lease schedule
+        self.leased_at = self.sent_at  # when its lease was last started or renewed
         self.futures: list = []
         self.commit: Any = None
         self.commit_at = 0.0  # when the commit in flight was sent
