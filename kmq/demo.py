@@ -75,7 +75,9 @@ class DemoResult:
     @property
     def guarantee_holds(self) -> bool:
         s = self.snapshot
-        return self.drained and s.lost == 0 and s.produced == s.acked + s.dead_lettered
+        # Every message acked or dead-lettered. Not acked + dead_lettered == produced: a message
+        # can be both (a slow delivery acked late while its copies ran into the delivery limit).
+        return self.drained and s.lost == 0
 
     def guarantee_line(self) -> str:
         s = self.snapshot
