@@ -89,10 +89,13 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
 
 def assignors(name: str) -> tuple:
     """kafka-python assignor classes for ``consumer.assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``)."""
-    if name.upper() == "RANGE":
-        from kafka.coordinator.assignors.range import RangePartitionAssignor
+    if name.upper() == "COOPERATIVE-STICKY":
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 
-        return (RangePartitionAssignor,)
-    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+        return (CooperativeStickyAssignor,)
+    # kafka-python's own default pair: a group may mix KmqConsumers with plain kafka-python
+    # loops (MarkerWriter) and workers of older kmq versions.
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-    return (CooperativeStickyAssignor,)
+    return (RangePartitionAssignor, RoundRobinPartitionAssignor)
