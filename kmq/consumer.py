@@ -37,7 +37,7 @@ from kmq.handler_pool import run_handlers
 from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
 from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
-from kmq.writer import MarkerWriter, _ms
+from kmq.writer import CommitError, MarkerWriter, _ms
 
 __all__ = ["KmqConsumer", "StageHook"]
 
@@ -371,7 +371,8 @@ class KmqConsumer:
                 self._apply_pauses(kc, all_paused=not room)
                 max_records = min(self.fetch_size, room.messages, part_room) if room else 1
                 # Short timeouts while batches are between START and hand-over, so they move on soon.
-                records = self._poll(kc, 5 if pending else 100 if room else 50, max_records)
+                timeout_ms = 500 if self._commit_retry else 5 if pending else 100 if room else 50
+                records = self._poll(kc, timeout_ms, max_records)
                 if records or not room:
                     fed_at = time.monotonic()
                 elif time.monotonic() - fed_at > self._starve_after:
@@ -569,8 +570,15 @@ class KmqConsumer:
                     log.warning("%s: committing offsets %s still failing after %d tries (%s)", self.queue.name,
                                 b.spans, b.commit_tries, exc)
                 b.commit = None
+                if b.commit_tries >= 40:
+                    # Still failing (~20 s of retries): give the batches back and fetch them again
+                    # rather than stall the partitions (a copy at worst if a failed commit did land).
+                    self._commit_retry = False
+                    self._retry_later(kc, pending, CommitError(f"committing offsets {b.spans} kept failing ({exc})"))
+                    return
                 self._commit_retry = True
-                self._stop.wait(min(1.0, 0.05 * b.commit_tries))  # back off while the broker is away
+                # No sleep: the fetcher polls with a longer timeout meanwhile (see _fetch_loop), which
+                # is what lets kafka-python complete the rebalance the commit is waiting for.
                 return
             self._commit_retry = False
             pending.popleft()
