@@ -30,8 +30,12 @@ from kmq.oauth import TokenProvider
 
 __all__ = [
     "admin_client", "producer", "close_producer", "consumer", "client_kwargs", "token_provider",
-    "unreachable", "broker_errors", "classify", "authentication_failed", "authorization_failed",
+    "unreachable", "broker_errors", "classify", "authentication_failed", "authorization_failed", "assignors",
 ]
+
+#: Cap of the reconnect backoff (ms), as in the Java clients: work resumes within about a
+#: second of a broker's return instead of after kafka-python's default of up to 30 s.
+RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 @functools.lru_cache(maxsize=16)
@@ -130,6 +134,9 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: An
         "max_block_ms": int(timeout_s * 1000),
         "bootstrap_timeout_ms": int(timeout_s * 1000),
         "retries": 5,
+        # kafka-python's default lets the reconnect backoff grow to 30 s, so after a broker
+        # outage of that length clients idled up to 30 s more (Java clients cap it at 1 s).
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
     }
     kw.update(overrides)
     with broker_errors(kafka, timeout_s):
@@ -162,6 +169,7 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         "auto_offset_reset": "earliest",
         "request_timeout_ms": max(int(timeout_s * 1000), int(kafka.session_timeout * 1000) + 1000),
         "bootstrap_timeout_ms": int(timeout_s * 1000),
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
     }
     if overrides.get("group_id"):
         kw["session_timeout_ms"] = int(kafka.session_timeout * 1000)
@@ -169,3 +177,17 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
     kw.update(overrides)
     with broker_errors(kafka, timeout_s):
         return KafkaConsumer(*topics, **kw)
+
+
+def assignors(name: str) -> tuple:
+    """kafka-python assignor classes for ``consumer.assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``)."""
+    if name.upper() == "COOPERATIVE-STICKY":
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+        return (CooperativeStickyAssignor,)
+    # kafka-python's own default pair: a group may mix KmqConsumers with plain kafka-python
+    # loops (MarkerWriter) and workers of older kmq versions.
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    return (RangePartitionAssignor, RoundRobinPartitionAssignor)

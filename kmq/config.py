@@ -260,13 +260,20 @@ class QueueConfig:
 @dataclass(frozen=True)
 class ConsumerConfig:
     group_id: str = _f("kmq-workers", "str")
-    max_in_flight_per_partition: int = _f(2000, "int", min=1)
+    max_in_flight_per_partition: int = _f(10_000, "int", min=1)
     ack_flush_interval: float = _f(0.1, "duration")
     auto_renew: bool = _f(False, "bool")
     max_lease: float = _f(600.0, "duration")
     # How long an END/RENEW/NACK/REJECT that Kafka did not acknowledge is retried
     # (from its first failure): at least a broker restart or leader move.
     marker_retry_budget: float = _f(120.0, "duration")
+    # Flow control (kmq/flow.py): bounds on fetched-but-unsettled messages of one consumer.
+    max_outstanding_messages: int = _f(10_000, "int", min=1)
+    max_outstanding_bytes: int = _f(100 * 1024 * 1024, "int", min=1)
+    # cooperative-sticky: a rebalance revokes only the partitions that move (KIP-429).
+    assignor: str = _f("COOPERATIVE-STICKY", "choice", choices=("COOPERATIVE-STICKY", "RANGE"))
+    # A fetcher whose Kafka poll has not returned for this long is stalled: the consumer fails loudly.
+    fetch_stall_timeout: float = _f(10.0, "duration", min=1.0)
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,10 @@ into the writer's :class:`~kmq.ack_buffer.AckBuffer` and are flushed as
 coalesced ranges by the writer's flusher thread. So the next batch's poll,
 START and commit overlap with user processing of the current one.
 
-The per-partition in-flight cap counts messages handed over (or ready to be)
-and not settled: a partition at the cap is paused, records beyond the cap are
-sought back, and the partition resumes when acks drain it. When the
-application falls behind (ready batches pile up), the fetcher pauses every
-partition but keeps polling, so heartbeats and rebalances go on. A rebalance drops
-ready-but-not-handed batches of revoked partitions and NACKs them (delay 0),
-so the tracker redelivers them at once to the new owner.
+Flow control (:mod:`kmq.flow`), rebalances that cost no delivery, giving
+never-handed messages back on close and riding through broker outages are
+described in docs/protocol.md ("Consumer flow control, rebalances and
+outages"); kafka-python workarounds live in :mod:`kmq.fetch_watchdog`.
 """
 
 from __future__ import annotations
@@ -24,24 +21,32 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 from kafka import ConsumerRebalanceListener, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
 from kmq import clients
 from kmq.config import Config
-from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.errors import BrokerUnavailable, FetcherStalled, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.fetch_watchdog import FetchWatchdog, lagging_partitions, unstrand_records
+from kmq.flow import FlowControl, FlowLimits, Room
+from kmq.fetch_batch import FetchBatch, first_offsets, message_size as _size
+from kmq.handler_pool import run_handlers
 from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
-from kmq.message import ACK, NACK, REJECT, KmqMessage
+from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
-from kmq.writer import MarkerWriter, _ms
+from kmq.writer import CommitError, MarkerWriter, _ms
 
 __all__ = ["KmqConsumer", "StageHook"]
 
 log = logging.getLogger(__name__)
+
+#: ``abandon`` argument of messages the consumer gives back unprocessed (not a user settlement).
+_RETURNED = "returned"
+
+
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
@@ -56,26 +61,11 @@ def _member_id(kc: Any) -> str | None:
     return member or None
 
 
-class _Pending:
-    """A polled batch between START and hand-over (fetcher thread only)."""
-
-    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "futures", "commit")
-
-    def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
-        self.messages = messages
-        self.offsets = offsets
-        self.spans = spans
-        self.t0 = t0
-        self.sent_at = time.monotonic()  # START marker time, for the lease schedule
-        self.futures: list = []
-        self.commit: Any = None
-
-
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, owner: "KmqConsumer") -> None:
         self.owner = owner
 
-    def on_partitions_revoked(self, revoked):  # fetcher thread, inside poll()
+    def on_partitions_revoked(self, revoked):  # kafka-python's I/O thread, during the fetcher's poll()
         self.owner._revoked({tp.partition for tp in revoked if tp.topic == self.owner.queue.name})
 
     def on_partitions_assigned(self, assigned):
@@ -96,16 +86,20 @@ class KmqConsumer:
     :param cfg: the kmq configuration (group from ``consumer.group_id``).
     :param queue: queue name (default: the only configured queue).
     :param batch_size: default ``max_records`` of :meth:`poll` (and what :meth:`run` takes at a time).
-    :param fetch_size: records the fetcher takes per Kafka poll; one START per partition per
-        fetch (default ``4 * batch_size``, at most half of ``max_in_flight_per_partition``
-        but at least ``batch_size``). kafka-python's per-poll cost is high, so fetching
-        in bigger steps than the application consumes keeps the overhead per message low.
-    :param prefetch: batches made ready ahead of the application (START + commit done).
+    :param fetch_size: most records the fetcher takes per Kafka poll; one START per partition
+        per fetch (default ``4 * batch_size``); flow control may ask for fewer.
+        kafka-python's per-poll cost is high, so fetching in bigger steps than the
+        application consumes keeps the overhead per message low.
+    :param prefetch: no longer used (flow control, :mod:`kmq.flow`, bounds what is
+        fetched ahead); accepted for compatibility.
     :param metrics: :class:`~kmq.metrics.ConsumerMetrics` to record into.
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
     """
 
-    #: Seconds the application may stay behind before the fetcher polls with all partitions paused.
+    #: Seconds without room (flow control) before the fetcher polls with all partitions paused:
+    #: a rebalance needs every member to poll (kafka-python rejoins inside poll), so a member must
+    #: not stop polling while its handlers are behind. Not on every blip: pausing parks buffered
+    #: fetches (see :func:`kmq.fetch_watchdog.unstrand_records`).
     BACKPRESSURE_POLL = 0.5
 
     def __init__(
@@ -125,13 +119,13 @@ class KmqConsumer:
         self.metrics = self.writer.metrics
         self.batch_size = batch_size
         self.cap = cfg.consumer.max_in_flight_per_partition
-        # Default: 4 batches, but at most half the in-flight cap so fetches keep overlapping.
-        self.fetch_size = fetch_size or max(batch_size, min(4 * batch_size, self.cap // 2))
-        self.prefetch = max(1, prefetch)
+        self.fetch_size = fetch_size or 4 * batch_size
         self._hook = stage_hook
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
         self._cond = threading.Condition()  # ready batches
         self._ready: deque[list[KmqMessage]] = deque()
+        self._ready_at: deque[float] = deque()  # per ready batch: when its lease was last (re)started
+        self._renew_at = 0.0  # next look for held messages whose lease needs a RENEW
         self._inflight: dict[int, int] = defaultdict(int)
         self._error: BaseException | None = None
         self._stop = threading.Event()
@@ -139,15 +133,31 @@ class KmqConsumer:
         self._closed = False
         self._fetcher: threading.Thread | None = None
         self._revoked_parts: frozenset[int] = frozenset()
-        self.pipeline = 2  # batches between poll and hand-over (START and commit in flight)
         self.exhausted_leases = 0
+        self._commit_retry = False  # a commit failed and is retried: keep polling to finish a rebalance
+        self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
+        self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
+        self._commit_timeout = self.cfg.kafka.session_timeout + self.cfg.kafka.connect_timeout
+        # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
+        self._start_answer_timeout = self.cfg.kafka.connect_timeout + 2.0
+        #: Outstanding-message bounds and the measured rate (under self._lock).
+        self.flow = FlowControl(FlowLimits(
+            lease=self.queue.lease, max_messages=cfg.consumer.max_outstanding_messages,
+            max_bytes=cfg.consumer.max_outstanding_bytes,
+            # The floor: one full poll(max_records=batch_size) can always be served.
+            min_messages=max(1, min(batch_size, cfg.consumer.max_outstanding_messages)),
+        ), time.monotonic())
         try:
             self._kc = clients.consumer(
                 cfg.kafka, group_id=cfg.consumer.group_id, enable_auto_commit=False, max_poll_records=self.fetch_size,
+                partition_assignment_strategy=clients.assignors(cfg.consumer.assignor),
             )
         except BaseException:
             self.writer.close()
             raise
+        self._watchdog = FetchWatchdog(self._kc, cfg.consumer.fetch_stall_timeout, self._stalled, self.queue.name)
+        #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
+        self._starve_after = max(1.0, cfg.consumer.fetch_stall_timeout / 2)
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
         if cfg.consumer.auto_renew:
@@ -170,8 +180,21 @@ class KmqConsumer:
         elif outcome is REJECT:
             self.writer.buffer.reject(p, msg.offset, arg)
         self._inflight[p] -= 1
+        # Counted here, folded into the flow state by the fetcher (no clock read per message).
+        c = self._returned_counts if outcome is ABANDON and arg == _RETURNED else self._settled_counts
+        c[0] += 1
+        c[1] += _size(msg)
         if self._schedule is not None:
             self._schedule.forget((p, msg.offset))
+
+    def _fold_settlements(self, now: float) -> None:
+        """Move the settlement counts into the flow state (under self._lock)."""
+        if self._settled_counts[0]:
+            self.flow.settled(self._settled_counts[0], self._settled_counts[1], now)
+            self._settled_counts[:] = [0, 0]
+        if self._returned_counts[0]:
+            self.flow.returned(self._returned_counts[0], self._returned_counts[1], now)
+            self._returned_counts[:] = [0, 0]
 
     def renewed(self, msg: KmqMessage, lease: float | None) -> None:
         lease = lease or self.queue.lease
@@ -202,6 +225,7 @@ class KmqConsumer:
         if self._fetcher is None:
             self._fetcher = threading.Thread(target=self._fetch_loop, name=f"kmq-fetcher-{self.queue.name}", daemon=True)
             self._fetcher.start()
+            self._watchdog.start()
             if self._keeper is not None:
                 self._keeper.start()
 
@@ -212,9 +236,10 @@ class KmqConsumer:
         self.close()
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop fetching, NACK ready-but-not-handed messages, leave the group and
-        flush pending acks. Unsettled handed-over messages stay in flight: the
-        tracker redelivers them when their leases end."""
+        """Stop fetching, give never-handed messages back to the group (their
+        offsets are committed back, so the next owner polls them again), leave
+        the group and flush pending acks. Unsettled handed-over messages stay in
+        flight: the tracker redelivers them when their leases end."""
         if self._closed:
             return
         self._closed = True
@@ -223,9 +248,12 @@ class KmqConsumer:
         with self._cond:
             self._cond.notify_all()
         if self._fetcher is not None and self._fetcher is not threading.current_thread():
+            if isinstance(self._error, FetcherStalled):
+                timeout = 1.0  # it is stuck inside kafka-python: do not wait for it
             self._fetcher.join(timeout if timeout is not None else self.cfg.kafka.session_timeout + 10)
         if self._fetcher is None:
             self._close_kafka_consumer()
+        self._watchdog.stop()
         if self._keeper is not None:
             self._keeper.stop()
         with self._lock:
@@ -264,10 +292,12 @@ class KmqConsumer:
                     return []
                 self._cond.wait(remaining)
             batch = self._ready.popleft()
+            leased_at = self._ready_at.popleft()
             if max_records is None:
                 max_records = self.batch_size
             if 0 < max_records < len(batch):
                 self._ready.appendleft(batch[max_records:])
+                self._ready_at.appendleft(leased_at)
                 batch = batch[:max_records]
             self._cond.notify_all()  # room for the fetcher
         return batch
@@ -280,92 +310,79 @@ class KmqConsumer:
     def run(self, handler: Callable[[KmqMessage], Any], workers: int = 1, poll_timeout: float = 0.5) -> None:
         """Call ``handler(msg)`` on a pool of ``workers`` threads until :meth:`stop`.
 
-        Out of order, no head-of-line blocking inside a partition. A handler
-        that returns acks the message (unless it settled it itself); an
-        exception nacks it with the queue's backoff for its delivery count.
-        On stop, handlers already running finish and queued messages are
-        nacked (delay 0) for immediate redelivery."""
-        backoff = self.queue.backoff
-        pending: set[KmqMessage] = set()
-        plock = threading.Lock()
+        Out of order, no head-of-line blocking inside a partition. A message is
+        taken from the consumer only when a worker is free to start it, so no
+        lease runs in a pool queue. A handler that returns acks the message
+        (unless it settled it itself); an exception nacks it with the queue's
+        backoff for its delivery count. On stop, running handlers finish; messages
+        not yet taken are given back to the group by :meth:`close`."""
+        run_handlers(self, handler, workers, poll_timeout)
 
-        def call(msg: KmqMessage) -> None:
-            with plock:
-                if msg not in pending or self._stop_run.is_set():
-                    return  # stopping: not started handlers do not start; nacked below
-                pending.discard(msg)
-            try:
-                handler(msg)
-            except Exception as exc:
-                delay = backoff.delay(msg.delivery_count)
-                log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
-                            msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
-                try:
-                    msg.nack(delay)
-                except MessageAlreadySettled:
-                    pass
-                return
-            if msg._outcome is None:
-                try:
-                    msg.ack()
-                except MessageAlreadySettled:
-                    pass
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` or :meth:`close` was called."""
+        return self._stop_run.is_set() or self._closed
 
-        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"kmq-worker-{self.queue.name}")
-        try:
-            while not (self._stop_run.is_set() or self._closed):
-                for msg in self.poll(timeout=poll_timeout):
-                    with plock:
-                        pending.add(msg)
-                    pool.submit(call, msg)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            with plock:
-                left, pending = list(pending), set()
-            for msg in left:
-                try:
-                    msg.nack(0.0)
-                except MessageAlreadySettled:
-                    pass
-            if left:
-                log.info("%s: stopped with %d queued message(s); nacked for immediate redelivery", self.queue.name, len(left))
+    def raise_error(self) -> None:
+        """Raise the fetcher's error once no ready messages are left (for :mod:`kmq.handler_pool`)."""
+        with self._cond:
+            if self._error is not None and not self._ready:
+                raise self._error
 
     # ------------------------------------------------------------ fetcher thread
     def _fetch_loop(self) -> None:
         kc = self._kc
-        pending: deque[_Pending] = deque()
+        pending: deque[FetchBatch] = deque()
         try:
             kc.subscribe([self.queue.name], listener=_Listener(self))
             gauge_at = 0.0
-            full_since: float | None = None
+            blocked_since: float | None = None
+            fed_at = time.monotonic()  # last poll that returned records (or had no room to)
             while not self._stop.is_set():
                 self._advance(kc, pending)
-                with self._cond:
-                    queued = len(self._ready)
-                full = queued >= self.prefetch or queued + len(pending) >= self.prefetch + self.pipeline
                 now = time.monotonic()
-                if now >= gauge_at:
+                self._renew_held(pending, now)
+                publish = now >= gauge_at
+                with self._lock:
+                    self._fold_settlements(now)
+                    room = self.flow.room(now)
+                    # kafka-python caps a poll in total, not per partition: ask for no more than the
+                    # fullest partition has room for, so no partition passes its cap.
+                    part_room = self.cap - max(self._inflight.values(), default=0)
+                    # Fetch in steps of at least a quarter of the bound (or a whole fetch): many small
+                    # fetches would each pay kafka-python's per-poll cost and a START of their own.
+                    step = max(1, min(self.fetch_size, self.flow.limit(now) // 4, self.cap // 4))
+                    if min(room.messages, part_room) < step and self.flow.outstanding > 0:
+                        room = Room(0, room.bytes)
+                    snapshot = dict(self._inflight) if publish else {}  # zeros kept: a drained partition shows 0
+                if publish:
                     gauge_at = now + 0.5
-                    with self._lock:
-                        snapshot = dict(self._inflight)  # zeros included, so a drained partition shows 0
                     for p, n in snapshot.items():
                         self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
-                if not full:
-                    full_since = None
-                elif full_since is None:
-                    full_since = now
-                if full and now - full_since < self.BACKPRESSURE_POLL:
-                    # The application is behind: wait for it (or for a commit) without polling.
-                    with self._cond:
-                        if len(self._ready) >= queued:
-                            self._cond.wait(0.002 if pending else 0.02)
+                if room:
+                    blocked_since = None
+                elif blocked_since is None:
+                    blocked_since = now
+                if not room and not self._commit_retry and (pending or now - blocked_since < self.BACKPRESSURE_POLL):
+                    # Handlers are behind: wait for settlements (or for a START/commit) without polling.
+                    self._stop.wait(0.002)
                     continue
-                # Behind for a while: keep polling with every partition paused, so heartbeats
-                # and rebalances go on (pausing drops buffered fetches, so not on every blip).
-                self._apply_pauses(kc, full)
+                # No room for a while: poll with every partition paused, so membership goes on.
+                self._apply_pauses(kc, all_paused=not room)
+                max_records = min(self.fetch_size, room.messages, part_room) if room else 1
                 # Short timeouts while batches are between START and hand-over, so they move on soon.
-                timeout_ms = 5 if pending else 10 if full else 100
-                records = kc.poll(timeout_ms=timeout_ms, max_records=self.fetch_size)
+                timeout_ms = 500 if self._commit_retry else 5 if pending else 100 if room else 50
+                records = self._poll(kc, timeout_ms, max_records)
+                if records or not room:
+                    fed_at = time.monotonic()
+                elif time.monotonic() - fed_at > self._starve_after:
+                    lagging = lagging_partitions(kc)
+                    if lagging:
+                        self._watchdog.unstick_fetches()
+                        # A seek to the current position drops whatever fetch state kafka-python keeps for it.
+                        for tp, pos in lagging.items():
+                            kc.seek(tp, pos)
+                    fed_at = time.monotonic()
                 batch = self._take(kc, records) if records else None
                 if batch is not None:
                     pending.append(batch)
@@ -375,10 +392,24 @@ class KmqConsumer:
             log.exception("fetcher of %s failed", self.queue.name)
             self._fail(exc)
         finally:
-            for b in pending:  # START may exist, nothing handed over: let the tracker redeliver now
-                self._nack_all(b.messages)
-            self._drop_ready(None, "the consumer is closing")
+            self._give_back_unhanded(kc, pending)
             self._close_kafka_consumer()
+
+    def _poll(self, kc: Any, timeout_ms: int, max_records: int) -> dict:
+        """``kc.poll`` under the watchdog; a poll the watchdog unblocked returns nothing."""
+        self._watchdog.poll_started()
+        unstrand_records(kc)
+        try:
+            records = kc.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except KafkaTimeoutError as exc:
+            self._watchdog.poll_returned(normally=False)
+            log.warning("%s: Kafka poll failed (%s); polling again", self.queue.name, exc)
+            return {}
+        self._watchdog.poll_returned()
+        return records
+
+    def _stalled(self, why: str) -> None:
+        self._fail(FetcherStalled(f"{self.queue.name}: {why}"))
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, KafkaError) and not isinstance(exc, KmqError):
@@ -399,36 +430,22 @@ class KmqConsumer:
             log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
 
     def _apply_pauses(self, kc: Any, all_paused: bool) -> None:
-        """Pause partitions at the in-flight cap (or all, under backpressure); resume the rest."""
-        paused = {tp for tp in kc.paused()}
-        if all_paused:
-            want = set(kc.assignment())
-        else:
-            with self._lock:
-                full = {p for p, n in self._inflight.items() if n >= self.cap}
-            if not full and not paused:
-                return
-            want = {tp for tp in kc.assignment() if tp.partition in full}
+        """Pause every partition (long without room) or resume them all."""
+        paused = set(kc.paused())
+        if not all_paused:
+            if paused:
+                kc.resume(*paused)
+            return
+        want = set(kc.assignment())
         if want - paused:
             kc.pause(*(want - paused))
-        if paused - want:
-            kc.resume(*(paused - want))
 
-    def _take(self, kc: Any, records: dict) -> "_Pending | None":
-        """Cap the polled records, count them in flight and send their STARTs (no wait)."""
+    def _take(self, kc: Any, records: dict) -> "FetchBatch | None":
+        """Count the polled records outstanding and send their STARTs (no wait)."""
         offsets: dict[int, list[int]] = {}
-        kept: list = []
-        with self._lock:
-            room = {tp.partition: self.cap - self._inflight[tp.partition] for tp in records}
-        for tp, recs in records.items():
-            allowed = room[tp.partition]
-            if allowed < len(recs):
-                # Over the cap: take what fits, fetch the rest again after acks drain the partition.
-                kc.seek(tp, recs[max(allowed, 0)].offset)
-                recs = recs[: max(allowed, 0)]
-            if recs:
-                offsets[tp.partition] = [r.offset for r in recs]
-                kept.append(recs)
+        kept = [recs for recs in records.values() if recs]
+        for recs in kept:
+            offsets[recs[0].partition] = [r.offset for r in recs]
         if not kept:
             return None
         spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
@@ -446,19 +463,21 @@ class KmqConsumer:
         with lock:
             for p, offs in offsets.items():
                 self._inflight[p] += len(offs)
-        b = _Pending(messages, offsets, spans, time.perf_counter())
+            self.flow.taken(len(messages), sum(_size(m) for m in messages), time.monotonic())
+        b = FetchBatch(messages, offsets, spans, time.perf_counter())
         try:
             b.futures = self.writer.send_starts(offsets)
-        except MarkerWriteError:
-            self._forget(messages)
-            raise
+        except MarkerWriteError as exc:
+            self._retry_later(kc, deque([b]), exc)
+            return None
         return b
 
-    def _forget(self, messages: list[KmqMessage]) -> None:
-        """Messages never handed over and never to be: out of the in-flight count, no marker."""
+    def _give_back(self, messages: list[KmqMessage]) -> None:
+        """Messages never handed over and never to be: out of the in-flight count and the
+        flow bound, no marker (the group delivers them again, or their lease runs out)."""
         for m in messages:
             try:
-                m.abandon()
+                m._settle(ABANDON, _RETURNED)
             except MessageAlreadySettled:
                 pass
 
@@ -469,85 +488,198 @@ class KmqConsumer:
             except MessageAlreadySettled:
                 pass
 
-    def _advance(self, kc: Any, pending: "deque[_Pending]") -> None:
+    def _retry_later(self, kc: Any, batches: "deque[FetchBatch]", exc: BaseException) -> None:
+        """START or commit failed (e.g. the broker is down): nothing of ``batches`` was handed
+        over or committed. Seek each partition back to its first offset so the records are
+        polled (and STARTed) again, instead of dying or waiting for a lease to run out."""
+        first = first_offsets(m for b in batches for m in b.messages)
+        for b in batches:
+            self._give_back(b.messages)
+        batches.clear()
+        assigned = {tp.partition: tp for tp in kc.assignment()}
+        for p, off in first.items():
+            if p in assigned:  # a revoked partition is polled again by its new owner
+                kc.seek(assigned[p], off)
+        log.warning("%s: %s; partitions %s go back to offsets %s and are fetched again", self.queue.name,
+                    exc, sorted(first), [first[p] for p in sorted(first)])
+        if isinstance(exc, MarkerWriteError):
+            # After a broker restart kafka-python's idempotent producer was seen to leave every later
+            # send pending for ever; a new producer costs one connection and rules that out.
+            self.writer.replace_producer(f"a START marker failed ({type(exc).__name__})")
+        self._stop.wait(0.5)  # a broker outage: do not spin
+
+    def _advance(self, kc: Any, pending: "deque[FetchBatch]") -> None:
         """Move finished steps along, oldest batch first: START acknowledged ->
         commit (acknowledged) -> hand over. Commits are sent one at a time, in order."""
         while pending:
             b = pending[0]
             if b.commit is None:
                 if not all(f.is_done for _, _, f in b.futures):
+                    if time.perf_counter() - b.t0 < self._start_answer_timeout:
+                        return
+                    # kafka-python's producer can lose a batch across a broker restart: its future
+                    # never completes. Past the write timeout, treat the START as failed.
+                    self._retry_later(kc, pending, MarkerWriteError(
+                        f"START marker for {self.queue.name} {b.spans} got no answer from Kafka within "
+                        f"{self._start_answer_timeout:g}s"))
                     return
                 try:
                     self.writer.wait_starts(b.futures, timeout=0)
-                except MarkerWriteError:
-                    pending.popleft()
-                    self._forget(b.messages)  # not committed, not handed: the group delivers them again
-                    raise
+                except MarkerWriteError as exc:
+                    self._retry_later(kc, pending, exc)  # later batches too: they must not be committed past it
+                    return
                 self.metrics.marker_write_seconds.observe(time.perf_counter() - b.t0)
                 if self._hook:
                     self._hook("started", b.spans)
                 revoked = self._revoked_parts & set(b.offsets)
                 if revoked:
-                    pending.popleft()
-                    log.info("%s: partitions %s revoked before the commit; %d started message(s) nacked for "
-                             "redelivery", self.queue.name, sorted(revoked), len(b.messages))
-                    self._nack_all(b.messages)
-                    continue
+                    # Not committed: the partition's new owner polls these again (its START takes over).
+                    # The batch's other partitions are still ours and go on to the commit.
+                    back = [m for m in b.messages if m.partition in revoked]
+                    log.info("%s: partitions %s revoked before the commit; %d started message(s) given back to "
+                             "the group", self.queue.name, sorted(revoked), len(back))
+                    self._give_back(back)
+                    b.messages = [m for m in b.messages if m.partition not in revoked]
+                    b.offsets = {p: o for p, o in b.offsets.items() if p not in revoked}
+                    b.spans = {p: sp for p, sp in b.spans.items() if p not in revoked}
+                    if not b.messages:
+                        pending.popleft()
+                        continue
                 offsets = {
                     TopicPartition(self.queue.name, p): OffsetAndMetadata(o[-1] + 1, "", -1) for p, o in b.offsets.items()
                 }
                 b.commit = kc.commit_async(offsets)
+                b.commit_at = time.monotonic()
+                b.commit_tries += 1
             if not b.commit.is_done:
+                if time.monotonic() - b.commit_at < self._commit_timeout:
+                    return
+                # kafka-python can lose a response across a broker restart: the future never completes.
+                exc: Any = f"no answer within {self._commit_timeout:g}s"
+            elif b.commit.failed():
+                exc = b.commit.exception
+            else:
+                exc = None
+            if exc is not None:
+                # Whether a failed commit was applied is not certain (a rebalance may have raced it), so
+                # neither hand over nor seek back: commit again while the partitions are ours (polling
+                # meanwhile, which completes a rebalance); revoked ones are given back above.
+                if b.commit_tries == 1:
+                    log.warning("%s: committing offsets %s failed (%s); retrying until it succeeds or the "
+                                "partitions are revoked", self.queue.name, b.spans, exc)
+                elif b.commit_tries % 50 == 0:
+                    log.warning("%s: committing offsets %s still failing after %d tries (%s)", self.queue.name,
+                                b.spans, b.commit_tries, exc)
+                b.commit = None
+                if b.commit_tries >= 40:
+                    # Still failing (~20 s of retries): give the batches back and fetch them again
+                    # rather than stall the partitions (a copy at worst if a failed commit did land).
+                    self._commit_retry = False
+                    self._retry_later(kc, pending, CommitError(f"committing offsets {b.spans} kept failing ({exc})"))
+                    return
+                self._commit_retry = True
+                # No sleep: the fetcher polls with a longer timeout meanwhile (see _fetch_loop), which
+                # is what lets kafka-python complete the rebalance the commit is waiting for.
                 return
+            self._commit_retry = False
             pending.popleft()
-            if b.commit.failed():
-                log.warning("%s: committing offsets %s failed (%s); %d started message(s) nacked for redelivery "
-                            "instead of being handed over", self.queue.name, b.spans, b.commit.exception, len(b.messages))
-                self._nack_all(b.messages)
-                continue
             if self._hook:
                 self._hook("committed", b.spans)
-            self._hand_over(b.messages, b.sent_at)
+            self._hand_over(b.messages, b.leased_at)
 
     def _hand_over(self, messages: list[KmqMessage], started_at: float) -> None:
-        if self._schedule is not None:
-            now = started_at
-            with self._lock:
+        with self._lock:
+            self.flow.handed(len(messages), time.monotonic())
+            if self._schedule is not None:
                 for m in messages:
                     if m._outcome is None:
-                        self._schedule.track((m.partition, m.offset), now)
+                        self._schedule.track((m.partition, m.offset), started_at)
         self.writer._c_received.inc(len(messages))
         with self._cond:
             self._ready.append(messages)
+            self._ready_at.append(started_at)
             self._cond.notify_all()
+
+    def _renew_held(self, pending: "deque[FetchBatch]", now: float) -> None:
+        """RENEW the leases of messages held here but not handed to user code yet (START sent:
+        waiting for the commit, e.g. through a rebalance, or for a free handler), half a lease
+        after their lease started: held messages never time out (the Pub/Sub client's lease
+        management). Flow control keeps this rare; a rebalance or a slow spell is when it counts."""
+        half = self.queue.lease / 2
+        if now < self._renew_at:
+            return
+        self._renew_at = now + max(0.05, half / 4)
+        due: list[KmqMessage] = []
+        for b in pending:
+            if b.leased_at + half <= now:
+                b.leased_at = now
+                due.extend(b.messages)
+        with self._cond:
+            for i, at in enumerate(self._ready_at):
+                if at + half <= now:
+                    self._ready_at[i] = now
+                    due.extend(self._ready[i])
+        if not due:
+            return
+        by_part: dict[int, list[int]] = defaultdict(list)
+        with self._lock:
+            for m in due:
+                if m._outcome is None:
+                    by_part[m.partition].append(m.offset)
+            for p, offs in by_part.items():
+                self.writer.buffer.renew_many(p, offs, _ms(self.queue.lease))
+        log.debug("%s: renewed %d held message(s)", self.queue.name, sum(map(len, by_part.values())))
 
     def _revoked(self, partitions: set[int]) -> None:
-        # Runs on kafka-python's network thread: touch only thread-safe state.
+        # Runs on kafka-python's I/O thread: touch only thread-safe state. Ready messages of
+        # revoked partitions are kept and handed over: they are committed, so no one else
+        # gets them, and the tracker (not the group) owns their leases.
         self._revoked_parts = frozenset(self._revoked_parts | partitions)
         if partitions:
-            self._drop_ready(partitions, f"partitions {sorted(partitions)} were revoked")
+            log.info("%s: partitions %s revoked", self.queue.name, sorted(partitions))
 
-    def _drop_ready(self, partitions: set[int] | None, why: str) -> None:
-        """NACK (delay 0) ready-but-not-handed messages of ``partitions`` (None = all)."""
-        dropped: list[KmqMessage] = []
+    def _give_back_unhanded(self, kc: Any, pending: "deque[FetchBatch]") -> None:
+        """On close: commit each partition back to its first never-handed offset, so the
+        group delivers those messages again (no copy, same delivery count).
+
+        Per partition the handed messages are a prefix of what was fetched (batches are
+        handed in fetch order), so the rewind re-delivers exactly the never-handed ones."""
         with self._cond:
-            keep: deque[list[KmqMessage]] = deque()
-            for batch in self._ready:
-                if partitions is None:
-                    dropped.extend(batch)
-                    continue
-                rest = [m for m in batch if m.partition not in partitions]
-                dropped.extend(m for m in batch if m.partition in partitions)
-                if rest:
-                    keep.append(rest)
-            self._ready = keep
+            ready = [m for batch in self._ready for m in batch]
+            self._ready.clear()
+            self._ready_at.clear()
             self._cond.notify_all()
-        for m in dropped:
+        unhanded = ready + [m for b in pending for m in b.messages]
+        pending.clear()
+        if not unhanded:
+            return
+        first = first_offsets(unhanded)
+        rewind: dict[int, int] = {}
+        deadline = time.monotonic() + self.cfg.kafka.session_timeout
+        while True:
             try:
-                m.nack(0.0)
-            except MessageAlreadySettled:
-                pass
-        if dropped:
-            log.info("%s: %s; %d prefetched message(s) nacked for immediate redelivery by the tracker",
-                     self.queue.name, why, len(dropped))
+                assigned = {tp.partition for tp in kc.assignment()} - self._revoked_parts
+                rewind = {p: o for p, o in first.items() if p in assigned}
+                if rewind:
+                    kc.commit({TopicPartition(self.queue.name, p): OffsetAndMetadata(o, "", -1)
+                               for p, o in rewind.items()})
+                break
+            except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
+                if time.monotonic() > deadline:
+                    log.warning("%s: committing offsets back for never-handed messages failed (%s)",
+                                self.queue.name, exc)
+                    rewind = {}
+                    break
+                self._apply_pauses(kc, all_paused=True)
+                kc.poll(timeout_ms=200, max_records=1)  # completes the rebalance; nothing is taken
+        back = [m for m in unhanded if m.partition in rewind]
+        rest = [m for m in ready if m.partition not in rewind]
+        # Ready messages of partitions no longer ours are committed: only the tracker can redeliver
+        # them. Uncommitted ones of those partitions: their new owner polls them again.
+        self._nack_all(rest)
+        self._give_back(unhanded)
+        log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)"
+                 "%s", self.queue.name, len(back), rewind,
+                 f", {len(rest)} of revoked partitions nacked for redelivery" if rest else "")
+        if rest:
             self.writer.flush_buffer()

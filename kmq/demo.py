@@ -75,7 +75,9 @@ class DemoResult:
     @property
     def guarantee_holds(self) -> bool:
         s = self.snapshot
-        return self.drained and s.lost == 0 and s.produced == s.acked + s.dead_lettered
+        # Every message acked or dead-lettered. Not acked + dead_lettered == produced: a message
+        # can be both (a slow delivery acked late while its copies ran into the delivery limit).
+        return self.drained and s.lost == 0
 
     def guarantee_line(self) -> str:
         s = self.snapshot
@@ -118,7 +120,7 @@ def _write_config(path: Path, bootstrap: str, queue: str, s: DemoSettings, http_
             "name": queue, "lease": s.lease, "max_deliveries": s.max_deliveries,
             "backoff": {"initial": "250ms", "max": "2s", "multiplier": 2.0},
         }],
-        "consumer": {"group_id": f"{queue}-workers", "ack_flush_interval": "100ms", "max_in_flight_per_partition": 2000},
+        "consumer": {"group_id": f"{queue}-workers", "ack_flush_interval": "100ms"},
         "tracker": {"group_id": f"{queue}-tracker", "tick": "50ms", "http_port": http_port},
         "redis": {"url": redis_url},
     }

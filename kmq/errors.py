@@ -24,7 +24,8 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── UnsupportedConsumer       e.g. an aiokafka consumer given to MarkerWriter (also a TypeError)
     ├── DevBrokerError            the embedded broker could not start
     ├── TraceError                a ``kmq trace`` selector that names no message
-    └── UiConfigError             ``kmq ui`` bound beyond loopback without a token
+    ├── UiConfigError             ``kmq ui`` bound beyond loopback without a token
+    └── FetcherStalled            the consumer's Kafka poll stopped returning (retriable)
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ __all__ = [
     "TraceError",
     "UiConfigError",
     "DeadLetterTopicUnavailable",
+    "FetcherStalled",
 ]
 
 
@@ -157,5 +159,12 @@ class UnsupportedConsumer(KmqError, TypeError):
 
 class DeadLetterTopicUnavailable(TopicError):
     """The DLQ topic is missing or this client may not see or write it; dead letters wait."""
+
+    retriable = True
+
+
+class FetcherStalled(KmqError):
+    """The consumer's Kafka poll stopped returning and could not be unblocked:
+    restart the process (its unsettled messages are redelivered by the tracker)."""
 
     retriable = True

@@ -175,21 +175,30 @@ class MarkerSender:
 
     # ------------------------------------------------------------ watching
     def check_stall(self) -> bool:
-        """Replace the producer when a send stayed unanswered well past its delivery timeout:
-        the stuck one's pending settlement markers go to the retry store, its pending STARTs
-        fail (their batches are polled again). Returns True if replaced."""
+        """Replace the producer when a send stayed unanswered well past its delivery timeout.
+        Returns True if replaced."""
         now = time.monotonic()
         with self._lock:
             oldest = min(self._sent_at.values(), default=None)
         if oldest is None or now - oldest < self._stall_after:
             return False
+        return self.replace(f"a marker write stayed unanswered for {now - oldest:.0f}s "
+                            f"(delivery timeout {self.delivery_timeout:g}s)", oldest)
+
+    def replace(self, why: str, failing_since: float | None = None) -> bool:
+        """Swap the Kafka producer for a new one (after a broker restart kafka-python's
+        idempotent producer was seen to leave every later send pending for ever). The old
+        one's pending settlement markers go to the retry store, its pending STARTs fail
+        (their batches are polled again). Returns False when no new producer can connect
+        yet (the markers keep being retried; call again later)."""
+        now = time.monotonic()
         try:
             new = self._new_producer()
         except KmqError as exc:  # still unreachable: keep retrying the markers, try again later
             if now - self._stall_warned_at >= 30:
                 self._stall_warned_at = now
-                log.warning("the marker producer of %s is stuck and a new one cannot connect yet (%s); "
-                            "trying again until it can", self.queue.name, exc)
+                log.warning("the marker producer of %s should be replaced (%s) but a new one cannot connect yet "
+                            "(%s); trying again until it can", self.queue.name, why, exc)
             return False
         with self._lock:
             old, self._producer = self._producer, new
@@ -199,11 +208,10 @@ class MarkerSender:
             for p, marker, since in stale:
                 self._retry.add(p, marker, now if since < 0 else since)
             if stale and self._failing_since is None:
-                self._failing_since = oldest
+                self._failing_since = failing_since if failing_since is not None else now
         self.producer_replacements += 1
-        log.warning("a marker write of %s stayed unanswered for %.0fs (delivery timeout %gs): the Kafka producer is "
-                    "stuck; replaced it with a new one, %d pending marker(s) will be sent again",
-                    self.queue.name, now - oldest, self.delivery_timeout, len(stale))
+        log.warning("replaced the Kafka producer of %s's markers: %s; %d pending marker(s) will be sent again",
+                    self.queue.name, why, len(stale))
         clients.close_producer(old, timeout=0)
         return True
 

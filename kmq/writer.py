@@ -365,6 +365,14 @@ class MarkerWriter:
         finally:
             self._sender.close(wait)
 
+    # ------------------------------------------------------------ recovery (consumer flow, issue 10)
+    def replace_producer(self, why: str) -> bool:
+        """Swap the marker producer for a new one (see :meth:`MarkerSender.replace`):
+        for a producer that stopped answering after a broker restart. Pending
+        settlement markers are sent again; returns False if no new producer could
+        connect yet."""
+        return self._sender.replace(why)
+
     def __enter__(self) -> "MarkerWriter":
         return self
 

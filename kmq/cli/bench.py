@@ -13,6 +13,7 @@ BENCHMARKS = {
     "tracker": "kmq.bench.tracker",
     "spark": "kmq.bench.spark",
     "trace": "kmq.bench.trace",
+    "overload": "kmq.bench.overload",
     "all": "kmq.bench.all",
 }
 

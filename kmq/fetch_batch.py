@@ -1,0 +1,47 @@
+"""A batch between its Kafka poll and its hand-over to user code (the consumer's fetcher thread).
+
+Pure: no Kafka import (the futures are kafka-python's, but only their
+``is_done`` / ``failed()`` are used, by the consumer).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from kmq.message import KmqMessage
+
+__all__ = ["FetchBatch", "first_offsets", "message_size"]
+
+
+def message_size(m: KmqMessage) -> int:
+    """Payload bytes of a message for flow control (key + value)."""
+    return len(m.value or b"") + len(m.key or b"")
+
+
+def first_offsets(messages: Iterable[KmqMessage]) -> dict[int, int]:
+    """Smallest offset per partition: where to seek (or commit) back to give them all back."""
+    first: dict[int, int] = {}
+    for m in messages:
+        if m.offset < first.get(m.partition, m.offset + 1):
+            first[m.partition] = m.offset
+    return first
+
+
+class FetchBatch:
+    """A polled batch between START and hand-over (fetcher thread only)."""
+
+    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "leased_at", "futures", "commit", "commit_at",
+                 "commit_tries")
+
+    def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
+        self.messages = messages
+        self.offsets = offsets
+        self.spans = spans
+        self.t0 = t0
+        self.sent_at = time.monotonic()  # START marker time, for the lease schedule
+        self.leased_at = self.sent_at  # when its lease was last started or renewed
+        self.futures: list = []
+        self.commit: Any = None
+        self.commit_at = 0.0  # when the commit in flight was sent
+        self.commit_tries = 0
