@@ -22,6 +22,7 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── MessageAlreadySettled     second ack/nack/reject on one message
     ├── InvalidSettlement         nack/renew/reject argument out of the wire's range (also a ValueError)
     ├── UnsupportedConsumer       e.g. an aiokafka consumer given to MarkerWriter (also a TypeError)
+    ├── ClientNotInstalled        kafka.client names a client that is not installed (confluent without kmq[confluent])
     ├── DevBrokerError            the embedded broker could not start
     ├── TraceError                a ``kmq trace`` selector that names no message
     └── UiConfigError             ``kmq ui`` bound beyond loopback without a token
@@ -50,6 +51,7 @@ __all__ = [
     "TraceError",
     "UiConfigError",
     "DeadLetterTopicUnavailable",
+    "ClientNotInstalled",
 ]
 
 
@@ -159,3 +161,8 @@ class DeadLetterTopicUnavailable(TopicError):
     """The DLQ topic is missing or this client may not see or write it; dead letters wait."""
 
     retriable = True
+
+
+class ClientNotInstalled(KmqError):
+    """``kafka.client`` names a Kafka client that is not installed (``confluent`` needs
+    ``pip install 'kmq[confluent]'``)."""
