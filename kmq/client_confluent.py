@@ -7,7 +7,10 @@ as a :class:`~kmq.client_api.ConsumerAdapter` and ``confluent_kafka.Producer``
 behind kafka-python's ``send() -> future`` shape, so the marker sender, the
 tracker and the Spark source use either client through one API.
 
-Only public confluent-kafka API is used.
+Only public confluent-kafka API is used. Send and flush failures are raised
+as kafka-python's error classes (``kafka.errors``, the base install's
+taxonomy: broker error codes are the same numbers), so the code that
+classifies failures (permanent or not, too large, unauthorised) serves both.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import logging
 import threading
 from typing import Any, Iterable, Mapping
 
-from kmq.client_api import CONFLUENT, ClientCommitFailed, Delivery, ProduceFailed, Record, require_client
+from kafka import errors as kp_errors
+
+from kmq.client_api import CONFLUENT, ClientCommitFailed, Delivery, Record, require_client
 from kmq.config import ConfigError, KafkaConfig
 
 require_client(CONFLUENT)  # the one clear error when the extra is missing
@@ -39,6 +44,7 @@ _PRODUCER_KEYS = {
     "acks": "acks",
     "enable_idempotence": "enable.idempotence",
     "compression_type": "compression.type",
+    "max_request_size": "message.max.bytes",
     "max_block_ms": None,  # librdkafka never blocks in produce(); BufferError is handled in send()
     "retries": None,  # librdkafka retries within delivery.timeout.ms
 }
@@ -63,6 +69,28 @@ _CONSUMER_KEYS = {
 # Error codes that mean "the group moved on": the partitions belong to another member now.
 _REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
                KafkaError._ASSIGNMENT_LOST, KafkaError._STATE, KafkaError.FENCED_INSTANCE_ID}
+
+
+# librdkafka's local (negative) error codes -> kafka-python error classes.
+_LOCAL_ERRORS = {
+    KafkaError._MSG_TIMED_OUT: kp_errors.KafkaTimeoutError,
+    KafkaError._TIMED_OUT: kp_errors.KafkaTimeoutError,
+    KafkaError._PURGE_QUEUE: kp_errors.KafkaTimeoutError,
+    KafkaError._PURGE_INFLIGHT: kp_errors.KafkaTimeoutError,
+    KafkaError._UNKNOWN_TOPIC: kp_errors.UnknownTopicOrPartitionError,
+    KafkaError._UNKNOWN_PARTITION: kp_errors.UnknownTopicOrPartitionError,
+    KafkaError._TRANSPORT: kp_errors.KafkaConnectionError,
+    KafkaError._ALL_BROKERS_DOWN: kp_errors.KafkaConnectionError,
+    KafkaError._AUTHENTICATION: kp_errors.SaslAuthenticationFailedError,
+    KafkaError._INVALID_ARG: kp_errors.InvalidRecordError,
+}
+
+
+def as_kafka_python_error(err: Any, what: str = "") -> Exception:
+    """The kafka-python exception for a librdkafka ``KafkaError`` (broker codes are the same numbers)."""
+    code = err.code()
+    cls = kp_errors.for_code(code) if code > 0 else _LOCAL_ERRORS.get(code, kp_errors.KafkaError)
+    return cls(f"{what}{err.str()} ({err.name()})")
 
 
 def settings(kafka: KafkaConfig) -> dict[str, Any]:
@@ -141,7 +169,7 @@ class ConfluentProducer:
 
         def report(err: Any, msg: Any) -> None:
             if err is not None:
-                fut.failure(ProduceFailed(f"{topic}: {err.str()} ({err.name()})"))
+                fut.failure(as_kafka_python_error(err, f"{topic}: "))
             else:
                 fut.success((msg.topic(), msg.partition(), msg.offset()))
 
@@ -158,13 +186,13 @@ class ConfluentProducer:
                 return fut
             except BufferError:  # local queue full: wait for deliveries to drain it
                 self.raw.poll(0.05)
-            except KafkaException as exc:
-                raise ProduceFailed(f"{topic}: {exc}") from exc
+            except KafkaException as exc:  # refused before it left (too large, unknown partition)
+                raise as_kafka_python_error(exc.args[0], f"{topic}: ") from exc
 
     def flush(self, timeout: float | None = None) -> None:
         left = self.raw.flush(-1 if timeout is None else max(0.0, timeout))
         if left:
-            raise ProduceFailed(f"{left} record(s) not delivered within {timeout}s")
+            raise kp_errors.KafkaTimeoutError(f"{left} record(s) not delivered within {timeout}s")
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush for at most ``timeout`` seconds; what is left fails (librdkafka purges it)."""
