@@ -123,11 +123,13 @@ class Delivery:
     ``add_callback(fn, *args)`` (``fn(*args, metadata)``), ``add_errback(fn, *args)`` (``fn(*args, exc)``),
     ``add_both``, ``get(timeout)``, ``is_done``, ``succeeded()``, ``failed()``, ``exception``."""
 
-    __slots__ = ("_done", "_lock", "_callbacks", "_errbacks", "value", "exception")
+    __slots__ = ("_done", "_lock", "_waiter", "_callbacks", "_errbacks", "value", "exception")
 
     def __init__(self) -> None:
-        self._done = threading.Event()
+        # Cheap to make (one per record sent): a lock, and an Event only when someone waits.
+        self._done = False
         self._lock = threading.Lock()
+        self._waiter: threading.Event | None = None
         self._callbacks: list[tuple[Callable[..., Any], tuple]] = []
         self._errbacks: list[tuple[Callable[..., Any], tuple]] = []
         self.value: Any = None
@@ -135,13 +137,13 @@ class Delivery:
 
     @property
     def is_done(self) -> bool:
-        return self._done.is_set()
+        return self._done
 
     def succeeded(self) -> bool:
-        return self.is_done and self.exception is None
+        return self._done and self.exception is None
 
     def failed(self) -> bool:
-        return self.is_done and self.exception is not None
+        return self._done and self.exception is not None
 
     def success(self, value: Any) -> None:
         self._settle(value, None)
@@ -151,18 +153,21 @@ class Delivery:
 
     def _settle(self, value: Any, exc: BaseException | None) -> None:
         with self._lock:
-            if self._done.is_set():
+            if self._done:
                 return
             self.value, self.exception = value, exc
-            self._done.set()
+            self._done = True
             calls = self._errbacks if exc is not None else self._callbacks
             self._callbacks, self._errbacks = [], []
+            waiter = self._waiter
+        if waiter is not None:
+            waiter.set()
         for fn, args in calls:
             fn(*args, exc if exc is not None else value)
 
     def add_callback(self, fn: Callable[..., Any], *args: Any) -> "Delivery":
         with self._lock:
-            if not self._done.is_set():
+            if not self._done:
                 self._callbacks.append((fn, args))
                 return self
         if self.exception is None:
@@ -171,7 +176,7 @@ class Delivery:
 
     def add_errback(self, fn: Callable[..., Any], *args: Any) -> "Delivery":
         with self._lock:
-            if not self._done.is_set():
+            if not self._done:
                 self._errbacks.append((fn, args))
                 return self
         if self.exception is not None:
@@ -185,8 +190,13 @@ class Delivery:
 
     def get(self, timeout: float | None = None) -> Any:
         """The delivery's metadata; raises the failure, or :class:`ProduceFailed` on timeout."""
-        if not self._done.wait(timeout):
-            raise ProduceFailed(f"no delivery report within {timeout}s")
+        if not self._done:
+            with self._lock:
+                if not self._done and self._waiter is None:
+                    self._waiter = threading.Event()
+                waiter = self._waiter
+            if waiter is not None and not waiter.wait(timeout):
+                raise ProduceFailed(f"no delivery report within {timeout}s")
         if self.exception is not None:
             raise self.exception
         return self.value
