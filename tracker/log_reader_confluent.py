@@ -26,6 +26,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: 
 __all__ = ["ConfluentLogReader"]
 
 _BATCH = 2000
+# Empty fetch rounds (0.2 s each) before the cached high-water mark of the current assignment's
+# fetches decides that a position is at or past the end. Kafka answers such a fetch with an
+# out-of-range error or an end-of-partition event first; some brokers send neither.
+_IDLE_ROUNDS = 3
 
 
 class ConfluentLogReader:
@@ -61,6 +65,7 @@ class ConfluentLogReader:
         pos: int | None = None  # the offset the current assignment reads from next
         log_end: int | None = None
         i = 0
+        idle = 0
         c = self._consumer
         try:
             while i < len(todo):
@@ -74,6 +79,7 @@ class ConfluentLogReader:
                 if pos is None or target < pos or target - pos > _SEEK_GAP:
                     self._assign(topic, partition, target)
                     pos = target
+                    idle = 0
                 progressed = False
                 for m in c.consume(_BATCH, 0.2):
                     err = m.error()
@@ -93,7 +99,16 @@ class ConfluentLogReader:
                         progressed = True
                     elif err.fatal() or not err.retriable():
                         raise LogReadError(f"reading {topic}[{partition}] failed: {err.str()}")
-                if not progressed and time.monotonic() > deadline:
+                if progressed or log_end is not None:
+                    idle = 0
+                    continue
+                idle += 1
+                if idle >= _IDLE_ROUNDS and self._past_end(topic, partition, target):
+                    # No record, no end-of-partition event and no out-of-range error: the fetches
+                    # (their high-water marks) say the log ends at or before ``target``.
+                    log_end = known = max(known, target)
+                    continue
+                if time.monotonic() > deadline:
                     raise LogReadError(f"timed out reading {topic}[{partition}] at offset {pos}")
         except KafkaException as exc:
             raise LogReadError(f"reading {topic}[{partition}] failed: {exc}") from exc
@@ -101,6 +116,14 @@ class ConfluentLogReader:
         for off in found:
             left.remove(off, 1)
         return ReadResult(found, list(left), log_end)
+
+    def _past_end(self, topic: str, partition: int, target: int) -> bool:
+        """Whether the high-water mark of this assignment's latest fetch responses is at or below ``target``."""
+        try:
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        except (KafkaException, TypeError):
+            return False
+        return 0 <= high <= target
 
     def _out_of_range(self, topic: str, partition: int, pos: int | None, known: int) -> tuple[int, int, int | None]:
         """The fetch at ``pos`` is out of range: below the log start (retention deleted it:
