@@ -332,13 +332,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         want = [TopicPartition(t, p) for t, p in tps]
         if set(c.assignment()) != set(want):
             c.assign(want)
-        subs = getattr(getattr(c, "_subscription", None), "assignment", {})
+        from kmq.client_kafka_python import forget_highwater
+
         for tp in want:
             key = (tp.topic, tp.partition)
             c.seek(tp, max(self._hw.get(key, 0), floor.get(key, 0)))
-            # Forget the last fetch's high-water mark so only a fresh fetch response counts.
-            if tp in subs:
-                subs[tp].highwater = None
+        # Forget the last fetch's high-water marks so only a fresh fetch response counts.
+        forget_highwater(c, want)
         deadline = time.monotonic() + self.poll_timeout_ms / 1000
         while True:
             c.poll(timeout_ms=100, max_records=1)
