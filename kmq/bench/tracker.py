@@ -298,7 +298,8 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True) 
         clients = ["kafka-python"]
         if importlib.util.find_spec("confluent_kafka") is not None:
             clients.append("confluent")
-        out["redelivery_throughput"] = [redelivery_throughput(bootstrap, c) for c in clients]
+        # Keyed by client, so `kmq bench all`'s table shows the pair side by side.
+        out["redelivery_throughput"] = {c: redelivery_throughput(bootstrap, c) for c in clients}
     finally:
         if dev is not None:
             dev.stop()
@@ -329,6 +330,6 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, as_json: bool)
         r = figures["recovery"]
         click.echo(f"recovery    replayed {r['replayed']:,} of {r['markers_total']:,} markers, ready in {r['ready_s']}s "
                    f"({r['note']})")
-        for rt in figures["redelivery_throughput"]:
+        for rt in figures["redelivery_throughput"].values():
             click.echo(f"redelivery throughput ({rt['client']})  {rt['copies_per_s'] or 0:,} copies/s "
                        f"({rt['redelivered']:,} of {rt['messages']:,} due at once)")
