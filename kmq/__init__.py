@@ -22,6 +22,7 @@ from kmq.errors import (
     TopicMisaligned,
     TopicMissing,
     UnsupportedConsumer,
+    ClientNotInstalled,
 )
 from kmq.consumer import KmqConsumer
 from kmq.guard import IdempotencyGuard
@@ -50,4 +51,5 @@ __all__ = [
     "MessageAlreadySettled",
     "InvalidSettlement",
     "UnsupportedConsumer",
+    "ClientNotInstalled",
 ]

@@ -130,6 +130,9 @@ class KafkaConfig:
     heartbeat_interval: float = _f(1.0, "duration", min=0.1)
     # How long a component waits for the cluster before failing with a clear error.
     connect_timeout: float = _f(10.0, "duration", min=0.1)
+    # Which Python Kafka client every component uses (kmq.client_api): kafka-python (base
+    # install) or confluent (librdkafka, pip install 'kmq[confluent]').
+    client: str = _f("kafka-python", "choice", choices=("KAFKA-PYTHON", "CONFLUENT"), lower=True)
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments shared by kafka-python clients (security included)."""
@@ -541,7 +544,7 @@ def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
         choices = f.metadata["choices"]
         if not isinstance(value, str) or value.upper() not in choices:
             raise ConfigError(path, f"expected one of {', '.join(choices)}, got {shown}")
-        return value.upper()
+        return value.lower() if f.metadata.get("lower") else value.upper()
     if kind == "topic":
         return _check_topic(path, value)
     raise AssertionError(f"field {f.name} has no kind")  # pragma: no cover

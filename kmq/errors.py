@@ -22,6 +22,7 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── MessageAlreadySettled     second ack/nack/reject on one message
     ├── InvalidSettlement         nack/renew/reject argument out of the wire's range (also a ValueError)
     ├── UnsupportedConsumer       e.g. an aiokafka consumer given to MarkerWriter (also a TypeError)
+    ├── ClientNotInstalled        kafka.client names a client that is not installed (confluent without kmq[confluent])
     ├── DevBrokerError            the embedded broker could not start
     ├── TraceError                a ``kmq trace`` selector that names no message
     ├── UiConfigError             ``kmq ui`` bound beyond loopback without a token
@@ -52,6 +53,7 @@ __all__ = [
     "UiConfigError",
     "DeadLetterTopicUnavailable",
     "FetcherStalled",
+    "ClientNotInstalled",
 ]
 
 
@@ -168,3 +170,8 @@ class FetcherStalled(KmqError):
     restart the process (its unsettled messages are redelivered by the tracker)."""
 
     retriable = True
+
+
+class ClientNotInstalled(KmqError):
+    """``kafka.client`` names a Kafka client that is not installed (``confluent`` needs
+    ``pip install 'kmq[confluent]'``)."""

@@ -1,6 +1,7 @@
 """MarkerSender: the marker producer, kept working through broker outages.
 
-The Kafka edge of :class:`~kmq.writer.MarkerWriter`: it owns the producer and
+The Kafka edge of :class:`~kmq.writer.MarkerWriter`: it owns the producer (on
+the client ``kafka.client`` names, through :mod:`kmq.client_api`) and
 everything that gets markers to Kafka when Kafka is not answering.
 
 * Every send is watched until the producer answers it. kafka-python promises
@@ -25,9 +26,7 @@ import threading
 import time
 from typing import Any
 
-from kafka.errors import KafkaError
-
-from kmq import clients
+from kmq import client_api
 from kmq.config import Config, QueueConfig
 from kmq.errors import KmqError, MarkerWriteError
 from kmq.marker_retry import MarkerRetry, Pending, describe
@@ -75,7 +74,7 @@ class MarkerSender:
         # A short delivery timeout keeps START failures prompt and definite (a START
         # reported failed is never written later); settlement markers ride through
         # longer outages in the retry store. Reconnect quickly once the broker is back.
-        return clients.producer(
+        return client_api.producer(
             self.cfg.kafka, linger_ms=0, delivery_timeout_ms=int(self.delivery_timeout * 1000), retry_backoff_ms=100,
             reconnect_backoff_max_ms=1000,
         )
@@ -212,7 +211,7 @@ class MarkerSender:
         self.producer_replacements += 1
         log.warning("replaced the Kafka producer of %s's markers: %s; %d pending marker(s) will be sent again",
                     self.queue.name, why, len(stale))
-        clients.close_producer(old, timeout=0)
+        client_api.close_producer(old, timeout=0)
         return True
 
     @property
@@ -235,7 +234,7 @@ class MarkerSender:
             self.resend_due(force=True)
             try:
                 self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
-            except KafkaError:
+            except client_api.produce_errors():
                 pass  # reported by the caller with what is missing
             with self._lock:
                 missing = list(self._outstanding.values()) + self._retry.pending()
@@ -255,7 +254,7 @@ class MarkerSender:
                 self.send(p, marker, since)
             try:
                 self._producer.flush(timeout=timeout)
-            except KafkaError:
+            except client_api.produce_errors():
                 pass  # reported below
             with self._lock:
                 lost = self._not_written + list(self._outstanding.values())
@@ -268,7 +267,7 @@ class MarkerSender:
                     sum(m.offset_count() for _, m, _ in lost),
                 )
         finally:
-            clients.close_producer(self._producer, timeout=5)
+            client_api.close_producer(self._producer, timeout=5)
 
     def describe_missing(self, missing: list[Pending], waited: float) -> MarkerWriteError:
         """The error for markers still not written after ``waited`` seconds."""

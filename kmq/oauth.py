@@ -133,6 +133,15 @@ class TokenProvider(AbstractTokenProvider):
                 log.debug("new OAUTHBEARER token from %s (%r)", self._source, self._token)
             return self._token.value
 
+    def token_and_expiry(self) -> tuple[str, float]:
+        """The token and its expiry (epoch seconds; the refresh time when unknown), for
+        confluent-kafka's ``oauth_cb``, which wants both."""
+        value = self.token()
+        with self._lock:
+            tok = self._token
+        expires = tok.expires_at if tok is not None and tok.expires_at is not None else (tok.refresh_at if tok else self._clock() + 60)
+        return value, expires
+
     @property
     def _source(self) -> str:
         return "kafka.sasl_oauth_token_file" if self.token_file else "kafka.sasl_oauth_token_command"

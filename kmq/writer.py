@@ -1,7 +1,9 @@
 """Marker writing: START before the commit, buffered END/NACK/REJECT/RENEW.
 
 :class:`MarkerWriter` is the KMQ consumer protocol (KMQ-DESIGN section 4) as
-helpers around a kafka-python ``KafkaConsumer`` the user already has::
+helpers around a consumer the user already has: kafka-python's
+``KafkaConsumer`` or confluent-kafka's ``Consumer`` (both through the client
+seam, :mod:`kmq.client_api`)::
 
     writer = kmq.MarkerWriter(cfg, queue="orders", consumer=consumer)
 
@@ -34,11 +36,8 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from kafka.structs import OffsetAndMetadata
-
 from kmq import settlement
+from kmq.client_api import ClientCommitFailed, ConsumerAdapter, adapt_consumer, coordinates, headers_of, produce_errors
 from kmq.ack_buffer import AckBuffer
 from kmq.config import Config, QueueConfig
 from kmq.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
@@ -80,23 +79,49 @@ def _pick_queue(cfg: Config, queue: str | None) -> QueueConfig:
     raise ValueError(f"pass queue=...: the configuration has {len(cfg.queues)} queues")
 
 
-def _check_consumer(consumer: Any) -> None:
-    if consumer is not None and inspect.iscoroutinefunction(getattr(consumer, "commit", None)):
+def _check_consumer(consumer: Any) -> ConsumerAdapter | None:
+    """The consumer's adapter; an asyncio or unknown consumer raises UnsupportedConsumer."""
+    if consumer is None:
+        return None
+    if inspect.iscoroutinefunction(getattr(consumer, "commit", None)):
         raise UnsupportedConsumer(
             f"{type(consumer).__module__}.{type(consumer).__name__} is an asyncio consumer (its commit() is a "
             "coroutine); MarkerWriter drives a blocking kafka.KafkaConsumer and would never await the commit. "
-            "Use kafka-python's KafkaConsumer with MarkerWriter, or kmq.KmqConsumer; an async API is needed for "
-            "aiokafka and kmq has none yet"
+            "Use kafka-python's KafkaConsumer or confluent-kafka's Consumer with MarkerWriter, or kmq.KmqConsumer; "
+            "an async API is needed for aiokafka and kmq has none yet"
         )
+    return adapt_consumer(consumer)
+
+
+def _flatten(records: Any) -> list:
+    """The records of a ``poll()`` result of either client: kafka-python's
+    ``{TopicPartition: [records]}``, a list (kafka-python records, confluent
+    ``consume()``), one confluent ``Message`` or None (``poll()``). Confluent
+    error events (no record) are dropped with a log line."""
+    if records is None:
+        return []
+    if isinstance(records, Mapping):
+        return [r for rs in records.values() for r in rs]
+    if callable(getattr(records, "error", None)):  # one confluent_kafka.Message
+        records = [records]
+    flat = []
+    for r in records:
+        err = r.error() if callable(getattr(r, "error", None)) else None
+        if err is not None:
+            log.warning("consumer error event, not a record: %s", err)
+            continue
+        flat.append(r)
+    return flat
 
 
 class MarkerWriter:
-    """Writes a queue's markers; wraps an existing ``kafka.KafkaConsumer`` (optional).
+    """Writes a queue's markers; wraps an existing consumer (optional): kafka-python's
+    ``KafkaConsumer`` or confluent-kafka's ``Consumer``.
 
     :param cfg: the kmq configuration.
     :param queue: queue name (default: the only configured queue).
     :param consumer: the user's consumer, used by :meth:`start` to commit (a blocking
-        ``kafka.KafkaConsumer``; an asyncio one such as aiokafka's raises
+        ``kafka.KafkaConsumer`` or ``confluent_kafka.Consumer``; an asyncio one such as aiokafka's raises
         :class:`~kmq.errors.UnsupportedConsumer`).
     :param metrics: :class:`~kmq.metrics.ConsumerMetrics` (a private registry by default).
     :param owner: owner id in START markers (default ``client_id@host:pid``).
@@ -107,7 +132,7 @@ class MarkerWriter:
         self,
         cfg: Config,
         queue: str | None = None,
-        consumer: KafkaConsumer | None = None,
+        consumer: Any = None,
         *,
         metrics: ConsumerMetrics | None = None,
         owner: str | None = None,
@@ -116,7 +141,7 @@ class MarkerWriter:
     ) -> None:
         self.cfg = cfg
         self.queue: QueueConfig = _pick_queue(cfg, queue)
-        _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
+        self._adapter = _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
         self.metrics = metrics or ConsumerMetrics()
         self.owner = (owner or default_owner(cfg.kafka.client_id))[:255]
@@ -152,7 +177,7 @@ class MarkerWriter:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
                 futures.append((p, ranges, self._sender.send_start(p, value)))
-        except (KafkaError, BrokerUnavailable) as exc:
+        except (*produce_errors(), BrokerUnavailable) as exc:
             raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
         finally:
             self.markers_sent += len(futures)
@@ -171,7 +196,7 @@ class MarkerWriter:
         try:
             for _, _, fut in futures:
                 fut.get(timeout=self.start_timeout if timeout is None else timeout)
-        except KafkaError as exc:
+        except produce_errors() as exc:
             raise self._start_error(futures, exc) from exc
 
     def write_starts(self, offsets: Mapping[int, Iterable[int]]) -> int:
@@ -185,47 +210,49 @@ class MarkerWriter:
         self.metrics.marker_write_seconds.observe(time.perf_counter() - t0)
         return len(futures)
 
-    def commit(self, consumer: KafkaConsumer, next_offsets: Mapping[int, int]) -> None:
-        """Commit ``partition -> next offset`` of the queue topic synchronously."""
-        offsets = {
-            TopicPartition(self.queue.name, p): OffsetAndMetadata(off, "", -1) for p, off in next_offsets.items()
-        }
+    def commit(self, consumer: Any, next_offsets: Mapping[int, int]) -> None:
+        """Commit ``partition -> next offset`` of the queue topic synchronously (either client's consumer)."""
+        adapter = adapt_consumer(consumer)
         try:
-            consumer.commit(offsets)
-        except CommitFailedError as exc:
-            raise CommitError(
-                f"committing {self.queue.name} offsets {dict(next_offsets)} failed ({exc}); the group rebalanced, "
-                "so this batch is not processed here and the group delivers it again"
-            ) from exc
-        except KafkaError as exc:
-            raise CommitError(f"committing {self.queue.name} offsets failed: {type(exc).__name__}: {exc}") from exc
+            adapter.commit({(self.queue.name, p): off for p, off in next_offsets.items()})
+        except ClientCommitFailed as exc:
+            if exc.rebalanced:
+                raise CommitError(
+                    f"committing {self.queue.name} offsets {dict(next_offsets)} failed ({exc}); the group rebalanced, "
+                    "so this batch is not processed here and the group delivers it again"
+                ) from exc
+            raise CommitError(f"committing {self.queue.name} offsets failed: {exc}") from exc
 
-    def start(self, records: Any, consumer: KafkaConsumer | None = None) -> list:
+    def start(self, records: Any, consumer: Any = None) -> list:
         """START + synchronous commit for ``records`` of the queue topic: a
-        ``poll()`` result (``{TopicPartition: [records]}``) or a list of records.
+        ``poll()`` result of kafka-python (``{TopicPartition: [records]}``) or of
+        confluent-kafka (a ``Message`` or None), or a list of records (``consume()``).
 
-        Returns the records (flat list) once START was acknowledged by Kafka and
-        the offsets were committed; only then process them."""
-        consumer = consumer or self.consumer
-        _check_consumer(consumer)
+        Returns the records (flat list, confluent error events dropped) once START
+        was acknowledged by Kafka and the offsets were committed; only then process them."""
         if consumer is None:
-            raise ValueError("MarkerWriter.start needs the KafkaConsumer (pass consumer= here or to MarkerWriter)")
-        flat = [r for rs in records.values() for r in rs] if isinstance(records, Mapping) else list(records)
+            adapter = self._adapter
+        else:
+            adapter = _check_consumer(consumer)
+        if adapter is None:
+            raise ValueError("MarkerWriter.start needs the consumer (pass consumer= here or to MarkerWriter)")
+        flat = _flatten(records)
         by_part: dict[int, list[int]] = defaultdict(list)
         for r in flat:
-            if r.topic != self.queue.name:
-                raise ValueError(f"record of topic {r.topic!r} given to the writer of queue {self.queue.name!r}")
-            by_part[r.partition].append(r.offset)
+            topic, partition, offset = coordinates(r)
+            if topic != self.queue.name:
+                raise ValueError(f"record of topic {topic!r} given to the writer of queue {self.queue.name!r}")
+            by_part[partition].append(offset)
         if not by_part:
             return flat
         try:
             self.write_starts(by_part)
-            self.commit(consumer, {p: max(offs) + 1 for p, offs in by_part.items()})
+            self.commit(adapter, {p: max(offs) + 1 for p, offs in by_part.items()})
         except (MarkerWriteError, CommitError):
             # poll() already moved the position past the batch: without this, a caller that
             # catches the (retriable) error and polls on would commit past records that
             # have no START -- lost. Back at the batch, the next poll returns it again.
-            self._rewind(consumer, by_part)
+            self._rewind(adapter, by_part)
             raise
         with self.lock:
             for p, offs in by_part.items():
@@ -233,27 +260,26 @@ class MarkerWriter:
         self._c_received.inc(len(flat))
         return flat
 
-    def _rewind(self, consumer: KafkaConsumer, by_part: Mapping[int, list[int]]) -> None:
+    def _rewind(self, consumer: ConsumerAdapter, by_part: Mapping[int, list[int]]) -> None:
         """Seek ``consumer`` back to the first offset of the batch on each partition it still owns."""
         try:
             owned = consumer.assignment()
-        except KafkaError:  # pragma: no cover - assignment() is local state
+        except Exception:  # pragma: no cover - assignment() is local state
             owned = set()
         for p, offs in by_part.items():
-            tp = TopicPartition(self.queue.name, p)
-            if tp not in owned:
+            if (self.queue.name, p) not in owned:
                 continue  # revoked: the group hands it to the new owner from the committed offset
             try:
-                consumer.seek(tp, min(offs))
-            except (IllegalStateError, KafkaError, AssertionError) as exc:
-                log.warning("could not seek %s back to %d (%s); the group delivers the batch again "
-                            "after the next rebalance", tp, min(offs), exc)
+                consumer.seek(self.queue.name, p, min(offs))
+            except Exception as exc:  # not ours any more, or the client is closing
+                log.warning("could not seek %s[%d] back to %d (%s); the group delivers the batch again "
+                            "after the next rebalance", self.queue.name, p, min(offs), exc)
         log.info("%s: consumer positioned back at the failed batch %s; poll again to retry it",
                  self.queue.name, {p: min(o) for p, o in by_part.items()})
 
     # ------------------------------------------------------------ settling raw records
     def _take(self, record: Any, what: str) -> tuple[int, int]:
-        p, off = record.partition, record.offset
+        _topic, p, off = coordinates(record)
         opened = self._open.get(p)
         if not opened or off not in opened:
             raise MessageAlreadySettled(
@@ -397,13 +423,13 @@ def marked(writer: MarkerWriter, reject_on: type[BaseException] | tuple[type[Bas
             except BaseException as exc:
                 if not isinstance(exc, Exception):
                     raise
-                where = f"{record.topic}/{record.partition}/{record.offset}"
+                where = "/".join(map(str, coordinates(record)))
                 try:
                     if reject_on and isinstance(exc, reject_on):
                         log.warning("handler rejected %s (%s: %s); it goes to the DLQ", where, type(exc).__name__, exc)
                         writer.reject(record, settlement.clip_reason(f"{type(exc).__name__}: {exc}"))
                     else:
-                        delay = backoff.delay(delivery_count_of(record.headers))
+                        delay = backoff.delay(delivery_count_of(headers_of(record)))
                         log.warning("handler failed on %s (%s: %s); nacked, redelivery in %.3gs",
                                     where, type(exc).__name__, exc, delay)
                         writer.nack(record, delay)

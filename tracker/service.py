@@ -42,7 +42,8 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 from prometheus_client import CollectorRegistry
 
-from kmq.clients import consumer as make_consumer, producer as make_producer
+from kmq import client_api
+from kmq.clients import consumer as make_consumer
 from kmq.config import Config, QueueConfig
 from kmq.errors import KmqError, MarkerDecodeError
 from kmq.markers import decode, decode_key
@@ -216,8 +217,15 @@ class Tracker:
                                   liveness=self.alive)
         self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
         self.http_port = self._http.start()
-        self._producer = make_producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
-        self._reader = LogReader(kafka)
+        # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client_api);
+        # the markers group (rebalance listener, fenced commits) stays on kafka-python for now.
+        self._producer = client_api.producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
+        if client_api.client_of(kafka) == client_api.CONFLUENT:
+            from tracker.log_reader_confluent import ConfluentLogReader
+
+            self._reader = ConfluentLogReader(kafka)
+        else:
+            self._reader = LogReader(kafka)
         # Catch-up targets come from their own client, so a fetch of a markers partition never
         # sits in front of the queue reads that redeliveries wait on.
         self._hw_reader = LogReader(kafka)

@@ -56,7 +56,7 @@ def _produce(cfg, topic: str, records) -> None:
 
 def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_000, rate: int = 2_000,
         latency_seconds: float = 20.0, trigger: str = "1s", window: str = "1s",
-        max_offsets_per_trigger: int = 100_000) -> dict[str, Any]:
+        max_offsets_per_trigger: int = 100_000, client: str = "kafka-python") -> dict[str, Any]:
     """Run both phases; returns the figures."""
     from kmq.config import Config, parse_duration
     from kmq.devbroker import DevBroker
@@ -70,7 +70,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
         broker.start()
         bootstrap = broker.bootstrap
     queue = f"bench-spark-{int(time.time())}"
-    cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap}, "queues": [{"name": queue}],
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap, "client": client}, "queues": [{"name": queue}],
                             "tracker": {"group_id": f"{queue}-tracker"}})
     q = cfg.queues[0]
     workdir = tempfile.mkdtemp(prefix="kmq-bench-spark-")
@@ -151,6 +151,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
             return round(xs[min(len(xs) - 1, int(q_ * len(xs)))], 3) if xs else None
 
         return {
+            "client": client,
             "partitions": partitions,
             "backlog_markers": markers,
             "backlog_write_s": round(write_s, 2),
@@ -186,6 +187,8 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
 @click.option("--trigger", default="1s", show_default=True)
 @click.option("--window", default="1s", show_default=True)
 @click.option("--max-offsets-per-trigger", default=100_000, show_default=True)
+@click.option("--client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python", show_default=True,
+              help="Client the source's tasks read markers with (kafka.client).")
 def command(**opts) -> None:
     """Lag job: markers/s in steady state and marker-to-sink latency."""
     import json

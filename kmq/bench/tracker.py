@@ -8,13 +8,17 @@
 * **redelivery delay**: p50/p99 of (copy produced) - (due time) on a real
   broker at tick 50 ms;
 * **recovery**: markers replayed and time to ready for a new owner, when an
-  open START sits behind many acked markers.
+  open START sits behind many acked markers;
+* **redelivery throughput**: copies produced per second for a large backlog
+  that is all due at once, per client (``kafka.client``: kafka-python and
+  confluent, side by side in one run).
 
 Targets (docs): >= 100,000 msg/s, <= 50 MB, p99 <= 200 ms.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import subprocess
@@ -24,7 +28,7 @@ import uuid
 
 import click
 
-__all__ = ["command", "run", "throughput", "memory"]
+__all__ = ["command", "run", "throughput", "memory", "redelivery_throughput"]
 
 BATCH = 500
 
@@ -224,6 +228,59 @@ def recovery(bootstrap: str, acked_pairs: int = 20_000) -> dict:
             "note": "ready time includes the group join (about half the 6 s session timeout on tansu)"}
 
 
+def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, batch: int = 500) -> dict:
+    """Copies produced per second by a tracker on ``client`` for ``messages`` whose leases all
+    ended before it started (STARTs of ``batch`` offsets; originals of 100 bytes)."""
+    from kmq import client_api
+    from kmq.config import Config
+    from kmq.markers import Start, encode, encode_key
+    from kmq.topics import ensure_topics
+    from tracker import Tracker
+
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    cfg = Config.from_dict({
+        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s", "client": client},
+        "queues": [{"name": name, "lease": "1s", "max_deliveries": 5, "backoff": {"initial": "0s"}}],
+        "tracker": {"group_id": f"{name}-tracker", "tick": "50ms", "http_port": 0},
+    })
+    q = cfg.queues[0]
+    ensure_topics(cfg.kafka, q, 1)
+    p = client_api.producer(cfg.kafka, linger_ms=20)
+    for i in range(messages):
+        p.send(q.name, value=b"x" * 100, partition=0)
+    for first in range(0, messages, batch):
+        p.send(q.markers_topic, key=encode_key(0), value=encode(Start([(first, batch)], lease_ms=1)), partition=0)
+    p.flush(60)
+    client_api.close_producer(p)
+    time.sleep(0.1)  # every lease (1 ms) has ended before the tracker starts
+
+    t = Tracker(cfg, http_host="127.0.0.1").start()
+
+    def copies() -> int:
+        return int(sum(s.value for m in t.metrics.redelivered.collect() for s in m.samples if s.name.endswith("_total")))
+
+    try:
+        t_first = t_last = None
+        n_first = 0
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            n = copies()
+            if n and t_first is None:
+                t_first, n_first = time.monotonic(), n
+            if n >= messages:
+                t_last = time.monotonic()
+                break
+            time.sleep(0.005)
+        done = copies()
+    finally:
+        t.stop()
+    if t_first is None or t_last is None or t_last <= t_first:
+        return {"client": client, "messages": messages, "redelivered": done, "copies_per_s": None,
+                "note": "not all copies within 300 s"}
+    return {"client": client, "messages": messages, "redelivered": done,
+            "copies_per_s": int((done - n_first) / (t_last - t_first)), "seconds": round(t_last - t_first, 2)}
+
+
 def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True) -> dict:
     """All tracker figures; starts an embedded broker when ``bootstrap`` is None."""
     out: dict = {"throughput": throughput(batches), "memory": memory()}
@@ -238,6 +295,11 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True) 
     try:
         out["redelivery_delay"] = redelivery_delay(bootstrap)
         out["recovery"] = recovery(bootstrap)
+        clients = ["kafka-python"]
+        if importlib.util.find_spec("confluent_kafka") is not None:
+            clients.append("confluent")
+        # Keyed by client, so `kmq bench all`'s table shows the pair side by side.
+        out["redelivery_throughput"] = {c: redelivery_throughput(bootstrap, c) for c in clients}
     finally:
         if dev is not None:
             dev.stop()
@@ -268,3 +330,6 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, as_json: bool)
         r = figures["recovery"]
         click.echo(f"recovery    replayed {r['replayed']:,} of {r['markers_total']:,} markers, ready in {r['ready_s']}s "
                    f"({r['note']})")
+        for rt in figures["redelivery_throughput"].values():
+            click.echo(f"redelivery throughput ({rt['client']})  {rt['copies_per_s'] or 0:,} copies/s "
+                       f"({rt['redelivered']:,} of {rt['messages']:,} due at once)")

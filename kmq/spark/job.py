@@ -188,6 +188,7 @@ def _java_security_options(cfg: Config) -> dict[str, str]:
 def _python_security_options(cfg: Config) -> dict[str, str]:
     k = cfg.kafka
     out = {"kafka.security.protocol": k.security_protocol, "kafka.client.id": f"{k.client_id}-lag-job"}
+    out["kafka.client"] = k.client  # kafka-python or confluent: the client the source's tasks read with
     if k.sasl_mechanism:
         out["kafka.sasl.mechanism"] = k.sasl_mechanism
         out["kafka.sasl.username"] = k.sasl_username or ""

@@ -21,6 +21,9 @@ Options (Spark lower-cases option keys; both spellings work):
 * OAUTHBEARER: ``kafka.sasl.oauth.token.file`` or ``kafka.sasl.oauth.token.command``
   (each process builds its own :class:`kmq.oauth.TokenProvider`)
 * ``pollTimeoutMs``: how long a task waits for records it knows exist (default 30000)
+* ``kafka.client``: ``kafka-python`` (default) or ``confluent``: the client the tasks
+  read records with (:mod:`kmq.spark.source_confluent`; needs ``kmq[confluent]`` where
+  the tasks run). The driver plans with kafka-python either way.
 
 Offsets are ``{"topic": {"partition": next_offset}}``, as in Spark's source.
 The end of a partition is the high-water mark reported by a fetch
@@ -167,7 +170,7 @@ class KafkaInputPartition(InputPartition):
     """Offsets ``start`` (inclusive) to ``end`` (exclusive) of one topic partition."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int, client_json: str,
-                 fail_on_data_loss: bool, poll_timeout_ms: int) -> None:
+                 fail_on_data_loss: bool, poll_timeout_ms: int, client: str = "kafka-python") -> None:
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
@@ -176,10 +179,16 @@ class KafkaInputPartition(InputPartition):
         self.client_json = client_json
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout_ms = poll_timeout_ms
+        self.client = client
 
 
 def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     """Records ``start..end-1`` of one partition as Arrow batches (runs in a task)."""
+    if getattr(part, "client", "kafka-python") == "confluent":
+        from kmq.spark.source_confluent import read_partition_confluent
+
+        yield from read_partition_confluent(part, _arrow, SourceError, DataLossError)
+        return
     from kafka import TopicPartition
     from kafka.errors import OffsetOutOfRangeError
 
@@ -269,6 +278,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.fail_on_data_loss = _bool(_opt(options, "failOnDataLoss"), True)
         self.poll_timeout_ms = int(_opt(options, "pollTimeoutMs", 30000))
         self.metadata_max_age_ms = int(_opt(options, "metadataMaxAgeMs", 5000))
+        self.client = str(_opt(options, "kafka.client", "kafka-python")).strip().lower()
+        if self.client not in ("kafka-python", "confluent"):
+            raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {self.client!r}")
+        if self.client == "confluent":
+            from kmq.client_api import require_client
+
+            require_client("confluent")  # the driver's Python has the extra; the tasks' must too
         self._consumer = None
         self._hw: dict[tuple[str, int], int] = {}
 
@@ -316,13 +332,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         want = [TopicPartition(t, p) for t, p in tps]
         if set(c.assignment()) != set(want):
             c.assign(want)
-        subs = getattr(getattr(c, "_subscription", None), "assignment", {})
+        from kmq.client_kafka_python import forget_highwater
+
         for tp in want:
             key = (tp.topic, tp.partition)
             c.seek(tp, max(self._hw.get(key, 0), floor.get(key, 0)))
-            # Forget the last fetch's high-water mark so only a fresh fetch response counts.
-            if tp in subs:
-                subs[tp].highwater = None
+        # Forget the last fetch's high-water marks so only a fresh fetch response counts.
+        forget_highwater(c, want)
         deadline = time.monotonic() + self.poll_timeout_ms / 1000
         while True:
             c.poll(timeout_ms=100, max_records=1)
@@ -384,7 +400,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         for (t, p), hi in sorted(e.items()):
             lo = s.get((t, p), 0)
             if hi > lo:
-                out.append(KafkaInputPartition(t, p, lo, hi, self.client_json, self.fail_on_data_loss, self.poll_timeout_ms))
+                out.append(KafkaInputPartition(t, p, lo, hi, self.client_json, self.fail_on_data_loss,
+                                               self.poll_timeout_ms, self.client))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -152,7 +152,8 @@ def test_readme_quickstart_runs_as_written(tmp_path):
 
         # The two Python examples, against the topics the commands above made.
         examples = [b for b in _blocks(ROOT / "README.md", "python")]
-        assert len(examples) == 2 and "KmqConsumer" in examples[0] and "MarkerWriter" in examples[1]
+        assert len(examples) == 3 and "KmqConsumer" in examples[0] and "MarkerWriter" in examples[1]
+        assert "confluent_kafka" in examples[2] and "MarkerWriter" in examples[2]
         seen: list[bytes] = []
 
         def until(n):
@@ -179,9 +180,15 @@ def test_readme_quickstart_runs_as_written(tmp_path):
             with pytest.raises(Done):
                 exec(compile(examples[1].replace("localhost:9092", f"127.0.0.1:{port}"), "README-MarkerWriter", "exec"),
                      {"process": until(first + 300)})
+            second = len(seen)
+            # The confluent-kafka loop, in its own group (from the start of the queue).
+            with pytest.raises(Done):
+                exec(compile(examples[2].replace("localhost:9092", f"127.0.0.1:{port}")
+                             .replace('"orders-workers"', '"orders-workers-confluent"'), "README-confluent", "exec"),
+                     {"process": until(second + 300)})
         finally:
             os.chdir(cwd)
-        assert len(seen) >= 600 and all(v for v in seen)
+        assert len(seen) >= 900 and all(v for v in seen)
     finally:
         for proc in reversed(background):
             proc.send_signal(signal.SIGTERM)

@@ -56,8 +56,10 @@ def _hdrs(rec) -> dict:
     return {k: v for k, v in (rec.headers or [])}
 
 
-def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays_up(bootstrap, queue_topics, tmp_path):
-    cfg, q = queue_topics(1, queue=QUEUE, tracker={"max_request_size": MAX_REQUEST})
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])  # of the tracker's reader and producer
+def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays_up(bootstrap, queue_topics, tmp_path,
+                                                                                    client):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"max_request_size": MAX_REQUEST}, kafka={"client": client})
     offsets = produce_raw(bootstrap, q.name, HOSTILE + ORDINARY)
     assert offsets == list(range(10))
     tracker = TrackerProcess(cfg, tmp_path)

@@ -13,6 +13,8 @@ from kmq.spark.source import DataLossError, KafkaStreamReader, SourceError
 from tests.integration.spark.markers_workload import write_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
+# The client the source's tasks read records with (option kafka.client).
+CLIENTS = pytest.mark.parametrize("client", ["kafka-python", "confluent"])
 
 
 def _reader(bootstrap, topic, **extra):
@@ -29,7 +31,8 @@ def _read(reader, start, end):
     return rows
 
 
-def test_reader_plans_batches_and_yields_spark_kafka_columns(queue_topics, bootstrap):
+@CLIENTS
+def test_reader_plans_batches_and_yields_spark_kafka_columns(queue_topics, bootstrap, client):
     cfg, q = queue_topics(partitions=2)
     t = 1_700_000_000_123
     recs = [(i % 2, t + i, b"k%d" % i, b"v%d" % i) for i in range(30)]
@@ -40,7 +43,8 @@ def test_reader_plans_batches_and_yields_spark_kafka_columns(queue_topics, boots
         p.send(q.markers_topic, key=k, value=v, partition=part, timestamp_ms=ts, headers=[("h", b"x")])
     p.flush()
     p.close()
-    reader = _reader(bootstrap, q.markers_topic, maxOffsetsPerTrigger="10", startingOffsets="earliest")
+    reader = _reader(bootstrap, q.markers_topic, maxOffsetsPerTrigger="10", startingOffsets="earliest",
+                     **{"kafka.client": client})
     try:
         start = reader.initialOffset()
         assert start == {q.markers_topic: {"0": 0, "1": 0}}
@@ -73,6 +77,8 @@ def test_reader_plans_batches_and_yields_spark_kafka_columns(queue_topics, boots
 def test_reader_errors_are_clear(queue_topics, bootstrap):
     with pytest.raises(SourceError, match="kafka.bootstrap.servers"):
         KafkaStreamReader({"subscribe": "x"})
+    with pytest.raises(SourceError, match="kafka.client must be kafka-python or confluent, got 'aiokafka'"):
+        _reader(bootstrap, "x", **{"kafka.client": "aiokafka"})
     reader = _reader(bootstrap, "no-such-topic-kmq")
     try:
         with pytest.raises(SourceError, match="does not exist"):
@@ -81,7 +87,8 @@ def test_reader_errors_are_clear(queue_topics, bootstrap):
         reader.stop()
 
 
-def test_deleted_offsets_fail_or_skip_per_option(queue_topics, bootstrap, skip_on_tansu):
+@CLIENTS
+def test_deleted_offsets_fail_or_skip_per_option(queue_topics, bootstrap, skip_on_tansu, client):
     skip_on_tansu("DeleteRecords is not supported, so retention cannot be simulated")
     cfg, q = queue_topics(partitions=1)
     write_records(cfg, q.markers_topic, [(0, 1_700_000_000_000 + i, b"k", b"v") for i in range(20)])
@@ -92,7 +99,7 @@ def test_deleted_offsets_fail_or_skip_per_option(queue_topics, bootstrap, skip_o
     admin.close()
     for fail, expect in ((True, None), (False, list(range(10, 20)))):
         reader = _reader(bootstrap, q.markers_topic, failOnDataLoss=str(fail).lower(),
-                         startingOffsets='{"%s": {"0": 3}}' % q.markers_topic)
+                         startingOffsets='{"%s": {"0": 3}}' % q.markers_topic, **{"kafka.client": client})
         try:
             start = reader.initialOffset()
             end = reader.latestOffset(start, ReadAllAvailable())

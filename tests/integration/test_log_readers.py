@@ -1,0 +1,47 @@
+"""Both readers of originals (kafka-python's and confluent-kafka's) on the real broker:
+every requested offset is found or reported missing, and the end of the log is found."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmq import clients
+from tracker.log_reader import LogReader
+
+pytestmark = pytest.mark.integration
+
+
+def _reader(cfg, client):
+    if client == "confluent":
+        pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
+        from tracker.log_reader_confluent import ConfluentLogReader
+
+        return ConfluentLogReader(cfg.kafka, timeout_s=10)
+    return LogReader(cfg.kafka, timeout_s=10)
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+def test_reads_exact_offsets_reports_the_rest_and_the_log_end(queue_topics, client):
+    cfg, q = queue_topics(partitions=2)
+    p = clients.producer(cfg.kafka)
+    for i in range(3000):
+        p.send(q.name, key=b"k%d" % i, value=b"v%d" % i, partition=0, headers=[("h", b"%d" % i)])
+    p.flush()
+    p.close()
+    reader = _reader(cfg, client)
+    try:
+        # Two ranges far apart (a re-seek between them), one running past the end of the log.
+        got = reader.read(q.name, 0, [(5, 3), (2990, 20)])
+        assert sorted(got.records) == [5, 6, 7, *range(2990, 3000)]
+        assert got.records[2995].value == b"v2995" and list(got.records[2995].headers) == [("h", b"2995")]
+        assert [tuple(r) for r in got.missing] == [(3000, 10)] and got.log_end == 3000
+        # Wholly beyond the end: nothing read, all missing, the end reported at or below the request.
+        far = reader.read(q.name, 0, [(10_000, 5)])
+        assert far.records == {} and [tuple(r) for r in far.missing] == [(10_000, 5)]
+        assert far.log_end is not None and 3000 <= far.log_end <= 10_000
+        # An empty partition.
+        empty = reader.read(q.name, 1, [(0, 2)])
+        assert empty.records == {} and [tuple(r) for r in empty.missing] == [(0, 2)] and empty.log_end == 0
+        assert reader.partition_count(q.name) == 2 and reader.partition_count("no-such-topic-kmq") == 0
+    finally:
+        reader.close()

@@ -1,0 +1,130 @@
+"""The client seam without a broker: records of either client, delivery futures,
+the kafka.client key, the missing-extra error, and the kafka-python pin."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from kmq import client_api
+from kmq.client_api import Delivery, ProduceFailed, Record, coordinates, headers_of, record_of
+from kmq.config import Config, ConfigError
+from kmq.errors import ClientNotInstalled, UnsupportedConsumer
+
+confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
+
+
+def test_records_of_both_clients_read_the_same():
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    kp = ConsumerRecord(topic="q", partition=2, leader_epoch=0, offset=7, timestamp=1234, timestamp_type=0, key=b"k",
+                        value=b"v", headers=[("kmq-delivery-count", b"3")], checksum=None, serialized_key_size=1,
+                        serialized_value_size=1, serialized_header_size=-1)
+    cf = confluent_kafka.Message(topic="q", partition=2, offset=7, key=b"k", value=b"v",
+                                 headers=[("kmq-delivery-count", b"3")], timestamp=(1, 1234))
+    expected = Record("q", 2, 7, b"k", b"v", [("kmq-delivery-count", b"3")], 1234)
+    assert record_of(kp) == record_of(cf) == expected
+    assert coordinates(kp) == coordinates(cf) == coordinates(expected) == ("q", 2, 7)
+    assert headers_of(confluent_kafka.Message(topic="q")) == []  # confluent: None for no headers
+
+
+def test_delivery_runs_callbacks_added_before_and_after_it_completes():
+    ok, failed = Delivery(), Delivery()
+    seen = []
+    ok.add_callback(lambda tag, v: seen.append((tag, v)), "early")
+    ok.add_errback(lambda tag, e: seen.append(("never", e)), "x")
+    ok.success("meta")
+    ok.add_both(lambda tag, v: seen.append((tag, v)), "late")
+    assert seen == [("early", "meta"), ("late", "meta")] and ok.get(0) == "meta" and ok.succeeded()
+    failed.add_errback(lambda e: seen.append(e))
+    exc = ProduceFailed("broker gone")
+    failed.failure(exc)
+    failed.success("ignored: settles once")
+    assert seen[-1] is exc and failed.failed()
+    with pytest.raises(ProduceFailed):
+        failed.get(0)
+    pending = Delivery()
+    with pytest.raises(ProduceFailed, match="no delivery report within 0.01s"):
+        pending.get(0.01)
+    threading.Timer(0.05, pending.success, ("later",)).start()
+    assert pending.get(5) == "later"
+
+
+def test_kafka_client_key_defaults_to_kafka_python_and_takes_confluent_from_env():
+    assert Config.from_dict({"queues": [{"name": "q"}]}).kafka.client == "kafka-python"
+    assert Config.from_dict({"kafka": {"client": "Confluent"}, "queues": [{"name": "q"}]}).kafka.client == "confluent"
+    with pytest.raises(ConfigError, match=r"kafka\.client: expected one of KAFKA-PYTHON, CONFLUENT"):
+        Config.from_dict({"kafka": {"client": "aiokafka"}, "queues": [{"name": "q"}]})
+    env = {"KMQ_KAFKA__CLIENT": "confluent"}
+    assert Config.from_dict({"queues": [{"name": "q"}]}, env=env).kafka.client == "confluent"
+
+
+def test_choosing_confluent_without_the_extra_is_one_clear_error(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "confluent_kafka" else real(name, *a))
+    with pytest.raises(ClientNotInstalled) as err:
+        client_api.require_client("confluent")
+    assert str(err.value).count("\n") == 0 and "pip install 'kmq[confluent]'" in str(err.value)
+    client_api.require_client("kafka-python")  # the base install needs nothing more
+
+
+def test_unknown_consumers_are_refused_by_name():
+    with pytest.raises(UnsupportedConsumer, match="builtins.object is not a consumer kmq can drive"):
+        client_api.adapt_consumer(object())
+    c = confluent_kafka.Consumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
+    try:
+        assert client_api.adapt_consumer(c).client == "confluent"
+    finally:
+        c.close()
+
+
+def test_confluent_settings_map_the_security_keys(tmp_path):
+    from kmq.client_confluent import settings
+
+    ca, cert, key, pw = (tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem", "pw"))
+    for f in (ca, cert, key):
+        f.write_text("-----BEGIN CERTIFICATE-----\n")
+    pw.write_text("s3cret\n")
+    cfg = Config.from_dict({"kafka": {
+        "client": "confluent", "bootstrap_servers": "a:9093, b:9093", "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "kmq", "sasl_password_file": str(pw),
+        "ssl_cafile": str(ca), "ssl_certfile": str(cert), "ssl_keyfile": str(key), "ssl_check_hostname": False,
+    }, "queues": [{"name": "q"}]})
+    conf = settings(cfg.kafka)
+    assert {k: v for k, v in conf.items() if k != "logger"} == {
+        "bootstrap.servers": "a:9093,b:9093", "client.id": "kmq", "security.protocol": "SASL_SSL",
+        "socket.connection.setup.timeout.ms": 10000, "ssl.ca.location": str(ca),
+        "ssl.certificate.location": str(cert), "ssl.key.location": str(key),
+        "ssl.endpoint.identification.algorithm": "none", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "kmq", "sasl.password": "s3cret",
+    }
+
+
+def test_confluent_oauthbearer_uses_kmqs_token_provider(tmp_path):
+    from kmq.client_confluent import settings
+
+    token = tmp_path / "token"
+    token.write_text("opaque-token\n")
+    cfg = Config.from_dict({"kafka": {"client": "confluent", "security_protocol": "SASL_PLAINTEXT",
+                                      "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_file": str(token)},
+                            "queues": [{"name": "q"}]})
+    value, expires = settings(cfg.kafka)["oauth_cb"]("")
+    assert value == "opaque-token" and expires > 0
+
+
+def test_installed_kafka_python_satisfies_the_pin_and_still_has_the_internals_kmq_reads():
+    from kmq.client_kafka_python import installed_private_attributes
+
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    pin = re.search(r'"kafka-python>=([\d.]+),<(\d+)"', text)
+    assert pin, "pyproject pins kafka-python to one major version"
+    low, major_bound = tuple(int(x) for x in pin.group(1).split(".")), int(pin.group(2))
+    installed = tuple(int(x) for x in re.findall(r"\d+", importlib.metadata.version("kafka-python"))[:3])
+    assert low <= installed and installed[0] < major_bound
+    assert installed_private_attributes() == {name: True for name in installed_private_attributes()}
+    assert installed_private_attributes()  # not vacuous
