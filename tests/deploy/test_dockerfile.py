@@ -40,7 +40,9 @@ def test_final_stages_install_the_wheel_from_the_builder(target):
     flags, rest = installs[0].flags()
     assert flags.get("mount", "").startswith("type=bind,from=builder,source=/wheels"), flags
     assert "/wheels/kmq-*.whl" in rest
-    assert ("[spark]" in rest) == (target == "spark")
+    extras = set(re.search(r"kmq-\*\.whl\)\[([a-z,]+)\]", rest).group(1).split(","))
+    assert ("spark" in extras) == (target == "spark")
+    assert "confluent" in extras  # kafka.client: confluent works in every pod
 
 
 @pytest.mark.parametrize("target", ["runtime", "spark"])
