@@ -60,3 +60,15 @@ def screenshot(driver, tmp_path: Path, name: str) -> Path:
         Path(extra).mkdir(parents=True, exist_ok=True)
         shutil.copy(out, Path(extra) / name)
     return out
+
+
+def element_text(driver, element_id: str) -> str:
+    """Text of the element with ``element_id``, or "" while htmx swaps it (a stale or
+    not yet present element): for use inside ``wait_until``."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        return driver.find_element(By.ID, element_id).text
+    except (StaleElementReferenceException, NoSuchElementException):
+        return ""

@@ -20,7 +20,7 @@ from kafka import KafkaProducer
 
 from kmq import KmqConsumer
 from kmq.cli import cli
-from tests.helpers.browser import screenshot, start_browser
+from tests.helpers.browser import element_text, screenshot, start_browser
 from tests.helpers.kafka import wait_until
 from tests.integration.test_status import _rows
 from tests.integration.test_tracker import running_tracker
@@ -148,12 +148,16 @@ def _seconds(text: str) -> float:
 
 
 def _ui_rows(driver) -> dict:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     out = {}
-    for tr in driver.find_elements(By.CSS_SELECTOR, "#partitions tbody tr"):
-        cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-        out[cells[0]] = cells[1:]
+    try:
+        for tr in driver.find_elements(By.CSS_SELECTOR, "#partitions tbody tr"):
+            cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            out[cells[0]] = cells[1:]
+    except StaleElementReferenceException:  # the table was swapped meanwhile: read it again next time
+        return {}
     return out
 
 
@@ -228,7 +232,7 @@ def test_console_in_a_real_browser(bootstrap, queue_topics, tmp_path):
             # Filters: by reason and key.
             driver.find_element(By.NAME, "key").send_keys("poison")
             driver.find_element(By.CSS_SELECTOR, "#filters button").click()
-            wait_until(lambda: driver.find_element(By.ID, "count").text.startswith("1 of 2"), 10, what="key filter")
+            wait_until(lambda: element_text(driver, "count").startswith("1 of 2"), 10, what="key filter")
 
             # Redrive the ticked row: a dry-run count, a confirmation, then the move.
             driver.find_element(By.CSS_SELECTOR, 'tr.dead-letter[data-key="poison"] input[type=checkbox]').click()
