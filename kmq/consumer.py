@@ -655,7 +655,9 @@ class KmqConsumer:
             return
         first = first_offsets(unhanded)
         rewind: dict[int, int] = {}
-        deadline = time.monotonic() + self.cfg.kafka.session_timeout
+        # A rebalance in progress refuses the commit until this member has rejoined: a cooperative
+        # rebalance takes two rounds, and some brokers hold each join for up to half a session.
+        deadline = time.monotonic() + 2 * self.cfg.kafka.session_timeout
         while True:
             try:
                 assigned = {tp.partition for tp in kc.assignment()} - self._revoked_parts
@@ -666,7 +668,8 @@ class KmqConsumer:
                 break
             except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
                 if time.monotonic() > deadline:
-                    log.warning("%s: committing offsets back for never-handed messages failed (%s)",
+                    log.warning("%s: committing offsets back for never-handed messages failed (%s); they are "
+                                "nacked instead and come back as copies with a higher delivery count",
                                 self.queue.name, exc)
                     rewind = {}
                     break
