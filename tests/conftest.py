@@ -80,6 +80,16 @@ def skip_on_tansu(kafka_broker):
     return skip
 
 
+KAFKA_CLIENTS = ("kafka-python", "confluent")
+
+
+@pytest.fixture(params=KAFKA_CLIENTS)
+def kafka_client(request) -> str:
+    """Each Kafka client kmq supports (``kafka.client``): a test taking this fixture
+    runs once per client; pass it on as ``make_config(kafka={"client": kafka_client})``."""
+    return request.param
+
+
 def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
