@@ -510,11 +510,16 @@ class KmqConsumer:
 
     def _advance(self, kc: Any, pending: "deque[FetchBatch]") -> None:
         """Move finished steps along, oldest batch first: START acknowledged ->
-        commit (acknowledged) -> hand over. Commits are sent one at a time, in order."""
+        commit (acknowledged) -> hand over. Commits are sent one at a time, in order; batches
+        whose STARTs were answered meanwhile share the next commit."""
         while pending:
             b = pending[0]
             if b.commit is None:
-                if not all(f.is_done for _, _, f in b.futures):
+                # Later batches whose STARTs are answered too ride on this batch's commit.
+                while len(pending) > 1 and pending[1].commit is None and pending[1].started():
+                    b.absorb(pending[1])
+                    del pending[1]
+                if not b.started():
                     if time.perf_counter() - b.t0 < self._start_answer_timeout:
                         return
                     # kafka-python's producer can lose a batch across a broker restart: its future

@@ -45,3 +45,20 @@ class FetchBatch:
         self.commit: Any = None
         self.commit_at = 0.0  # when the commit in flight was sent
         self.commit_tries = 0
+
+    def started(self) -> bool:
+        """Every START of this batch got an answer (success or failure)."""
+        return all(f.is_done for _, _, f in self.futures)
+
+    def absorb(self, later: "FetchBatch") -> None:
+        """Take in the next batch (fetched after this one, START answered, nothing committed) so that
+        one commit covers both: commits are synchronous round trips, one per batch was the fetcher's
+        pacing step when the application keeps up."""
+        self.messages.extend(later.messages)
+        for p, offs in later.offsets.items():
+            self.offsets.setdefault(p, []).extend(offs)
+        for p, (first, last) in later.spans.items():
+            mine = self.spans.get(p)
+            self.spans[p] = (min(first, mine[0]), max(last, mine[1])) if mine else (first, last)
+        self.futures.extend(later.futures)
+        self.leased_at = min(self.leased_at, later.leased_at)
