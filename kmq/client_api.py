@@ -30,7 +30,7 @@ from kmq.errors import ClientNotInstalled, KmqError, UnsupportedConsumer
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "ConsumerAdapter", "Delivery",
     "ClientCommitFailed", "ProduceFailed", "client_of", "require_client", "adapt_consumer", "producer",
-    "close_producer", "is_confluent_consumer",
+    "close_producer", "is_confluent_consumer", "GroupConsumerAdapter", "group_consumer", "client_error",
 ]
 
 KAFKA_PYTHON = "kafka-python"
@@ -116,6 +116,22 @@ class ConsumerAdapter(Protocol):
     def resume(self, partitions: Iterable[tuple[str, int]]) -> None: ...
     def highwater(self, topic: str, partition: int) -> int | None: ...
     def close(self) -> None: ...
+
+
+class GroupConsumerAdapter(ConsumerAdapter, Protocol):
+    """What :class:`~kmq.consumer.KmqConsumer` needs on top of :class:`ConsumerAdapter`: a group
+    subscription with rebalance callbacks, fetching straight into kmq's message objects, commits
+    that do not block the fetcher, and the client's own stall handling (kafka-python's workarounds
+    live in its adapter). Both adapters implement it; :func:`group_consumer` builds one."""
+
+    def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
+                  on_revoked: Callable[[set], None]) -> None: ...
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = ...) -> list: ...
+    def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Any: ...
+    def member_id(self) -> str | None: ...
+    def watch(self, stall_timeout: float, on_fatal: Callable[[str], None], name: str) -> None: ...
+    def unwatch(self) -> None: ...
+    def recover_starved(self) -> None: ...
 
 
 class Delivery:
@@ -243,6 +259,51 @@ def adapt_consumer(consumer: Any) -> ConsumerAdapter:
         f"{type(consumer).__module__}.{type(consumer).__name__} is not a consumer kmq can drive; pass kafka-python's "
         "kafka.KafkaConsumer or confluent-kafka's confluent_kafka.Consumer"
     )
+
+
+def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int) -> GroupConsumerAdapter:
+    """A :class:`GroupConsumerAdapter` on the client ``kafka.client`` names: group ``group_id``,
+    auto-commit off, ``assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``, kmq's ``consumer.assignor``)
+    and kmq's session timing. Not subscribed yet."""
+    name = client_of(kafka)
+    require_client(name)
+    if name == CONFLUENT:
+        from kmq.client_confluent import consumer as confluent_consumer
+
+        strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
+        return confluent_consumer(kafka, group_id=group_id, enable_auto_commit=False,
+                                  **{"partition.assignment.strategy": strategy})
+    from kmq import clients
+    from kmq.client_kafka_python import KafkaPythonConsumer
+
+    return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
+                                                max_poll_records=max_records,
+                                                partition_assignment_strategy=clients.assignors(assignor)))
+
+
+def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
+    """kmq's error for an exception a Kafka client raised while doing ``what``: the refused-login or
+    ACL error when it is one, else :class:`~kmq.errors.BrokerUnavailable`; ``exc`` itself when it is
+    a kmq error already, None when it is no client's error (a bug, to be reported as such)."""
+    from kmq.errors import BrokerUnavailable
+
+    if isinstance(exc, KmqError):
+        return exc
+    module = type(exc).__module__.split(".")[0]
+    if module in ("confluent_kafka", "cimpl"):
+        err = exc.args[0] if exc.args else None
+        if hasattr(err, "code") and hasattr(err, "str"):
+            from kmq.client_confluent import as_kafka_python_error
+
+            exc = as_kafka_python_error(err)
+            module = "kafka"
+        else:
+            return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+    if module != "kafka":
+        return None
+    from kmq import clients
+
+    return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
 def producer(kafka: Any, timeout_s: float | None = None, **overrides: Any) -> Any:

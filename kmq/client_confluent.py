@@ -16,8 +16,9 @@ classifies failures (permanent or not, too large, unauthorised) serves both.
 from __future__ import annotations
 
 import logging
+import queue as _queue
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kafka import errors as kp_errors
 
@@ -249,8 +250,16 @@ class ConfluentConsumer:
 
     def __init__(self, consumer: Any) -> None:
         self.raw = consumer
+        self._commits: "_queue.SimpleQueue | None" = None
+        self._committer: threading.Thread | None = None
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
+        return self.fetch(timeout, max_records, Record)
+
+    # ------------------------------------------------------------ group consumer (KmqConsumer)
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
+        """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers,
+        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call."""
         out = []
         for m in self.raw.consume(max_records, timeout):
             err = m.error()
@@ -260,9 +269,68 @@ class ConfluentConsumer:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer error from librdkafka: %s", err.str())
                 continue
-            _kind, ts = m.timestamp()
-            out.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers() or [], ts))
+            out.append(build(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers() or [],
+                             m.timestamp()[1]))
         return out
+
+    def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
+                  on_revoked: Callable[[set], None]) -> None:
+        """Join the group for ``topics``; the callbacks get ``(topic, partition)`` sets and run inside
+        :meth:`fetch`. With ``partition.assignment.strategy=cooperative-sticky`` librdkafka passes only
+        the partitions that move (confluent-kafka applies the incremental assignment after the
+        callback); a lost assignment (session expired) counts as revoked."""
+        def assigned(_c: Any, parts: list) -> None:
+            on_assigned({(tp.topic, tp.partition) for tp in parts})
+
+        def revoked(_c: Any, parts: list) -> None:
+            on_revoked({(tp.topic, tp.partition) for tp in parts})
+
+        self.raw.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Delivery:
+        """Commit ``offsets`` (next offset to read) off the caller's thread; returns a
+        :class:`~kmq.client_api.Delivery` failed with :class:`~kmq.client_api.ClientCommitFailed`.
+
+        A synchronous commit on one committer thread (librdkafka is thread-safe and waits for the
+        answer on its own queue): commits complete in order and without the caller polling, as with
+        kafka-python's ``commit_async``, which confluent-kafka's asynchronous mode does not give
+        (its result is served only by a later ``poll``)."""
+        fut = Delivery()
+        if self._commits is None:
+            self._commits = _queue.SimpleQueue()
+            self._committer = threading.Thread(target=self._commit_loop, name="kmq-confluent-committer", daemon=True)
+            self._committer.start()
+        self._commits.put((dict(offsets), fut))
+        return fut
+
+    def _commit_loop(self) -> None:
+        while True:
+            item = self._commits.get()
+            if item is None:
+                return
+            offsets, fut = item
+            try:
+                self.commit(offsets)
+            except Exception as exc:  # noqa: BLE001 - the caller reads it from the future
+                fut.failure(exc)
+            else:
+                fut.success(None)
+
+    def member_id(self) -> str | None:
+        """This member's id in the group (None before the first join)."""
+        try:
+            return self.raw.memberid() or None
+        except (KafkaException, RuntimeError):
+            return None
+
+    def watch(self, stall_timeout: float, on_fatal: Callable[[str], None], name: str) -> None:
+        """Nothing to watch: librdkafka's ``consume`` returns within its timeout."""
+
+    def unwatch(self) -> None:
+        """See :meth:`watch`."""
+
+    def recover_starved(self) -> None:
+        """Nothing to recover: librdkafka fetches again on its own."""
 
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         try:
@@ -309,6 +377,9 @@ class ConfluentConsumer:
         return lo_hi[1]
 
     def close(self) -> None:
+        if self._commits is not None and self._committer is not None:
+            self._commits.put(None)  # commits already queued go first
+            self._committer.join(10)
         self.raw.close()
 
     def __repr__(self) -> str:

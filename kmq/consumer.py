@@ -1,18 +1,21 @@
 """KmqConsumer: a queue consumer with individual acks (KMQ-DESIGN section 4).
 
 Threading (after the new Kafka consumer's design in shared/seeds/): one
-background *fetcher* thread owns the kafka-python ``KafkaConsumer`` (which is
-not thread-safe) and runs poll -> START (acknowledged by Kafka) -> synchronous
-commit -> hand-over, one batch ahead of the application. The application
-thread takes ready batches from a bounded queue; acks and other settlements go
-into the writer's :class:`~kmq.ack_buffer.AckBuffer` and are flushed as
-coalesced ranges by the writer's flusher thread. So the next batch's poll,
-START and commit overlap with user processing of the current one.
+background *fetcher* thread owns the Kafka consumer (a
+:class:`~kmq.client_api.GroupConsumerAdapter` on the client ``kafka.client``
+names, kafka-python or confluent-kafka; neither is thread-safe) and runs
+poll -> START (acknowledged by Kafka) -> commit -> hand-over, ahead of the
+application. The application thread takes ready batches from a bounded
+queue; acks and other settlements go into the writer's
+:class:`~kmq.ack_buffer.AckBuffer` and are flushed as coalesced ranges by the
+writer's flusher thread. So the next batch's poll, START and commit overlap
+with user processing of the current one.
 
 Flow control (:mod:`kmq.flow`), rebalances that cost no delivery, giving
 never-handed messages back on close and riding through broker outages are
 described in docs/protocol.md ("Consumer flow control, rebalances and
-outages"); kafka-python workarounds live in :mod:`kmq.fetch_watchdog`.
+outages"); client-specific workarounds live in the adapters (kafka-python's in
+:mod:`kmq.client_kafka_python` and :mod:`kmq.fetch_watchdog`).
 """
 
 from __future__ import annotations
@@ -23,14 +26,10 @@ import time
 from collections import defaultdict, deque
 from typing import Any, Callable, Iterator
 
-from kafka import ConsumerRebalanceListener, TopicPartition
-from kafka.errors import KafkaError, KafkaTimeoutError
-from kafka.structs import OffsetAndMetadata
-
-from kmq import clients
+from kmq import client_api
+from kmq.client_api import ClientCommitFailed
 from kmq.config import Config
-from kmq.errors import BrokerUnavailable, FetcherStalled, KmqError, MarkerWriteError, MessageAlreadySettled
-from kmq.fetch_watchdog import FetchWatchdog, lagging_partitions, unstrand_records
+from kmq.errors import FetcherStalled, KmqError, MarkerWriteError, MessageAlreadySettled
 from kmq.flow import FlowControl, FlowLimits, Room
 from kmq.fetch_batch import FetchBatch, first_offsets, message_size as _size
 from kmq.handler_pool import run_handlers
@@ -53,24 +52,6 @@ _RETURNED = "returned"
 #: acknowledged, not committed) and "committed" (about to hand over). For tests
 #: and diagnostics; it runs on the fetcher thread and blocks it.
 StageHook = Callable[[str, dict], None]
-
-
-def _member_id(kc: Any) -> str | None:
-    gen = getattr(getattr(kc, "_coordinator", None), "_generation", None)
-    member = getattr(gen, "member_id", None)
-    return member or None
-
-
-class _Listener(ConsumerRebalanceListener):
-    def __init__(self, owner: "KmqConsumer") -> None:
-        self.owner = owner
-
-    def on_partitions_revoked(self, revoked):  # kafka-python's I/O thread, during the fetcher's poll()
-        self.owner._revoked({tp.partition for tp in revoked if tp.topic == self.owner.queue.name})
-
-    def on_partitions_assigned(self, assigned):
-        self.owner._revoked_parts = frozenset(self.owner._revoked_parts - {tp.partition for tp in assigned})
-        log.info("%s: assigned partitions %s", self.owner.queue.name, sorted(tp.partition for tp in assigned))
 
 
 class KmqConsumer:
@@ -148,14 +129,12 @@ class KmqConsumer:
             min_messages=max(1, min(batch_size, cfg.consumer.max_outstanding_messages)),
         ), time.monotonic())
         try:
-            self._kc = clients.consumer(
-                cfg.kafka, group_id=cfg.consumer.group_id, enable_auto_commit=False, max_poll_records=self.fetch_size,
-                partition_assignment_strategy=clients.assignors(cfg.consumer.assignor),
-            )
+            self._kc = client_api.group_consumer(cfg.kafka, cfg.consumer.group_id, cfg.consumer.assignor,
+                                                 self.fetch_size)
         except BaseException:
             self.writer.close()
             raise
-        self._watchdog = FetchWatchdog(self._kc, cfg.consumer.fetch_stall_timeout, self._stalled, self.queue.name)
+        self._paused = False  # every assigned partition paused (no room for a while)
         #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
         self._starve_after = max(1.0, cfg.consumer.fetch_stall_timeout / 2)
         self._schedule: LeaseSchedule | None = None
@@ -225,7 +204,7 @@ class KmqConsumer:
         if self._fetcher is None:
             self._fetcher = threading.Thread(target=self._fetch_loop, name=f"kmq-fetcher-{self.queue.name}", daemon=True)
             self._fetcher.start()
-            self._watchdog.start()
+            self._kc.watch(self.cfg.consumer.fetch_stall_timeout, self._stalled, self.queue.name)
             if self._keeper is not None:
                 self._keeper.start()
 
@@ -253,7 +232,7 @@ class KmqConsumer:
             self._fetcher.join(timeout if timeout is not None else self.cfg.kafka.session_timeout + 10)
         if self._fetcher is None:
             self._close_kafka_consumer()
-        self._watchdog.stop()
+        self._kc.unwatch()
         if self._keeper is not None:
             self._keeper.stop()
         with self._lock:
@@ -334,7 +313,7 @@ class KmqConsumer:
         kc = self._kc
         pending: deque[FetchBatch] = deque()
         try:
-            kc.subscribe([self.queue.name], listener=_Listener(self))
+            kc.subscribe([self.queue.name], self._assigned, self._revoked)
             gauge_at = 0.0
             blocked_since: float | None = None
             fed_at = time.monotonic()  # last poll that returned records (or had no room to)
@@ -372,51 +351,35 @@ class KmqConsumer:
                 max_records = min(self.fetch_size, room.messages, part_room) if room else 1
                 # Short timeouts while batches are between START and hand-over, so they move on soon.
                 timeout_ms = 500 if self._commit_retry else 5 if pending else 100 if room else 50
-                records = self._poll(kc, timeout_ms, max_records)
+                records = kc.fetch(timeout_ms / 1000, max_records, self._message)
                 if records or not room:
                     fed_at = time.monotonic()
                 elif time.monotonic() - fed_at > self._starve_after:
-                    lagging = lagging_partitions(kc)
-                    if lagging:
-                        self._watchdog.unstick_fetches()
-                        # A seek to the current position drops whatever fetch state kafka-python keeps for it.
-                        for tp, pos in lagging.items():
-                            kc.seek(tp, pos)
+                    kc.recover_starved()  # e.g. kafka-python's lost fetch responses
                     fed_at = time.monotonic()
                 batch = self._take(kc, records) if records else None
                 if batch is not None:
                     pending.append(batch)
-        except (KmqError, KafkaError) as exc:
-            self._fail(exc)
-        except Exception as exc:  # a bug: surface it to the application instead of dying silently
-            log.exception("fetcher of %s failed", self.queue.name)
-            self._fail(exc)
+        except Exception as exc:
+            error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
+            if error is None:  # a bug: surface it to the application instead of dying silently
+                log.exception("fetcher of %s failed", self.queue.name)
+            elif error is not exc:
+                error.__cause__ = exc
+            self._fail(error or exc)
         finally:
             self._give_back_unhanded(kc, pending)
             self._close_kafka_consumer()
 
-    def _poll(self, kc: Any, timeout_ms: int, max_records: int) -> dict:
-        """``kc.poll`` under the watchdog; a poll the watchdog unblocked returns nothing."""
-        self._watchdog.poll_started()
-        unstrand_records(kc)
-        try:
-            records = kc.poll(timeout_ms=timeout_ms, max_records=max_records)
-        except KafkaTimeoutError as exc:
-            self._watchdog.poll_returned(normally=False)
-            log.warning("%s: Kafka poll failed (%s); polling again", self.queue.name, exc)
-            return {}
-        self._watchdog.poll_returned()
-        return records
+    def _message(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: Any, timestamp: int) -> KmqMessage:
+        """What the adapter builds for each fetched record (no intermediate record object)."""
+        return KmqMessage(topic, partition, offset, key, value, headers, timestamp, self, self._lock)
 
     def _stalled(self, why: str) -> None:
         self._fail(FetcherStalled(f"{self.queue.name}: {why}"))
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, KafkaError) and not isinstance(exc, KmqError):
-            wrapped = clients.classify(self.cfg.kafka, exc) or BrokerUnavailable(
-                f"consuming {self.queue.name} failed: {type(exc).__name__}: {exc}")
-            wrapped.__cause__ = exc
-            exc = wrapped
         log.error("%s: %s", self.queue.name, exc)
         with self._cond:
             self._error = exc
@@ -430,36 +393,35 @@ class KmqConsumer:
             log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
 
     def _apply_pauses(self, kc: Any, all_paused: bool) -> None:
-        """Pause every partition (long without room) or resume them all."""
-        paused = set(kc.paused())
-        if not all_paused:
-            if paused:
-                kc.resume(*paused)
-            return
-        want = set(kc.assignment())
-        if want - paused:
-            kc.pause(*(want - paused))
+        """Pause every partition (long without room) or resume them all. While paused, each poll
+        pauses the assignment again: partitions a rebalance added arrive unpaused."""
+        if all_paused:
+            assigned = kc.assignment()
+            if assigned:
+                kc.pause(assigned)
+            self._paused = True
+        elif self._paused:
+            assigned = kc.assignment()
+            if assigned:
+                kc.resume(assigned)
+            self._paused = False
 
-    def _take(self, kc: Any, records: dict) -> "FetchBatch | None":
-        """Count the polled records outstanding and send their STARTs (no wait)."""
+    def _take(self, kc: Any, messages: list[KmqMessage]) -> "FetchBatch | None":
+        """Count the fetched messages outstanding and send their STARTs (no wait)."""
         offsets: dict[int, list[int]] = {}
-        kept = [recs for recs in records.values() if recs]
-        for recs in kept:
-            offsets[recs[0].partition] = [r.offset for r in recs]
-        if not kept:
-            return None
+        for m in messages:
+            offs = offsets.get(m.partition)
+            if offs is None:
+                offsets[m.partition] = [m.offset]
+            else:
+                offs.append(m.offset)
         spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
         if self._hook:
             self._hook("polled", spans)
-        member = _member_id(kc)
+        member = kc.member_id()
         if member:
             self.writer.owner = member[:255]
         lock = self._lock
-        messages = [
-            KmqMessage(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp, self, lock)
-            for recs in kept
-            for r in recs
-        ]
         with lock:
             for p, offs in offsets.items():
                 self._inflight[p] += len(offs)
@@ -496,10 +458,13 @@ class KmqConsumer:
         for b in batches:
             self._give_back(b.messages)
         batches.clear()
-        assigned = {tp.partition: tp for tp in kc.assignment()}
+        assigned = {p for t, p in kc.assignment() if t == self.queue.name}
         for p, off in first.items():
             if p in assigned:  # a revoked partition is polled again by its new owner
-                kc.seek(assigned[p], off)
+                try:
+                    kc.seek(self.queue.name, p, off)
+                except ClientCommitFailed as seek_exc:  # revoked meanwhile: same as above
+                    log.info("%s: %s", self.queue.name, seek_exc)
         log.warning("%s: %s; partitions %s go back to offsets %s and are fetched again", self.queue.name,
                     exc, sorted(first), [first[p] for p in sorted(first)])
         if isinstance(exc, MarkerWriteError):
@@ -550,10 +515,7 @@ class KmqConsumer:
                     if not b.messages:
                         pending.popleft()
                         continue
-                offsets = {
-                    TopicPartition(self.queue.name, p): OffsetAndMetadata(o[-1] + 1, "", -1) for p, o in b.offsets.items()
-                }
-                b.commit = kc.commit_async(offsets)
+                b.commit = kc.commit_async({(self.queue.name, p): o[-1] + 1 for p, o in b.offsets.items()})
                 b.commit_at = time.monotonic()
                 b.commit_tries += 1
             if not b.commit.is_done:
@@ -635,13 +597,19 @@ class KmqConsumer:
                 self.writer.buffer.renew_many(p, offs, _ms(self.queue.lease))
         log.debug("%s: renewed %d held message(s)", self.queue.name, sum(map(len, by_part.values())))
 
-    def _revoked(self, partitions: set[int]) -> None:
-        # Runs on kafka-python's I/O thread: touch only thread-safe state. Ready messages of
-        # revoked partitions are kept and handed over: they are committed, so no one else
-        # gets them, and the tracker (not the group) owns their leases.
-        self._revoked_parts = frozenset(self._revoked_parts | partitions)
-        if partitions:
-            log.info("%s: partitions %s revoked", self.queue.name, sorted(partitions))
+    def _revoked(self, partitions: set[tuple[str, int]]) -> None:
+        # Runs inside the fetcher's poll (on kafka-python's I/O thread): touch only thread-safe state.
+        # Ready messages of revoked partitions are kept and handed over: they are committed, so no
+        # one else gets them, and the tracker (not the group) owns their leases.
+        mine = {p for t, p in partitions if t == self.queue.name}
+        self._revoked_parts = frozenset(self._revoked_parts | mine)
+        if mine:
+            log.info("%s: partitions %s revoked", self.queue.name, sorted(mine))
+
+    def _assigned(self, partitions: set[tuple[str, int]]) -> None:
+        mine = {p for t, p in partitions if t == self.queue.name}
+        self._revoked_parts = frozenset(self._revoked_parts - mine)
+        log.info("%s: assigned partitions %s", self.queue.name, sorted(mine))
 
     def _give_back_unhanded(self, kc: Any, pending: "deque[FetchBatch]") -> None:
         """On close: commit each partition back to its first never-handed offset, so the
@@ -665,11 +633,10 @@ class KmqConsumer:
         deadline = time.monotonic() + 2 * self.cfg.kafka.session_timeout
         while True:
             try:
-                assigned = {tp.partition for tp in kc.assignment()} - self._revoked_parts
+                assigned = {p for t, p in kc.assignment() if t == self.queue.name} - self._revoked_parts
                 rewind = {p: o for p, o in first.items() if p in assigned}
                 if rewind:
-                    kc.commit({TopicPartition(self.queue.name, p): OffsetAndMetadata(o, "", -1)
-                               for p, o in rewind.items()})
+                    kc.commit({(self.queue.name, p): o for p, o in rewind.items()})
                 break
             except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
                 if time.monotonic() > deadline:
@@ -679,7 +646,7 @@ class KmqConsumer:
                     rewind = {}
                     break
                 self._apply_pauses(kc, all_paused=True)
-                kc.poll(timeout_ms=200, max_records=1)  # completes the rebalance; nothing is taken
+                kc.fetch(0.2, 1)  # completes the rebalance; nothing is taken
         back = [m for m in unhanded if m.partition in rewind]
         rest = [m for m in ready if m.partition not in rewind]
         # Ready messages of partitions no longer ours are committed: only the tracker can redeliver
