@@ -16,7 +16,6 @@ classifies failures (permanent or not, too large, unauthorised) serves both.
 from __future__ import annotations
 
 import logging
-import queue as _queue
 import threading
 from typing import Any, Callable, Iterable, Mapping
 
@@ -250,8 +249,6 @@ class ConfluentConsumer:
 
     def __init__(self, consumer: Any) -> None:
         self.raw = consumer
-        self._commits: "_queue.SimpleQueue | None" = None
-        self._committer: threading.Thread | None = None
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         return self.fetch(timeout, max_records, Record)
@@ -288,33 +285,21 @@ class ConfluentConsumer:
         self.raw.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=revoked)
 
     def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Delivery:
-        """Commit ``offsets`` (next offset to read) off the caller's thread; returns a
-        :class:`~kmq.client_api.Delivery` failed with :class:`~kmq.client_api.ClientCommitFailed`.
+        """Commit ``offsets`` (next offset to read); returns a completed
+        :class:`~kmq.client_api.Delivery` (failed with :class:`~kmq.client_api.ClientCommitFailed`).
 
-        A synchronous commit on one committer thread (librdkafka is thread-safe and waits for the
-        answer on its own queue): commits complete in order and without the caller polling, as with
-        kafka-python's ``commit_async``, which confluent-kafka's asynchronous mode does not give
-        (its result is served only by a later ``poll``)."""
+        Synchronous on the caller's (the fetcher's) thread: librdkafka answers in one round trip.
+        Not asynchronous because confluent-kafka serves an asynchronous commit's result only inside
+        a later ``poll``/``consume``, and a synchronous commit from a second thread was seen to wait
+        until the polling thread stopped (confluent-kafka 2.16)."""
         fut = Delivery()
-        if self._commits is None:
-            self._commits = _queue.SimpleQueue()
-            self._committer = threading.Thread(target=self._commit_loop, name="kmq-confluent-committer", daemon=True)
-            self._committer.start()
-        self._commits.put((dict(offsets), fut))
+        try:
+            self.commit(offsets)
+        except ClientCommitFailed as exc:
+            fut.failure(exc)
+        else:
+            fut.success(None)
         return fut
-
-    def _commit_loop(self) -> None:
-        while True:
-            item = self._commits.get()
-            if item is None:
-                return
-            offsets, fut = item
-            try:
-                self.commit(offsets)
-            except Exception as exc:  # noqa: BLE001 - the caller reads it from the future
-                fut.failure(exc)
-            else:
-                fut.success(None)
 
     def member_id(self) -> str | None:
         """This member's id in the group (None before the first join)."""
@@ -377,9 +362,6 @@ class ConfluentConsumer:
         return lo_hi[1]
 
     def close(self) -> None:
-        if self._commits is not None and self._committer is not None:
-            self._commits.put(None)  # commits already queued go first
-            self._committer.join(10)
         self.raw.close()
 
     def __repr__(self) -> str:

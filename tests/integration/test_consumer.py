@@ -45,8 +45,8 @@ def types(markers: list) -> dict[str, int]:
     return out
 
 
-def test_messages_arrive_after_start_and_commit_and_acks_are_coalesced(queue_topics, bootstrap):
-    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"})
+def test_messages_arrive_after_start_and_commit_and_acks_are_coalesced(queue_topics, bootstrap, kafka_client):
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
     produce(cfg, q.name, 400, partitions=2)
     with KmqConsumer(cfg, queue=q.name) as consumer:
         msgs = poll_n(consumer, 400)
@@ -102,8 +102,9 @@ def test_nack_reject_renew_are_ranges_with_their_parameters(queue_topics, bootst
     assert [tuple(r) for r in renew.ranges] == [(30, 10)] and renew.lease_ms == 90000
 
 
-def test_in_flight_cap_holds_under_a_slow_handler(queue_topics):
-    cfg, q = queue_topics(partitions=2, consumer={"max_in_flight_per_partition": 5, "ack_flush_interval": "50ms"})
+def test_in_flight_cap_holds_under_a_slow_handler(queue_topics, kafka_client):
+    cfg, q = queue_topics(partitions=2, consumer={"max_in_flight_per_partition": 5, "ack_flush_interval": "50ms"},
+                          kafka={"client": kafka_client})
     produce(cfg, q.name, 60, partitions=2)
     consumer = KmqConsumer(cfg, queue=q.name, batch_size=50)
     peak: dict[int, int] = {}
@@ -182,7 +183,7 @@ def test_auto_renew_renews_as_ranges_and_stops_at_max_lease(queue_topics, bootst
     assert last_deadline >= start_ts + 2000  # it did keep the lease going
 
 
-def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_the_outage(caplog):
+def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_the_outage(caplog, kafka_client):
     # Since flow control (issue 10): a START that Kafka does not acknowledge no longer kills the
     # consumer (that turned every broker outage into a dead worker); the batch is given back, the
     # partition sought back to it, and once the broker is back it is fetched and STARTed again.
@@ -191,7 +192,7 @@ def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_t
         q = unique("q")
         cfg = Config.from_dict({
             "kafka": {"bootstrap_servers": broker.bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s",
-                      "connect_timeout": "2s"},
+                      "connect_timeout": "2s", "client": kafka_client},
             "queues": [{"name": q}],
             "consumer": {"group_id": unique("g")},
         })
@@ -257,12 +258,13 @@ def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topi
         assert all(offs <= starts[p] and done[p] == max(offs) + 1 for p, offs in batch.items())
 
 
-def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_topics, bootstrap):
+def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_topics, bootstrap, kafka_client):
     # Issue 10: a rebalance no longer NACKs prefetched messages (each NACK was a copy with a higher
     # delivery count). Committed messages of a revoked partition are still handed over by the member
     # that fetched them; uncommitted ones are polled again by the new owner. So every message is
     # handed exactly once, with delivery count 1, and no NACK is written.
-    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 300})
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 300},
+                          kafka={"client": kafka_client})
     produce(cfg, q.name, 2000, partitions=2)
     a = KmqConsumer(cfg, queue=q.name, batch_size=100)
     b = KmqConsumer(cfg, queue=q.name, batch_size=100)
@@ -291,8 +293,9 @@ def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_
     assert not [m for ms in markers.values() for m in ms if isinstance(m, Nack)]
 
 
-def test_run_stop_finishes_running_handlers_and_gives_never_started_messages_back(queue_topics, bootstrap):
-    cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"})
+def test_run_stop_finishes_running_handlers_and_gives_never_started_messages_back(queue_topics, bootstrap,
+                                                                                   kafka_client):
+    cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
     produce(cfg, q.name, 20)
     consumer = KmqConsumer(cfg, queue=q.name)
     entered, release = threading.Event(), threading.Event()
