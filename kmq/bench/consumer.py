@@ -1,10 +1,14 @@
-"""``kmq bench consumer``: plain kafka-python group loop vs KmqConsumer, A/B.
+"""``kmq bench consumer``: a plain group loop vs KmqConsumer, A/B, on either client.
 
-Both variants read the same pre-produced messages of one queue topic, each run
-in a fresh consumer group and a fresh process (so peak RSS is per variant),
-alternating plain/kmq ``--rounds`` times:
+``--client kafka-python`` (default) compares KmqConsumer with a plain
+kafka-python loop, ``--client confluent`` KmqConsumer on confluent-kafka with a
+plain confluent-kafka loop (``kmq bench all`` runs both pairs). Both variants
+read the same pre-produced messages of one queue topic, each run in a fresh
+consumer group and a fresh process (so peak RSS is per variant), alternating
+plain/kmq ``--rounds`` times:
 
-* plain: ``poll(max_records=batch)``, the handler per record, ``commit()`` per poll.
+* plain: ``poll(max_records=batch)`` (confluent: ``consume(batch)``), the handler
+  per record, a synchronous ``commit()`` per poll.
 * kmq:   ``KmqConsumer.poll(max_records=batch)``, the same handler, ``msg.ack()`` each
   (the fetcher takes ``fetch_size`` records per Kafka poll, default 4 x batch,
   with one START per partition acknowledged before the commit; END ranges
@@ -36,11 +40,18 @@ def handler(value: bytes) -> int:
     return zlib.crc32(value)
 
 
-def _config(bootstrap: str, queue: str, group: str, flush_interval: str) -> Any:
+CLIENTS = ("kafka-python", "confluent")
+#: Default messages per client: confluent-kafka reads several times faster, so a run of the same
+#: size would last a fraction of a second, within the noise of process and group start-up.
+DEFAULT_MESSAGES = {"kafka-python": 200_000, "confluent": 1_000_000}
+
+
+def _config(bootstrap: str, queue: str, group: str, flush_interval: str, client: str = "kafka-python") -> Any:
     from kmq.config import Config
 
     return Config.from_dict({
-        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},
+        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s",
+                  "client": client},
         "queues": [{"name": queue}],
         # Default consumer settings (flow control and in-flight cap): what a user gets.
         "consumer": {"group_id": group, "ack_flush_interval": flush_interval},
@@ -60,7 +71,32 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _child_plain_confluent(cfg: Any, messages: int, batch: int) -> dict:
+    from kmq.client_confluent import consumer
+
+    c = consumer(cfg.kafka, cfg.queues[0].name, group_id=cfg.consumer.group_id).raw
+    n = 0
+    t0 = None
+    acc = 0
+    while n < messages:
+        records = c.consume(batch, 0.5)
+        if not records:
+            continue
+        if t0 is None:
+            t0, c0 = time.perf_counter(), _cpu()
+        for r in records:
+            if r.error() is None:
+                acc ^= handler(r.value())
+                n += 1
+        c.commit(asynchronous=False)
+    took, cpu = time.perf_counter() - t0, _cpu() - c0
+    c.close()
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0}
+
+
 def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
+    if cfg.kafka.client == "confluent":
+        return _child_plain_confluent(cfg, messages, batch)
     from kmq import clients
 
     kc = clients.consumer(cfg.kafka, group_id=cfg.consumer.group_id, max_poll_records=batch)
@@ -108,21 +144,22 @@ def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) ->
 
 
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str,
-           fetch: int | None = None) -> None:
+           fetch: int | None = None, client: str = "kafka-python") -> None:
     import logging
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval)
+    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval, client)
     out = _child_plain(cfg, messages, batch) if variant == "plain" else _child_kmq(cfg, messages, batch, fetch)
     out["rss_mb"] = _rss_mb()
     print("RESULT " + json.dumps(out), flush=True)
 
 
 def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str,
-           profile: str | None, fetch: int | None) -> dict:
+           profile: str | None, fetch: int | None, client: str = "kafka-python") -> dict:
     code = (
         "import sys; from kmq.bench.consumer import _child; "
-        f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {flush_interval!r}, {fetch!r})"
+        f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {flush_interval!r}, {fetch!r}, "
+        f"{client!r})"
     )
     cmd = [sys.executable, "-c", code]
     if profile and variant == "kmq":
@@ -139,24 +176,31 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     raise click.ClickException(f"{variant} run failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
 
-def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: int) -> None:
+def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: int, client: str) -> None:
+    from kmq import client_api
     from kmq.topics import ensure_topics
-    from kmq import clients
 
-    cfg = _config(bootstrap, queue, "unused", "100ms")
+    cfg = _config(bootstrap, queue, "unused", "100ms", client)
     ensure_topics(cfg.kafka, cfg.queues[0], partitions)
-    p = clients.producer(cfg.kafka, linger_ms=20, batch_size=512 * 1024, compression_type=None)
+    p = client_api.producer(cfg.kafka, linger_ms=20, batch_size=512 * 1024, compression_type=None)
     value = b"x" * size
     for i in range(messages):
         p.send(queue, value=value, partition=i % partitions)
     p.flush()
-    p.close()
+    client_api.close_producer(p)
 
 
-def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int = 3, partitions: int = 1,
+def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: int = 3, partitions: int = 1,
         flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
-        fetch: int | None = None, echo: Any = None) -> dict:
-    """Run the A/B benchmark; returns the figures (also printed through ``echo``)."""
+        fetch: int | None = None, echo: Any = None, client: str = "kafka-python",
+        clients: tuple[str, ...] | None = None) -> dict:
+    """Run the A/B benchmark on ``client``; returns the figures (also printed through ``echo``).
+    With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
+    to :data:`DEFAULT_MESSAGES` of the client."""
+    if clients:
+        return {c: run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c)
+                for c in clients}
+    messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
     broker = None
     if bootstrap is None:
@@ -167,14 +211,15 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         t = time.perf_counter()
-        _produce(bootstrap, queue, messages, size, partitions)
-        say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)) in {time.perf_counter() - t:.1f}s; "
-            f"both poll {batch} at a time, KmqConsumer fetches up to {fetch or 4 * batch} per START (default settings)")
+        _produce(bootstrap, queue, messages, size, partitions, client)
+        say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
+            f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
+            f"{fetch or 4 * batch} per START (default settings)")
         runs: dict[str, list[dict]] = {"plain": [], "kmq": []}
         for r in range(rounds):
             for variant in ("plain", "kmq"):
                 res = _spawn(variant, bootstrap, queue, messages, batch, flush_interval,
-                             profile if r == rounds - 1 else None, fetch)
+                             profile if r == rounds - 1 else None, fetch, client)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
                 say(f"round {r + 1} {variant:5s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, cpu {res['cpu_seconds']:.2f}s, "
@@ -183,7 +228,7 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
         kmq = [x["rate"] for x in runs["kmq"]]
         ratios = [k / p for k, p in zip(kmq, plain)]
         result = {
-            "messages": messages, "size": size, "batch": batch, "fetch": fetch or 4 * batch, "rounds": rounds,
+            "client": client, "messages": messages, "size": size, "batch": batch, "fetch": fetch or 4 * batch, "rounds": rounds,
             "partitions": partitions,
             "plain_msgs_per_s": plain, "kmq_msgs_per_s": kmq,
             "plain_median": statistics.median(plain), "kmq_median": statistics.median(kmq),
@@ -191,7 +236,7 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
             "markers_per_message": statistics.median(x["markers"] / x["messages"] for x in runs["kmq"]),
             "peak_rss_mb": {"plain": max(x["rss_mb"] for x in runs["plain"]), "kmq": max(x["rss_mb"] for x in runs["kmq"])},
         }
-        say(f"plain median {result['plain_median']:,.0f} msg/s, kmq median {result['kmq_median']:,.0f} msg/s")
+        say(f"[{client}] plain median {result['plain_median']:,.0f} msg/s, kmq median {result['kmq_median']:,.0f} msg/s")
         say(f"ratio kmq/plain per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['ratio_median']:.3f} (target >= 0.9)")
         say(f"marker records per message {result['markers_per_message']:.4f} (target <= 0.05 at batch 500)")
         say(f"peak RSS plain {result['peak_rss_mb']['plain']:.0f} MB, kmq {result['peak_rss_mb']['kmq']:.0f} MB")
@@ -202,7 +247,10 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
 
 
 @click.command("consumer")
-@click.option("--messages", type=click.IntRange(min=1), default=200_000, show_default=True)
+@click.option("--client", type=click.Choice(CLIENTS), default="kafka-python", show_default=True,
+              help="Kafka client of both variants (kafka.client).")
+@click.option("--messages", type=click.IntRange(min=1), default=None,
+              help="Messages to read (default 200,000 on kafka-python, 1,000,000 on confluent).")
 @click.option("--size", type=click.IntRange(min=1), default=100, show_default=True, help="Payload bytes.")
 @click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True,
               help="Records per poll (plain: max_records and commit; kmq: poll(max_records)).")
@@ -215,7 +263,7 @@ def run(messages: int = 200_000, size: int = 100, batch: int = 500, rounds: int 
 @click.option("--profile", default=None, help="Write a py-spy flame graph (SVG) of the last kmq run here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
 def command(as_json: bool, **opts: Any) -> None:
-    """Plain kafka-python consumer vs KmqConsumer on one embedded broker, A/B."""
+    """Plain consumer group loop vs KmqConsumer on one embedded broker, A/B (either client)."""
     result = run(echo=click.echo, **opts)
     if as_json:
         click.echo(json.dumps(result))

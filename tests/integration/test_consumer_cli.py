@@ -64,8 +64,9 @@ def test_work_settles_each_message_as_its_injected_fate_says(queue_topics, boots
     assert not settled & expect["hang"]  # hung messages stay in flight for the tracker
 
 
-def test_work_drains_and_flushes_on_sigterm(queue_topics, bootstrap, tmp_path):
-    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "1s"})
+def test_work_drains_and_flushes_on_sigterm(queue_topics, bootstrap, tmp_path, kafka_client):
+    # kmq work honours kafka.client: the same drain on either client.
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "1s"}, kafka={"client": kafka_client})
     conf = config_file(tmp_path, cfg)
     res = CliRunner().invoke(cli, ["produce", q.name, "--count", "300", "--config", str(conf)])
     assert res.exit_code == 0, res.output

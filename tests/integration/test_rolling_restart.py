@@ -64,10 +64,11 @@ def _acks(logs: list[Path]) -> list[tuple[str, str]]:
     return out
 
 
-def test_rolling_restart_with_sigterm_costs_no_delivery(bootstrap, tmp_path):
+def test_rolling_restart_with_sigterm_costs_no_delivery(bootstrap, tmp_path, kafka_client):
+    # On both clients: the workers' KmqConsumer (cooperative rebalances, give-back on close) and the tracker.
     q = unique("q")
     cfg = Config.from_dict({
-        "kafka": {"bootstrap_servers": bootstrap, **TEST_GROUP_TIMING},
+        "kafka": {"bootstrap_servers": bootstrap, **TEST_GROUP_TIMING, "client": kafka_client},
         "queues": [{"name": q, "lease": "60s", "max_deliveries": 3}],
         "consumer": {"group_id": unique("workers")},
         "tracker": {"group_id": unique("tracker"), "http_port": 0},
