@@ -198,8 +198,15 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
     With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
     to :data:`DEFAULT_MESSAGES` of the client."""
     if clients:
-        return {c: run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c)
-                for c in clients}
+        import importlib.util
+
+        both: dict[str, Any] = {}
+        for c in clients:
+            if c == "confluent" and importlib.util.find_spec("confluent_kafka") is None:
+                both[c] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
+                continue
+            both[c] = run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c)
+        return both
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
     broker = None
