@@ -29,11 +29,13 @@ from typing import Any, Callable, Iterator
 from kmq import client_api
 from kmq.client_api import ClientCommitFailed
 from kmq.config import Config
-from kmq.errors import FetcherStalled, KmqError, MarkerWriteError, MessageAlreadySettled
+from kmq.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.flow import FlowControl, FlowLimits, Room
+from kmq.consumer_leases import AutoRenewal, HeldLeases, auto_renewal
 from kmq.fetch_batch import FetchBatch, first_offsets, message_size as _size
+from kmq.give_back import RETURNED, give_back, give_back_on_close
 from kmq.handler_pool import run_handlers
-from kmq.lease import LeaseKeeper, LeaseSchedule, default_margin
+from kmq.lease import LeaseKeeper, LeaseSchedule
 from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.metrics import ConsumerMetrics
 from kmq.writer import CommitError, MarkerWriter, _ms
@@ -41,9 +43,6 @@ from kmq.writer import CommitError, MarkerWriter, _ms
 __all__ = ["KmqConsumer", "StageHook"]
 
 log = logging.getLogger(__name__)
-
-#: ``abandon`` argument of messages the consumer gives back unprocessed (not a user settlement).
-_RETURNED = "returned"
 
 
 
@@ -106,7 +105,6 @@ class KmqConsumer:
         self._cond = threading.Condition()  # ready batches
         self._ready: deque[list[KmqMessage]] = deque()
         self._ready_at: deque[float] = deque()  # per ready batch: when its lease was last (re)started
-        self._renew_at = 0.0  # next look for held messages whose lease needs a RENEW
         self._inflight: dict[int, int] = defaultdict(int)
         self._error: BaseException | None = None
         self._stop = threading.Event()
@@ -114,7 +112,6 @@ class KmqConsumer:
         self._closed = False
         self._fetcher: threading.Thread | None = None
         self._revoked_parts: frozenset[int] = frozenset()
-        self.exhausted_leases = 0
         self._commit_retry = False  # a commit failed and is retried: keep polling to finish a rebalance
         self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
         self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
@@ -137,17 +134,14 @@ class KmqConsumer:
         self._paused = False  # every assigned partition paused (no room for a while)
         #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
         self._starve_after = max(1.0, cfg.consumer.fetch_stall_timeout / 2)
+        self._held = HeldLeases(self.queue.name, self.queue.lease, self.writer.buffer, self._lock)
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
+        self._renewal: AutoRenewal | None = None
         if cfg.consumer.auto_renew:
-            # A RENEW's deadline counts from its marker time, which is up to a flush
-            # interval after the keeper decided it: keep that much of max_lease in hand.
-            budget = max(self.queue.lease, cfg.consumer.max_lease - 2 * self.writer.flush_interval)
-            self._schedule = LeaseSchedule(
-                self.queue.lease, budget, default_margin(self.queue.lease, self.writer.flush_interval),
-            )
-            self._keeper = LeaseKeeper(self._schedule, self._lock, self._auto_renew, self._lease_exhausted,
-                                       max_sleep=max(0.05, min(0.5, self.queue.lease / 4)))
+            self._schedule, self._keeper, self._renewal = auto_renewal(
+                self.queue.name, self.queue.lease, cfg.consumer.max_lease, self.writer.flush_interval,
+                self.writer.buffer, self._lock)
 
     # ------------------------------------------------------------ Settler (called under self._lock)
     def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
@@ -160,7 +154,7 @@ class KmqConsumer:
             self.writer.buffer.reject(p, msg.offset, arg)
         self._inflight[p] -= 1
         # Counted here, folded into the flow state by the fetcher (no clock read per message).
-        c = self._returned_counts if outcome is ABANDON and arg == _RETURNED else self._settled_counts
+        c = self._returned_counts if outcome is ABANDON and arg == RETURNED else self._settled_counts
         c[0] += 1
         c[1] += _size(msg)
         if self._schedule is not None:
@@ -181,21 +175,10 @@ class KmqConsumer:
         if self._schedule is not None:
             self._schedule.renewed((msg.partition, msg.offset), time.monotonic(), lease)
 
-    def _auto_renew(self, lease: float, keys: list) -> None:
-        by_part: dict[int, list[int]] = defaultdict(list)
-        for p, off in keys:
-            by_part[p].append(off)
-        for p, offs in by_part.items():
-            self.writer.buffer.renew_many(p, offs, _ms(lease))
-
-    def _lease_exhausted(self, keys: list) -> None:
-        self.exhausted_leases += len(keys)
-        first = min(keys)
-        log.warning(
-            "%d message(s) of %s (first %s/%d/%d) reached consumer.max_lease (%gs) without being settled; "
-            "no more automatic renewals: the tracker will redeliver them when their current lease ends",
-            len(keys), self.queue.name, self.queue.name, first[0], first[1], self.cfg.consumer.max_lease,
-        )
+    @property
+    def exhausted_leases(self) -> int:
+        """Messages that reached ``consumer.max_lease`` unsettled (automatic renewals stopped)."""
+        return self._renewal.exhausted if self._renewal is not None else 0
 
     # ------------------------------------------------------------ lifecycle
     def _ensure_started(self) -> None:
@@ -320,7 +303,7 @@ class KmqConsumer:
             while not self._stop.is_set():
                 self._advance(kc, pending)
                 now = time.monotonic()
-                self._renew_held(pending, now)
+                self._held.renew_due(pending, self._ready, self._ready_at, self._cond, now)
                 publish = now >= gauge_at
                 with self._lock:
                     self._fold_settlements(now)
@@ -434,29 +417,13 @@ class KmqConsumer:
             return None
         return b
 
-    def _give_back(self, messages: list[KmqMessage]) -> None:
-        """Messages never handed over and never to be: out of the in-flight count and the
-        flow bound, no marker (the group delivers them again, or their lease runs out)."""
-        for m in messages:
-            try:
-                m._settle(ABANDON, _RETURNED)
-            except MessageAlreadySettled:
-                pass
-
-    def _nack_all(self, messages: list[KmqMessage]) -> None:
-        for m in messages:
-            try:
-                m.nack(0.0)
-            except MessageAlreadySettled:
-                pass
-
     def _retry_later(self, kc: Any, batches: "deque[FetchBatch]", exc: BaseException) -> None:
         """START or commit failed (e.g. the broker is down): nothing of ``batches`` was handed
         over or committed. Seek each partition back to its first offset so the records are
         polled (and STARTed) again, instead of dying or waiting for a lease to run out."""
         first = first_offsets(m for b in batches for m in b.messages)
         for b in batches:
-            self._give_back(b.messages)
+            give_back(b.messages)
         batches.clear()
         assigned = {p for t, p in kc.assignment() if t == self.queue.name}
         for p, off in first.items():
@@ -508,7 +475,7 @@ class KmqConsumer:
                     back = [m for m in b.messages if m.partition in revoked]
                     log.info("%s: partitions %s revoked before the commit; %d started message(s) given back to "
                              "the group", self.queue.name, sorted(revoked), len(back))
-                    self._give_back(back)
+                    give_back(back)
                     b.messages = [m for m in b.messages if m.partition not in revoked]
                     b.offsets = {p: o for p, o in b.offsets.items() if p not in revoked}
                     b.spans = {p: sp for p, sp in b.spans.items() if p not in revoked}
@@ -567,36 +534,6 @@ class KmqConsumer:
             self._ready_at.append(started_at)
             self._cond.notify_all()
 
-    def _renew_held(self, pending: "deque[FetchBatch]", now: float) -> None:
-        """RENEW the leases of messages held here but not handed to user code yet (START sent:
-        waiting for the commit, e.g. through a rebalance, or for a free handler), half a lease
-        after their lease started: held messages never time out (the Pub/Sub client's lease
-        management). Flow control keeps this rare; a rebalance or a slow spell is when it counts."""
-        half = self.queue.lease / 2
-        if now < self._renew_at:
-            return
-        self._renew_at = now + max(0.05, half / 4)
-        due: list[KmqMessage] = []
-        for b in pending:
-            if b.leased_at + half <= now:
-                b.leased_at = now
-                due.extend(b.messages)
-        with self._cond:
-            for i, at in enumerate(self._ready_at):
-                if at + half <= now:
-                    self._ready_at[i] = now
-                    due.extend(self._ready[i])
-        if not due:
-            return
-        by_part: dict[int, list[int]] = defaultdict(list)
-        with self._lock:
-            for m in due:
-                if m._outcome is None:
-                    by_part[m.partition].append(m.offset)
-            for p, offs in by_part.items():
-                self.writer.buffer.renew_many(p, offs, _ms(self.queue.lease))
-        log.debug("%s: renewed %d held message(s)", self.queue.name, sum(map(len, by_part.values())))
-
     def _revoked(self, partitions: set[tuple[str, int]]) -> None:
         # Runs inside the fetcher's poll (on kafka-python's I/O thread): touch only thread-safe state.
         # Ready messages of revoked partitions are kept and handed over: they are committed, so no
@@ -612,49 +549,14 @@ class KmqConsumer:
         log.info("%s: assigned partitions %s", self.queue.name, sorted(mine))
 
     def _give_back_unhanded(self, kc: Any, pending: "deque[FetchBatch]") -> None:
-        """On close: commit each partition back to its first never-handed offset, so the
-        group delivers those messages again (no copy, same delivery count).
-
-        Per partition the handed messages are a prefix of what was fetched (batches are
-        handed in fetch order), so the rewind re-delivers exactly the never-handed ones."""
+        """On close: never-handed messages go back to the group (:func:`kmq.give_back.give_back_on_close`)."""
         with self._cond:
             ready = [m for batch in self._ready for m in batch]
             self._ready.clear()
             self._ready_at.clear()
             self._cond.notify_all()
-        unhanded = ready + [m for b in pending for m in b.messages]
+        held = [m for b in pending for m in b.messages]
         pending.clear()
-        if not unhanded:
-            return
-        first = first_offsets(unhanded)
-        rewind: dict[int, int] = {}
-        # A rebalance in progress refuses the commit until this member has rejoined: a cooperative
-        # rebalance takes two rounds, and some brokers hold each join for up to half a session.
-        deadline = time.monotonic() + 2 * self.cfg.kafka.session_timeout
-        while True:
-            try:
-                assigned = {p for t, p in kc.assignment() if t == self.queue.name} - self._revoked_parts
-                rewind = {p: o for p, o in first.items() if p in assigned}
-                if rewind:
-                    kc.commit({(self.queue.name, p): o for p, o in rewind.items()})
-                break
-            except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
-                if time.monotonic() > deadline:
-                    log.warning("%s: committing offsets back for never-handed messages failed (%s); they are "
-                                "nacked instead and come back as copies with a higher delivery count",
-                                self.queue.name, exc)
-                    rewind = {}
-                    break
-                self._apply_pauses(kc, all_paused=True)
-                kc.fetch(0.2, 1)  # completes the rebalance; nothing is taken
-        back = [m for m in unhanded if m.partition in rewind]
-        rest = [m for m in ready if m.partition not in rewind]
-        # Ready messages of partitions no longer ours are committed: only the tracker can redeliver
-        # them. Uncommitted ones of those partitions: their new owner polls them again.
-        self._nack_all(rest)
-        self._give_back(unhanded)
-        log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)"
-                 "%s", self.queue.name, len(back), rewind,
-                 f", {len(rest)} of revoked partitions nacked for redelivery" if rest else "")
-        if rest:
+        if give_back_on_close(kc, self.queue.name, ready, held, lambda: self._revoked_parts,
+                              lambda: self._apply_pauses(kc, all_paused=True), self.cfg.kafka.session_timeout):
             self.writer.flush_buffer()
