@@ -37,6 +37,7 @@ from kmq.give_back import RETURNED, give_back, give_back_on_close
 from kmq.handler_pool import run_handlers
 from kmq.lease import LeaseKeeper, LeaseSchedule
 from kmq.message import ABANDON, ACK, NACK, REJECT, KmqMessage
+from kmq.ready_queue import ReadyQueue
 from kmq.metrics import ConsumerMetrics
 from kmq.writer import CommitError, MarkerWriter, _ms
 
@@ -102,11 +103,8 @@ class KmqConsumer:
         self.fetch_size = fetch_size or 4 * batch_size
         self._hook = stage_hook
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
-        self._cond = threading.Condition()  # ready batches
-        self._ready: deque[list[KmqMessage]] = deque()
-        self._ready_at: deque[float] = deque()  # per ready batch: when its lease was last (re)started
+        self._ready = ReadyQueue()  # committed batches waiting for user code, and the fetcher's error
         self._inflight: dict[int, int] = defaultdict(int)
-        self._error: BaseException | None = None
         self._stop = threading.Event()
         self._stop_run = threading.Event()
         self._closed = False
@@ -207,10 +205,9 @@ class KmqConsumer:
         self._closed = True
         self._stop.set()
         self._stop_run.set()
-        with self._cond:
-            self._cond.notify_all()
+        self._ready.wake()
         if self._fetcher is not None and self._fetcher is not threading.current_thread():
-            if isinstance(self._error, FetcherStalled):
+            if isinstance(self._ready.error, FetcherStalled):
                 timeout = 1.0  # it is stuck inside kafka-python: do not wait for it
             self._fetcher.join(timeout if timeout is not None else self.cfg.kafka.session_timeout + 10)
         if self._fetcher is None:
@@ -228,8 +225,7 @@ class KmqConsumer:
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
         self._stop_run.set()
-        with self._cond:
-            self._cond.notify_all()
+        self._ready.wake()
 
     def in_flight(self) -> dict[int, int]:
         """Unsettled messages per partition (handed over or ready to be)."""
@@ -244,25 +240,8 @@ class KmqConsumer:
         fetcher's error (e.g. :class:`~kmq.errors.MarkerWriteError`) once ready
         messages are used up."""
         self._ensure_started()
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not self._ready:
-                if self._error is not None:
-                    raise self._error
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stop.is_set() or self._stop_run.is_set():
-                    return []
-                self._cond.wait(remaining)
-            batch = self._ready.popleft()
-            leased_at = self._ready_at.popleft()
-            if max_records is None:
-                max_records = self.batch_size
-            if 0 < max_records < len(batch):
-                self._ready.appendleft(batch[max_records:])
-                self._ready_at.appendleft(leased_at)
-                batch = batch[:max_records]
-            self._cond.notify_all()  # room for the fetcher
-        return batch
+        return self._ready.take(timeout, self.batch_size if max_records is None else max_records,
+                                lambda: self._stop.is_set() or self._stop_run.is_set())
 
     def __iter__(self) -> Iterator[KmqMessage]:
         """Messages one by one until :meth:`stop` or :meth:`close`."""
@@ -287,9 +266,7 @@ class KmqConsumer:
 
     def raise_error(self) -> None:
         """Raise the fetcher's error once no ready messages are left (for :mod:`kmq.handler_pool`)."""
-        with self._cond:
-            if self._error is not None and not self._ready:
-                raise self._error
+        self._ready.raise_error()
 
     # ------------------------------------------------------------ fetcher thread
     def _fetch_loop(self) -> None:
@@ -303,7 +280,7 @@ class KmqConsumer:
             while not self._stop.is_set():
                 self._advance(kc, pending)
                 now = time.monotonic()
-                self._held.renew_due(pending, self._ready, self._ready_at, self._cond, now)
+                self._held.renew_due(pending, self._ready, now)
                 publish = now >= gauge_at
                 with self._lock:
                     self._fold_settlements(now)
@@ -364,10 +341,8 @@ class KmqConsumer:
 
     def _fail(self, exc: BaseException) -> None:
         log.error("%s: %s", self.queue.name, exc)
-        with self._cond:
-            self._error = exc
-            self._stop.set()
-            self._cond.notify_all()
+        self._ready.fail(exc)  # before the stop: a waiting poll raises it rather than return []
+        self._stop.set()
 
     def _close_kafka_consumer(self) -> None:
         try:
@@ -529,10 +504,7 @@ class KmqConsumer:
                     if m._outcome is None:
                         self._schedule.track((m.partition, m.offset), started_at)
         self.writer._c_received.inc(len(messages))
-        with self._cond:
-            self._ready.append(messages)
-            self._ready_at.append(started_at)
-            self._cond.notify_all()
+        self._ready.put(messages, started_at)
 
     def _revoked(self, partitions: set[tuple[str, int]]) -> None:
         # Runs inside the fetcher's poll (on kafka-python's I/O thread): touch only thread-safe state.
@@ -550,11 +522,7 @@ class KmqConsumer:
 
     def _give_back_unhanded(self, kc: Any, pending: "deque[FetchBatch]") -> None:
         """On close: never-handed messages go back to the group (:func:`kmq.give_back.give_back_on_close`)."""
-        with self._cond:
-            ready = [m for batch in self._ready for m in batch]
-            self._ready.clear()
-            self._ready_at.clear()
-            self._cond.notify_all()
+        ready = self._ready.drain()
         held = [m for b in pending for m in b.messages]
         pending.clear()
         if give_back_on_close(kc, self.queue.name, ready, held, lambda: self._revoked_parts,

@@ -41,10 +41,9 @@ class HeldLeases:
         self.name, self.lease, self._buffer, self._lock = name, lease, buffer, lock
         self._next = 0.0  # next look
 
-    def renew_due(self, pending: Iterable[Any], ready: Any, ready_at: Any, cond: threading.Condition,
-                  now: float) -> None:
-        """``pending``: fetch batches (``leased_at``, ``messages``); ``ready``/``ready_at``: the
-        consumer's ready batches and when each one's lease was last (re)started (under ``cond``)."""
+    def renew_due(self, pending: Iterable[Any], ready: Any, now: float) -> None:
+        """``pending``: fetch batches (``leased_at``, ``messages``); ``ready``: the consumer's
+        :class:`~kmq.ready_queue.ReadyQueue`."""
         half = self.lease / 2
         if now < self._next:
             return
@@ -54,11 +53,7 @@ class HeldLeases:
             if b.leased_at + half <= now:
                 b.leased_at = now
                 due.extend(b.messages)
-        with cond:
-            for i, at in enumerate(ready_at):
-                if at + half <= now:
-                    ready_at[i] = now
-                    due.extend(ready[i])
+        due.extend(ready.due_for_renewal(now - half, now))
         if not due:
             return
         with self._lock:

@@ -43,13 +43,14 @@ def _acked(ack_log: Path) -> set[str]:
     return {line.split()[1] for line in ack_log.read_text().splitlines() if len(line.split()) == 2}
 
 
-def test_broker_down_30s_mid_backlog_nothing_lost_and_work_resumes(tmp_path):
+def test_broker_down_30s_mid_backlog_nothing_lost_and_work_resumes(tmp_path, kafka_client):
+    # On both clients: the worker's KmqConsumer and the tracker use kafka.client.
     broker = DevBroker(storage="s3", workdir=str(tmp_path)).start()
     worker = tracker = None
     try:
         q = unique("q")
         cfg = Config.from_dict({
-            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING},
+            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "client": kafka_client},
             "queues": [{"name": q, "lease": "10s"}],
             "consumer": {"group_id": unique("workers")},
             "tracker": {"group_id": unique("tracker"), "http_port": 0},

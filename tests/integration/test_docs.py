@@ -186,9 +186,17 @@ def test_readme_quickstart_runs_as_written(tmp_path):
                 exec(compile(examples[2].replace("localhost:9092", f"127.0.0.1:{port}")
                              .replace('"orders-workers"', '"orders-workers-confluent"'), "README-confluent", "exec"),
                      {"process": until(second + 300)})
+            third = len(seen)
+            # The KmqConsumer example unchanged on confluent-kafka (kafka.client from the env), own group.
+            os.environ.update(KMQ_KAFKA__CLIENT="confluent", KMQ_CONSUMER__GROUP_ID="orders-workers-kmq-confluent")
+            with pytest.raises(Done):
+                exec(compile(examples[0], "README-KmqConsumer-confluent", "exec"),
+                     {"handle": until(third + 300), "TemporaryError": TemporaryError, "BadPayload": BadPayload})
         finally:
+            os.environ.pop("KMQ_KAFKA__CLIENT", None)
+            os.environ.pop("KMQ_CONSUMER__GROUP_ID", None)
             os.chdir(cwd)
-        assert len(seen) >= 900 and all(v for v in seen)
+        assert len(seen) >= 1200 and all(v for v in seen)
     finally:
         for proc in reversed(background):
             proc.send_signal(signal.SIGTERM)

@@ -128,3 +128,33 @@ def test_installed_kafka_python_satisfies_the_pin_and_still_has_the_internals_km
     assert low <= installed and installed[0] < major_bound
     assert installed_private_attributes() == {name: True for name in installed_private_attributes()}
     assert installed_private_attributes()  # not vacuous
+
+
+def test_kmq_consumer_imports_no_kafka_client_and_both_adapters_serve_it():
+    import ast
+
+    from kmq.client_api import GroupConsumerAdapter
+    from kmq.client_confluent import ConfluentConsumer
+    from kmq.client_kafka_python import KafkaPythonConsumer
+
+    src = (Path(client_api.__file__).parent / "consumer.py").read_text()
+    modules = {a.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in modules if m.split(".")[0] in ("kafka", "confluent_kafka")}, modules
+    needed = [name for name in vars(GroupConsumerAdapter) if not name.startswith("_") and callable(
+        getattr(GroupConsumerAdapter, name))]
+    for adapter in (KafkaPythonConsumer, ConfluentConsumer):
+        assert all(callable(getattr(adapter, name, None)) for name in needed), adapter
+
+
+def test_client_errors_of_either_client_become_kmq_errors():
+    from kafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
+
+    from kmq.errors import AuthorizationFailed, BrokerUnavailable
+
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:1"}, "queues": [{"name": "q"}]})
+    assert isinstance(client_api.client_error(cfg.kafka, KafkaConnectionError(), "consuming q"), BrokerUnavailable)
+    assert isinstance(client_api.client_error(cfg.kafka, TopicAuthorizationFailedError(), "x"), AuthorizationFailed)
+    rd = confluent_kafka.KafkaException(confluent_kafka.KafkaError(confluent_kafka.KafkaError._ALL_BROKERS_DOWN))
+    assert isinstance(client_api.client_error(cfg.kafka, rd, "consuming q"), BrokerUnavailable)
+    assert client_api.client_error(cfg.kafka, ZeroDivisionError(), "x") is None  # a bug stays a bug

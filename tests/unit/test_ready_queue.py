@@ -1,0 +1,49 @@
+"""ReadyQueue: the fetcher -> application hand-over of KmqConsumer (no I/O)."""
+
+import threading
+
+import pytest
+
+from kmq.message import KmqMessage
+from kmq.ready_queue import ReadyQueue
+
+
+def _msgs(*offsets: int) -> list[KmqMessage]:
+    lock = threading.Lock()
+    return [KmqMessage("q", 0, o, None, b"x", [], 0, None, lock) for o in offsets]
+
+
+def test_take_splits_a_batch_and_keeps_the_rest_first_in_line():
+    q = ReadyQueue()
+    q.put(_msgs(1, 2, 3), 10.0)
+    q.put(_msgs(4), 11.0)
+    assert [m.offset for m in q.take(0, 2, lambda: False)] == [1, 2]
+    assert [m.offset for m in q.take(0, 0, lambda: False)] == [3]  # 0: the whole (rest of the) batch
+    assert [m.offset for m in q.take(0, 5, lambda: False)] == [4]
+    assert q.take(0.01, 5, lambda: False) == []
+
+
+def test_error_is_raised_only_once_ready_messages_are_used_up():
+    q = ReadyQueue()
+    q.put(_msgs(1), 0.0)
+    q.fail(RuntimeError("fetcher died"))
+    q.raise_error()  # still something ready: no raise
+    assert [m.offset for m in q.take(0, 5, lambda: False)] == [1]
+    with pytest.raises(RuntimeError, match="fetcher died"):
+        q.take(1, 5, lambda: False)
+    with pytest.raises(RuntimeError):
+        q.raise_error()
+
+
+def test_renewal_resets_only_batches_whose_lease_started_before_the_cut_and_drain_empties():
+    q = ReadyQueue()
+    q.put(_msgs(1, 2), 0.0)
+    q.put(_msgs(3), 20.0)
+    assert [m.offset for m in q.due_for_renewal(older_than=10.0, now=30.0)] == [1, 2]
+    assert q.due_for_renewal(older_than=10.0, now=31.0) == []  # reset to 30: not due again
+    assert [m.offset for m in q.drain()] == [1, 2, 3]
+    assert q.take(0, 5, lambda: False) == []
+
+
+def test_a_stopped_queue_returns_at_once():
+    assert ReadyQueue().take(30, 5, lambda: True) == []
