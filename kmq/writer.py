@@ -150,7 +150,7 @@ class MarkerWriter:
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
         if check_topics:
             require_aligned(cfg.kafka, self.queue)
-        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval))
+        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval), metrics=self.metrics)
         self.retry_budget = self._sender.retry_budget
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()
