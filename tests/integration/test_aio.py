@@ -317,3 +317,33 @@ def test_the_event_loop_is_never_blocked_empty_topic_or_broker_stopped(tmp_path)
         assert all(g < 0.5 for g in gaps.values()), gaps
     finally:
         broker.stop()
+
+
+def test_a_handler_that_never_returns_is_renewed_up_to_max_lease_then_redelivered(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=1, queue={"lease": "1s", "max_deliveries": 5},
+                          consumer={"auto_renew": True, "max_lease": "3s", **FAST_FLUSH}, tracker={"tick": "50ms"})
+    produce(cfg, q.name, 1)
+    copies: list[AsyncKmqMessage] = []
+    seen_at: list[float] = []
+
+    async def scenario() -> None:
+        async with AsyncKmqConsumer(cfg, queue=q.name) as c:
+
+            async def handler(msg: AsyncKmqMessage) -> None:
+                seen_at.append(time.monotonic())
+                if msg.delivery_count == 1:
+                    await asyncio.Event().wait()  # hangs: only its lease bounds it
+                copies.append(msg)
+                c.stop()
+
+            await asyncio.wait_for(c.run(handler, concurrency=2, drain_timeout=0.2), 60)
+
+    with running_tracker(cfg):
+        asyncio.run(scenario())
+    assert [(m.value, m.delivery_count) for m in copies] == [(b"m0", 2)]
+    # Not after the 1 s lease but after max_lease (3 s from START, a little before the handler got it):
+    # the running handler's lease was kept until then.
+    assert seen_at[1] - seen_at[0] >= 2.5, seen_at
+    markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    renews = [m for m in markers if isinstance(m, Renew) and 0 in {o for r in m.ranges for o in r.offsets()}]
+    assert len(renews) >= 2, markers  # renewed while the handler ran (lease 1 s, max_lease 3 s)
