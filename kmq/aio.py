@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections import deque
 from typing import Any, Awaitable, Callable
 
@@ -122,6 +123,9 @@ class AsyncKmqConsumer:
     happens on the consumer's threads. Works with every ``kafka.client``.
     """
 
+    #: Seconds an ``async for`` over ready messages may go without letting other tasks run.
+    YIELD_EVERY = 0.005
+
     def __init__(self, cfg: Config, queue: str | None = None, *, batch_size: int = 500,
                  metrics: ConsumerMetrics | None = None, poll_timeout: float = 0.5, **consumer_kwargs: Any) -> None:
         self.cfg = cfg
@@ -134,6 +138,7 @@ class AsyncKmqConsumer:
         # Messages a waiting poll returned after its waiter was cancelled: the next taker gets them first.
         self._late: deque[KmqMessage] = deque()
         self._closed = False
+        self._yielded_at = 0.0
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -238,10 +243,17 @@ class AsyncKmqConsumer:
     async def __anext__(self) -> AsyncKmqMessage:
         """The next message (START written, offsets committed) until :meth:`stop` or :meth:`close`.
         Raises the fetcher's error (e.g. :class:`~kmq.errors.MarkerWriteError`) when it fails."""
+        # With a backlog every message is ready at once and this never suspends: give other
+        # tasks a turn every YIELD_EVERY seconds, or an `async for` over a backlog starves them.
+        now = time.monotonic()
+        if now - self._yielded_at >= self.YIELD_EVERY:
+            await asyncio.sleep(0)
+            self._yielded_at = time.monotonic()
         while not self.stopping:
             got = await self._take(1)
             if got:
                 return AsyncKmqMessage(got[0])
+            self._yielded_at = time.monotonic()  # _take waited off the loop: others had their turn
         raise StopAsyncIteration
 
     # ------------------------------------------------------------ handler pool
