@@ -139,6 +139,8 @@ class AsyncKmqConsumer:
         self._late: deque[KmqMessage] = deque()
         self._closed = False
         self._yielded_at = 0.0
+        # run() calls under way (their end, the task running them): close() lets them drain first.
+        self._runs: dict[asyncio.Future, asyncio.Task | None] = {}
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -182,6 +184,12 @@ class AsyncKmqConsumer:
             self._poller.shutdown(wait=False)
             return
         consumer.stop()  # a waiting poll returns at once
+        me = asyncio.current_task()
+        others = [end for end, task in self._runs.items() if task is not me]
+        if others:
+            # close() from another task while run() drains: settlements of its handlers must
+            # still reach the writer before it closes.
+            await asyncio.wait(others)
         loop = asyncio.get_running_loop()
 
         def close_all() -> None:
@@ -275,6 +283,8 @@ class AsyncKmqConsumer:
         """
         consumer = self.consumer
         backoff = consumer.queue.backoff
+        ended = asyncio.get_running_loop().create_future()
+        self._runs[ended] = asyncio.current_task()
         slots = max(1, concurrency)
         free = slots
         freed = asyncio.Event()
@@ -321,7 +331,12 @@ class AsyncKmqConsumer:
                     tasks.add(task)
                     task.add_done_callback(done)
         finally:
-            await _drain(tasks, consumer.queue.lease if drain_timeout is None else drain_timeout, consumer.queue.name)
+            try:
+                await _drain(tasks, consumer.queue.lease if drain_timeout is None else drain_timeout,
+                             consumer.queue.name)
+            finally:
+                del self._runs[ended]
+                ended.set_result(None)
         if fatal:
             raise fatal[0]
 

@@ -356,3 +356,34 @@ def test_a_handler_that_never_returns_is_renewed_up_to_max_lease_then_redelivere
     markers = markers_by_partition(bootstrap, q.markers_topic)[0]
     renews = [m for m in markers if isinstance(m, Renew) and 0 in {o for r in m.ranges for o in r.offsets()}]
     assert len(renews) >= 2, markers  # renewed while the handler ran (lease 1 s, max_lease 3 s)
+
+
+def test_close_from_another_task_lets_run_drain_its_handlers_first(queue_topics, bootstrap):
+    cfg, q = queue_topics(partitions=1, consumer=FAST_FLUSH)
+    produce(cfg, q.name, 10)
+
+    async def scenario() -> None:
+        two_running, release = asyncio.Event(), asyncio.Event()
+        running = 0
+        c = await AsyncKmqConsumer(cfg, queue=q.name).start()
+
+        async def slow(msg: AsyncKmqMessage) -> None:
+            nonlocal running
+            running += 1
+            if running == 2:
+                two_running.set()
+            await release.wait()
+
+        runner = asyncio.create_task(c.run(slow, concurrency=2))
+        await asyncio.wait_for(two_running.wait(), 30)
+        closer = asyncio.create_task(c.close())  # e.g. a shutdown hook, while both handlers run
+        # close() does not close the consumer under running handlers (it would take well under 2 s).
+        done, _ = await asyncio.wait({closer}, timeout=2.0)
+        assert not done and not runner.done()
+        release.set()  # the handlers return: their acks must still be written
+        await asyncio.wait_for(asyncio.gather(runner, closer), 60)
+
+    asyncio.run(scenario())
+    markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    assert set(ranges(markers, End)) == {0, 1} and not ranges(markers, Nack)
+    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 2}  # the 8 never handed: given back
