@@ -241,6 +241,16 @@ def test_cancelling_async_for_gives_back_never_handed_messages(queue_topics, boo
     markers = markers_by_partition(bootstrap, q.markers_topic)[0]
     assert set(ranges(markers, End)) == set(range(5)) and not ranges(markers, Nack)
 
+    async def next_member() -> list[AsyncKmqMessage]:
+        async with AsyncKmqConsumer(cfg, queue=q.name) as c:
+            got = await take(c, 25)
+            for m in got:
+                await m.ack()
+            return got
+
+    got = asyncio.run(next_member())
+    assert sorted(m.offset for m in got) == list(range(5, 30)) and {m.delivery_count for m in got} == {1}
+
 
 class Ticker:
     """Ticks every 10 ms on the loop and keeps the largest gap: a blocked loop shows as a long gap."""
