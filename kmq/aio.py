@@ -186,10 +186,6 @@ class AsyncKmqConsumer:
         consumer.stop()  # a waiting poll returns at once
         me = asyncio.current_task()
         others = [end for end, task in self._runs.items() if task is not me]
-        if others:
-            # close() from another task while run() drains: settlements of its handlers must
-            # still reach the writer before it closes.
-            await asyncio.wait(others)
         loop = asyncio.get_running_loop()
 
         def close_all() -> None:
@@ -197,8 +193,15 @@ class AsyncKmqConsumer:
             self._release_late()
             consumer.close(timeout)
 
-        # Shielded: a second cancellation while closing must not leave the close half done.
-        await asyncio.shield(loop.run_in_executor(None, close_all))
+        try:
+            if others:
+                # close() from another task while run() drains: settlements of its handlers must
+                # still reach the writer before it closes.
+                await asyncio.wait(others)
+        finally:
+            # Also when cancelled while waiting; shielded: a second cancellation must not leave
+            # the close half done (it goes on in its thread).
+            await asyncio.shield(loop.run_in_executor(None, close_all))
 
     def _release_late(self) -> None:
         """Messages a poll returned while its waiter was being cancelled and no one took since:
