@@ -29,11 +29,12 @@ MESSAGES = 600
 
 
 def _worker(conf: Path, queue: str, ack_log: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kmq", "work", queue, "--asyncio", "--config", str(conf), "--workers", "4",
-         "--processing-ms", "5", "--fail-rate", "0.05", "--ack-log", str(ack_log)],
-        cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,  # noqa: SIM115
-    )
+    with open(log, "wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "kmq", "work", queue, "--asyncio", "--config", str(conf), "--workers", "4",
+             "--processing-ms", "5", "--fail-rate", "0.05", "--ack-log", str(ack_log)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
 
 
 def _acked(ack_log: Path) -> set[str]:
