@@ -11,6 +11,9 @@ Deterministic by design, so demos and chaos tests can predict outcomes:
   the next ``--hang-rate`` band never settles (the lease expires and the tracker
   redelivers). Poison payloads are always rejected (-> DLQ). The same message
   on the same delivery always gets the same fate.
+* ``kmq work --asyncio`` runs the same decisions as a coroutine handler on
+  :meth:`kmq.aio.AsyncKmqConsumer.run` (``--workers`` = its concurrency), so a
+  fleet can mix threaded and asyncio workers.
 """
 
 from __future__ import annotations
