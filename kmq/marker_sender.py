@@ -16,6 +16,10 @@ everything that gets markers to Kafka when Kafka is not answering.
   ``consumer.marker_retry_budget``; past it, or at close, it is given up with
   one error line naming the offsets (their messages are redelivered by the
   tracker when their leases end). START failures are the caller's to handle.
+* With a :class:`~kmq.metrics.ConsumerMetrics`, the messages whose marker was
+  resent or given up are counted (``kmq_consumer_markers_retried_total``,
+  ``kmq_consumer_markers_given_up_total``, by marker type) and those waiting
+  are a gauge read at scrape time (``kmq_consumer_markers_awaiting_retry``).
 """
 
 from __future__ import annotations
@@ -24,13 +28,16 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kmq import client_api
 from kmq.config import Config, QueueConfig
 from kmq.errors import KmqError, MarkerWriteError
 from kmq.marker_retry import MarkerRetry, Pending, describe
 from kmq.markers import Marker, encode, encode_key
+
+if TYPE_CHECKING:
+    from kmq.metrics import ConsumerMetrics
 
 __all__ = ["MarkerSender"]
 
@@ -43,9 +50,11 @@ class MarkerSender:
     :param cfg: the kmq configuration (``kafka.*``, ``consumer.marker_retry_budget``).
     :param queue: the queue whose markers topic is written.
     :param retry_interval: least seconds between two resend rounds.
+    :param metrics: where to count retried and given-up markers (optional).
     """
 
-    def __init__(self, cfg: Config, queue: QueueConfig, retry_interval: float = 1.0) -> None:
+    def __init__(self, cfg: Config, queue: QueueConfig, retry_interval: float = 1.0,
+                 metrics: "ConsumerMetrics | None" = None) -> None:
         self.cfg = cfg
         self.queue = queue
         #: Seconds within which the producer answers every send (acknowledged or failed).
@@ -67,7 +76,22 @@ class MarkerSender:
         self.failed_writes = 0
         #: How often a stuck producer was replaced.
         self.producer_replacements = 0
+        self._metrics = metrics
+        if metrics is not None:
+            # Read at scrape time: the figure moves on the producer's I/O thread and the flusher.
+            metrics.markers_awaiting_retry.labels(queue.name).set_function(lambda: self.retrying)
         self._producer = self._new_producer()
+
+    def _count(self, metric: str, pending: list[Pending]) -> None:
+        """Add the messages ``pending`` markers cover to a ``ConsumerMetrics`` counter, by marker type."""
+        if self._metrics is None or not pending:
+            return
+        by_type: dict[str, int] = {}
+        for _, marker, _ in pending:
+            by_type[marker.TYPE.name] = by_type.get(marker.TYPE.name, 0) + marker.offset_count()
+        counter = getattr(self._metrics, metric)
+        for kind, n in by_type.items():
+            counter.labels(self.queue.name, kind).inc(n)
 
     # ------------------------------------------------------------ sending
     def _new_producer(self) -> Any:
@@ -105,6 +129,7 @@ class MarkerSender:
                       exc, marker.offset_count())
             with self._lock:
                 self.failed_writes += 1
+            self._count("markers_given_up", [(partition, marker, 0.0)])
             return
         token = next(self._tokens)
         with self._lock:
@@ -157,6 +182,7 @@ class MarkerSender:
         n = sum(m.offset_count() for _, m, _ in pending)
         with self._lock:
             self.failed_writes += len(pending)
+        self._count("markers_given_up", pending)
         log.error("%d marker(s) of %s were not written (%s): %s; the tracker will redeliver these %d message(s) "
                   "when their leases end", len(pending), self.queue.name, why, describe(pending), n)
 
@@ -168,6 +194,7 @@ class MarkerSender:
         if given_up:
             self._give_up(given_up, f"Kafka did not acknowledge them within consumer.marker_retry_budget "
                                     f"({self.retry_budget:g}s)")
+        self._count("markers_retried", resend)
         for p, marker, since in resend:
             self.send(p, marker, since)
         return len(resend)
@@ -259,6 +286,7 @@ class MarkerSender:
             with self._lock:
                 lost = self._not_written + list(self._outstanding.values())
                 self.failed_writes += len(lost)
+            self._count("markers_given_up", lost)
             if lost:
                 log.error(
                     "closing the marker writer of %s: %d marker(s) not acknowledged by Kafka at %s within %gs: %s; "

@@ -36,6 +36,24 @@ class ConsumerMetrics:
             "kmq_consumer_marker_write_seconds", "Time to write START markers and get Kafka's acknowledgement",
             buckets=LATENCY_BUCKETS, registry=r,
         )
+        # Settlement markers (END/RENEW/NACK/REJECT) whose write failed (kmq/marker_sender.py), counted in the
+        # messages they cover: a given-up marker means that many messages are processed again after their leases.
+        self.markers_retried = Counter(
+            "kmq_consumer_markers_retried_total",
+            "Messages whose settlement marker was sent again after a failed write, by marker type",
+            ["queue", "type"], registry=r,
+        )
+        self.markers_given_up = Counter(
+            "kmq_consumer_markers_given_up_total",
+            "Messages whose settlement marker was given up (not acknowledged within consumer.marker_retry_budget, "
+            "or at close); the tracker redelivers them when their leases end",
+            ["queue", "type"], registry=r,
+        )
+        self.markers_awaiting_retry = Gauge(
+            "kmq_consumer_markers_awaiting_retry",
+            "Messages whose settlement marker failed and is not written yet (waiting for a retry or being resent)",
+            ["queue"], registry=r,
+        )
 
 
 class TrackerMetrics:

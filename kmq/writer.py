@@ -88,7 +88,7 @@ def _check_consumer(consumer: Any) -> ConsumerAdapter | None:
             f"{type(consumer).__module__}.{type(consumer).__name__} is an asyncio consumer (its commit() is a "
             "coroutine); MarkerWriter drives a blocking kafka.KafkaConsumer and would never await the commit. "
             "Use kafka-python's KafkaConsumer or confluent-kafka's Consumer with MarkerWriter, or kmq.KmqConsumer; "
-            "an async API is needed for aiokafka and kmq has none yet"
+            "from asyncio code use kmq.aio.AsyncKmqConsumer (async for msg in consumer: ... await msg.ack())"
         )
     return adapt_consumer(consumer)
 
@@ -150,7 +150,7 @@ class MarkerWriter:
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
         if check_topics:
             require_aligned(cfg.kafka, self.queue)
-        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval))
+        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval), metrics=self.metrics)
         self.retry_budget = self._sender.retry_budget
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()

@@ -14,6 +14,7 @@ BENCHMARKS = {
     "spark": "kmq.bench.spark",
     "trace": "kmq.bench.trace",
     "overload": "kmq.bench.overload",
+    "aio": "kmq.bench.aio",
     "all": "kmq.bench.all",
 }
 

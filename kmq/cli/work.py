@@ -11,10 +11,14 @@ Deterministic by design, so demos and chaos tests can predict outcomes:
   the next ``--hang-rate`` band never settles (the lease expires and the tracker
   redelivers). Poison payloads are always rejected (-> DLQ). The same message
   on the same delivery always gets the same fate.
+* ``kmq work --asyncio`` runs the same decisions as a coroutine handler on
+  :meth:`kmq.aio.AsyncKmqConsumer.run` (``--workers`` = its concurrency), so a
+  fleet can mix threaded and asyncio workers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import signal
@@ -128,10 +132,14 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
 @click.option("--redis-url", default=None,
               help="Guard the effect (the ack and its --ack-log line) with IdempotencyGuard on this Redis, so a "
                    "message whose copy was already processed is acked without effect (default: redis.url).")
+@click.option("--asyncio", "use_asyncio", is_flag=True, default=False,
+              help="Run coroutine handlers on kmq.aio.AsyncKmqConsumer.run(concurrency=--workers) instead of threads "
+                   "(same handler behaviour and flags).")
 @config_options
 def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate: float, poison_rate: float | None,
          processing_ms: float,
-         ack_log: str | None, max_messages: int, metrics_port: int | None, redis_url: str | None, cfg: Config) -> None:
+         ack_log: str | None, max_messages: int, metrics_port: int | None, redis_url: str | None, use_asyncio: bool,
+         cfg: Config) -> None:
     """Consume QUEUE with failure injection until SIGTERM/SIGINT (drain, flush, close).
 
     Deterministic per delivery: fate = blake2b-64("origin#delivery_count")/2^64;
@@ -160,7 +168,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
         from kmq.guard import IdempotencyGuard
 
         guard = IdempotencyGuard(redis_url or cfg.redis.url)
-    consumer = KmqConsumer(cfg, queue=queue, metrics=metrics)
+    consumer: Any = None  # KmqConsumer, or AsyncKmqConsumer with --asyncio
 
     def count(kind: str) -> None:
         with log_lock:
@@ -202,16 +210,66 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
         if guard is not None:
             guard.done(msg)
 
+    async def async_handler(amsg: Any) -> None:
+        # handler() above as a coroutine: the same decisions, awaited sleeps; the Redis guard's
+        # blocking calls run off the loop. Settlements are memory-only (see kmq.aio).
+        msg = amsg.message
+        if is_poison(msg.value, poison_rate or 0.0):
+            await amsg.reject("poison payload")
+            count("poison")
+            return
+        kind = fate(msg.origin, msg.delivery_count, fail_rate, hang_rate, slow_rate)
+        if processing_ms:
+            await asyncio.sleep(processing_ms / 1000.0)
+        if kind == "slow":
+            await asyncio.sleep(slow_s)
+        if kind in ("ok", "slow") and guard is not None and not await asyncio.to_thread(guard.begin, msg):
+            if await asyncio.to_thread(guard.state, msg) == "running":
+                await amsg.nack(delay=cfg.queue(queue).lease)
+                return
+            count("duplicate")
+            await amsg.ack()
+            return
+        count(kind)
+        if kind == "fail":
+            raise InjectedFailure(f"injected failure on delivery {msg.delivery_count}")
+        if kind == "hang":
+            await amsg.abandon()
+            return
+        await amsg.ack()
+        if log_file is not None:
+            with log_lock:
+                log_file.write(f"{msg.topic}/{msg.partition}/{msg.offset} {msg.origin}\n")
+                log_file.flush()
+        if guard is not None:
+            await asyncio.to_thread(guard.done, msg)
+
+    stop_asked = threading.Event()  # a signal before the consumer exists still stops it
+
     def on_signal(signum: int, frame: Any) -> None:
         log.info("signal %d: draining", signum)
-        consumer.stop()
+        stop_asked.set()
+        if consumer is not None:
+            consumer.stop()
+
+    def started(c: Any) -> None:
+        nonlocal consumer
+        consumer = c
+        if stop_asked.is_set():
+            c.stop()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    click.echo(f"working on {queue} with {workers} workers", err=True)
+    click.echo(f"working on {queue} with {workers} {'asyncio handlers' if use_asyncio else 'workers'}", err=True)
     try:
-        consumer.run(handler, workers=workers)
+        if use_asyncio:
+            asyncio.run(_run_async(cfg, queue, metrics, async_handler, workers, started))
+        else:
+            started(KmqConsumer(cfg, queue=queue, metrics=metrics))
+            try:
+                consumer.run(handler, workers=workers)
+            finally:
+                consumer.close()
     finally:
-        consumer.close()
         for s, h in old.items():
             signal.signal(s, h)
         if log_file is not None:
@@ -219,3 +277,13 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
         if guard is not None:
             guard.close()
     click.echo("settled: " + " ".join(f"{k}={v}" for k, v in counts.items()))
+
+
+async def _run_async(cfg: Config, queue: str, metrics: Any, handler: Any, concurrency: int,
+                     started: Any) -> None:
+    """``kmq work --asyncio``: the handler on :meth:`kmq.aio.AsyncKmqConsumer.run`."""
+    from kmq.aio import AsyncKmqConsumer
+
+    async with AsyncKmqConsumer(cfg, queue=queue, metrics=metrics) as consumer:
+        started(consumer)
+        await consumer.run(handler, concurrency=concurrency)

@@ -24,6 +24,7 @@ def test_an_aiokafka_consumer_is_refused_at_construction(queue_topics, bootstrap
             with pytest.raises(UnsupportedConsumer, match="asyncio consumer.*never await the commit") as err:
                 kmq.MarkerWriter(cfg, queue=q.name, consumer=consumer)
             assert isinstance(err.value, TypeError)
+            assert "kmq.aio.AsyncKmqConsumer" in str(err.value)  # the way out is named
             with kmq.MarkerWriter(cfg, queue=q.name) as writer:  # and not smuggled in through start()
                 with pytest.raises(UnsupportedConsumer):
                     writer.start([], consumer=consumer)

@@ -1,0 +1,176 @@
+"""``kmq bench aio``: the asyncio API against the threaded one, side by side in one run.
+
+All variants read the same pre-produced messages of one queue, each run in a
+fresh consumer group and a fresh process, alternating ``--rounds`` times, with
+the handler of ``kmq bench consumer`` (a crc32 of the value):
+
+* threads:   ``KmqConsumer.poll(max_records=batch)``, the handler, ``msg.ack()`` each;
+* aio-for:   ``async for msg in AsyncKmqConsumer``: the handler, ``await msg.ack()``;
+* aio-run:   ``AsyncKmqConsumer.run(handler, concurrency=--concurrency)`` (return = ack).
+
+Throughput is measured from the first message to the last one settled and the
+final flush (group join excluded). The asyncio variants also run a ticker
+coroutine (every 5 ms) and report the largest gap between its ticks: how long
+the event loop was kept from other work while consuming at full speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import click
+
+from kmq.bench.consumer import _config, _cpu, _produce, _rss_mb, handler
+
+__all__ = ["command", "run"]
+
+VARIANTS = ("threads", "aio-for", "aio-run")
+
+
+def _child_threads(cfg: Any, messages: int, batch: int) -> dict:
+    from kmq.consumer import KmqConsumer
+
+    c = KmqConsumer(cfg, batch_size=batch)
+    n, t0, acc = 0, None, 0
+    while n < messages:
+        msgs = c.poll(timeout=0.5, max_records=batch)
+        if not msgs:
+            continue
+        if t0 is None:
+            t0, c0 = time.perf_counter(), _cpu()
+        for m in msgs:
+            acc ^= handler(m.value)
+            m.ack()
+        n += len(msgs)
+    c.writer.flush()
+    took, cpu = time.perf_counter() - t0, _cpu() - c0
+    c.close()
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_gap_ms": None}
+
+
+async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int) -> dict:
+    from kmq.aio import AsyncKmqConsumer
+
+    worst = 0.0
+
+    async def tick() -> None:
+        nonlocal worst
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            worst = max(worst, now - last)
+            last = now
+
+    n, t0, c0, acc = 0, 0.0, 0.0, 0
+    async with AsyncKmqConsumer(cfg, batch_size=batch) as c:
+        ticker = None
+        if variant == "aio-for":
+            async for msg in c:
+                if n == 0:
+                    t0, c0, ticker = time.perf_counter(), _cpu(), asyncio.create_task(tick())
+                acc ^= handler(msg.value)
+                await msg.ack()
+                n += 1
+                if n == messages:
+                    break
+        else:
+            async def handle(msg: Any) -> None:
+                nonlocal n, t0, c0, ticker, acc
+                if n == 0:
+                    t0, c0, ticker = time.perf_counter(), _cpu(), asyncio.create_task(tick())
+                acc ^= handler(msg.value)
+                n += 1
+                if n == messages:
+                    c.stop()
+
+            await c.run(handle, concurrency=concurrency)
+        await asyncio.get_running_loop().run_in_executor(None, c.consumer.writer.flush)
+        took, cpu = time.perf_counter() - t0, _cpu() - c0
+        if ticker is not None:
+            ticker.cancel()
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_gap_ms": worst * 1000}
+
+
+def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int) -> None:
+    import logging
+
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms")
+    if variant == "threads":
+        out = _child_threads(cfg, messages, batch)
+    else:
+        out = asyncio.run(_child_aio(cfg, messages, batch, variant, concurrency))
+    out["rss_mb"] = _rss_mb()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int) -> dict:
+    code = ("from kmq.bench.aio import _child; "
+            f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {concurrency})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise click.ClickException(f"{variant} run failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+
+
+def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency: int = 16, rounds: int = 3,
+        partitions: int = 1, bootstrap: str | None = None, echo: Any = None) -> dict:
+    """Run the three variants ``rounds`` times; returns the figures (also printed through ``echo``)."""
+    say = echo or (lambda *_: None)
+    broker = None
+    if bootstrap is None:
+        from kmq.devbroker import DevBroker
+
+        broker = DevBroker().start()
+        bootstrap = broker.bootstrap
+    try:
+        queue = f"bench-{uuid.uuid4().hex[:8]}"
+        _produce(bootstrap, queue, messages, size, partitions)
+        say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)); aio-run concurrency {concurrency}")
+        runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+        for r in range(rounds):
+            for variant in VARIANTS:
+                res = _spawn(variant, bootstrap, queue, messages, batch, concurrency)
+                res["rate"] = res["messages"] / res["seconds"]
+                runs[variant].append(res)
+                gap = "" if res["loop_gap_ms"] is None else f", largest loop gap {res['loop_gap_ms']:.1f} ms"
+                say(f"round {r + 1} {variant:7s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
+                    f"cpu {res['cpu_seconds']:.2f}s, peak RSS {res['rss_mb']:.0f} MB{gap})")
+        medians = {v: statistics.median(x["rate"] for x in runs[v]) for v in VARIANTS}
+        ratios = {v: statistics.median(a["rate"] / t["rate"] for a, t in zip(runs[v], runs["threads"]))
+                  for v in VARIANTS[1:]}
+        gaps = {v: max(x["loop_gap_ms"] for x in runs[v]) for v in VARIANTS[1:]}
+        say("medians: " + ", ".join(f"{v} {m:,.0f} msg/s" for v, m in medians.items()))
+        say("ratio to threads (median of rounds): " + ", ".join(f"{v} {x:.3f}" for v, x in ratios.items()))
+        say("largest event-loop gap: " + ", ".join(f"{v} {g:.1f} ms" for v, g in gaps.items()))
+        return {"messages": messages, "size": size, "batch": batch, "concurrency": concurrency, "rounds": rounds,
+                "partitions": partitions, "msgs_per_s": {v: [x["rate"] for x in runs[v]] for v in VARIANTS},
+                "median_msgs_per_s": medians, "ratio_to_threads": ratios, "max_loop_gap_ms": gaps}
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+@click.command("aio")
+@click.option("--messages", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--size", type=click.IntRange(min=1), default=100, show_default=True, help="Payload bytes.")
+@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True, help="batch_size of the consumers.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="aio-run handlers at once.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
+def command(as_json: bool, **opts: Any) -> None:
+    """KmqConsumer (threads) vs AsyncKmqConsumer (async for, run) on one embedded broker."""
+    result = run(echo=click.echo, **opts)
+    if as_json:
+        click.echo(json.dumps(result))
