@@ -195,7 +195,11 @@ class ConfluentProducer:
             raise kp_errors.KafkaTimeoutError(f"{left} record(s) not delivered within {timeout}s")
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush for at most ``timeout`` seconds; what is left fails (librdkafka purges it)."""
+        """Flush for at most ``timeout`` seconds; what is left fails (librdkafka purges it).
+        Then librdkafka's handle is released (its threads and broker connections), not left to
+        the garbage collector: a handle still referenced kept reconnecting to a stopped broker."""
+        if self._closed.is_set():
+            return
         try:
             self.raw.flush(max(0.0, timeout))
         finally:
@@ -205,6 +209,8 @@ class ConfluentProducer:
             self._closed.set()
             if self._poller is not threading.current_thread():
                 self._poller.join(1)
+                if not self._poller.is_alive():  # never under a poll() of the serving thread
+                    self.raw.close()
 
 
 def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: Any) -> ConfluentProducer:

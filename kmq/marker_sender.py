@@ -11,6 +11,11 @@ everything that gets markers to Kafka when Kafka is not answering.
   of five kills with writes in flight). A send unanswered well past the
   delivery timeout means the producer is stuck: a new one takes over
   (:meth:`MarkerSender.check_stall`).
+* A send answered with a producer-state error (fenced, unknown producer id,
+  out-of-order sequence, invalid epoch) means the broker no longer accepts
+  this producer's id: every later send fails the same way (seen with
+  confluent-kafka after a broker restart with writes timed out), so a new
+  producer takes over too.
 * A settlement marker (END/RENEW/NACK/REJECT) that fails goes to a
   :class:`~kmq.marker_retry.MarkerRetry` and is resent for
   ``consumer.marker_retry_budget``; past it, or at close, it is given up with
@@ -30,6 +35,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from kafka import errors as kafka_errors
+
 from kmq import client_api
 from kmq.config import Config, QueueConfig
 from kmq.errors import KmqError, MarkerWriteError
@@ -42,6 +49,11 @@ if TYPE_CHECKING:
 __all__ = ["MarkerSender"]
 
 log = logging.getLogger(__name__)
+
+
+# Both clients raise kafka-python's error classes (kmq.client_confluent maps librdkafka's codes).
+_PRODUCER_STATE_ERRORS = (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
+                          kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)
 
 
 class MarkerSender:
@@ -72,6 +84,7 @@ class MarkerSender:
         self._final = False  # closing: failures are reported, no longer retried
         self._not_written: list[Pending] = []
         self._stall_warned_at = float("-inf")
+        self._refused: str | None = None  # why the broker refuses the current producer's id, if it does
         #: Markers given up (not acknowledged within the budget, or at close).
         self.failed_writes = 0
         #: How often a stuck producer was replaced.
@@ -111,12 +124,14 @@ class MarkerSender:
         fut = self._producer.send(self.queue.markers_topic, value=value, key=encode_key(partition), partition=partition)
         with self._lock:
             self._sent_at[token] = time.monotonic()
-        fut.add_both(self._answered, token)
+        fut.add_both(self._answered, token, self._producer)
         return fut
 
-    def _answered(self, token: int, _result: Any = None) -> None:
+    def _answered(self, token: int, producer: Any, result: Any = None) -> None:
         with self._lock:
             self._sent_at.pop(token, None)
+            if isinstance(result, _PRODUCER_STATE_ERRORS) and producer is self._producer:
+                self._refused = f"{type(result).__name__}: {result}"
 
     def send(self, partition: int, marker: Marker, since: float | None = None) -> None:
         """Send a settlement marker (no wait); a failure goes to the retry store
@@ -201,11 +216,14 @@ class MarkerSender:
 
     # ------------------------------------------------------------ watching
     def check_stall(self) -> bool:
-        """Replace the producer when a send stayed unanswered well past its delivery timeout.
-        Returns True if replaced."""
+        """Replace the producer when a send stayed unanswered well past its delivery timeout,
+        or when the broker refused its producer id. Returns True if replaced."""
         now = time.monotonic()
         with self._lock:
             oldest = min(self._sent_at.values(), default=None)
+            refused = self._refused
+        if refused is not None:
+            return self.replace(f"the broker refuses its producer id ({refused})", now)
         if oldest is None or now - oldest < self._stall_after:
             return False
         return self.replace(f"a marker write stayed unanswered for {now - oldest:.0f}s "
@@ -228,6 +246,7 @@ class MarkerSender:
             return False
         with self._lock:
             old, self._producer = self._producer, new
+            self._refused = None
             stale = list(self._outstanding.values())
             self._outstanding.clear()
             self._sent_at.clear()

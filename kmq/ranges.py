@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Iterable, Iterator, NamedTuple
 
-__all__ = ["OffsetRange", "coalesce", "normalize", "RangeSet", "RangeOverlapError"]
+__all__ = ["OffsetRange", "coalesce", "normalize", "RangeSet", "RangeOverlapError", "missing"]
 
 
 class RangeOverlapError(ValueError):
@@ -132,7 +132,9 @@ class RangeSet:
         return f"RangeSet([{body}])"
 
     def ranges(self) -> list[OffsetRange]:
-        return list(self)
+        # Not list(self): list() takes len() (the offset count, up to billions) as its size
+        # hint and would allocate that many slots.
+        return [OffsetRange(s, e - s) for s, e in zip(self._starts, self._ends)]
 
     def min(self) -> int | None:
         return self._starts[0] if self._starts else None
@@ -203,3 +205,18 @@ class RangeSet:
         self._starts.clear()
         self._ends.clear()
         self._size = 0
+
+
+def missing(wanted: Iterable[tuple[int, int]], found: Iterable[int]) -> list[OffsetRange]:
+    """The offsets of ``wanted`` (ranges) that are not in ``found`` (offsets), as sorted ranges.
+
+    Range arithmetic, never a walk over every wanted offset: a wanted range may hold
+    billions of offsets, while ``found`` holds only records actually read.
+
+    >>> missing([(10, 5)], [11, 12])
+    [OffsetRange(first=10, count=1), OffsetRange(first=13, count=2)]
+    """
+    left = RangeSet(wanted)
+    for r in coalesce(found):
+        left.remove(r.first, r.count)
+    return left.ranges()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
@@ -19,7 +19,7 @@ from kafka.errors import KafkaError
 from kmq.clients import consumer as make_consumer
 from kmq.config import KafkaConfig
 from kmq.errors import KmqError
-from kmq.ranges import OffsetRange, RangeSet
+from kmq.ranges import OffsetRange, RangeSet, missing
 
 __all__ = ["LogReader", "ReadResult", "LogReadError"]
 
@@ -27,6 +27,20 @@ log = logging.getLogger(__name__)
 
 # Re-seek instead of reading through a gap wider than this many offsets.
 _SEEK_GAP = 1000
+
+
+def needs_seek(pos: int | None, target: int) -> bool:
+    """Whether a reader at ``pos`` (None: not placed yet) seeks to ``target`` rather than
+    reads on: never backwards, never through a gap wider than ``_SEEK_GAP`` offsets."""
+    return pos is None or target < pos or target - pos > _SEEK_GAP
+
+
+def next_target(todo: Sequence[OffsetRange], i: int, known: int) -> tuple[int, int | None]:
+    """The next offset to read: from range ``todo[i]`` on, the first range with an offset at or
+    above ``known`` (every wanted offset below it is decided), and that offset; None when all are decided."""
+    while i < len(todo) and todo[i].end <= known:
+        i += 1
+    return i, (max(todo[i].first, known) if i < len(todo) else None)
 
 
 class LogReadError(KmqError):
@@ -70,7 +84,7 @@ class LogReader:
             return ReadResult(found, [])
         tp = TopicPartition(topic, partition)
         c = self._consumer
-        todo = list(wanted)
+        todo = wanted.ranges()
         deadline = time.monotonic() + self._timeout_s
         known = -1  # every wanted offset below this is decided (found or absent)
         pos: int | None = None  # the reader's position
@@ -81,17 +95,15 @@ class LogReader:
             # "position >= high-water" below always compares with a mark fetched now.
             c.unsubscribe()
             c.assign([tp])
-            while i < len(todo):
-                r = todo[i]
-                if r.end <= known:
-                    i += 1
-                    continue
-                target = max(r.first, known)
+            while True:
+                i, target = next_target(todo, i, known)
+                if target is None:
+                    break
                 hw = c.highwater(tp)  # from a fetch of this assignment (fresh, see above)
                 if hw is not None and target >= hw:
                     log_end = hw  # nothing from here on exists: do not seek past the end and reset
                     break
-                if pos is None or target < pos or target - pos > _SEEK_GAP:
+                if needs_seek(pos, target):
                     c.seek(tp, target)
                     pos = target
                 batch = c.poll(timeout_ms=200, max_records=2000).get(tp, [])
@@ -114,11 +126,7 @@ class LogReader:
                     raise LogReadError(f"timed out reading {topic}[{partition}] at offset {pos}")
         except KafkaError as exc:
             raise LogReadError(f"reading {topic}[{partition}] failed: {exc}") from exc
-        # Range arithmetic, never a walk over every wanted offset (a range may hold billions).
-        left = RangeSet(todo)
-        for off in found:
-            left.remove(off, 1)
-        return ReadResult(found, list(left), log_end)
+        return ReadResult(found, missing(todo, found), log_end)
 
     def high_waters(self, starts: dict[TopicPartition, int | None]) -> dict[TopicPartition, int]:
         """High-water marks fetched now (from the given start offsets; None = log start).

@@ -17,8 +17,8 @@ from typing import Iterable
 from kmq.client_api import Record
 from kmq.client_confluent import settings
 from kmq.config import KafkaConfig
-from kmq.ranges import RangeSet
-from tracker.log_reader import _SEEK_GAP, LogReadError, ReadResult
+from kmq.ranges import RangeSet, missing
+from tracker.log_reader import LogReadError, ReadResult, needs_seek, next_target
 
 import confluent_kafka as ck  # noqa: E402,I001 - after kmq.client_confluent: its import names the missing extra
 from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
@@ -59,7 +59,7 @@ class ConfluentLogReader:
         found: dict[int, Record] = {}
         if not wanted:
             return ReadResult(found, [])
-        todo = list(wanted)
+        todo = wanted.ranges()
         deadline = time.monotonic() + self._timeout_s
         known = -1  # every wanted offset below this is decided (found or absent)
         pos: int | None = None  # the offset the current assignment reads from next
@@ -68,15 +68,13 @@ class ConfluentLogReader:
         idle = 0
         c = self._consumer
         try:
-            while i < len(todo):
-                r = todo[i]
-                if r.end <= known:
-                    i += 1
-                    continue
-                target = max(r.first, known)
+            while True:
+                i, target = next_target(todo, i, known)
+                if target is None:
+                    break
                 if log_end is not None and target >= log_end:
                     break  # at or past the end of the log: nothing from here on exists
-                if pos is None or target < pos or target - pos > _SEEK_GAP:
+                if needs_seek(pos, target):
                     self._assign(topic, partition, target)
                     pos = target
                     idle = 0
@@ -112,10 +110,7 @@ class ConfluentLogReader:
                     raise LogReadError(f"timed out reading {topic}[{partition}] at offset {pos}")
         except KafkaException as exc:
             raise LogReadError(f"reading {topic}[{partition}] failed: {exc}") from exc
-        left = RangeSet(todo)
-        for off in found:
-            left.remove(off, 1)
-        return ReadResult(found, list(left), log_end)
+        return ReadResult(found, missing(todo, found), log_end)
 
     def _past_end(self, topic: str, partition: int, target: int) -> bool:
         """Whether the high-water mark of this assignment's latest fetch responses is at or below ``target``."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from typing import Any, Iterator, Sequence
 
@@ -164,6 +165,20 @@ def _worker_consumer(client_json: str):
         )
         _WORKER_CONSUMERS[client_json] = c
     return c
+
+
+def close_task_consumers(client_json: str) -> None:
+    """Close this process's cached task consumers for ``client_json`` (either client).
+
+    Spark runs tasks in its Python worker processes, whose cached consumers live as long as
+    they do. A process that ran tasks itself (a local read, a test) closes them when its stream
+    stops, so no consumer is left polling the brokers; in the driver of a real job there are none."""
+    c = _WORKER_CONSUMERS.pop(client_json, None)
+    if c is not None:
+        c.close()
+    confluent = sys.modules.get("kmq.spark.source_confluent")  # only loaded where a task read with it
+    if confluent is not None:
+        confluent.close_cached_consumer(client_json)
 
 
 class KafkaInputPartition(InputPartition):
@@ -414,6 +429,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        close_task_consumers(self.client_json)
 
 
 def _limit(start: dict, end: dict, max_rows: int) -> dict:

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from kmq.config import KafkaConfig
 
-__all__ = ["read_partition_confluent", "kafka_config_from_kwargs"]
+__all__ = ["read_partition_confluent", "kafka_config_from_kwargs", "close_cached_consumer"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,14 @@ def _consumer(client_json: str):
         })
         _CONSUMERS[client_json] = c
     return c
+
+
+def close_cached_consumer(client_json: str) -> None:
+    """Close this process's cached consumer for ``client_json``, if it has one (see
+    :func:`kmq.spark.source.close_task_consumers`)."""
+    c = _CONSUMERS.pop(client_json, None)
+    if c is not None:
+        c.close()
 
 
 def read_partition_confluent(part, arrow, source_error, data_loss_error) -> Iterator[pa.RecordBatch]:

@@ -1,7 +1,12 @@
-"""Chaos: real `kmq work` and `kmq tracker run` processes, killed mid-run.
+"""Chaos: a mixed fleet of real worker and `kmq tracker run` processes, killed mid-run.
 
-10,000 messages (1 % poison) on 4 partitions; 3 workers with failure, hang and
-poison injection, one SIGKILLed and restarted; 2 trackers, one SIGKILLed.
+10,000 messages (1 % poison) on 4 partitions; 3 workers of mixed kinds in one
+group (`FLEET`: `kmq work` on kafka-python, and a user's own confluent-kafka
+loop adopted with MarkerWriter/@kmq.marked), all with the same failure, hang and
+poison injection, one of each kind SIGKILLed and restarted; 2 trackers, one
+reading and producing with kafka-python and one with confluent-kafka
+(`TRACKER_CLIENTS`), the kafka-python one SIGKILLed so the confluent one
+finishes the run.
 End state: every non-poison message acked at least once, every poison message
 in the DLQ with its headers (twice only inside the killed tracker's window
 between a dead letter and its CLOSED marker), nothing lost; duplicates reported.
@@ -17,6 +22,8 @@ poison record with hostile kmq headers (dead-lettered as usual).
 from __future__ import annotations
 
 import collections
+import dataclasses
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +31,7 @@ import time
 import pytest
 import yaml
 
+from kmq.config import Config
 from kmq.markers import Outcome, decode
 from tests.helpers.kafka import read_all
 from tests.integration.tracker_util import TrackerProcess, headers, metric
@@ -51,14 +59,42 @@ def _produce_hostile(bootstrap: str, topic: str) -> None:
     assert p.flush(10) == 0
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerKind:
+    """One kind of worker process: a command taking ``QUEUE --config FILE`` plus `kmq work`'s
+    injection options (``--fail-rate --hang-rate --poison-rate --ack-log``), and its environment."""
+
+    name: str
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+KMQ_WORK = ("-m", "kmq", "work", "--workers", "4")
+MARKED_LOOP = ("-m", "tests.helpers.marked_worker")  # a confluent-kafka loop with MarkerWriter/@kmq.marked
+
+# The fleet, one line a worker; adding a kind is adding a line (e.g. `kmq work` with
+# KMQ_KAFKA__CLIENT=confluent, or `kmq work --asyncio`).
+FLEET = [
+    WorkerKind("kmq work (kafka-python)", KMQ_WORK),
+    WorkerKind("confluent-kafka loop + MarkerWriter (confluent markers)", MARKED_LOOP, (("KMQ_KAFKA__CLIENT", "confluent"),)),
+    WorkerKind("kmq work (kafka-python)", KMQ_WORK),
+]
+# (worker index, acks so far): SIGKILLed then, one after the other, and restarted as the same kind.
+KILLED = [(0, 3_000), (1, 4_500)]
+# One tracker per client (kafka.client: originals read, copies and CLOSED markers produced);
+# TRACKER_CLIENTS[0] is SIGKILLed and the other takes over its partitions.
+TRACKER_CLIENTS = ["kafka-python", "confluent"]
+
+
 class Worker:
-    def __init__(self, cfg_path, queue: str, ack_log, out) -> None:
+    def __init__(self, kind: WorkerKind, cfg_path, queue: str, ack_log, out) -> None:
+        self.kind = kind
         self.ack_log = ack_log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kmq", "work", queue, "--config", str(cfg_path), "--workers", "4",
+            [sys.executable, *kind.command, queue, "--config", str(cfg_path),
              "--fail-rate", "0.02", "--hang-rate", "0.02", "--poison-rate", str(POISON_RATE),
              "--ack-log", str(ack_log)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **dict(kind.env)},
         )
 
     def stop(self, sig_kill: bool = False) -> None:
@@ -72,6 +108,13 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def with_client(cfg: Config, client: str) -> Config:
+    """``cfg`` with ``kafka.client`` set to ``client``."""
+    data = cfg.to_dict(redact=False)
+    data["kafka"]["client"] = client
+    return Config.from_dict(data)
 
 
 def _acks(logs) -> collections.Counter:
@@ -97,9 +140,9 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
     cfg_path = tmp_path / "kmq.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
     out = open(tmp_path / "workers.log", "ab")
-    logs = [tmp_path / f"acks-{i}.log" for i in range(4)]
-    trackers = [TrackerProcess(cfg, tmp_path), TrackerProcess(cfg, tmp_path)]
-    workers = [Worker(cfg_path, q.name, logs[i], out) for i in range(3)]
+    logs = [tmp_path / f"acks-{i}.log" for i in range(len(FLEET) + len(KILLED))]  # then the restarted workers
+    trackers = [TrackerProcess(with_client(cfg, client), tmp_path) for client in TRACKER_CLIENTS]
+    workers = [Worker(kind, cfg_path, q.name, logs[i], out) for i, kind in enumerate(FLEET)]
     producer = None
     try:
         for t in trackers:
@@ -111,6 +154,8 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
              "--poison-rate", str(POISON_RATE), "--rate", "700"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
+        produce_start, kills = time.monotonic(), []  # the producer needs N / 700 = 14.3 s
+
         def wait_acks(n: int, timeout: float) -> None:
             deadline = time.monotonic() + timeout
             while sum(_acks(logs).values()) < n:
@@ -121,11 +166,14 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         assert producer.poll() is None, "the producer finished before the tracker kill: not mid-run"
         tracker_killed_ms = int(time.time() * 1000)
         trackers[0].kill()  # its partitions move to the other tracker after the session timeout
-        wait_acks(4_000, 120)
-        assert producer.poll() is None, "the producer finished before the worker kill: not mid-run"
-        workers[0].stop(sig_kill=True)
-        workers[0] = Worker(cfg_path, q.name, logs[3], out)  # restarted
+        for j, (i, acks) in enumerate(KILLED):
+            wait_acks(acks, 120)
+            assert producer.poll() is None, f"the producer finished before worker {i} was killed: not mid-run"
+            workers[i].stop(sig_kill=True)
+            kills.append(f"worker {i} at {time.monotonic() - produce_start:.1f}s")
+            workers[i] = Worker(FLEET[i], cfg_path, q.name, logs[len(FLEET) + j], out)  # restarted
         assert producer.wait(120) == 0
+        print(f"killed mid-run: {', '.join(kills)}; producer done at {time.monotonic() - produce_start:.1f}s")
         # Copies carry a non-null kmq-origin; an original may carry a null one (the hostile record).
         originals = [r for r in read_all(bootstrap, q.name, expect=None, timeout=30)
                      if not any(k == "kmq-origin" and v is not None for k, v in (r.headers or []))]
@@ -157,6 +205,12 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         # Nothing lost: every message acked or dead-lettered, the oversize one closed as undeliverable.
         acked = _acks(logs)
         assert set(originals) - {big} <= set(acked) | dead_origins
+        # Every kind of worker in the fleet did its share (a kind that never joined the group would not).
+        kind_of_log = [k.name for k in FLEET] + [FLEET[i].name for i, _ in KILLED]
+        acks_by_kind: collections.Counter = collections.Counter()
+        for name, path in zip(kind_of_log, logs):
+            acks_by_kind[name] += sum(_acks([path]).values())
+        assert all(acks_by_kind[k.name] > 0 for k in FLEET), acks_by_kind
         big_offset = int(big.rsplit("/", 1)[1])
         undeliverable = [m for r in read_all(bootstrap, q.markers_topic, timeout=30)
                          if int.from_bytes(r.key, "big") == int(big.split("/")[1])
@@ -192,8 +246,8 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         print(f"\nchaos: {N} messages + {len(HOSTILE)} hostile, {len(poison_dead)} poison dead-lettered once, "
               f"1 closed undeliverable, 0 lost, "
               f"{duplicates} duplicate acks ({sum(1 for c in acked.values() if c > 1)} messages acked more than once), "
-              f"{sum(acked.values())} acks in all, {redelivered:.0f} redelivered by the surviving tracker, "
-              f"{time.monotonic() - t_start:.0f}s")
+              f"{sum(acked.values())} acks in all ({dict(acks_by_kind)}), {redelivered:.0f} redelivered by the "
+              f"surviving tracker ({TRACKER_CLIENTS[1]}), {time.monotonic() - t_start:.0f}s")
     finally:
         if producer is not None and producer.poll() is None:
             producer.kill()

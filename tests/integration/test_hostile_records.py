@@ -56,10 +56,10 @@ def _hdrs(rec) -> dict:
     return {k: v for k, v in (rec.headers or [])}
 
 
-@pytest.mark.parametrize("client", ["kafka-python", "confluent"])  # of the tracker's reader and producer
+# kafka_client: of the tracker's reader and producer.
 def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays_up(bootstrap, queue_topics, tmp_path,
-                                                                                    client):
-    cfg, q = queue_topics(1, queue=QUEUE, tracker={"max_request_size": MAX_REQUEST}, kafka={"client": client})
+                                                                                    kafka_client):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"max_request_size": MAX_REQUEST}, kafka={"client": kafka_client})
     offsets = produce_raw(bootstrap, q.name, HOSTILE + ORDINARY)
     assert offsets == list(range(10))
     tracker = TrackerProcess(cfg, tmp_path)
@@ -105,8 +105,10 @@ def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays
         tracker.close(); markers.close(); tail.close(); dlq.close()
 
 
-def test_a_missing_dlq_topic_holds_dead_letters_open_without_duplicating_the_copies(bootstrap, queue_topics, tmp_path):
-    cfg, q = queue_topics(1, queue=QUEUE)
+def test_a_missing_dlq_topic_holds_dead_letters_open_without_duplicating_the_copies(bootstrap, queue_topics, tmp_path,
+                                                                                     kafka_client):
+    # kafka_client: the tracker's producer meets a topic that does not exist (a failure path of each client).
+    cfg, q = queue_topics(1, queue=QUEUE, kafka={"client": kafka_client})
     produce_raw(bootstrap, q.name, ORDINARY[:2])
     tracker = TrackerProcess(cfg, tmp_path)
     markers = MarkerProducer(bootstrap, q.markers_topic)

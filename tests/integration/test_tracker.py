@@ -20,8 +20,6 @@ pytestmark = pytest.mark.integration
 LEASE_MS = 1000
 QUEUE = {"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}
 TICK = 0.05
-# The tracker reads originals and produces copies and CLOSED markers on either client (kafka.client).
-CLIENTS = pytest.mark.parametrize("client", ["kafka-python", "confluent"])
 
 
 @contextlib.contextmanager
@@ -44,9 +42,9 @@ def produce(bootstrap, topic, n, partition=0, hdrs=(("app", b"x"),)):
     return out
 
 
-@CLIENTS
-def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topics, client):
-    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": client})
+# kafka_client: the tracker reads originals and produces copies and CLOSED markers on either client.
+def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topics, kafka_client):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 3)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
@@ -86,9 +84,8 @@ def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topi
         markers.close(); tail.close(); dlq.close()
 
 
-@CLIENTS
-def test_renew_nack_reject_and_end(bootstrap, queue_topics, client):
-    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": client})
+def test_renew_nack_reject_and_end(bootstrap, queue_topics, kafka_client):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 4)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
@@ -169,12 +166,11 @@ def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics):
         tail.close()
 
 
-@CLIENTS
-def test_offsets_missing_from_the_queue_log_are_closed_not_replaced(bootstrap, queue_topics, client):
+def test_offsets_missing_from_the_queue_log_are_closed_not_replaced(bootstrap, queue_topics, kafka_client):
     """START covers offsets 0..4 but the log holds only 0..2: 3 copies, 2 closed as missing."""
     from kmq.markers import Closed, Outcome
 
-    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": client})
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 3)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail = Tail(bootstrap, q.name)

@@ -87,10 +87,12 @@ def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, q
         markers.close()
 
 
-def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, queue_topics, tmp_path):
+def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, queue_topics, tmp_path, kafka_client):
+    # kafka_client: the paused tracker's reader and producer (librdkafka's threads are frozen too).
     n = 200
     cfg, q = queue_topics(2, queue={"lease": "2s", "max_deliveries": 5,
-                                    "backoff": {"initial": "200ms", "max": "1s", "multiplier": 2.0}})
+                                    "backoff": {"initial": "200ms", "max": "1s", "multiplier": 2.0}},
+                          kafka={"client": kafka_client})
     for p in (0, 1):
         produce(bootstrap, q.name, n, partition=p)
     a, b = TrackerProcess(cfg, tmp_path), TrackerProcess(cfg, tmp_path)

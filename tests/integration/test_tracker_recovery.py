@@ -58,8 +58,9 @@ def test_sigkill_new_owner_replays_only_from_the_oldest_open_start(bootstrap, qu
         a.close()
 
 
-def test_sigterm_commits_and_leaves_so_the_next_owner_redelivers(bootstrap, queue_topics, tmp_path):
-    cfg, q = queue_topics(2, queue={**QUEUE, "lease": "3s"}, tracker={"tick": "50ms"})
+def test_sigterm_commits_and_leaves_so_the_next_owner_redelivers(bootstrap, queue_topics, tmp_path, kafka_client):
+    # kafka_client: a tracker process that stops and one that starts, reading and producing on each client.
+    cfg, q = queue_topics(2, queue={**QUEUE, "lease": "3s"}, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 2, partition=0)
     produce(bootstrap, q.name, 2, partition=1)
     a = TrackerProcess(cfg, tmp_path)
@@ -80,13 +81,14 @@ def test_sigterm_commits_and_leaves_so_the_next_owner_redelivers(bootstrap, queu
             t.close()
 
 
-def test_broker_restart_mid_run_loses_nothing(tmp_path):
+def test_broker_restart_mid_run_loses_nothing(tmp_path, kafka_client):
     broker = DevBroker(storage="s3", workdir=str(tmp_path))
     broker.start()
     try:
         name = unique("q")
         cfg = Config.from_dict({
-            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING},
+            # kafka_client: the tracker's reads and redeliveries ride through the outage on each client.
+            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "client": kafka_client},
             "queues": [{"name": name, **QUEUE, "lease": "2s"}],
             "tracker": {"group_id": unique("tracker"), "http_port": 0, "tick": "50ms"},
         })

@@ -64,11 +64,13 @@ def produce(cfg, topic, n, partitions):
     p.close()
 
 
-def test_an_existing_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap):
+# kafka_client: of the marker producer under the user's kafka-python loop (tests/integration/test_writer_confluent.py
+# has the confluent-kafka loop).
+def test_an_existing_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap, kafka_client):
     changed = [line for line in difflib.ndiff(ORIGINAL.splitlines(), WITH_KMQ.splitlines()) if line[:2] in ("+ ", "- ")]
     assert len(changed) <= 5, changed
 
-    cfg, q = queue_topics(partitions=2)
+    cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})
     produce(cfg, q.name, 50, 2)
     for source, group in ((ORIGINAL, cfg.consumer.group_id + "-plain"), (WITH_KMQ, cfg.consumer.group_id)):
         handled: list = []
@@ -83,10 +85,10 @@ def test_an_existing_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topic
     assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 25, 1: 25}
 
 
-def test_marked_acks_nacks_with_backoff_and_rejects_by_exception_class(queue_topics, bootstrap):
-    cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "3s"}})
+def test_marked_acks_nacks_with_backoff_and_rejects_by_exception_class(queue_topics, bootstrap, kafka_client):
+    cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "3s"}}, kafka={"client": kafka_client})
     produce(cfg, q.name, 6, 1)
-    consumer = clients.consumer(cfg.kafka, q.name, group_id=cfg.consumer.group_id)
+    consumer = clients.consumer(cfg.kafka, q.name, group_id=cfg.consumer.group_id)  # kafka-python, either producer
 
     class Poison(Exception):
         pass

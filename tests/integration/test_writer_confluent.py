@@ -68,12 +68,11 @@ def produce(cfg, topic, n, partitions):
     p.close()
 
 
-@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
-def test_a_confluent_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap, client):
+def test_a_confluent_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap, kafka_client):
     changed = [line for line in difflib.ndiff(ORIGINAL.splitlines(), WITH_KMQ.splitlines()) if line[:2] in ("+ ", "- ")]
     assert len(changed) <= 5, changed
 
-    cfg, q = queue_topics(partitions=2, kafka={"client": client})  # client of the marker producer
+    cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})  # client of the marker producer
     produce(cfg, q.name, 50, 2)
     for source, group in ((ORIGINAL, cfg.consumer.group_id + "-plain"), (WITH_KMQ, cfg.consumer.group_id)):
         handled: list = []

@@ -43,10 +43,12 @@ def durable_broker(tmp_path):
         broker.stop()
 
 
-def config(broker: DevBroker, **consumer) -> Config:
+def config(broker: DevBroker, client: str, **consumer) -> Config:
+    """``client``: of the writer's marker producer (``kafka.client``); the user's loop stays kafka-python."""
     return Config.from_dict({
         # A short connect timeout: a START fails within seconds while the broker is down.
-        "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "connect_timeout": "2s"},
+        "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "connect_timeout": "2s",
+                  "client": client},
         "queues": [{"name": unique("q"), "lease": "5m"}],
         "consumer": {"group_id": unique("workers"), "ack_flush_interval": "50ms", **consumer},
     })
@@ -84,8 +86,8 @@ def marker_offsets(bootstrap: str, topic: str) -> tuple[dict, dict]:
     return starts, ends
 
 
-def test_a_failed_start_leaves_the_consumer_at_the_batch_and_polling_again_skips_nothing(durable_broker):
-    cfg = config(durable_broker)
+def test_a_failed_start_leaves_the_consumer_at_the_batch_and_polling_again_skips_nothing(durable_broker, kafka_client):
+    cfg = config(durable_broker, kafka_client)
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     n = 30
@@ -126,8 +128,8 @@ def test_a_failed_start_leaves_the_consumer_at_the_batch_and_polling_again_skips
     assert committed(durable_broker.bootstrap, cfg.consumer.group_id, q.name) == {0: n}
 
 
-def test_a_marker_writer_loop_rides_through_a_30s_broker_outage(durable_broker):
-    cfg = config(durable_broker)
+def test_a_marker_writer_loop_rides_through_a_30s_broker_outage(durable_broker, kafka_client):
+    cfg = config(durable_broker, kafka_client)
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     produce(cfg, q.name, [b"A%d" % i for i in range(100)] + [b"B%d" % i for i in range(50)])
@@ -199,12 +201,12 @@ def test_a_marker_writer_loop_rides_through_a_30s_broker_outage(durable_broker):
           f"new messages consumed {consumed_after:.1f}s after the restart")
 
 
-def test_acks_sent_while_the_broker_dies_are_written_after_it_returns(durable_broker):
+def test_acks_sent_while_the_broker_dies_are_written_after_it_returns(durable_broker, kafka_client):
     """Acks keep coming while the broker is killed mid-write. kafka-python's idempotent
     producer then often waits forever for a new producer id, answering nothing (seen
     with 3.0.12); the writer notices the unanswered writes, replaces the producer and
-    writes every END once the broker is back."""
-    cfg = config(durable_broker)
+    writes every END once the broker is back. On confluent the same kill must cost nothing either."""
+    cfg = config(durable_broker, kafka_client)
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     n = 400

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kmq.ranges import OffsetRange, RangeOverlapError, RangeSet, coalesce, normalize
+from kmq.ranges import OffsetRange, RangeOverlapError, RangeSet, coalesce, missing, normalize
 
 
 def test_kip_example_merges_to_one_range():
@@ -61,3 +61,19 @@ def test_rangeset_memory_is_per_range_not_per_offset():
     assert rs.range_count == 1 and len(rs) == 1_000_000
     rs.remove(500, 1)
     assert rs.range_count == 2 and len(rs) == 999_999 and rs.min() == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 30)), max_size=8),
+       st.lists(st.integers(0, 260), max_size=80))
+def test_missing_is_wanted_minus_found(wanted, found):
+    """What both log readers (kafka-python and confluent) report as not in the log."""
+    model = {o for f, c in wanted for o in range(f, f + c)} - set(found)
+    out = missing(wanted, found)
+    assert [o for r in out for o in r.offsets()] == sorted(model)
+    assert all(a.end < b.first for a, b in zip(out, out[1:]))  # coalesced
+
+
+def test_missing_never_walks_a_huge_range():
+    # A START marker may cover billions of offsets; the answer is two ranges, computed at once.
+    assert missing([(0, 10**12)], [5, 6, 7]) == [OffsetRange(0, 5), OffsetRange(8, 10**12 - 8)]
