@@ -3,9 +3,11 @@
 Plan (Structured Streaming)::
 
     markers topics (kmq-kafka Python source, or Spark's "kafka" connector)
-      -> select queue, partition, marker offset, time (ms), key, value (Spark SQL, no Python)
-      -> groupBy(queue, partition).applyInPandasWithState: decode each chunk with
-         kmq.markers (decode_batch; bad records become type BAD) and feed PartitionLagState
+      -> kmq-kafka: the source tasks decode in bulk (kmq.markers_bulk) and emit one row per
+         run of up to 20,000 records (kmq.spark.marker_chunks); Spark's connector: one row
+         per record (queue, partition, marker offset, time (ms), key, value)
+      -> groupBy(queue, partition).applyInPandasWithState: unpack the chunks (or decode the
+         records in bulk; bad records become type BAD) and feed PartitionLagState.apply_decoded
          (open ranges + current window; processing-time timeout closes idle windows)
       -> foreachBatch: sinks (metrics topic, Prometheus, Parquet), idempotent by batch id
 
@@ -239,13 +241,18 @@ def read_markers(spark, cfg: Config, opts: JobOptions):
 
         register(spark)
         fmt, sec = SOURCE_NAME, _python_security_options(cfg)
+        # The source decodes markers itself and hands over one row per run of records
+        # (kmq.spark.marker_chunks): Spark's per-row cost would otherwise dominate the job.
+        sec["markerChunks"] = "true"
     else:
         raise KmqError(f"unknown source {opts.source!r}: use python or kafka")
     r = (spark.readStream.format(fmt)
          .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
          .option("subscribe", topics)
          .option("startingOffsets", opts.starting_offsets)
-         .option("failOnDataLoss", str(opts.fail_on_data_loss).lower()))
+         .option("failOnDataLoss", str(opts.fail_on_data_loss).lower())
+         # The job never reads headers; without them the source builds no list per record.
+         .option("includeHeaders", "false"))
     if opts.max_offsets_per_trigger:
         r = r.option("maxOffsetsPerTrigger", str(opts.max_offsets_per_trigger))
     for k, v in sec.items():
@@ -260,7 +267,8 @@ def _stateful(window_ms: int, idle_close_ms: int):
 
         import pandas as pd
 
-        from kmq.spark.decode import decode_batch
+        from kmq.markers_bulk import decode_records
+        from kmq.spark.marker_chunks import unpack
 
         # pyspark's own applyInPandasWithState code concatenates all-NA padding frames,
         # which pandas 2.x warns about on every batch; it is not ours to fix (runs in workers only).
@@ -275,20 +283,23 @@ def _stateful(window_ms: int, idle_close_ms: int):
             if st.current is not None:  # its end is still ahead of the clock: look again then
                 state.setTimeoutDuration(max(1, st.current.window_end_ms - state.getCurrentProcessingTimeMs()))
         else:
-            # Rows of one key may arrive in several chunks and in any order: sort by marker offset.
+            # Rows of one key may arrive in several pieces and in any order: sort by marker offset.
             frames = [p for p in pdfs if len(p)]
-            if frames:
+            if frames and "chunk" in frames[0].columns:  # the kmq-kafka source's decoded chunks
+                pdf = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+                if not pdf["first_offset"].is_monotonic_increasing:
+                    pdf = pdf.sort_values("first_offset", kind="stable")
+                for cell in pdf["chunk"].tolist():
+                    offsets, ts_ms, d = unpack(cell)
+                    closed.extend(st.apply_decoded(offsets.tolist(), ts_ms.tolist(), d))
+            elif frames:  # raw records (Spark's Kafka connector)
                 pdf = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
                 if not pdf["moffset"].is_monotonic_increasing:
                     pdf = pdf.sort_values("moffset", kind="stable")
-                d = decode_batch(pdf["partition"].tolist(), pdf["moffset"].tolist(), pdf["ts_ms"].tolist(),
-                                 pdf["key"].tolist(), pdf["value"].tolist())
-                for off, ts, mtype, firsts, counts, outcome in zip(
-                    d["moffset"], d["ts_ms"], d["mtype"], d["firsts"], d["counts"], d["outcome"],
-                ):
-                    if off < st.high_water:
-                        continue  # already applied (defensive: a source replaying offsets)
-                    closed.extend(st.apply(off, ts, mtype, zip(firsts, counts), outcome))
+                # Bulk decode (numpy; bad records become BAD rows), then one pass over the batch;
+                # offsets below the state's high-water mark were applied already and are skipped.
+                d = decode_records(pdf["value"].tolist(), pdf["key"].tolist(), pdf["partition"].to_numpy())
+                closed.extend(st.apply_decoded(pdf["moffset"].tolist(), pdf["ts_ms"].tolist(), d))
             state.setTimeoutDuration(idle_close_ms)
         state.update((st.to_json(),))
         if closed:
@@ -318,16 +329,20 @@ def build_windows(spark, cfg: Config, opts: JobOptions, markers=None):
     from pyspark.sql import functions as F
 
     topic_to_queue = F.create_map(*[F.lit(x) for q in queues for x in (q.markers_topic, q.name)])
-    # Decoding happens inside the stateful step, batch-wise with kmq.markers (decode_batch):
+    # Decoding happens inside the stateful step, batch-wise with kmq.markers_bulk:
     # one Python hop per record instead of two (see docs/spark.md).
-    decoded = raw.select(
-        F.coalesce(topic_to_queue[F.col("topic")], F.col("topic")).alias("queue"),
-        F.col("partition").cast("int").alias("partition"),
-        F.col("offset").alias("moffset"),
-        F.unix_millis(F.col("timestamp")).alias("ts_ms"),
-        "key",
-        "value",
-    )
+    queue = F.coalesce(topic_to_queue[F.col("topic")], F.col("topic")).alias("queue")
+    if "chunk" in raw.columns:  # kmq-kafka with markerChunks: decoded in the source, one row per run
+        decoded = raw.select(queue, F.col("partition").cast("int").alias("partition"), "first_offset", "chunk")
+    else:
+        decoded = raw.select(
+            queue,
+            F.col("partition").cast("int").alias("partition"),
+            F.col("offset").alias("moffset"),
+            F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+            "key",
+            "value",
+        )
     return decoded.groupBy("queue", "partition").applyInPandasWithState(
         _stateful(opts.window_ms, opts.idle_close_ms),
         outputStructType=OUTPUT_SCHEMA,

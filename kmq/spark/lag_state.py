@@ -44,6 +44,7 @@ __all__ = [
     "MARKER_TYPES",
     "WindowStats",
     "OpenSegments",
+    "ClosedRanges",
     "PartitionLagState",
     "percentile_from_buckets",
 ]
@@ -56,6 +57,8 @@ LATENCY_BUCKETS_MS: tuple[int, ...] = (
 )
 MARKER_TYPES = ("START", "END", "RENEW", "NACK", "REJECT", "CLOSED")
 BAD = "BAD"
+# Type names by wire code (kmq.markers.MarkerType values 1..6; 0 is a bad record).
+_TYPE_NAMES = (BAD, *MARKER_TYPES)
 
 
 def _bucket(latency_ms: int) -> int:
@@ -150,6 +153,29 @@ class OpenSegments:
         return zip(self.starts, self.ends, self.times)
 
 
+class ClosedRanges(RangeSet):
+    """The closed offsets: a :class:`~kmq.ranges.RangeSet` with an O(1) path for the common
+    case, offsets closed in rising order (each new range at or past the last one)."""
+
+    __slots__ = ()
+
+    def add(self, first: int, count: int = 1) -> int:
+        ends = self._ends
+        if ends and count >= 1 and first >= ends[-1]:
+            if first == ends[-1]:
+                ends[-1] = first + count
+            else:
+                self._starts.append(first)
+                ends.append(first + count)
+            self._size += count
+            return count
+        return super().add(first, count)
+
+    def max_end(self) -> int:
+        """One past the largest offset in the set (0 when empty)."""
+        return self._ends[-1] if self._ends else 0
+
+
 @dataclass
 class WindowStats:
     """What the job outputs for one queue partition and one window."""
@@ -210,7 +236,7 @@ class PartitionLagState:
         self.partition = partition
         self.window_ms = window_ms
         self.open = OpenSegments()
-        self.closed = RangeSet()
+        self.closed = ClosedRanges()
         self.current: WindowStats | None = None
         self.last_closed_index: int | None = None
         self.high_water = 0  # one past the largest marker offset seen
@@ -290,6 +316,91 @@ class PartitionLagState:
                         w.missing += count
         return emitted
 
+    def apply_decoded(self, marker_offsets: Sequence[int], ts_ms: Sequence[int], decoded) -> list[WindowStats]:
+        """Apply a batch of records in marker-offset order, decoded by
+        :func:`kmq.markers_bulk.decode_records`; the same result as :meth:`apply` record by record.
+
+        Records below the high-water mark were applied already (a source replaying offsets)
+        and are skipped. This is the lag job's hot path: the common cases (a START past every
+        open and closed offset, an END of what is open) skip the general range arithmetic.
+        """
+        emitted: list[WindowStats] = []
+        names = _TYPE_NAMES
+        mtypes = decoded.mtype.tolist()
+        outcomes = decoded.outcome.tolist()
+        rstart = decoded.range_start.tolist()
+        firsts = decoded.firsts.tolist()
+        counts = decoded.counts.tolist()
+        wms = self.window_ms
+        opn, closed = self.open, self.closed
+        o_starts, o_ends, o_times = opn.starts, opn.ends, opn.times
+        w = self.current
+        w_idx = None if w is None else w.window_start_ms // wms
+        hw = self.high_water
+        for i, (off, ts, t) in enumerate(zip(marker_offsets, ts_ms, mtypes)):
+            if off < hw:
+                continue
+            if w is None or ts // wms > w_idx:
+                self.high_water = hw
+                w, em = self._window_for(ts)
+                assert w is not None
+                emitted.extend(em)
+                w_idx = w.window_start_ms // wms
+            hw = off + 1
+            if t == 0:  # BAD
+                w.bad_markers += 1
+                continue
+            w.markers[names[t]] += 1
+            a, b = rstart[i], rstart[i + 1]
+            if t == 1:  # START
+                for j in range(a, b):
+                    first, count = firsts[j], counts[j]
+                    if first < closed.max_end():
+                        closed.remove(first, count)
+                    if not o_ends or o_ends[-1] < first:  # past every open offset: append
+                        o_starts.append(first), o_ends.append(first + count), o_times.append(ts)
+                        opn.size += count
+                    elif o_ends[-1] == first and o_times[-1] == ts:
+                        o_ends[-1] = first + count
+                        opn.size += count
+                    else:
+                        opn.add(first, count, ts)
+            elif t == 2:  # END
+                buckets = w.ack_latency_buckets
+                for j in range(a, b):
+                    first, count = firsts[j], counts[j]
+                    if first < closed.max_end() and closed.min() < first + count:  # type: ignore[operator]
+                        w.late_acks += sum(r.count for r in closed.intersection(first, count))
+                    k = bisect_left(o_starts, first)
+                    if k < len(o_starts) and o_starts[k] == first and o_ends[k] == first + count:
+                        # The whole of one START's range acked (the common case): drop its segment.
+                        parts = [(count, o_times[k])]
+                        del o_starts[k], o_ends[k], o_times[k]
+                        opn.size -= count
+                    else:
+                        parts = opn.remove(first, count)
+                    for n, started in parts:
+                        lat = ts - started if ts > started else 0
+                        w.acked += n
+                        buckets[bisect_left(LATENCY_BUCKETS_MS, lat)] += n
+                        w.ack_latency_sum_ms += n * lat
+                    self._remember_closed(first, count)
+            elif t == 5 or t == 6:  # REJECT, CLOSED
+                oc = outcomes[i]
+                for j in range(a, b):
+                    first, count = firsts[j], counts[j]
+                    opn.remove(first, count)
+                    self._remember_closed(first, count)
+                    if t == 6:
+                        if oc == 1:
+                            w.redeliveries += count
+                        elif oc == 2:
+                            w.dead_letters += count
+                        elif oc == 3:
+                            w.missing += count
+        self.high_water = hw
+        return emitted
+
     def _remember_closed(self, first: int, count: int) -> None:
         self.closed.add(first, count)
         while self.closed.range_count > CLOSED_MEMORY_RANGES:
@@ -316,7 +427,7 @@ class PartitionLagState:
         st = cls(d["p"], d["w"])
         st.open.starts, st.open.ends, st.open.times = (list(x) for x in d["o"])
         st.open.size = sum(e - s for s, e in zip(st.open.starts, st.open.ends))
-        st.closed = RangeSet((f, c) for f, c in d["c"])
+        st.closed = ClosedRanges((f, c) for f, c in d["c"])
         st.current = None if d["cur"] is None else WindowStats(**d["cur"])
         st.last_closed_index = d["lc"]
         st.high_water = d["hw"]

@@ -21,6 +21,14 @@ Options (Spark lower-cases option keys; both spellings work):
 * OAUTHBEARER: ``kafka.sasl.oauth.token.file`` or ``kafka.sasl.oauth.token.command``
   (each process builds its own :class:`kmq.oauth.TokenProvider`)
 * ``pollTimeoutMs``: how long a task waits for records it knows exist (default 30000)
+* ``includeHeaders``: ``true`` (default) or ``false``: without headers the
+  ``headers`` column is left out (as in Spark's own source), which saves
+  building a list per record; the lag job reads without them
+* ``markerChunks``: ``true`` makes the source decode marker records itself and
+  emit one row per run of up to 20,000 records of a partition instead of one
+  per record: columns ``topic, partition, first_offset, records, chunk``
+  (:mod:`kmq.spark.marker_chunks`). The lag job reads this way; Spark then
+  moves a few rows a batch instead of one per marker
 * ``kafka.client``: ``kafka-python`` (default) or ``confluent``: the client the tasks
   read records with (:mod:`kmq.spark.source_confluent`; needs ``kmq[confluent]`` where
   the tasks run). The driver plans with kafka-python either way.
@@ -48,15 +56,15 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from kmq.errors import KmqError
 
-__all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "SCHEMA", "SourceError", "DataLossError"]
+__all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "SCHEMA", "SCHEMA_NO_HEADERS", "SourceError", "DataLossError"]
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "kmq-kafka"
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
+SCHEMA_NO_HEADERS = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
+SCHEMA = SCHEMA_NO_HEADERS + ", headers array<struct<key: string, value: binary>>"
 _ARROW_SCHEMA = pa.schema([
     ("key", pa.binary()),
     ("value", pa.binary()),
@@ -66,6 +74,14 @@ _ARROW_SCHEMA = pa.schema([
     ("timestamp", pa.timestamp("us", tz="UTC")),
     ("timestampType", pa.int32()),
     ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+_ARROW_SCHEMA_NO_HEADERS = _ARROW_SCHEMA.remove(_ARROW_SCHEMA.get_field_index("headers"))
+_ARROW_CHUNK_SCHEMA = pa.schema([
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("first_offset", pa.int64()),
+    ("records", pa.int32()),
+    ("chunk", pa.binary()),
 ])
 _ROWS_PER_ARROW_BATCH = 20_000
 
@@ -185,7 +201,8 @@ class KafkaInputPartition(InputPartition):
     """Offsets ``start`` (inclusive) to ``end`` (exclusive) of one topic partition."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int, client_json: str,
-                 fail_on_data_loss: bool, poll_timeout_ms: int, client: str = "kafka-python") -> None:
+                 fail_on_data_loss: bool, poll_timeout_ms: int, client: str = "kafka-python",
+                 include_headers: bool = True, marker_chunks: bool = False) -> None:
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
@@ -195,6 +212,8 @@ class KafkaInputPartition(InputPartition):
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout_ms = poll_timeout_ms
         self.client = client
+        self.include_headers = include_headers and not marker_chunks
+        self.marker_chunks = marker_chunks
 
 
 def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
@@ -212,6 +231,7 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     consumer.assign([tp])
     consumer.seek(tp, part.start)
     cols: dict[str, list] = {n: [] for n in _ARROW_SCHEMA.names}
+    with_headers = getattr(part, "include_headers", True)
     position = part.start
     last_progress = time.monotonic()
     while position < part.end:
@@ -244,7 +264,8 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
             cols["offset"].append(r.offset)
             cols["timestamp"].append(r.timestamp * 1000)
             cols["timestampType"].append(r.timestamp_type)
-            cols["headers"].append([{"key": k, "value": v} for k, v in (r.headers or [])])
+            if with_headers:
+                cols["headers"].append([{"key": k, "value": v} for k, v in (r.headers or [])])
         pos = consumer.position(tp)
         position = max(position, pos if pos is not None else position)
         if len(cols["offset"]) >= _ROWS_PER_ARROW_BATCH:
@@ -260,19 +281,43 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _arrow(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
+    if getattr(part, "marker_chunks", False):
+        return _chunk(cols, part)
     n = len(cols["offset"])
+    arrays = [
+        pa.array(cols["key"], pa.binary()),
+        pa.array(cols["value"], pa.binary()),
+        pa.repeat(pa.scalar(part.topic, pa.string()), n),
+        pa.repeat(pa.scalar(part.partition, pa.int32()), n),
+        pa.array(cols["offset"], pa.int64()),
+        pa.array(cols["timestamp"], pa.timestamp("us", tz="UTC")),
+        pa.array(cols["timestampType"], pa.int32()),
+    ]
+    if not getattr(part, "include_headers", True):
+        return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA_NO_HEADERS)
+    arrays.append(pa.array(cols["headers"], _ARROW_SCHEMA.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
+
+
+def _chunk(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
+    """One row holding the records of ``cols`` decoded (bad ones as BAD rows) and packed."""
+    import numpy as np
+
+    from kmq.markers_bulk import decode_records
+    from kmq.spark.marker_chunks import pack
+
+    n = len(cols["offset"])
+    decoded = decode_records(cols["value"], cols["key"], np.full(n, part.partition, dtype=np.int64))
+    ts_ms = np.asarray(cols["timestamp"], dtype=np.int64) // 1000  # collected in us for the timestamp column
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(cols["key"], pa.binary()),
-            pa.array(cols["value"], pa.binary()),
-            pa.array([part.topic] * n, pa.string()),
-            pa.array([part.partition] * n, pa.int32()),
-            pa.array(cols["offset"], pa.int64()),
-            pa.array(cols["timestamp"], pa.timestamp("us", tz="UTC")),
-            pa.array(cols["timestampType"], pa.int32()),
-            pa.array(cols["headers"], _ARROW_SCHEMA.field("headers").type),
+            pa.array([part.topic], pa.string()),
+            pa.array([part.partition], pa.int32()),
+            pa.array([cols["offset"][0]], pa.int64()),
+            pa.array([n], pa.int32()),
+            pa.array([pack(cols["offset"], ts_ms, decoded)], pa.binary()),
         ],
-        schema=_ARROW_SCHEMA,
+        schema=_ARROW_CHUNK_SCHEMA,
     )
 
 
@@ -293,6 +338,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.fail_on_data_loss = _bool(_opt(options, "failOnDataLoss"), True)
         self.poll_timeout_ms = int(_opt(options, "pollTimeoutMs", 30000))
         self.metadata_max_age_ms = int(_opt(options, "metadataMaxAgeMs", 5000))
+        self.include_headers = _bool(_opt(options, "includeHeaders"), True)
+        self.marker_chunks = _bool(_opt(options, "markerChunks"), False)
         self.client = str(_opt(options, "kafka.client", "kafka-python")).strip().lower()
         if self.client not in ("kafka-python", "confluent"):
             raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {self.client!r}")
@@ -416,7 +463,8 @@ class KafkaStreamReader(DataSourceStreamReader):
             lo = s.get((t, p), 0)
             if hi > lo:
                 out.append(KafkaInputPartition(t, p, lo, hi, self.client_json, self.fail_on_data_loss,
-                                               self.poll_timeout_ms, self.client))
+                                               self.poll_timeout_ms, self.client, self.include_headers,
+                                               self.marker_chunks))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -464,7 +512,11 @@ class KafkaPythonSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return SCHEMA
+        if _bool(_opt(self.options, "markerChunks"), False):
+            from kmq.spark.marker_chunks import CHUNK_COLUMNS
+
+            return CHUNK_COLUMNS
+        return SCHEMA if _bool(_opt(self.options, "includeHeaders"), True) else SCHEMA_NO_HEADERS
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return KafkaStreamReader(self.options)

@@ -93,6 +93,7 @@ def read_partition_confluent(part, arrow, source_error, data_loss_error) -> Iter
     cols: dict[str, list] = {n: [] for n in names}
     keys, values, offs, stamps, kinds, hdrs = (cols["key"], cols["value"], cols["offset"], cols["timestamp"],
                                                cols["timestampType"], cols["headers"])
+    with_headers = getattr(part, "include_headers", True)
     position = part.start
     last_progress = time.monotonic()
     try:
@@ -117,8 +118,9 @@ def read_partition_confluent(part, arrow, source_error, data_loss_error) -> Iter
                 offs.append(off)
                 stamps.append(ts * 1000)
                 kinds.append(kind - 1 if kind > 0 else -1)  # librdkafka: 1 create, 2 log-append; Kafka: 0, 1
-                h = m.headers()
-                hdrs.append([{"key": k, "value": v} for k, v in h] if h else [])
+                if with_headers:
+                    h = m.headers()
+                    hdrs.append([{"key": k, "value": v} for k, v in h] if h else [])
                 position = off + 1
             if msgs:
                 last_progress = time.monotonic()
