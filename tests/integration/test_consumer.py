@@ -329,3 +329,35 @@ def test_run_stop_finishes_running_handlers_and_gives_never_started_messages_bac
         assert sorted(m.offset for m in got) == list(range(1, 20)) and all(m.delivery_count == 1 for m in got)
         for m in got:
             m.ack()
+
+
+def test_close_during_a_backlog_gives_prefetched_messages_to_the_other_member_without_a_copy(
+        queue_topics, bootstrap, kafka_client):
+    # Rebalance during close: b holds prefetched (never-handed) messages when it leaves; they are
+    # committed back and a polls them again through the rebalance, first delivery, no NACK.
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 200},
+                          kafka={"client": kafka_client})
+    produce(cfg, q.name, 1000, partitions=2)
+    a = KmqConsumer(cfg, queue=q.name, batch_size=50)
+    b = KmqConsumer(cfg, queue=q.name, batch_size=50)
+    handed: list = []
+
+    def take(c):
+        for m in c.poll(timeout=0.1):
+            handed.append(m)
+            m.ack()
+
+    try:
+        wait_until(lambda: take(a) or take(b) or (sum(a.in_flight().values()) > 0 and sum(b.in_flight().values()) > 50),
+                   60, what="both members holding prefetched messages")
+        b.close()
+        wait_until(lambda: take(a) or len(handed) >= 1000, 90, what="all 1000 messages handed")
+        a.writer.flush()
+        markers = markers_by_partition(bootstrap, q.markers_topic)
+    finally:
+        b.close()
+        a.close()
+    keys = [(m.partition, m.offset) for m in handed]
+    assert len(keys) == len(set(keys)) == 1000  # each message handed exactly once
+    assert all(m.delivery_count == 1 for m in handed)
+    assert not [m for ms in markers.values() for m in ms if isinstance(m, Nack)]

@@ -64,8 +64,15 @@ def _acks(logs: list[Path]) -> list[tuple[str, str]]:
     return out
 
 
-def test_rolling_restart_with_sigterm_costs_no_delivery(bootstrap, tmp_path, kafka_client):
+def test_rolling_restart_with_sigterm_costs_no_delivery(bootstrap, tmp_path, kafka_client, skip_on_tansu):
     # On both clients: the workers' KmqConsumer (cooperative rebalances, give-back on close) and the tracker.
+    if kafka_client == "confluent":
+        # Reproduced with plain confluent-kafka consumers, no kmq code: 2 members, a 3rd joins, one of the
+        # first leaves about 1 s into that rebalance, a 4th joins; in 3 of 7 tries (with range and with
+        # cooperative-sticky) the group never hands out the left member's partitions again (40 s).
+        # kafka-python members (older JoinGroup/LeaveGroup versions) go through the same deploy on tansu.
+        skip_on_tansu("a confluent-kafka (librdkafka) member leaving during a rebalance can leave the group "
+                      "without assignments for good")
     q = unique("q")
     cfg = Config.from_dict({
         "kafka": {"bootstrap_servers": bootstrap, **TEST_GROUP_TIMING, "client": kafka_client},
