@@ -82,7 +82,8 @@ def open_confluent_clients() -> list[str]:
     found = []
     objects = gc.get_objects()
     for obj in objects:
-        probe = "assignment" if isinstance(obj, ck.Consumer) else "flush" if isinstance(obj, ck.Producer) else None
+        kind = type(obj)  # not isinstance(): it raises on a dead weak proxy
+        probe = "assignment" if issubclass(kind, ck.Consumer) else "flush" if issubclass(kind, ck.Producer) else None
         if probe is None:
             continue
         try:

@@ -3,7 +3,7 @@
 10,000 messages (1 % poison) on 4 partitions; 3 workers of mixed kinds in one
 group (`FLEET`: `kmq work` on kafka-python, and a user's own confluent-kafka
 loop adopted with MarkerWriter/@kmq.marked), all with the same failure, hang and
-poison injection, one of each kind SIGKILLed and restarted; 2 trackers, one
+poison injection, the confluent loop SIGKILLed and restarted; 2 trackers, one
 reading and producing with kafka-python and one with confluent-kafka
 (`TRACKER_CLIENTS`), the kafka-python one SIGKILLed so the confluent one
 finishes the run.
@@ -79,8 +79,10 @@ FLEET = [
     WorkerKind("confluent-kafka loop + MarkerWriter (confluent markers)", MARKED_LOOP, (("KMQ_KAFKA__CLIENT", "confluent"),)),
     WorkerKind("kmq work (kafka-python)", KMQ_WORK),
 ]
-# (worker index, acks so far): SIGKILLed then, one after the other, and restarted as the same kind.
-KILLED = [(0, 3_000), (1, 4_500)]
+# (worker index, acks so far): SIGKILLed then and restarted as the same kind. Every kill must land
+# while messages still arrive (asserted; the producer needs 14.3 s, and acks stall for a SIGKILL
+# hand-over of ~9 s after each kill). The confluent loop is the kind no other crash test kills.
+KILLED = [(1, 4_000)]
 # One tracker per client (kafka.client: originals read, copies and CLOSED markers produced);
 # TRACKER_CLIENTS[0] is SIGKILLed and the other takes over its partitions.
 TRACKER_CLIENTS = ["kafka-python", "confluent"]
@@ -230,7 +232,8 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             first_ts[o] = min(first_ts.get(o, ts), ts)
         twice = [o for o, c in by_origin.items() if c > 1]
         assert all(first_ts[o] <= tracker_killed_ms + 1000 for o in twice), [
-            (o, first_ts[o] - tracker_killed_ms) for o in twice][:5]
+            (o, [{k: v for k, v in headers(d).items() if k.startswith("kmq-")} for d in dead if headers(d)["kmq-origin"] == o],
+             f"first {first_ts[o] - tracker_killed_ms} ms after the tracker kill") for o in twice][:3]
         print(f"dead-lettered twice (tracker kill window): {len(twice)} of {len(by_origin)}")
         for d in dead:
             h = headers(d)
