@@ -3,8 +3,9 @@
 Two phases against one markers topic (an embedded broker unless ``--bootstrap``):
 
 1. **throughput**: a backlog of START/END markers is written first, then the job
-   reads it; markers/s = input rows / trigger execution time over the batches
-   after the warm-up (Spark's own progress reports).
+   reads it; markers/s = marker records read (end minus start offsets) / trigger
+   execution time over the batches after the warm-up (Spark's own progress
+   reports), with the mean per-phase time of a batch (``steady_batch_ms``).
 2. **latency**: with the job caught up, markers are written live (record time =
    now) at ``--rate`` per second; for every window row the sink records when it
    wrote the row. Reported: sink time minus window end (the newest marker of the
@@ -13,6 +14,7 @@ Two phases against one markers topic (an embedded broker unless ``--bootstrap``)
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import tempfile
@@ -42,6 +44,26 @@ def _marker_records(partitions: int, count: int, t0_ms: int, spacing_ms: float, 
     return out
 
 
+def _offsets(value) -> dict:
+    if isinstance(value, str):
+        value = json.loads(value)
+    return {(t, p): int(o) for t, parts in (value or {}).items() for p, o in parts.items()}
+
+
+def batch_markers(progress) -> int:
+    """Marker records a micro-batch read: its end offsets minus its start offsets.
+
+    Not ``numInputRows``: the lag job's source emits one row per run of markers
+    (kmq.spark.marker_chunks), so rows undercount markers.
+    """
+    total = 0
+    for src in progress["sources"]:
+        # The first batch has no start offset: it read from the log start, 0 on the bench's fresh topic.
+        start, end = _offsets(src["startOffset"]), _offsets(src["endOffset"])
+        total += sum(off - start.get(tp, 0) for tp, off in end.items())
+    return total
+
+
 def _produce(cfg, topic: str, records) -> None:
     from kmq.clients import producer
 
@@ -54,9 +76,9 @@ def _produce(cfg, topic: str, records) -> None:
         p.close()
 
 
-def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_000, rate: int = 2_000,
+def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 1_000_000, rate: int = 2_000,
         latency_seconds: float = 20.0, trigger: str = "1s", window: str = "1s",
-        max_offsets_per_trigger: int = 100_000, client: str = "kafka-python") -> dict[str, Any]:
+        max_offsets_per_trigger: int = 200_000, client: str = "kafka-python") -> dict[str, Any]:
     """Run both phases; returns the figures."""
     from kmq.config import Config, parse_duration
     from kmq.devbroker import DevBroker
@@ -102,15 +124,16 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
         # Phase 1: drain the backlog.
         deadline = time.monotonic() + 600
         while True:
-            done = sum(p["numInputRows"] for p in query.recentProgress)
+            done = sum(batch_markers(p) for p in query.recentProgress)
             if done >= markers or time.monotonic() > deadline:
                 break
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
             time.sleep(0.5)
-        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-        steady = progress[1:] if len(progress) > 2 else progress
-        rows = sum(p["numInputRows"] for p in steady)
+        progress = [p for p in query.recentProgress if batch_markers(p) > 0]
+        # The first two batches start the Python workers and their Kafka consumers: warm-up.
+        steady = progress[2:] if len(progress) > 3 else progress[1:] if len(progress) > 2 else progress
+        rows = sum(batch_markers(p) for p in steady)
         ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
         throughput = rows / (ms / 1000) if ms else 0.0
         # Phase 2: live markers at `rate` per second.
@@ -142,7 +165,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
         time.sleep(latency_seconds)
         stop.set()
         th.join(30)
-        live_batches = [p for p in query.recentProgress if p["batchId"] not in seen_batches and p["numInputRows"] > 0]
+        live_batches = [p for p in query.recentProgress if p["batchId"] not in seen_batches and batch_markers(p) > 0]
         live = [(now, ws, we) for now, ws, we in written if ws / 1000 >= start_live + 2]  # skip the ramp-up
         to_end = sorted(now - we / 1000 for now, ws, we in live)
         to_start = sorted(now - ws / 1000 for now, ws, we in live)
@@ -161,6 +184,10 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
             "live_windows": len(live),
             "latency_window_end_to_sink_s": {"p50": pct(to_end, 0.5), "p95": pct(to_end, 0.95), "max": pct(to_end, 1.0)},
             "latency_window_start_to_sink_s": {"p50": pct(to_start, 0.5), "p95": pct(to_start, 0.95), "max": pct(to_start, 1.0)},
+            # Where a steady batch's time goes, by Spark's own progress report (ms, mean per batch):
+            # addBatch is reading, state and sinks; the rest is planning and checkpoint writes.
+            "steady_batch_ms": {k: round(statistics.mean(p["durationMs"].get(k, 0) for p in steady))
+                                for k in sorted(steady[0]["durationMs"])} if steady else None,
             "mean_batch_s": round(statistics.mean(p["durationMs"]["triggerExecution"] for p in steady) / 1000, 3) if steady else None,
             "live_mean_batch_s": round(statistics.mean(p["durationMs"]["triggerExecution"] for p in live_batches) / 1000, 3)
             if live_batches else None,
@@ -181,16 +208,15 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 400_00
 @click.command("spark")
 @click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
 @click.option("--partitions", default=4, show_default=True)
-@click.option("--markers", default=400_000, show_default=True, help="Backlog size for the throughput phase.")
+@click.option("--markers", default=1_000_000, show_default=True, help="Backlog size for the throughput phase.")
 @click.option("--rate", default=2_000, show_default=True, help="Live markers/s in the latency phase.")
 @click.option("--latency-seconds", default=20.0, show_default=True)
 @click.option("--trigger", default="1s", show_default=True)
 @click.option("--window", default="1s", show_default=True)
-@click.option("--max-offsets-per-trigger", default=100_000, show_default=True)
+@click.option("--max-offsets-per-trigger", default=200_000, show_default=True,
+              help="Markers per micro-batch (the lag job's default).")
 @click.option("--client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python", show_default=True,
               help="Client the source's tasks read markers with (kafka.client).")
 def command(**opts) -> None:
     """Lag job: markers/s in steady state and marker-to-sink latency."""
-    import json
-
     click.echo(json.dumps(run(**opts), indent=2))

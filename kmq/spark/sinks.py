@@ -148,7 +148,7 @@ class BatchSinks:
             log.info("Prometheus metrics on http://%s:%d/metrics", prometheus_host, self.http_port)
         self._topic_committed = _CommittedBatch(spark, checkpoint, "topic") if "topic" in self.sinks else None
         self._producer = None
-        self._offsets_consumer = None
+        self._offsets_admin = None
         self._topics_ready: set[str] = set()
         self.batches_written = 0
         self.windows_written = 0
@@ -196,18 +196,21 @@ class BatchSinks:
     def _add_marker_lag(self, rows: list[dict]) -> None:
         from kafka import TopicPartition
 
-        from kmq.clients import consumer
+        from kmq.clients import admin_client
 
-        if self._offsets_consumer is None:
-            self._offsets_consumer = consumer(self.cfg.kafka, group_id=self.cfg.tracker.group_id)
+        if self._offsets_admin is None:
+            self._offsets_admin = admin_client(self.cfg.kafka)
         topics = {q.name: q.markers_topic for q in self.cfg.queues}
-        cache: dict[tuple[str, int], int | None] = {}
+        keys = {(topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"]) for r in rows}
+        # One OffsetFetch for every partition of the batch (consumer.committed() asks once per
+        # partition, a round trip each: with many partitions that was most of a batch's sink time).
+        group = self.cfg.tracker.group_id
+        got = self._offsets_admin.list_group_offsets({group: [TopicPartition(t, p) for t, p in sorted(keys)]})
+        committed = {(tp.topic, tp.partition): om.offset for tp, om in got.get(group, {}).items()}
         for r in rows:
             key = (topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"])
-            if key not in cache:
-                cache[key] = self._offsets_consumer.committed(TopicPartition(*key))
-            committed = cache[key] or 0
-            r["marker_lag"] = max(0, r["markers_high_water"] - committed)
+            c = committed.get(key)
+            r["marker_lag"] = max(0, r["markers_high_water"] - (c if c is not None and c > 0 else 0))
 
     def _write_parquet(self, spark, rows: list[dict], batch_id: int) -> None:
         import pandas as pd
@@ -267,9 +270,9 @@ class BatchSinks:
         if self._producer is not None:
             self._producer.close()
             self._producer = None
-        if self._offsets_consumer is not None:
-            self._offsets_consumer.close()
-            self._offsets_consumer = None
+        if self._offsets_admin is not None:
+            self._offsets_admin.close()
+            self._offsets_admin = None
         if self.http_server is not None:
             self.http_server.shutdown()
             self.http_server = None
