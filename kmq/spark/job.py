@@ -223,8 +223,13 @@ def kafka_connector_available(spark) -> bool:
         return False
 
 
-def read_markers(spark, cfg: Config, opts: JobOptions):
-    """The raw markers stream (Spark Kafka source columns) of the watched queues."""
+def read_markers(spark, cfg: Config, opts: JobOptions, marker_chunks: bool = True):
+    """The markers stream of the watched queues.
+
+    ``--source kafka`` gives Spark's Kafka source columns, one row per record. The
+    kmq-kafka source gives decoded chunks (:mod:`kmq.spark.marker_chunks`), or with
+    ``marker_chunks=False`` the same per-record columns as Spark's source.
+    """
     topics = ",".join(q.markers_topic for q in _queues(cfg, opts))
     if opts.source == "kafka":
         if not kafka_connector_available(spark):
@@ -243,7 +248,7 @@ def read_markers(spark, cfg: Config, opts: JobOptions):
         fmt, sec = SOURCE_NAME, _python_security_options(cfg)
         # The source decodes markers itself and hands over one row per run of records
         # (kmq.spark.marker_chunks): Spark's per-row cost would otherwise dominate the job.
-        sec["markerChunks"] = "true"
+        sec["markerChunks"] = str(marker_chunks).lower()
     else:
         raise KmqError(f"unknown source {opts.source!r}: use python or kafka")
     r = (spark.readStream.format(fmt)

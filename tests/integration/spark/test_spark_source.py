@@ -147,3 +147,37 @@ def test_new_partitions_are_discovered_and_read_from_the_start(queue_topics, boo
         assert [r["partition"] for r in _read(reader, end, e2)] == [1, 1]
     finally:
         reader.stop()
+
+
+@CLIENTS
+def test_marker_chunks_hold_every_record_decoded_and_bad_ones_counted(queue_topics, bootstrap, client):
+    from kmq import markers as mk
+    from kmq.markers_bulk import BAD
+    from kmq.spark.marker_chunks import unpack
+    from kmq.spark.source import KafkaPythonSource
+    from tests.integration.spark.markers_workload import rec
+
+    cfg, q = queue_topics(partitions=2)
+    t = 1_700_000_000_000
+    recs = [rec(i % 2, t + i, mk.Start(ranges=((i * 10, 10),), lease_ms=1000, owner="w")) for i in range(40)]
+    recs += [(0, t + 50, mk.encode_key(0), b"\x01"), (1, t + 51, b"xx", mk.encode(mk.End(ranges=((0, 1),)))),
+             (1, t + 52, mk.encode_key(1), None)]
+    write_records(cfg, q.markers_topic, recs)
+    reader = _reader(bootstrap, q.markers_topic, markerChunks="true", **{"kafka.client": client})
+    try:
+        start = reader.initialOffset()
+        rows = _read(reader, start, reader.latestOffset(start, ReadAllAvailable()))
+    finally:
+        reader.stop()
+    assert KafkaPythonSource({"markerchunks": "true"}).schema().startswith("topic string, partition int")
+    assert {r["partition"] for r in rows} == {0, 1} and all(r["topic"] == q.markers_topic for r in rows)
+    by_partition = {}
+    for r in sorted(rows, key=lambda r: (r["partition"], r["first_offset"])):
+        offsets, ts, d = unpack(r["chunk"])
+        assert r["records"] == len(d) and r["first_offset"] == offsets[0]
+        by_partition.setdefault(r["partition"], []).extend(
+            zip(offsets.tolist(), ts.tolist(), d.mtype.tolist(), [d.ranges(i) for i in range(len(d))]))
+    assert [o for o, *_ in by_partition[0]] == list(range(21)) and [o for o, *_ in by_partition[1]] == list(range(22))
+    assert by_partition[0][3] == (3, t + 6, int(mk.MarkerType.START), [(60, 10)])
+    assert by_partition[0][20][2] == BAD  # truncated value
+    assert [x[2] for x in by_partition[1][20:]] == [BAD, BAD]  # foreign key, tombstone
