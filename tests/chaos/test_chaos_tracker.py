@@ -1,8 +1,9 @@
 """Chaos: a mixed fleet of real worker and `kmq tracker run` processes, killed mid-run.
 
-10,000 messages (1 % poison) on 4 partitions; 3 workers of mixed kinds in one
-group (`FLEET`: `kmq work` on kafka-python, and a user's own confluent-kafka
-loop adopted with MarkerWriter/@kmq.marked), all with the same failure, hang and
+10,000 messages (1 % poison) on 4 partitions; 4 workers of mixed kinds in one
+group (`FLEET`: `kmq work` on kafka-python, `kmq work` on confluent-kafka,
+`kmq work --asyncio` (kmq.aio), and a user's own confluent-kafka loop adopted
+with MarkerWriter/@kmq.marked), all with the same failure, hang and
 poison injection, the confluent loop SIGKILLed and restarted; 2 trackers, one
 reading and producing with kafka-python and one with confluent-kafka
 (`TRACKER_CLIENTS`), the kafka-python one SIGKILLed so the confluent one
@@ -59,6 +60,22 @@ def _produce_hostile(bootstrap: str, topic: str) -> None:
     assert p.flush(10) == 0
 
 
+def _markers_covering(bootstrap: str, topic: str, origin: str) -> list:
+    """(marker offset, type, owner, timestamp ms) of every marker covering ``origin``'s offset."""
+    partition, offset = (int(x) for x in origin.split("/")[-2:])
+    out = []
+    for r in read_all(bootstrap, topic, timeout=30):
+        if int.from_bytes(r.key, "big") != partition:
+            continue
+        try:
+            m = decode(r.value)
+        except Exception:  # noqa: BLE001 - a diagnostic: hostile markers are not ours to judge here
+            continue
+        if any(offset in rg for rg in m.ranges):
+            out.append((r.offset, m.TYPE.name, getattr(m, "owner", ""), r.timestamp))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerKind:
     """One kind of worker process: a command taking ``QUEUE --config FILE`` plus `kmq work`'s
@@ -72,12 +89,12 @@ class WorkerKind:
 KMQ_WORK = ("-m", "kmq", "work", "--workers", "4")
 MARKED_LOOP = ("-m", "tests.helpers.marked_worker")  # a confluent-kafka loop with MarkerWriter/@kmq.marked
 
-# The fleet, one line a worker; adding a kind is adding a line (e.g. `kmq work` with
-# KMQ_KAFKA__CLIENT=confluent, or `kmq work --asyncio`).
+# The fleet, one line a worker; adding a kind is adding a line.
 FLEET = [
     WorkerKind("kmq work (kafka-python)", KMQ_WORK),
     WorkerKind("confluent-kafka loop + MarkerWriter (confluent markers)", MARKED_LOOP, (("KMQ_KAFKA__CLIENT", "confluent"),)),
-    WorkerKind("kmq work (kafka-python)", KMQ_WORK),
+    WorkerKind("kmq work (confluent)", KMQ_WORK, (("KMQ_KAFKA__CLIENT", "confluent"),)),
+    WorkerKind("kmq work --asyncio (kafka-python)", (*KMQ_WORK, "--asyncio")),
 ]
 # (worker index, acks so far): SIGKILLed then and restarted as the same kind. Every kill must land
 # while messages still arrive (asserted; the producer needs 14.3 s, and acks stall for a SIGKILL
@@ -231,6 +248,9 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             ts = int(headers(d)["kmq-dlq-ts"])  # when the tracker wrote it
             first_ts[o] = min(first_ts.get(o, ts), ts)
         twice = [o for o, c in by_origin.items() if c > 1]
+        if not all(first_ts[o] <= tracker_killed_ms + 1000 for o in twice):  # what delivered it twice
+            for o in twice:
+                print(o, _markers_covering(bootstrap, q.markers_topic, o))
         assert all(first_ts[o] <= tracker_killed_ms + 1000 for o in twice), [
             (o, [{k: v for k, v in headers(d).items() if k.startswith("kmq-")} for d in dead if headers(d)["kmq-origin"] == o],
              f"first {first_ts[o] - tracker_killed_ms} ms after the tracker kill") for o in twice][:3]
