@@ -64,9 +64,11 @@ def _consumer(client_json: str):
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 100,
-            "max.partition.fetch.bytes": 4 * 1024 * 1024,
-            "fetch.max.bytes": 32 * 1024 * 1024,
-            "queued.max.messages.kbytes": 64 * 1024,
+            "max.partition.fetch.bytes": 1024 * 1024,
+            "fetch.max.bytes": 8 * 1024 * 1024,
+            # librdkafka prefetches up to this much past the task's end offset and drops it at
+            # unassign: with a backlog, 64 MB a task was mostly wasted fetching (broker and client).
+            "queued.max.messages.kbytes": 4 * 1024,
         })
         _CONSUMERS[client_json] = c
     return c
