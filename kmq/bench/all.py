@@ -23,13 +23,14 @@ from kmq import __version__
 
 __all__ = ["command", "run", "machine_info", "format_table"]
 
-ORDER = ("consumer", "overload", "tracker", "spark")
+ORDER = ("consumer", "aio", "overload", "tracker", "spark")
 # The README's figures: 5 A/B rounds, since single consumer rounds on a 2-core machine swing by +-20%;
 # the consumer pair on each client (kafka.client).
 FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")}}
 # --quick: small enough for a smoke run.
 QUICK = {
     "consumer": {"messages": 20_000, "rounds": 1, "clients": ("kafka-python", "confluent")},
+    "aio": {"messages": 20_000, "rounds": 1},
     "overload": {"messages": 1500, "lease": "2500ms"},
     "tracker": {"messages": 100_000, "in_flight": 100_000},
     "spark": {"markers": 20_000},

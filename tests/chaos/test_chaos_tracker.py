@@ -9,7 +9,7 @@ reading and producing with kafka-python and one with confluent-kafka
 (`TRACKER_CLIENTS`), the kafka-python one SIGKILLed so the confluent one
 finishes the run.
 End state: every non-poison message acked at least once, every poison message
-in the DLQ with its headers (twice only inside the killed tracker's window
+in the DLQ with its headers (twice only if delivered twice or inside the killed tracker's window
 between a dead letter and its CLOSED marker), nothing lost; duplicates reported.
 
 One hostile record of each kind rides along (produced with confluent-kafka,
@@ -240,21 +240,25 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         unexpected = [(headers(d), acked.get(headers(d)["kmq-origin"], 0)) for d in dead
                       if headers(d)["kmq-origin"] not in poison_dead | {tombstone}]
         assert not unexpected, unexpected[:5]
-        # A message is dead-lettered twice only when the killed tracker wrote its dead letter and died
-        # before its CLOSED marker (docs/protocol.md): so the first of any two copies predates the kill.
+        # A poison message is dead-lettered once per delivery (each delivery rejects it), and once
+        # more only when the killed tracker wrote its dead letter and died before its CLOSED marker
+        # (docs/protocol.md). At-least-once allows a second delivery of an original (e.g. a member
+        # that still held a partition for a moment during a rebalance, as duplicate acks show): so
+        # an origin dead-lettered n times needs n STARTs covering it, or a first copy before the kill.
         first_ts: dict = {}
         for d in dead:
             o = headers(d)["kmq-origin"]
             ts = int(headers(d)["kmq-dlq-ts"])  # when the tracker wrote it
             first_ts[o] = min(first_ts.get(o, ts), ts)
         twice = [o for o, c in by_origin.items() if c > 1]
-        if not all(first_ts[o] <= tracker_killed_ms + 1000 for o in twice):  # what delivered it twice
-            for o in twice:
-                print(o, _markers_covering(bootstrap, q.markers_topic, o))
-        assert all(first_ts[o] <= tracker_killed_ms + 1000 for o in twice), [
+        after_kill = [o for o in twice if first_ts[o] > tracker_killed_ms + 1000]
+        covering = {o: _markers_covering(bootstrap, q.markers_topic, o) for o in after_kill}
+        unexplained = [o for o in after_kill if sum(m[1] == "START" for m in covering[o]) < by_origin[o]]
+        assert not unexplained, [
             (o, [{k: v for k, v in headers(d).items() if k.startswith("kmq-")} for d in dead if headers(d)["kmq-origin"] == o],
-             f"first {first_ts[o] - tracker_killed_ms} ms after the tracker kill") for o in twice][:3]
-        print(f"dead-lettered twice (tracker kill window): {len(twice)} of {len(by_origin)}")
+             f"first {first_ts[o] - tracker_killed_ms} ms after the tracker kill", covering[o]) for o in unexplained][:3]
+        print(f"dead-lettered twice: {len(twice) - len(after_kill)} in the tracker kill window, "
+              f"{len(after_kill)} delivered twice; of {len(by_origin)}")
         for d in dead:
             h = headers(d)
             if h["kmq-origin"] == tombstone:
