@@ -25,8 +25,9 @@ __all__ = ["command", "run", "machine_info", "format_table"]
 
 ORDER = ("consumer", "aio", "overload", "tracker", "spark")
 # The README's figures: 5 A/B rounds, since single consumer rounds on a 2-core machine swing by +-20%;
-# the consumer pair on each client (kafka.client).
-FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")}}
+# the consumer pair and the Spark lag job on each client (kafka.client).
+FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")},
+        "spark": {"clients": ("confluent", "kafka-python")}}
 # --quick: small enough for a smoke run.
 QUICK = {
     "consumer": {"messages": 20_000, "rounds": 1, "clients": ("kafka-python", "confluent")},

@@ -76,10 +76,15 @@ def _produce(cfg, topic: str, records) -> None:
         p.close()
 
 
-def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 1_000_000, rate: int = 2_000,
+def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 2_000_000, rate: int = 2_000,
         latency_seconds: float = 20.0, trigger: str = "1s", window: str = "1s",
-        max_offsets_per_trigger: int = 200_000, client: str = "kafka-python") -> dict[str, Any]:
-    """Run both phases; returns the figures."""
+        max_offsets_per_trigger: int = 500_000, client: str = "kafka-python",
+        clients: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Run both phases; returns the figures. With ``clients``, one run per client (the
+    source's ``kafka.client``), one after the other: ``{client: figures}``."""
+    if clients:
+        return {c: run(bootstrap, partitions, markers, rate, latency_seconds, trigger, window,
+                       max_offsets_per_trigger, c) for c in clients}
     from kmq.config import Config, parse_duration
     from kmq.devbroker import DevBroker
     from kmq.spark.job import JobOptions, spark_session, start
@@ -208,12 +213,12 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 1_000_
 @click.command("spark")
 @click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
 @click.option("--partitions", default=4, show_default=True)
-@click.option("--markers", default=1_000_000, show_default=True, help="Backlog size for the throughput phase.")
+@click.option("--markers", default=2_000_000, show_default=True, help="Backlog size for the throughput phase.")
 @click.option("--rate", default=2_000, show_default=True, help="Live markers/s in the latency phase.")
 @click.option("--latency-seconds", default=20.0, show_default=True)
 @click.option("--trigger", default="1s", show_default=True)
 @click.option("--window", default="1s", show_default=True)
-@click.option("--max-offsets-per-trigger", default=200_000, show_default=True,
+@click.option("--max-offsets-per-trigger", default=500_000, show_default=True,
               help="Markers per micro-batch (the lag job's default).")
 @click.option("--client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python", show_default=True,
               help="Client the source's tasks read markers with (kafka.client).")
