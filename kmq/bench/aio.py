@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from kmq.bench.consumer import _config, _cpu, _produce, _rss_mb, handler
+from kmq.bench.consumer import _child_kmq, _config, _cpu, _produce, _rss_mb, handler
 
 __all__ = ["command", "run"]
 
@@ -35,24 +35,10 @@ VARIANTS = ("threads", "aio-for", "aio-run")
 
 
 def _child_threads(cfg: Any, messages: int, batch: int) -> dict:
-    from kmq.consumer import KmqConsumer
-
-    c = KmqConsumer(cfg, batch_size=batch)
-    n, t0, acc = 0, None, 0
-    while n < messages:
-        msgs = c.poll(timeout=0.5, max_records=batch)
-        if not msgs:
-            continue
-        if t0 is None:
-            t0, c0 = time.perf_counter(), _cpu()
-        for m in msgs:
-            acc ^= handler(m.value)
-            m.ack()
-        n += len(msgs)
-    c.writer.flush()
-    took, cpu = time.perf_counter() - t0, _cpu() - c0
-    c.close()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_gap_ms": None}
+    """The threaded variant is `kmq bench consumer`'s KmqConsumer loop, as it is."""
+    out = _child_kmq(cfg, messages, batch)
+    return {"messages": out["messages"], "seconds": out["seconds"], "cpu_seconds": out["cpu_seconds"],
+            "loop_gap_ms": None}
 
 
 async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int) -> dict:
@@ -134,7 +120,7 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
         bootstrap = broker.bootstrap
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
-        _produce(bootstrap, queue, messages, size, partitions)
+        _produce(bootstrap, queue, messages, size, partitions, "kafka-python")
         say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)); aio-run concurrency {concurrency}")
         runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
         for r in range(rounds):

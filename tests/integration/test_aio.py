@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import time
 from pathlib import Path
@@ -22,8 +21,7 @@ from kmq.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition
-from tests.integration.tracker_util import http_status
-from tracker.service import Tracker
+from tests.integration.tracker_util import running_tracker
 
 pytestmark = pytest.mark.integration
 
@@ -39,15 +37,6 @@ def produce(cfg: Config, topic: str, n: int, partitions: int = 1) -> None:
     p.flush()
     p.close()
 
-
-@contextlib.contextmanager
-def running_tracker(cfg: Config):
-    t = Tracker(cfg, http_host="127.0.0.1").start()
-    try:
-        wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")
-        yield t
-    finally:
-        t.stop()
 
 
 async def take(consumer: AsyncKmqConsumer, n: int, timeout: float = 30.0) -> list[AsyncKmqMessage]:

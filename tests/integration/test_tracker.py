@@ -4,7 +4,6 @@ each test controls exactly what a consumer would have written."""
 
 from __future__ import annotations
 
-import contextlib
 import random
 
 import pytest
@@ -12,8 +11,7 @@ from kafka import KafkaProducer
 
 from kmq.markers import End, MarkerDecodeError, Nack, Reject, Renew, Start, decode, encode, encode_key
 from tests.helpers.kafka import read_all, wait_until
-from tests.integration.tracker_util import MarkerProducer, Tail, headers, http_status, metric
-from tracker import Tracker
+from tests.integration.tracker_util import MarkerProducer, Tail, headers, http_status, metric, running_tracker
 
 pytestmark = pytest.mark.integration
 
@@ -21,15 +19,6 @@ LEASE_MS = 1000
 QUEUE = {"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}
 TICK = 0.05
 
-
-@contextlib.contextmanager
-def running_tracker(cfg):
-    t = Tracker(cfg, http_host="127.0.0.1").start()
-    try:
-        wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")
-        yield t
-    finally:
-        t.stop()
 
 
 def produce(bootstrap, topic, n, partition=0, hdrs=(("app", b"x"),)):

@@ -4,6 +4,7 @@ real conditions."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.request
 
@@ -156,3 +157,17 @@ def committed(bootstrap: str, group: str, topic: str, partition: int = 0):
         return c.committed(TopicPartition(topic, partition))
     finally:
         c.close()
+
+
+@contextlib.contextmanager
+def running_tracker(cfg):
+    """An in-process tracker, ready (its /readyz answers 200), stopped on exit."""
+    from tests.helpers.kafka import wait_until
+    from tracker.service import Tracker
+
+    t = Tracker(cfg, http_host="127.0.0.1").start()
+    try:
+        wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")
+        yield t
+    finally:
+        t.stop()
