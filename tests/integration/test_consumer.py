@@ -341,15 +341,25 @@ def test_close_during_a_backlog_gives_prefetched_messages_to_the_other_member_wi
     a = KmqConsumer(cfg, queue=q.name, batch_size=50)
     b = KmqConsumer(cfg, queue=q.name, batch_size=50)
     handed: list = []
+    held: list = []
 
     def take(c):
         for m in c.poll(timeout=0.1):
             handed.append(m)
             m.ack()
 
+    def hold(c):
+        # a keeps what it is handed unsettled until b holds a partition: with the in-flight cap
+        # that bounds a at 400 messages, so a cannot drain the topic before b's join completes.
+        for m in c.poll(timeout=0.1):
+            handed.append(m)
+            held.append(m)
+
     try:
-        wait_until(lambda: take(a) or take(b) or (sum(a.in_flight().values()) > 0 and sum(b.in_flight().values()) > 50),
+        wait_until(lambda: hold(a) or take(b) or (sum(a.in_flight().values()) > 0 and sum(b.in_flight().values()) > 50),
                    60, what="both members holding prefetched messages")
+        for m in held:
+            m.ack()
         b.close()
         wait_until(lambda: take(a) or len(handed) >= 1000, 90, what="all 1000 messages handed")
         a.writer.flush()
