@@ -32,7 +32,7 @@ from kmq.config import Config
 from kmq.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.flow import FlowControl, FlowLimits, Room
 from kmq.consumer_leases import AutoRenewal, HeldLeases, auto_renewal
-from kmq.fetch_batch import FetchBatch, first_offsets, message_size as _size
+from kmq.fetch_batch import FetchBatch, first_offsets
 from kmq.give_back import RETURNED, give_back, give_back_on_close
 from kmq.handler_pool import run_handlers
 from kmq.lease import LeaseKeeper, LeaseSchedule
@@ -154,7 +154,7 @@ class KmqConsumer:
         # Counted here, folded into the flow state by the fetcher (no clock read per message).
         c = self._returned_counts if outcome is ABANDON and arg == RETURNED else self._settled_counts
         c[0] += 1
-        c[1] += _size(msg)
+        c[1] += msg._nbytes
         if self._schedule is not None:
             self._schedule.forget((p, msg.offset))
 
@@ -367,7 +367,9 @@ class KmqConsumer:
     def _take(self, kc: Any, messages: list[KmqMessage]) -> "FetchBatch | None":
         """Count the fetched messages outstanding and send their STARTs (no wait)."""
         offsets: dict[int, list[int]] = {}
+        nbytes = 0
         for m in messages:
+            nbytes += m._nbytes
             offs = offsets.get(m.partition)
             if offs is None:
                 offsets[m.partition] = [m.offset]
@@ -383,7 +385,7 @@ class KmqConsumer:
         with lock:
             for p, offs in offsets.items():
                 self._inflight[p] += len(offs)
-            self.flow.taken(len(messages), sum(_size(m) for m in messages), time.monotonic())
+            self.flow.taken(len(messages), nbytes, time.monotonic())
         b = FetchBatch(messages, offsets, spans, time.perf_counter())
         try:
             b.futures = self.writer.send_starts(offsets)

@@ -11,12 +11,7 @@ from typing import Any, Iterable
 
 from kmq.message import KmqMessage
 
-__all__ = ["FetchBatch", "first_offsets", "message_size"]
-
-
-def message_size(m: KmqMessage) -> int:
-    """Payload bytes of a message for flow control (key + value)."""
-    return len(m.value or b"") + len(m.key or b"")
+__all__ = ["FetchBatch", "first_offsets"]
 
 
 def first_offsets(messages: Iterable[KmqMessage]) -> dict[int, int]:

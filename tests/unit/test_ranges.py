@@ -15,10 +15,20 @@ def test_kip_example_merges_to_one_range():
 
 @pytest.mark.parametrize(
     "offsets,expected",
-    [([], []), ([3], [(3, 1)]), ([5, 3, 4, 9], [(3, 3), (9, 1)]), ([1, 1, 2], [(1, 2)])],
+    [([], []), ([3], [(3, 1)]), ([5, 3, 4, 9], [(3, 3), (9, 1)]), ([1, 1, 2], [(1, 2)]),
+     # lists whose first, last and length look like one range but are not (the fast path must not take them)
+     ([1, 1, 3], [(1, 1), (3, 1)]), ([1, 3, 2], [(1, 3)]), ([3, 2, 1], [(1, 3)]), ([2, 2, 2, 5], [(2, 1), (5, 1)])],
 )
 def test_coalesce(offsets, expected):
     assert coalesce(offsets) == [OffsetRange(*e) for e in expected]
+    assert coalesce(iter(offsets)) == [OffsetRange(*e) for e in expected]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=40), max_size=30))
+def test_coalesce_matches_the_set_model(offsets):
+    ranges = coalesce(offsets)
+    assert [o for r in ranges for o in r.offsets()] == sorted(set(offsets))
+    assert all(a.end < b.first for a, b in zip(ranges, ranges[1:]))  # merged: no two touch
 
 
 def test_normalize_merges_adjacent_and_rejects_overlap():
