@@ -57,6 +57,7 @@ class Ledger:
     _acked_origins: Counter = field(default_factory=Counter)
     _dlq_origins: Counter = field(default_factory=Counter)
     _dlq_reasons: Counter = field(default_factory=Counter)
+    _dlq_reason_of: dict[str, str] = field(default_factory=dict)  # origin -> reason of its (last) dead letter
     _ack_offsets_total: int = 0
     _redelivered: int = 0
     _missing: int = 0
@@ -110,7 +111,9 @@ class Ledger:
     def add_dlq_record(self, partition: int, offset: int, headers: Sequence[tuple[str, bytes]] | None) -> None:
         origin = header_text(headers, HEADER_ORIGIN) or f"?dlq/{partition}/{offset}"
         self._dlq_origins[origin] += 1
-        self._dlq_reasons[header_text(headers, HEADER_DLQ_REASON) or "unknown"] += 1
+        reason = header_text(headers, HEADER_DLQ_REASON) or "unknown"
+        self._dlq_reasons[reason] += 1
+        self._dlq_reason_of[origin] = reason
 
     def add_records(self, topic_kind: str, records: Iterable) -> None:
         """Feed kafka-python ConsumerRecords of one kind: "queue", "markers" or "dlq"."""
@@ -147,6 +150,14 @@ class Ledger:
         """Origins of messages neither acked nor dead-lettered (for error messages)."""
         settled = set(self._acked_origins) | set(self._dlq_origins)
         return sorted(self._originals - settled)[:limit]
+
+    def dead_letters(self) -> dict[str, str]:
+        """Dead-lettered messages of this queue: origin -> ``kmq-dlq-reason``."""
+        return {o: r for o, r in self._dlq_reason_of.items() if o in self._originals}
+
+    def acked_origins(self) -> set[str]:
+        """Messages of this queue acknowledged at least once."""
+        return {o for o in self._acked_origins if o in self._originals}
 
     def acked_and_dead(self) -> set[str]:
         """Origins both acknowledged and dead-lettered (a poison message must not be both)."""

@@ -65,3 +65,6 @@ def demo(duration: float, messages: int, partitions: int, worker_processes: int,
     click.echo(summary_text(result))
     if not result.guarantee_holds:
         raise fail("the demo did not settle every message in time (see 'not settled yet' above)")
+    if result.unexplained_dead:
+        raise fail(f"{len(result.unexplained_dead)} message(s) were dead-lettered without an injected cause "
+                   f"(see above): leases ran out for work that was not slow")

@@ -67,6 +67,10 @@ def test_demo_runs_to_its_summary_and_the_guarantee_line_is_true(bootstrap):
     reason_of = {_header(r, "kmq-origin"): _header(r, "kmq-dlq-reason") for r in dlq}
     assert {reason_of[o] for o in poison} <= {"rejected"} and f"rejected {len(poison)}" in reasons
     assert {reason_of[o] for o in dead_origins - poison} <= {"nack-limit", "timeout"}
+    # The demo's own account agrees (it exits non-zero on a dead letter no injection explains).
+    injected = re.search(r"(\d+) of the dead letters are good messages", out)
+    assert (int(injected.group(1)) if injected else 0) == len(dead_origins - poison)
+    assert "no injected cause" not in out
     assert len(queue_records) - len(originals) >= int(redelivered) > 0  # hangs and fails were redelivered
     # With Redis (the suite installs redis-server), every duplicate ack was a guard skip: no second effect.
     guard = re.search(r"IdempotencyGuard \(local Redis\): (\d+) duplicate deliveries", out)
