@@ -249,6 +249,10 @@ def read_markers(spark, cfg: Config, opts: JobOptions, marker_chunks: bool = Tru
         # The source decodes markers itself and hands over one row per run of records
         # (kmq.spark.marker_chunks): Spark's per-row cost would otherwise dominate the job.
         sec["markerChunks"] = str(marker_chunks).lower()
+        # Ride through a broker outage: tasks wait for the records they know exist (default 30 s).
+        from kmq.spark.sink_retry import OUTAGE_BUDGET_S
+
+        sec.setdefault("pollTimeoutMs", str(int(OUTAGE_BUDGET_S * 1000)))
     else:
         raise KmqError(f"unknown source {opts.source!r}: use python or kafka")
     r = (spark.readStream.format(fmt)

@@ -31,6 +31,7 @@ from typing import Any
 from kmq.config import Config
 from kmq.metrics import LagMetrics
 from kmq.spark.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES
+from kmq.spark.sink_retry import OUTAGE_BUDGET_S, retry_until
 
 __all__ = ["BatchSinks", "LagJobMetrics", "row_key"]
 
@@ -181,6 +182,8 @@ class BatchSinks:
         self._producer = None
         self._offsets_admin = None
         self._topics_ready: set[str] = set()
+        #: Seconds a metrics topic write is retried through a broker outage before the job stops.
+        self.sink_retry_budget = OUTAGE_BUDGET_S
         self.batches_written = 0
         self.windows_written = 0
         self.last_windows: list[tuple[int, int]] = []  # (start_ms, end_ms) of the last batch written
@@ -226,22 +229,52 @@ class BatchSinks:
 
     def _add_marker_lag(self, rows: list[dict]) -> None:
         from kafka import TopicPartition
+        from kafka.errors import KafkaError
 
         from kmq.clients import admin_client
 
-        if self._offsets_admin is None:
-            self._offsets_admin = admin_client(self.cfg.kafka)
         topics = {q.name: q.markers_topic for q in self.cfg.queues}
         keys = {(topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"]) for r in rows}
         # One OffsetFetch for every partition of the batch (consumer.committed() asks once per
         # partition, a round trip each: with many partitions that was most of a batch's sink time).
         group = self.cfg.tracker.group_id
-        got = self._offsets_admin.list_group_offsets({group: [TopicPartition(t, p) for t, p in sorted(keys)]})
+
+        def fetch():
+            if self._offsets_admin is None:
+                self._offsets_admin = admin_client(self.cfg.kafka)
+            return self._offsets_admin.list_group_offsets({group: [TopicPartition(t, p) for t, p in sorted(keys)]})
+
+        try:
+            # A short budget: marker lag is one column; the windows must not wait for it.
+            got = retry_until("marker lag (tracker offsets)", fetch, (KafkaError, OSError), budget=5.0,
+                              reset=self._reset_admin)
+        except (KafkaError, OSError) as exc:
+            self._reset_admin()
+            log.warning("marker lag unknown for this batch (%s: %s): written without it", type(exc).__name__, exc)
+            for r in rows:
+                r["marker_lag"] = None
+            return
         committed = {(tp.topic, tp.partition): om.offset for tp, om in got.get(group, {}).items()}
         for r in rows:
             key = (topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"])
             c = committed.get(key)
             r["marker_lag"] = max(0, r["markers_high_water"] - (c if c is not None and c > 0 else 0))
+
+    def _reset_admin(self) -> None:
+        admin, self._offsets_admin = self._offsets_admin, None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception:  # noqa: BLE001 - a client that lived through an outage: best effort
+                pass
+
+    def _reset_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=1)
+            except Exception:  # noqa: BLE001 - best effort, as above
+                pass
 
     def _write_parquet(self, spark, rows: list[dict], batch_id: int) -> None:
         import pandas as pd
@@ -262,19 +295,34 @@ class BatchSinks:
         if batch_id <= self._topic_committed.get():
             log.info("batch %d already in the metrics topic; skipped", batch_id)
             return
-        from kmq.clients import producer
+        from kafka.errors import KafkaError
 
-        if self._producer is None:
-            self._producer = producer(self.cfg.kafka)
-        futures = []
-        for r in rows:
-            topic = self.cfg.queue(r["queue"]).metrics_topic
-            self._ensure_topic(topic)
-            value = json.dumps({**r, "batch_id": batch_id}, separators=(",", ":")).encode()
-            futures.append(self._producer.send(topic, key=row_key(r).encode(), value=value))
-        self._producer.flush()
-        for f in futures:
-            f.get(timeout=30)
+        from kmq.clients import producer
+        from kmq.errors import KmqError
+
+        def send_all() -> None:
+            if self._producer is None:
+                self._producer = producer(self.cfg.kafka)
+            futures = []
+            for r in rows:
+                topic = self.cfg.queue(r["queue"]).metrics_topic
+                self._ensure_topic(topic)
+                value = json.dumps({**r, "batch_id": batch_id}, separators=(",", ":")).encode()
+                futures.append(self._producer.send(topic, key=row_key(r).encode(), value=value))
+            self._producer.flush(timeout=30)
+            for f in futures:
+                f.get(timeout=30)
+
+        # Through a broker outage: the batch waits (Spark starts no other meanwhile) and is written once
+        # Kafka is back; a retry may repeat windows of this batch, identical and keyed (deduplicated).
+        try:
+            retry_until(f"metrics topic write of batch {batch_id}", send_all, (KafkaError, OSError),
+                        budget=self.sink_retry_budget, reset=self._reset_producer)
+        except (KafkaError, OSError) as exc:
+            raise KmqError(
+                f"the metrics topic could not be written for {self.sink_retry_budget:.0f} s (batch {batch_id}: "
+                f"{type(exc).__name__}: {exc}); is Kafka at {self.cfg.kafka.bootstrap_servers} reachable? The job "
+                f"stops; started again it resumes from its checkpoint with this batch") from exc
         self._topic_committed.set(batch_id)
 
     def _ensure_topic(self, topic: str) -> None:

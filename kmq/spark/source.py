@@ -145,6 +145,10 @@ def _kafka_python_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     """kafka-python arguments from :func:`client_kwargs_from_options` (JSON-safe) ones: the OAUTHBEARER
     token source becomes a token provider, built in the process that connects."""
     out = dict(kw)
+    # Resume within about a second of a broker's return (kafka-python's default backs off up to 30 s).
+    from kmq.clients import RECONNECT_BACKOFF_MAX_MS
+
+    out.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
     token_file = out.pop("sasl_oauth_token_file", None)
     token_command = out.pop("sasl_oauth_token_command", None)
     if token_file or token_command:

@@ -69,6 +69,8 @@ def _consumer(client_json: str):
             # librdkafka prefetches up to this much past the task's end offset and drops it at
             # unassign: with a backlog, 64 MB a task was mostly wasted fetching (broker and client).
             "queued.max.messages.kbytes": 4 * 1024,
+            # Resume within about a second of a broker's return (librdkafka's default: up to 10 s).
+            "reconnect.backoff.max.ms": 1000,
         })
         _CONSUMERS[client_json] = c
     return c

@@ -1,0 +1,101 @@
+"""`kmq lag-job` through a broker outage: the broker (S3 storage) is SIGKILLed
+mid-run and started again on the same port. Before, the first micro-batch
+after the return failed the query (the marker-lag OffsetFetch on a client that
+lived through the restart: NodeNotReadyError) and an outage longer than the
+source's 30 s poll timeout failed it too; now the job keeps running and every
+window reaches the sinks (Parquet exactly once, the metrics topic with
+identical keyed duplicates at most).
+
+12 s here (CI); KMQ_TEST_SPARK_OUTAGE_S=60 runs the issue's upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+
+import pytest
+import yaml
+
+from kmq.config import Config
+from kmq.devbroker import DevBroker
+from kmq.spark.sinks import parquet_rows
+from kmq.topics import ensure_topics
+from tests.conftest import TEST_GROUP_TIMING, unique
+from tests.helpers.kafka import read_all, wait_until
+from tests.integration.spark.markers_workload import write_records
+from tests.integration.spark.test_spark_restart import (
+    PARTITIONS, T0, _batch_dirs, _kill, _rows_by_window, _start_job, model, phase,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+
+OUTAGE_S = float(os.environ.get("KMQ_TEST_SPARK_OUTAGE_S", "12"))
+
+
+def test_the_lag_job_rides_through_a_broker_outage_and_loses_no_window(tmp_path):
+    broker = DevBroker(storage="s3", workdir=str(tmp_path)).start()
+    job = None
+    try:
+        q = unique("q")
+        cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING},
+                                "queues": [{"name": q}]})
+        qc = cfg.queues[0]
+        ensure_topics(cfg.kafka, qc, PARTITIONS)
+        cfg_path = tmp_path / "kmq.yaml"
+        cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
+        rng = random.Random(7)
+        records: dict[int, list] = {p: [] for p in range(PARTITIONS)}
+        state = {p: (0, T0) for p in range(PARTITIONS)}
+
+        def write_phase(n: int) -> None:
+            batch = []
+            for p in range(PARTITIONS):
+                recs, off, ts = phase(p, rng, state[p][0], state[p][1], n)
+                state[p] = (off, ts + 1000)
+                records[p].extend(recs)
+                batch.extend(recs)
+            write_records(cfg, qc.markers_topic, batch)
+
+        write_phase(700)
+        job = _start_job(cfg_path, tmp_path, "job.log")
+        log = tmp_path / "job.log"
+        wait_until(lambda: len(_batch_dirs(tmp_path / "pq")) >= 2 or job.poll() is not None, timeout=120,
+                   interval=0.2, what="two batches in the parquet sink")
+        assert job.poll() is None, log.read_text()[-3000:]
+
+        broker.kill()  # mid-run: more than 2000 markers are still unread (300 a trigger)
+        time.sleep(OUTAGE_S)  # the outage itself: its length is what the test is about
+        assert job.poll() is None, "the job stopped during the outage:\n" + log.read_text()[-3000:]
+        broker.start()
+        write_phase(300)
+        want = model(records)
+
+        def complete():
+            assert job.poll() is None, "the job stopped after the outage:\n" + log.read_text()[-3000:]
+            try:
+                return len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) >= len(want)
+            except OSError:  # a batch folder being written
+                return False
+
+        wait_until(complete, timeout=180, interval=0.5, what="every window in the parquet sink after the outage")
+        got = _rows_by_window(parquet_rows(str(tmp_path / "pq")))
+        assert set(got) == set(want)
+        assert {k: len(v) for k, v in got.items() if len(v) != 1} == {}, "windows written twice to parquet"
+        recs = wait_until(lambda: (lambda r: r if len({x.key for x in r}) >= len(want) else None)(
+            read_all(broker.bootstrap, qc.metrics_topic)), timeout=60, what="every window in the metrics topic")
+        by_key: dict[str, list[dict]] = {}
+        for r in recs:
+            v = json.loads(r.value)
+            v.pop("batch_id")
+            by_key.setdefault(r.key.decode(), []).append(v)
+        assert set(by_key) == {f"{p}:{w}" for p, w in want}
+        assert all(all(v == vs[0] for v in vs) for vs in by_key.values()), "a re-sent window differs"
+        assert job.poll() is None
+    finally:
+        if job is not None:
+            _kill(job, signal.SIGKILL)
+        broker.stop()
