@@ -23,6 +23,7 @@ from kafka import errors as kp_errors
 
 from kmq.client_api import CONFLUENT, ClientCommitFailed, Delivery, Record, require_client
 from kmq.config import ConfigError, KafkaConfig
+from kmq.librdkafka_log import LibrdkafkaLogBridge
 
 require_client(CONFLUENT)  # the one clear error when the extra is missing
 
@@ -102,8 +103,9 @@ def settings(kafka: KafkaConfig) -> dict[str, Any]:
         "client.id": kafka.client_id,
         "security.protocol": kafka.security_protocol,
         "socket.connection.setup.timeout.ms": max(1000, int(kafka.connect_timeout * 1000)),
-        # librdkafka logs through its own thread to stderr by default; route to logging.
-        "logger": logging.getLogger("kmq.librdkafka"),
+        # librdkafka logs through its own thread to stderr by default; route to logging
+        # ("kmq.librdkafka"), one bridge per handle: it demotes and collapses reconnect storms.
+        "logger": LibrdkafkaLogBridge(),
     }
     if kafka.uses_tls:
         if kafka.ssl_cafile:
@@ -155,6 +157,7 @@ class ConfluentProducer:
 
     def __init__(self, conf: dict[str, Any]) -> None:
         self.raw = ck.Producer(conf)
+        self._log_bridge = conf.get("logger")
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._serve, name="kmq-confluent-producer", daemon=True)
         self._poller.start()
@@ -211,6 +214,13 @@ class ConfluentProducer:
                 self._poller.join(1)
                 if not self._poller.is_alive():  # never under a poll() of the serving thread
                     self.raw.close()
+            _flush_logs(self._log_bridge)
+
+
+def _flush_logs(bridge: Any) -> None:
+    """The closing handle's repeat counts not logged yet (see :mod:`kmq.librdkafka_log`)."""
+    if isinstance(bridge, LibrdkafkaLogBridge):
+        bridge.flush()
 
 
 def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: Any) -> ConfluentProducer:
@@ -242,7 +252,7 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)
         conf["heartbeat.interval.ms"] = int(kafka.heartbeat_interval * 1000)
     conf.update(_map({k: v for k, v in overrides.items() if not (k == "group_id" and v is None)}, _CONSUMER_KEYS))
-    c = ConfluentConsumer(ck.Consumer(conf))
+    c = ConfluentConsumer(ck.Consumer(conf), log_bridge=conf["logger"])
     if topics:
         c.raw.subscribe(list(topics))
     return c
@@ -253,8 +263,9 @@ class ConfluentConsumer:
 
     client = CONFLUENT
 
-    def __init__(self, consumer: Any) -> None:
+    def __init__(self, consumer: Any, log_bridge: LibrdkafkaLogBridge | None = None) -> None:
         self.raw = consumer
+        self._log_bridge = log_bridge
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         return self.fetch(timeout, max_records, Record)
@@ -369,6 +380,7 @@ class ConfluentConsumer:
 
     def close(self) -> None:
         self.raw.close()
+        _flush_logs(self._log_bridge)
 
     def __repr__(self) -> str:
         return f"ConfluentConsumer({self.raw!r})"

@@ -37,8 +37,10 @@ class ConfluentLogReader:
 
     def __init__(self, kafka: KafkaConfig, timeout_s: float = 10.0) -> None:
         self._timeout_s = timeout_s
+        conf = settings(kafka)
+        self._log_bridge = conf["logger"]  # holds the counts of repeated librdkafka lines until close
         self._consumer = ck.Consumer({
-            **settings(kafka),
+            **conf,
             "group.id": f"{kafka.client_id}-log-reader",  # required by librdkafka; never joined, never committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -49,6 +51,7 @@ class ConfluentLogReader:
 
     def close(self) -> None:
         self._consumer.close()
+        self._log_bridge.flush()
 
     def _assign(self, topic: str, partition: int, offset: int) -> None:
         self._consumer.assign([TopicPartition(topic, partition, offset)])

@@ -28,13 +28,14 @@ ORDER = ("consumer", "aio", "overload", "tracker", "spark")
 # the consumer pair and the Spark lag job on each client (kafka.client).
 FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")},
         "spark": {"clients": ("confluent", "kafka-python")}}
-# --quick: small enough for a smoke run.
+# --quick: small enough for a smoke run (tests/integration/test_bench_smoke.py: 100-115 s on 2 cores, most of it
+# group joins, which tansu holds for half the session timeout, and Spark's start).
 QUICK = {
     "consumer": {"messages": 20_000, "rounds": 1, "clients": ("kafka-python", "confluent")},
     "aio": {"messages": 20_000, "rounds": 1},
-    "overload": {"messages": 1500, "lease": "2500ms"},
-    "tracker": {"messages": 100_000, "in_flight": 100_000},
-    "spark": {"markers": 20_000},
+    "overload": {"messages": 1000, "lease": "2s"},
+    "tracker": {"batches": 400, "messages": 10_000, "delay_messages": 100, "acked_pairs": 2_000},
+    "spark": {"markers": 20_000, "latency_seconds": 10.0},
 }
 
 

@@ -281,8 +281,11 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
             "copies_per_s": int((done - n_first) / (t_last - t_first)), "seconds": round(t_last - t_first, 2)}
 
 
-def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True) -> dict:
-    """All tracker figures; starts an embedded broker when ``bootstrap`` is None."""
+def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, messages: int = 50_000,
+        delay_messages: int = 400, acked_pairs: int = 20_000) -> dict:
+    """All tracker figures; starts an embedded broker when ``bootstrap`` is None. ``messages``:
+    the redelivery-throughput backlog; ``delay_messages`` and ``acked_pairs``: the sizes of
+    the redelivery-delay and recovery runs (smaller for ``kmq bench all --quick``)."""
     out: dict = {"throughput": throughput(batches), "memory": memory()}
     if not broker:
         return out
@@ -293,13 +296,13 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True) 
         dev = DevBroker().start()
         bootstrap = dev.bootstrap
     try:
-        out["redelivery_delay"] = redelivery_delay(bootstrap)
-        out["recovery"] = recovery(bootstrap)
+        out["redelivery_delay"] = redelivery_delay(bootstrap, delay_messages)
+        out["recovery"] = recovery(bootstrap, acked_pairs)
         clients = ["kafka-python"]
         if importlib.util.find_spec("confluent_kafka") is not None:
             clients.append("confluent")
         # Keyed by client, so `kmq bench all`'s table shows the pair side by side.
-        out["redelivery_throughput"] = {c: redelivery_throughput(bootstrap, c) for c in clients}
+        out["redelivery_throughput"] = {c: redelivery_throughput(bootstrap, c, messages) for c in clients}
     finally:
         if dev is not None:
             dev.stop()

@@ -1,0 +1,76 @@
+"""``kmq bench all --quick`` runs every benchmark and reports a figure for each.
+
+``kmq bench aio`` once broke silently after a merge because no test ran the
+bench commands. This runs the real command as a user would (a subprocess,
+against the session broker) and checks that each section produced its
+figures: present, finite and positive. Their values are not judged here
+(timings are not pass/fail on a shared 2-core machine; the README's figures
+come from full runs). About 100-115 s here (2 cores shared), most of it group joins
+and Spark's start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark not installed (pip install 'kmq[spark]'): bench all runs the lag job")
+pytest.importorskip("confluent_kafka", reason="confluent-kafka not installed: bench all runs both clients")
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS = ("kafka-python", "confluent")
+
+# Per section, the figures the README and the report's readers use (paths into its result).
+FIGURES: dict[str, list[tuple[str, ...]]] = {
+    "consumer": [(c, k) for c in CLIENTS for k in ("plain_median", "kmq_median", "ratio_median")],
+    "aio": [(k, v) for k in ("median_msgs_per_s",) for v in ("threads", "aio-for", "aio-run")]
+           + [("ratio_to_threads", v) for v in ("aio-for", "aio-run")],
+    "overload": [("goodput_msgs_per_s",), ("goodput_ratio",), ("drain_seconds",)],
+    "tracker": [("throughput", "messages_per_s"), ("memory", "contiguous", "rss_mb"), ("memory", "holes", "rss_mb"),
+                ("redelivery_delay", "p99_ms"), ("recovery", "ready_s"), ("recovery", "replayed")]
+               + [("redelivery_throughput", c, "copies_per_s") for c in CLIENTS],
+    "spark": [("markers_per_s",), ("latency_window_end_to_sink_s", "p50"), ("live_windows",)],
+}
+
+
+def _at(result: dict, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(result, dict) or key not in result:
+            return None
+        result = result[key]
+    return result
+
+
+def _is_figure(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def test_bench_all_quick_reports_a_figure_for_every_section(bootstrap, tmp_path):
+    out = tmp_path / "report.json"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",  # Spark binds loopback, not the host's address
+           "PYSPARK_PYTHON": sys.executable}
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "kmq", "bench", "all", "--quick", "--bootstrap", bootstrap,
+                          "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, f"rc {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-4000:]}"
+    report = json.loads(out.read_text())
+    assert report["quick"] is True
+    assert report["skipped"] == {}, report["skipped"]  # every extra is in the dev install
+    results = report["results"]
+    assert set(results) == set(FIGURES)
+    missing = {f"{name}.{'.'.join(path)}": _at(results[name], path)
+               for name, paths in FIGURES.items() for path in paths if not _is_figure(_at(results[name], path))}
+    assert not missing, f"figures missing or not finite and > 0: {missing}"
+    walls = ", ".join(f"{name} {r['wall_seconds']}s" for name, r in results.items())
+    print(f"kmq bench all --quick: {took:.0f} s ({walls})")

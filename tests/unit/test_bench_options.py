@@ -1,0 +1,27 @@
+"""``kmq bench all``'s option sets name only parameters the benchmarks take.
+
+``all.run`` passes a bench only the options its ``run`` accepts (so ``bootstrap``
+can be offered to all); a misspelt or stale key in QUICK or FULL was dropped
+without a word, and ``--quick`` ran the tracker benchmark at full size.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+from kmq.bench import all as bench_all
+
+
+@pytest.mark.parametrize("sizes", ["QUICK", "FULL"])
+@pytest.mark.parametrize("name", bench_all.ORDER)
+def test_every_option_is_a_parameter_of_the_bench(sizes, name):
+    options = getattr(bench_all, sizes).get(name, {})
+    params = inspect.signature(importlib.import_module(f"kmq.bench.{name}").run).parameters
+    assert set(options) <= set(params), f"{sizes}[{name!r}] names options kmq.bench.{name}.run does not take"
+
+
+def test_quick_makes_every_bench_smaller():
+    assert set(bench_all.QUICK) == set(bench_all.ORDER)
