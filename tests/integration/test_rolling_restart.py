@@ -54,6 +54,24 @@ class Worker:
             self.proc.wait(10)
 
 
+def _group_state(bootstrap: str, group: str) -> str:
+    """The broker's view of the workers' group (members and their partitions), for a failure message."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return repr(admin.describe_groups([group]))[:3000]
+    except Exception as exc:  # noqa: BLE001 - a diagnostic only
+        return f"(describe failed: {exc})"
+    finally:
+        admin.close()
+
+
+def _assignment_lines(log: Path) -> list[str]:
+    return [line[:200] for line in log.read_text(errors="replace").splitlines()
+            if "assigned partitions" in line or "revoked" in line][-20:]
+
+
 def _acks(logs: list[Path]) -> list[tuple[str, str]]:
     out = []
     for path in logs:
@@ -79,6 +97,7 @@ def test_rolling_restart_with_sigterm_costs_no_delivery(bootstrap, tmp_path, kaf
         "queues": [{"name": q, "lease": "60s", "max_deliveries": 3}],
         "consumer": {"group_id": unique("workers")},
         "tracker": {"group_id": unique("tracker"), "http_port": 0},
+        "logging": {"level": "INFO"},  # the workers' partition assignments in workers.log, for a failure
     })
     ensure_topics(cfg.kafka, cfg.queues[0], PARTITIONS)
     conf = tmp_path / "kmq.yaml"
@@ -103,7 +122,11 @@ def test_rolling_restart_with_sigterm_costs_no_delivery(bootstrap, tmp_path, kaf
             assert workers[i].terminate() == 0
             workers[i] = start(i)
             done = len(_acks(logs))
-            wait_until(lambda: len(_acks(logs)) >= done + 200, 60, what="work going on after a restart")
+            try:
+                wait_until(lambda: len(_acks(logs)) >= done + 200, 60, what="work going on after a restart")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; group: {_group_state(bootstrap, cfg.consumer.group_id)}; workers' "
+                                     f"assignments: {_assignment_lines(tmp_path / 'workers.log')}") from None
         wait_until(lambda: len({o for _, o in _acks(logs)}) >= N, 120, what=f"all {N} messages acked")
         for w in workers:
             assert w.terminate() == 0
