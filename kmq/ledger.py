@@ -127,7 +127,7 @@ class Ledger:
 
     # ------------------------------------------------------------ answers
     def snapshot(self) -> LedgerSnapshot:
-        acked = {o for o in self._acked_origins if o in self._originals}
+        acked = self.acked_origins()
         dead = {o for o in self._dlq_origins if o in self._originals}
         settled = acked | dead
         return LedgerSnapshot(

@@ -204,13 +204,14 @@ class KmqMessage:
         return f"KmqMessage({self.topic}/{self.partition}/{self.offset}, delivery {self.delivery_count}, {state})"
 
     # ------------------------------------------------------------ settling
+    def _already_settled(self, outcome: str) -> MessageAlreadySettled:
+        return MessageAlreadySettled(f"{self.topic}/{self.partition}/{self.offset} was already settled "
+                                     f"({self._outcome}); {outcome} ignored, no second marker written")
+
     def _settle(self, outcome: str, arg: Any) -> None:
         with self._lock:
             if self._outcome is not None:
-                raise MessageAlreadySettled(
-                    f"{self.topic}/{self.partition}/{self.offset} was already settled ({self._outcome}); "
-                    f"{outcome} ignored, no second marker written"
-                )
+                raise self._already_settled(outcome)
             self._outcome = outcome
             self._settler.settled(self, outcome, arg)
 
@@ -219,10 +220,7 @@ class KmqMessage:
         # _settle inlined: ack is the one call every message makes (kmq bench consumer).
         with self._lock:
             if self._outcome is not None:
-                raise MessageAlreadySettled(
-                    f"{self.topic}/{self.partition}/{self.offset} was already settled ({self._outcome}); "
-                    f"ack ignored, no second marker written"
-                )
+                raise self._already_settled(ACK)
             self._outcome = ACK
             self._settler.settled(self, ACK, None)
 

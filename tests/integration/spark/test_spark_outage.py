@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import time
 
@@ -26,9 +25,8 @@ from kmq.spark.sinks import parquet_rows
 from kmq.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
-from tests.integration.spark.markers_workload import write_records
 from tests.integration.spark.test_spark_restart import (
-    PARTITIONS, T0, _batch_dirs, _kill, _rows_by_window, _start_job, model, phase,
+    PARTITIONS, PhaseWriter, _batch_dirs, _kill, _rows_by_window, _start_job, model,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -47,18 +45,8 @@ def test_the_lag_job_rides_through_a_broker_outage_and_loses_no_window(tmp_path)
         ensure_topics(cfg.kafka, qc, PARTITIONS)
         cfg_path = tmp_path / "kmq.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
-        rng = random.Random(7)
-        records: dict[int, list] = {p: [] for p in range(PARTITIONS)}
-        state = {p: (0, T0) for p in range(PARTITIONS)}
-
-        def write_phase(n: int) -> None:
-            batch = []
-            for p in range(PARTITIONS):
-                recs, off, ts = phase(p, rng, state[p][0], state[p][1], n)
-                state[p] = (off, ts + 1000)
-                records[p].extend(recs)
-                batch.extend(recs)
-            write_records(cfg, qc.markers_topic, batch)
+        workload = PhaseWriter(cfg, qc.markers_topic, seed=7)
+        records, write_phase = workload.records, workload.write
 
         write_phase(700)
         job = _start_job(cfg_path, tmp_path, "job.log")

@@ -82,6 +82,24 @@ def model(records_by_partition: dict[int, list]) -> dict[tuple[int, int], dict]:
     return want
 
 
+class PhaseWriter:
+    """Writes :func:`phase` markers for every partition to ``topic`` and keeps them (``records``) for :func:`model`."""
+
+    def __init__(self, cfg, topic: str, seed: int) -> None:
+        self.cfg, self.topic, self.rng = cfg, topic, random.Random(seed)
+        self.records: dict[int, list] = {p: [] for p in range(PARTITIONS)}
+        self._state = {p: (0, T0) for p in range(PARTITIONS)}
+
+    def write(self, n: int) -> None:
+        batch = []
+        for p in range(PARTITIONS):
+            recs, off, ts = phase(p, self.rng, self._state[p][0], self._state[p][1], n)
+            self._state[p] = (off, ts + 1000)
+            self.records[p].extend(recs)
+            batch.extend(recs)
+        write_records(self.cfg, self.topic, batch)
+
+
 def _start_job(cfg_path: Path, tmp: Path, log_name: str) -> subprocess.Popen:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     args = [
@@ -119,18 +137,8 @@ def test_sigkill_and_restart_neither_lose_nor_double_count(queue_topics, bootstr
     cfg, q = queue_topics(partitions=PARTITIONS)
     cfg_path = tmp_path / "kmq.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
-    rng = random.Random(42)
-    records: dict[int, list] = {p: [] for p in range(PARTITIONS)}
-    state = {p: (0, T0) for p in range(PARTITIONS)}
-
-    def write_phase(n: int) -> None:
-        batch = []
-        for p in range(PARTITIONS):
-            recs, off, ts = phase(p, rng, state[p][0], state[p][1], n)
-            state[p] = (off, ts + 1000)
-            records[p].extend(recs)
-            batch.extend(recs)
-        write_records(cfg, q.markers_topic, batch)
+    workload = PhaseWriter(cfg, q.markers_topic, seed=42)
+    records, write_phase = workload.records, workload.write
 
     write_phase(700)
     job = _start_job(cfg_path, tmp_path, "job1.log")
