@@ -7,10 +7,8 @@ tests/unit/test_public_api.py.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from kmq.config import Config
-from kmq.errors import (
+from kmq.core.errors import (
     BrokerUnavailable,
     ConfigError,
     KmqError,
@@ -24,10 +22,11 @@ from kmq.errors import (
     UnsupportedConsumer,
     ClientNotInstalled,
 )
-from kmq.consumer import KmqConsumer
-from kmq.guard import IdempotencyGuard
-from kmq.message import KmqMessage
-from kmq.writer import MarkerWriter, marked
+from kmq.consumer.consumer import KmqConsumer
+from kmq.consumer.guard import IdempotencyGuard
+from kmq.core.message import KmqMessage
+from kmq.consumer.writer import MarkerWriter, marked
+from kmq.version import __version__
 
 __all__ = [
     "__version__",

@@ -3,7 +3,7 @@
 Pure (reads the environment only when :meth:`Config.load` is called and only
 from the mapping it is given). Durations are stored as float seconds and
 accept ``250ms``, ``30s``, ``5m``, ``1h``, ``7d`` or a bare number of seconds.
-Unknown keys and bad values raise :class:`~kmq.errors.ConfigError` naming the
+Unknown keys and bad values raise :class:`~kmq.core.errors.ConfigError` naming the
 key path, e.g. ``queues[0].lease: expected a duration like 30s, got 'soon'``.
 
 Secrets (``kafka.sasl_password``, ``kafka.ssl_password``) come only from the
@@ -30,8 +30,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from kmq.backoff import backoff_delay
-from kmq.errors import ConfigError
+from kmq.core.backoff import backoff_delay
+from kmq.core.errors import ConfigError
 
 __all__ = [
     "Config",
@@ -56,7 +56,7 @@ _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # Bounds that keep the tracker's arithmetic and the markers retention safe (issue 11).
-MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.topics.MARKERS_RETENTION_MS
+MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.client.topics.MARKERS_RETENTION_MS
 # One lower bound for topics.markers_retention and queues[].markers_retention: a tracker outage
 # longer than the retention loses markers, so anything shorter than an hour is a typo.
 MIN_MARKERS_RETENTION_S = 3600.0
@@ -130,7 +130,7 @@ class KafkaConfig:
     heartbeat_interval: float = _f(1.0, "duration", min=0.1)
     # How long a component waits for the cluster before failing with a clear error.
     connect_timeout: float = _f(10.0, "duration", min=0.1)
-    # Which Python Kafka client every component uses (kmq.client_api): kafka-python (base
+    # Which Python Kafka client every component uses (kmq.client): kafka-python (base
     # install) or confluent (librdkafka, pip install 'kmq[confluent]').
     client: str = _f("kafka-python", "choice", choices=("KAFKA-PYTHON", "CONFLUENT"), lower=True)
 
@@ -154,7 +154,7 @@ class KafkaConfig:
                 kw["ssl_keyfile"] = self.ssl_keyfile
                 kw["ssl_password"] = self.key_password()
         if self.sasl_mechanism not in (None, *_PASSWORD_MECHANISMS):
-            # OAUTHBEARER gets a token provider (kmq.clients), AWS_MSK_IAM signs with AWS credentials.
+            # OAUTHBEARER gets a token provider (kmq.client.kafka_python.clients), AWS_MSK_IAM signs with AWS credentials.
             kw.pop("sasl_plain_username", None)
             kw.pop("sasl_plain_password", None)
         return kw
@@ -270,7 +270,7 @@ class ConsumerConfig:
     # How long an END/RENEW/NACK/REJECT that Kafka did not acknowledge is retried
     # (from its first failure): at least a broker restart or leader move.
     marker_retry_budget: float = _f(120.0, "duration")
-    # Flow control (kmq/flow.py): bounds on fetched-but-unsettled messages of one consumer.
+    # Flow control (kmq/consumer/flow.py): bounds on fetched-but-unsettled messages of one consumer.
     max_outstanding_messages: int = _f(10_000, "int", min=1)
     max_outstanding_bytes: int = _f(100 * 1024 * 1024, "int", min=1)
     # cooperative-sticky: a rebalance revokes only the partitions that move (KIP-429).

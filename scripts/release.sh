@@ -5,7 +5,7 @@
 #
 #   scripts/release.sh [--out DIR] [--image REGISTRY/NAME] [--push] [--require-image]
 #
-# The version comes from pyproject.toml and must equal kmq.__version__ and
+# The version comes from pyproject.toml and must equal kmq.__version__ (kmq/version.py) and
 # helm/kmq/Chart.yaml's version and appVersion (the script stops and names the
 # file to fix otherwise). Without a running container engine (docker or
 # podman) the images are skipped with a clear note and everything else is
@@ -42,11 +42,11 @@ import re, sys, tomllib
 from pathlib import Path
 
 version = tomllib.loads(Path("pyproject.toml").read_text())["project"]["version"]
-init = re.search(r'^__version__ = "([^"]+)"', Path("kmq/__init__.py").read_text(), re.M).group(1)
+init = re.search(r'^__version__ = "([^"]+)"', Path("kmq/version.py").read_text(), re.M).group(1)
 chart = Path("helm/kmq/Chart.yaml").read_text()
 chart_version = re.search(r"^version:\s*\"?([^\"\s]+)", chart, re.M).group(1)
 app_version = re.search(r"^appVersion:\s*\"?([^\"\s]+)", chart, re.M).group(1)
-found = {"kmq/__init__.py __version__": init, "helm/kmq/Chart.yaml version": chart_version,
+found = {"kmq/version.py __version__": init, "helm/kmq/Chart.yaml version": chart_version,
          "helm/kmq/Chart.yaml appVersion": app_version}
 wrong = [f"{where} is {v}" for where, v in found.items() if v != version]
 if wrong:

@@ -19,7 +19,7 @@ Checks, each one a function the tests in tests/deploy/ call on its own:
              deploy/prometheus/, and the chart's PrometheusRule equals rules.yaml.
 * alerts:    every alert has a promtool unit test, a ``runbook_url`` into
              docs/operations.md and a runbook heading there; every metric an
-             alert uses is one kmq exports (kmq.metrics.exported_metric_names).
+             alert uses is one kmq exports (kmq.telemetry.metrics.exported_metric_names).
 * dashboard: helm/kmq/dashboards/kmq.json is a Grafana dashboard whose every
              query (panels and template variables) uses only metrics kmq exports.
 * strimzi:   the chart renders topicInit.mode strimzi as KafkaTopic resources
@@ -402,7 +402,7 @@ def promql_metric_names(expr: str) -> set[str]:
 
 def _known_metrics() -> set[str]:
     sys.path.insert(0, str(ROOT))
-    from kmq.metrics import exported_metric_names
+    from kmq.telemetry.metrics import exported_metric_names
 
     return exported_metric_names() | EXTERNAL_METRICS
 
@@ -442,7 +442,7 @@ def check_alerts(rules_dir: Path = RULES_DIR, runbook: Path = RUNBOOK) -> list[s
         if name not in tested:
             problems.append(f"alert {name}: no promtool test in rules.test.yaml expects it to fire")
         for metric in sorted(promql_metric_names(rule["expr"]) - known):
-            problems.append(f"alert {name}: uses {metric}, which kmq does not export (kmq/metrics.py)")
+            problems.append(f"alert {name}: uses {metric}, which kmq does not export (kmq/telemetry/metrics.py)")
     return problems
 
 
@@ -487,7 +487,7 @@ def check_dashboard(path: Path = DASHBOARD) -> list[str]:
         if not names:
             problems.append(f"{path.name} {where}: {expr!r} reads no metric")
         for metric in sorted(names - known):
-            problems.append(f"{path.name} {where}: uses {metric}, which kmq does not export (kmq/metrics.py)")
+            problems.append(f"{path.name} {where}: uses {metric}, which kmq does not export (kmq/telemetry/metrics.py)")
     return problems
 
 

@@ -2,7 +2,7 @@
 
 Kafka, in this order: ``KMQ_TEST_BOOTSTRAP=host:port``; a running Docker
 engine -> testcontainers ``apache/kafka``; else the embedded tansu broker
-(kmq.devbroker). Redis: ``KMQ_TEST_REDIS_URL``; else a local
+(kmq.dev.broker). Redis: ``KMQ_TEST_REDIS_URL``; else a local
 ``redis-server`` on a random port; else testcontainers. In CI (``CI=true``)
 a missing Redis fails instead of skipping.
 """
@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from kmq.config import Config
-from kmq.devbroker import DevBroker
+from kmq.dev.broker import DevBroker
 
 TEST_GROUP_TIMING = {"session_timeout": "6s", "heartbeat_interval": "1s"}
 
@@ -149,7 +149,7 @@ def make_config(bootstrap):
 def topics_creator(make):
     """``create(partitions, **sections) -> (cfg, queue_config)``: a config from ``make``
     (make_config or the TLS tier's tls_config) with its queue's three topics created."""
-    from kmq.topics import ensure_topics
+    from kmq.client.topics import ensure_topics
 
     def create(partitions: int = 1, **sections):
         cfg = make(**sections)
@@ -173,7 +173,7 @@ def redis_url():
     if env:
         yield env
         return
-    from kmq.devredis import DevRedis
+    from kmq.dev.redis_server import DevRedis
 
     if DevRedis.available():
         server = DevRedis().start()

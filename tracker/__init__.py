@@ -2,7 +2,7 @@
 
 ``Tracker(cfg).run()`` (or ``kmq tracker run``) joins the tracker consumer
 group on the markers topics, keeps the open leases per markers partition
-(:mod:`tracker.lease_state`, pure), redelivers expired messages or moves them
+(:mod:`kmq.core.lease_state`, pure), redelivers expired messages or moves them
 to the DLQ (:mod:`tracker.redeliver`) and serves /metrics, /healthz and
 /readyz (:mod:`tracker.http`).
 """

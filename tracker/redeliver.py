@@ -1,10 +1,10 @@
 """Redelivery: read originals, re-produce them or dead-letter them, write CLOSED.
 
 For the due items of one partition (handed out by
-:meth:`tracker.lease_state.PartitionState.due`):
+:meth:`kmq.core.lease_state.PartitionState.due`):
 
 1. read the original records from the queue log, verifying every offset
-   (:mod:`tracker.log_reader`); offsets no longer in the log, or at or past
+   (:mod:`kmq.client.kafka_python.log_reader`); offsets no longer in the log, or at or past
    its end, are closed with ``Outcome.MISSING``;
 2. per record, ask the pure state what to do (delivery count from the
    ``kmq-delivery-count`` header): redeliver to the same queue partition,
@@ -14,7 +14,7 @@ For the due items of one partition (handed out by
    (coalesced ranges) to the markers partition and close the offsets in the
    state.
 
-Failures are per record (:mod:`tracker.copies` decides): a record whose copy
+Failures are per record (:mod:`kmq.core.copies` decides): a record whose copy
 cannot be made is dead-lettered, one the DLQ refuses too is closed as
 undeliverable; a transient failure leaves only that record's offsets open
 with a capped backoff. One record never stops the service, never blocks the
@@ -40,8 +40,8 @@ from kafka.errors import (
 )
 
 from kmq.config import QueueConfig
-from kmq.errors import DeadLetterTopicUnavailable
-from kmq.message import (
+from kmq.core.errors import DeadLetterTopicUnavailable
+from kmq.core.message import (
     HEADER_DELIVERY_COUNT,
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
@@ -50,12 +50,12 @@ from kmq.message import (
     delivery_count_of,
     origin_of,
 )
-from kmq.markers import MAX_U32, Closed, Outcome, encode, encode_key
-from kmq.metrics import TrackerMetrics
-from kmq.ranges import OffsetRange, RangeSet, coalesce
-from tracker.copies import REASON_UNDELIVERABLE, Fallback, Step, copy_problem, fallback, producible_headers
-from tracker.lease_state import Action, DueItem, PartitionState
-from tracker.log_reader import LogReader, LogReadError
+from kmq.core.markers import MAX_U32, Closed, Outcome, encode, encode_key
+from kmq.telemetry.metrics import TrackerMetrics
+from kmq.core.ranges import OffsetRange, RangeSet, coalesce
+from kmq.core.copies import REASON_UNDELIVERABLE, Fallback, Step, copy_problem, fallback, producible_headers
+from kmq.core.lease_state import Action, DueItem, PartitionState
+from kmq.client.kafka_python.log_reader import LogReader, LogReadError
 
 __all__ = [
     "Redeliverer",
@@ -337,7 +337,7 @@ class Redeliverer:
         headers.append((HEADER_DLQ_TS, str(now_ms).encode()))
         value = rec.value
         if rec.key is None and value is None:
-            value = b""  # a tombstone: kafka-python cannot produce one (see tracker.copies)
+            value = b""  # a tombstone: kafka-python cannot produce one (see kmq.core.copies)
         return self._producer.send(queue.dlq_topic, value=value, key=rec.key, headers=headers, partition=dlq_p)
 
     def _dlq_partition_count(self, topic: str) -> int:

@@ -2,7 +2,7 @@
 
 One consumer group (``tracker.group_id``) reads the markers topics of all
 configured queues; any number of instances share the partitions. Per owned
-markers partition the pure :class:`~tracker.lease_state.PartitionState` holds
+markers partition the pure :class:`~kmq.core.lease_state.PartitionState` holds
 the open leases.
 
 * On assignment a partition resumes from its committed marker offset and is
@@ -12,7 +12,7 @@ the open leases.
   messages redelivered, so a restart never redelivers something whose END is
   still unread. Where reading actually resumed is checked against the
   committed offset: markers deleted by retention are logged and counted
-  (:mod:`tracker.retention`).
+  (:mod:`kmq.core.retention`).
 * A main loop that stalled past the session timeout (a paused process) drops
   its view and re-reads from the committed offsets before acting; a commit
   the group refuses does the same.
@@ -42,18 +42,18 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 from prometheus_client import CollectorRegistry
 
-from kmq import client_api
-from kmq.clients import consumer as make_consumer
+from kmq import client as client_api
+from kmq.client.kafka_python.clients import consumer as make_consumer
 from kmq.config import Config, QueueConfig
-from kmq.errors import KmqError, MarkerDecodeError
-from kmq.markers import decode, decode_key
-from kmq.metrics import TrackerMetrics
-from kmq.topics import require_aligned
+from kmq.core.errors import KmqError, MarkerDecodeError
+from kmq.core.markers import decode, decode_key
+from kmq.telemetry.metrics import TrackerMetrics
+from kmq.client.topics import require_aligned
 from tracker.http import HealthServer
-from tracker.lease_state import PartitionState
-from tracker.log_reader import LogReader, LogReadError
+from kmq.core.lease_state import PartitionState
+from kmq.client.kafka_python.log_reader import LogReader, LogReadError
 from tracker.redeliver import Redeliverer, RedeliveryReport, retry_delay_s
-from tracker.retention import BELOW_LOG_START, resume_gap, retention_used
+from kmq.core.retention import BELOW_LOG_START, resume_gap, retention_used
 
 __all__ = ["Tracker"]
 
@@ -217,11 +217,11 @@ class Tracker:
                                   liveness=self.alive)
         self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
         self.http_port = self._http.start()
-        # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client_api);
+        # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client);
         # the markers group (rebalance listener, fenced commits) stays on kafka-python for now.
         self._producer = client_api.producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
         if client_api.client_of(kafka) == client_api.CONFLUENT:
-            from tracker.log_reader_confluent import ConfluentLogReader
+            from kmq.client.confluent.log_reader import ConfluentLogReader
 
             self._reader = ConfluentLogReader(kafka)
         else:
@@ -413,7 +413,7 @@ class Tracker:
 
     def _check_resume(self, owned: _Owned, resumed_at: int) -> None:
         """The first offset read after resuming should be the committed one; if the consumer's offset
-        reset moved elsewhere, the committed offset is not in the log any more (see tracker.retention)."""
+        reset moved elsewhere, the committed offset is not in the log any more (see kmq.core.retention)."""
         gap = resume_gap(owned.resume_from, resumed_at)
         owned.resume_from = None
         if gap is None:

@@ -42,7 +42,7 @@ def _child_threads(cfg: Any, messages: int, batch: int) -> dict:
 
 
 async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int) -> dict:
-    from kmq.aio import AsyncKmqConsumer
+    from kmq.consumer.aio import AsyncKmqConsumer
 
     worst = 0.0
 
@@ -114,7 +114,7 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
     say = echo or (lambda *_: None)
     broker = None
     if bootstrap is None:
-        from kmq.devbroker import DevBroker
+        from kmq.dev.broker import DevBroker
 
         broker = DevBroker().start()
         bootstrap = broker.bootstrap

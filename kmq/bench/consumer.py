@@ -72,7 +72,7 @@ def _cpu() -> float:
 
 
 def _child_plain_confluent(cfg: Any, messages: int, batch: int) -> dict:
-    from kmq.client_confluent import consumer
+    from kmq.client.confluent.consumer import consumer
 
     c = consumer(cfg.kafka, cfg.queues[0].name, group_id=cfg.consumer.group_id).raw
     n = 0
@@ -97,7 +97,7 @@ def _child_plain_confluent(cfg: Any, messages: int, batch: int) -> dict:
 def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
     if cfg.kafka.client == "confluent":
         return _child_plain_confluent(cfg, messages, batch)
-    from kmq import clients
+    from kmq.client.kafka_python import clients
 
     kc = clients.consumer(cfg.kafka, group_id=cfg.consumer.group_id, max_poll_records=batch)
     kc.subscribe([cfg.queues[0].name])
@@ -121,7 +121,7 @@ def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
 
 
 def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) -> dict:
-    from kmq.consumer import KmqConsumer
+    from kmq.consumer.consumer import KmqConsumer
 
     c = KmqConsumer(cfg, batch_size=batch, fetch_size=fetch)
     n = 0
@@ -177,8 +177,8 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
 
 def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: int, client: str) -> None:
-    from kmq import client_api
-    from kmq.topics import ensure_topics
+    from kmq import client as client_api
+    from kmq.client.topics import ensure_topics
 
     cfg = _config(bootstrap, queue, "unused", "100ms", client)
     ensure_topics(cfg.kafka, cfg.queues[0], partitions)
@@ -211,7 +211,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
     say = echo or (lambda *_: None)
     broker = None
     if bootstrap is None:
-        from kmq.devbroker import DevBroker
+        from kmq.dev.broker import DevBroker
 
         broker = DevBroker().start()
         bootstrap = broker.bootstrap

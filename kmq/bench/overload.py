@@ -59,8 +59,8 @@ def run(messages: int = 3000, lease: str = "5s", processing_ms: float = 20.0, wo
         echo: Any = None) -> dict:
     """Run the scenario once; returns the figures (also printed through ``echo``)."""
     from kmq.config import Config, parse_duration
-    from kmq.processes import stop_processes
-    from kmq.topics import ensure_topics
+    from kmq.dev.processes import stop_processes
+    from kmq.client.topics import ensure_topics
 
     say = echo or (lambda *_: None)
     lease_s = parse_duration(lease)
@@ -69,7 +69,7 @@ def run(messages: int = 3000, lease: str = "5s", processing_ms: float = 20.0, wo
     timeout = timeout or max(120.0, 4 * work_s + 3 * lease_s)
     broker = None
     if bootstrap is None:
-        from kmq.devbroker import DevBroker
+        from kmq.dev.broker import DevBroker
 
         broker = DevBroker().start()
         bootstrap = broker.bootstrap

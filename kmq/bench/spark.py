@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from kmq import markers as mk
+from kmq.core import markers as mk
 
 __all__ = ["command", "run"]
 
@@ -65,7 +65,7 @@ def batch_markers(progress) -> int:
 
 
 def _produce(cfg, topic: str, records) -> None:
-    from kmq.clients import producer
+    from kmq.client.kafka_python.clients import producer
 
     p = producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024)
     try:
@@ -86,10 +86,10 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 2_000_
         return {c: run(bootstrap, partitions, markers, rate, latency_seconds, trigger, window,
                        max_offsets_per_trigger, c) for c in clients}
     from kmq.config import Config, parse_duration
-    from kmq.devbroker import DevBroker
+    from kmq.dev.broker import DevBroker
     from kmq.spark.job import JobOptions, spark_session, start
     from kmq.spark.sinks import BatchSinks
-    from kmq.topics import ensure_topics
+    from kmq.client.topics import ensure_topics
 
     broker = None
     if bootstrap is None:
@@ -147,7 +147,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 2_000_
         start_live = time.time()
 
         def writer():
-            from kmq.clients import producer
+            from kmq.client.kafka_python.clients import producer
 
             prod = producer(cfg.kafka, linger_ms=5)
             try:

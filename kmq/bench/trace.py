@@ -3,7 +3,7 @@
 Writes ``markers`` marker records (alternating START/END, one offset each, the
 worst case: no coalescing) and ``queue`` queue records to one partition, then,
 in the same run, times (a) a bare kafka-python read of both partitions to
-their ends and (b) :func:`tracker.trace_reader.trace` of the first message,
+their ends and (b) :func:`kmq.ops.trace_reader.trace` of the first message,
 which reads the same records and decodes every marker. The ratio says how much
 the trace's decoding and bookkeeping add to the read itself.
 """
@@ -20,7 +20,7 @@ __all__ = ["run", "command"]
 
 
 def _plain_read(cfg, tps: list[TopicPartition], expect: int) -> float:
-    from kmq.clients import consumer
+    from kmq.client.kafka_python.clients import consumer
 
     c = consumer(cfg.kafka, enable_auto_commit=False, max_poll_records=5000, fetch_max_wait_ms=50)
     try:
@@ -46,10 +46,10 @@ def run(bootstrap: str | None = None, markers: int = 200_000, queue: int = 20_00
     from kafka import KafkaProducer
 
     from kmq.config import Config
-    from kmq.devbroker import DevBroker
-    from kmq.markers import End, Start, encode, encode_key
-    from kmq.topics import ensure_topics
-    from tracker.trace_reader import trace
+    from kmq.dev.broker import DevBroker
+    from kmq.core.markers import End, Start, encode, encode_key
+    from kmq.client.topics import ensure_topics
+    from kmq.ops.trace_reader import trace
 
     broker = None
     if bootstrap is None:

@@ -36,8 +36,8 @@ BATCH = 500
 def _workload(batches: int, seed: int = 1) -> list[tuple[bytes, int]]:
     """Encoded markers: a START per batch of 500, acks in ~10 coalesced END flushes per
     batch with jittered (out-of-order) completion, ENDs trailing STARTs by 4 batches."""
-    from kmq.markers import End, Start, encode
-    from kmq.ranges import coalesce
+    from kmq.core.markers import End, Start, encode
+    from kmq.core.ranges import coalesce
 
     rnd = random.Random(seed)
     out: list[tuple[bytes, int]] = []
@@ -59,8 +59,8 @@ def _workload(batches: int, seed: int = 1) -> list[tuple[bytes, int]]:
 def throughput(batches: int = 2000) -> dict:
     """Messages tracked per second through decode + apply (+ due every batch)."""
     from kmq.config import BackoffConfig
-    from kmq.markers import decode
-    from tracker.lease_state import PartitionState
+    from kmq.core.markers import decode
+    from kmq.core.lease_state import PartitionState
 
     work = _workload(batches)
     state = PartitionState(BackoffConfig().delay, 5)
@@ -83,8 +83,8 @@ def rss():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 from kmq.config import BackoffConfig
-from kmq.markers import End, Start
-from tracker.lease_state import PartitionState
+from kmq.core.markers import End, Start
+from kmq.core.lease_state import PartitionState
 base = rss()
 holes = sys.argv[1] == "holes"
 s = PartitionState(BackoffConfig().delay, 5)
@@ -125,8 +125,8 @@ def redelivery_delay(bootstrap: str, messages: int = 400, batch: int = 10) -> di
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     from kmq.config import Config
-    from kmq.markers import Start, encode, encode_key
-    from kmq.topics import ensure_topics
+    from kmq.core.markers import Start, encode, encode_key
+    from kmq.client.topics import ensure_topics
     from tracker import Tracker
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -182,8 +182,8 @@ def recovery(bootstrap: str, acked_pairs: int = 20_000) -> dict:
     from kafka import KafkaProducer
 
     from kmq.config import Config
-    from kmq.markers import End, Start, encode, encode_key
-    from kmq.topics import ensure_topics
+    from kmq.core.markers import End, Start, encode, encode_key
+    from kmq.client.topics import ensure_topics
     from tracker import Tracker
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -231,10 +231,10 @@ def recovery(bootstrap: str, acked_pairs: int = 20_000) -> dict:
 def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, batch: int = 500) -> dict:
     """Copies produced per second by a tracker on ``client`` for ``messages`` whose leases all
     ended before it started (STARTs of ``batch`` offsets; originals of 100 bytes)."""
-    from kmq import client_api
+    from kmq import client as client_api
     from kmq.config import Config
-    from kmq.markers import Start, encode, encode_key
-    from kmq.topics import ensure_topics
+    from kmq.core.markers import Start, encode, encode_key
+    from kmq.client.topics import ensure_topics
     from tracker import Tracker
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -291,7 +291,7 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
         return out
     dev = None
     if bootstrap is None:
-        from kmq.devbroker import DevBroker
+        from kmq.dev.broker import DevBroker
 
         dev = DevBroker().start()
         bootstrap = dev.bootstrap

@@ -14,7 +14,7 @@ import sys
 import click
 
 from kmq import __version__
-from kmq.errors import KmqError
+from kmq.core.errors import KmqError
 
 __all__ = ["cli", "main", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -71,10 +71,10 @@ def cli(verbose: int) -> None:
     before = set(logging.getLogger().handlers)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in set(logging.getLogger().handlers) - before:
-        # Commands that load kmq.yaml replace this default with `logging:` (kmq.logs).
+        # Commands that load kmq.yaml replace this default with `logging:` (kmq.telemetry.logs).
         handler._kmq_default = True  # type: ignore[attr-defined]
     # kafka-python logs every refused connection at ERROR, over and over; by default our own
-    # one-line error says what failed (kmq.diagnose). -v shows the client's warnings and errors
+    # one-line error says what failed (kmq.client.diagnose). -v shows the client's warnings and errors
     # (the TLS or SASL detail behind a failure), -vv everything.
     logging.getLogger("kafka").setLevel(logging.CRITICAL if verbose == 0 else logging.WARNING if verbose == 1 else logging.DEBUG)
 

@@ -45,7 +45,7 @@ def load_config(path: str | None, bootstrap: str | None = None) -> Config:
 
 def _apply_logging(cfg: Config) -> None:
     """``logging:`` from kmq.yaml/env, raised by the root command's ``-v``/``-vv``."""
-    from kmq.logs import configure_logging
+    from kmq.telemetry.logs import configure_logging
 
     ctx = click.get_current_context(silent=True)
     verbose = (ctx.find_root().params.get("verbose") or 0) if ctx is not None else 0

@@ -10,7 +10,7 @@ import click
 
 from kmq.cli.common import fail
 from kmq.config import parse_duration
-from kmq.demo import DemoSettings, LiveView, run_demo, summary_text
+from kmq.dev.demo import DemoSettings, LiveView, run_demo, summary_text
 
 
 @contextlib.contextmanager

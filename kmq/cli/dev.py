@@ -7,7 +7,7 @@ import threading
 
 import click
 
-from kmq.devbroker import DevBroker
+from kmq.dev.broker import DevBroker
 
 
 @click.group()

@@ -31,7 +31,7 @@ def _text(b: bytes | None, width: int = 40) -> str:
 @config_options
 def list_(queue: str, limit: int | None, reason: str | None, output: str, cfg: Config) -> None:
     """Show QUEUE's dead letters with their headers."""
-    from tracker.dlq import list_dead_letters
+    from kmq.ops.dlq import list_dead_letters
 
     n = 0
     docs = []
@@ -79,7 +79,7 @@ def _dead_letter_doc(dl, ts: str) -> dict:
 def replay(queue: str, limit: int | None, rate: float | None, reason: str | None, group: str | None,
            cfg: Config) -> None:
     """Move QUEUE's dead letters back to the queue with the delivery count reset."""
-    from tracker.dlq import replay as do_replay
+    from kmq.ops.dlq import replay as do_replay
 
     bar = None
     total = {"n": 0}

@@ -8,7 +8,7 @@ import click
 
 from kmq.cli.common import config_options, fail
 from kmq.config import parse_duration
-from kmq.errors import ConfigError
+from kmq.core.errors import ConfigError
 
 __all__ = ["lag_job"]
 

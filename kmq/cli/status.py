@@ -6,16 +6,7 @@ import click
 
 from kmq.cli.common import config_options, echo_json, output_option
 from kmq.config import Config
-
-
-def _age(seconds: float) -> str:
-    if seconds <= 0:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
+from kmq.ops.status import age_text
 
 
 def _n(v: int | None) -> str:
@@ -36,7 +27,7 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     Works while the tracker is down: it replays the markers from the tracker's
     committed offset, as a new tracker would.
     """
-    from tracker.status import collect, tracker_metrics
+    from kmq.ops.status import collect, tracker_metrics
 
     rows = collect(cfg, queue, workers_group, tracker_group)
     if output == "json":
@@ -48,9 +39,9 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     header = f"{'partition':>9}  {'in-flight':>9}  {'oldest':>8}  {'queue-lag':>9}  {'marker-lag':>10}  {'dlq':>6}"
     click.echo(header)
     for r in rows:
-        click.echo(f"{r.partition:>9}  {r.in_flight:>9}  {_age(r.oldest_age_s):>8}  {_n(r.queue_lag):>9}  "
+        click.echo(f"{r.partition:>9}  {r.in_flight:>9}  {age_text(r.oldest_age_s):>8}  {_n(r.queue_lag):>9}  "
                    f"{_n(r.marker_lag):>10}  {_n(r.dlq_size):>6}")
-    click.echo(f"{'total':>9}  {sum(r.in_flight for r in rows):>9}  {_age(max((r.oldest_age_s for r in rows), default=0)):>8}  "
+    click.echo(f"{'total':>9}  {sum(r.in_flight for r in rows):>9}  {age_text(max((r.oldest_age_s for r in rows), default=0)):>8}  "
                f"{sum(r.queue_lag or 0 for r in rows):>9}  {sum(r.marker_lag or 0 for r in rows):>10}  "
                f"{sum(r.dlq_size or 0 for r in rows):>6}")
     bad = sum(r.bad_markers for r in rows)

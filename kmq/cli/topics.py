@@ -6,7 +6,7 @@ import click
 
 from kmq.cli.common import config_options, echo_json, fail, output_option
 from kmq.config import Config
-from kmq.topics import TopicLayout, describe as describe_layout, ensure_topics
+from kmq.client.topics import TopicLayout, describe as describe_layout, ensure_topics
 
 
 @click.group()

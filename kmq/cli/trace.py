@@ -9,8 +9,8 @@ import click
 
 from kmq.cli.common import config_options
 from kmq.config import Config, parse_duration
-from kmq.errors import ConfigError, TraceError
-from kmq.trace import Trace, clock, describe_event
+from kmq.core.errors import ConfigError, TraceError
+from kmq.core.trace import Trace, clock, describe_event
 
 __all__ = ["trace", "format_trace"]
 
@@ -52,7 +52,7 @@ def trace(queue: str, origin: str | None, key: str | None, partition: int | None
     header). Reads from the tracker's committed marker offset, or the last
     --since; a progress line goes to stderr. Nothing is committed.
     """
-    from tracker.trace_reader import trace as read_trace
+    from kmq.ops.trace_reader import trace as read_trace
 
     try:
         since_s = parse_duration(since, "--since") if since is not None else None

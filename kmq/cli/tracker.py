@@ -27,7 +27,7 @@ def run(http_host: str, cfg: Config) -> None:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for h in logging.getLogger().handlers:
         h.setLevel(logging.NOTSET)
-    from kmq.clients import broker_errors
+    from kmq.client.kafka_python.clients import broker_errors
     from tracker import Tracker
 
     with broker_errors(cfg.kafka):  # a refused login or an ACL denial mid-run: one line naming it

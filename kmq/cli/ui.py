@@ -11,7 +11,7 @@ import click
 
 from kmq.cli.common import config_options
 from kmq.config import Config
-from kmq.errors import KmqError, UiConfigError
+from kmq.core.errors import KmqError, UiConfigError
 
 log = logging.getLogger("kmq.ui")
 

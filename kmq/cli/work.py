@@ -20,62 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import signal
 import threading
 import time
-import hashlib
 from typing import Any
 
 import click
 
 from kmq.cli.common import config_options
 from kmq.config import Config
+from kmq.dev.workload import InjectedFailure, fate, is_poison, is_poison_index, payload
 
-__all__ = ["produce", "work", "payload", "is_poison_index", "is_poison", "fate", "POISON_PREFIX"]
+__all__ = ["produce", "work"]
 
 log = logging.getLogger(__name__)
-
-POISON_PREFIX = b"POISON:"
-
-
-def is_poison_index(i: int, rate: float) -> bool:
-    return rate > 0 and math.floor((i + 1) * rate) > math.floor(i * rate)
-
-
-def payload(i: int, size: int, poison: bool) -> bytes:
-    head = (POISON_PREFIX if poison else b"") + b"%010d:" % i
-    return head + b"." * max(0, size - len(head))
-
-
-def is_poison(value: bytes | None, rate: float = 0.0) -> bool:
-    """Poison: payload starts with ``POISON:``, or its index i (as written by
-    ``kmq produce``) is chosen by ``rate``."""
-    if value is None:
-        return False
-    if value.startswith(POISON_PREFIX):
-        return True
-    if rate > 0 and len(value) >= 11 and value[10:11] == b":" and value[:10].isdigit():
-        return is_poison_index(int(value[:10]), rate)
-    return False
-
-
-def fate(origin: str, delivery_count: int, fail_rate: float, hang_rate: float, slow_rate: float = 0.0) -> str:
-    """``"fail"``, ``"hang"``, ``"slow"`` or ``"ok"`` for one delivery (deterministic)."""
-    digest = hashlib.blake2b(f"{origin}#{delivery_count}".encode(), digest_size=8).digest()
-    x = int.from_bytes(digest, "big") / 2**64
-    if x < fail_rate:
-        return "fail"
-    if x < fail_rate + hang_rate:
-        return "hang"
-    if x < fail_rate + hang_rate + slow_rate:
-        return "slow"
-    return "ok"
-
-
-class InjectedFailure(Exception):
-    """Raised by ``kmq work --fail-rate`` (the message is nacked)."""
-
 
 @click.command()
 @click.argument("queue")
@@ -89,7 +47,7 @@ class InjectedFailure(Exception):
 @config_options
 def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, start: int, cfg: Config) -> None:
     """Produce COUNT demo messages to QUEUE (key = message number)."""
-    from kmq import clients
+    from kmq.client.kafka_python import clients
 
     producer = clients.producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024)
     t0 = time.monotonic()
@@ -149,8 +107,8 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     a copy whose origin already took effect is acked without effect, and one being
     processed elsewhere is nacked for later. Prints one summary line on exit.
     """
-    from kmq.consumer import KmqConsumer
-    from kmq.metrics import ConsumerMetrics
+    from kmq.consumer.consumer import KmqConsumer
+    from kmq.telemetry.metrics import ConsumerMetrics
 
     if fail_rate + hang_rate + slow_rate > 1:
         raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
@@ -165,7 +123,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     counts = {"ok": 0, "fail": 0, "hang": 0, "poison": 0, "slow": 0, "duplicate": 0}
     guard = None
     if redis_url or cfg.redis.url:
-        from kmq.guard import IdempotencyGuard
+        from kmq.consumer.guard import IdempotencyGuard
 
         guard = IdempotencyGuard(redis_url or cfg.redis.url)
     consumer: Any = None  # KmqConsumer, or AsyncKmqConsumer with --asyncio
@@ -282,7 +240,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
 async def _run_async(cfg: Config, queue: str, metrics: Any, handler: Any, concurrency: int,
                      started: Any) -> None:
     """``kmq work --asyncio``: the handler on :meth:`kmq.aio.AsyncKmqConsumer.run`."""
-    from kmq.aio import AsyncKmqConsumer
+    from kmq.consumer.aio import AsyncKmqConsumer
 
     async with AsyncKmqConsumer(cfg, queue=queue, metrics=metrics) as consumer:
         started(consumer)

@@ -1,7 +1,7 @@
 """Batch-wise marker decoding for the lag job (pure: no Spark import).
 
 One implementation of the wire format: every value goes through
-:func:`kmq.markers.decode`. Undecodable records become type ``BAD`` rows
+:func:`kmq.core.markers.decode`. Undecodable records become type ``BAD`` rows
 (counted by the job, never fatal).
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kmq.errors import MarkerDecodeError
-from kmq.markers import Closed, decode, decode_key, encode_key
+from kmq.core.errors import MarkerDecodeError
+from kmq.core.markers import Closed, decode, decode_key, encode_key
 
 __all__ = ["DECODED_COLUMNS", "decode_batch"]
 

@@ -3,7 +3,7 @@
 Plan (Structured Streaming)::
 
     markers topics (kmq-kafka Python source, or Spark's "kafka" connector)
-      -> kmq-kafka: the source tasks decode in bulk (kmq.markers_bulk) and emit one row per
+      -> kmq-kafka: the source tasks decode in bulk (kmq.core.markers_bulk) and emit one row per
          run of up to 20,000 records (kmq.spark.marker_chunks); Spark's connector: one row
          per record (queue, partition, marker offset, time (ms), key, value)
       -> groupBy(queue, partition).applyInPandasWithState: unpack the chunks (or decode the
@@ -23,8 +23,9 @@ import sys
 from dataclasses import dataclass, field
 
 from kmq.config import Config
-from kmq.errors import KmqError
-from kmq.spark.lag_state import MARKER_TYPES, PartitionLagState
+from kmq.core.errors import KmqError
+from kmq.core.lag_state import PartitionLagState
+from kmq.spark.schema import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATS_COLUMNS
 
 __all__ = [
     "JobOptions",
@@ -41,20 +42,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_STATS_COLUMNS = (
-    [f"markers_{t.lower()}" for t in MARKER_TYPES]
-    + ["bad_markers", "acked", "in_flight", "oldest_in_flight_ms", "ack_p50_ms", "ack_p95_ms", "ack_p99_ms",
-       "redeliveries", "dead_letters", "missing", "late_acks", "markers_high_water"]
-)
-# The ack-latency histogram of the window (counts per lag_state.LATENCY_BUCKETS_MS bucket,
-# the last one open) and its exact sum: what the Prometheus sink's histogram is built from.
-_HISTOGRAM_COLUMNS = ["ack_latency_sum_ms", "ack_latency_buckets"]
-OUTPUT_SCHEMA = (
-    "queue string, partition int, window_start timestamp, window_end timestamp, "
-    + ", ".join(f"{c} long" for c in _STATS_COLUMNS)
-    + ", ack_latency_sum_ms long, ack_latency_buckets array<long>"
-)
-OUTPUT_COLUMNS = ["queue", "partition", "window_start", "window_end", *_STATS_COLUMNS, *_HISTOGRAM_COLUMNS]
 KAFKA_CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
@@ -68,8 +55,8 @@ class LagJobFailed(KmqError):
 
 def preflight(cfg: Config, opts: JobOptions) -> None:
     """Fail fast, with kmq's clear errors, when the broker or a markers topic is missing."""
-    from kmq.clients import consumer
-    from kmq.errors import TopicMissing
+    from kmq.client.kafka_python.clients import consumer
+    from kmq.core.errors import TopicMissing
 
     c = consumer(cfg.kafka)
     try:
@@ -276,7 +263,7 @@ def _stateful(window_ms: int, idle_close_ms: int):
 
         import pandas as pd
 
-        from kmq.markers_bulk import decode_records
+        from kmq.core.markers_bulk import decode_records
         from kmq.spark.marker_chunks import unpack
 
         # pyspark's own applyInPandasWithState code concatenates all-NA padding frames,
@@ -322,7 +309,7 @@ def _stateful(window_ms: int, idle_close_ms: int):
                 r.pop("window_end_ms")
                 rows.append(r)
             out = pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
-            for c in (*_STATS_COLUMNS, "ack_latency_sum_ms"):
+            for c in (*STATS_COLUMNS, "ack_latency_sum_ms"):
                 out[c] = out[c].astype("object")
             yield out
 
@@ -338,7 +325,7 @@ def build_windows(spark, cfg: Config, opts: JobOptions, markers=None):
     from pyspark.sql import functions as F
 
     topic_to_queue = F.create_map(*[F.lit(x) for q in queues for x in (q.markers_topic, q.name)])
-    # Decoding happens inside the stateful step, batch-wise with kmq.markers_bulk:
+    # Decoding happens inside the stateful step, batch-wise with kmq.core.markers_bulk:
     # one Python hop per record instead of two (see docs/spark.md).
     queue = F.coalesce(topic_to_queue[F.col("topic")], F.col("topic")).alias("queue")
     if "chunk" in raw.columns:  # kmq-kafka with markerChunks: decoded in the source, one row per run

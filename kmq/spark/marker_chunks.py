@@ -9,7 +9,7 @@ tasks, which run in parallel per Kafka partition.
 
 A chunk holds consecutive records of one markers partition, in offset order:
 marker offsets, record times (ms), and the columns of
-:class:`kmq.markers_bulk.DecodedMarkers` (bad records stay as type BAD rows,
+:class:`kmq.core.markers_bulk.DecodedMarkers` (bad records stay as type BAD rows,
 so they are counted downstream). Layout, little-endian::
 
     b"KMC1", u32 n, u32 ranges,
@@ -27,8 +27,8 @@ from typing import Sequence
 
 import numpy as np
 
-from kmq.errors import KmqError
-from kmq.markers_bulk import DecodedMarkers
+from kmq.core.errors import KmqError
+from kmq.core.markers_bulk import DecodedMarkers
 
 __all__ = ["CHUNK_COLUMNS", "ChunkFormatError", "pack", "unpack"]
 

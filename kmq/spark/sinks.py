@@ -29,8 +29,9 @@ import os
 from typing import Any
 
 from kmq.config import Config
-from kmq.metrics import LagMetrics
-from kmq.spark.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES
+from kmq.telemetry.metrics import LagMetrics
+from kmq.core.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES
+from kmq.spark.schema import OUTPUT_SCHEMA
 from kmq.spark.sink_retry import OUTAGE_BUDGET_S, retry_until
 
 __all__ = ["BatchSinks", "LagJobMetrics", "row_key"]
@@ -44,7 +45,7 @@ def row_key(row: dict) -> str:
 
 
 class LagJobMetrics(LagMetrics):
-    """The ``kmq_lag_*`` metrics (declared in :mod:`kmq.metrics`), fed from window rows."""
+    """The ``kmq_lag_*`` metrics (declared in :mod:`kmq.telemetry.metrics`), fed from window rows."""
 
     def __init__(self, registry=None) -> None:
         super().__init__(registry, tuple(b / 1000 for b in LATENCY_BUCKETS_MS))
@@ -160,11 +161,11 @@ class BatchSinks:
         self.sinks = tuple(sinks)
         unknown = set(self.sinks) - {"topic", "prometheus", "parquet"}
         if unknown:
-            from kmq.errors import KmqError
+            from kmq.core.errors import KmqError
 
             raise KmqError(f"unknown sink(s) {', '.join(sorted(unknown))}: use topic, prometheus or parquet")
         if "parquet" in self.sinks and not parquet_path:
-            from kmq.errors import KmqError
+            from kmq.core.errors import KmqError
 
             raise KmqError("the parquet sink needs --parquet-path DIR")
         self.parquet_path = parquet_path
@@ -231,7 +232,7 @@ class BatchSinks:
         from kafka import TopicPartition
         from kafka.errors import KafkaError
 
-        from kmq.clients import admin_client
+        from kmq.client.kafka_python.clients import admin_client
 
         topics = {q.name: q.markers_topic for q in self.cfg.queues}
         keys = {(topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"]) for r in rows}
@@ -283,7 +284,6 @@ class BatchSinks:
         for c in ("window_start", "window_end"):
             pdf[c] = pd.to_datetime(pdf[f"{c}_ms"], unit="ms", utc=True)
         pdf = pdf.drop(columns=["window_start_ms", "window_end_ms"])
-        from kmq.spark.job import OUTPUT_SCHEMA
 
         schema = OUTPUT_SCHEMA + ", marker_lag long"
         cols = [c.strip().split(" ")[0] for c in schema.split(",")]
@@ -297,8 +297,8 @@ class BatchSinks:
             return
         from kafka.errors import KafkaError
 
-        from kmq.clients import producer
-        from kmq.errors import KmqError
+        from kmq.client.kafka_python.clients import producer
+        from kmq.core.errors import KmqError
 
         def send_all() -> None:
             if self._producer is None:
@@ -331,7 +331,7 @@ class BatchSinks:
         from kafka.admin import NewTopic
         from kafka.errors import TopicAlreadyExistsError
 
-        from kmq.clients import admin_client
+        from kmq.client.kafka_python.clients import admin_client
 
         admin = admin_client(self.cfg.kafka)
         try:

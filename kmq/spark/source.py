@@ -19,7 +19,7 @@ Options (Spark lower-cases option keys; both spellings work):
   ``kafka.ssl.check.hostname`` (``true``/``false``); the files must exist where the
   tasks run (same paths on the driver and the executors)
 * OAUTHBEARER: ``kafka.sasl.oauth.token.file`` or ``kafka.sasl.oauth.token.command``
-  (each process builds its own :class:`kmq.oauth.TokenProvider`)
+  (each process builds its own :class:`kmq.client.oauth.TokenProvider`)
 * ``pollTimeoutMs``: how long a task waits for records it knows exist (default 30000)
 * ``includeHeaders``: ``true`` (default) or ``false``: without headers the
   ``headers`` column is left out (as in Spark's own source), which saves
@@ -54,7 +54,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from kmq.errors import KmqError
+from kmq.core.errors import KmqError
+from kmq.spark.arrow_rows import ARROW_CHUNK_SCHEMA, ARROW_SCHEMA, ARROW_SCHEMA_NO_HEADERS, ROWS_PER_ARROW_BATCH
 
 __all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "SCHEMA", "SCHEMA_NO_HEADERS", "SourceError", "DataLossError"]
 
@@ -65,25 +66,6 @@ SCHEMA_NO_HEADERS = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
 SCHEMA = SCHEMA_NO_HEADERS + ", headers array<struct<key: string, value: binary>>"
-_ARROW_SCHEMA = pa.schema([
-    ("key", pa.binary()),
-    ("value", pa.binary()),
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("timestampType", pa.int32()),
-    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-])
-_ARROW_SCHEMA_NO_HEADERS = _ARROW_SCHEMA.remove(_ARROW_SCHEMA.get_field_index("headers"))
-_ARROW_CHUNK_SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("first_offset", pa.int64()),
-    ("records", pa.int32()),
-    ("chunk", pa.binary()),
-])
-_ROWS_PER_ARROW_BATCH = 20_000
 
 
 class SourceError(KmqError):
@@ -146,13 +128,13 @@ def _kafka_python_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     token source becomes a token provider, built in the process that connects."""
     out = dict(kw)
     # Resume within about a second of a broker's return (kafka-python's default backs off up to 30 s).
-    from kmq.clients import RECONNECT_BACKOFF_MAX_MS
+    from kmq.client.kafka_python.clients import RECONNECT_BACKOFF_MAX_MS
 
     out.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
     token_file = out.pop("sasl_oauth_token_file", None)
     token_command = out.pop("sasl_oauth_token_command", None)
     if token_file or token_command:
-        from kmq.oauth import TokenProvider
+        from kmq.client.oauth import TokenProvider
 
         out["sasl_oauth_token_provider"] = TokenProvider(token_file=token_file, token_command=token_command)
     return out
@@ -234,7 +216,7 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     tp = TopicPartition(part.topic, part.partition)
     consumer.assign([tp])
     consumer.seek(tp, part.start)
-    cols: dict[str, list] = {n: [] for n in _ARROW_SCHEMA.names}
+    cols: dict[str, list] = {n: [] for n in ARROW_SCHEMA.names}
     with_headers = getattr(part, "include_headers", True)
     position = part.start
     last_progress = time.monotonic()
@@ -272,9 +254,9 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
                 cols["headers"].append([{"key": k, "value": v} for k, v in (r.headers or [])])
         pos = consumer.position(tp)
         position = max(position, pos if pos is not None else position)
-        if len(cols["offset"]) >= _ROWS_PER_ARROW_BATCH:
+        if len(cols["offset"]) >= ROWS_PER_ARROW_BATCH:
             yield _arrow(cols, part)
-            cols = {n: [] for n in _ARROW_SCHEMA.names}
+            cols = {n: [] for n in ARROW_SCHEMA.names}
         if position < part.end and time.monotonic() - last_progress > part.poll_timeout_ms / 1000:
             raise SourceError(
                 f"{part.topic}[{part.partition}]: no records for {part.poll_timeout_ms} ms at offset {position}, "
@@ -298,16 +280,16 @@ def _arrow(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
         pa.array(cols["timestampType"], pa.int32()),
     ]
     if not getattr(part, "include_headers", True):
-        return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA_NO_HEADERS)
-    arrays.append(pa.array(cols["headers"], _ARROW_SCHEMA.field("headers").type))
-    return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_NO_HEADERS)
+    arrays.append(pa.array(cols["headers"], ARROW_SCHEMA.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def _chunk(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
     """One row holding the records of ``cols`` decoded (bad ones as BAD rows) and packed."""
     import numpy as np
 
-    from kmq.markers_bulk import decode_records
+    from kmq.core.markers_bulk import decode_records
     from kmq.spark.marker_chunks import pack
 
     n = len(cols["offset"])
@@ -321,7 +303,7 @@ def _chunk(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
             pa.array([n], pa.int32()),
             pa.array([pack(cols["offset"], ts_ms, decoded)], pa.binary()),
         ],
-        schema=_ARROW_CHUNK_SCHEMA,
+        schema=ARROW_CHUNK_SCHEMA,
     )
 
 
@@ -348,7 +330,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self.client not in ("kafka-python", "confluent"):
             raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {self.client!r}")
         if self.client == "confluent":
-            from kmq.client_api import require_client
+            from kmq.client import require_client
 
             require_client("confluent")  # the driver's Python has the extra; the tasks' must too
         self._consumer = None
@@ -398,7 +380,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         want = [TopicPartition(t, p) for t, p in tps]
         if set(c.assignment()) != set(want):
             c.assign(want)
-        from kmq.client_kafka_python import forget_highwater
+        from kmq.client.kafka_python.consumer import forget_highwater
 
         for tp in want:
             key = (tp.topic, tp.partition)

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from kmq.config import KafkaConfig
+from kmq.spark.arrow_rows import ARROW_SCHEMA, ROWS_PER_ARROW_BATCH
 
 __all__ = ["read_partition_confluent", "kafka_config_from_kwargs", "close_cached_consumer"]
 
@@ -54,7 +55,7 @@ def _consumer(client_json: str):
     if c is None:
         import confluent_kafka as ck
 
-        from kmq.client_confluent import settings
+        from kmq.client.confluent.consumer import settings
 
         kafka = kafka_config_from_kwargs(json.loads(client_json))
         c = ck.Consumer({
@@ -88,12 +89,11 @@ def read_partition_confluent(part, arrow, source_error, data_loss_error) -> Iter
     """Records ``part.start..part.end-1`` as Arrow batches (``arrow(cols, part)`` builds one)."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    from kmq.spark.source import _ARROW_SCHEMA, _ROWS_PER_ARROW_BATCH
 
     c = _consumer(part.client_json)
     tp = TopicPartition(part.topic, part.partition, part.start)
     c.assign([tp])
-    names = _ARROW_SCHEMA.names
+    names = ARROW_SCHEMA.names
     cols: dict[str, list] = {n: [] for n in names}
     keys, values, offs, stamps, kinds, hdrs = (cols["key"], cols["value"], cols["offset"], cols["timestamp"],
                                                cols["timestampType"], cols["headers"])
@@ -128,7 +128,7 @@ def read_partition_confluent(part, arrow, source_error, data_loss_error) -> Iter
                 position = off + 1
             if msgs:
                 last_progress = time.monotonic()
-            if len(offs) >= _ROWS_PER_ARROW_BATCH:
+            if len(offs) >= ROWS_PER_ARROW_BATCH:
                 yield arrow(cols, part)
                 cols = {n: [] for n in names}
                 keys, values, offs, stamps, kinds, hdrs = (cols["key"], cols["value"], cols["offset"],

@@ -3,5 +3,5 @@
 Needs the ``ui`` extra (Starlette, Jinja2, uvicorn): ``pip install 'kmq[ui]'``.
 Nothing here is imported by ``import kmq``; :mod:`kmq.ui.app` builds the
 application, :mod:`kmq.ui.auth` decides who may use it, :mod:`kmq.ui.redrive`
-moves chosen dead letters back through :func:`tracker.dlq.replay`.
+moves chosen dead letters back through :func:`kmq.ops.dlq.replay`.
 """

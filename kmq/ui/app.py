@@ -7,7 +7,7 @@ with its dry-run count and confirmation, ``/trace`` the trace view.
 ``/healthz`` answers probes without credentials and without touching Kafka.
 
 Every page reads Kafka on request through the same functions as the CLI
-(``tracker.status.collect``, ``tracker.dlq``, ``tracker.trace_reader``);
+(``kmq.ops.status.collect``, ``kmq.ops.dlq``, ``kmq.ops.trace_reader``);
 handlers are plain functions, so Starlette runs them in its thread pool and
 the event loop never blocks on Kafka. Templates autoescape everything,
 and a Content-Security-Policy allows only this server's own scripts and
@@ -35,8 +35,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from kmq.config import Config, parse_duration
-from kmq.errors import ConfigError, KmqError
-from kmq.trace import STATES, clock, describe_event
+from kmq.core.errors import ConfigError, KmqError
+from kmq.core.trace import STATES, clock, describe_event
+from kmq.ops.dlq import REASONS, list_dead_letters
+from kmq.ops.status import age_text, collect, tracker_metrics
+from kmq.ops.trace_reader import trace as read_trace
 from kmq.ui.auth import LOCAL_HOSTS, authorized, needs_token
 from kmq.ui.redrive import Selection, preview, redrive
 
@@ -62,7 +65,7 @@ class UiSettings:
 
 
 def create_app(cfg: Config, settings: UiSettings) -> Starlette:
-    """The ASGI application; :class:`~kmq.errors.UiConfigError` is the caller's job (``kmq ui``)."""
+    """The ASGI application; :class:`~kmq.core.errors.UiConfigError` is the caller's job (``kmq ui``)."""
     console = _Console(cfg, settings)
     routes = [
         Route("/", console.overview),
@@ -125,9 +128,7 @@ def _text(b: bytes | None, limit: int = PREVIEW_CHARS) -> str:
 
 
 def _age(seconds: float) -> str:
-    from kmq.cli.status import _age as status_age  # the very same rendering as `kmq status`
-
-    return status_age(seconds)
+    return age_text(seconds)  # the very same rendering as `kmq status`
 
 
 def _int(v: str | None, name: str) -> int | None:
@@ -176,7 +177,6 @@ class _Console:
 
     # ------------------------------------------------------------ overview
     def _overview(self, queue: str) -> dict[str, Any]:
-        from tracker.status import collect
 
         rows = collect(self.cfg, queue, self.settings.workers_group, self.settings.tracker_group)
         totals = {
@@ -195,7 +195,6 @@ class _Console:
         url = self.settings.tracker_url
         if not url:
             return None
-        from tracker.status import tracker_metrics
 
         base = url.rstrip("/").removesuffix("/metrics")
         try:
@@ -239,7 +238,6 @@ class _Console:
         return Selection(reason=reason, key=key, after_ms=after, before_ms=before)
 
     def dlq(self, request: Request) -> Response:
-        from tracker.dlq import REASONS, list_dead_letters
 
         queue = self._queue(request)
         now_ms = int(time.time() * 1000)
@@ -306,7 +304,6 @@ class _Console:
 
     # ------------------------------------------------------------ trace
     def trace(self, request: Request) -> Response:
-        from tracker.trace_reader import trace as read_trace
 
         queue = self._queue(request)
         qp = request.query_params

@@ -3,7 +3,7 @@
 A :class:`Selection` is either a set of DLQ positions (ticked rows) or a
 filter (reason, key, time window with absolute bounds, so it means the same
 thing when confirmed a minute later). The move itself is
-:func:`tracker.dlq.replay` (the code of ``kmq dlq replay``) with the
+:func:`kmq.ops.dlq.replay` (the code of ``kmq dlq replay``) with the
 selection as its ``select`` and a replay group named after the selection:
 confirming twice, or again after a crash mid-redrive, continues from the
 committed DLQ position instead of copying anything a second time.
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from kafka import TopicPartition
 
-from kmq.clients import broker_errors, consumer as make_consumer
+from kmq.client.kafka_python.clients import broker_errors, consumer as make_consumer
 from kmq.config import Config
-from tracker.dlq import DeadLetter, ReplayResult, list_dead_letters, replay
+from kmq.ops.dlq import DeadLetter, ReplayResult, list_dead_letters, replay
 
 __all__ = ["Selection", "preview", "redrive", "matching"]
 

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from kmq.config import Config
-from kmq.markers import Outcome, decode
+from kmq.core.markers import Outcome, decode
 from tests.helpers.kafka import read_all
 from tests.integration.tracker_util import TrackerProcess, headers, metric
 

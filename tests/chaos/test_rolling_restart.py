@@ -22,7 +22,7 @@ import threading
 import pytest
 
 from kmq.config import parse_duration
-from kmq.markers import Start
+from kmq.core.markers import Start
 from tests.helpers.kafka import wait_until
 from tests.integration.test_tracker import produce
 from tests.integration.tracker_util import MarkerProducer, Tail, TrackerProcess, headers

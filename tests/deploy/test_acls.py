@@ -1,5 +1,5 @@
 """The ACL examples of docs/deploy.md give each Kafka user exactly what its kmq
-components do (kmq/access.py), and kmq/access.py names the groups and topics
+components do (kmq/ops/access.py), and kmq/ops/access.py names the groups and topics
 the components really use (their own functions and the chart's rendering)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from kmq.access import COMPONENTS, Grant, replay_group_prefix, required_grants
+from kmq.ops.access import COMPONENTS, Grant, replay_group_prefix, required_grants
 from kmq.config import Config
 from tests.deploy.conftest import ROOT, find, render
 
@@ -60,7 +60,7 @@ def test_documented_acls_cover_what_the_components_do_and_no_more(user):
 
 
 def test_replay_groups_are_covered_by_the_documented_prefix():
-    from tracker.dlq import REASONS, replay_group
+    from kmq.ops.dlq import REASONS, replay_group
 
     prefix = replay_group_prefix(CFG, QUEUE)
     for reason in (None, *REASONS):

@@ -1,5 +1,5 @@
 """The Grafana dashboard and the alert rules only use metrics kmq really exports
-(kmq/metrics.py), every alert has a promtool test and a runbook entry, and the
+(kmq/telemetry/metrics.py), every alert has a promtool test and a runbook entry, and the
 chart's new values render what they promise (probes, Strimzi topics, digest,
 Redis URL from a Secret, OpenShift security context)."""
 
@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from kmq.metrics import exported_metric_names
+from kmq.telemetry.metrics import exported_metric_names
 from tests.deploy.conftest import find, render, vd
 
 
@@ -29,7 +29,7 @@ def test_the_metric_check_catches_a_metric_kmq_does_not_export(tmp_path):
     bad = tmp_path / "kmq.json"
     bad.write_text(json.dumps(dash))
     assert vd.check_dashboard(bad) == [
-        "kmq.json panel 'Trackers ready': uses kmq_tracker_redeliveries_total, which kmq does not export (kmq/metrics.py)"]
+        "kmq.json panel 'Trackers ready': uses kmq_tracker_redeliveries_total, which kmq does not export (kmq/telemetry/metrics.py)"]
 
 
 @pytest.mark.parametrize("expr, names", [

@@ -65,7 +65,7 @@ def test_release_builds_python_packages_and_chart_with_one_version(tmp_path):
 
 def test_mismatched_versions_stop_the_release_naming_the_file(tmp_path):
     repo = tmp_path / "repo"
-    for rel in ("pyproject.toml", "kmq/__init__.py", "helm/kmq/Chart.yaml", "scripts/release.sh"):
+    for rel in ("pyproject.toml", "kmq/version.py", "helm/kmq/Chart.yaml", "scripts/release.sh"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, repo / rel)
     chart = repo / "helm/kmq/Chart.yaml"

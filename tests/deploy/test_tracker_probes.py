@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 import yaml
 
-from kmq.devbroker import free_port
+from kmq.dev.broker import free_port
 from tests.conftest import TEST_GROUP_TIMING
 from tests.deploy.conftest import ROOT, find, render
 

@@ -3,7 +3,7 @@ worker process for chaos tests, with the failure injection of ``kmq work``.
 
 Run as ``python -m tests.helpers.marked_worker QUEUE --config kmq.yaml [--fail-rate F]
 [--hang-rate H] [--poison-rate P] [--ack-log FILE]``: the options mean what they mean
-for ``kmq work`` (the same deterministic fate per delivery, :func:`kmq.cli.work.fate`),
+for ``kmq work`` (the same deterministic fate per delivery, :func:`kmq.dev.workload.fate`),
 so the chaos test treats both kinds of worker alike. The marker producer uses
 ``kafka.client`` (``KMQ_KAFKA__CLIENT`` applies); the loop's consumer is always
 confluent-kafka's ``Consumer``, built as in the README's example. SIGTERM stops the
@@ -34,10 +34,10 @@ def _main() -> None:
     from confluent_kafka import Consumer
 
     import kmq
-    from kmq.cli.work import InjectedFailure, fate, is_poison
-    from kmq.errors import MarkerWriteError
-    from kmq.message import delivery_count_of, origin_of
-    from kmq.writer import CommitError
+    from kmq.dev.workload import InjectedFailure, fate, is_poison
+    from kmq.core.errors import MarkerWriteError
+    from kmq.core.message import delivery_count_of, origin_of
+    from kmq.consumer.writer import CommitError
 
     cfg = kmq.Config.load(args.config)
     consumer = Consumer({

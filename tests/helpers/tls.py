@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kmq.devbroker import DevBroker, _set_pdeathsig, _wait_port, free_port
-from kmq.processes import stop_processes
+from kmq.dev.broker import DevBroker, _set_pdeathsig, _wait_port, free_port
+from kmq.dev.processes import stop_processes
 
 KEY_PASSWORD = "kmq-test-key-pass"
 

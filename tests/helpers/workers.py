@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kafka import TopicPartition
 
-from kmq.markers import Start, decode, decode_key
+from kmq.core.markers import Start, decode, decode_key
 from tests.helpers.kafka import read_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def _main() -> None:
     args = ap.parse_args()
 
     from kmq.config import Config
-    from kmq.consumer import KmqConsumer
+    from kmq.consumer.consumer import KmqConsumer
 
     cfg = Config.from_dict({
         "kafka": {"bootstrap_servers": args.bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},

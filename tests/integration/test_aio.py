@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kmq import clients
+from kmq.client.kafka_python import clients
 from kmq.aio import AsyncKmqConsumer, AsyncKmqMessage
 from kmq.config import Config
-from kmq.devbroker import DevBroker
-from kmq.markers import End, Nack, Reject, Renew
-from kmq.topics import ensure_topics
+from kmq.dev.broker import DevBroker
+from kmq.core.markers import End, Nack, Reject, Renew
+from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kmq import clients
-from kmq.cli.work import is_poison_index, payload
-from kmq.message import origin_of
+from kmq.client.kafka_python import clients
+from kmq.dev.workload import is_poison_index, payload
+from kmq.core.message import origin_of
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.test_aio import running_tracker
 

@@ -13,7 +13,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from kmq.cli import cli
-from kmq.markers import End, Start
+from kmq.core.markers import End, Start
 from tests.conftest import unique
 from tests.integration.test_tracker import produce
 from tests.integration.tracker_util import MarkerProducer

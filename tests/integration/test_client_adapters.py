@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kmq import clients
-from kmq.client_api import Record, adapt_consumer
+from kmq.client.kafka_python import clients
+from kmq.client import Record, adapt_consumer
 from tests.helpers.kafka import wait_until
 from tests.helpers.workers import committed
 

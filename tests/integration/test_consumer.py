@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from kmq import clients
+from kmq.client.kafka_python import clients
 from kmq.config import Config
-from kmq.consumer import KmqConsumer
-from kmq.devbroker import DevBroker
-from kmq.errors import MessageAlreadySettled
-from kmq.markers import End, Nack, Reject, Renew, Start
-from kmq.topics import ensure_topics
+from kmq.consumer.consumer import KmqConsumer
+from kmq.dev.broker import DevBroker
+from kmq.core.errors import MessageAlreadySettled
+from kmq.core.markers import End, Nack, Reject, Renew, Start
+from kmq.client.topics import ensure_topics
 from tests.conftest import unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition, spawn, started_offsets
@@ -169,7 +169,7 @@ def test_auto_renew_renews_as_ranges_and_stops_at_max_lease(queue_topics, bootst
         consumer.writer.flush()
         markers = read_all(bootstrap, q.markers_topic)
         assert not any(m.settled for m in msgs)
-    from kmq.markers import decode
+    from kmq.core.markers import decode
 
     decoded = [(r.timestamp, decode(r.value)) for r in markers]
     start_ts = min(ts for ts, m in decoded if isinstance(m, Start))

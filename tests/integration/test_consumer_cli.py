@@ -13,9 +13,9 @@ import yaml
 from click.testing import CliRunner
 
 from kmq.cli import cli
-from kmq.cli.work import fate, is_poison
-from kmq.devbroker import free_port
-from kmq.markers import End, Nack, Reject
+from kmq.dev.workload import fate, is_poison
+from kmq.dev.broker import free_port
+from kmq.core.markers import End, Nack, Reject
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import markers_by_partition
 

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from kmq.config import Config
-from kmq.devbroker import DevBroker
-from kmq.topics import ensure_topics
+from kmq.dev.broker import DevBroker
+from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import TrackerProcess

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from kmq.cli.work import fate
-from kmq.markers import End, decode, decode_key
+from kmq.dev.workload import fate
+from kmq.core.markers import End, decode, decode_key
 from tests.helpers.kafka import read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -63,7 +63,7 @@ def test_dev_broker_round_trip_and_clean_exit(sig):
 
 
 def test_dev_broker_s3_storage_survives_a_broker_restart():
-    from kmq.devbroker import DevBroker
+    from kmq.dev.broker import DevBroker
 
     with DevBroker(storage="s3") as broker:
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap)

@@ -26,7 +26,7 @@ import click
 import pytest
 
 from kmq.cli import cli
-from kmq.devbroker import free_port
+from kmq.dev.broker import free_port
 from tests.helpers.kafka import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,12 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from kmq import IdempotencyGuard, KmqConsumer, clients
-from kmq.guard import InProgressElsewhere
+from kmq import IdempotencyGuard, KmqConsumer
+
+from kmq.client.kafka_python import clients
+from kmq.consumer.guard import InProgressElsewhere
 from tests.conftest import unique
 from tests.helpers.kafka import wait_until
 from tests.helpers.workers import markers_by_partition
-from kmq.markers import End
+from kmq.core.markers import End
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 

@@ -13,7 +13,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from kmq.cli import cli
-from kmq.markers import Closed, Outcome, Reject, Start, decode
+from kmq.core.markers import Closed, Outcome, Reject, Start, decode
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, TrackerProcess, http_status, metric
 

@@ -1,6 +1,6 @@
 """librdkafka's log lines during a real broker outage stay bounded and still name the broker.
 
-Before the bridge (kmq.librdkafka_log), one confluent consumer and one producer
+Before the bridge (kmq.client.confluent.log_bridge), one confluent consumer and one producer
 logged about 200 "Connect to ipv4#...: Connection refused" ERROR lines in 10 s
 of outage (the consumer reconnects about 20 times a second). Here the broker
 is SIGKILLed for a few seconds under a polling consumer and a producer with a
@@ -17,8 +17,8 @@ import time
 import pytest
 
 from kmq.config import Config
-from kmq.devbroker import DevBroker
-from kmq.topics import ensure_topics
+from kmq.dev.broker import DevBroker
+from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import wait_until
 
@@ -40,7 +40,7 @@ class Keep(logging.Handler):
 
 
 def test_reconnect_storm_is_a_few_warnings_naming_the_broker(tmp_path):
-    from kmq import client_confluent
+    from kmq.client.confluent import consumer as client_confluent
 
     broker = DevBroker(storage="s3", workdir=str(tmp_path)).start()  # durable: the restart keeps the log
     logger = logging.getLogger("kmq.librdkafka")

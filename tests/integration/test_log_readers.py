@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kmq import clients
-from tracker.log_reader import LogReader
+from kmq.client.kafka_python import clients
+from kmq.client.kafka_python.log_reader import LogReader
 
 pytestmark = pytest.mark.integration
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 def _reader(cfg, client):
     if client == "confluent":
         pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
-        from tracker.log_reader_confluent import ConfluentLogReader
+        from kmq.client.confluent.log_reader import ConfluentLogReader
 
         return ConfluentLogReader(cfg.kafka, timeout_s=10)
     return LogReader(cfg.kafka, timeout_s=10)

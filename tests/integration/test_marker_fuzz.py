@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from kmq.errors import MarkerDecodeError
-from kmq.markers import Closed, End, Nack, Outcome, Reject, Renew, Start, decode, decode_key, encode, encode_key
+from kmq.core.errors import MarkerDecodeError
+from kmq.core.markers import Closed, End, Nack, Outcome, Reject, Renew, Start, decode, decode_key, encode, encode_key
 from tests.helpers.kafka import wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, TrackerProcess, http_status, metric
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from kmq import clients
+from kmq.client.kafka_python import clients
 from kmq.config import Config
-from kmq.consumer import KmqConsumer
-from kmq.devbroker import DevBroker
-from kmq.metrics import ConsumerMetrics
-from kmq.topics import ensure_topics
+from kmq.consumer.consumer import KmqConsumer
+from kmq.dev.broker import DevBroker
+from kmq.telemetry.metrics import ConsumerMetrics
+from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import wait_until
 

@@ -8,9 +8,9 @@ import sys
 
 from kafka.net.sasl.oauth import SaslMechanismOAuth
 
-from kmq.clients import client_kwargs
+from kmq.client.kafka_python.clients import client_kwargs
 from kmq.config import Config
-from kmq.oauth import TokenProvider
+from kmq.client.oauth import TokenProvider
 
 
 def _counting_command(tmp_path, expires_in: int) -> str:

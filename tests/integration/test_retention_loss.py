@@ -17,7 +17,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from kmq.markers import End, Start
+from kmq.core.markers import End, Start
 from tests.helpers.kafka import wait_until
 from tests.integration.test_tracker import QUEUE, running_tracker
 from tests.integration.tracker_util import MarkerProducer, metric
@@ -68,7 +68,7 @@ def test_committed_offset_below_the_log_start_counts_the_lost_markers(bootstrap,
         admin.delete_records({TopicPartition(q.markers_topic, 0): 6})  # what retention does
     finally:
         admin.close()
-    from tracker.status import collect
+    from kmq.ops.status import collect
 
     assert [r.markers_lost for r in collect(cfg, q.name)] == [4]  # kmq status shows it with the tracker down
     with running_tracker(cfg) as t:

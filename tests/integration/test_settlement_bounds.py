@@ -15,11 +15,11 @@ import pytest
 from kafka import KafkaConsumer
 
 import kmq
-from kmq import clients
-from kmq.consumer import KmqConsumer
-from kmq.errors import InvalidSettlement
-from kmq.guard import IdempotencyGuard
-from kmq.markers import End, Nack
+from kmq.client.kafka_python import clients
+from kmq.consumer.consumer import KmqConsumer
+from kmq.core.errors import InvalidSettlement
+from kmq.consumer.guard import IdempotencyGuard
+from kmq.core.markers import End, Nack
 from tests.conftest import unique
 from tests.helpers.kafka import wait_until
 from tests.helpers.workers import markers_by_partition

@@ -10,7 +10,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from kmq.cli import cli
-from kmq.markers import End, Start, encode_key
+from kmq.core.markers import End, Start, encode_key
 from tests.integration.test_tracker import produce, running_tracker
 from tests.integration.tracker_util import MarkerProducer
 

@@ -7,10 +7,10 @@ from click.testing import CliRunner
 from kafka.admin import NewTopic
 
 from kmq.cli import cli
-from kmq.clients import admin_client
+from kmq.client.kafka_python.clients import admin_client
 from kmq.config import Config
-from kmq.errors import TopicMisaligned, TopicMissing
-from kmq.topics import describe, ensure_topics, require_aligned
+from kmq.core.errors import TopicMisaligned, TopicMissing
+from kmq.client.topics import describe, ensure_topics, require_aligned
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration

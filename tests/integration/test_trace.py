@@ -14,7 +14,7 @@ from kmq.cli import cli
 from tests.helpers.kafka import wait_until
 from tests.integration.test_tracker import running_tracker
 from tests.integration.tracker_util import metric
-from tracker.dlq import replay
+from kmq.ops.dlq import replay
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import random
 import pytest
 from kafka import KafkaProducer
 
-from kmq.markers import End, MarkerDecodeError, Nack, Reject, Renew, Start, decode, encode, encode_key
+from kmq.core.markers import End, MarkerDecodeError, Nack, Reject, Renew, Start, decode, encode, encode_key
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, headers, http_status, metric, running_tracker
 
@@ -157,7 +157,7 @@ def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics):
 
 def test_offsets_missing_from_the_queue_log_are_closed_not_replaced(bootstrap, queue_topics, kafka_client):
     """START covers offsets 0..4 but the log holds only 0..2: 3 copies, 2 closed as missing."""
-    from kmq.markers import Closed, Outcome
+    from kmq.core.markers import Closed, Outcome
 
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 3)

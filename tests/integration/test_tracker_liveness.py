@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from kmq.metrics import exported_metric_names
+from kmq.telemetry.metrics import exported_metric_names
 from tests.helpers.kafka import wait_until
 from tests.integration.tracker_util import http_status, metric
 from tracker import Tracker
@@ -111,9 +111,9 @@ def test_healthz_fails_while_a_redelivery_waits_on_a_frozen_broker_and_nothing_i
     import signal
 
     from kmq.config import Config
-    from kmq.devbroker import DevBroker
-    from kmq.markers import Start
-    from kmq.topics import ensure_topics
+    from kmq.dev.broker import DevBroker
+    from kmq.core.markers import Start
+    from kmq.client.topics import ensure_topics
     from tests.conftest import TEST_GROUP_TIMING, unique
     from tests.integration.test_tracker import produce
     from tests.integration.tracker_util import MarkerProducer, Tail

@@ -19,8 +19,8 @@ import time
 import pytest
 from kafka import KafkaConsumer
 
-from kmq.markers import End, Start
-from kmq.topics import ensure_topics
+from kmq.core.markers import End, Start
+from kmq.client.topics import ensure_topics
 from tests.conftest import unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.test_tracker import QUEUE, produce, running_tracker

@@ -8,9 +8,9 @@ import pytest
 from kafka import KafkaProducer
 
 from kmq.config import Config
-from kmq.devbroker import DevBroker
-from kmq.markers import End, Start, encode, encode_key
-from kmq.topics import ensure_topics
+from kmq.dev.broker import DevBroker
+from kmq.core.markers import End, Start, encode, encode_key
+from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import wait_until
 from tests.integration.test_tracker import QUEUE, produce, running_tracker

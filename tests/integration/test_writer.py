@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 import kmq
-from kmq import clients
-from kmq.errors import MessageAlreadySettled
-from kmq.markers import End, Nack, Reject, Renew, Start
+from kmq.client.kafka_python import clients
+from kmq.core.errors import MessageAlreadySettled
+from kmq.core.markers import End, Nack, Reject, Renew, Start
 from tests.helpers.kafka import wait_for_assignment
 from tests.helpers.workers import committed, markers_by_partition
 

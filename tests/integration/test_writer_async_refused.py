@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import kmq
-from kmq.errors import UnsupportedConsumer
+from kmq.core.errors import UnsupportedConsumer
 
 aiokafka = pytest.importorskip("aiokafka", reason="aiokafka is in the dev extra; install kmq[dev]")
 

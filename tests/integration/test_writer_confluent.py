@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 import kmq
-from kmq import clients
-from kmq.errors import MarkerWriteError, MessageAlreadySettled
-from kmq.markers import End, Nack, Reject, Start
+from kmq.client.kafka_python import clients
+from kmq.core.errors import MarkerWriteError, MessageAlreadySettled
+from kmq.core.markers import End, Nack, Reject, Start
 from tests.helpers.kafka import wait_until
 from tests.helpers.workers import committed, markers_by_partition
 

@@ -19,13 +19,13 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 import kmq
-from kmq import clients
+from kmq.client.kafka_python import clients
 from kmq.config import Config
-from kmq.devbroker import DevBroker
-from kmq.errors import MarkerWriteError
-from kmq.markers import End, Start
-from kmq.topics import ensure_topics
-from kmq.writer import CommitError
+from kmq.dev.broker import DevBroker
+from kmq.core.errors import MarkerWriteError
+from kmq.core.markers import End, Start
+from kmq.client.topics import ensure_topics
+from kmq.consumer.writer import CommitError
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import committed
@@ -72,7 +72,7 @@ def user_consumer(cfg: Config) -> KafkaConsumer:
 
 def marker_offsets(bootstrap: str, topic: str) -> tuple[dict, dict]:
     """(offset -> START marker timestamp, offset -> END marker timestamp) for queue partition 0."""
-    from kmq.markers import decode
+    from kmq.core.markers import decode
 
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}

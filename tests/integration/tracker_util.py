@@ -10,7 +10,7 @@ import urllib.request
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from kmq.markers import encode, encode_key
+from kmq.core.markers import encode, encode_key
 
 
 class Tail:

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kmq.ack_buffer import AckBuffer
-from kmq.markers import End, Nack, Reject, Renew, decode, encode
-from kmq.ranges import OffsetRange
+from kmq.consumer.ack_buffer import AckBuffer
+from kmq.core.markers import End, Nack, Reject, Renew, decode, encode
+from kmq.core.ranges import OffsetRange
 
 
 def test_out_of_order_acks_coalesce_into_one_end_per_partition():

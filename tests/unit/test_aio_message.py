@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from kmq.aio import AsyncKmqMessage
-from kmq.errors import InvalidSettlement, MessageAlreadySettled
+from kmq.core.errors import InvalidSettlement, MessageAlreadySettled
 from tests.unit.test_message import Recorder, make
 
 

@@ -54,7 +54,7 @@ def test_bad_config_is_one_line_exit_1(tmp_path):
 
 @pytest.mark.integration
 def test_unreachable_broker_is_one_line_exit_1():
-    from kmq.devbroker import free_port
+    from kmq.dev.broker import free_port
 
     proc = subprocess.run(
         [sys.executable, "-m", "kmq", "topics", "describe", "q", "--bootstrap", f"127.0.0.1:{free_port()}"],

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kmq import client_api
-from kmq.client_api import Delivery, ProduceFailed, Record, coordinates, headers_of, record_of
+from kmq import client as client_api
+from kmq.client import Delivery, ProduceFailed, Record, coordinates, headers_of, record_of
 from kmq.config import Config, ConfigError
-from kmq.errors import ClientNotInstalled, UnsupportedConsumer
+from kmq.core.errors import ClientNotInstalled, UnsupportedConsumer
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
 
@@ -84,7 +84,7 @@ def test_unknown_consumers_are_refused_by_name():
 
 
 def test_confluent_settings_map_the_security_keys(tmp_path):
-    from kmq.client_confluent import settings
+    from kmq.client.confluent.consumer import settings
 
     ca, cert, key, pw = (tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem", "pw"))
     for f in (ca, cert, key):
@@ -106,7 +106,7 @@ def test_confluent_settings_map_the_security_keys(tmp_path):
 
 
 def test_confluent_oauthbearer_uses_kmqs_token_provider(tmp_path):
-    from kmq.client_confluent import settings
+    from kmq.client.confluent.consumer import settings
 
     token = tmp_path / "token"
     token.write_text("opaque-token\n")
@@ -118,7 +118,7 @@ def test_confluent_oauthbearer_uses_kmqs_token_provider(tmp_path):
 
 
 def test_installed_kafka_python_satisfies_the_pin_and_still_has_the_internals_kmq_reads():
-    from kmq.client_kafka_python import installed_private_attributes
+    from kmq.client.kafka_python.consumer import installed_private_attributes
 
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     pin = re.search(r'"kafka-python>=([\d.]+),<(\d+)"', text)
@@ -133,11 +133,12 @@ def test_installed_kafka_python_satisfies_the_pin_and_still_has_the_internals_km
 def test_kmq_consumer_imports_no_kafka_client_and_both_adapters_serve_it():
     import ast
 
-    from kmq.client_api import GroupConsumerAdapter
-    from kmq.client_confluent import ConfluentConsumer
-    from kmq.client_kafka_python import KafkaPythonConsumer
+    import kmq.consumer.consumer
+    from kmq.client import GroupConsumerAdapter
+    from kmq.client.confluent.consumer import ConfluentConsumer
+    from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 
-    src = (Path(client_api.__file__).parent / "consumer.py").read_text()
+    src = Path(kmq.consumer.consumer.__file__).read_text()
     modules = {a.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m.split(".")[0] in ("kafka", "confluent_kafka")}, modules
@@ -150,7 +151,7 @@ def test_kmq_consumer_imports_no_kafka_client_and_both_adapters_serve_it():
 def test_client_errors_of_either_client_become_kmq_errors():
     from kafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
-    from kmq.errors import AuthorizationFailed, BrokerUnavailable
+    from kmq.core.errors import AuthorizationFailed, BrokerUnavailable
 
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:1"}, "queues": [{"name": "q"}]})
     assert isinstance(client_api.client_error(cfg.kafka, KafkaConnectionError(), "consuming q"), BrokerUnavailable)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kmq.config import Config, parse_duration
-from kmq.errors import ConfigError
+from kmq.core.errors import ConfigError
 
 
 def test_defaults_match_the_design():
@@ -162,7 +162,7 @@ def test_bounds_that_keep_open_starts_inside_the_markers_retention(data, path):
 
 def test_backoff_never_overflows_and_retention_default_matches_topics_create():
     from kmq.config import MARKERS_RETENTION_S, BackoffConfig
-    from kmq.topics import MARKERS_RETENTION_MS
+    from kmq.client.topics import MARKERS_RETENTION_MS
 
     assert BackoffConfig(multiplier=100.0).delay(10**9) == 60.0
     assert MARKERS_RETENTION_S * 1000 == MARKERS_RETENTION_MS

@@ -21,7 +21,7 @@ def test_import_kmq_never_imports_pyspark():
 
 
 def test_work_fates_are_deterministic_and_near_their_rates():
-    from kmq.cli.work import fate, is_poison, is_poison_index, payload
+    from kmq.dev.workload import fate, is_poison, is_poison_index, payload
 
     fates = [fate(f"orders/0/{i}", 1, 0.3, 0.2) for i in range(2000)]
     assert fates == [fate(f"orders/0/{i}", 1, 0.3, 0.2) for i in range(2000)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracker.copies import Fallback, Step, copy_problem, fallback, producible_headers, restore_null_headers
+from kmq.core.copies import Fallback, Step, copy_problem, fallback, producible_headers, restore_null_headers
 
 
 def test_null_header_values_become_empty_bytes_named_by_a_header_and_come_back():

@@ -3,8 +3,8 @@ origin and delivery count)."""
 
 from __future__ import annotations
 
-from kmq.cli.work import fate
-from kmq.demo import DemoSettings, explain_dead_letters
+from kmq.dev.workload import fate
+from kmq.dev.demo import DemoSettings, explain_dead_letters
 
 S = DemoSettings()
 

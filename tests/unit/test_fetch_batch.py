@@ -2,8 +2,8 @@
 
 import threading
 
-from kmq.fetch_batch import FetchBatch, first_offsets
-from kmq.message import KmqMessage
+from kmq.consumer.fetch_batch import FetchBatch, first_offsets
+from kmq.core.message import KmqMessage
 
 
 class _Done:

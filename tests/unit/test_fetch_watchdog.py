@@ -1,8 +1,8 @@
-"""kmq.fetch_watchdog.StallDetector: a Kafka poll that stops returning (pure, time passed in)."""
+"""kmq.client.kafka_python.watchdog.StallDetector: a Kafka poll that stops returning (pure, time passed in)."""
 
 from __future__ import annotations
 
-from kmq.fetch_watchdog import FAIL, RECOVER, StallDetector
+from kmq.client.kafka_python.watchdog import FAIL, RECOVER, StallDetector
 
 
 def test_a_poll_that_returns_in_time_is_never_stalled():

@@ -1,10 +1,10 @@
-"""kmq.flow: outstanding-message bounds fitted to the lease (pure, time passed in)."""
+"""kmq.consumer.flow: outstanding-message bounds fitted to the lease (pure, time passed in)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kmq.flow import FlowControl, FlowLimits
+from kmq.consumer.flow import FlowControl, FlowLimits
 
 
 def drain(fc: FlowControl, rate: float, seconds: float, t: float, step: float = 0.05) -> float:

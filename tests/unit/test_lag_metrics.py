@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from kmq.spark.lag_state import LATENCY_BUCKETS_MS, PartitionLagState
+from kmq.core.lag_state import LATENCY_BUCKETS_MS, PartitionLagState
 from kmq.spark.sinks import LagJobMetrics
 
 

@@ -8,7 +8,7 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kmq.spark.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES, WindowStats
+from kmq.core.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES, WindowStats
 from kmq.spark.sinks import LagJobMetrics
 
 

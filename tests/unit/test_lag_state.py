@@ -1,4 +1,4 @@
-"""Pure per-partition lag state of the Spark job (kmq/spark/lag_state.py)."""
+"""Pure per-partition lag state of the Spark job (kmq/core/lag_state.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from kmq import markers as mk
+from kmq.core import markers as mk
 from kmq.spark.decode import decode_batch
-from kmq.spark.lag_state import (
+from kmq.core.lag_state import (
     LATENCY_BUCKETS_MS,
     OpenSegments,
     PartitionLagState,
@@ -144,7 +144,7 @@ def test_window_must_be_positive():
 
 
 def test_closed_memory_is_bounded_and_huge_counts_are_ranges_not_offsets():
-    from kmq.spark.lag_state import CLOSED_MEMORY_RANGES, PartitionLagState
+    from kmq.core.lag_state import CLOSED_MEMORY_RANGES, PartitionLagState
 
     st = PartitionLagState(0, 1000)
     st.apply(0, 10, "START", [(0, 0xFFFFFFFF)])

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from kmq import markers as mk
-from kmq.markers_bulk import decode_records
-from kmq.spark.lag_state import PartitionLagState
+from kmq.core import markers as mk
+from kmq.core.markers_bulk import decode_records
+from kmq.core.lag_state import PartitionLagState
 
 W = 1000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.lease import LeaseSchedule, default_margin
+from kmq.core.lease import LeaseSchedule, default_margin
 
 
 def run(schedule, until, step=0.05):

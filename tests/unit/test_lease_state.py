@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kmq.config import BackoffConfig
-from kmq.markers import Closed, End, Nack, Outcome, Reject, Renew, Start, decode, encode
-from kmq.ranges import OffsetRange, RangeSet
-from tracker.lease_state import Action, PartitionState, Reason
+from kmq.core.markers import Closed, End, Nack, Outcome, Reject, Renew, Start, decode, encode
+from kmq.core.ranges import OffsetRange, RangeSet
+from kmq.core.lease_state import Action, PartitionState, Reason
 
 BACKOFF = BackoffConfig(initial=1.0, max=8.0, multiplier=2.0)
 
@@ -255,7 +255,7 @@ def test_codec_round_trip_feeds_the_state():
 
 
 def test_due_honours_its_limit_inside_one_huge_segment():
-    from kmq.markers import Start as _Start
+    from kmq.core.markers import Start as _Start
 
     st = PartitionState(lambda n: 0.0, 5)
     st.apply(_Start([(0, 0xFFFFFFFF)], lease_ms=10), 0, 0)
@@ -269,7 +269,7 @@ def test_due_honours_its_limit_inside_one_huge_segment():
 
 
 def test_leases_and_nack_delays_are_cut_to_the_hold_bound():
-    from kmq.markers import Nack as _Nack, Renew as _Renew, Start as _Start
+    from kmq.core.markers import Nack as _Nack, Renew as _Renew, Start as _Start
 
     st = PartitionState(lambda n: 0.0, 5, max_hold_ms=1000)
     st.apply(_Start([(0, 2)], lease_ms=0xFFFFFFFF), 0, 0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kmq import markers as m
-from kmq.ledger import Ledger
+from kmq.core import markers as m
+from kmq.core.ledger import Ledger
 
 
 def _marker(mk, p=0):

@@ -1,9 +1,9 @@
-"""The offset walk both log readers share (tracker.log_reader): which offset to read next, and when to seek."""
+"""The offset walk both log readers share (kmq.client.kafka_python.log_reader): which offset to read next, and when to seek."""
 
 from __future__ import annotations
 
-from kmq.ranges import OffsetRange
-from tracker.log_reader import _SEEK_GAP, needs_seek, next_target
+from kmq.core.ranges import OffsetRange
+from kmq.client.kafka_python.log_reader import _SEEK_GAP, needs_seek, next_target
 
 TODO = [OffsetRange(10, 5), OffsetRange(100, 3)]
 

@@ -1,4 +1,4 @@
-"""kmq.log_throttle.RepeatThrottle and the librdkafka log bridge built on it (pure, time passed in)."""
+"""kmq.client.confluent.log_throttle.RepeatThrottle and the librdkafka log bridge built on it (pure, time passed in)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from kmq.librdkafka_log import LibrdkafkaLogBridge, is_transport_failure, repeat_key
-from kmq.log_throttle import RepeatThrottle, Suppressed
+from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge, is_transport_failure, repeat_key
+from kmq.client.confluent.log_throttle import RepeatThrottle, Suppressed
 
 REFUSED = ("[thrd:127.0.0.1:9092/bootstrap]: 127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: "
            "Connection refused (after {ms}ms in state CONNECT{extra})")

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from kmq.cli.common import config_options
 from kmq.config import Config, LoggingConfig
-from kmq.errors import ConfigError
-from kmq.logs import configure_logging
+from kmq.core.errors import ConfigError
+from kmq.telemetry.logs import configure_logging
 
 
 @pytest.fixture(autouse=True)

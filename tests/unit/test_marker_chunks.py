@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kmq import markers as mk
-from kmq.markers_bulk import decode_records
+from kmq.core import markers as mk
+from kmq.core.markers_bulk import decode_records
 from kmq.spark.marker_chunks import ChunkFormatError, pack, unpack
 
 

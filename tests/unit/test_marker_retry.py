@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.marker_retry import MarkerRetry, describe
-from kmq.markers import End, Nack, Reject, Renew, Start
+from kmq.consumer.marker_retry import MarkerRetry, describe
+from kmq.core.markers import End, Nack, Reject, Renew, Start
 
 
 def offsets(pending, kind=End, partition=0):

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kmq import markers as m
-from kmq.errors import MarkerDecodeError
-from kmq.ranges import OffsetRange
+from kmq.core import markers as m
+from kmq.core.errors import MarkerDecodeError
+from kmq.core.ranges import OffsetRange
 
 GOLDEN = json.loads((Path(__file__).parent.parent / "data" / "markers_v1_golden.json").read_text())
 CLASSES = {"START": m.Start, "END": m.End, "RENEW": m.Renew, "NACK": m.Nack, "REJECT": m.Reject, "CLOSED": m.Closed}

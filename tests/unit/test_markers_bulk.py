@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kmq import markers as mk
-from kmq.errors import MarkerDecodeError
-from kmq.markers_bulk import BAD, decode_records
+from kmq.core import markers as mk
+from kmq.core.errors import MarkerDecodeError
+from kmq.core.markers_bulk import BAD, decode_records
 
 
 def _reference(key, partition, value):
-    """What kmq.markers says about one record: (type, ranges, outcome) or (BAD, reason)."""
+    """What kmq.core.markers says about one record: (type, ranges, outcome) or (BAD, reason)."""
     try:
         qp = mk.decode_key(key)
         if qp != partition:

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from kmq.errors import MessageAlreadySettled
-from kmq.message import KmqMessage, delivery_count_of, origin_of
+from kmq.core.errors import MessageAlreadySettled
+from kmq.core.message import KmqMessage, delivery_count_of, origin_of
 
 
 class Recorder:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kmq.ranges import OffsetRange, RangeOverlapError, RangeSet, coalesce, missing, normalize
+from kmq.core.ranges import OffsetRange, RangeOverlapError, RangeSet, coalesce, missing, normalize
 
 
 def test_kip_example_merges_to_one_range():

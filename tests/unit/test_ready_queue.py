@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from kmq.message import KmqMessage
-from kmq.ready_queue import ReadyQueue
+from kmq.core.message import KmqMessage
+from kmq.consumer.ready_queue import ReadyQueue
 
 
 def _msgs(*offsets: int) -> list[KmqMessage]:

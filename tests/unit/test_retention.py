@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kmq.ranges import OffsetRange
-from tracker.retention import BELOW_LOG_START, BEYOND_LOG_END, resume_gap, retention_used
+from kmq.core.ranges import OffsetRange
+from kmq.core.retention import BELOW_LOG_START, BEYOND_LOG_END, resume_gap, retention_used
 
 
 def test_resume_gap_classifies_a_forward_jump_as_lost_markers_and_a_backward_one_as_a_reset():

@@ -9,10 +9,10 @@ import ssl
 import pytest
 from kafka.errors import GroupAuthorizationFailedError, SaslAuthenticationFailedError, TopicAuthorizationFailedError
 
-from kmq.clients import broker_errors
+from kmq.client.kafka_python.clients import broker_errors
 from kmq.config import Config
-from kmq.diagnose import broker_certificate_error, tls_alert_error
-from kmq.errors import (
+from kmq.client.diagnose import broker_certificate_error, tls_alert_error
+from kmq.core.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
     BrokerUnavailable,
@@ -20,7 +20,7 @@ from kmq.errors import (
     ConfigError,
     TlsHandshakeFailed,
 )
-from kmq.oauth import REFRESH_FRACTION, UNKNOWN_LIFETIME_S, parse_token
+from kmq.client.oauth import REFRESH_FRACTION, UNKNOWN_LIFETIME_S, parse_token
 
 SCRAM = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"}
 OAUTH = {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"}
@@ -176,7 +176,7 @@ def test_every_security_example_in_the_docs_is_a_valid_config():
 
 
 def test_errors_raised_mid_run_are_classified_too():
-    from kmq.clients import classify
+    from kmq.client.kafka_python.clients import classify
 
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9092"}})
     assert isinstance(classify(cfg.kafka, TopicAuthorizationFailedError("orders")), AuthorizationFailed)
@@ -190,7 +190,7 @@ def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
     # check that what kmq hands kafka-python is what its SASL mechanisms read.
     from kafka.net.sasl import get_sasl_mechanism
 
-    from kmq.clients import client_kwargs
+    from kmq.client.kafka_python.clients import client_kwargs
 
     cfg = Config.from_dict({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
                                       "sasl_username": "kmq", "sasl_password": "pw"}})
@@ -204,7 +204,7 @@ def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
 
 
 def test_lag_job_hands_the_security_settings_to_either_source(tmp_path):
-    from kmq.errors import KmqError
+    from kmq.core.errors import KmqError
     from kmq.spark.job import _java_security_options, _python_security_options
     from kmq.spark.source import client_kwargs_from_options
 

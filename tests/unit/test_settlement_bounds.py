@@ -8,13 +8,13 @@ from fractions import Fraction
 
 import pytest
 
-from kmq.ack_buffer import AckBuffer
-from kmq.backoff import MAX_BACKOFF, backoff_delay
+from kmq.consumer.ack_buffer import AckBuffer
+from kmq.core.backoff import MAX_BACKOFF, backoff_delay
 from kmq.config import BackoffConfig
-from kmq.errors import InvalidSettlement
-from kmq.markers import End, decode, encode
-from kmq.message import MAX_DELIVERY_COUNT, KmqMessage, delivery_count_of, origin_of, parse_origin
-from kmq.settlement import MAX_MS, MAX_REASON_BYTES, clip_reason, delay_ms, lease_ms, reject_reason
+from kmq.core.errors import InvalidSettlement
+from kmq.core.markers import End, decode, encode
+from kmq.core.message import MAX_DELIVERY_COUNT, KmqMessage, delivery_count_of, origin_of, parse_origin
+from kmq.core.settlement import MAX_MS, MAX_REASON_BYTES, clip_reason, delay_ms, lease_ms, reject_reason
 
 
 # ---------------------------------------------------------------- arguments
@@ -187,7 +187,7 @@ def test_origin_is_trusted_only_for_this_queue(raw, origin):
 def test_the_guard_keys_raw_records_by_their_trusted_origin():
     from kafka.consumer.fetcher import ConsumerRecord
 
-    from kmq.guard import _origin
+    from kmq.consumer.guard import _origin
 
     def record(offset, headers):
         return ConsumerRecord("orders", 2, 0, offset, 0, 0, None, b"v", headers, None, 0, 1, -1)

@@ -1,12 +1,12 @@
-"""Topic settings from ``topics:`` in kmq.yaml (pure parts of kmq.topics)."""
+"""Topic settings from ``topics:`` in kmq.yaml (pure parts of kmq.client.topics)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kmq.config import Config
-from kmq.errors import ConfigError, TopicError
-from kmq.topics import choose_replication_factor, topic_configs
+from kmq.core.errors import ConfigError, TopicError
+from kmq.client.topics import choose_replication_factor, topic_configs
 
 
 @pytest.mark.parametrize("brokers, expected", [(1, 1), (2, 2), (3, 3), (5, 3), (0, 3)])

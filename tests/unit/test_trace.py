@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kmq import markers as m
-from kmq.errors import TraceError
-from kmq.trace import TraceBuilder, parse_origin
+from kmq.core import markers as m
+from kmq.core.errors import TraceError
+from kmq.core.trace import TraceBuilder, parse_origin
 
 Q = "q"
 

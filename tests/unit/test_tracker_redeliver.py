@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import namedtuple
 
 from kmq.config import BackoffConfig, QueueConfig
-from kmq.markers import Closed, Outcome, Reject, Start, decode, encode
-from kmq.metrics import TrackerMetrics
-from kmq.ranges import OffsetRange
-from tracker.lease_state import PartitionState
-from tracker.log_reader import ReadResult
+from kmq.core.markers import Closed, Outcome, Reject, Start, decode, encode
+from kmq.telemetry.metrics import TrackerMetrics
+from kmq.core.ranges import OffsetRange
+from kmq.core.lease_state import PartitionState
+from kmq.client.kafka_python.log_reader import ReadResult
 from tracker.redeliver import Redeliverer
 
 Rec = namedtuple("Rec", "offset key value headers")

@@ -9,7 +9,7 @@ import pytest
 from kmq.config import Config
 from kmq.ui.auth import authorized, needs_token
 from kmq.ui.redrive import Selection
-from tracker.dlq import DeadLetter
+from kmq.ops.dlq import DeadLetter
 
 
 @pytest.mark.parametrize("host, needed", [

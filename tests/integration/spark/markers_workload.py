@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kmq import markers as mk
-from kmq.clients import producer
+from kmq.core import markers as mk
+from kmq.client.kafka_python.clients import producer
 
 
 def write_records(cfg, topic: str, records: list[tuple[int, int, bytes | None, bytes | None]]) -> None:

@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from kmq import markers as mk
+from kmq.core import markers as mk
 from kmq.spark.job import JobOptions, start
 from kmq.spark.sinks import BatchSinks, parquet_rows
 from tests.helpers.kafka import read_all, wait_until

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kmq import markers as mk
+from kmq.core import markers as mk
 from kmq.spark.decode import decode_batch
-from kmq.spark.lag_state import PartitionLagState
+from kmq.core.lag_state import PartitionLagState
 from kmq.spark.sinks import parquet_rows
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.spark.markers_workload import rec, write_records

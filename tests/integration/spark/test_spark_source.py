@@ -36,7 +36,7 @@ def test_reader_plans_batches_and_yields_spark_kafka_columns(queue_topics, boots
     cfg, q = queue_topics(partitions=2)
     t = 1_700_000_000_123
     recs = [(i % 2, t + i, b"k%d" % i, b"v%d" % i) for i in range(30)]
-    from kmq.clients import producer
+    from kmq.client.kafka_python.clients import producer
 
     p = producer(cfg.kafka)
     for part, ts, k, v in recs:
@@ -92,7 +92,7 @@ def test_deleted_offsets_fail_or_skip_per_option(queue_topics, bootstrap, skip_o
     skip_on_tansu("DeleteRecords is not supported, so retention cannot be simulated")
     cfg, q = queue_topics(partitions=1)
     write_records(cfg, q.markers_topic, [(0, 1_700_000_000_000 + i, b"k", b"v") for i in range(20)])
-    from kmq.clients import admin_client
+    from kmq.client.kafka_python.clients import admin_client
 
     admin = admin_client(cfg.kafka)
     admin.delete_records({TopicPartition(q.markers_topic, 0): 10})
@@ -123,7 +123,7 @@ def test_new_partitions_are_discovered_and_read_from_the_start(queue_topics, boo
     skip_on_tansu("CreatePartitions is not supported, so a topic cannot grow")
     from kafka.admin import NewPartitions
 
-    from kmq.clients import admin_client
+    from kmq.client.kafka_python.clients import admin_client
 
     cfg, q = queue_topics(partitions=1)
     write_records(cfg, q.markers_topic, [(0, 1_700_000_000_000, b"k", b"v")])
@@ -151,8 +151,8 @@ def test_new_partitions_are_discovered_and_read_from_the_start(queue_topics, boo
 
 @CLIENTS
 def test_marker_chunks_hold_every_record_decoded_and_bad_ones_counted(queue_topics, bootstrap, client):
-    from kmq import markers as mk
-    from kmq.markers_bulk import BAD
+    from kmq.core import markers as mk
+    from kmq.core.markers_bulk import BAD
     from kmq.spark.marker_chunks import unpack
     from kmq.spark.source import KafkaPythonSource
     from tests.integration.spark.markers_workload import rec

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kmq import markers as mk
+from kmq.core import markers as mk
 from kmq.spark.bundle import build_bundle
 from kmq.spark.sinks import parquet_rows
 from tests.helpers.kafka import wait_until

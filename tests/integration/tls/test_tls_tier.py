@@ -9,10 +9,10 @@ import yaml
 from click.testing import CliRunner
 from kafka import TopicPartition
 
-from kmq import clients
+from kmq.client.kafka_python import clients
 from kmq.cli import cli
 from kmq.config import Config
-from kmq.consumer import KmqConsumer
+from kmq.consumer.consumer import KmqConsumer
 from tests.helpers.kafka import wait_until
 from tests.helpers.tls import KEY_PASSWORD
 from tests.integration.test_tracker import running_tracker

@@ -17,9 +17,9 @@ import yaml
 from click.testing import CliRunner
 
 from kmq.cli import cli
-from kmq.clients import producer
+from kmq.client.kafka_python.clients import producer
 from kmq.config import KafkaConfig
-from kmq.markers import End, Start, encode, encode_key
+from kmq.core.markers import End, Start, encode, encode_key
 from tests.integration.test_ui import UiProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,7 +40,7 @@ def test_trace_and_ui_over_tls(tls_queue, tls_broker, tmp_path):
     (t,) = json.loads(res.stdout)["messages"]
     assert t["state"] == "acked" and [e["kind"] for e in t["events"]] == ["delivered", "start", "ack"]
     # The listener really is TLS-only: the same command in plaintext cannot talk to it, and says why
-    # in one line (kmq/diagnose.py).
+    # in one line (kmq/client/diagnose.py).
     plain = cfg.replace(kafka=KafkaConfig(bootstrap_servers=tls_broker.bootstrap, connect_timeout=2.0))
     plain_path = tmp_path / "plain.yaml"
     plain_path.write_text(yaml.safe_dump(plain.to_dict(redact=False)))

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from kmq.cli import EXIT_FAILURE, cli
 from kmq.config import Config
-from kmq.diagnose import diagnose
-from kmq.errors import TlsHandshakeFailed
+from kmq.client.diagnose import diagnose
+from kmq.core.errors import TlsHandshakeFailed
 from tests.helpers.tls import KEY_PASSWORD
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,49 @@
+"""The client layer: kmq's one seam to a Kafka client.
+
+* :mod:`kmq.client.api`: what kmq needs from a client (records, consumer and
+  producer adapters, deliveries), pure;
+* :mod:`kmq.client.factory`: clients for the configured ``kafka.client``;
+* :mod:`kmq.client.kafka_python` and :mod:`kmq.client.confluent`: one folder per
+  client with the same shape (settings, consumer adapter, log reader);
+* security (:mod:`kmq.client.tls`, :mod:`kmq.client.oauth`), connection
+  diagnosis (:mod:`kmq.client.diagnose`) and topic administration
+  (:mod:`kmq.client.topics`).
+
+Everything above this layer (consumer, tracker, operations, Spark job) talks to
+Kafka through the names exported here, so the choice of client never leaks into
+the core.
+"""
+
+from __future__ import annotations
+
+from kmq.client.api import (
+    CONFLUENT,
+    KAFKA_PYTHON,
+    ClientCommitFailed,
+    ConsumerAdapter,
+    Delivery,
+    GroupConsumerAdapter,
+    ProduceFailed,
+    Record,
+    client_of,
+    coordinates,
+    headers_of,
+    is_confluent_consumer,
+    record_of,
+    require_client,
+)
+from kmq.client.factory import (
+    adapt_consumer,
+    client_error,
+    close_producer,
+    group_consumer,
+    produce_errors,
+    producer,
+)
+
+__all__ = [
+    "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
+    "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
+    "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "producer", "close_producer",
+    "produce_errors",
+]

@@ -1,0 +1,240 @@
+"""The client seam: what kmq needs from a Kafka client, whichever one fetched the records.
+
+kmq speaks to two Python clients: kafka-python (the default and the base
+install) and confluent-kafka (librdkafka underneath, several times faster;
+``pip install 'kmq[confluent]'``), chosen by ``kafka.client`` in kmq.yaml
+(``KMQ_KAFKA__CLIENT``). The marker protocol only needs, from either:
+
+* records as :class:`Record` (topic, partition, offset, key, value, headers, timestamp);
+* a consumer as a :class:`ConsumerAdapter`: commit of explicit offsets, seek,
+  assignment, pause/resume, the high-water mark seen by the last fetch;
+* a producer whose ``send`` returns a :class:`Delivery`-like future
+  (``add_callback``/``add_errback``/``add_both``/``get``).
+
+This module is pure: it imports no Kafka client. The adapters
+(:mod:`kmq.client.kafka_python`, :mod:`kmq.client.confluent`) implement it, and
+:mod:`kmq.client.factory` chooses between them; private-API use of a client
+stays inside its adapter folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from kmq.core.errors import ClientNotInstalled, KmqError
+
+__all__ = [
+    "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
+    "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
+    "is_confluent_consumer",
+]
+
+KAFKA_PYTHON = "kafka-python"
+CONFLUENT = "confluent"
+
+Headers = Sequence[tuple[str, "bytes | None"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One fetched record, the same whichever client fetched it.
+
+    ``timestamp`` is in milliseconds since the epoch (-1 when the broker sent none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp: int
+
+
+def coordinates(record: Any) -> tuple[str, int, int]:
+    """``(topic, partition, offset)`` of a :class:`Record`, a kafka-python ``ConsumerRecord``
+    or a confluent-kafka ``Message`` (whose fields are methods)."""
+    topic = record.topic
+    if callable(topic):  # confluent_kafka.Message
+        return topic(), record.partition(), record.offset()
+    return topic, record.partition, record.offset
+
+
+def record_of(record: Any) -> Record:
+    """The :class:`Record` of any client's record (see :func:`coordinates`)."""
+    if isinstance(record, Record):
+        return record
+    if callable(record.topic):  # confluent_kafka.Message
+        _kind, ts = record.timestamp()
+        return Record(record.topic(), record.partition(), record.offset(), record.key(), record.value(),
+                      record.headers() or [], ts)
+    return Record(record.topic, record.partition, record.offset, record.key, record.value,
+                  list(record.headers or []), record.timestamp)
+
+
+def headers_of(record: Any) -> Headers:
+    """The headers of any client's record (confluent-kafka returns None for no headers)."""
+    headers = record.headers
+    if callable(headers):
+        return headers() or []
+    return headers or []
+
+
+class ClientCommitFailed(KmqError):
+    """A commit the client did not complete; ``rebalanced`` when the group moved on
+    (the partitions now belong to another member). Wrapped by the callers into their own errors."""
+
+    retriable = True
+
+    def __init__(self, message: str, rebalanced: bool = False) -> None:
+        super().__init__(message)
+        self.rebalanced = rebalanced
+
+
+class ProduceFailed(KmqError):
+    """A record the producer could not deliver (the client's own error is the ``__cause__``)."""
+
+    retriable = True
+
+
+class ConsumerAdapter(Protocol):
+    """What the marker protocol needs from a consumer (either client).
+
+    Partitions are ``(topic, partition)`` tuples; offsets are the next offset to read."""
+
+    raw: Any
+    client: str
+
+    def poll(self, timeout: float, max_records: int) -> list[Record]: ...
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None: ...
+    def assignment(self) -> set[tuple[str, int]]: ...
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+    def pause(self, partitions: Iterable[tuple[str, int]]) -> None: ...
+    def resume(self, partitions: Iterable[tuple[str, int]]) -> None: ...
+    def highwater(self, topic: str, partition: int) -> int | None: ...
+    def close(self) -> None: ...
+
+
+class GroupConsumerAdapter(ConsumerAdapter, Protocol):
+    """What :class:`~kmq.consumer.consumer.KmqConsumer` needs on top of :class:`ConsumerAdapter`: a group
+    subscription with rebalance callbacks, fetching straight into kmq's message objects, commits
+    that do not block the fetcher, and the client's own stall handling (kafka-python's workarounds
+    live in its adapter). Both adapters implement it; :func:`group_consumer` builds one."""
+
+    def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
+                  on_revoked: Callable[[set], None]) -> None: ...
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = ...) -> list: ...
+    def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Any: ...
+    def member_id(self) -> str | None: ...
+    def watch(self, stall_timeout: float, on_fatal: Callable[[str], None], name: str) -> None: ...
+    def unwatch(self) -> None: ...
+    def recover_starved(self) -> None: ...
+
+
+class Delivery:
+    """A send's outcome, with the future API kmq uses from kafka-python's ``FutureRecordMetadata``:
+    ``add_callback(fn, *args)`` (``fn(*args, metadata)``), ``add_errback(fn, *args)`` (``fn(*args, exc)``),
+    ``add_both``, ``get(timeout)``, ``is_done``, ``succeeded()``, ``failed()``, ``exception``."""
+
+    __slots__ = ("_done", "_lock", "_waiter", "_callbacks", "_errbacks", "value", "exception")
+
+    def __init__(self) -> None:
+        # Cheap to make (one per record sent): a lock, and an Event only when someone waits.
+        self._done = False
+        self._lock = threading.Lock()
+        self._waiter: threading.Event | None = None
+        self._callbacks: list[tuple[Callable[..., Any], tuple]] = []
+        self._errbacks: list[tuple[Callable[..., Any], tuple]] = []
+        self.value: Any = None
+        self.exception: BaseException | None = None
+
+    @property
+    def is_done(self) -> bool:
+        return self._done
+
+    def succeeded(self) -> bool:
+        return self._done and self.exception is None
+
+    def failed(self) -> bool:
+        return self._done and self.exception is not None
+
+    def success(self, value: Any) -> None:
+        self._settle(value, None)
+
+    def failure(self, exc: BaseException) -> None:
+        self._settle(None, exc)
+
+    def _settle(self, value: Any, exc: BaseException | None) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.value, self.exception = value, exc
+            self._done = True
+            calls = self._errbacks if exc is not None else self._callbacks
+            self._callbacks, self._errbacks = [], []
+            waiter = self._waiter
+        if waiter is not None:
+            waiter.set()
+        for fn, args in calls:
+            fn(*args, exc if exc is not None else value)
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any) -> "Delivery":
+        with self._lock:
+            if not self._done:
+                self._callbacks.append((fn, args))
+                return self
+        if self.exception is None:
+            fn(*args, self.value)
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any) -> "Delivery":
+        with self._lock:
+            if not self._done:
+                self._errbacks.append((fn, args))
+                return self
+        if self.exception is not None:
+            fn(*args, self.exception)
+        return self
+
+    def add_both(self, fn: Callable[..., Any], *args: Any) -> "Delivery":
+        self.add_callback(fn, *args)
+        self.add_errback(fn, *args)
+        return self
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The delivery's metadata; raises the failure, or :class:`ProduceFailed` on timeout."""
+        if not self._done:
+            with self._lock:
+                if not self._done and self._waiter is None:
+                    self._waiter = threading.Event()
+                waiter = self._waiter
+            if waiter is not None and not waiter.wait(timeout):
+                raise ProduceFailed(f"no delivery report within {timeout}s")
+        if self.exception is not None:
+            raise self.exception
+        return self.value
+
+
+# ---------------------------------------------------------------- choosing the client
+
+
+def client_of(kafka: Any) -> str:
+    """The client ``kafka.client`` names (``kafka-python`` or ``confluent``)."""
+    return getattr(kafka, "client", KAFKA_PYTHON) or KAFKA_PYTHON
+
+
+def require_client(name: str) -> None:
+    """Raise :class:`~kmq.core.errors.ClientNotInstalled` when ``name`` is chosen but not importable."""
+    if name == CONFLUENT and importlib.util.find_spec("confluent_kafka") is None:
+        raise ClientNotInstalled(
+            "kafka.client is confluent but confluent-kafka is not installed; run pip install 'kmq[confluent]' "
+            "or set kafka.client: kafka-python (KMQ_KAFKA__CLIENT)"
+        )
+
+
+def is_confluent_consumer(consumer: Any) -> bool:
+    """True for a confluent-kafka ``Consumer`` (or subclass), decided without importing confluent-kafka."""
+    return any(c.__module__.split(".")[0] in ("confluent_kafka", "cimpl") and c.__name__ == "Consumer"
+               for c in type(consumer).__mro__)

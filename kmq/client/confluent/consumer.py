@@ -1,0 +1,387 @@
+"""The confluent-kafka side of the client seam (:mod:`kmq.client.api`).
+
+``pip install 'kmq[confluent]'``. Maps the same :class:`~kmq.config.KafkaConfig`
+to librdkafka settings (TLS files, SASL PLAIN/SCRAM, OAUTHBEARER through
+``oauth_cb`` with kmq's token provider), wraps ``confluent_kafka.Consumer``
+as a :class:`~kmq.client.api.ConsumerAdapter` and ``confluent_kafka.Producer``
+behind kafka-python's ``send() -> future`` shape, so the marker sender, the
+tracker and the Spark source use either client through one API.
+
+Only public confluent-kafka API is used. Send and flush failures are raised
+as kafka-python's error classes (``kafka.errors``, the base install's
+taxonomy: broker error codes are the same numbers), so the code that
+classifies failures (permanent or not, too large, unauthorised) serves both.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Iterable, Mapping
+
+from kafka import errors as kp_errors
+
+from kmq.client.api import CONFLUENT, ClientCommitFailed, Delivery, Record, require_client
+from kmq.config import ConfigError, KafkaConfig
+from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
+
+require_client(CONFLUENT)  # the one clear error when the extra is missing
+
+import confluent_kafka as ck  # noqa: E402
+from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
+
+__all__ = ["settings", "ConfluentConsumer", "ConfluentProducer", "producer", "consumer"]
+
+log = logging.getLogger(__name__)
+
+# kafka-python keyword -> librdkafka property, for the overrides kmq passes to producers and consumers.
+_PRODUCER_KEYS = {
+    "linger_ms": "linger.ms",
+    "delivery_timeout_ms": "delivery.timeout.ms",
+    "request_timeout_ms": "request.timeout.ms",
+    "retry_backoff_ms": "retry.backoff.ms",
+    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
+    "batch_size": "batch.size",
+    "acks": "acks",
+    "enable_idempotence": "enable.idempotence",
+    "compression_type": "compression.type",
+    "max_request_size": "message.max.bytes",
+    "max_block_ms": None,  # librdkafka never blocks in produce(); BufferError is handled in send()
+    "retries": None,  # librdkafka retries within delivery.timeout.ms
+}
+_CONSUMER_KEYS = {
+    "group_id": "group.id",
+    "enable_auto_commit": "enable.auto.commit",
+    "auto_offset_reset": "auto.offset.reset",
+    "session_timeout_ms": "session.timeout.ms",
+    "heartbeat_interval_ms": "heartbeat.interval.ms",
+    "fetch_max_wait_ms": "fetch.wait.max.ms",
+    "max_partition_fetch_bytes": "max.partition.fetch.bytes",
+    "fetch_max_bytes": "fetch.max.bytes",
+    "group_instance_id": "group.instance.id",
+    "max_poll_interval_ms": "max.poll.interval.ms",
+    "max_poll_records": None,  # per call: ConfluentConsumer.poll(max_records=)
+    "request_timeout_ms": None,
+    "bootstrap_timeout_ms": None,
+    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
+    "key_deserializer": None,
+    "value_deserializer": None,
+}
+# Error codes that mean "the group moved on": the partitions belong to another member now.
+_REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+               KafkaError._ASSIGNMENT_LOST, KafkaError._STATE, KafkaError.FENCED_INSTANCE_ID}
+
+
+# librdkafka's local (negative) error codes -> kafka-python error classes.
+_LOCAL_ERRORS = {
+    KafkaError._MSG_TIMED_OUT: kp_errors.KafkaTimeoutError,
+    KafkaError._TIMED_OUT: kp_errors.KafkaTimeoutError,
+    KafkaError._PURGE_QUEUE: kp_errors.KafkaTimeoutError,
+    KafkaError._PURGE_INFLIGHT: kp_errors.KafkaTimeoutError,
+    KafkaError._UNKNOWN_TOPIC: kp_errors.UnknownTopicOrPartitionError,
+    KafkaError._UNKNOWN_PARTITION: kp_errors.UnknownTopicOrPartitionError,
+    KafkaError._TRANSPORT: kp_errors.KafkaConnectionError,
+    KafkaError._ALL_BROKERS_DOWN: kp_errors.KafkaConnectionError,
+    KafkaError._AUTHENTICATION: kp_errors.SaslAuthenticationFailedError,
+    KafkaError._INVALID_ARG: kp_errors.InvalidRecordError,
+}
+
+
+def as_kafka_python_error(err: Any, what: str = "") -> Exception:
+    """The kafka-python exception for a librdkafka ``KafkaError`` (broker codes are the same numbers)."""
+    code = err.code()
+    cls = kp_errors.for_code(code) if code > 0 else _LOCAL_ERRORS.get(code, kp_errors.KafkaError)
+    return cls(f"{what}{err.str()} ({err.name()})")
+
+
+def settings(kafka: KafkaConfig) -> dict[str, Any]:
+    """librdkafka settings for ``kafka``: servers, client id and the security settings
+    (checked first, as for kafka-python: a missing file fails now with its key's path)."""
+    kafka.check_security()
+    conf: dict[str, Any] = {
+        "bootstrap.servers": ",".join(s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()),
+        "client.id": kafka.client_id,
+        "security.protocol": kafka.security_protocol,
+        "socket.connection.setup.timeout.ms": max(1000, int(kafka.connect_timeout * 1000)),
+        # librdkafka logs through its own thread to stderr by default; route to logging
+        # ("kmq.librdkafka"), one bridge per handle: it demotes and collapses reconnect storms.
+        "logger": LibrdkafkaLogBridge(),
+    }
+    if kafka.uses_tls:
+        if kafka.ssl_cafile:
+            conf["ssl.ca.location"] = kafka.ssl_cafile
+        if kafka.ssl_certfile:
+            conf["ssl.certificate.location"] = kafka.ssl_certfile
+            # kmq allows the key inside the certificate file (as Python's ssl does).
+            conf["ssl.key.location"] = kafka.ssl_keyfile or kafka.ssl_certfile
+            if (pw := kafka.key_password()) is not None:
+                conf["ssl.key.password"] = pw
+        conf["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_check_hostname else "none"
+    mech = kafka.sasl_mechanism
+    if mech == "AWS_MSK_IAM":
+        raise ConfigError("kafka.client", "confluent-kafka has no AWS_MSK_IAM signer; use kafka.client: kafka-python "
+                                          "for AWS_MSK_IAM (or OAUTHBEARER with an MSK token command)")
+    if mech:
+        conf["sasl.mechanism"] = mech
+    if mech in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        conf["sasl.username"] = kafka.sasl_username
+        conf["sasl.password"] = kafka.password()
+    elif mech == "OAUTHBEARER":
+        from kmq.client.oauth import token_provider
+
+        provider = token_provider(kafka)
+        conf["oauth_cb"] = lambda _config_str: provider.token_and_expiry()
+    return conf
+
+
+def _map(overrides: Mapping[str, Any], table: Mapping[str, str | None]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if "." in key:  # already a librdkafka property
+            out[key] = value
+            continue
+        if key not in table:
+            raise TypeError(f"no confluent-kafka setting for kafka-python option {key!r}")
+        if table[key] is not None and value is not None:
+            out[table[key]] = value  # type: ignore[index]
+    return out
+
+
+class ConfluentProducer:
+    """``confluent_kafka.Producer`` with kafka-python's ``send(...) -> future`` shape.
+
+    A daemon thread serves delivery reports (``poll``), so futures complete
+    without the caller polling, as with kafka-python's I/O thread."""
+
+    is_confluent = True
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.raw = ck.Producer(conf)
+        self._log_bridge = conf.get("logger")
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._serve, name="kmq-confluent-producer", daemon=True)
+        self._poller.start()
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            self.raw.poll(0.05)
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
+             headers: Any = None, timestamp_ms: int | None = None) -> Delivery:
+        fut = Delivery()
+
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                fut.failure(as_kafka_python_error(err, f"{topic}: "))
+            else:
+                fut.success((msg.topic(), msg.partition(), msg.offset()))
+
+        kw: dict[str, Any] = {"value": value, "key": key, "on_delivery": report}
+        if partition is not None:
+            kw["partition"] = partition
+        if headers:
+            kw["headers"] = list(headers)
+        if timestamp_ms is not None:
+            kw["timestamp"] = timestamp_ms
+        while True:
+            try:
+                self.raw.produce(topic, **kw)
+                return fut
+            except BufferError:  # local queue full: wait for deliveries to drain it
+                self.raw.poll(0.05)
+            except KafkaException as exc:  # refused before it left (too large, unknown partition)
+                raise as_kafka_python_error(exc.args[0], f"{topic}: ") from exc
+
+    def flush(self, timeout: float | None = None) -> None:
+        left = self.raw.flush(-1 if timeout is None else max(0.0, timeout))
+        if left:
+            raise kp_errors.KafkaTimeoutError(f"{left} record(s) not delivered within {timeout}s")
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush for at most ``timeout`` seconds; what is left fails (librdkafka purges it).
+        Then librdkafka's handle is released (its threads and broker connections), not left to
+        the garbage collector: a handle still referenced kept reconnecting to a stopped broker."""
+        if self._closed.is_set():
+            return
+        try:
+            self.raw.flush(max(0.0, timeout))
+        finally:
+            if len(self.raw):
+                self.raw.purge()
+                self.raw.poll(0)  # deliver the purge failures to the futures
+            self._closed.set()
+            if self._poller is not threading.current_thread():
+                self._poller.join(1)
+                if not self._poller.is_alive():  # never under a poll() of the serving thread
+                    self.raw.close()
+            _flush_logs(self._log_bridge)
+
+
+def _flush_logs(bridge: Any) -> None:
+    """The closing handle's repeat counts not logged yet (see :mod:`kmq.client.confluent.log_bridge`)."""
+    if isinstance(bridge, LibrdkafkaLogBridge):
+        bridge.flush()
+
+
+def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: Any) -> ConfluentProducer:
+    """Idempotent, acks=all producer (what markers and redeliveries need)."""
+    timeout_s = timeout_s or kafka.connect_timeout
+    conf = {
+        **settings(kafka),
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "request.timeout.ms": int(timeout_s * 1000),
+        **_map(overrides, _PRODUCER_KEYS),
+    }
+    return ConfluentProducer(conf)
+
+
+def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> "ConfluentConsumer":
+    """A consumer adapter; with ``group_id`` it joins the group with kmq's session timing
+    and subscribes to ``topics``, without one it is assigned nothing (call ``assign``)."""
+    conf: dict[str, Any] = {
+        **settings(kafka),
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        # A consumer without a group still needs a group.id in librdkafka; it never joins or commits.
+        "group.id": f"{kafka.client_id}-nogroup",
+        "enable.partition.eof": False,
+    }
+    if overrides.get("group_id"):
+        conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)
+        conf["heartbeat.interval.ms"] = int(kafka.heartbeat_interval * 1000)
+    conf.update(_map({k: v for k, v in overrides.items() if not (k == "group_id" and v is None)}, _CONSUMER_KEYS))
+    c = ConfluentConsumer(ck.Consumer(conf), log_bridge=conf["logger"])
+    if topics:
+        c.raw.subscribe(list(topics))
+    return c
+
+
+class ConfluentConsumer:
+    """:class:`~kmq.client.api.ConsumerAdapter` over a ``confluent_kafka.Consumer``."""
+
+    client = CONFLUENT
+
+    def __init__(self, consumer: Any, log_bridge: LibrdkafkaLogBridge | None = None) -> None:
+        self.raw = consumer
+        self._log_bridge = log_bridge
+
+    def poll(self, timeout: float, max_records: int) -> list[Record]:
+        return self.fetch(timeout, max_records, Record)
+
+    # ------------------------------------------------------------ group consumer (KmqConsumer)
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
+        """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers,
+        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call."""
+        out = []
+        for m in self.raw.consume(max_records, timeout):
+            err = m.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaException(err)
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error from librdkafka: %s", err.str())
+                continue
+            out.append(build(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers() or [],
+                             m.timestamp()[1]))
+        return out
+
+    def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
+                  on_revoked: Callable[[set], None]) -> None:
+        """Join the group for ``topics``; the callbacks get ``(topic, partition)`` sets and run inside
+        :meth:`fetch`. With ``partition.assignment.strategy=cooperative-sticky`` librdkafka passes only
+        the partitions that move (confluent-kafka applies the incremental assignment after the
+        callback); a lost assignment (session expired) counts as revoked."""
+        def assigned(_c: Any, parts: list) -> None:
+            on_assigned({(tp.topic, tp.partition) for tp in parts})
+
+        def revoked(_c: Any, parts: list) -> None:
+            on_revoked({(tp.topic, tp.partition) for tp in parts})
+
+        self.raw.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Delivery:
+        """Commit ``offsets`` (next offset to read); returns a completed
+        :class:`~kmq.client.api.Delivery` (failed with :class:`~kmq.client.api.ClientCommitFailed`).
+
+        Synchronous on the caller's (the fetcher's) thread: librdkafka answers in one round trip.
+        Not asynchronous because confluent-kafka serves an asynchronous commit's result only inside
+        a later ``poll``/``consume``, and a synchronous commit from a second thread was seen to wait
+        until the polling thread stopped (confluent-kafka 2.16)."""
+        fut = Delivery()
+        try:
+            self.commit(offsets)
+        except ClientCommitFailed as exc:
+            fut.failure(exc)
+        else:
+            fut.success(None)
+        return fut
+
+    def member_id(self) -> str | None:
+        """This member's id in the group (None before the first join)."""
+        try:
+            return self.raw.memberid() or None
+        except (KafkaException, RuntimeError):
+            return None
+
+    def watch(self, stall_timeout: float, on_fatal: Callable[[str], None], name: str) -> None:
+        """Nothing to watch: librdkafka's ``consume`` returns within its timeout."""
+
+    def unwatch(self) -> None:
+        """See :meth:`watch`."""
+
+    def recover_starved(self) -> None:
+        """Nothing to recover: librdkafka fetches again on its own."""
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        try:
+            result = self.raw.commit(offsets=[TopicPartition(t, p, off) for (t, p), off in offsets.items()],
+                                     asynchronous=False)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            raise ClientCommitFailed(str(exc), rebalanced=code in _REBALANCED) from exc
+        failed = [tp for tp in result or [] if tp.error is not None]
+        if failed:
+            rebalanced = any(tp.error.code() in _REBALANCED for tp in failed)
+            raise ClientCommitFailed("; ".join(f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in failed),
+                                     rebalanced=rebalanced)
+
+    def assignment(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.raw.assignment()}
+
+    def assign(self, partitions: Iterable[tuple[str, int]], offsets: Mapping[tuple[str, int], int] | None = None) -> None:
+        offsets = offsets or {}
+        self.raw.assign([TopicPartition(t, p, offsets.get((t, p), ck.OFFSET_BEGINNING)) for t, p in partitions])
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        try:
+            self.raw.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as exc:
+            raise ClientCommitFailed(f"cannot seek {topic}[{partition}]: {exc}", rebalanced=True) from exc
+
+    def pause(self, partitions: Iterable[tuple[str, int]]) -> None:
+        self.raw.pause([TopicPartition(t, p) for t, p in partitions])
+
+    def resume(self, partitions: Iterable[tuple[str, int]]) -> None:
+        self.raw.resume([TopicPartition(t, p) for t, p in partitions])
+
+    def highwater(self, topic: str, partition: int) -> int | None:
+        """The high-water mark the last fetch saw (librdkafka's cache: no broker round trip,
+        and not the ListOffsets answer, which some brokers get wrong)."""
+        try:
+            lo_hi = self.raw.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        except KafkaException:
+            return None
+        if not lo_hi or lo_hi[1] < 0:
+            return None
+        return lo_hi[1]
+
+    def close(self) -> None:
+        self.raw.close()
+        _flush_logs(self._log_bridge)
+
+    def __repr__(self) -> str:
+        return f"ConfluentConsumer({self.raw!r})"
+

@@ -1,0 +1,245 @@
+"""Why a connection to Kafka failed, found one layer at a time.
+
+kafka-python reports every failed bootstrap the same way ("Unable to
+bootstrap"), whether the broker is down, the CA is wrong, our client
+certificate was refused or the port speaks another protocol. When a client
+cannot connect, :func:`diagnose` repeats the steps itself against each
+bootstrap server, with the same TLS context the clients use, and returns the
+first error it can name:
+
+1. TCP connect: refused, no answer, unknown host -> :class:`BrokerUnavailable`
+2. TLS handshake (SSL, SASL_SSL): broker certificate untrusted, expired or for
+   another host -> :class:`CertificateRejected`; no TLS answer (a plaintext
+   port) -> :class:`TlsHandshakeFailed`
+3. a first Kafka request (ApiVersions v0): a TLS alert (TLS 1.3 sends the
+   broker's verdict on our client certificate only now) ->
+   :class:`CertificateRejected`; a plaintext request answered with TLS or a
+   closed connection -> :class:`TlsHandshakeFailed` (a TLS port)
+4. OAUTHBEARER: the token can be obtained -> else :class:`AuthenticationFailed`
+
+SASL logins that the broker refuses come back from kafka-python itself as
+``SaslAuthenticationFailedError`` (mapped in :mod:`kmq.client.kafka_python.clients`); ACL denials
+as ``*AuthorizationFailedError``.
+
+Every message is one line: what failed, where, and which key to check.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+
+from kmq.config import KafkaConfig
+from kmq.core.errors import (
+    BrokerUnavailable,
+    CertificateRejected,
+    KmqError,
+    TlsHandshakeFailed,
+)
+
+__all__ = ["diagnose", "unreachable", "broker_certificate_error", "tls_alert_error", "API_VERSIONS_V0"]
+
+_FIX_BOOTSTRAP = ("Check kafka.bootstrap_servers (or KMQ_KAFKA__BOOTSTRAP_SERVERS); `kmq dev broker` starts a local one")
+_CORRELATION_ID = 0x6B6D71  # "kmq"
+# ApiVersions v0 request: header v1 (api_key 18, version 0, correlation id, client id "kmq"), empty body.
+_REQUEST = struct.pack(">hhih", 18, 0, _CORRELATION_ID, 3) + b"kmq"
+API_VERSIONS_V0 = struct.pack(">i", len(_REQUEST)) + _REQUEST
+_STEP_TIMEOUT_S = 5.0
+_VERDICT_WAIT_S = 1.0
+
+
+def unreachable(kafka: KafkaConfig, timeout_s: float | None = None, cause: object = None) -> BrokerUnavailable:
+    """The "nothing answers" error, with the cause when known."""
+    within = f" within {timeout_s:g}s" if timeout_s else ""
+    why = f" ({cause})" if cause else ""
+    return BrokerUnavailable(f"cannot reach Kafka at {kafka.bootstrap_servers}{within}{why}: is the broker running? {_FIX_BOOTSTRAP}")
+
+
+def broker_certificate_error(server: str, exc: ssl.SSLCertVerificationError) -> CertificateRejected:
+    """Our side refused the broker's certificate: say why and which key fixes it."""
+    why = (exc.verify_message or exc.reason or str(exc)).rstrip(".")
+    low = why.lower()
+    if "hostname" in low or "ip address mismatch" in low:
+        fix = ("connect by a name the certificate carries (kafka.bootstrap_servers and the broker's advertised listeners), "
+               "or set kafka.ssl_check_hostname: false")
+    elif "expired" in low or "not yet valid" in low:
+        fix = "the broker's certificate must be renewed (or the clocks compared)"
+    else:
+        fix = "set kafka.ssl_cafile to the CA that signed the broker's certificate"
+    return CertificateRejected(f"Kafka's TLS certificate at {server} is not accepted: {why}; {fix}")
+
+
+def tls_alert_error(server: str, exc: ssl.SSLError) -> KmqError | None:
+    """The broker ended TLS with an alert about our client certificate, or None for other TLS errors."""
+    reason = (exc.reason or "").upper()
+    if "ALERT" not in reason:
+        return None
+    alert = reason.split("ALERT_", 1)[-1].replace("_", " ").lower()
+    if "certificate required" in alert:
+        return CertificateRejected(
+            f"Kafka at {server} requires a client certificate (TLS alert: {alert}); set kafka.ssl_certfile and "
+            "kafka.ssl_keyfile (mutual TLS)"
+        )
+    if any(word in alert for word in ("certificate", "unknown ca", "access denied")):
+        return CertificateRejected(
+            f"Kafka at {server} refused kmq's client certificate (TLS alert: {alert}); check kafka.ssl_certfile and "
+            "kafka.ssl_keyfile: a certificate that is valid now and signed by a CA the broker trusts"
+        )
+    return TlsHandshakeFailed(f"TLS with Kafka at {server} failed (TLS alert: {alert}); check the broker's TLS settings")
+
+
+def _tls_to_plaintext(server: str, detail: str, kafka: KafkaConfig | None = None) -> TlsHandshakeFailed:
+    # A connection closed mid-handshake is also how a TLS 1.2 broker may refuse a client certificate.
+    closed = "EOF" in detail or "closed" in detail
+    also = (f", or the broker refused the client certificate {kafka.ssl_certfile} (check kafka.ssl_certfile)"
+            if closed and kafka is not None and kafka.ssl_certfile else "")
+    return TlsHandshakeFailed(
+        f"TLS handshake with Kafka at {server} failed ({detail}): the port does not speak TLS; use the broker's "
+        f"TLS listener in kafka.bootstrap_servers, or set kafka.security_protocol to PLAINTEXT (or SASL_PLAINTEXT){also}"
+    )
+
+
+def _plaintext_to_tls(server: str, detail: str) -> TlsHandshakeFailed:
+    return TlsHandshakeFailed(
+        f"Kafka at {server} did not answer a plaintext Kafka request ({detail}): the port expects TLS; set "
+        "kafka.security_protocol to SSL (or SASL_SSL) and kafka.ssl_cafile"
+    )
+
+
+def _closed_after_handshake(kafka: KafkaConfig, server: str) -> CertificateRejected:
+    if not kafka.ssl_certfile:
+        return CertificateRejected(
+            f"Kafka at {server} closed the TLS connection right after the handshake: it probably requires a client "
+            "certificate (mutual TLS); set kafka.ssl_certfile and kafka.ssl_keyfile"
+        )
+    return CertificateRejected(
+        f"Kafka at {server} closed the TLS connection right after the handshake: it probably refused kmq's client "
+        f"certificate {kafka.ssl_certfile} (expired, or not signed by a CA the broker trusts); check kafka.ssl_certfile "
+        "and kafka.ssl_keyfile"
+    )
+
+
+def _client_certificate_verdict(kafka: KafkaConfig, server: str, sock: ssl.SSLSocket, wait: float) -> KmqError | None:
+    """With TLS 1.3 the broker judges our client certificate after our handshake is done: listen
+    for its alert before writing anything (a write could turn the alert into a bare reset).
+    A Kafka broker sends nothing unasked, so silence until ``wait`` means "accepted"."""
+    sock.settimeout(wait)
+    try:
+        if not sock.recv(1):
+            return _closed_after_handshake(kafka, server)
+    except TimeoutError:
+        return None
+    except ssl.SSLError as exc:
+        if isinstance(exc, ssl.SSLEOFError):
+            return _closed_after_handshake(kafka, server)
+        return tls_alert_error(server, exc) or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
+    except OSError:
+        return _closed_after_handshake(kafka, server)
+    return None  # data nobody asked for: let the Kafka request below judge the listener
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> KmqError | None:
+    """One bootstrap server: the error found, or None when every step worked."""
+    server = f"{host}:{port}"
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror as exc:
+        return unreachable(kafka, cause=f"cannot resolve {host}: {exc.strerror}")
+    except ConnectionRefusedError:
+        return unreachable(kafka, cause=f"connection refused by {server}")
+    except TimeoutError:
+        return unreachable(kafka, cause=f"no answer from {server} within {timeout:g}s")
+    except OSError as exc:
+        return unreachable(kafka, cause=f"{server}: {exc.strerror or exc}")
+    sock: socket.socket = raw
+    try:
+        sock.settimeout(timeout)
+        if kafka.uses_tls:
+            from kmq.client.tls import ssl_context
+
+            try:
+                sock = ssl_context(kafka).wrap_socket(raw, server_hostname=host)
+            except ssl.SSLCertVerificationError as exc:
+                return broker_certificate_error(server, exc)
+            except ssl.SSLError as exc:
+                alert = tls_alert_error(server, exc)
+                if alert is not None:
+                    return alert
+                return _tls_to_plaintext(server, exc.reason or str(exc), kafka)
+            except TimeoutError:
+                return _tls_to_plaintext(server, f"no TLS answer within {timeout:g}s")
+            except OSError as exc:  # EOF or reset: a plaintext Kafka port drops a ClientHello
+                return _tls_to_plaintext(server, f"connection closed: {exc.strerror or type(exc).__name__}", kafka)
+            verdict = _client_certificate_verdict(kafka, server, sock, min(timeout, _VERDICT_WAIT_S))
+            if verdict is not None:
+                return verdict
+            sock.settimeout(timeout)
+        try:
+            sock.sendall(API_VERSIONS_V0)
+            head = _recv_exactly(sock, 8)
+        except ssl.SSLError as exc:
+            found = tls_alert_error(server, exc)
+            if found is None and isinstance(exc, ssl.SSLEOFError):
+                # TLS 1.3 clients learn the broker's verdict on their certificate only now; a TLS
+                # terminator that drops the connection instead of sending an alert means the same.
+                found = _closed_after_handshake(kafka, server)
+            return found or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
+        except TimeoutError:
+            if kafka.uses_tls:
+                return unreachable(kafka, cause=f"{server} accepted TLS but did not answer a Kafka request within {timeout:g}s")
+            return _plaintext_to_tls(server, f"no answer within {timeout:g}s")
+        except OSError as exc:
+            head, closed = b"", exc.strerror or type(exc).__name__
+        else:
+            closed = "connection closed"
+        if len(head) < 8 or struct.unpack(">i", head[4:8])[0] != _CORRELATION_ID:
+            if head[:1] == b"\x15" or not kafka.uses_tls:  # 0x15: a TLS alert record
+                return _plaintext_to_tls(server, "answered with TLS" if head[:1] == b"\x15" else closed)
+            return unreachable(kafka, cause=f"{server} closed the connection after the TLS handshake; is it a Kafka listener?")
+    finally:
+        sock.close()
+    if kafka.sasl_mechanism == "OAUTHBEARER":
+        from kmq.client.oauth import token_provider
+
+        token_provider(kafka).token()  # raises AuthenticationFailed naming the token source
+    return None
+
+
+def diagnose(kafka: KafkaConfig, timeout_s: float, cause: object = None) -> KmqError:
+    """The most specific error for a client that could not connect within ``timeout_s``."""
+    step = min(_STEP_TIMEOUT_S, max(timeout_s, 0.5))
+    first_unreachable: KmqError | None = None
+    for entry in [s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()]:
+        host, _, port = entry.rpartition(":")
+        if not port.isdigit():
+            return BrokerUnavailable(f"kafka.bootstrap_servers entry {entry!r} is not host:port")
+        try:
+            found = _probe_server(kafka, host.strip("[]"), int(port), step)
+        except KmqError as exc:  # a ConfigError from the TLS context, AuthenticationFailed from the token source
+            return exc
+        if found is None:
+            continue
+        if type(found) is not BrokerUnavailable:
+            return found
+        first_unreachable = first_unreachable or found
+    if first_unreachable is not None:
+        return first_unreachable
+    # Every bootstrap server answers at the TCP, TLS and Kafka level: what failed came later.
+    sasl = (f" the SASL {kafka.sasl_mechanism} login did not complete (check the user name and password), or"
+            if kafka.sasl_mechanism else "")
+    return BrokerUnavailable(
+        f"Kafka at {kafka.bootstrap_servers} answers, but the client could not connect within {timeout_s:g}s"
+        f"{f' ({cause})' if cause else ''}:{sasl} the brokers' advertised listeners are not reachable from here; "
+        "run with -v to see the Kafka client's log"
+    )

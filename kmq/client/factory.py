@@ -1,0 +1,113 @@
+"""Clients for the configured ``kafka.client``: the one place that chooses between
+the kafka-python and confluent-kafka adapters.
+
+kafka-python is the base install and is imported here; confluent-kafka is an
+optional extra (``pip install 'kmq[confluent]'``), so its adapter is imported
+only when it is chosen: an install hint, not an import circle (the adapters
+import :mod:`kmq.client.api`, never this module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.errors import KafkaError
+
+from kmq.client.api import (
+    CONFLUENT,
+    ConsumerAdapter,
+    GroupConsumerAdapter,
+    ProduceFailed,
+    client_of,
+    is_confluent_consumer,
+    require_client,
+)
+from kmq.client.kafka_python import clients
+from kmq.client.kafka_python.consumer import KafkaPythonConsumer
+from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
+
+__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors"]
+
+
+def adapt_consumer(consumer: Any) -> ConsumerAdapter:
+    """The :class:`ConsumerAdapter` of a user's consumer: kafka-python's ``KafkaConsumer``,
+    confluent-kafka's ``Consumer``, or an adapter already. Anything else raises
+    :class:`~kmq.core.errors.UnsupportedConsumer`."""
+    if hasattr(consumer, "raw") and hasattr(consumer, "client"):
+        return consumer
+    if is_confluent_consumer(consumer):
+        from kmq.client.confluent.consumer import ConfluentConsumer
+
+        return ConfluentConsumer(consumer)
+    if type(consumer).__module__.split(".")[0] == "kafka":
+        return KafkaPythonConsumer(consumer)
+    raise UnsupportedConsumer(
+        f"{type(consumer).__module__}.{type(consumer).__name__} is not a consumer kmq can drive; pass kafka-python's "
+        "kafka.KafkaConsumer or confluent-kafka's confluent_kafka.Consumer"
+    )
+
+
+def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int) -> GroupConsumerAdapter:
+    """A :class:`GroupConsumerAdapter` on the client ``kafka.client`` names: group ``group_id``,
+    auto-commit off, ``assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``, kmq's ``consumer.assignor``)
+    and kmq's session timing. Not subscribed yet."""
+    name = client_of(kafka)
+    require_client(name)
+    if name == CONFLUENT:
+        from kmq.client.confluent.consumer import consumer as confluent_consumer
+
+        strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
+        return confluent_consumer(kafka, group_id=group_id, enable_auto_commit=False,
+                                  **{"partition.assignment.strategy": strategy})
+    return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
+                                                max_poll_records=max_records,
+                                                partition_assignment_strategy=clients.assignors(assignor)))
+
+
+def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
+    """kmq's error for an exception a Kafka client raised while doing ``what``: the refused-login or
+    ACL error when it is one, else :class:`~kmq.core.errors.BrokerUnavailable`; ``exc`` itself when it is
+    a kmq error already, None when it is no client's error (a bug, to be reported as such)."""
+    if isinstance(exc, KmqError):
+        return exc
+    module = type(exc).__module__.split(".")[0]
+    if module in ("confluent_kafka", "cimpl"):
+        err = exc.args[0] if exc.args else None
+        if hasattr(err, "code") and hasattr(err, "str"):
+            from kmq.client.confluent.consumer import as_kafka_python_error
+
+            exc = as_kafka_python_error(err)
+            module = "kafka"
+        else:
+            return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+    if module != "kafka":
+        return None
+    return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def producer(kafka: Any, timeout_s: float | None = None, **overrides: Any) -> Any:
+    """An idempotent acks=all producer on the client ``kafka.client`` names.
+
+    ``overrides`` use kafka-python's names (``linger_ms``, ``delivery_timeout_ms``, ...);
+    the confluent adapter maps them. ``send(topic, value=, key=, partition=, headers=)``
+    returns a future (:class:`Delivery` on confluent)."""
+    name = client_of(kafka)
+    require_client(name)
+    if name == CONFLUENT:
+        from kmq.client.confluent.consumer import producer as confluent_producer
+
+        return confluent_producer(kafka, timeout_s, **overrides)
+    return clients.producer(kafka, timeout_s, **overrides)
+
+
+def close_producer(prod: Any, timeout: float = 5.0) -> None:
+    """Close a producer from :func:`producer` within about ``timeout`` seconds, pending records or not."""
+    if hasattr(prod, "is_confluent"):
+        prod.close(timeout)
+        return
+    clients.close_producer(prod, timeout)
+
+
+def produce_errors() -> tuple[type[BaseException], ...]:
+    """Exception classes a producer's ``send``/``flush`` may raise, for ``except`` clauses."""
+    return (KafkaError, ProduceFailed)

@@ -1,0 +1,186 @@
+"""kafka-python clients built from :class:`~kmq.config.KafkaConfig`.
+
+The one place that turns config into client arguments (TLS context, SASL,
+OAUTHBEARER token provider) and turns "cannot connect" into one clear
+error: :class:`~kmq.core.errors.BrokerUnavailable` when nothing answers, or the
+subclass that names what failed (TLS handshake, certificate, authentication,
+authorization; see :mod:`kmq.client.diagnose`). Every component (consumer, tracker,
+CLI, Spark driver) builds its clients here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.errors import (
+    AuthorizationError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
+
+from kmq.config import KafkaConfig
+from kmq.client.diagnose import diagnose, unreachable
+from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavailable
+from kmq.client.oauth import token_provider
+
+__all__ = [
+    "admin_client", "producer", "close_producer", "consumer", "client_kwargs",
+    "unreachable", "broker_errors", "classify", "authentication_failed", "authorization_failed", "assignors",
+]
+
+#: Cap of the reconnect backoff (ms), as in the Java clients: work resumes within about a
+#: second of a broker's return instead of after kafka-python's default of up to 30 s.
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
+def client_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
+    """kafka-python keyword arguments for ``kafka``: servers, client id and the security settings.
+
+    Checks credentials and files first (:meth:`KafkaConfig.check_security`) and
+    builds the TLS context here, so a missing file or a wrong key password
+    fails now with the key's path rather than as endless reconnects.
+    """
+    kafka.check_security()
+    kw = kafka.client_kwargs()
+    if kafka.uses_tls:
+        from kmq.client.tls import ssl_context
+
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname"):
+            kw.pop(key, None)  # all inside the context
+        kw["ssl_context"] = ssl_context(kafka)
+    if kafka.sasl_mechanism == "OAUTHBEARER":
+        kw["sasl_oauth_token_provider"] = token_provider(kafka)
+    return kw
+
+
+def authentication_failed(kafka: KafkaConfig, exc: BaseException) -> AuthenticationFailed:
+    who = f" as {kafka.sasl_username!r}" if kafka.sasl_username else ""
+    if kafka.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        fix = "check kafka.sasl_username and the password (KMQ_KAFKA__SASL_PASSWORD or kafka.sasl_password_file)"
+    elif kafka.sasl_mechanism == "OAUTHBEARER":
+        fix = "check the token from kafka.sasl_oauth_token_file / kafka.sasl_oauth_token_command (issuer, audience, expiry)"
+    elif kafka.sasl_mechanism == "AWS_MSK_IAM":
+        fix = "check the AWS credentials of this process (role, region) and the cluster's IAM policy"
+    else:
+        fix = "the broker requires SASL: set kafka.security_protocol SASL_SSL and kafka.sasl_mechanism"
+    detail = str(exc).strip() or type(exc).__name__
+    return AuthenticationFailed(
+        f"Kafka at {kafka.bootstrap_servers} refused SASL {kafka.sasl_mechanism or ''} authentication{who} ({detail}); {fix}"
+    )
+
+
+def authorization_failed(kafka: KafkaConfig, exc: AuthorizationError) -> AuthorizationFailed:
+    what = type(exc).__name__.replace("AuthorizationFailedError", "").lower() or "operation"
+    detail = str(exc).strip()
+    who = f"user {kafka.sasl_username!r}" if kafka.sasl_username else "kmq's principal"
+    return AuthorizationFailed(
+        f"Kafka denied {who} a {what} operation ({detail}); grant the ACLs listed in docs/deploy.md for this component"
+    )
+
+
+def classify(kafka: KafkaConfig, exc: BaseException) -> BrokerUnavailable | None:
+    """kmq's error for a refused login or an ACL denial raised by kafka-python mid-run; None for other errors."""
+    if isinstance(exc, (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)):
+        return authentication_failed(kafka, exc)
+    if isinstance(exc, AuthorizationError):
+        return authorization_failed(kafka, exc)
+    return None
+
+
+@contextlib.contextmanager
+def broker_errors(kafka: KafkaConfig, timeout_s: float | None = None) -> Iterator[None]:
+    """Map kafka-python's connection, authentication and ACL failures to kmq's errors.
+
+    A timeout or connection failure is diagnosed (:func:`kmq.client.diagnose.diagnose`)
+    so the message names the layer that failed.
+    """
+    try:
+        yield
+    except (SaslAuthenticationFailedError, UnsupportedSaslMechanismError) as exc:
+        raise authentication_failed(kafka, exc) from exc
+    except AuthorizationError as exc:
+        raise authorization_failed(kafka, exc) from exc
+    except (KafkaConnectionError, KafkaTimeoutError) as exc:
+        raise diagnose(kafka, timeout_s or kafka.connect_timeout, type(exc).__name__) from exc
+
+
+def admin_client(kafka: KafkaConfig, timeout_s: float | None = None) -> KafkaAdminClient:
+    timeout_s = timeout_s or kafka.connect_timeout
+    kw = client_kwargs(kafka)
+    with broker_errors(kafka, timeout_s):
+        return KafkaAdminClient(bootstrap_timeout_ms=int(timeout_s * 1000), **kw, request_timeout_ms=int(timeout_s * 1000))
+
+
+def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: Any) -> KafkaProducer:
+    """Idempotent, acks=all producer (what markers and redeliveries need)."""
+    timeout_s = timeout_s or kafka.connect_timeout
+    kw: dict[str, Any] = {
+        **client_kwargs(kafka),
+        "acks": "all",
+        "enable_idempotence": True,
+        "linger_ms": 5,
+        "request_timeout_ms": int(timeout_s * 1000),
+        "max_block_ms": int(timeout_s * 1000),
+        "bootstrap_timeout_ms": int(timeout_s * 1000),
+        "retries": 5,
+        # kafka-python's default lets the reconnect backoff grow to 30 s, so after a broker
+        # outage of that length clients idled up to 30 s more (Java clients cap it at 1 s).
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+    }
+    kw.update(overrides)
+    with broker_errors(kafka, timeout_s):
+        return KafkaProducer(**kw)
+
+
+def close_producer(producer: KafkaProducer, timeout: float = 5.0) -> None:
+    """Close ``producer`` within about ``timeout`` seconds even when records are still
+    pending (broker down). kafka-python's ``close(timeout)`` raises from its flush in
+    that case and leaves its I/O thread running; this force-closes it instead (the
+    pending records fail, and their callbacks say so)."""
+    try:
+        producer.close(timeout=timeout)
+        return
+    except KafkaTimeoutError:
+        pass
+    sender = getattr(producer, "_sender", None)  # kafka-python internals: only here, behind this seam
+    if sender is not None:
+        sender.force_close()
+        sender.join(timeout)
+    with contextlib.suppress(Exception):
+        producer.close(timeout=0)
+
+
+def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> KafkaConsumer:
+    timeout_s = timeout_s or kafka.connect_timeout
+    kw: dict[str, Any] = {
+        **client_kwargs(kafka),
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "request_timeout_ms": max(int(timeout_s * 1000), int(kafka.session_timeout * 1000) + 1000),
+        "bootstrap_timeout_ms": int(timeout_s * 1000),
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+    }
+    if overrides.get("group_id"):
+        kw["session_timeout_ms"] = int(kafka.session_timeout * 1000)
+        kw["heartbeat_interval_ms"] = int(kafka.heartbeat_interval * 1000)
+    kw.update(overrides)
+    with broker_errors(kafka, timeout_s):
+        return KafkaConsumer(*topics, **kw)
+
+
+def assignors(name: str) -> tuple:
+    """kafka-python assignor classes for ``consumer.assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``)."""
+    if name.upper() == "COOPERATIVE-STICKY":
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+        return (CooperativeStickyAssignor,)
+    # kafka-python's own default pair: a group may mix KmqConsumers with plain kafka-python
+    # loops (MarkerWriter) and workers of older kmq versions.
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    return (RangePartitionAssignor, RoundRobinPartitionAssignor)

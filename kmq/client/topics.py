@@ -1,0 +1,215 @@
+"""Queue, markers and DLQ topics: names, creation, alignment checks.
+
+The markers topic must have at least as many partitions as the queue topic:
+the marker for queue partition p goes to markers partition p, so one tracker
+owns both the START and the END of a message. Every component calls
+:func:`require_aligned` at start and refuses to run otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from kafka.admin import NewPartitions, NewTopic
+from kafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError, KafkaError, TopicAlreadyExistsError
+
+from kmq.client.kafka_python.clients import admin_client, broker_errors
+from kmq.config import KafkaConfig, QueueConfig, TopicsConfig
+from kmq.core.errors import TopicError, TopicMisaligned, TopicMissing, UnsupportedByBroker
+
+__all__ = ["TopicLayout", "describe", "ensure_topics", "require_aligned", "MARKERS_RETENTION_MS",
+           "choose_replication_factor", "topic_configs"]
+
+log = logging.getLogger(__name__)
+
+# Must exceed the longest lease plus backoff; 7 days by default (docs/protocol.md,
+# topics.markers_retention).
+MARKERS_RETENTION_MS = 7 * 24 * 3600 * 1000
+_DEFAULT_REPLICATION = 3
+
+
+def choose_replication_factor(requested: int | None, brokers: int) -> int:
+    """``requested``, or 3 when the cluster has at least 3 brokers, else the broker count.
+
+    A requested factor above the broker count is refused here with the fix,
+    rather than by the broker with INVALID_REPLICATION_FACTOR.
+    """
+    if requested is not None:
+        if brokers and requested > brokers:
+            raise TopicError(f"replication factor {requested} is above the {brokers} broker(s) of this cluster; "
+                             f"use --replication-factor {brokers} (or topics.replication_factor)")
+        return requested
+    if brokers <= 0:
+        return _DEFAULT_REPLICATION
+    return min(_DEFAULT_REPLICATION, brokers)
+
+
+def topic_configs(settings: TopicsConfig, queue: QueueConfig | None = None) -> dict[str, dict[str, str]]:
+    """Topic-level configs by role (queue, markers, dlq) from ``topics:`` in kmq.yaml.
+
+    The markers retention is ``queue.markers_retention`` when a queue is given (it defaults to
+    ``topics.markers_retention``): the value the bounds and the tracker's retention ratio assume.
+    """
+    common = {}
+    if settings.min_insync_replicas is not None:
+        common["min.insync.replicas"] = str(settings.min_insync_replicas)
+    retention = queue.markers_retention if queue is not None else settings.markers_retention
+    markers = {**common, "retention.ms": str(round(retention * 1000))}
+    dlq = dict(common)
+    if settings.dlq_retention is not None:
+        dlq["retention.ms"] = str(round(settings.dlq_retention * 1000))
+    return {"queue": common, "markers": markers, "dlq": dlq}
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """Partition counts of a queue's three topics (None = topic missing)."""
+
+    queue: QueueConfig
+    queue_partitions: int | None
+    markers_partitions: int | None
+    dlq_partitions: int | None
+
+    @property
+    def aligned(self) -> bool:
+        return (
+            self.queue_partitions is not None
+            and self.markers_partitions is not None
+            and self.dlq_partitions is not None
+            and self.markers_partitions >= self.queue_partitions
+        )
+
+    def problems(self) -> list[str]:
+        q = self.queue
+        out = []
+        fix = f"run `kmq topics create {q.name}`"
+        if self.queue_partitions is None:
+            out.append(f"queue topic {q.name!r} does not exist; {fix} --partitions N")
+        if self.markers_partitions is None:
+            out.append(f"markers topic {q.markers_topic!r} does not exist; {fix}")
+        if self.dlq_partitions is None:
+            out.append(f"DLQ topic {q.dlq_topic!r} does not exist; {fix}")
+        if (
+            self.queue_partitions is not None
+            and self.markers_partitions is not None
+            and self.markers_partitions < self.queue_partitions
+        ):
+            out.append(
+                f"markers topic {q.markers_topic!r} has {self.markers_partitions} partitions but queue "
+                f"{q.name!r} has {self.queue_partitions}; {fix} to grow it to {self.queue_partitions} "
+                f"(or recreate {q.markers_topic!r} with {self.queue_partitions} partitions)"
+            )
+        return out
+
+
+def _partition_counts(admin, names: list[str]) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for t in admin.describe_topics(names):
+        name = t.get("name") or t.get("topic")
+        out[name] = len(t["partitions"]) if t.get("error_code", 0) == 0 and t.get("partitions") else None
+    return out
+
+
+def describe(kafka: KafkaConfig, queue: QueueConfig) -> TopicLayout:
+    """Read the partition counts of the queue's topics."""
+    admin = admin_client(kafka)
+    try:
+        with broker_errors(kafka):
+            counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
+    finally:
+        admin.close()
+    return TopicLayout(queue, counts.get(queue.name), counts.get(queue.markers_topic), counts.get(queue.dlq_topic))
+
+
+def require_aligned(kafka: KafkaConfig, queue: QueueConfig) -> TopicLayout:
+    """The layout, or :class:`TopicMissing` / :class:`TopicMisaligned` naming the fix."""
+    layout = describe(kafka, queue)
+    problems = layout.problems()
+    if problems:
+        missing = any("does not exist" in p for p in problems)
+        raise (TopicMissing if missing else TopicMisaligned)("; ".join(problems))
+    return layout
+
+
+def ensure_topics(
+    kafka: KafkaConfig, queue: QueueConfig, partitions: int | None = None, replication_factor: int | None = None,
+    dlq_partitions: int | None = None, settings: TopicsConfig | None = None,
+) -> TopicLayout:
+    """Create the missing topics and grow the markers topic to match the queue.
+
+    Idempotent. ``partitions`` is used when the queue topic does not exist
+    yet; an existing queue topic keeps its count (a larger ``partitions`` grows
+    it, where the broker supports CreatePartitions). New topics get
+    ``settings`` (``topics:`` in kmq.yaml: replication factor, min.insync.replicas,
+    markers and DLQ retention); existing topics are not altered.
+    ``replication_factor`` overrides ``settings.replication_factor``.
+    """
+    if partitions is not None and partitions < 1:
+        raise TopicError(f"--partitions must be at least 1, got {partitions}")
+    settings = settings or TopicsConfig()
+    configs = topic_configs(settings, queue)
+    admin = admin_client(kafka)
+    try:
+        with broker_errors(kafka):
+            counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
+            rf = 1
+            if None in counts.values():
+                brokers = _broker_count(admin)
+                rf = choose_replication_factor(
+                    replication_factor if replication_factor is not None else settings.replication_factor, brokers)
+            qp = counts[queue.name]
+            if qp is None:
+                qp = partitions or 1
+                _create(admin, queue.name, qp, rf, configs["queue"])
+            elif partitions and partitions > qp:
+                _grow(admin, queue.name, partitions)
+                qp = partitions
+            mp = counts[queue.markers_topic]
+            if mp is None:
+                _create(admin, queue.markers_topic, qp, rf, configs["markers"])
+            elif mp < qp:
+                _grow(admin, queue.markers_topic, qp)
+            if counts[queue.dlq_topic] is None:
+                _create(admin, queue.dlq_topic, dlq_partitions or qp, rf, configs["dlq"])
+            counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
+    finally:
+        admin.close()
+    return TopicLayout(queue, counts[queue.name], counts[queue.markers_topic], counts[queue.dlq_topic])
+
+
+def _broker_count(admin) -> int:
+    """Brokers in the cluster; 0 when the cluster does not tell (then the default factor 3 is tried)."""
+    try:
+        return len(admin.describe_cluster().get("brokers") or [])
+    except KafkaError as exc:
+        log.warning("cannot count the brokers (%s); new topics get replication factor %d unless "
+                    "topics.replication_factor or --replication-factor says otherwise", exc, _DEFAULT_REPLICATION)
+        return 0
+
+
+def _create(admin, name: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
+    try:
+        admin.create_topics([NewTopic(name, partitions, rf, topic_configs=configs)])
+        log.info("created topic %s with %d partitions, replication factor %d%s", name, partitions, rf,
+                 "".join(f", {k}={v}" for k, v in sorted(configs.items())))
+    except TopicAlreadyExistsError:
+        log.info("topic %s already exists", name)  # another process won the race
+
+
+def _grow(admin, name: str, partitions: int) -> None:
+    try:
+        admin.create_partitions({name: NewPartitions(partitions)})
+        log.info("grew topic %s to %d partitions", name, partitions)
+    except IncompatibleBrokerVersion as exc:
+        raise UnsupportedByBroker(
+            f"cannot grow {name!r} to {partitions} partitions: this broker does not support CreatePartitions; "
+            f"grow it with your cluster's tooling (kafka-topics.sh --alter --partitions {partitions}) "
+            f"or recreate it with {partitions} partitions"
+        ) from exc
+    except InvalidPartitionsError as exc:
+        raise TopicError(f"cannot grow {name!r} to {partitions} partitions: {exc}") from exc
+    except KafkaError as exc:
+        if "CreatePartitions" in str(exc):
+            raise UnsupportedByBroker(f"cannot grow {name!r}: the broker does not support CreatePartitions") from exc
+        raise

@@ -1,0 +1,376 @@
+"""asyncio API: :class:`AsyncKmqConsumer`, the threaded consumer bridged to an event loop.
+
+::
+
+    async with AsyncKmqConsumer(cfg, queue="orders") as consumer:
+        async for msg in consumer:
+            await handle(msg.value)
+            await msg.ack()
+
+    # or coroutine handlers, N at a time (return = ack, exception = nack with backoff):
+    async with AsyncKmqConsumer(cfg, queue="orders") as consumer:
+        await consumer.run(handle, concurrency=16)
+
+Design (docs/protocol.md, "asyncio"): this is :class:`~kmq.consumer.consumer.KmqConsumer`
+driven from the loop through its public API, not a second consumer on aiokafka.
+Fetching, START markers, commits, flow control, cooperative rebalances, lease
+keeping and outage ride-through all stay on the consumer's own threads, so they
+behave exactly as for the threaded API and on every ``kafka.client``. What the
+loop calls:
+
+* ``poll(timeout=0)`` inline: it only takes what the fetcher already made
+  ready (a short ``threading.Condition`` section, never Kafka I/O);
+* ``poll(timeout=...)`` when nothing is ready, on a dedicated thread
+  (``run_in_executor``), so waiting for the broker never blocks the loop;
+* settlements (``ack``/``nack``/``reject``/``renew``/``abandon``) inline: they
+  append to the ack buffer under the writer's lock, which every holder keeps
+  for memory operations only (the flusher drains under it, the marker write
+  happens after releasing it);
+* construction and :meth:`~kmq.consumer.consumer.KmqConsumer.close` (topic check,
+  connections, the commit-back of never-handed messages) on a thread.
+
+Messages are taken only when a coroutine is waiting for one (``async for``)
+or a handler slot is free (:meth:`AsyncKmqConsumer.run`): a message never waits
+in an asyncio queue with its lease running, and whatever was not taken is
+given back to the group by ``close`` with the same delivery count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections import deque
+from typing import Any, Awaitable, Callable
+
+from kmq.core import settlement
+from kmq.config import Config
+from kmq.core.errors import KmqError, MessageAlreadySettled
+from kmq.consumer.consumer import KmqConsumer
+from kmq.core.message import KmqMessage
+from kmq.telemetry.metrics import ConsumerMetrics
+
+__all__ = ["AsyncKmqConsumer", "AsyncKmqMessage"]
+
+log = logging.getLogger(__name__)
+
+AsyncHandler = Callable[["AsyncKmqMessage"], Awaitable[Any]]
+
+
+class AsyncKmqMessage:
+    """A queue message for coroutines: the attributes of :class:`~kmq.core.message.KmqMessage`
+    and awaitable settlements (same rules: one terminal settlement, any order).
+
+    The settlements only record the outcome in memory (the marker is written by
+    the consumer's flusher thread), so awaiting them never waits for Kafka."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: KmqMessage) -> None:
+        #: The underlying :class:`~kmq.core.message.KmqMessage` (for code written against the threaded API).
+        self.message = message
+
+    # The attributes users read, without a per-access __getattr__ indirection.
+    topic = property(lambda self: self.message.topic)
+    partition = property(lambda self: self.message.partition)
+    offset = property(lambda self: self.message.offset)
+    key = property(lambda self: self.message.key)
+    value = property(lambda self: self.message.value)
+    headers = property(lambda self: self.message.headers)
+    timestamp = property(lambda self: self.message.timestamp)
+    delivery_count = property(lambda self: self.message.delivery_count)
+    origin = property(lambda self: self.message.origin)
+    outcome = property(lambda self: self.message.outcome)
+    settled = property(lambda self: self.message.settled)
+
+    def __repr__(self) -> str:
+        return f"Async{self.message!r}"
+
+    async def ack(self) -> None:
+        """Processing is complete: an END marker is written with the next flush."""
+        self.message.ack()
+
+    async def nack(self, delay: float = 0.0) -> None:
+        """Processing failed: the tracker redelivers the message after ``delay`` seconds
+        (:class:`~kmq.core.errors.InvalidSettlement` for a delay the wire cannot carry)."""
+        self.message.nack(delay)
+
+    async def reject(self, reason: str = "") -> None:
+        """The message can never be processed: the tracker sends it to the DLQ with ``reason``."""
+        self.message.reject(reason)
+
+    async def renew(self, lease: float | None = None) -> None:
+        """Extend the lease: new deadline = now + ``lease`` seconds (default: the queue's lease)."""
+        self.message.renew(lease)
+
+    async def abandon(self) -> None:
+        """Give the message up without a marker: the tracker redelivers it when its lease ends."""
+        self.message.abandon()
+
+
+class AsyncKmqConsumer:
+    """Consume a queue with individual acknowledgements from asyncio code.
+
+    :param cfg: the kmq configuration (group from ``consumer.group_id``).
+    :param queue: queue name (default: the only configured queue).
+    :param batch_size: most messages :meth:`run` takes at once (``KmqConsumer``'s ``batch_size``).
+    :param metrics: :class:`~kmq.telemetry.metrics.ConsumerMetrics` to record into.
+    :param poll_timeout: seconds a waiting poll blocks its thread before looking at
+        stop/cancel again (it never blocks the loop).
+    :param consumer_kwargs: further keyword arguments for :class:`~kmq.consumer.consumer.KmqConsumer`.
+
+    Nothing connects until ``async with`` (or :meth:`start`); the Kafka work
+    happens on the consumer's threads. Works with every ``kafka.client``.
+    """
+
+    #: Seconds an ``async for`` over ready messages may go without letting other tasks run.
+    YIELD_EVERY = 0.005
+
+    def __init__(self, cfg: Config, queue: str | None = None, *, batch_size: int = 500,
+                 metrics: ConsumerMetrics | None = None, poll_timeout: float = 0.5, **consumer_kwargs: Any) -> None:
+        self.cfg = cfg
+        self._queue_name = queue
+        self._kwargs = dict(consumer_kwargs, batch_size=batch_size, metrics=metrics)
+        self.poll_timeout = poll_timeout
+        self._consumer: Any = None  # kmq.consumer.consumer.KmqConsumer once started
+        # One thread for waiting polls: the consumer hands batches to one taker at a time anyway.
+        self._poller = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kmq-aio-poll")
+        # Messages a waiting poll returned after its waiter was cancelled: the next taker gets them first.
+        self._late: deque[KmqMessage] = deque()
+        self._closed = False
+        self._yielded_at = 0.0
+        # run() calls under way (their end, the task running them): close() lets them drain first.
+        self._runs: dict[asyncio.Future, asyncio.Task | None] = {}
+
+    # ------------------------------------------------------------ lifecycle
+    @property
+    def consumer(self) -> Any:
+        """The underlying :class:`~kmq.consumer.consumer.KmqConsumer` (after :meth:`start`)."""
+        if self._consumer is None:
+            raise KmqError("the AsyncKmqConsumer is not started: use 'async with' or 'await consumer.start()'")
+        return self._consumer
+
+    async def start(self) -> "AsyncKmqConsumer":
+        """Create the threaded consumer off the loop (it checks the topics and connects)."""
+        if self._closed:
+            raise KmqError("the AsyncKmqConsumer is closed")
+        if self._consumer is None:
+            self._consumer = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: KmqConsumer(self.cfg, self._queue_name, **self._kwargs))
+        return self
+
+    async def __aenter__(self) -> "AsyncKmqConsumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def stop(self) -> None:
+        """Make ``async for`` and :meth:`run` end (running handlers finish); safe from signal handlers."""
+        if self._consumer is not None:
+            self._consumer.stop()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop, give never-handed messages back to the group (same delivery count), leave the
+        group and flush pending settlements; the blocking part runs off the loop. Unsettled
+        handed-over messages stay in flight: the tracker redelivers them when their leases end."""
+        if self._closed:
+            return
+        self._closed = True
+        consumer = self._consumer
+        if consumer is None:
+            self._poller.shutdown(wait=False)
+            return
+        consumer.stop()  # a waiting poll returns at once
+        me = asyncio.current_task()
+        others = [end for end, task in self._runs.items() if task is not me]
+        loop = asyncio.get_running_loop()
+
+        def close_all() -> None:
+            self._poller.shutdown(wait=True)
+            self._release_late()
+            consumer.close(timeout)
+
+        try:
+            if others:
+                # close() from another task while run() drains: settlements of its handlers must
+                # still reach the writer before it closes.
+                await asyncio.wait(others)
+        finally:
+            # Also when cancelled while waiting; shielded: a second cancellation must not leave
+            # the close half done (it goes on in its thread).
+            await asyncio.shield(loop.run_in_executor(None, close_all))
+
+    def _release_late(self) -> None:
+        """Messages a poll returned while its waiter was being cancelled and no one took since:
+        handed over as far as the consumer knows, so close cannot rewind them. Nack them now
+        (a copy, one delivery more) rather than leave them to their leases."""
+        late = list(self._late)
+        self._late.clear()
+        for m in late:
+            try:
+                m.nack(0.0)
+            except MessageAlreadySettled:
+                pass
+        if late:
+            log.warning("%s: %d message(s) taken by a poll that raced the close were never given to user code; "
+                        "nacked: the tracker redelivers them now with their delivery count + 1",
+                        self.consumer.queue.name, len(late))
+
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` or :meth:`close` was called."""
+        return self._closed or (self._consumer is not None and self._consumer.stopping)
+
+    # ------------------------------------------------------------ taking messages
+    async def _take(self, max_records: int) -> list[KmqMessage]:
+        """Up to ``max_records`` messages, waiting (off the loop) at most ``poll_timeout``; [] if none."""
+        consumer = self.consumer
+        if self._late:
+            out = []
+            while self._late and len(out) < max_records:
+                out.append(self._late.popleft())
+            return out
+        ready = consumer.poll(timeout=0, max_records=max_records)  # memory only: what the fetcher made ready
+        if ready or consumer.stopping:
+            return ready
+        fut = self._poller.submit(consumer.poll, self.poll_timeout, max_records)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            # The poll thread cannot be interrupted: keep what it returns for the next taker (or close).
+            fut.add_done_callback(self._keep_late)
+            raise
+
+    def _keep_late(self, fut: concurrent.futures.Future) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            self._late.extend(fut.result())
+
+    def __aiter__(self) -> "AsyncKmqConsumer":
+        return self
+
+    async def __anext__(self) -> AsyncKmqMessage:
+        """The next message (START written, offsets committed) until :meth:`stop` or :meth:`close`.
+        Raises the fetcher's error (e.g. :class:`~kmq.core.errors.MarkerWriteError`) when it fails."""
+        # With a backlog every message is ready at once and this never suspends: give other
+        # tasks a turn every YIELD_EVERY seconds, or an `async for` over a backlog starves them.
+        now = time.monotonic()
+        if now - self._yielded_at >= self.YIELD_EVERY:
+            await asyncio.sleep(0)
+            self._yielded_at = time.monotonic()
+        while not self.stopping:
+            got = await self._take(1)
+            if got:
+                return AsyncKmqMessage(got[0])
+            self._yielded_at = time.monotonic()  # _take waited off the loop: others had their turn
+        raise StopAsyncIteration
+
+    # ------------------------------------------------------------ handler pool
+    async def run(self, handler: AsyncHandler, concurrency: int = 1, *,
+                  reject_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+                  drain_timeout: float | None = None) -> None:
+        """Await ``handler(msg)`` for up to ``concurrency`` messages at once until :meth:`stop`.
+
+        The same semantics as :meth:`KmqConsumer.run <kmq.consumer.consumer.KmqConsumer.run>`: a
+        message is taken only when a handler slot is free; return acks (unless the handler
+        settled it), an exception nacks with the queue's backoff for the delivery count, one
+        of ``reject_on`` rejects (DLQ) as ``@kmq.marked`` does. Automatic lease renewal
+        (``consumer.auto_renew``) keeps running handlers' leases; a handler that never
+        returns is bounded by its lease. When the loop ends (stop, cancellation or an error),
+        running handlers are awaited up to ``drain_timeout`` seconds (default: the queue's
+        lease, after which the tracker redelivers them anyway), then cancelled and their
+        messages left to their leases (no marker). Cancelling ``run()`` does the same and
+        re-raises; messages not taken yet are given back to the group by :meth:`close`.
+        """
+        consumer = self.consumer
+        backoff = consumer.queue.backoff
+        ended = asyncio.get_running_loop().create_future()
+        self._runs[ended] = asyncio.current_task()
+        slots = max(1, concurrency)
+        free = slots
+        freed = asyncio.Event()
+        tasks: set[asyncio.Task] = set()
+
+        async def call(msg: AsyncKmqMessage) -> None:
+            try:
+                await handler(msg)
+            except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
+                _settle_failed(msg.message, exc, backoff, reject_on)
+                return
+            if msg.message.outcome is None:
+                try:
+                    msg.message.ack()
+                except MessageAlreadySettled:
+                    pass
+
+        fatal: list[BaseException] = []
+
+        def done(task: asyncio.Task) -> None:
+            nonlocal free
+            tasks.discard(task)
+            free += 1
+            freed.set()
+            # SystemExit, KeyboardInterrupt and the like from a handler end run() (after the drain),
+            # as they would end a plain loop; ordinary exceptions were settled by call().
+            if not task.cancelled() and task.exception() is not None:
+                fatal.append(task.exception())
+                self.stop()
+
+        try:
+            while not self.stopping:
+                if free == 0:
+                    freed.clear()
+                    try:
+                        await asyncio.wait_for(freed.wait(), self.poll_timeout)
+                    except asyncio.TimeoutError:
+                        consumer.raise_error()  # every slot busy: still surface a failed fetcher
+                    continue
+                msgs = await self._take(min(free, consumer.batch_size))
+                for m in msgs:
+                    free -= 1
+                    task = asyncio.create_task(call(AsyncKmqMessage(m)), name=f"kmq-handler-{m.partition}-{m.offset}")
+                    tasks.add(task)
+                    task.add_done_callback(done)
+        finally:
+            try:
+                await _drain(tasks, consumer.queue.lease if drain_timeout is None else drain_timeout,
+                             consumer.queue.name)
+            finally:
+                del self._runs[ended]
+                ended.set_result(None)
+        if fatal:
+            raise fatal[0]
+
+
+def _settle_failed(msg: KmqMessage, exc: Exception, backoff: Any, reject_on: Any) -> None:
+    try:
+        if reject_on and isinstance(exc, reject_on):
+            log.warning("handler rejected %s/%d/%d (%s: %s); it goes to the DLQ",
+                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc)
+            msg.reject(settlement.clip_reason(f"{type(exc).__name__}: {exc}"))
+        else:
+            delay = backoff.delay(msg.delivery_count)
+            log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
+                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
+            msg.nack(delay)
+    except MessageAlreadySettled:
+        pass
+
+
+async def _drain(tasks: set[asyncio.Task], timeout: float, queue: str) -> None:
+    """Await running handlers up to ``timeout`` seconds, then cancel the rest (their messages
+    stay unsettled: the tracker redelivers them when their leases end)."""
+    if not tasks:
+        return
+    pending = set(tasks)
+    try:
+        _, pending = await asyncio.wait(pending, timeout=timeout)
+    finally:
+        # Also reached when the drain itself is cancelled (a second cancel): never orphan handlers.
+        if pending:
+            log.warning("%s: %d handler(s) still running after %gs; cancelled, their messages are left to their "
+                        "leases (the tracker redelivers them)", queue, len(pending), timeout)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)

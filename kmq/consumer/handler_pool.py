@@ -1,0 +1,91 @@
+"""The worker pool behind :meth:`KmqConsumer.run <kmq.consumer.consumer.KmqConsumer.run>`.
+
+A message is taken from the consumer only when one of the ``workers``
+threads is free to start it: a message in a pool queue would have its lease
+running while nothing works on it (with a backlog, that is how leases ran
+out in the worker's own queue and copies piled up).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Protocol
+
+from kmq.core.errors import MessageAlreadySettled
+from kmq.core.message import KmqMessage
+
+__all__ = ["run_handlers", "MessageSource"]
+
+log = logging.getLogger(__name__)
+
+
+class MessageSource(Protocol):
+    """What the pool needs of a consumer (:class:`~kmq.consumer.consumer.KmqConsumer` is one)."""
+
+    queue: Any
+    batch_size: int
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def raise_error(self) -> None: ...
+
+    def poll(self, timeout: float = ..., max_records: int | None = ...) -> list[KmqMessage]: ...
+
+
+def run_handlers(consumer: MessageSource, handler: Callable[[KmqMessage], Any], workers: int,
+                 poll_timeout: float) -> None:
+    """Call ``handler(msg)`` on ``workers`` threads until ``consumer`` is stopped or closed.
+
+    Return acks (unless the handler settled the message), an exception nacks
+    with the queue's backoff for the delivery count. Running handlers finish
+    on stop; the fetcher's error is raised once ready messages are used up."""
+    backoff = consumer.queue.backoff
+    slots = threading.Semaphore(max(1, workers))
+
+    def call(msg: KmqMessage) -> None:
+        try:
+            handler(msg)
+        except Exception as exc:
+            delay = backoff.delay(msg.delivery_count)
+            log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
+                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
+            try:
+                msg.nack(delay)
+            except MessageAlreadySettled:
+                pass
+            return
+        finally:
+            slots.release()
+        if msg.outcome is None:
+            try:
+                msg.ack()
+            except MessageAlreadySettled:
+                pass
+
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"kmq-worker-{consumer.queue.name}")
+    try:
+        while not consumer.stopping:
+            if not slots.acquire(timeout=poll_timeout):
+                consumer.raise_error()  # every worker busy: still surface a failed fetcher
+                continue
+            if consumer.stopping:  # stopped while waiting for a worker
+                slots.release()
+                break
+            free = 1
+            while free < consumer.batch_size and slots.acquire(blocking=False):
+                free += 1
+            try:
+                msgs = consumer.poll(timeout=poll_timeout, max_records=free)
+            except BaseException:
+                for _ in range(free):
+                    slots.release()
+                raise
+            for _ in range(free - len(msgs)):
+                slots.release()
+            for msg in msgs:
+                pool.submit(call, msg)
+    finally:
+        pool.shutdown(wait=True)

@@ -1,0 +1,177 @@
+"""Errors raised by kmq.
+
+Every expected failure is a :class:`KmqError` whose message names the cause
+and the fix; the CLI prints it as one line and exits 1.
+
+::
+
+    KmqError
+    ├── ConfigError               bad or unknown configuration key (names the key path)
+    ├── MarkerDecodeError         a marker record that is not valid wire format v1
+    ├── BrokerUnavailable         Kafka not reachable within the timeout      (retriable)
+    │   ├── TlsHandshakeFailed    TLS could not be set up (TLS to a plaintext port, plaintext to a TLS port)
+    │   ├── CertificateRejected   broker certificate untrusted/expired/wrong host, or our client certificate refused
+    │   ├── AuthenticationFailed  SASL login refused, or no OAUTHBEARER token could be obtained
+    │   └── AuthorizationFailed   authenticated, but an ACL denies a topic, group or cluster operation
+    ├── TopicError
+    │   ├── TopicMissing          a queue, markers or DLQ topic does not exist
+    │   ├── TopicMisaligned       markers topic has fewer partitions than the queue
+    │   ├── UnsupportedByBroker   e.g. CreatePartitions on a broker without it
+    │   └── DeadLetterTopicUnavailable  DLQ topic missing or not writable      (retriable)
+    ├── MarkerWriteError          a marker was not acknowledged by Kafka      (retriable)
+    ├── MessageAlreadySettled     second ack/nack/reject on one message
+    ├── InvalidSettlement         nack/renew/reject argument out of the wire's range (also a ValueError)
+    ├── UnsupportedConsumer       e.g. an aiokafka consumer given to MarkerWriter (also a TypeError)
+    ├── ClientNotInstalled        kafka.client names a client that is not installed (confluent without kmq[confluent])
+    ├── DevBrokerError            the embedded broker could not start
+    ├── TraceError                a ``kmq trace`` selector that names no message
+    ├── UiConfigError             ``kmq ui`` bound beyond loopback without a token
+    └── FetcherStalled            the consumer's Kafka poll stopped returning (retriable)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KmqError",
+    "ConfigError",
+    "MarkerDecodeError",
+    "BrokerUnavailable",
+    "TlsHandshakeFailed",
+    "CertificateRejected",
+    "AuthenticationFailed",
+    "AuthorizationFailed",
+    "TopicError",
+    "TopicMissing",
+    "TopicMisaligned",
+    "UnsupportedByBroker",
+    "MarkerWriteError",
+    "MessageAlreadySettled",
+    "InvalidSettlement",
+    "UnsupportedConsumer",
+    "DevBrokerError",
+    "TraceError",
+    "UiConfigError",
+    "DeadLetterTopicUnavailable",
+    "FetcherStalled",
+    "ClientNotInstalled",
+]
+
+
+class KmqError(Exception):
+    """Base class of every kmq error."""
+
+    retriable: bool = False
+
+
+class ConfigError(KmqError):
+    """Invalid configuration; ``path`` is the key path, e.g. ``queues[0].lease``."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" if path else problem)
+
+
+class MarkerDecodeError(KmqError):
+    """A marker value or key that is not valid wire format version 1."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class BrokerUnavailable(KmqError):
+    retriable = True
+
+
+# The subclasses below are misconfigurations, not outages: retrying does not
+# help until someone changes a certificate, a credential or an ACL.
+class TlsHandshakeFailed(BrokerUnavailable):
+    """The TLS layer could not be set up (one side speaks TLS and the other does not, or no common protocol)."""
+
+    retriable = False
+
+
+class CertificateRejected(BrokerUnavailable):
+    """A certificate was refused: the broker's by us (untrusted, expired, wrong host) or ours by the broker."""
+
+    retriable = False
+
+
+class AuthenticationFailed(BrokerUnavailable):
+    """SASL authentication was refused, or no OAUTHBEARER token could be obtained."""
+
+    retriable = False
+
+
+class AuthorizationFailed(BrokerUnavailable):
+    """Authenticated, but the broker's ACLs deny an operation kmq needs."""
+
+    retriable = False
+
+
+class TopicError(KmqError):
+    pass
+
+
+class TopicMissing(TopicError):
+    pass
+
+
+class TopicMisaligned(TopicError):
+    pass
+
+
+class UnsupportedByBroker(TopicError):
+    pass
+
+
+class MarkerWriteError(KmqError):
+    retriable = True
+
+
+class MessageAlreadySettled(KmqError):
+    pass
+
+
+class DevBrokerError(KmqError):
+    pass
+
+
+class TraceError(KmqError):
+    """A ``kmq trace`` selector that is malformed or names no message."""
+
+
+class UiConfigError(KmqError):
+    """``kmq ui`` would start unsafely (bound beyond loopback without a token)."""
+
+
+class InvalidSettlement(KmqError, ValueError):
+    """A settlement argument the marker wire cannot carry (NaN, negative, over the
+    u32 ms range, a reason over 65,535 utf-8 bytes...). Raised before anything is
+    recorded: the message stays unsettled and can still be settled correctly.
+    Also a :class:`ValueError`, so ``except ValueError`` keeps working."""
+
+
+class UnsupportedConsumer(KmqError, TypeError):
+    """A consumer :class:`~kmq.consumer.writer.MarkerWriter` cannot drive, e.g. an asyncio
+    one (aiokafka) whose ``commit`` is a coroutine: the writer's blocking calls
+    would never await it, so nothing would be committed. Also a :class:`TypeError`."""
+
+
+class DeadLetterTopicUnavailable(TopicError):
+    """The DLQ topic is missing or this client may not see or write it; dead letters wait."""
+
+    retriable = True
+
+
+class FetcherStalled(KmqError):
+    """The consumer's Kafka poll stopped returning and could not be unblocked:
+    restart the process (its unsettled messages are redelivered by the tracker)."""
+
+    retriable = True
+
+
+class ClientNotInstalled(KmqError):
+    """``kafka.client`` names a Kafka client that is not installed (``confluent`` needs
+    ``pip install 'kmq[confluent]'``)."""

@@ -1,0 +1,262 @@
+"""A queue message handed to user code, and its settle state.
+
+Pure: no Kafka import. A :class:`KmqMessage` is created by
+:class:`~kmq.consumer.consumer.KmqConsumer` after the message's START marker was
+acknowledged by Kafka and the queue offsets were committed. User code settles
+it exactly once with :meth:`~KmqMessage.ack`, :meth:`~KmqMessage.nack` or
+:meth:`~KmqMessage.reject` (any thread, any order); :meth:`~KmqMessage.renew`
+extends the lease of an unsettled message. A second terminal call raises
+:class:`~kmq.core.errors.MessageAlreadySettled` and writes no second marker.
+
+The settle decision is made under a lock shared with the owner (the
+consumer), so the owner's bookkeeping (ack buffer, in-flight count) happens
+atomically with the state change.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol, Sequence
+
+from kmq.core.errors import MessageAlreadySettled
+from kmq.core.settlement import delay_ms, lease_ms, reject_reason
+
+__all__ = [
+    "KmqMessage",
+    "Settler",
+    "ACK",
+    "NACK",
+    "REJECT",
+    "ABANDON",
+    "HEADER_DELIVERY_COUNT",
+    "HEADER_ORIGIN",
+    "HEADER_DLQ_REASON",
+    "HEADER_DLQ_ERROR",
+    "HEADER_DLQ_TS",
+    "header_text",
+    "delivery_count_of",
+    "origin_of",
+    "parse_origin",
+    "MAX_DELIVERY_COUNT",
+]
+
+ACK, NACK, REJECT, ABANDON = "ack", "nack", "reject", "abandon"
+# Every kmq header (docs/protocol.md), named once.
+HEADER_DELIVERY_COUNT = "kmq-delivery-count"
+HEADER_ORIGIN = "kmq-origin"
+HEADER_DLQ_REASON = "kmq-dlq-reason"
+HEADER_DLQ_ERROR = "kmq-dlq-error"
+HEADER_DLQ_TS = "kmq-dlq-ts"
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class Settler(Protocol):
+    """What a message reports its settlement to. Both calls run under the shared
+    lock and must not block (append to a buffer, update counters)."""
+
+    def settled(self, msg: "KmqMessage", outcome: str, arg: Any) -> None: ...
+
+    def renewed(self, msg: "KmqMessage", lease: float | None) -> None: ...
+
+
+def _header(headers: Headers | None, name: str) -> bytes | None:
+    if headers:
+        for k, v in headers:
+            if k == name:
+                return v
+    return None
+
+
+def header_text(headers: Headers | None, name: str) -> str | None:
+    """Header ``name`` as text (utf-8, undecodable bytes replaced), None when absent."""
+    raw = _header(headers, name)
+    if raw is None:
+        return None
+    return raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+
+
+_I32_MAX = 2**31 - 1
+_I64_MAX = 2**63 - 1
+#: Delivery counts read from headers are clamped to this (Kafka's int32 range).
+MAX_DELIVERY_COUNT = _I32_MAX
+_I32_DIGITS = len(str(_I32_MAX))
+
+
+def delivery_count_of(headers: Headers | None) -> int:
+    """``kmq-delivery-count`` as an int in ``1..MAX_DELIVERY_COUNT``.
+
+    Absent (first delivery), unreadable or below 1 = 1; above the range =
+    :data:`MAX_DELIVERY_COUNT`. Headers come from anyone who can produce to the
+    queue, so no value may make a consumer or the tracker fail."""
+    raw = _header(headers, HEADER_DELIVERY_COUNT)
+    if raw is None:
+        return 1
+    try:
+        text = (raw.decode("ascii") if isinstance(raw, (bytes, bytearray)) else str(raw)).strip()
+    except UnicodeDecodeError:
+        return 1
+    if not text.isascii() or not text.isdigit():  # "-3", "1e9", "5_000", "" are unreadable
+        return 1
+    digits = text.lstrip("0")
+    if len(digits) > _I32_DIGITS:  # checked before int(): a huge digit string costs nothing
+        return MAX_DELIVERY_COUNT
+    return min(max(int(text), 1), MAX_DELIVERY_COUNT)
+
+
+def parse_origin(text: str) -> tuple[str, int, int] | None:
+    """``topic/partition/offset`` -> its parts, or None when malformed (topic names
+    hold no ``/``; partition and offset are non-negative int32 / int64 numbers)."""
+    parts = text.split("/")
+    if len(parts) != 3:
+        return None
+    topic, part, off = parts
+    if not topic or not (part.isascii() and part.isdigit() and off.isascii() and off.isdigit()):
+        return None
+    if len(part) > 12 or len(off) > 20:
+        return None
+    p, o = int(part), int(off)
+    if p > _I32_MAX or o > _I64_MAX:
+        return None
+    return topic, p, o
+
+
+def origin_of(headers: Headers | None, topic: str, partition: int, offset: int) -> str:
+    """Stable id of a message: ``topic/partition/offset`` of its first delivery.
+
+    ``kmq-origin`` is trusted only when it names this queue (``topic``): only
+    the tracker's copies of this queue's records carry such a header. A header
+    naming another topic (copied along by Streams or Connect from a record of
+    another kmq queue) or a malformed one is ignored, and the record's own
+    coordinates are its origin -- otherwise :class:`~kmq.consumer.guard.IdempotencyGuard`
+    would skip it as a duplicate of an unrelated message."""
+    raw = _header(headers, HEADER_ORIGIN)
+    if raw:
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else str(raw)
+        except UnicodeDecodeError:
+            text = ""
+        parsed = parse_origin(text)
+        if parsed is not None and parsed[0] == topic:
+            return f"{parsed[0]}/{parsed[1]}/{parsed[2]}"
+    return f"{topic}/{partition}/{offset}"
+
+
+class KmqMessage:
+    """One message of a queue, delivered under a lease.
+
+    Attributes: ``value``, ``key``, ``headers`` (list of ``(str, bytes)``),
+    ``topic``, ``partition``, ``offset``, ``timestamp`` (ms),
+    ``delivery_count`` (1 on the first delivery) and ``origin`` (stable id
+    ``topic/partition/offset`` of the first delivery, for deduplication).
+    """
+
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp", "_lock", "_settler", "_outcome",
+                 "_nbytes")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp: int | None,
+        settler: Settler,
+        lock: threading.Lock,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers if headers is not None else []
+        self.timestamp = timestamp
+        self._settler = settler
+        self._lock = lock
+        self._outcome: str | None = None
+        #: Payload bytes (key + value), what flow control counts; computed once, read at fetch and settle.
+        self._nbytes = (len(value) if value else 0) + (len(key) if key else 0)
+
+    # ------------------------------------------------------------ derived
+    @property
+    def delivery_count(self) -> int:
+        """How many times this message was delivered (header ``kmq-delivery-count``; absent = 1)."""
+        return delivery_count_of(self.headers)
+
+    @property
+    def origin(self) -> str:
+        """Stable id of the message across redeliveries: ``topic/partition/offset`` of its first delivery."""
+        return origin_of(self.headers, self.topic, self.partition, self.offset)
+
+    @property
+    def outcome(self) -> str | None:
+        """None while unsettled, else ``"ack"``, ``"nack"``, ``"reject"`` or ``"abandon"``."""
+        return self._outcome
+
+    @property
+    def settled(self) -> bool:
+        return self._outcome is not None
+
+    def __repr__(self) -> str:
+        state = self._outcome or "in flight"
+        return f"KmqMessage({self.topic}/{self.partition}/{self.offset}, delivery {self.delivery_count}, {state})"
+
+    # ------------------------------------------------------------ settling
+    def _already_settled(self, outcome: str) -> MessageAlreadySettled:
+        return MessageAlreadySettled(f"{self.topic}/{self.partition}/{self.offset} was already settled "
+                                     f"({self._outcome}); {outcome} ignored, no second marker written")
+
+    def _settle(self, outcome: str, arg: Any) -> None:
+        with self._lock:
+            if self._outcome is not None:
+                raise self._already_settled(outcome)
+            self._outcome = outcome
+            self._settler.settled(self, outcome, arg)
+
+    def ack(self) -> None:
+        """Processing is complete: an END marker is written with the next flush."""
+        # _settle inlined: ack is the one call every message makes (kmq bench consumer).
+        with self._lock:
+            if self._outcome is not None:
+                raise self._already_settled(ACK)
+            self._outcome = ACK
+            self._settler.settled(self, ACK, None)
+
+    def nack(self, delay: float = 0.0) -> None:
+        """Processing failed: the tracker redelivers the message after ``delay`` seconds.
+
+        Raises :class:`~kmq.core.errors.InvalidSettlement` (a ``ValueError``) for a delay the
+        wire cannot carry (negative, NaN, inf, over about 49.7 days); the message then
+        stays unsettled."""
+        delay_ms(delay)  # InvalidSettlement before the outcome is set: the message stays settleable
+        self._settle(NACK, float(delay))
+
+    def reject(self, reason: str = "") -> None:
+        """The message can never be processed: the tracker sends it to the DLQ with ``reason``.
+
+        Raises :class:`~kmq.core.errors.InvalidSettlement` for a reason over 65,535 utf-8
+        bytes or not encodable as utf-8; the message then stays unsettled."""
+        self._settle(REJECT, reject_reason(reason))
+
+    def abandon(self) -> None:
+        """Give the message up without a marker, as a crashed worker would: it stays in
+        flight at the tracker and is redelivered when its lease ends. Frees its slot
+        in the in-flight cap and stops automatic renewal."""
+        self._settle(ABANDON, None)
+
+    def renew(self, lease: float | None = None) -> None:
+        """Extend the lease: new deadline = now + ``lease`` seconds (default: the queue's lease).
+
+        Raises :class:`~kmq.core.errors.MessageAlreadySettled` on a settled message and
+        :class:`~kmq.core.errors.InvalidSettlement` for a lease the wire cannot carry
+        (<= 0, NaN, inf, over about 49.7 days)."""
+        if lease is not None:
+            lease_ms(lease)  # InvalidSettlement before anything is recorded
+        with self._lock:
+            if self._outcome is not None:
+                raise MessageAlreadySettled(
+                    f"{self.topic}/{self.partition}/{self.offset} was already settled ({self._outcome}); cannot renew"
+                )
+            self._settler.renewed(self, lease)

@@ -1,0 +1,253 @@
+"""Read what ``kmq trace`` and the console's trace view need from Kafka.
+
+The Kafka edge of :mod:`kmq.core.trace`. Every copy of a message sits in its
+origin's queue partition p and every marker about it in markers partition p,
+so a trace reads (in this order, each once, from a bounded start up to the
+high-water mark seen at its first fetch):
+
+* queue partition p from the origin's offset (``--key``: every partition);
+* markers partition p from the tracker group's committed offset, which is
+  the oldest START that still has open offsets: enough for anything in
+  flight, cheap because a tracker commits as it goes (the log start while
+  the tracker group has committed nothing, as a new tracker would). With ``since`` it
+  starts at the offsets of ``now - since`` instead (``offsets_for_times``)
+  and also drops older records as it reads, so a broker that answers that
+  look-up with an earlier offset costs more reading, never a wrong trace;
+* the DLQ partition ``p mod dlq_partitions`` (from the start, or ``since``).
+
+Cost: records read = (queue high-water - start) + (markers high-water -
+start) + DLQ records, at the consumer's fetch speed; only the records of the
+traced message are kept. No consumer group is joined and nothing is
+committed: a trace never disturbs the tracker or the workers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+from kafka import TopicPartition
+from kafka.errors import KafkaError
+
+from kmq.client.kafka_python.clients import broker_errors, consumer as make_consumer
+from kmq.config import Config, QueueConfig
+from kmq.core.errors import KmqError, MarkerDecodeError, TraceError
+from kmq.core.markers import Start, decode, decode_key
+from kmq.core.message import origin_of
+from kmq.client.topics import require_aligned
+from kmq.core.trace import Trace, TraceBuilder, parse_origin
+
+__all__ = ["trace", "Progress", "MAX_KEY_MATCHES"]
+
+# --key can match many messages (keys are not unique); the newest ones are the useful ones.
+MAX_KEY_MATCHES = 20
+
+# progress(topic, partition, records read so far, records to read in this partition)
+Progress = Callable[[str, int, int, int], None]
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Where each read starts and why (reported in the trace's ``scan``)."""
+
+    markers_from: dict[int, int]
+    markers_source: str
+
+
+def trace(cfg: Config, queue: str, *, origin: str | None = None, key: str | None = None,
+          partition: int | None = None, offset: int | None = None, since_s: float | None = None,
+          tracker_group: str | None = None, workers_group: str | None = None, now_ms: int | None = None,
+          progress: Progress | None = None, timeout_s: float = 30.0) -> list[Trace]:
+    """Timelines of the message(s) selected by exactly one of ``origin``, ``key`` or
+    ``partition`` + ``offset``; see the module docstring for what is read."""
+    chosen = sum(x is not None for x in (origin, key, offset if partition is not None else None))
+    if chosen != 1 or (partition is None) != (offset is None):
+        raise TraceError("name exactly one message: ORIGIN (topic/partition/offset), --key K, "
+                         "or --partition P --offset O")
+    q = cfg.queue(queue)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    since_ms = None if since_s is None else now_ms - int(since_s * 1000)
+    try:
+        with broker_errors(cfg.kafka):
+            layout = require_aligned(cfg.kafka, q)
+            n = layout.queue_partitions or 0
+            reader = _Reader(cfg, q, since_ms, progress, timeout_s)
+            try:
+                return _trace(reader, cfg, q, n, layout.dlq_partitions or 0, origin, key, partition, offset,
+                              tracker_group or cfg.tracker.group_id, workers_group or cfg.consumer.group_id, now_ms)
+            finally:
+                reader.close()
+    except KafkaError as exc:
+        raise KmqError(f"reading the history of {queue} failed: {exc}") from exc
+
+
+def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin, key, partition, offset,
+           tracker_group: str, workers_group: str, now_ms: int) -> list[Trace]:
+    if partition is not None and not 0 <= partition < n:
+        raise TraceError(f"{q.name} has partitions 0..{n - 1}, not {partition}")
+    if origin is not None:
+        topic, partition, offset = parse_origin(origin)
+        if topic != q.name or partition >= n:
+            raise TraceError(f"origin {origin} is not a message of queue {q.name} (partitions 0..{n - 1})")
+    elif partition is not None:
+        origin = r.origin_at(partition, offset)
+        offset = parse_origin(origin)[2]  # a copy names its first delivery: read from there
+    partitions = range(n) if key is not None else [partition]
+    markers_tps = [TopicPartition(q.markers_topic, p) for p in partitions]
+    committed = r.committed(tracker_group, markers_tps)
+    if r.since_ms is not None:
+        window = _Window(r.offsets_at(markers_tps), "since")
+    else:
+        window = _Window({tp.partition: committed[tp] for tp in markers_tps if committed[tp] is not None},
+                         "tracker committed offset")
+    builders: dict[str, TraceBuilder] = {}
+    for p in partitions:
+        if key is None:
+            builders[origin] = TraceBuilder(q.name, origin)
+            r.feed_queue(p, max(offset, r.offset_at(q.name, p)), builders, None)
+        else:
+            start = r.offset_at(q.name, p) if r.since_ms is not None else r.oldest_started(p, window)
+            r.feed_queue(p, start, builders, key.encode("utf-8"))
+    if len(builders) > MAX_KEY_MATCHES:  # keep the newest messages with this key
+        newest = sorted(builders, key=lambda o: parse_origin(o)[2])[-MAX_KEY_MATCHES:]
+        builders = {o: builders[o] for o in newest}
+    by_partition: dict[int, list[TraceBuilder]] = {}
+    for b in builders.values():
+        by_partition.setdefault(b.partition, []).append(b)
+    for p, bs in sorted(by_partition.items()):
+        r.feed_markers(p, window.markers_from.get(p), bs)
+    for dp in sorted({p % dlq_n for p in by_partition} if dlq_n else ()):
+        r.feed_dlq(dp, [b for bs in by_partition.values() for b in bs])
+    workers = r.committed(workers_group, [TopicPartition(q.name, p) for p in by_partition])
+    out = []
+    for o, b in builders.items():
+        t = b.result(now_ms, workers.get(TopicPartition(q.name, b.partition)))
+        scan = {"since_ms": r.since_ms, "markers_from": window.markers_from.get(b.partition),
+                "markers_from_source": window.markers_source if b.partition in window.markers_from else "log start",
+                "records_read": r.records_read, "bad_markers": b.bad_markers}
+        out.append(replace(t, scan=scan))
+    return sorted(out, key=lambda t: parse_origin(t.origin)[1:])
+
+
+class _Reader:
+    """One unsubscribed consumer, reassigned to one partition at a time."""
+
+    def __init__(self, cfg: Config, q: QueueConfig, since_ms: int | None, progress: Progress | None,
+                 timeout_s: float) -> None:
+        self.cfg, self.q, self.since_ms, self.progress, self.timeout_s = cfg, q, since_ms, progress, timeout_s
+        self.records_read = 0
+        self.c = make_consumer(cfg.kafka, enable_auto_commit=False, max_poll_records=5000, fetch_max_wait_ms=50)
+
+    def close(self) -> None:
+        self.c.close()
+
+    def committed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        g = make_consumer(self.cfg.kafka, group_id=group, enable_auto_commit=False)
+        try:
+            return {tp: g.committed(tp) for tp in tps}
+        finally:
+            g.close()
+
+    def offsets_at(self, tps: list[TopicPartition]) -> dict[int, int]:
+        """First offset at or after ``since`` per partition (log start when the broker has none)."""
+        found = self.c.offsets_for_times({tp: self.since_ms for tp in tps})
+        return {tp.partition: (found[tp].offset if found.get(tp) is not None else self._end(tp)) for tp in tps}
+
+    def offset_at(self, topic: str, p: int) -> int:
+        return 0 if self.since_ms is None else self.offsets_at([TopicPartition(topic, p)])[p]
+
+    def _end(self, tp: TopicPartition) -> int:
+        # No record at or after ``since``: start at the end (the high-water mark, read by a fetch).
+        self.c.assign([tp])
+        self.c.seek_to_beginning(tp)
+        deadline = time.monotonic() + self.timeout_s
+        while self.c.highwater(tp) is None:
+            self.c.poll(timeout_ms=100, max_records=1, update_offsets=False)
+            if time.monotonic() > deadline:
+                raise KmqError("timed out reading high-water marks: is the broker healthy?")
+        return self.c.highwater(tp)
+
+    def _scan(self, tp: TopicPartition, start: int | None) -> Iterator:
+        """Records of ``tp`` from ``start`` (None: log start) up to the high-water mark of the first fetch."""
+        self.c.assign([tp])
+        if start is None:
+            self.c.seek_to_beginning(tp)
+        else:
+            self.c.seek(tp, start)
+        first = self.c.position(tp)
+        target = None
+        done = 0
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            got = self.c.poll(timeout_ms=100).get(tp, [])
+            for rec in got:
+                if target is not None and rec.offset >= target:
+                    break
+                done += 1
+                if self.since_ms is None or rec.timestamp >= self.since_ms:
+                    yield rec
+            if got:
+                deadline = time.monotonic() + self.timeout_s
+            if target is None and self.c.highwater(tp) is not None:
+                target = self.c.highwater(tp)
+            if target is not None:
+                if self.progress is not None:
+                    self.progress(tp.topic, tp.partition, done, max(0, target - first))
+                if self.c.position(tp) >= target:
+                    self.records_read += done
+                    return
+            if time.monotonic() > deadline:
+                raise KmqError(f"timed out reading {tp.topic}[{tp.partition}]: is the broker healthy?")
+
+    def origin_at(self, p: int, offset: int) -> str:
+        tp = TopicPartition(self.q.name, p)
+        since, self.since_ms = self.since_ms, None  # the named record itself, whatever its age
+        try:
+            for rec in self._scan(tp, offset):
+                if rec.offset != offset:
+                    break
+                return origin_of(rec.headers, self.q.name, p, offset)
+        finally:
+            self.since_ms = since
+        raise TraceError(f"no record at {self.q.name} partition {p} offset {offset} "
+                         "(past the end of the log, or already deleted by retention)")
+
+    def oldest_started(self, p: int, window: _Window) -> int | None:
+        """Smallest queue offset a START names in the scanned markers (``--key`` without ``--since``)."""
+        lowest = None
+        for rec in self._scan(TopicPartition(self.q.markers_topic, p), window.markers_from.get(p)):
+            try:
+                m = decode(rec.value)
+            except MarkerDecodeError:
+                continue
+            if isinstance(m, Start) and m.ranges:
+                lowest = m.ranges[0].first if lowest is None else min(lowest, m.ranges[0].first)
+        return lowest if lowest is not None else self._end(TopicPartition(self.q.name, p))
+
+    def feed_queue(self, p: int, start: int | None, builders: dict[str, TraceBuilder], key: bytes | None) -> None:
+        for rec in self._scan(TopicPartition(self.q.name, p), start):
+            o = origin_of(rec.headers, self.q.name, p, rec.offset)
+            if key is not None and rec.key == key and o not in builders:
+                builders[o] = TraceBuilder(self.q.name, o)
+            b = builders.get(o)
+            if b is not None:
+                b.add_queue_record(p, rec.offset, rec.timestamp, rec.key, rec.headers)
+
+    def feed_markers(self, p: int, start: int | None, builders: list[TraceBuilder]) -> None:
+        for rec in self._scan(TopicPartition(self.q.markers_topic, p), start):
+            try:
+                if decode_key(rec.key) != p:
+                    continue
+            except MarkerDecodeError:
+                pass  # counted by the builders
+            for b in builders:
+                b.add_marker_record(rec.offset, rec.timestamp, rec.key, rec.value)
+
+    def feed_dlq(self, dp: int, builders: list[TraceBuilder]) -> None:
+        tp = TopicPartition(self.q.dlq_topic, dp)
+        start = self.offsets_at([tp])[dp] if self.since_ms is not None else None
+        for rec in self._scan(tp, start):
+            for b in builders:
+                if b.add_dlq_record(dp, rec.offset, rec.timestamp, rec.headers):
+                    break

@@ -1,0 +1,1 @@
+"""Telemetry: Prometheus metrics and logging configuration shared by every process."""

@@ -1,0 +1,93 @@
+"""The package layout is a contract (docs/architecture.md): checked here, not hoped for.
+
+* import-linter's contracts in pyproject.toml (each layer imports only from the
+  layers below it; the core does no I/O; only the Spark job imports pyspark);
+* no import circle between modules, counting imports inside functions too, so a
+  circle cannot hide behind a function-level import.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_import_contracts_hold():
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "KEPT" in done.stdout  # contracts were found and checked
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        comp.append(m)
+                        if m == node:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def _without_packages(graph: grimp.ImportGraph) -> grimp.ImportGraph:
+    # A package's __init__ re-exporting its own modules is not a circle between
+    # concepts; drop the package nodes so only module-to-module edges count.
+    for module in list(graph.modules):
+        if (ROOT / module.replace(".", "/") / "__init__.py").exists():
+            graph.remove_module(module)
+    return graph
+
+
+def test_no_import_circles_even_through_function_level_imports():
+    graph = _without_packages(grimp.build_graph("kmq", "tracker", cache_dir=None))
+    assert _cycles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    graph = grimp.ImportGraph()
+    for m in ("a", "b", "c"):
+        graph.add_module(m)
+    graph.add_import(importer="a", imported="b")
+    graph.add_import(importer="b", imported="c")
+    graph.add_import(importer="c", imported="a")
+    assert _cycles(graph) == [["a", "b", "c"]]
