@@ -89,6 +89,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 2_000_
     from kmq.dev.broker import DevBroker
     from kmq.spark.job import JobOptions, spark_session, start
     from kmq.spark.sinks import BatchSinks
+    from kmq.spark.stopping import stop_query
     from kmq.client.topics import ensure_topics
 
     broker = None
@@ -201,7 +202,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 2_000_
         }
     finally:
         if query is not None:
-            query.stop()
+            stop_query(spark, query, sinks)  # at a batch boundary: no cancelled-job stack traces
         if sinks is not None:
             sinks.close()
         if spark is not None:

@@ -26,6 +26,7 @@ from kmq.config import Config
 from kmq.core.errors import KmqError
 from kmq.core.lag_state import PartitionLagState
 from kmq.spark.schema import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATS_COLUMNS
+from kmq.spark.stopping import StopRequest, await_query, quiet_spark_shutdown, stop_query
 
 __all__ = [
     "JobOptions",
@@ -367,18 +368,24 @@ def start(spark, cfg: Config, opts: JobOptions, sinks=None):
 def run(cfg: Config, opts: JobOptions, master: str | None = None) -> None:
     """``kmq lag-job``: run until stopped (SIGTERM/Ctrl-C stop the query cleanly)."""
     preflight(cfg, opts)
-    spark = spark_session(opts, master=master)
-    sinks = None
-    try:
-        query, sinks = start(spark, cfg, opts)
-        log.info("lag job running: query %s, checkpoint %s", query.id, opts.checkpoint)
+    with StopRequest() as stop:
+        spark = spark_session(opts, master=master)
+        sinks = None
         try:
-            query.awaitTermination()
-        except Exception as exc:  # StreamingQueryException and py4j errors: one clear line
-            if isinstance(exc, KmqError):
-                raise
-            raise LagJobFailed(f"the lag job stopped: {_summary(exc)}") from exc
-    finally:
-        if sinks is not None:
-            sinks.close()
-        spark.stop()
+            query, sinks = start(spark, cfg, opts)
+            log.info("lag job running: query %s, checkpoint %s", query.id, opts.checkpoint)
+            try:
+                if await_query(query, stop):
+                    stop_query(spark, query, sinks)
+            except Exception as exc:  # StreamingQueryException and py4j errors: one clear line
+                if isinstance(exc, KmqError):
+                    raise
+                raise LagJobFailed(f"the lag job stopped: {_summary(exc)}") from exc
+        finally:
+            if sinks is not None:
+                sinks.close()
+            if stop.requested:
+                quiet_spark_shutdown(spark)
+            spark.stop()
+    if stop.requested:
+        log.info("lag job stopped")

@@ -32,6 +32,7 @@ from kmq.config import Config
 from kmq.telemetry.metrics import LagMetrics
 from kmq.core.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES
 from kmq.spark.schema import OUTPUT_SCHEMA
+from kmq.spark.stopping import BatchRefused
 from kmq.spark.sink_retry import OUTAGE_BUDGET_S, retry_until
 
 __all__ = ["BatchSinks", "LagJobMetrics", "row_key"]
@@ -182,6 +183,7 @@ class BatchSinks:
         self._topic_committed = _CommittedBatch(spark, checkpoint, "topic") if "topic" in self.sinks else None
         self._producer = None
         self._offsets_admin = None
+        self._refusing = False
         self._topics_ready: set[str] = set()
         #: Seconds a metrics topic write is retried through a broker outage before the job stops.
         self.sink_retry_budget = OUTAGE_BUDGET_S
@@ -194,8 +196,14 @@ class BatchSinks:
         return cls(spark, cfg, opts.checkpoint, opts.sinks, opts.parquet_path, opts.prometheus_port, opts.prometheus_host)
 
     # ------------------------------------------------------------ batch
+    def refuse_batches(self) -> None:
+        """From now on fail every batch at its start: the job is stopping (see :mod:`kmq.spark.stopping`)."""
+        self._refusing = True
+
     def write_batch(self, df, batch_id: int) -> None:
         """The ``foreachBatch`` function."""
+        if self._refusing:
+            raise BatchRefused(f"the lag job is stopping: batch {batch_id} is left for the next start")
         pdf = df.toPandas()
         if len(pdf) == 0:
             self.last_windows = []

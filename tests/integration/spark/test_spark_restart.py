@@ -186,3 +186,47 @@ def test_sigkill_and_restart_neither_lose_nor_double_count(queue_topics, bootstr
         values = by_key[f"{p}:{w}"]
         assert all(v == values[0] for v in values), "a re-sent window differs from its first copy"
         assert {k: values[0][k] for k in exp} == exp
+
+
+def test_sigterm_stops_at_a_batch_boundary_with_exit_0_and_no_stack_trace(queue_topics, tmp_path):
+    """SIGTERM to the job's process (as Kubernetes sends it): exit 0, no Java or Python stack
+    trace in the output; the batch refused at the stop is re-run on restart, so every window
+    still reaches Parquet exactly once."""
+    cfg, q = queue_topics(partitions=PARTITIONS)
+    cfg_path = tmp_path / "kmq.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
+    workload = PhaseWriter(cfg, q.markers_topic, seed=7)
+    workload.write(700)
+    want = model(workload.records)
+
+    job = _start_job(cfg_path, tmp_path, "job1.log")
+    try:
+        wait_until(lambda: len(_batch_dirs(tmp_path / "pq")) >= 2 or job.poll() is not None, timeout=120,
+                   interval=0.2, what="two batches in the parquet sink")
+        assert job.poll() is None, (tmp_path / "job1.log").read_text()[-3000:]
+        job.send_signal(signal.SIGTERM)  # the process only: the JVM is its child, as in a pod
+        rc = job.wait(120)
+    finally:
+        _kill(job, signal.SIGKILL)
+    out = (tmp_path / "job1.log").read_text()
+    assert rc == 0, out[-3000:]
+    assert "\tat org.apache" not in out and "Traceback" not in out, out[-3000:]
+    assert len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) < len(want)  # stopped mid-run
+
+    job = _start_job(cfg_path, tmp_path, "job2.log")
+    try:
+        def complete():
+            assert job.poll() is None, (tmp_path / "job2.log").read_text()[-3000:]
+            try:
+                return len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) >= len(want)
+            except OSError:  # a batch folder being written
+                return False
+
+        wait_until(complete, timeout=150, interval=0.5, what="every window in the parquet sink")
+    finally:
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(120) == 0, (tmp_path / "job2.log").read_text()[-3000:]
+        _kill(job, signal.SIGKILL)
+    got = _rows_by_window(parquet_rows(str(tmp_path / "pq")))
+    assert set(got) == set(want)
+    assert {k: len(v) for k, v in got.items() if len(v) != 1} == {}, "windows written twice to parquet"
