@@ -113,7 +113,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     if fail_rate + hang_rate + slow_rate > 1:
         raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
     slow_s = 1.5 * cfg.queue(queue).lease
-    metrics = ConsumerMetrics()
+    metrics = ConsumerMetrics.shared()
     if metrics_port is not None:
         from prometheus_client import start_http_server
 

@@ -123,7 +123,8 @@ class MarkerWriter:
     :param consumer: the user's consumer, used by :meth:`start` to commit (a blocking
         ``kafka.KafkaConsumer`` or ``confluent_kafka.Consumer``; an asyncio one such as aiokafka's raises
         :class:`~kmq.core.errors.UnsupportedConsumer`).
-    :param metrics: :class:`~kmq.telemetry.metrics.ConsumerMetrics` (a private registry by default).
+    :param metrics: :class:`~kmq.telemetry.metrics.ConsumerMetrics` (default: the process's shared consumer
+        metrics in prometheus_client's default registry, :meth:`ConsumerMetrics.shared`).
     :param owner: owner id in START markers (default ``client_id@host:pid``).
     :param check_topics: refuse to start when the markers topic is missing or misaligned.
     """
@@ -143,7 +144,7 @@ class MarkerWriter:
         self.queue: QueueConfig = _pick_queue(cfg, queue)
         self._adapter = _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
-        self.metrics = metrics or ConsumerMetrics()
+        self.metrics = metrics or ConsumerMetrics.shared()  # the application's default registry
         self.owner = (owner or default_owner(cfg.kafka.client_id))[:255]
         self.flush_interval = cfg.consumer.ack_flush_interval if flush_interval is None else flush_interval
         self.lease_ms = _ms(self.queue.lease)

@@ -1,16 +1,21 @@
-"""Every kmq Prometheus metric, declared once (KMQ-DESIGN section 10).
+"""Every kmq Prometheus metric, declared once.
 
-Metrics live in a :class:`prometheus_client.CollectorRegistry` passed in by
-the component (no global state): a process that runs a tracker and a
-consumer, or a test that runs several, gives each its own registry or shares
-one on purpose.
+Metrics live in a :class:`prometheus_client.CollectorRegistry`. A consumer
+records into the application's default registry (``prometheus_client.REGISTRY``,
+what ``start_http_server()`` and most web-framework exporters serve) unless
+it is given :class:`ConsumerMetrics` of its own; every consumer of a process
+shares one set of ``kmq_consumer_*`` metrics per registry
+(:meth:`ConsumerMetrics.shared`), told apart by the ``queue`` label. The
+tracker and the lag job pass the registry they serve.
 """
 
 from __future__ import annotations
 
 import platform
+import threading
+import weakref
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import HistogramMetricFamily
 
 from kmq.version import __version__
@@ -21,8 +26,26 @@ __all__ = ["ConsumerMetrics", "TrackerMetrics", "LagMetrics", "LATENCY_BUCKETS",
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+_SHARED: "weakref.WeakKeyDictionary[CollectorRegistry, ConsumerMetrics]" = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
 class ConsumerMetrics:
-    """``kmq_consumer_*``: what a worker process did."""
+    """``kmq_consumer_*``: what a worker process did.
+
+    ``ConsumerMetrics()`` makes metrics in a registry of their own (or in ``registry``);
+    :meth:`shared` gives the one set of a registry, the default one unless told otherwise."""
+
+    @classmethod
+    def shared(cls, registry: CollectorRegistry | None = None) -> "ConsumerMetrics":
+        """The process's consumer metrics in ``registry`` (default: ``prometheus_client.REGISTRY``),
+        created on first use: a registry can hold each metric name only once."""
+        registry = REGISTRY if registry is None else registry
+        with _SHARED_LOCK:
+            metrics = _SHARED.get(registry)
+            if metrics is None:
+                metrics = _SHARED[registry] = cls(registry)
+            return metrics
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
