@@ -1,4 +1,5 @@
-"""asyncio API (public module): :class:`AsyncKmqConsumer` and :class:`AsyncKmqMessage`.
+"""asyncio API (public module): :class:`AsyncKmqConsumer`, :class:`AsyncKmqMessage` and
+:class:`AsyncIdempotencyGuard`.
 
 The implementation lives in :mod:`kmq.consumer.aio`; this module is the stable
 import path for users (``from kmq.aio import AsyncKmqConsumer``).
@@ -7,5 +8,6 @@ import path for users (``from kmq.aio import AsyncKmqConsumer``).
 from __future__ import annotations
 
 from kmq.consumer.aio import AsyncKmqConsumer, AsyncKmqMessage
+from kmq.consumer.guard import AsyncIdempotencyGuard
 
-__all__ = ["AsyncKmqConsumer", "AsyncKmqMessage"]
+__all__ = ["AsyncKmqConsumer", "AsyncKmqMessage", "AsyncIdempotencyGuard"]
