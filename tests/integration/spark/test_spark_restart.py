@@ -119,6 +119,17 @@ def _kill(proc: subprocess.Popen, sig: int) -> None:
     proc.wait(60)
 
 
+def _wait_for_every_window(job: subprocess.Popen, tmp: Path, log_name: str, windows: int) -> None:
+    def complete():
+        assert job.poll() is None, (tmp / log_name).read_text()[-3000:]
+        try:
+            return len(_rows_by_window(parquet_rows(str(tmp / "pq")))) >= windows
+        except OSError:  # a batch folder being written
+            return False
+
+    wait_until(complete, timeout=150, interval=0.5, what="every window in the parquet sink")
+
+
 def _batch_dirs(path: Path) -> list[Path]:
     return sorted(p for p in path.glob("batch_id=*") if any(p.glob("*.parquet")))
 
@@ -155,14 +166,7 @@ def test_sigkill_and_restart_neither_lose_nor_double_count(queue_topics, bootstr
 
     job = _start_job(cfg_path, tmp_path, "job2.log")
     try:
-        def complete():
-            assert job.poll() is None, (tmp_path / "job2.log").read_text()[-3000:]
-            try:
-                return len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) >= len(want)
-            except OSError:  # a batch folder being written
-                return False
-
-        wait_until(complete, timeout=150, interval=0.5, what="every window in the parquet sink")
+        _wait_for_every_window(job, tmp_path, "job2.log", len(want))
         recs = wait_until(lambda: (lambda r: r if len({x.key for x in r}) >= len(want) else None)(
             read_all(bootstrap, q.metrics_topic)), timeout=30, what="every window in the metrics topic")
     finally:
@@ -215,14 +219,7 @@ def test_sigterm_stops_at_a_batch_boundary_with_exit_0_and_no_stack_trace(queue_
 
     job = _start_job(cfg_path, tmp_path, "job2.log")
     try:
-        def complete():
-            assert job.poll() is None, (tmp_path / "job2.log").read_text()[-3000:]
-            try:
-                return len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) >= len(want)
-            except OSError:  # a batch folder being written
-                return False
-
-        wait_until(complete, timeout=150, interval=0.5, what="every window in the parquet sink")
+        _wait_for_every_window(job, tmp_path, "job2.log", len(want))
     finally:
         job.send_signal(signal.SIGTERM)
         assert job.wait(120) == 0, (tmp_path / "job2.log").read_text()[-3000:]
