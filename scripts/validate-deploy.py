@@ -23,7 +23,8 @@ Checks, each one a function the tests in tests/deploy/ call on its own:
 * dashboard: helm/kmq/dashboards/kmq.json is a Grafana dashboard whose every
              query (panels and template variables) uses only metrics kmq exports.
 * strimzi:   the chart renders topicInit.mode strimzi as KafkaTopic resources
-             (three per queue, no hook Job) that pass their structural schema.
+             (three per queue, no hook Job, kafka.strimzi.io/v1 unless
+             topicInit.strimzi.apiVersion says v1beta2) that pass their structural schema.
 
 Custom resources (ServiceMonitor, PrometheusRule, SparkApplication) are not in
 kubernetes-validate's schemas: they are checked against the structural schemas
@@ -109,11 +110,12 @@ CRD_SCHEMAS: dict[tuple[str, str], dict] = {
                  {"targetLabel": _STR, "replacement": _STR, "sourceLabels": {"type": "array", "items": _STR},
                   "action": _STR, "regex": _STR})}}, ["port"])},
     }, ["selector", "podMetricsEndpoints"])),
-    ("kafka.strimzi.io/v1beta2", "KafkaTopic"): _resource("kafka.strimzi.io/v1beta2", "KafkaTopic", _obj({
+    # Strimzi's v1 (0.49+, the only version of Strimzi 1.0) and v1beta2 (older operators): the same fields here.
+    **{(api, "KafkaTopic"): _resource(api, "KafkaTopic", _obj({
         "topicName": {"type": "string", "pattern": r"^[A-Za-z0-9._-]{1,249}$"},
         "partitions": {"type": "integer", "minimum": 1}, "replicas": {"type": "integer", "minimum": 1, "maximum": 32767},
         "config": {"type": "object", "additionalProperties": {"type": ["string", "integer", "number", "boolean"]}},
-    }, ["partitions"])),
+    }, ["partitions"])) for api in ("kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2")},
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"): _resource("sparkoperator.k8s.io/v1beta2", "SparkApplication", _obj({
         "type": {"enum": ["Java", "Scala", "Python", "R"]}, "pythonVersion": {"enum": ["2", "3"]},
         "mode": {"enum": ["cluster", "client"]}, "image": _STR,
@@ -500,6 +502,10 @@ def check_strimzi(chart: Path = CHART) -> list[str]:
     docs = rendered_docs(render_chart(chart, values))
     problems = []
     topics = {d["spec"]["topicName"]: d for _, d in docs if d.get("kind") == "KafkaTopic"}
+    apis = {d["apiVersion"] for d in topics.values()}
+    if apis != {"kafka.strimzi.io/v1"}:
+        problems.append(f"strimzi mode renders KafkaTopic apiVersion {sorted(apis)}, expected kafka.strimzi.io/v1 "
+                        "(Strimzi 1.0 serves no other)")
     want = {"orders": 6, "orders__markers": 6, "orders__dlq": 6, "payments": 3, "payments.markers": 3, "payments__dlq": 3}
     got = {name: d["spec"]["partitions"] for name, d in topics.items()}
     if got != want:
