@@ -37,10 +37,6 @@ def test_v1beta2_is_selectable_for_older_operators():
         assert vd.validate_object(t, "KafkaTopic") == []
 
 
-def test_an_unknown_strimzi_api_version_is_refused_by_the_schema():
-    assert vd.check_bad_values_file(vd.CHART, vd.BAD_VALUES_DIR / "strimzi-api-version.yaml") == []
-
-
 def test_kafka_topic_structure_is_checked_per_api_version():
     (topic, *_) = _topics(STRIMZI)
     topic["spec"]["partitons"] = 6
