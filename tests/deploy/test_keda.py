@@ -38,7 +38,7 @@ def test_prometheus_trigger_scales_on_in_flight_plus_queue_lag():
     assert meta["serverAddress"] == PROMETHEUS and meta["threshold"] == "1000"
     # kmq's in-flight gauge plus kafka-exporter's lag of the workers group (from extraConfig) on the queue topic.
     assert meta["query"] == ('(sum(kmq_tracker_in_flight{queue="orders"}) or vector(0)) + '
-                             '(sum(kafka_consumergroup_lag{consumergroup="orders-workers",topic="orders"}) or vector(0))')
+                             '(sum(kafka_consumergroup_lag{consumergroup="orders-workers",topic="orders"} >= 0) or vector(0))')
     assert vd.validate_object(so, "x") == []
     assert vd.check_scaled_object_queries([("x", so)]) == []
 
