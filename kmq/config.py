@@ -55,7 +55,7 @@ _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-# Bounds that keep the tracker's arithmetic and the markers retention safe (issue 11).
+# Bounds that keep the tracker's arithmetic and the markers retention safe.
 MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.client.topics.MARKERS_RETENTION_MS
 # One lower bound for topics.markers_retention and queues[].markers_retention: a tracker outage
 # longer than the retention loses markers, so anything shorter than an hour is a typo.

@@ -5,9 +5,9 @@
 #
 #   scripts/release.sh [--out DIR] [--image REGISTRY/NAME] [--push] [--require-image]
 #
-# The version comes from pyproject.toml and must equal kmq.__version__ (kmq/version.py) and
-# helm/kmq/Chart.yaml's version and appVersion (the script stops and names the
-# file to fix otherwise). Without a running container engine (docker or
+# The version is written in one place, kmq/version.py (__version__); pyproject.toml reads it
+# (dynamic version) and helm/kmq/Chart.yaml's version and appVersion must equal it (the
+# script stops and names the file to fix otherwise). Without a running container engine (docker or
 # podman) the images are skipped with a clear note and everything else is
 # still built; --require-image makes that an error (CI with an engine).
 # With --push the images are pushed and their digests recorded, and the
@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --image) IMAGE="$2"; shift 2 ;;
     --push) PUSH=1; shift ;;
     --require-image) REQUIRE_IMAGE=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "release.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,16 +41,21 @@ VERSION=$("$PY" - <<'EOF'
 import re, sys, tomllib
 from pathlib import Path
 
-version = tomllib.loads(Path("pyproject.toml").read_text())["project"]["version"]
-init = re.search(r'^__version__ = "([^"]+)"', Path("kmq/version.py").read_text(), re.M).group(1)
+# The one source: kmq/version.py. pyproject.toml must read it rather than state a version of its own.
+version = re.search(r'^__version__ = "([^"]+)"', Path("kmq/version.py").read_text(), re.M).group(1)
+project = tomllib.loads(Path("pyproject.toml").read_text())
+dynamic = project.get("tool", {}).get("setuptools", {}).get("dynamic", {}).get("version", {}).get("attr")
+if "version" in project["project"] or "version" not in project["project"].get("dynamic", []) \
+        or dynamic != "kmq.version.__version__":
+    sys.exit("release.sh: pyproject.toml must take its version from kmq/version.py: "
+             'dynamic = ["version"] and [tool.setuptools.dynamic] version = {attr = "kmq.version.__version__"}')
 chart = Path("helm/kmq/Chart.yaml").read_text()
 chart_version = re.search(r"^version:\s*\"?([^\"\s]+)", chart, re.M).group(1)
 app_version = re.search(r"^appVersion:\s*\"?([^\"\s]+)", chart, re.M).group(1)
-found = {"kmq/version.py __version__": init, "helm/kmq/Chart.yaml version": chart_version,
-         "helm/kmq/Chart.yaml appVersion": app_version}
+found = {"helm/kmq/Chart.yaml version": chart_version, "helm/kmq/Chart.yaml appVersion": app_version}
 wrong = [f"{where} is {v}" for where, v in found.items() if v != version]
 if wrong:
-    sys.exit(f"release.sh: versions differ: pyproject.toml says {version} but " + "; ".join(wrong)
+    sys.exit(f"release.sh: versions differ: kmq/version.py says {version} but " + "; ".join(wrong)
              + ": make them equal, then run again")
 print(version)
 EOF

@@ -23,12 +23,15 @@ Checks, each one a function the tests in tests/deploy/ call on its own:
 * dashboard: helm/kmq/dashboards/kmq.json is a Grafana dashboard whose every
              query (panels and template variables) uses only metrics kmq exports.
 * strimzi:   the chart renders topicInit.mode strimzi as KafkaTopic resources
-             (three per queue, no hook Job) that pass their structural schema.
+             (three per queue, no hook Job, kafka.strimzi.io/v1 unless
+             topicInit.strimzi.apiVersion says v1beta2) that pass their structural schema.
 
-Custom resources (ServiceMonitor, PrometheusRule, SparkApplication) are not in
-kubernetes-validate's schemas: they are checked against the structural schemas
-in CRD_SCHEMAS below (the fields kmq uses, unknown fields rejected), and the
-PrometheusRule's groups also go through ``promtool check rules``.
+Custom resources (ServiceMonitor, PrometheusRule, SparkApplication, KafkaTopic,
+KEDA's ScaledObject) are not in kubernetes-validate's schemas: they are checked
+against the structural schemas in CRD_SCHEMAS below (the fields kmq uses,
+unknown fields rejected), the PrometheusRule's groups also go through
+``promtool check rules`` and a ScaledObject's Prometheus queries through
+``promtool`` too (as recording rules).
 Kustomization files are not Kubernetes objects and are skipped by kind.
 
 Exit status: 0 when everything passes, 1 with one line per problem otherwise.
@@ -80,6 +83,38 @@ _SPARK_POD = _obj({"cores": {"type": "integer", "minimum": 1}, "instances": {"ty
                    "labels": {"type": "object", "additionalProperties": _STR}, "env": _ARR,
                    "securityContext": _OBJ, "volumeMounts": _ARR}, ["cores", "memory"])
 
+_NUMBER_TEXT = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}
+_BOOL_TEXT = {"enum": ["true", "false"]}
+_HPA_RULES = _obj({"stabilizationWindowSeconds": {"type": "integer", "minimum": 0, "maximum": 3600},
+                   "selectPolicy": {"enum": ["Max", "Min", "Disabled"]},
+                   "policies": {"type": "array", "items": _obj({"type": {"enum": ["Pods", "Percent"]},
+                                                                "value": {"type": "integer", "minimum": 1},
+                                                                "periodSeconds": {"type": "integer", "minimum": 1}},
+                                                               ["type", "value", "periodSeconds"])}})
+# KEDA trigger metadata is a map of strings; the keys each scaler reads (keda.sh/docs, scalers).
+_KEDA_TRIGGER_METADATA = {
+    "prometheus": _obj({"serverAddress": {"type": "string", "pattern": "^https?://"}, "query": _STR,
+                        "threshold": _NUMBER_TEXT, "activationThreshold": _NUMBER_TEXT, "namespace": _STR,
+                        "customHeaders": _STR, "queryParameters": _STR, "ignoreNullValues": _BOOL_TEXT,
+                        "unsafeSsl": _BOOL_TEXT, "authModes": _STR}, ["serverAddress", "query", "threshold"]),
+    "kafka": _obj({"bootstrapServers": _STR, "consumerGroup": _STR, "topic": _STR, "lagThreshold": _NUMBER_TEXT,
+                   "activationLagThreshold": _NUMBER_TEXT, "offsetResetPolicy": {"enum": ["latest", "earliest"]},
+                   "allowIdleConsumers": _BOOL_TEXT, "excludePersistentLag": _BOOL_TEXT,
+                   "scaleToZeroOnInvalidOffset": _BOOL_TEXT, "limitToPartitionsWithLag": _BOOL_TEXT,
+                   "ensureEvenDistributionOfPartitions": _BOOL_TEXT, "partitionLimitation": _STR, "sasl": _STR,
+                   "tls": {"enum": ["enable", "disable"]}, "version": _STR}, ["bootstrapServers", "consumerGroup"]),
+}
+_KEDA_TRIGGER = {**_obj({"type": {"enum": sorted(_KEDA_TRIGGER_METADATA)}, "name": _STR,
+                         "metadata": {"type": "object", "additionalProperties": _STR},
+                         "authenticationRef": _obj({"name": _STR, "kind": {"enum": ["TriggerAuthentication",
+                                                                                      "ClusterTriggerAuthentication"]}},
+                                                   ["name"]),
+                         "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
+                         "useCachedMetrics": _BOOL}, ["type", "metadata"]),
+                 "allOf": [{"if": {"properties": {"type": {"const": kind}}},
+                            "then": {"properties": {"metadata": schema}}}
+                           for kind, schema in _KEDA_TRIGGER_METADATA.items()]}
+
 
 def _resource(api: str, kind: str, spec: dict) -> dict:
     return _obj({"apiVersion": {"const": api}, "kind": {"const": kind}, "metadata": _META, "spec": spec},
@@ -109,11 +144,28 @@ CRD_SCHEMAS: dict[tuple[str, str], dict] = {
                  {"targetLabel": _STR, "replacement": _STR, "sourceLabels": {"type": "array", "items": _STR},
                   "action": _STR, "regex": _STR})}}, ["port"])},
     }, ["selector", "podMetricsEndpoints"])),
-    ("kafka.strimzi.io/v1beta2", "KafkaTopic"): _resource("kafka.strimzi.io/v1beta2", "KafkaTopic", _obj({
+    # Strimzi's v1 (0.49+, the only version of Strimzi 1.0) and v1beta2 (older operators): the same fields here.
+    **{(api, "KafkaTopic"): _resource(api, "KafkaTopic", _obj({
         "topicName": {"type": "string", "pattern": r"^[A-Za-z0-9._-]{1,249}$"},
         "partitions": {"type": "integer", "minimum": 1}, "replicas": {"type": "integer", "minimum": 1, "maximum": 32767},
         "config": {"type": "object", "additionalProperties": {"type": ["string", "integer", "number", "boolean"]}},
-    }, ["partitions"])),
+    }, ["partitions"])) for api in ("kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2")},
+    # KEDA's ScaledObject (keda.sh/v1alpha1, KEDA 2.x): the spec fields of its CRD, triggers per scaler.
+    ("keda.sh/v1alpha1", "ScaledObject"): _resource("keda.sh/v1alpha1", "ScaledObject", _obj({
+        "scaleTargetRef": _obj({"apiVersion": _STR, "kind": _STR, "name": _META["properties"]["name"],
+                                "envSourceContainerName": _STR}, ["name"]),
+        "pollingInterval": {"type": "integer", "minimum": 1}, "cooldownPeriod": {"type": "integer", "minimum": 0},
+        "initialCooldownPeriod": {"type": "integer", "minimum": 0}, "idleReplicaCount": {"type": "integer", "minimum": 0},
+        "minReplicaCount": {"type": "integer", "minimum": 0}, "maxReplicaCount": {"type": "integer", "minimum": 1},
+        "fallback": _obj({"failureThreshold": {"type": "integer", "minimum": 0}, "replicas": {"type": "integer", "minimum": 0},
+                          "behavior": _STR}, ["failureThreshold", "replicas"]),
+        "advanced": _obj({"restoreToOriginalReplicaCount": _BOOL,
+                          "horizontalPodAutoscalerConfig": _obj({"name": _STR, "behavior": _obj(
+                              {"scaleUp": _HPA_RULES, "scaleDown": _HPA_RULES})}),
+                          "scalingModifiers": _obj({"formula": _STR, "target": _STR, "activationTarget": _STR,
+                                                    "metricType": {"enum": ["AverageValue", "Value"]}})}),
+        "triggers": {"type": "array", "minItems": 1, "items": _KEDA_TRIGGER},
+    }, ["scaleTargetRef", "triggers"])),
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"): _resource("sparkoperator.k8s.io/v1beta2", "SparkApplication", _obj({
         "type": {"enum": ["Java", "Scala", "Python", "R"]}, "pythonVersion": {"enum": ["2", "3"]},
         "mode": {"enum": ["cluster", "client"]}, "image": _STR,
@@ -276,6 +328,7 @@ def check_chart(chart: Path = CHART, sets: dict[str, dict] | None = None, versio
             problems += [f"[{set_name}] {p}" for p in validate_object(doc, source, versions)]
             problems += [f"[{set_name}] {p}" for p in check_pod_hardening(doc, source)]
         problems += [f"[{set_name}] {p}" for p in check_rendered_rules(docs)]
+        problems += [f"[{set_name}] {p}" for p in check_scaled_object_queries(docs)]
     return problems
 
 
@@ -356,6 +409,29 @@ def check_rendered_rules(docs: list[tuple[str, dict]]) -> list[str]:
         with tempfile.TemporaryDirectory(prefix="kmq-rules-") as tmp:
             Path(tmp, "rules.yaml").write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
             problems += [f"{source}: {p}" for p in _run([promtool(), "check", "rules", "rules.yaml"], Path(tmp))]
+    return problems
+
+
+def check_scaled_object_queries(docs: list[tuple[str, dict]]) -> list[str]:
+    """A KEDA ScaledObject's Prometheus queries parse (``promtool check rules``, as recording rules) and
+    read only kmq metrics that kmq exports (the queue-lag metric comes from elsewhere, kafka-exporter)."""
+    problems, queries = [], []
+    for source, doc in docs:
+        if doc.get("kind") != "ScaledObject":
+            continue
+        for trigger in doc["spec"].get("triggers", []):
+            if trigger.get("type") == "prometheus" and "query" in (trigger.get("metadata") or {}):
+                queries.append((f"{source}: ScaledObject/{doc['metadata']['name']}", trigger["metadata"]["query"]))
+    if not queries:
+        return []
+    known = _known_metrics()
+    for where, query in queries:
+        for metric in sorted(n for n in promql_metric_names(query) - known if n.startswith("kmq_")):
+            problems.append(f"{where}: query uses {metric}, which kmq does not export (kmq/telemetry/metrics.py)")
+    rules = [{"record": f"kmq:keda_query_{i}", "expr": query} for i, (_, query) in enumerate(queries)]
+    with tempfile.TemporaryDirectory(prefix="kmq-keda-") as tmp:
+        Path(tmp, "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "keda", "rules": rules}]}))
+        problems += [f"ScaledObject queries: {p}" for p in _run([promtool(), "check", "rules", "rules.yaml"], Path(tmp))]
     return problems
 
 
@@ -500,6 +576,10 @@ def check_strimzi(chart: Path = CHART) -> list[str]:
     docs = rendered_docs(render_chart(chart, values))
     problems = []
     topics = {d["spec"]["topicName"]: d for _, d in docs if d.get("kind") == "KafkaTopic"}
+    apis = {d["apiVersion"] for d in topics.values()}
+    if apis != {"kafka.strimzi.io/v1"}:
+        problems.append(f"strimzi mode renders KafkaTopic apiVersion {sorted(apis)}, expected kafka.strimzi.io/v1 "
+                        "(Strimzi 1.0 serves no other)")
     want = {"orders": 6, "orders__markers": 6, "orders__dlq": 6, "payments": 3, "payments.markers": 3, "payments__dlq": 3}
     got = {name: d["spec"]["partitions"] for name, d in topics.items()}
     if got != want:

@@ -2,7 +2,7 @@
 
 Each benchmark module's ``run(**options) -> dict`` does its own A/B or
 side-by-side measurement; this module only sequences them, shows progress
-and writes the report the README's figures come from.
+and writes the report docs/benchmarks.md's figures come from.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kmq import __version__
 __all__ = ["command", "run", "machine_info", "format_table"]
 
 ORDER = ("consumer", "aio", "overload", "tracker", "spark")
-# The README's figures: 5 A/B rounds, since single consumer rounds on a 2-core machine swing by +-20%;
+# docs/benchmarks.md's figures: 5 A/B rounds, since single consumer rounds on a 2-core machine swing by +-20%;
 # the consumer pair and the Spark lag job on each client (kafka.client).
 FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")},
         "spark": {"clients": ("confluent", "kafka-python")}}
@@ -120,7 +120,7 @@ def format_table(report: dict[str, Any]) -> str:
 @click.command()
 @click.option("--only", multiple=True, type=click.Choice(ORDER), help="Run only these (repeatable).")
 @click.option("--skip", multiple=True, type=click.Choice(ORDER), help="Leave these out (repeatable).")
-@click.option("--quick", is_flag=True, help="Small sizes, for a smoke run; figures are not the README's.")
+@click.option("--quick", is_flag=True, help="Small sizes, for a smoke run; figures are not docs/benchmarks.md's.")
 @click.option("--bootstrap", default=None, help="Use this broker instead of embedded ones.")
 @click.option("--out", type=click.Path(dir_okay=False), default="bench-report.json", show_default=True,
               help="Where to write the JSON report.")

@@ -1,6 +1,6 @@
 """``kmq bench overload``: a backlog of several leases of work, drained by real workers.
 
-The redelivery-storm scenario of issue 10: messages are produced before any
+The redelivery-storm scenario: messages are produced before any
 worker starts, so the backlog is ``backlog / capacity`` seconds of work, at
 least three leases by default (3,000 messages, one ``kmq work --workers 4
 --processing-ms 20`` = 200 msg/s of capacity = 15 s, lease 5 s). Real

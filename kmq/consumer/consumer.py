@@ -1,6 +1,6 @@
-"""KmqConsumer: a queue consumer with individual acks (KMQ-DESIGN section 4).
+"""KmqConsumer: a queue consumer with individual acks (docs/protocol.md).
 
-Threading (after the new Kafka consumer's design in shared/seeds/): one
+Threading: one
 background *fetcher* thread owns the Kafka consumer (a
 :class:`~kmq.client.GroupConsumerAdapter` on the client ``kafka.client``
 names, kafka-python or confluent-kafka; neither is thread-safe) and runs

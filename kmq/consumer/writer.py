@@ -1,6 +1,6 @@
 """Marker writing: START before the commit, buffered END/NACK/REJECT/RENEW.
 
-:class:`MarkerWriter` is the KMQ consumer protocol (KMQ-DESIGN section 4) as
+:class:`MarkerWriter` is the KMQ consumer protocol (docs/protocol.md) as
 helpers around a consumer the user already has: kafka-python's
 ``KafkaConsumer`` or confluent-kafka's ``Consumer`` (both through the client
 seam, :mod:`kmq.client`)::
@@ -392,7 +392,7 @@ class MarkerWriter:
         finally:
             self._sender.close(wait)
 
-    # ------------------------------------------------------------ recovery (consumer flow, issue 10)
+    # ---------------------------------------- recovery (docs/protocol.md, "Consumer flow control, rebalances and outages")
     def replace_producer(self, why: str) -> bool:
         """Swap the marker producer for a new one (see :meth:`MarkerSender.replace`):
         for a producer that stopped answering after a broker restart. Pending

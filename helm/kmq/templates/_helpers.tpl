@@ -115,7 +115,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* kmq.yaml (KMQ-DESIGN section 7), generated from values. No secrets. */}}
+{{/* kmq.yaml (docs/configuration.md), generated from values. No secrets. */}}
 {{- define "kmq.config" -}}
 {{- $k := .Values.kafka -}}
 {{- $kafka := dict "bootstrap_servers" $k.bootstrapServers "security_protocol" $k.securityProtocol "client_id" $k.clientId -}}
