@@ -184,7 +184,7 @@ def test_auto_renew_renews_as_ranges_and_stops_at_max_lease(queue_topics, bootst
 
 
 def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_the_outage(caplog, kafka_client):
-    # Since flow control (issue 10): a START that Kafka does not acknowledge no longer kills the
+    # With flow control, a START that Kafka does not acknowledge no longer kills the
     # consumer (that turned every broker outage into a dead worker); the batch is given back, the
     # partition sought back to it, and once the broker is back it is fetched and STARTed again.
     broker = DevBroker(storage="s3").start()

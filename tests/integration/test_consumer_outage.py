@@ -1,4 +1,4 @@
-"""Broker outage under a real `kmq work` and a real tracker (issue 10).
+"""Broker outage under a real `kmq work` and a real tracker.
 
 The embedded broker keeps its data in S3 (moto), is SIGKILLed for 30 s in the
 middle of a backlog and started again on the same port. Before the fix the

@@ -1,4 +1,4 @@
-"""Settlement markers that cannot be written show up in the consumer's metrics (issue 10 leftover):
+"""Settlement markers that cannot be written show up in the consumer's metrics:
 the broker is stopped under a real KmqConsumer, acks are made, and the retried / given-up
 counters and the waiting gauge move as the writes fail, are resent and are given up."""
 

@@ -1,4 +1,4 @@
-"""A rolling deploy costs no delivery (issue 10).
+"""A rolling deploy costs no delivery.
 
 3 real `kmq work` processes and a tracker drain a backlog; each worker is
 restarted in turn with SIGTERM (the deploy). Lease long (no lease can end),

@@ -135,7 +135,7 @@ def test_missing_offsets_are_closed_as_missing_and_never_replaced():
     assert [s[4]["kmq-origin"] for s in prod.sent if s[0] == "orders"] == [b"orders/0/0"]
 
 
-# ---------------------------------------------------------------- hostile records (issue 11)
+# ---------------------------------------------------------------- hostile records
 class RefusingProducer(FakeProducer):
     """Refuses what kafka-python refuses, and records over ``limit`` bytes, like the real client."""
 
