@@ -220,15 +220,10 @@ class Tracker:
         # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client);
         # the markers group (rebalance listener, fenced commits) stays on kafka-python for now.
         self._producer = client_api.producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
-        if client_api.client_of(kafka) == client_api.CONFLUENT:
-            from kmq.client.confluent.log_reader import ConfluentLogReader
-
-            self._reader = ConfluentLogReader(kafka)
-        else:
-            self._reader = LogReader(kafka)
-        # Catch-up targets come from their own client, so a fetch of a markers partition never
+        self._reader = client_api.open_log_reader(kafka)
+        # Catch-up targets come from their own reader, so a fetch of a markers partition never
         # sits in front of the queue reads that redeliveries wait on.
-        self._hw_reader = LogReader(kafka)
+        self._hw_reader = client_api.open_log_reader(kafka)
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
                                         max_request_size=self.cfg.tracker.max_request_size)
         membership = {}
