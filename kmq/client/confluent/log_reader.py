@@ -130,26 +130,16 @@ class ConfluentLogReader:
         keep: dict[Partition, bool] = {}
         fresh: set[Partition] = set()  # partitions whose assignment delivered a record or an end-of-partition
         active = set(cursors)
+        single = next(iter(cursors)) if len(cursors) == 1 else None
+        held = 0.0
         try:
             for tp, cur in cursors.items():
                 self._act(tp, cur.start(), at, keep, active, done)
             self._assign(at, active, fresh)
             while active:
                 msgs = c.consume(self._batch, _POLL_S)
-                now = time.monotonic()
-                by_tp: dict[Partition, list] = {}
-                eof: dict[Partition, int] = {}
-                out_of_range: list[Partition] = []
-                for m in msgs:
-                    err = m.error()
-                    if err is None:
-                        by_tp.setdefault((m.topic(), m.partition()), []).append(m)
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        eof[(m.topic(), m.partition())] = m.offset()
-                    elif err.code() == KafkaError._AUTO_OFFSET_RESET:
-                        out_of_range.append((m.topic(), m.partition()))
-                    elif err.fatal() or not err.retriable():
-                        raise LogReadError(f"reading {_names(cursors)} failed: {err.str()}")
+                now = time.monotonic() - held  # the reader's own waiting time
+                by_tp, eof, out_of_range = _sort(msgs, single, cursors)
                 seek = False
                 for tp in list(active):
                     cur = cursors[tp]
@@ -178,7 +168,9 @@ class ConfluentLogReader:
                     if batch and keep.get(tp):
                         batch = cut(batch, cur.limit, _offset)
                         if batch:
+                            t = time.monotonic()
                             yield tp, batch
+                            held += time.monotonic() - t  # the caller's time with the batch is no broker silence
                     seek |= self._act(tp, action, at, keep, active, done)
                 if seek and active:
                     self._assign(at, active, fresh)
@@ -278,6 +270,30 @@ class ConfluentLogReader:
             err = exc.args[0] if exc.args else None
             cause = as_kafka_python_error(err) if isinstance(err, KafkaError) else exc
             raise classify(self._kafka, cause) or LogReadError(f"{what} failed: {exc}") from exc
+
+
+def _sort(msgs: list, single: Partition | None,
+          cursors: Mapping[Partition, ScanCursor]) -> tuple[dict[Partition, list], dict[Partition, int], list[Partition]]:
+    """A consume's messages by partition, its end-of-partition offsets and its out-of-range partitions.
+    One ``error()`` call a message, no more: a single partition's records stay the consume's own list."""
+    events = [m for m in msgs if m.error() is not None]
+    records = [m for m in msgs if m.error() is None] if events else msgs
+    eof: dict[Partition, int] = {}
+    out_of_range: list[Partition] = []
+    for m in events:
+        err, tp = m.error(), (m.topic(), m.partition())
+        if err.code() == KafkaError._PARTITION_EOF:
+            eof[tp] = m.offset()
+        elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+            out_of_range.append(tp)
+        elif err.fatal() or not err.retriable():
+            raise LogReadError(f"reading {_names(cursors)} failed: {err.str()}")
+    if single is not None:
+        return ({single: records} if records else {}), eof, out_of_range
+    by_tp: dict[Partition, list] = {}
+    for m in records:
+        by_tp.setdefault((m.topic(), m.partition()), []).append(m)
+    return by_tp, eof, out_of_range
 
 
 def _record(m: Any) -> Record:

@@ -118,6 +118,7 @@ class LogReader:
         c = self._consumer
         keep: dict[TopicPartition, bool] = {}
         active = set(cursors)
+        held = 0.0
         try:
             c.unsubscribe()  # forgets every mark: only this assignment's fetches answer highwater()
             c.assign(list(cursors))
@@ -127,9 +128,9 @@ class LogReader:
                 try:
                     polled = c.poll(timeout_ms=_POLL_MS)
                 except OffsetOutOfRangeError as exc:
-                    self._out_of_range(exc, cursors, keep, active, done, on_deleted)
+                    self._out_of_range(exc, cursors, keep, active, done, on_deleted, time.monotonic() - held)
                     continue
-                now = time.monotonic()
+                now = time.monotonic() - held  # the reader's own waiting time
                 anything = any(polled.get(tp) for tp in active)
                 for tp in list(active):
                     cur = cursors[tp]
@@ -146,7 +147,9 @@ class LogReader:
                     if batch and keep.get(tp):
                         batch = cut(batch, cur.limit, _offset)
                         if batch:
+                            t = time.monotonic()
                             yield tp, batch
+                            held += time.monotonic() - t  # the caller's time with the batch is no broker silence
                     self._act(tp, action, keep, active, done)
         except KafkaError as exc:
             raise classify(self._kafka, exc) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
@@ -166,11 +169,10 @@ class LogReader:
             raise LogReadError(action.reason)
 
     def _out_of_range(self, exc: OffsetOutOfRangeError, cursors: dict, keep: dict, active: set, done: dict,
-                      on_deleted: Callable[[Deleted], None] | None) -> None:
+                      on_deleted: Callable[[Deleted], None] | None, now: float) -> None:
         offsets = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
         hit = [tp for tp in offsets if tp in active] or list(active)
         starts = self._consumer.beginning_offsets(hit)
-        now = time.monotonic()
         for tp in hit:
             cur = cursors[tp]
             before = len(cur.deleted)
