@@ -46,7 +46,7 @@ from kmq import client as client_api
 from kmq.client.kafka_python.clients import consumer as make_consumer
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import KmqError, MarkerDecodeError
-from kmq.core.markers import decode, decode_key
+from kmq.core.markers import BadMarker, decode_record
 from kmq.telemetry.metrics import TrackerMetrics
 from kmq.client.topics import require_aligned
 from tracker.http import HealthServer
@@ -365,10 +365,9 @@ class Tracker:
         late = 0
         for rec in batch:
             try:
-                qp = decode_key(rec.key)
-                if qp != p:
-                    raise MarkerDecodeError(f"key names queue partition {qp} but the record is in markers partition {p}")
-                marker = decode(rec.value)
+                marker = decode_record(rec.key, rec.value, p)
+                if isinstance(marker, BadMarker):
+                    raise MarkerDecodeError(marker.reason)
             except MarkerDecodeError as exc:
                 self.metrics.bad_markers.inc()
                 if not owned.bad_logged:
