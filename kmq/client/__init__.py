@@ -22,6 +22,7 @@ from kmq.client.api import (
     KAFKA_PYTHON,
     ClientCommitFailed,
     ConsumerAdapter,
+    Deleted,
     Delivery,
     GroupConsumerAdapter,
     LogReader,
@@ -53,6 +54,6 @@ __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
     "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "producer", "close_producer",
-    "produce_errors", "Partition", "ReadResult", "LogReader", "LogReadError", "delivered_at", "open_log_reader",
+    "produce_errors", "Partition", "ReadResult", "Deleted", "LogReader", "LogReadError", "delivered_at", "open_log_reader",
     "refused_record_errors",
 ]

@@ -32,7 +32,7 @@ from kmq.core.ranges import OffsetRange
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
-    "is_confluent_consumer", "Partition", "ReadResult", "LogReader", "delivered_at",
+    "is_confluent_consumer", "Partition", "ReadResult", "Deleted", "LogReader", "delivered_at",
 ]
 
 KAFKA_PYTHON = "kafka-python"
@@ -108,6 +108,15 @@ class ReadResult:
     log_end: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """Offsets of a partition deleted (retention) before a read reached them."""
+
+    topic: str
+    partition: int
+    offsets: OffsetRange
+
+
 class LogReader(Protocol):
     """Partitions read without joining a group: each read is a fresh assignment walked by a
     :class:`~kmq.core.scan_cursor.ScanCursor`, so its end is the high-water mark of its own fetches.
@@ -122,6 +131,14 @@ class LogReader(Protocol):
     def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
         """Records of each partition from its start (None: the log start) to the end of its log
         as the scan's first fetch saw it, in batches ``(partition, records)``."""
+        ...
+
+    def batches(self, topic: str, partition: int, start: int, stop: int,
+                on_deleted: Callable[[Deleted], None]) -> Iterator[list]:
+        """Records ``start..stop-1`` of one partition as lists of the client's own records (a Spark
+        task builds its columns from them). ``on_deleted`` is told of offsets deleted before the read
+        reached them (it may raise); a log that ends before ``stop`` raises
+        :class:`~kmq.core.errors.LogReadError`."""
         ...
 
     def bounds(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:

@@ -4,26 +4,16 @@ do alike around the scan cursor: cut a batch to the scan, assemble a read's resu
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from kmq.client.api import ReadResult
+from kmq.client.api import Deleted, ReadResult
 from kmq.core.errors import LogReadError
-from kmq.core.ranges import OffsetRange, RangeSet, missing
+from kmq.core.ranges import RangeSet, missing
 from kmq.core.scan_cursor import Done
 
-__all__ = ["Deleted", "cut", "read_result", "log_deleted", "check_planned_end"]
+__all__ = ["cut", "read_result", "log_deleted", "check_planned_end"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Deleted:
-    """Offsets of a partition deleted (retention) before a read reached them."""
-
-    topic: str
-    partition: int
-    offsets: OffsetRange
 
 
 def cut(batch: Sequence[Any], limit: int, offset_of: Callable[[Any], int]) -> Sequence[Any]:

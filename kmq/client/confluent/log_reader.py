@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from kmq.client.api import Partition, ReadResult, Record
+from kmq.client.api import Deleted, Partition, ReadResult, Record
 from kmq.client.confluent.consumer import as_kafka_python_error, settings
 from kmq.client.kafka_python.clients import classify
-from kmq.client.scan import Deleted, check_planned_end, cut, log_deleted, read_result
+from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
 from kmq.core.errors import LogReadError
 from kmq.core.ranges import RangeSet

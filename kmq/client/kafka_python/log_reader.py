@@ -11,7 +11,6 @@ silently reset.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -19,17 +18,15 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
 from kafka.structs import OffsetAndMetadata
 
-from kmq.client.api import Partition, ReadResult
+from kmq.client.api import Deleted, Partition, ReadResult
 from kmq.client.kafka_python.clients import classify, consumer as make_consumer
-from kmq.client.scan import Deleted, check_planned_end, cut, log_deleted, read_result
+from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
 from kmq.core.errors import LogReadError
 from kmq.core.ranges import RangeSet
 from kmq.core.scan_cursor import Done, ScanCursor, Seek, Stalled
 
 __all__ = ["LogReader", "ReadResult", "LogReadError"]
-
-log = logging.getLogger(__name__)
 
 _POLL_MS = 200
 
