@@ -4,7 +4,7 @@ For the due items of one partition (handed out by
 :meth:`kmq.core.lease_state.PartitionState.due`):
 
 1. read the original records from the queue log, verifying every offset
-   (:mod:`kmq.client.kafka_python.log_reader`); offsets no longer in the log, or at or past
+   (:class:`kmq.client.LogReader`); offsets no longer in the log, or at or past
    its end, are closed with ``Outcome.MISSING``;
 2. per record, ask the pure state what to do (delivery count from the
    ``kmq-delivery-count`` header): redeliver to the same queue partition,
@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kafka.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
     KafkaError,
     MessageSizeTooLargeError,
     RecordListTooLargeError,
@@ -39,6 +37,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from kmq.client import LogReader, LogReadError, refused_record_errors
 from kmq.config import QueueConfig
 from kmq.core.errors import DeadLetterTopicUnavailable
 from kmq.core.message import (
@@ -55,7 +54,6 @@ from kmq.telemetry.metrics import TrackerMetrics
 from kmq.core.ranges import OffsetRange, RangeSet, coalesce
 from kmq.core.copies import REASON_UNDELIVERABLE, Fallback, Step, copy_problem, fallback, producible_headers
 from kmq.core.lease_state import Action, DueItem, PartitionState
-from kmq.client.kafka_python.log_reader import LogReader, LogReadError
 
 __all__ = [
     "Redeliverer",
@@ -79,8 +77,7 @@ _MAX_RANGES = 0xFFFF
 # A missing or forbidden DLQ topic is looked up again at most this often (no lookup storm, no blocking).
 _DLQ_RECHECK_S = 10.0
 # Errors that fail again for the same record however often it is retried.
-_PERMANENT = (TypeError, ValueError, AssertionError, MessageSizeTooLargeError, RecordListTooLargeError,
-              InvalidRecordError, CorruptRecordError)
+_PERMANENT = refused_record_errors()
 
 
 def retry_delay_s(failures: int, initial: float = 0.5, cap: float = 30.0) -> float:

@@ -46,7 +46,7 @@ from kmq import client as client_api
 from kmq.client.kafka_python.clients import consumer as make_consumer
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import KmqError, MarkerDecodeError
-from kmq.core.markers import decode, decode_key
+from kmq.core.markers import BadMarker, decode_record
 from kmq.telemetry.metrics import TrackerMetrics
 from kmq.client.topics import require_aligned
 from tracker.http import HealthServer
@@ -220,15 +220,10 @@ class Tracker:
         # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client);
         # the markers group (rebalance listener, fenced commits) stays on kafka-python for now.
         self._producer = client_api.producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
-        if client_api.client_of(kafka) == client_api.CONFLUENT:
-            from kmq.client.confluent.log_reader import ConfluentLogReader
-
-            self._reader = ConfluentLogReader(kafka)
-        else:
-            self._reader = LogReader(kafka)
-        # Catch-up targets come from their own client, so a fetch of a markers partition never
+        self._reader = client_api.open_log_reader(kafka)
+        # Catch-up targets come from their own reader, so a fetch of a markers partition never
         # sits in front of the queue reads that redeliveries wait on.
-        self._hw_reader = LogReader(kafka)
+        self._hw_reader = client_api.open_log_reader(kafka)
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
                                         max_request_size=self.cfg.tracker.max_request_size)
         membership = {}
@@ -370,10 +365,9 @@ class Tracker:
         late = 0
         for rec in batch:
             try:
-                qp = decode_key(rec.key)
-                if qp != p:
-                    raise MarkerDecodeError(f"key names queue partition {qp} but the record is in markers partition {p}")
-                marker = decode(rec.value)
+                marker = decode_record(rec.key, rec.value, p)
+                if isinstance(marker, BadMarker):
+                    raise MarkerDecodeError(marker.reason)
             except MarkerDecodeError as exc:
                 self.metrics.bad_markers.inc()
                 if not owned.bad_logged:

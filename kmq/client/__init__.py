@@ -4,7 +4,8 @@
   producer adapters, deliveries), pure;
 * :mod:`kmq.client.factory`: clients for the configured ``kafka.client``;
 * :mod:`kmq.client.kafka_python` and :mod:`kmq.client.confluent`: one folder per
-  client with the same shape (settings, consumer adapter, log reader);
+  client with the same shape (settings, consumer adapter, log reader: the one
+  "read a partition to its end", walked by :mod:`kmq.core.scan_cursor`);
 * security (:mod:`kmq.client.tls`, :mod:`kmq.client.oauth`), connection
   diagnosis (:mod:`kmq.client.diagnose`) and topic administration
   (:mod:`kmq.client.topics`).
@@ -21,12 +22,17 @@ from kmq.client.api import (
     KAFKA_PYTHON,
     ClientCommitFailed,
     ConsumerAdapter,
+    Deleted,
     Delivery,
     GroupConsumerAdapter,
+    LogReader,
+    Partition,
     ProduceFailed,
+    ReadResult,
     Record,
     client_of,
     coordinates,
+    delivered_at,
     headers_of,
     is_confluent_consumer,
     record_of,
@@ -37,13 +43,17 @@ from kmq.client.factory import (
     client_error,
     close_producer,
     group_consumer,
+    open_log_reader,
     produce_errors,
     producer,
+    refused_record_errors,
 )
+from kmq.core.errors import LogReadError
 
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
     "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "producer", "close_producer",
-    "produce_errors",
+    "produce_errors", "Partition", "ReadResult", "Deleted", "LogReader", "LogReadError", "delivered_at", "open_log_reader",
+    "refused_record_errors",
 ]

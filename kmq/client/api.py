@@ -9,7 +9,9 @@ install) and confluent-kafka (librdkafka underneath, several times faster;
 * a consumer as a :class:`ConsumerAdapter`: commit of explicit offsets, seek,
   assignment, pause/resume, the high-water mark seen by the last fetch;
 * a producer whose ``send`` returns a :class:`Delivery`-like future
-  (``add_callback``/``add_errback``/``add_both``/``get``).
+  (``add_callback``/``add_errback``/``add_both``/``get``);
+* a :class:`LogReader`: partitions read without a group, each scan walked by
+  :class:`kmq.core.scan_cursor.ScanCursor` (the one rule for where a read ends).
 
 This module is pure: it imports no Kafka client. The adapters
 (:mod:`kmq.client.kafka_python`, :mod:`kmq.client.confluent`) implement it, and
@@ -22,20 +24,23 @@ from __future__ import annotations
 import importlib.util
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from kmq.core.errors import ClientNotInstalled, KmqError
+from kmq.core.ranges import OffsetRange
 
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
-    "is_confluent_consumer",
+    "is_confluent_consumer", "Partition", "ReadResult", "Deleted", "LogReader", "delivered_at",
 ]
 
 KAFKA_PYTHON = "kafka-python"
 CONFLUENT = "confluent"
 
 Headers = Sequence[tuple[str, "bytes | None"]]
+#: A topic partition, ``(topic, partition)`` (kafka-python's ``TopicPartition`` is one too).
+Partition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,88 @@ def headers_of(record: Any) -> Headers:
     if callable(headers):
         return headers() or []
     return headers or []
+
+
+def delivered_at(metadata: Any) -> tuple[str, int, int]:
+    """``(topic, partition, offset)`` of a producer's delivery metadata, whichever client sent it
+    (kafka-python's ``RecordMetadata``; the confluent adapter's tuple)."""
+    if hasattr(metadata, "offset"):
+        return metadata.topic, metadata.partition, metadata.offset
+    topic, partition, offset = metadata
+    return topic, partition, offset
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """What :meth:`LogReader.read` found: records by offset, the requested offsets that are
+    not in the log, and ``log_end``: the high-water mark when the read ran into the end of the
+    log (no offset at or above it exists, so a START far beyond it is closed as missing, not
+    retried forever); None when every requested offset was decided before it."""
+
+    records: dict[int, Any]
+    missing: list[OffsetRange]
+    log_end: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """Offsets of a partition deleted (retention) before a read reached them."""
+
+    topic: str
+    partition: int
+    offsets: OffsetRange
+
+
+class LogReader(Protocol):
+    """Partitions read without joining a group: each read is a fresh assignment walked by a
+    :class:`~kmq.core.scan_cursor.ScanCursor`, so its end is the high-water mark of its own fetches.
+    Both clients implement it (:func:`kmq.client.factory.open_log_reader` builds one); records have
+    :class:`Record`'s attributes. Client failures raise kmq errors: :class:`~kmq.core.errors.LogReadError`
+    when the broker gives no answer within the reader's timeout."""
+
+    def read(self, topic: str, partition: int, ranges: Iterable[tuple[int, int]]) -> ReadResult:
+        """Records at exactly these offsets; each other offset is reported missing, never a neighbour."""
+        ...
+
+    def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
+        """Records of each partition from its start (None: the log start) to the end of its log
+        as the scan's first fetch saw it, in batches ``(partition, records)``."""
+        ...
+
+    def batches(self, topic: str, partition: int, start: int, stop: int,
+                on_deleted: Callable[[Deleted], None]) -> Iterator[list]:
+        """Records ``start..stop-1`` of one partition as lists of the client's own records (a Spark
+        task builds its columns from them). ``on_deleted`` is told of offsets deleted before the read
+        reached them (it may raise); a log that ends before ``stop`` raises
+        :class:`~kmq.core.errors.LogReadError`."""
+        ...
+
+    def bounds(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
+        """``(log start, log end)`` per partition, the end from a fetch made now."""
+        ...
+
+    def high_waters(self, starts: Mapping[Any, int | None]) -> dict[Any, int]:
+        """The log end per partition from a fetch made now at the given offset (None: log start);
+        keys are returned as given."""
+        ...
+
+    def committed(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        """The offsets ``group`` committed (None: none), read without joining the group."""
+        ...
+
+    def commit(self, group: str, offsets: Mapping[Partition, int]) -> None:
+        """Commit ``offsets`` (next offset to read) for ``group`` without joining it."""
+        ...
+
+    def offsets_at(self, partitions: Iterable[Partition], timestamp_ms: int) -> dict[Partition, int | None]:
+        """The first offset at or after ``timestamp_ms`` per partition (None: no such record)."""
+        ...
+
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic``; 0 when it does not exist or this client may not see it."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class ClientCommitFailed(KmqError):

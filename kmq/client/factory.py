@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.errors import KafkaError
+from kafka.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
 
 from kmq.client.api import (
     CONFLUENT,
     ConsumerAdapter,
     GroupConsumerAdapter,
+    LogReader,
     ProduceFailed,
     client_of,
     is_confluent_consumer,
@@ -24,9 +31,11 @@ from kmq.client.api import (
 )
 from kmq.client.kafka_python import clients
 from kmq.client.kafka_python.consumer import KafkaPythonConsumer
+from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
-__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors"]
+__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors",
+           "refused_record_errors", "open_log_reader"]
 
 
 def adapt_consumer(consumer: Any) -> ConsumerAdapter:
@@ -111,3 +120,24 @@ def close_producer(prod: Any, timeout: float = 5.0) -> None:
 def produce_errors() -> tuple[type[BaseException], ...]:
     """Exception classes a producer's ``send``/``flush`` may raise, for ``except`` clauses."""
     return (KafkaError, ProduceFailed)
+
+
+def refused_record_errors() -> tuple[type[BaseException], ...]:
+    """Exception classes of a record the producer refuses for good (too large, malformed): sending it
+    again fails again. Raised by ``send`` or by the delivery, on either client."""
+    return (TypeError, ValueError, AssertionError, MessageSizeTooLargeError, RecordListTooLargeError,
+            InvalidRecordError, CorruptRecordError)
+
+
+def open_log_reader(kafka: Any, timeout_s: float = 10.0, **overrides: Any) -> LogReader:
+    """A :class:`~kmq.client.api.LogReader` on the client ``kafka.client`` names: partitions read
+    without a group, each read ending where a fetch of its own saw the end of the log. ``timeout_s``:
+    how long a read waits for an answer from the broker; ``overrides``: the client's own consumer
+    settings (kafka-python names or librdkafka properties). Close it when done."""
+    name = client_of(kafka)
+    require_client(name)
+    if name == CONFLUENT:
+        from kmq.client.confluent.log_reader import ConfluentLogReader
+
+        return ConfluentLogReader(kafka, timeout_s, **overrides)
+    return KafkaPythonLogReader(kafka, timeout_s, **overrides)

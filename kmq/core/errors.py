@@ -9,6 +9,7 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── ConfigError               bad or unknown configuration key (names the key path)
     ├── MarkerDecodeError         a marker record that is not valid wire format v1
     ├── BrokerUnavailable         Kafka not reachable within the timeout      (retriable)
+    │   └── LogReadError          a partition could not be read to its end in time    (retriable)
     │   ├── TlsHandshakeFailed    TLS could not be set up (TLS to a plaintext port, plaintext to a TLS port)
     │   ├── CertificateRejected   broker certificate untrusted/expired/wrong host, or our client certificate refused
     │   ├── AuthenticationFailed  SASL login refused, or no OAUTHBEARER token could be obtained
@@ -54,6 +55,7 @@ __all__ = [
     "DeadLetterTopicUnavailable",
     "FetcherStalled",
     "ClientNotInstalled",
+    "LogReadError",
 ]
 
 
@@ -81,6 +83,13 @@ class MarkerDecodeError(KmqError):
 
 
 class BrokerUnavailable(KmqError):
+    retriable = True
+
+
+class LogReadError(BrokerUnavailable):
+    """A partition could not be read: no answer from the broker for the reader's timeout, or the
+    client failed. Nothing was concluded from it (no offset is taken for missing); try again later."""
+
     retriable = True
 
 

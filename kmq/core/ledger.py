@@ -16,8 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from kmq.core.errors import MarkerDecodeError
-from kmq.core.markers import Closed, End, Outcome, Start, decode, decode_key
+from kmq.core.markers import BadMarker, Closed, End, Outcome, Start, decode_record
 from kmq.core.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, origin_of
 
 __all__ = ["Ledger", "LedgerSnapshot"]
@@ -78,11 +77,10 @@ class Ledger:
             self._unresolved_acks.discard(key)
             self._acked_origins[origin] += 1
 
-    def add_marker_record(self, key: bytes | None, value: bytes | None) -> None:
-        try:
-            partition = decode_key(key)
-            marker = decode(value)
-        except MarkerDecodeError:
+    def add_marker_record(self, key: bytes | None, value: bytes | None, partition: int) -> None:
+        """A record of markers partition ``partition`` (= the queue partition its markers are about)."""
+        marker = decode_record(key, value, partition)
+        if isinstance(marker, BadMarker):
             self._bad += 1
             return
         if isinstance(marker, Start):
@@ -116,12 +114,12 @@ class Ledger:
         self._dlq_reason_of[origin] = reason
 
     def add_records(self, topic_kind: str, records: Iterable) -> None:
-        """Feed kafka-python ConsumerRecords of one kind: "queue", "markers" or "dlq"."""
+        """Feed records (:class:`kmq.client.Record` or alike) of one kind: "queue", "markers" or "dlq"."""
         for r in records:
             if topic_kind == "queue":
                 self.add_queue_record(r.partition, r.offset, r.headers)
             elif topic_kind == "markers":
-                self.add_marker_record(r.key, r.value)
+                self.add_marker_record(r.key, r.value, r.partition)
             else:
                 self.add_dlq_record(r.partition, r.offset, r.headers)
 

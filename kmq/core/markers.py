@@ -10,7 +10,10 @@ queue partition p:
 Ranges are ``u16 n`` then n x (``i64 first_offset``, ``u32 count``).
 
 :func:`decode` raises :class:`MarkerDecodeError` (and nothing else) for any
-value that is not a valid version-1 marker.
+value that is not a valid version-1 marker. :func:`decode_record` is what every
+reader of the markers topic calls (tracker, ``kmq status``, ``kmq trace``, the
+audit, the Spark job): it also checks the key against the partition the record
+was read from, and answers a bad record with a :class:`BadMarker` naming why.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ __all__ = [
     "decode",
     "encode_key",
     "decode_key",
+    "BadMarker",
+    "decode_record",
 ]
 
 VERSION = 1
@@ -336,3 +341,27 @@ def decode(value: bytes | bytearray | memoryview | None) -> Marker:
     if rd.pos != len(rd.buf):
         raise MarkerDecodeError(f"{len(rd.buf) - rd.pos} trailing bytes after a {mtype.name} marker")
     return marker
+
+
+@dataclass(frozen=True, slots=True)
+class BadMarker:
+    """A markers-topic record that is not a marker of its partition; ``reason`` says why
+    (readers count it and skip it: one bad record never stops them)."""
+
+    reason: str
+
+
+def decode_record(key: bytes | None, value: bytes | bytearray | memoryview | None, partition: int) -> Marker | BadMarker:
+    """The marker of a record read from markers partition ``partition``, or a :class:`BadMarker`:
+    a key that is not a marker key or names another queue partition (markers partition p holds the
+    markers of queue partition p only), or a value that is not wire format version 1."""
+    if key != _I32.pack(partition):  # the common case: the key is the partition's own
+        try:
+            qp = decode_key(key)
+        except MarkerDecodeError as exc:
+            return BadMarker(exc.reason)
+        return BadMarker(f"marker for queue partition {qp} found in markers partition {partition}")
+    try:
+        return decode(value)
+    except MarkerDecodeError as exc:
+        return BadMarker(exc.reason)

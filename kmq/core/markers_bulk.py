@@ -1,8 +1,8 @@
 """Bulk (column-wise) decoding of marker records with numpy (pure: no Kafka, no Spark).
 
 :func:`decode_records` decodes a whole batch of marker records at once and
-gives the same answer as calling :func:`kmq.core.markers.decode_key` /
-:func:`kmq.core.markers.decode` on each record: same type, ranges and outcome for
+gives the same answer as calling :func:`kmq.core.markers.decode_record` on each
+record: same type, ranges and outcome for
 every valid record, and a ``BAD`` row with the reference decoder's reason for
 every invalid one. It never raises for record contents.
 
@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from kmq.core.errors import MarkerDecodeError
-from kmq.core.markers import MAX_I64, Closed, MarkerType, decode, decode_key
+from kmq.core.markers import MAX_I64, BadMarker, Closed, MarkerType, decode, decode_record
 
 __all__ = ["BAD", "DecodedMarkers", "decode_records"]
 
@@ -130,14 +130,15 @@ def _keys_ok(keys: Sequence[bytes | None], partitions: Sequence[int], n: int) ->
 
 def _reference(key, partition, value, check_key: bool):
     """(mtype, ranges, outcome, error) of one record through kmq.core.markers: the definition."""
-    try:
-        if check_key:
-            qp = decode_key(key)
-            if qp != partition:
-                raise MarkerDecodeError(f"marker for queue partition {qp} found in markers partition {partition}")
-        m = decode(value)
-    except MarkerDecodeError as exc:
-        return BAD, (), 0, exc.reason
+    if check_key:
+        m = decode_record(key, value, partition)
+    else:
+        try:
+            m = decode(value)
+        except MarkerDecodeError as exc:
+            m = BadMarker(exc.reason)
+    if isinstance(m, BadMarker):
+        return BAD, (), 0, m.reason
     return int(m.TYPE), m.ranges, int(m.outcome) if isinstance(m, Closed) else 0, None
 
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-from kmq.core.errors import MarkerDecodeError, TraceError
-from kmq.core.markers import Closed, End, Nack, Outcome, Reject, Renew, Start, decode, decode_key
+from kmq.core.errors import TraceError
+from kmq.core.markers import BadMarker, Closed, End, Nack, Outcome, Reject, Renew, Start, decode_record
 from kmq.core.message import (
     HEADER_DELIVERY_COUNT,
     HEADER_DLQ_ERROR,
@@ -164,11 +164,8 @@ class TraceBuilder:
 
     def add_marker_record(self, marker_offset: int, ts_ms: int, key: bytes | None, value: bytes | None) -> None:
         """A record of the markers partition of this message (log order)."""
-        try:
-            if decode_key(key) != self.partition:
-                return
-            marker = decode(value)
-        except MarkerDecodeError:
+        marker = decode_record(key, value, self.partition)
+        if isinstance(marker, BadMarker):
             self.bad_markers += 1
             return
         for r in marker.ranges:

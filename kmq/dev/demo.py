@@ -171,7 +171,7 @@ def run_demo(s: DemoSettings, view: "Callable[[str, LedgerSnapshot, float, bool]
             def tick(phase: str) -> LedgerSnapshot:
                 until = time.monotonic() + 1.0
                 while time.monotonic() < until:
-                    audit.poll(0.2)
+                    audit.poll()
                 snap = audit.snapshot()
                 if view:
                     view(phase, snap, time.monotonic() - started, False)

@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
-from kafka import TopicPartition
-from kafka.errors import KafkaError, MessageSizeTooLargeError
-from kafka.structs import OffsetAndMetadata
-
-from kmq.client.kafka_python.clients import broker_errors, consumer as make_consumer, producer as make_producer
+from kmq.client import (
+    LogReader,
+    LogReadError,
+    Partition,
+    close_producer,
+    delivered_at,
+    open_log_reader,
+    produce_errors,
+    producer,
+    refused_record_errors,
+)
+from kmq.client.topics import require_aligned
 from kmq.config import Config, QueueConfig
+from kmq.core.copies import producible_headers
 from kmq.core.errors import KmqError
-from kmq.ops.status import high_waters
 from kmq.core.message import (
     HEADER_DELIVERY_COUNT,
     HEADER_DLQ_ERROR,
@@ -32,8 +39,6 @@ from kmq.core.message import (
     header_text,
     parse_origin,
 )
-from kmq.client.topics import require_aligned
-from kmq.core.copies import producible_headers
 
 __all__ = ["DeadLetter", "list_dead_letters", "replay", "ReplayResult", "replay_group", "REASONS", "HEADER_REPLAY_OF"]
 
@@ -76,48 +81,29 @@ def replay_group(cfg: Config, queue: str, reason: str | None) -> str:
     return f"{cfg.tracker.group_id}-dlq-replay-{queue}" + (f"-{reason}" if reason else "")
 
 
-def _read(consumer, tps: list[TopicPartition], timeout_s: float) -> Iterator:
-    """Records of ``tps`` from the current positions up to the high-water marks seen at the first fetch."""
-    target: dict[TopicPartition, int] = {}
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = False
-        for tp, recs in consumer.poll(timeout_ms=200, max_records=_BATCH).items():
-            for rec in recs:
-                if tp in target and rec.offset >= target[tp]:
-                    break
-                got = True
-                deadline = time.monotonic() + timeout_s
-                yield tp, rec
-        for tp in tps:
-            if tp not in target and consumer.highwater(tp) is not None:
-                target[tp] = consumer.highwater(tp)
-        if len(target) == len(tps) and all(consumer.position(tp) >= target[tp] for tp in tps):
-            return
-        if not got and time.monotonic() > deadline:
-            raise KmqError("timed out reading the DLQ: is the broker healthy?")
-
-
-def _dlq_partitions(cfg: Config, q: QueueConfig) -> tuple[list[TopicPartition], int]:
+def _dlq_partitions(cfg: Config, q: QueueConfig) -> tuple[list[Partition], int]:
     layout = require_aligned(cfg.kafka, q)
-    return [TopicPartition(q.dlq_topic, p) for p in range(layout.dlq_partitions or 0)], layout.queue_partitions or 0
+    return [(q.dlq_topic, p) for p in range(layout.dlq_partitions or 0)], layout.queue_partitions or 0
+
+
+def _dead_letter(tp: Partition, rec: Any) -> DeadLetter:
+    return DeadLetter(tp[1], rec.offset, rec.key, rec.value, tuple(rec.headers or ()), rec.timestamp)
 
 
 def list_dead_letters(cfg: Config, queue: str, timeout_s: float = 10.0) -> Iterator[DeadLetter]:
-    """Every dead letter of ``queue`` now in the DLQ (read-only, no group)."""
+    """Every dead letter of ``queue`` now in the DLQ (read-only, no group). ``timeout_s``: how long
+    the read waits for an answer from the broker."""
     q = cfg.queue(queue)
     tps, _ = _dlq_partitions(cfg, q)
     if not tps:
         return
-    c = make_consumer(cfg.kafka, enable_auto_commit=False, fetch_max_wait_ms=50)
+    reader = open_log_reader(cfg.kafka, timeout_s)
     try:
-        with broker_errors(cfg.kafka):
-            c.assign(tps)
-            c.seek_to_beginning(*tps)
-            for tp, rec in _read(c, tps, timeout_s):
-                yield DeadLetter(tp.partition, rec.offset, rec.key, rec.value, tuple(rec.headers or ()), rec.timestamp)
+        for tp, records in reader.scan({tp: None for tp in tps}):
+            for rec in records:
+                yield _dead_letter(tp, rec)
     finally:
-        c.close()
+        reader.close()
 
 
 @dataclass
@@ -157,65 +143,57 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
     result = ReplayResult(group=group)
     if not tps:
         return result
-    qtps = [TopicPartition(q.name, p) for p in range(queue_partitions)]
-    c = make_consumer(cfg.kafka, group_id=group, enable_auto_commit=False, fetch_max_wait_ms=50, max_poll_records=_BATCH)
-    p = make_producer(cfg.kafka, max_request_size=cfg.tracker.max_request_size)
-    pending: dict[TopicPartition, int] = {}  # DLQ position after the last record handled
-    sent: list[tuple[TopicPartition, int, object]] = []  # (DLQ tp, DLQ offset, future) of the open batch
-    marks: dict[TopicPartition, int] = {}  # queue watermark: after our last acknowledged copy
+    qtps = [(q.name, p) for p in range(queue_partitions)]
+    reader = open_log_reader(cfg.kafka, timeout_s)
+    p = producer(cfg.kafka, max_request_size=cfg.tracker.max_request_size)
+    pending: dict[Partition, int] = {}  # DLQ position after the last record handled
+    sent: list[tuple[Partition, int, Any]] = []  # (DLQ partition, DLQ offset, future) of the open batch
+    marks: dict[Partition, int] = {}  # queue watermark: after our last acknowledged copy
 
     def settle() -> None:
         """Commit what is acknowledged: per DLQ partition up to its first failed copy, never past it."""
         try:
             p.flush(timeout=30)
-        except KafkaError:
+        except produce_errors():
             pass  # unfinished sends fail below, one by one
-        failed: dict[TopicPartition, tuple[int, BaseException]] = {}
+        failed: dict[Partition, tuple[int, BaseException]] = {}
         for tp, off, fut in sent:
             try:
-                meta = fut.get(timeout=0)
+                _topic, copy_partition, copy_offset = delivered_at(fut.get(timeout=0))
             except Exception as exc:  # noqa: BLE001 - decided per record
                 if tp not in failed or off < failed[tp][0]:
                     failed[tp] = (off, exc)
                 continue
-            qtp = TopicPartition(q.name, meta.partition)
-            marks[qtp] = max(marks.get(qtp, 0), meta.offset + 1)
+            qtp = (q.name, copy_partition)
+            marks[qtp] = max(marks.get(qtp, 0), copy_offset + 1)
         sent.clear()
-        offsets = {tp: OffsetAndMetadata(min(off, failed[tp][0]) if tp in failed else off, "", -1)
-                   for tp, off in pending.items()}
-        offsets.update({qtp: OffsetAndMetadata(m, "", -1) for qtp, m in marks.items()})
-        if offsets:
-            c.commit(offsets)
+        offsets = {tp: min(off, failed[tp][0]) if tp in failed else off for tp, off in pending.items()}
+        offsets.update(marks)
+        reader.commit(group, offsets)
         pending.clear()
         if failed:
-            tp, (off, exc) = min(failed.items(), key=lambda kv: kv[1][0])
-            raise KmqError(f"DLQ replay of {queue} stopped at {tp.topic}[{tp.partition}] offset {off}: "
+            (topic, partition), (off, exc) = min(failed.items(), key=lambda kv: kv[1][0])
+            raise KmqError(f"DLQ replay of {queue} stopped at {topic}[{partition}] offset {off}: "
                            f"{type(exc).__name__}: {exc}; everything before it is committed in group {group}, "
                            f"run it again to continue (nothing is copied twice)")
 
     try:
-        with broker_errors(cfg.kafka):
-            done = _already_copied(cfg, c, q, qtps, timeout_s)
-            # Watermarks before the first copy of this run: a crash in its first batch is recovered too.
-            hws_q, _ = _high_waters_for(cfg, qtps)
-            marks.update(hws_q)
-            c.commit({qtp: OffsetAndMetadata(m, "", -1) for qtp, m in marks.items()})
-            c.assign(tps)
-            for tp in tps:
-                off = c.committed(tp)
-                if off is None:
-                    c.seek_to_beginning(tp)
-                else:
-                    c.seek(tp, off)
-            if size_hint is not None:
-                hws, _ = _high_waters_for(cfg, tps)
-                size_hint(sum(max(0, hws[tp] - c.position(tp)) for tp in tps))
-            started = time.monotonic()
-            for tp, rec in _read(c, tps, timeout_s):
+        done = _already_copied(reader, group, q, qtps)
+        # Watermarks before the first copy of this run: a crash in its first batch is recovered too.
+        marks.update({qtp: end for qtp, (_start, end) in reader.bounds(qtps).items()})
+        reader.commit(group, marks)
+        committed = reader.committed(group, tps)
+        if size_hint is not None:
+            bounds = reader.bounds(tps)
+            size_hint(sum(max(0, end - (committed[tp] if committed[tp] is not None else start))
+                          for tp, (start, end) in bounds.items()))
+        started = time.monotonic()
+        for tp, records in reader.scan(committed):
+            for rec in records:
                 if limit is not None and result.replayed >= limit:
                     break
-                dl = DeadLetter(tp.partition, rec.offset, rec.key, rec.value, tuple(rec.headers or ()), rec.timestamp)
-                if (tp.partition, rec.offset) in done:
+                dl = _dead_letter(tp, rec)
+                if (tp[1], rec.offset) in done:
                     result.already += 1
                 elif (reason is None or dl.reason == reason) and (select is None or select(dl)):
                     if rate:
@@ -226,7 +204,7 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
                     if problem is None:
                         result.replayed += 1
                     else:
-                        result.unreplayable.append(f"{tp.partition}:{rec.offset} {problem}")
+                        result.unreplayable.append(f"{tp[1]}:{rec.offset} {problem}")
                 else:
                     result.skipped += 1
                 pending[tp] = rec.offset + 1
@@ -234,53 +212,45 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
                     progress(1)
                 if len(sent) >= _BATCH:
                     settle()
-            settle()
-    except KafkaError as exc:
+            if limit is not None and result.replayed >= limit:
+                break
+        settle()
+    except (LogReadError, *produce_errors()) as exc:
         raise KmqError(f"DLQ replay of {queue} stopped: {exc}; positions up to the last acknowledged batch are "
                        f"committed in group {group}, run it again to continue") from exc
     finally:
-        c.close()
-        p.close()
+        reader.close()
+        close_producer(p)
     return result
 
 
-def _send_one(p, q: QueueConfig, dl: DeadLetter, queue_partitions: int, sent: list, tp: TopicPartition) -> str | None:
+def _send_one(p, q: QueueConfig, dl: DeadLetter, queue_partitions: int, sent: list, tp: Partition) -> str | None:
     """Start the copy of one dead letter; the reason it cannot be produced, or None."""
     if dl.key is None and dl.value is None:
         return "tombstone (null key and value): kafka-python cannot produce one"
     origin_p = dl.origin_partition
     target_p = origin_p if origin_p is not None and 0 <= origin_p < queue_partitions else None
     headers = producible_headers([(k, v) for k, v in dl.headers if k not in _DROPPED and k != HEADER_REPLAY_OF])
-    headers.append((HEADER_REPLAY_OF, f"{tp.topic}/{tp.partition}/{dl.offset}".encode()))
+    headers.append((HEADER_REPLAY_OF, f"{tp[0]}/{tp[1]}/{dl.offset}".encode()))
     try:
         fut = p.send(q.name, key=dl.key, value=dl.value, headers=headers, partition=target_p)
-    except (TypeError, ValueError, AssertionError, MessageSizeTooLargeError) as exc:
+    except refused_record_errors() as exc:
         return f"{type(exc).__name__}: {exc}"
     sent.append((tp, dl.offset, fut))
     return None
 
 
-def _already_copied(cfg: Config, c, q: QueueConfig, qtps: list[TopicPartition], timeout_s: float) -> set[tuple[int, int]]:
+def _already_copied(reader: LogReader, group: str, q: QueueConfig, qtps: list[Partition]) -> set[tuple[int, int]]:
     """(DLQ partition, offset) of copies an earlier run produced after its last commit.
 
     Reads each queue partition from the replay group's watermark to its end (only after an
     interrupted run is there anything to read)."""
-    marks = {tp: c.committed(tp) for tp in qtps}
-    marks = {tp: m for tp, m in marks.items() if m is not None}
-    if not marks:
-        return set()
+    marks = {tp: m for tp, m in reader.committed(group, qtps).items() if m is not None}
     done: set[tuple[int, int]] = set()
-    c.assign(list(marks))
-    for tp, m in marks.items():
-        c.seek(tp, m)
-    for _tp, rec in _read(c, list(marks), timeout_s):
-        # kmq-replay-of has kmq-origin's format: one parser for both.
-        parsed = parse_origin(header_text(rec.headers, HEADER_REPLAY_OF) or "")
-        if parsed is not None and parsed[0] == q.dlq_topic:
-            done.add(parsed[1:])
-    c.unsubscribe()
+    for _tp, records in reader.scan(marks):
+        for rec in records:
+            # kmq-replay-of has kmq-origin's format: one parser for both.
+            parsed = parse_origin(header_text(rec.headers, HEADER_REPLAY_OF) or "")
+            if parsed is not None and parsed[0] == q.dlq_topic:
+                done.add(parsed[1:])
     return done
-
-
-def _high_waters_for(cfg: Config, tps: list[TopicPartition]):
-    return high_waters(cfg, tps)

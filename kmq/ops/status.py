@@ -1,10 +1,10 @@
 """A queue's state per partition, read from Kafka directly (``kmq status``).
 
-Works while the tracker is down: it reads the committed offsets of the
-workers and tracker groups, the high-water marks (``consumer.highwater`` after
-a fetch, never a latest-offset look-up) and replays the markers from the
-tracker's committed offset through the pure
-:class:`~kmq.core.lease_state.PartitionState`, as a new tracker owner would.
+Works while the tracker is down: through one :class:`~kmq.client.api.LogReader`
+it reads the committed offsets of the workers and tracker groups, the log
+bounds (the end from a fetch made now, never a latest-offset look-up) and
+replays the markers from the tracker's committed offset to their end through
+the pure :class:`~kmq.core.lease_state.PartitionState`, as a new tracker owner would.
 """
 
 from __future__ import annotations
@@ -14,17 +14,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from kafka import TopicPartition
-from kafka.errors import KafkaError
-
-from kmq.client.kafka_python.clients import broker_errors, consumer as make_consumer
-from kmq.config import Config, QueueConfig
-from kmq.core.errors import KmqError, MarkerDecodeError
-from kmq.core.markers import decode, decode_key
+from kmq.client import LogReader, LogReadError, Partition, open_log_reader
 from kmq.client.topics import describe, require_aligned
+from kmq.config import Config, QueueConfig
+from kmq.core.errors import KmqError
 from kmq.core.lease_state import PartitionState
+from kmq.core.markers import BadMarker, decode_record
 
-__all__ = ["PartitionStatus", "collect", "tracker_metrics", "high_waters", "age_text"]
+__all__ = ["PartitionStatus", "collect", "tracker_metrics", "age_text"]
 
 
 @dataclass(frozen=True)
@@ -42,73 +39,29 @@ class PartitionStatus:
     dlq_missing: bool = False  # the DLQ topic does not exist (dead letters wait, see docs/operations.md)
 
 
-def _committed(cfg: Config, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-    c = make_consumer(cfg.kafka, group_id=group, enable_auto_commit=False)
-    try:
-        return {tp: c.committed(tp) for tp in tps}
-    finally:
-        c.close()
-
-
-def high_waters(cfg: Config, tps: list[TopicPartition], timeout_s: float = 10.0) -> tuple[dict, dict]:
-    """(high-water, log start) per partition: seek to the beginning and fetch once."""
-    c = make_consumer(cfg.kafka, enable_auto_commit=False, max_partition_fetch_bytes=1024, fetch_max_wait_ms=50)
-    try:
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        starts = {tp: c.position(tp) for tp in tps}
-        deadline = time.monotonic() + timeout_s
-        while any(c.highwater(tp) is None for tp in tps):
-            c.poll(timeout_ms=100, max_records=1)
-            if time.monotonic() > deadline:
-                raise KmqError("timed out reading high-water marks: is the broker healthy?")
-        return {tp: c.highwater(tp) for tp in tps}, starts
-    finally:
-        c.close()
-
-
-def _replay(cfg: Config, q: QueueConfig, tps: list[TopicPartition], start: dict, now_ms: int,
-            timeout_s: float) -> dict[int, tuple[PartitionState, int]]:
-    states = {tp.partition: (PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000)), 0)
-              for tp in tps}
-    c = make_consumer(cfg.kafka, enable_auto_commit=False, max_poll_records=5000, fetch_max_wait_ms=50)
-    try:
-        c.assign(tps)
-        for tp in tps:
-            if start.get(tp) is None:
-                c.seek_to_beginning(tp)
+def _replay(reader: LogReader, q: QueueConfig, tps: list[Partition],
+            start: dict[Partition, int | None]) -> dict[int, tuple[PartitionState, int]]:
+    """Each markers partition replayed from ``start`` to its end, as a new tracker owner would:
+    (state, bad markers) per partition."""
+    states = {p: PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
+              for _t, p in tps}
+    bad = dict.fromkeys(states, 0)
+    for (_t, p), records in reader.scan({tp: start.get(tp) for tp in tps}):
+        st = states[p]
+        for rec in records:
+            marker = decode_record(rec.key, rec.value, p)
+            if isinstance(marker, BadMarker):
+                st.skip(rec.offset)
+                bad[p] += 1
             else:
-                c.seek(tp, start[tp])
-        target: dict[TopicPartition, int] = {}
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for tp, recs in c.poll(timeout_ms=100).items():
-                st, bad = states[tp.partition]
-                for rec in recs:
-                    if tp in target and rec.offset >= target[tp]:
-                        break
-                    try:
-                        if decode_key(rec.key) != tp.partition:
-                            raise MarkerDecodeError("key names another partition")
-                        st.apply(decode(rec.value), rec.offset, rec.timestamp)
-                    except MarkerDecodeError:
-                        st.skip(rec.offset)
-                        bad += 1
-                states[tp.partition] = (st, bad)
-            for tp in tps:
-                if tp not in target and c.highwater(tp) is not None:
-                    target[tp] = c.highwater(tp)
-            if len(target) == len(tps) and all(c.position(tp) >= target[tp] for tp in tps):
-                return states
-            if time.monotonic() > deadline:
-                raise KmqError(f"replaying the markers of {q.name} took longer than {timeout_s:g}s")
-    finally:
-        c.close()
+                st.apply(marker, rec.offset, rec.timestamp)
+    return {p: (st, bad[p]) for p, st in states.items()}
 
 
 def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_group: str | None = None,
-            now_ms: int | None = None, timeout_s: float = 60.0) -> list[PartitionStatus]:
-    """Per queue partition: in-flight, oldest age, queue lag, marker lag, DLQ size."""
+            now_ms: int | None = None, timeout_s: float = 30.0) -> list[PartitionStatus]:
+    """Per queue partition: in-flight, oldest age, queue lag, marker lag, DLQ size.
+    ``timeout_s``: how long a read waits for an answer from the broker."""
     q = cfg.queue(queue)
     layout = describe(cfg.kafka, q)
     if layout.dlq_partitions is None and layout.queue_partitions is not None and layout.markers_partitions is not None:
@@ -117,32 +70,35 @@ def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_g
         layout, dlq_missing = require_aligned(cfg.kafka, q), False
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     n = layout.queue_partitions or 0
-    qtps = [TopicPartition(q.name, p) for p in range(n)]
-    mtps = [TopicPartition(q.markers_topic, p) for p in range(n)]
-    dtps = [TopicPartition(q.dlq_topic, p) for p in range(layout.dlq_partitions or 0)]
+    qtps = [(q.name, p) for p in range(n)]
+    mtps = [(q.markers_topic, p) for p in range(n)]
+    dtps = [(q.dlq_topic, p) for p in range(layout.dlq_partitions or 0)]
+    reader = open_log_reader(cfg.kafka, timeout_s)
     try:
-        with broker_errors(cfg.kafka):
-            worker_off = _committed(cfg, workers_group or cfg.consumer.group_id, qtps)
-            tracker_off = _committed(cfg, tracker_group or cfg.tracker.group_id, mtps)
-            hws, starts = high_waters(cfg, qtps + mtps + dtps)
-            states = _replay(cfg, q, mtps, tracker_off, now_ms, timeout_s)
-    except KafkaError as exc:
-        raise KmqError(f"reading the state of {q.name} failed: {exc}") from exc
+        worker_off = reader.committed(workers_group or cfg.consumer.group_id, qtps)
+        tracker_off = reader.committed(tracker_group or cfg.tracker.group_id, mtps)
+        bounds = reader.bounds(qtps + mtps + dtps)
+        states = _replay(reader, q, mtps, tracker_off)
+    except LogReadError as exc:
+        raise LogReadError(f"reading the state of {q.name} failed: {exc}") from exc
+    finally:
+        reader.close()
     out = []
     for p in range(n):
         qtp, mtp = qtps[p], mtps[p]
         st, bad = states[p]
-        wc = worker_off[qtp]
-        tc = tracker_off[mtp]
+        wc, tc = worker_off[qtp], tracker_off[mtp]
+        (q_start, q_end), (m_start, m_end) = bounds[qtp], bounds[mtp]
         dlq = None
         if p < len(dtps):
-            dlq = hws[dtps[p]] - starts[dtps[p]]
+            d_start, d_end = bounds[dtps[p]]
+            dlq = d_end - d_start
         out.append(PartitionStatus(
             partition=p, in_flight=st.in_flight, oldest_age_s=st.oldest_age_s(now_ms),
-            queue_lag=hws[qtp] - (wc if wc is not None else starts[qtp]),
-            marker_lag=hws[mtp] - (tc if tc is not None else starts[mtp]),
+            queue_lag=q_end - (wc if wc is not None else q_start),
+            marker_lag=m_end - (tc if tc is not None else m_start),
             dlq_size=dlq, bad_markers=bad,
-            markers_lost=max(0, starts[mtp] - tc) if tc is not None else 0,
+            markers_lost=max(0, m_start - tc) if tc is not None else 0,
             dlq_missing=dlq_missing,
         ))
     return out

@@ -27,15 +27,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from kafka import TopicPartition
-from kafka.errors import KafkaError
-
-from kmq.client.kafka_python.clients import broker_errors, consumer as make_consumer
-from kmq.config import Config, QueueConfig
-from kmq.core.errors import KmqError, MarkerDecodeError, TraceError
-from kmq.core.markers import Start, decode, decode_key
-from kmq.core.message import origin_of
+from kmq.client import LogReadError, Partition, open_log_reader
 from kmq.client.topics import require_aligned
+from kmq.config import Config, QueueConfig
+from kmq.core.errors import TraceError
+from kmq.core.markers import Start, decode_record
+from kmq.core.message import origin_of
 from kmq.core.trace import Trace, TraceBuilder, parse_origin
 
 __all__ = ["trace", "Progress", "MAX_KEY_MATCHES"]
@@ -68,18 +65,16 @@ def trace(cfg: Config, queue: str, *, origin: str | None = None, key: str | None
     q = cfg.queue(queue)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     since_ms = None if since_s is None else now_ms - int(since_s * 1000)
+    layout = require_aligned(cfg.kafka, q)
+    n = layout.queue_partitions or 0
+    reader = _Reader(cfg, q, since_ms, progress, timeout_s)
     try:
-        with broker_errors(cfg.kafka):
-            layout = require_aligned(cfg.kafka, q)
-            n = layout.queue_partitions or 0
-            reader = _Reader(cfg, q, since_ms, progress, timeout_s)
-            try:
-                return _trace(reader, cfg, q, n, layout.dlq_partitions or 0, origin, key, partition, offset,
-                              tracker_group or cfg.tracker.group_id, workers_group or cfg.consumer.group_id, now_ms)
-            finally:
-                reader.close()
-    except KafkaError as exc:
-        raise KmqError(f"reading the history of {queue} failed: {exc}") from exc
+        return _trace(reader, cfg, q, n, layout.dlq_partitions or 0, origin, key, partition, offset,
+                      tracker_group or cfg.tracker.group_id, workers_group or cfg.consumer.group_id, now_ms)
+    except LogReadError as exc:
+        raise LogReadError(f"reading the history of {queue} failed: {exc}") from exc
+    finally:
+        reader.close()
 
 
 def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin, key, partition, offset,
@@ -94,12 +89,12 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
         origin = r.origin_at(partition, offset)
         offset = parse_origin(origin)[2]  # a copy names its first delivery: read from there
     partitions = range(n) if key is not None else [partition]
-    markers_tps = [TopicPartition(q.markers_topic, p) for p in partitions]
+    markers_tps = [(q.markers_topic, p) for p in partitions]
     committed = r.committed(tracker_group, markers_tps)
     if r.since_ms is not None:
         window = _Window(r.offsets_at(markers_tps), "since")
     else:
-        window = _Window({tp.partition: committed[tp] for tp in markers_tps if committed[tp] is not None},
+        window = _Window({tp[1]: committed[tp] for tp in markers_tps if committed[tp] is not None},
                          "tracker committed offset")
     builders: dict[str, TraceBuilder] = {}
     for p in partitions:
@@ -119,10 +114,10 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
         r.feed_markers(p, window.markers_from.get(p), bs)
     for dp in sorted({p % dlq_n for p in by_partition} if dlq_n else ()):
         r.feed_dlq(dp, [b for bs in by_partition.values() for b in bs])
-    workers = r.committed(workers_group, [TopicPartition(q.name, p) for p in by_partition])
+    workers = r.committed(workers_group, [(q.name, p) for p in by_partition])
     out = []
     for o, b in builders.items():
-        t = b.result(now_ms, workers.get(TopicPartition(q.name, b.partition)))
+        t = b.result(now_ms, workers.get((q.name, b.partition)))
         scan = {"since_ms": r.since_ms, "markers_from": window.markers_from.get(b.partition),
                 "markers_from_source": window.markers_source if b.partition in window.markers_from else "log start",
                 "records_read": r.records_read, "bad_markers": b.bad_markers}
@@ -131,77 +126,51 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
 
 
 class _Reader:
-    """One unsubscribed consumer, reassigned to one partition at a time."""
+    """One :class:`~kmq.client.api.LogReader`, reading one partition at a time."""
 
     def __init__(self, cfg: Config, q: QueueConfig, since_ms: int | None, progress: Progress | None,
                  timeout_s: float) -> None:
-        self.cfg, self.q, self.since_ms, self.progress, self.timeout_s = cfg, q, since_ms, progress, timeout_s
+        self.cfg, self.q, self.since_ms, self.progress = cfg, q, since_ms, progress
         self.records_read = 0
-        self.c = make_consumer(cfg.kafka, enable_auto_commit=False, max_poll_records=5000, fetch_max_wait_ms=50)
+        self.reader = open_log_reader(cfg.kafka, timeout_s)
 
     def close(self) -> None:
-        self.c.close()
+        self.reader.close()
 
-    def committed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        g = make_consumer(self.cfg.kafka, group_id=group, enable_auto_commit=False)
-        try:
-            return {tp: g.committed(tp) for tp in tps}
-        finally:
-            g.close()
+    def committed(self, group: str, tps: list[Partition]) -> dict[Partition, int | None]:
+        return self.reader.committed(group, tps)
 
-    def offsets_at(self, tps: list[TopicPartition]) -> dict[int, int]:
-        """First offset at or after ``since`` per partition (log start when the broker has none)."""
-        found = self.c.offsets_for_times({tp: self.since_ms for tp in tps})
-        return {tp.partition: (found[tp].offset if found.get(tp) is not None else self._end(tp)) for tp in tps}
+    def offsets_at(self, tps: list[Partition]) -> dict[int, int]:
+        """First offset at or after ``since`` per partition (the log end when there is none)."""
+        found = self.reader.offsets_at(tps, self.since_ms)
+        return {tp[1]: (off if off is not None else self._end(tp)) for tp, off in found.items()}
 
     def offset_at(self, topic: str, p: int) -> int:
-        return 0 if self.since_ms is None else self.offsets_at([TopicPartition(topic, p)])[p]
+        return 0 if self.since_ms is None else self.offsets_at([(topic, p)])[p]
 
-    def _end(self, tp: TopicPartition) -> int:
-        # No record at or after ``since``: start at the end (the high-water mark, read by a fetch).
-        self.c.assign([tp])
-        self.c.seek_to_beginning(tp)
-        deadline = time.monotonic() + self.timeout_s
-        while self.c.highwater(tp) is None:
-            self.c.poll(timeout_ms=100, max_records=1, update_offsets=False)
-            if time.monotonic() > deadline:
-                raise KmqError("timed out reading high-water marks: is the broker healthy?")
-        return self.c.highwater(tp)
+    def _end(self, tp: Partition) -> int:
+        return self.reader.high_waters({tp: None})[tp]
 
-    def _scan(self, tp: TopicPartition, start: int | None) -> Iterator:
-        """Records of ``tp`` from ``start`` (None: log start) up to the high-water mark of the first fetch."""
-        self.c.assign([tp])
-        if start is None:
-            self.c.seek_to_beginning(tp)
-        else:
-            self.c.seek(tp, start)
-        first = self.c.position(tp)
-        target = None
+    def _scan(self, tp: Partition, start: int | None) -> Iterator:
+        """Records of ``tp`` from ``start`` (None: log start) to the end of its log as the read found it."""
+        total = None
+        if self.progress is not None:
+            first, end = self.reader.bounds([tp])[tp]
+            total = max(0, end - (first if start is None else max(first, start)))
         done = 0
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            got = self.c.poll(timeout_ms=100).get(tp, [])
-            for rec in got:
-                if target is not None and rec.offset >= target:
-                    break
-                done += 1
-                if self.since_ms is None or rec.timestamp >= self.since_ms:
-                    yield rec
-            if got:
-                deadline = time.monotonic() + self.timeout_s
-            if target is None and self.c.highwater(tp) is not None:
-                target = self.c.highwater(tp)
-            if target is not None:
-                if self.progress is not None:
-                    self.progress(tp.topic, tp.partition, done, max(0, target - first))
-                if self.c.position(tp) >= target:
-                    self.records_read += done
-                    return
-            if time.monotonic() > deadline:
-                raise KmqError(f"timed out reading {tp.topic}[{tp.partition}]: is the broker healthy?")
+        try:
+            for _tp, records in self.reader.scan({tp: start}):
+                done += len(records)
+                for rec in records:
+                    if self.since_ms is None or rec.timestamp >= self.since_ms:
+                        yield rec
+                if total is not None:
+                    self.progress(tp[0], tp[1], done, max(total, done))
+        finally:
+            self.records_read += done
 
     def origin_at(self, p: int, offset: int) -> str:
-        tp = TopicPartition(self.q.name, p)
+        tp = (self.q.name, p)
         since, self.since_ms = self.since_ms, None  # the named record itself, whatever its age
         try:
             for rec in self._scan(tp, offset):
@@ -216,17 +185,14 @@ class _Reader:
     def oldest_started(self, p: int, window: _Window) -> int | None:
         """Smallest queue offset a START names in the scanned markers (``--key`` without ``--since``)."""
         lowest = None
-        for rec in self._scan(TopicPartition(self.q.markers_topic, p), window.markers_from.get(p)):
-            try:
-                m = decode(rec.value)
-            except MarkerDecodeError:
-                continue
-            if isinstance(m, Start) and m.ranges:
+        for rec in self._scan((self.q.markers_topic, p), window.markers_from.get(p)):
+            m = decode_record(rec.key, rec.value, p)
+            if isinstance(m, Start):
                 lowest = m.ranges[0].first if lowest is None else min(lowest, m.ranges[0].first)
-        return lowest if lowest is not None else self._end(TopicPartition(self.q.name, p))
+        return lowest if lowest is not None else self._end((self.q.name, p))
 
     def feed_queue(self, p: int, start: int | None, builders: dict[str, TraceBuilder], key: bytes | None) -> None:
-        for rec in self._scan(TopicPartition(self.q.name, p), start):
+        for rec in self._scan((self.q.name, p), start):
             o = origin_of(rec.headers, self.q.name, p, rec.offset)
             if key is not None and rec.key == key and o not in builders:
                 builders[o] = TraceBuilder(self.q.name, o)
@@ -235,17 +201,13 @@ class _Reader:
                 b.add_queue_record(p, rec.offset, rec.timestamp, rec.key, rec.headers)
 
     def feed_markers(self, p: int, start: int | None, builders: list[TraceBuilder]) -> None:
-        for rec in self._scan(TopicPartition(self.q.markers_topic, p), start):
-            try:
-                if decode_key(rec.key) != p:
-                    continue
-            except MarkerDecodeError:
-                pass  # counted by the builders
+        # Each builder decodes (and checks the key: a marker keyed for another partition is a bad one).
+        for rec in self._scan((self.q.markers_topic, p), start):
             for b in builders:
                 b.add_marker_record(rec.offset, rec.timestamp, rec.key, rec.value)
 
     def feed_dlq(self, dp: int, builders: list[TraceBuilder]) -> None:
-        tp = TopicPartition(self.q.dlq_topic, dp)
+        tp = (self.q.dlq_topic, dp)
         start = self.offsets_at([tp])[dp] if self.since_ms is not None else None
         for rec in self._scan(tp, start):
             for b in builders:

@@ -1,7 +1,7 @@
 """Batch-wise marker decoding for the lag job (pure: no Spark import).
 
-One implementation of the wire format: every value goes through
-:func:`kmq.core.markers.decode`. Undecodable records become type ``BAD`` rows
+One implementation of the wire format: every record goes through
+:func:`kmq.core.markers.decode_record`. Undecodable records become type ``BAD`` rows
 (counted by the job, never fatal).
 """
 
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kmq.core.errors import MarkerDecodeError
-from kmq.core.markers import Closed, decode, decode_key, encode_key
+from kmq.core.markers import BadMarker, Closed, decode_record
 
 __all__ = ["DECODED_COLUMNS", "decode_batch"]
 
@@ -26,29 +25,22 @@ def decode_batch(
 ) -> dict[str, list]:
     """Decode marker records column-wise; returns :data:`DECODED_COLUMNS` as lists."""
     out: dict[str, list] = {c: [] for c in DECODED_COLUMNS}
-    expected_keys: dict[int, bytes] = {}
     for p, off, ts, key, value in zip(partitions, offsets, timestamps_ms, keys, values):
         firsts: list[int] = []
         counts: list[int] = []
         outcome = None
         error = None
-        try:
-            want = expected_keys.get(p)
-            if want is None:
-                want = expected_keys[p] = encode_key(p)
-            if key != want:  # the common case skips decode_key
-                qp = decode_key(key)
-                raise MarkerDecodeError(f"marker for queue partition {qp} found in markers partition {p}")
-            m = decode(value)
+        m = decode_record(key, value, p)
+        if isinstance(m, BadMarker):
+            mtype = "BAD"
+            error = m.reason
+        else:
             mtype = m.TYPE.name
             for r in m.ranges:
                 firsts.append(r.first)
                 counts.append(r.count)
             if isinstance(m, Closed):
                 outcome = int(m.outcome)
-        except MarkerDecodeError as exc:
-            mtype = "BAD"
-            error = exc.reason
         out["partition"].append(p)
         out["moffset"].append(off)
         out["ts_ms"].append(ts)

@@ -34,19 +34,19 @@ Options (Spark lower-cases option keys; both spellings work):
   the tasks run). The driver plans with kafka-python either way.
 
 Offsets are ``{"topic": {"partition": next_offset}}``, as in Spark's source.
-The end of a partition is the high-water mark reported by a fetch
-(``consumer.highwater``), never a latest-offset look-up, which some brokers
-answer wrongly. New partitions are discovered on metadata refresh (every
-``metadataMaxAgeMs``, default 5000) and read from their earliest offset.
-Consumers are reused: one per reader on the driver, one cached per Python
-worker process for the tasks.
+The end of a partition is the high-water mark reported by a fetch made now,
+never a latest-offset look-up, which some brokers answer wrongly. Driver and
+tasks read through the client seam's :class:`~kmq.client.api.LogReader`
+(:mod:`kmq.core.scan_cursor` decides where a read ends and what a deleted
+offset means). New partitions are discovered on metadata refresh (every
+``metadataMaxAgeMs``, default 5000) and read from their earliest offset. Readers are reused: one per
+stream reader on the driver, one cached per Python worker process for the tasks.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from typing import Any, Iterator, Sequence
 
@@ -54,6 +54,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from kmq.client import LogReadError, open_log_reader, require_client
+from kmq.config import KafkaConfig
 from kmq.core.errors import KmqError
 from kmq.spark.arrow_rows import ARROW_CHUNK_SCHEMA, ARROW_SCHEMA, ARROW_SCHEMA_NO_HEADERS, ROWS_PER_ARROW_BATCH
 
@@ -123,64 +125,63 @@ def client_kwargs_from_options(options) -> dict[str, Any]:
     return kw
 
 
-def _kafka_python_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
-    """kafka-python arguments from :func:`client_kwargs_from_options` (JSON-safe) ones: the OAUTHBEARER
-    token source becomes a token provider, built in the process that connects."""
-    out = dict(kw)
-    # Resume within about a second of a broker's return (kafka-python's default backs off up to 30 s).
-    from kmq.client.kafka_python.clients import RECONNECT_BACKOFF_MAX_MS
-
-    out.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
-    token_file = out.pop("sasl_oauth_token_file", None)
-    token_command = out.pop("sasl_oauth_token_command", None)
-    if token_file or token_command:
-        from kmq.client.oauth import TokenProvider
-
-        out["sasl_oauth_token_provider"] = TokenProvider(token_file=token_file, token_command=token_command)
-    return out
-
-
 def _bool(value: Any, default: bool) -> bool:
     if value is None:
         return default
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-# ------------------------------------------------------------------ consumers
-_WORKER_CONSUMERS: dict[str, Any] = {}
+# ------------------------------------------------------------------ readers
+_TASK_READERS: dict[tuple[str, str, int], Any] = {}
 
 
-def _worker_consumer(client_json: str):
-    """One cached consumer per Python worker process and client configuration."""
-    from kafka import KafkaConsumer
+def kafka_config_from_kwargs(kw: dict[str, Any], client: str) -> KafkaConfig:
+    """The :class:`KafkaConfig` of the source's (kafka-python named, JSON-safe) client arguments."""
+    return KafkaConfig(
+        bootstrap_servers=",".join(kw["bootstrap_servers"]),
+        security_protocol=kw.get("security_protocol", "PLAINTEXT"),
+        sasl_mechanism=kw.get("sasl_mechanism"),
+        sasl_username=kw.get("sasl_plain_username"),
+        sasl_password=kw.get("sasl_plain_password"),
+        ssl_cafile=kw.get("ssl_cafile"),
+        ssl_certfile=kw.get("ssl_certfile"),
+        ssl_keyfile=kw.get("ssl_keyfile"),
+        ssl_password=kw.get("ssl_password"),
+        ssl_check_hostname=kw.get("ssl_check_hostname", True),
+        sasl_oauth_token_file=kw.get("sasl_oauth_token_file"),
+        sasl_oauth_token_command=kw.get("sasl_oauth_token_command"),
+        client_id=kw.get("client_id", "kmq-spark"),
+        client=client,
+    )
 
-    c = _WORKER_CONSUMERS.get(client_json)
-    if c is None:
-        kw = _kafka_python_kwargs(json.loads(client_json))
-        c = KafkaConsumer(
-            **kw,
-            enable_auto_commit=False,
-            auto_offset_reset="none",
-            fetch_max_wait_ms=100,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-            fetch_max_bytes=32 * 1024 * 1024,
-        )
-        _WORKER_CONSUMERS[client_json] = c
-    return c
+
+def _task_reader(part: "KafkaInputPartition") -> Any:
+    """One cached :class:`~kmq.client.api.LogReader` per Python worker process, client and configuration."""
+    client = getattr(part, "client", "kafka-python")
+    key = (client, part.client_json, part.poll_timeout_ms)
+    reader = _TASK_READERS.get(key)
+    if reader is None:
+        kafka = kafka_config_from_kwargs(json.loads(part.client_json), client)
+        if client == "confluent":
+            from kmq.spark.source_confluent import BATCH, SETTINGS
+
+            reader = open_log_reader(kafka, part.poll_timeout_ms / 1000, batch=BATCH, **SETTINGS)
+        else:
+            reader = open_log_reader(kafka, part.poll_timeout_ms / 1000, fetch_max_wait_ms=100,
+                                     max_poll_records=50_000, max_partition_fetch_bytes=4 * 1024 * 1024,
+                                     fetch_max_bytes=32 * 1024 * 1024)
+        _TASK_READERS[key] = reader
+    return reader
 
 
 def close_task_consumers(client_json: str) -> None:
-    """Close this process's cached task consumers for ``client_json`` (either client).
+    """Close this process's cached task readers for ``client_json`` (either client).
 
-    Spark runs tasks in its Python worker processes, whose cached consumers live as long as
+    Spark runs tasks in its Python worker processes, whose cached readers live as long as
     they do. A process that ran tasks itself (a local read, a test) closes them when its stream
     stops, so no consumer is left polling the brokers; in the driver of a real job there are none."""
-    c = _WORKER_CONSUMERS.pop(client_json, None)
-    if c is not None:
-        c.close()
-    confluent = sys.modules.get("kmq.spark.source_confluent")  # only loaded where a task read with it
-    if confluent is not None:
-        confluent.close_cached_consumer(client_json)
+    for key in [k for k in _TASK_READERS if k[1] == client_json]:
+        _TASK_READERS.pop(key).close()
 
 
 class KafkaInputPartition(InputPartition):
@@ -205,65 +206,48 @@ class KafkaInputPartition(InputPartition):
 def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     """Records ``start..end-1`` of one partition as Arrow batches (runs in a task)."""
     if getattr(part, "client", "kafka-python") == "confluent":
-        from kmq.spark.source_confluent import read_partition_confluent
-
-        yield from read_partition_confluent(part, _arrow, SourceError, DataLossError)
-        return
-    from kafka import TopicPartition
-    from kafka.errors import OffsetOutOfRangeError
-
-    consumer = _worker_consumer(part.client_json)
-    tp = TopicPartition(part.topic, part.partition)
-    consumer.assign([tp])
-    consumer.seek(tp, part.start)
-    cols: dict[str, list] = {n: [] for n in ARROW_SCHEMA.names}
+        from kmq.spark.source_confluent import append_columns
+    else:
+        append_columns = _append_kafka_python
+    reader = _task_reader(part)
     with_headers = getattr(part, "include_headers", True)
-    position = part.start
-    last_progress = time.monotonic()
-    while position < part.end:
-        try:
-            batch = consumer.poll(timeout_ms=200, max_records=50_000)
-        except OffsetOutOfRangeError:
-            earliest = consumer.beginning_offsets([tp])[tp]
-            if earliest <= position:
-                raise SourceError(
-                    f"{part.topic}[{part.partition}]: offset {position} is out of range although the log starts at "
-                    f"{earliest}: was the topic deleted and recreated? Restart the job with a new checkpoint"
-                ) from None
-            if part.fail_on_data_loss:
-                raise DataLossError(
-                    f"{part.topic}[{part.partition}]: offsets {position}..{earliest - 1} were deleted (retention) "
-                    "before the job read them; set failOnDataLoss=false to skip them, or restart with a new checkpoint"
-                ) from None
-            log.warning("%s[%d]: skipping deleted offsets %d..%d", part.topic, part.partition, position, earliest - 1)
-            position = earliest
-            consumer.seek(tp, position)
-            continue
-        records = batch.get(tp, [])
-        if records:
-            last_progress = time.monotonic()
-        for r in records:
-            if r.offset >= part.end:
-                break
-            cols["key"].append(r.key)
-            cols["value"].append(r.value)
-            cols["offset"].append(r.offset)
-            cols["timestamp"].append(r.timestamp * 1000)
-            cols["timestampType"].append(r.timestamp_type)
-            if with_headers:
-                cols["headers"].append([{"key": k, "value": v} for k, v in (r.headers or [])])
-        pos = consumer.position(tp)
-        position = max(position, pos if pos is not None else position)
-        if len(cols["offset"]) >= ROWS_PER_ARROW_BATCH:
-            yield _arrow(cols, part)
-            cols = {n: [] for n in ARROW_SCHEMA.names}
-        if position < part.end and time.monotonic() - last_progress > part.poll_timeout_ms / 1000:
-            raise SourceError(
-                f"{part.topic}[{part.partition}]: no records for {part.poll_timeout_ms} ms at offset {position}, "
-                f"expected up to {part.end - 1}; is the broker reachable?"
-            )
+    cols: dict[str, list] = {n: [] for n in ARROW_SCHEMA.names}
+    try:
+        for batch in reader.batches(part.topic, part.partition, part.start, part.end,
+                                    lambda deleted: _deleted(part, deleted)):
+            append_columns(cols, batch, with_headers)
+            if len(cols["offset"]) >= ROWS_PER_ARROW_BATCH:
+                yield _arrow(cols, part)
+                cols = {n: [] for n in ARROW_SCHEMA.names}
+    except LogReadError as exc:
+        raise SourceError(f"{exc}; expected offsets up to {part.end - 1}. Is the broker reachable? A recreated "
+                          "topic needs a restart with a new checkpoint") from exc
     if cols["offset"]:
         yield _arrow(cols, part)
+
+
+def _append_kafka_python(cols: dict[str, list], records: list, with_headers: bool) -> None:
+    """Append kafka-python ``ConsumerRecord``\\ s to the source's column lists."""
+    keys, values, offs, stamps, kinds, hdrs = (cols["key"], cols["value"], cols["offset"], cols["timestamp"],
+                                               cols["timestampType"], cols["headers"])
+    for r in records:
+        keys.append(r.key)
+        values.append(r.value)
+        offs.append(r.offset)
+        stamps.append(r.timestamp * 1000)
+        kinds.append(r.timestamp_type)
+        if with_headers:
+            hdrs.append([{"key": k, "value": v} for k, v in (r.headers or [])])
+
+
+def _deleted(part: KafkaInputPartition, deleted: Any) -> None:
+    """Offsets of the task's range deleted (retention) before it read them: fail or skip (failOnDataLoss)."""
+    r = deleted.offsets
+    if part.fail_on_data_loss:
+        raise DataLossError(
+            f"{part.topic}[{part.partition}]: offsets {r.first}..{r.last} were deleted (retention) "
+            "before the job read them; set failOnDataLoss=false to skip them, or restart with a new checkpoint")
+    log.warning("%s[%d]: skipping deleted offsets %d..%d", part.topic, part.partition, r.first, r.last)
 
 
 def _arrow(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
@@ -330,75 +314,60 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self.client not in ("kafka-python", "confluent"):
             raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {self.client!r}")
         if self.client == "confluent":
-            from kmq.client import require_client
-
             require_client("confluent")  # the driver's Python has the extra; the tasks' must too
-        self._consumer = None
+        self._reader = None
         self._hw: dict[tuple[str, int], int] = {}
+        self._counts: dict[str, tuple[int, float | None]] = {}  # topic -> (partitions, when asked)
 
     # -- helpers
-    def _client(self):
-        if self._consumer is None:
-            from kafka import KafkaConsumer
-
-            self._consumer = KafkaConsumer(
-                **_kafka_python_kwargs(self.client_kwargs),
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                fetch_max_wait_ms=50,
-                max_partition_fetch_bytes=1,  # the driver only wants high-water marks
-                metadata_max_age_ms=self.metadata_max_age_ms,
-            )
-        return self._consumer
+    def _log(self):
+        """The driver's :class:`~kmq.client.api.LogReader` (kafka-python: it only plans)."""
+        if self._reader is None:
+            kafka = kafka_config_from_kwargs(self.client_kwargs, "kafka-python")
+            self._reader = open_log_reader(kafka, self.poll_timeout_ms / 1000, fetch_max_wait_ms=50,
+                                           max_partition_fetch_bytes=1,  # the driver only wants high-water marks
+                                           metadata_max_age_ms=self.metadata_max_age_ms)
+        return self._reader
 
     def _partitions(self) -> list[tuple[str, int]]:
-        c = self._client()
+        """The topics' partitions, asked of the cluster at most every ``metadataMaxAgeMs``; while it
+        does not answer (an outage) the last known ones, so planning rides through."""
+        now = time.monotonic()
         out = []
         for t in self.topics:
-            parts = c.partitions_for_topic(t)
-            if parts is None:
-                c.topics()  # force a metadata refresh once
-                parts = c.partitions_for_topic(t)
-            if not parts:
+            n, asked = self._counts.get(t, (0, None))
+            if asked is None or now - asked >= self.metadata_max_age_ms / 1000:
+                try:
+                    n, asked = self._log().partition_count(t), now
+                except LogReadError as exc:
+                    if not n:
+                        raise SourceError(f"the partitions of {t!r} could not be read: {exc}") from exc
+                    log.warning("partitions of %s not refreshed (%s); planning with the %d known", t, exc, n)
+                else:
+                    self._counts[t] = (n, asked)
+            if not n:
                 raise SourceError(f"topic {t!r} does not exist (create it first, e.g. `kmq topics create`)")
-            out.extend((t, p) for p in sorted(parts))
+            out.extend((t, p) for p in range(n))
         return out
 
     def _earliest(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        from kafka import TopicPartition
-
         if not tps:
             return {}
-        got = self._client().beginning_offsets([TopicPartition(t, p) for t, p in tps])
-        return {(tp.topic, tp.partition): off for tp, off in got.items()}
+        return {tp: start for tp, (start, _end) in self._call(self._log().bounds, tps).items()}
 
     def _high_water(self, tps: Sequence[tuple[str, int]], floor: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """High-water marks from one fetch (positions start at the last known end)."""
-        from kafka import TopicPartition
+        """High-water marks from a fetch made now (at the last known end: a short read)."""
+        starts = {tp: max(self._hw.get(tp, 0), floor.get(tp, 0)) for tp in tps}
+        for tp, v in self._call(self._log().high_waters, starts).items():
+            self._hw[tp] = max(self._hw.get(tp, 0), v)
+        return {tp: self._hw[tp] for tp in tps}
 
-        c = self._client()
-        want = [TopicPartition(t, p) for t, p in tps]
-        if set(c.assignment()) != set(want):
-            c.assign(want)
-        from kmq.client.kafka_python.consumer import forget_highwater
-
-        for tp in want:
-            key = (tp.topic, tp.partition)
-            c.seek(tp, max(self._hw.get(key, 0), floor.get(key, 0)))
-        # Forget the last fetch's high-water marks so only a fresh fetch response counts.
-        forget_highwater(c, want)
-        deadline = time.monotonic() + self.poll_timeout_ms / 1000
-        while True:
-            c.poll(timeout_ms=100, max_records=1)
-            known = {(tp.topic, tp.partition): c.highwater(tp) for tp in want}
-            if all(v is not None for v in known.values()):
-                break
-            if time.monotonic() > deadline:
-                missing = [f"{t}[{p}]" for (t, p), v in known.items() if v is None]
-                raise SourceError(f"no fetch response with a high-water mark for {', '.join(missing)}")
-        for key, v in known.items():
-            self._hw[key] = max(self._hw.get(key, 0), v)
-        return {key: self._hw[key] for key in known}
+    @staticmethod
+    def _call(fn, *args):
+        try:
+            return fn(*args)
+        except LogReadError as exc:
+            raise SourceError(f"planning the next batch failed: {exc}") from exc
 
     # -- DataSourceStreamReader
     def initialOffset(self) -> dict:
@@ -460,9 +429,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         """Offsets live in Spark's checkpoint; nothing to do."""
 
     def stop(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         close_task_consumers(self.client_json)
 
 

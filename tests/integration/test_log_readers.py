@@ -3,9 +3,14 @@ every requested offset is found or reported missing, and the end of the log is f
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 
 from kmq.client.kafka_python import clients
+from kmq.client.topics import ensure_topics
 from kmq.client.kafka_python.log_reader import LogReader
 
 pytestmark = pytest.mark.integration
@@ -47,3 +52,54 @@ def test_reads_exact_offsets_reports_the_rest_and_the_log_end(queue_topics, kafk
         assert reader.partition_count(q.name) == 2 and reader.partition_count("no-such-topic-kmq") == 0
     finally:
         reader.close()
+
+
+@pytest.fixture
+def own_broker():
+    """An embedded broker of this test's own: it is paused (SIGSTOP), which must not stall the session's broker."""
+    from kmq.dev.broker import DevBroker
+
+    broker = DevBroker()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def _paused(broker, seconds: float) -> threading.Timer:
+    """Stop the broker process now and let it go on after ``seconds`` (a GC pause, a leader move)."""
+    os.kill(broker.pid, signal.SIGSTOP)
+    timer = threading.Timer(seconds, os.kill, (broker.pid, signal.SIGCONT))
+    timer.start()
+    return timer
+
+
+def test_a_broker_pause_during_a_read_delays_it_and_never_reports_offsets_missing(own_broker, make_config, kafka_client):
+    # The reader read this partition before (its client caches that fetch's high-water mark, 10); the log has
+    # grown since. A first fetch slower than the reader's idle rounds must not take the old mark for the end.
+    cfg = make_config(kafka={"bootstrap_servers": own_broker.bootstrap, "client": kafka_client})
+    q = cfg.queues[0]
+    ensure_topics(cfg.kafka, q, 1)
+    p = clients.producer(cfg.kafka)
+    try:
+        for i in range(10):
+            p.send(q.name, value=b"v%d" % i, partition=0)
+        p.flush()
+        reader = _reader(cfg, kafka_client)
+        try:
+            assert sorted(reader.read(q.name, 0, [(0, 10)]).records) == list(range(10))
+            for i in range(10, 30):
+                p.send(q.name, value=b"v%d" % i, partition=0)
+            p.flush()
+            timer = _paused(own_broker, 1.5)
+            try:
+                got = reader.read(q.name, 0, [(10, 20)])
+            finally:
+                timer.join()
+            assert [tuple(r) for r in got.missing] == [] and got.log_end is None
+            assert sorted(got.records) == list(range(10, 30))
+        finally:
+            reader.close()
+    finally:
+        p.close()

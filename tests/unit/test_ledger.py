@@ -7,7 +7,7 @@ from kmq.core.ledger import Ledger
 
 
 def _marker(mk, p=0):
-    return m.encode_key(p), m.encode(mk)
+    return m.encode_key(p), m.encode(mk), p
 
 
 def test_ack_redelivery_and_dlq_accounting():
@@ -21,7 +21,7 @@ def test_ack_redelivery_and_dlq_accounting():
     led.add_queue_record(0, 5, [("app", b"x"), ("kmq-origin", b"q/0/2"), ("kmq-delivery-count", b"2")])
     led.add_marker_record(*_marker(m.End([(5, 1)])))
     led.add_dlq_record(0, 0, [("kmq-origin", b"q/0/3"), ("kmq-dlq-reason", b"rejected")])
-    led.add_marker_record(b"\x00", b"garbage")
+    led.add_marker_record(b"\x00", b"garbage", 0)
     snap = led.snapshot()
     assert (snap.produced, snap.deliveries, snap.acked, snap.redelivered, snap.dead_lettered) == (5, 6, 3, 1, 1)
     assert snap.dlq_reasons == {"rejected": 1} and snap.bad_markers == 1

@@ -203,3 +203,24 @@ def test_fuzz_110k_random_and_mutated_values_only_raise_marker_decode_error():
             assert m.decode(m.encode(marker)) == marker  # whatever decodes is a valid marker
     assert decoded + rejected == 110_000
     assert rejected > 50_000 and decoded > 0
+
+
+# ------------------------------------------------------------------ decode_record: the one decoder of a markers record
+
+
+def test_decode_record_returns_the_marker_of_its_own_partition():
+    start = m.Start([(3, 2)], lease_ms=1000, owner="w")
+    assert m.decode_record(m.encode_key(4), m.encode(start), 4) == start
+    assert m.decode_record(bytearray(m.encode_key(0)), memoryview(m.encode(start)), 0) == start
+
+
+@pytest.mark.parametrize("key,value,reason", [
+    (m.encode_key(3), m.encode(m.End([(0, 1)])), "marker for queue partition 3 found in markers partition 1"),
+    (None, m.encode(m.End([(0, 1)])), "marker key must be 4 bytes, got 0"),
+    (b"\x00\x01", m.encode(m.End([(0, 1)])), "marker key must be 4 bytes, got 2"),
+    (b"\xff\xff\xff\xff", m.encode(m.End([(0, 1)])), "marker key holds negative partition -1"),
+    (m.encode_key(1), None, "marker value is empty (tombstone)"),
+    (m.encode_key(1), b"\x02\x01", "unknown marker version 2 (this build reads version 1)"),
+])
+def test_decode_record_names_why_a_record_is_bad_and_never_raises(key, value, reason):
+    assert m.decode_record(key, value, 1) == m.BadMarker(reason)

@@ -10,19 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kmq.core import markers as mk
-from kmq.core.errors import MarkerDecodeError
 from kmq.core.markers_bulk import BAD, decode_records
 
 
 def _reference(key, partition, value):
     """What kmq.core.markers says about one record: (type, ranges, outcome) or (BAD, reason)."""
-    try:
-        qp = mk.decode_key(key)
-        if qp != partition:
-            raise MarkerDecodeError(f"marker for queue partition {qp} found in markers partition {partition}")
-        m = mk.decode(value)
-    except MarkerDecodeError as exc:
-        return (BAD, exc.reason)
+    m = mk.decode_record(key, value, partition)
+    if isinstance(m, mk.BadMarker):
+        return (BAD, m.reason)
     outcome = int(m.outcome) if isinstance(m, mk.Closed) else 0
     return (int(m.TYPE), [(r.first, r.count) for r in m.ranges], outcome)
 

@@ -149,12 +149,13 @@ def test_queued_unknown_missing_and_not_found():
     assert TraceBuilder(Q, "q/0/0").result(now_ms=1).state == "not-found"
 
 
-def test_bad_markers_and_other_partitions_are_skipped():
+def test_bad_markers_and_markers_keyed_for_another_partition_are_counted_and_skipped():
     f = Feed()
     f.queue(0, 1000)
     f.b.add_marker_record(0, 1001, m.encode_key(0), b"\x01\x63")
-    f.marker(m.Start([(0, 1)], 1000, "w"), 1001, p=1)  # a marker of another queue partition
-    assert f.b.bad_markers == 1 and f.b.result(now_ms=1).kinds() == ["delivered"]
+    f.marker(m.Start([(0, 1)], 1000, "w"), 1001, p=1)  # in markers partition 0, keyed for queue partition 1
+    # Both are bad records of markers partition 0, as the tracker counts them.
+    assert f.b.bad_markers == 2 and f.b.result(now_ms=1).kinds() == ["delivered"]
 
 
 # Kafka topic names hold no "/": a/b/2/7 is malformed, as the consumer reads kmq-origin too.

@@ -1,24 +1,29 @@
-"""Read original records back from the queue log with confluent-kafka (``kafka.client: confluent``).
+"""Read partitions without a group, with confluent-kafka (``kafka.client: confluent``).
 
-The same contract as :class:`kmq.client.kafka_python.log_reader.LogReader`: each requested
-offset is returned with its record or reported missing, never a neighbour in
-its place. The end of the log comes from the fetches themselves
-(librdkafka's partition-EOF event carries the high-water mark of the fetch
-that reached it), not from a ListOffsets request; an offset beyond the end
-is an out-of-range fetch, reported (``auto.offset.reset: error``) instead of
-silently restarting from the log start.
+The same :class:`~kmq.client.api.LogReader` as :mod:`kmq.client.kafka_python.log_reader`,
+walked by the same :class:`~kmq.core.scan_cursor.ScanCursor`. What differs is where a
+high-water mark of *this* read comes from: librdkafka caches a partition's mark across
+assignments (``get_watermark_offsets(cached=True)`` still answers with a fetch of an
+earlier read), so the cached mark counts only once this assignment delivered a record
+or an end-of-partition event (librdkafka stores a fetch response's mark before it hands
+out the response's records, and drops the responses of older assignments). An
+offset out of range is reported (``auto.offset.reset: error``) and looked up against
+the log start, never silently reset.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from kmq.client.api import Record
-from kmq.client.confluent.consumer import settings
+from kmq.client.api import Deleted, Partition, ReadResult, Record
+from kmq.client.confluent.consumer import as_kafka_python_error, settings
+from kmq.client.kafka_python.clients import classify
+from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
-from kmq.core.ranges import RangeSet, missing
-from kmq.client.kafka_python.log_reader import LogReadError, ReadResult, needs_seek, next_target
+from kmq.core.errors import LogReadError
+from kmq.core.ranges import RangeSet
+from kmq.core.scan_cursor import Done, ScanCursor, Seek, Stalled
 
 import confluent_kafka as ck  # noqa: E402,I001 - after kmq.client.confluent.consumer: its import names the missing extra
 from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
@@ -26,17 +31,18 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: 
 __all__ = ["ConfluentLogReader"]
 
 _BATCH = 2000
-# Empty fetch rounds (0.2 s each) before the cached high-water mark of the current assignment's
-# fetches decides that a position is at or past the end. Kafka answers such a fetch with an
-# out-of-range error or an end-of-partition event first; some brokers send neither.
-_IDLE_ROUNDS = 3
+_POLL_S = 0.2
 
 
 class ConfluentLogReader:
-    """Reads given offsets of one partition at a time (assign at an offset, consume, verify)."""
+    """The confluent-kafka :class:`~kmq.client.api.LogReader` (see the module docstring).
+    ``timeout_s``: how long a read waits without an answer from the broker before it raises
+    :class:`~kmq.core.errors.LogReadError`. ``overrides``: librdkafka properties (fetch sizes...)."""
 
-    def __init__(self, kafka: KafkaConfig, timeout_s: float = 10.0) -> None:
+    def __init__(self, kafka: KafkaConfig, timeout_s: float = 10.0, batch: int = _BATCH, **overrides: Any) -> None:
+        self._kafka = kafka
         self._timeout_s = timeout_s
+        self._batch = batch
         conf = settings(kafka)
         self._log_bridge = conf["logger"]  # holds the counts of repeated librdkafka lines until close
         self._consumer = ck.Consumer({
@@ -47,101 +53,256 @@ class ConfluentLogReader:
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 50,
+            **overrides,
         })
+        self._groups: dict[str, Any] = {}
 
     def close(self) -> None:
+        for g in self._groups.values():
+            g.close()
+        self._groups.clear()
         self._consumer.close()
         self._log_bridge.flush()
 
-    def _assign(self, topic: str, partition: int, offset: int) -> None:
-        self._consumer.assign([TopicPartition(topic, partition, offset)])
-
+    # ------------------------------------------------------------ reads
     def read(self, topic: str, partition: int, ranges: Iterable[tuple[int, int]]) -> ReadResult:
-        """Records at exactly these offsets; raises :class:`LogReadError` on timeout."""
+        """Records at exactly these offsets; raises :class:`LogReadError` when the broker does not answer."""
         wanted = RangeSet(ranges)
         found: dict[int, Record] = {}
         if not wanted:
             return ReadResult(found, [])
-        todo = wanted.ranges()
-        deadline = time.monotonic() + self._timeout_s
-        known = -1  # every wanted offset below this is decided (found or absent)
-        pos: int | None = None  # the offset the current assignment reads from next
-        log_end: int | None = None
-        i = 0
-        idle = 0
+        cursor = ScanCursor.ranges(wanted, time.monotonic(), self._timeout_s, what=f"{topic}[{partition}]")
+        done: dict = {}
+        for _tp, batch in self._walk({(topic, partition): cursor}, done):
+            for m in batch:
+                off = m.offset()
+                if off in wanted:
+                    found[off] = _record(m)
+        return read_result(wanted, found, done[(topic, partition)])
+
+    def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
+        """See :meth:`kmq.client.api.LogReader.scan`; records are :class:`~kmq.client.api.Record`\\ s."""
+        now = time.monotonic()
+        cursors = {(t, p): ScanCursor.to_end(off, now, self._timeout_s, what=f"{t}[{p}]")
+                   for (t, p), off in starts.items()}
+        for tp, batch in self._walk(cursors, {}, log_deleted):
+            yield tp, [_record(m) for m in batch]
+
+    def batches(self, topic: str, partition: int, start: int, stop: int,
+                on_deleted: Callable[[Deleted], None]) -> Iterator[list]:
+        """Records ``start..stop-1`` of one partition as lists of ``confluent_kafka.Message`` without
+        errors (a Spark task's read); see :meth:`kmq.client.kafka_python.log_reader.LogReader.batches`."""
+        cursor = ScanCursor.to_end(start, time.monotonic(), self._timeout_s, stop=stop, what=f"{topic}[{partition}]")
+        done: dict = {}
+        for _tp, batch in self._walk({(topic, partition): cursor}, done, on_deleted):
+            yield batch
+        check_planned_end(topic, partition, stop, done.get((topic, partition)))
+
+    def high_waters(self, starts: Mapping[Any, int | None]) -> dict[Any, int]:
+        """See :meth:`kmq.client.api.LogReader.high_waters`."""
+        if not starts:
+            return {}
+        now = time.monotonic()
+        keys = {(k[0], k[1]): k for k in starts}
+        cursors = {tp: ScanCursor.for_mark(starts[k], now, self._timeout_s, what=f"{tp[0]}[{tp[1]}]")
+                   for tp, k in keys.items()}
+        done: dict = {}
+        for _ in self._walk(cursors, done):
+            pass
+        return {keys[tp]: d.log_end for tp, d in done.items()}
+
+    def bounds(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
+        """See :meth:`kmq.client.api.LogReader.bounds`."""
+        tps = [(t, p) for t, p in partitions]
+        ends = self.high_waters({tp: None for tp in tps})
+        out = {}
+        for tp in tps:
+            low = self._log_start(*tp)
+            out[tp] = (low, max(low, ends[tp]))
+        return out
+
+    def _walk(self, cursors: dict[Partition, ScanCursor], done: dict,
+              on_deleted: Callable[[Deleted], None] | None = None) -> Iterator[tuple[Partition, list]]:
+        """Drive ``cursors`` over fresh assignments; yield each partition's messages (errors taken out)
+        cut to its scan; ``done`` gets each partition's final :class:`Done`."""
         c = self._consumer
+        at: dict[Partition, int] = {}  # where each partition's assignment reads: an offset or OFFSET_BEGINNING
+        keep: dict[Partition, bool] = {}
+        fresh: set[Partition] = set()  # partitions whose assignment delivered a record or an end-of-partition
+        active = set(cursors)
+        single = next(iter(cursors)) if len(cursors) == 1 else None
+        held = 0.0
         try:
-            while True:
-                i, target = next_target(todo, i, known)
-                if target is None:
-                    break
-                if log_end is not None and target >= log_end:
-                    break  # at or past the end of the log: nothing from here on exists
-                if needs_seek(pos, target):
-                    self._assign(topic, partition, target)
-                    pos = target
-                    idle = 0
-                progressed = False
-                for m in c.consume(_BATCH, 0.2):
-                    err = m.error()
-                    if err is None:
-                        off = m.offset()
-                        if off in wanted:
-                            _kind, ts = m.timestamp()
-                            found[off] = Record(m.topic(), m.partition(), off, m.key(), m.value(), m.headers() or [], ts)
-                        pos = known = max(known, off + 1)
-                        progressed = True
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        # The fetch reached the high-water mark: nothing at or above it exists.
-                        log_end = m.offset()
-                        known = max(known, log_end)
-                    elif err.code() == KafkaError._AUTO_OFFSET_RESET:
-                        pos, known, log_end = self._out_of_range(topic, partition, pos, known)
-                        progressed = True
-                    elif err.fatal() or not err.retriable():
-                        raise LogReadError(f"reading {topic}[{partition}] failed: {err.str()}")
-                if progressed or log_end is not None:
-                    idle = 0
-                    continue
-                idle += 1
-                if idle >= _IDLE_ROUNDS and self._past_end(topic, partition, target):
-                    # No record, no end-of-partition event and no out-of-range error: the fetches
-                    # (their high-water marks) say the log ends at or before ``target``.
-                    log_end = known = max(known, target)
-                    continue
-                if time.monotonic() > deadline:
-                    raise LogReadError(f"timed out reading {topic}[{partition}] at offset {pos}")
+            for tp, cur in cursors.items():
+                self._act(tp, cur.start(), at, keep, active, done)
+            self._assign(at, active, fresh)
+            while active:
+                msgs = c.consume(self._batch, _POLL_S)
+                now = time.monotonic() - held  # the reader's own waiting time
+                by_tp, eof, out_of_range = _sort(msgs, single, cursors)
+                seek = False
+                for tp in list(active):
+                    cur = cursors[tp]
+                    if tp in out_of_range:
+                        before = len(cur.deleted)
+                        action = cur.out_of_range(self._log_start(*tp), now)
+                        if on_deleted is not None:
+                            for r in cur.deleted[before:]:
+                                on_deleted(Deleted(tp[0], tp[1], r))
+                        seek |= self._act(tp, action, at, keep, active, done)
+                        continue
+                    batch = by_tp.get(tp)
+                    nxt = mark = None
+                    if batch:
+                        fresh.add(tp)
+                        nxt = at[tp] = batch[-1].offset() + 1
+                    if tp in eof:
+                        fresh.add(tp)
+                        nxt = at[tp] = eof[tp]
+                        mark = eof[tp]  # the fetch that reached the end: its mark
+                    elif tp in fresh and cur.log_end is None:
+                        mark = self._cached_mark(tp)
+                    if nxt is None and mark is None and msgs:
+                        continue  # another partition's turn: no news for this one
+                    action = cur.polled(nxt, mark, now)
+                    if batch and keep.get(tp):
+                        batch = cut(batch, cur.limit, _offset)
+                        if batch:
+                            t = time.monotonic()
+                            yield tp, batch
+                            held += time.monotonic() - t  # the caller's time with the batch is no broker silence
+                    seek |= self._act(tp, action, at, keep, active, done)
+                if seek and active:
+                    self._assign(at, active, fresh)
         except KafkaException as exc:
-            raise LogReadError(f"reading {topic}[{partition}] failed: {exc}") from exc
-        return ReadResult(found, missing(todo, found), log_end)
+            err = exc.args[0] if exc.args else None
+            cause = as_kafka_python_error(err) if isinstance(err, KafkaError) else exc
+            raise classify(self._kafka, cause) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
+        finally:
+            c.unassign()
 
-    def _past_end(self, topic: str, partition: int, target: int) -> bool:
-        """Whether the high-water mark of this assignment's latest fetch responses is at or below ``target``."""
+    def _act(self, tp: Partition, action: Any, at: dict, keep: dict, active: set, done: dict) -> bool:
+        """Apply ``action``; True when the assignment must be made anew (a seek)."""
+        if isinstance(action, Seek):
+            keep[tp] = not action.probe
+            at[tp] = ck.OFFSET_BEGINNING if action.offset is None else action.offset
+            return True
+        if isinstance(action, Done):
+            done[tp] = action
+            active.discard(tp)
+            try:
+                self._consumer.pause([TopicPartition(*tp)])  # no more fetches for it (it stays assigned till the next seek)
+            except KafkaException:
+                pass  # not assigned yet (done before its first fetch): nothing to pause
+        elif isinstance(action, Stalled):
+            raise LogReadError(action.reason)
+        return False
+
+    def _assign(self, at: dict[Partition, int], active: set[Partition], fresh: set[Partition]) -> None:
+        # A new assignment: librdkafka drops the responses of the old one, but keeps their marks cached,
+        # and a partition paused by an earlier read stays paused.
+        tps = [TopicPartition(t, p, at[(t, p)]) for t, p in sorted(active)]
+        self._consumer.assign(tps)
+        self._consumer.resume(tps)
+        fresh.clear()
+
+    def _cached_mark(self, tp: Partition) -> int | None:
         try:
-            _low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
         except (KafkaException, TypeError):
-            return False
-        return 0 <= high <= target
+            return None
+        return high if high >= 0 else None
 
-    def _out_of_range(self, topic: str, partition: int, pos: int | None, known: int) -> tuple[int, int, int | None]:
-        """The fetch at ``pos`` is out of range: below the log start (retention deleted it:
-        continue from the start) or beyond the end (nothing from ``pos`` on exists)."""
-        low, _high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self._timeout_s)
-        # Only the log start is asked for: some brokers answer the latest offset wrongly, and
-        # beyond the end is known without it (an out-of-range fetch at or above the start).
-        if pos is not None and pos < low:
-            self._assign(topic, partition, low)
-            return low, max(known, low), None
-        end = pos if pos is not None else known
-        return end, max(known, end), end
+    def _log_start(self, topic: str, partition: int) -> int:
+        # Only the log start is asked for: some brokers answer the latest offset wrongly.
+        low, _high = self._call(f"reading the log start of {topic}[{partition}]", self._consumer.get_watermark_offsets,
+                                TopicPartition(topic, partition), self._timeout_s)
+        return low
+
+    # ------------------------------------------------------------ offsets and metadata
+    def committed(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        """See :meth:`kmq.client.api.LogReader.committed`."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        got = self._call(f"reading the offsets of group {group}", self._group(group).committed, tps, self._timeout_s)
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
+
+    def commit(self, group: str, offsets: Mapping[Partition, int]) -> None:
+        """See :meth:`kmq.client.api.LogReader.commit`."""
+        if not offsets:
+            return
+        tps = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
+        result = self._call(f"committing offsets of group {group}",
+                            lambda: self._group(group).commit(offsets=tps, asynchronous=False))
+        failed = [tp for tp in result or [] if tp.error is not None]
+        if failed:
+            raise LogReadError(f"committing offsets of group {group} failed: "
+                               + "; ".join(f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in failed))
+
+    def offsets_at(self, partitions: Iterable[Partition], timestamp_ms: int) -> dict[Partition, int | None]:
+        """See :meth:`kmq.client.api.LogReader.offsets_at`."""
+        tps = [TopicPartition(t, p, timestamp_ms) for t, p in partitions]
+        if not tps:
+            return {}
+        got = self._call("looking up offsets by time", self._consumer.offsets_for_times, tps, self._timeout_s)
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
 
     def partition_count(self, topic: str) -> int:
         """Partitions of ``topic``; 0 when it does not exist or this client may not see it."""
-        try:
-            md = self._consumer.list_topics(topic, timeout=self._timeout_s)
-        except KafkaException as exc:
-            raise LogReadError(f"metadata of {topic} could not be read: {exc}") from exc
+        md = self._call(f"reading the metadata of {topic}", self._consumer.list_topics, topic, self._timeout_s)
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             return 0
         return len(t.partitions)
+
+    def _group(self, group: str) -> Any:
+        g = self._groups.get(group)
+        if g is None:
+            g = self._groups[group] = ck.Consumer({**settings(self._kafka), "group.id": group,
+                                                   "enable.auto.commit": False})
+        return g
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            cause = as_kafka_python_error(err) if isinstance(err, KafkaError) else exc
+            raise classify(self._kafka, cause) or LogReadError(f"{what} failed: {exc}") from exc
+
+
+def _sort(msgs: list, single: Partition | None,
+          cursors: Mapping[Partition, ScanCursor]) -> tuple[dict[Partition, list], dict[Partition, int], list[Partition]]:
+    """A consume's messages by partition, its end-of-partition offsets and its out-of-range partitions.
+    One ``error()`` call a message, no more: a single partition's records stay the consume's own list."""
+    events = [m for m in msgs if m.error() is not None]
+    records = [m for m in msgs if m.error() is None] if events else msgs
+    eof: dict[Partition, int] = {}
+    out_of_range: list[Partition] = []
+    for m in events:
+        err, tp = m.error(), (m.topic(), m.partition())
+        if err.code() == KafkaError._PARTITION_EOF:
+            eof[tp] = m.offset()
+        elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+            out_of_range.append(tp)
+        elif err.fatal() or not err.retriable():
+            raise LogReadError(f"reading {_names(cursors)} failed: {err.str()}")
+    if single is not None:
+        return ({single: records} if records else {}), eof, out_of_range
+    by_tp: dict[Partition, list] = {}
+    for m in records:
+        by_tp.setdefault((m.topic(), m.partition()), []).append(m)
+    return by_tp, eof, out_of_range
+
+
+def _record(m: Any) -> Record:
+    return Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers() or [], m.timestamp()[1])
+
+
+def _offset(m: Any) -> int:
+    return m.offset()
+
+
+def _names(tps: Iterable[Partition]) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in tps)

@@ -19,13 +19,13 @@ from kafka.structs import OffsetAndMetadata
 from kmq.client.api import KAFKA_PYTHON, ClientCommitFailed, Record
 from kmq.client.kafka_python.watchdog import FetchWatchdog, lagging_partitions, unstrand_records
 
-__all__ = ["KafkaPythonConsumer", "PRIVATE_ATTRIBUTES", "member_id", "forget_highwater"]
+__all__ = ["KafkaPythonConsumer", "PRIVATE_ATTRIBUTES", "member_id"]
 
 log = logging.getLogger(__name__)
 
 #: kafka-python internals kmq reads (object path -> attribute), checked against the installed version by a test.
 PRIVATE_ATTRIBUTES = {
-    "KafkaConsumer": ("_coordinator", "_subscription"),
+    "KafkaConsumer": ("_coordinator",),
     "ConsumerCoordinator": ("_generation",),
     "KafkaProducer": ("_sender",),
 }
@@ -35,15 +35,6 @@ def member_id(consumer: KafkaConsumer) -> str | None:
     """The group member id of ``consumer`` (kafka-python keeps it in private coordinator state)."""
     gen = getattr(getattr(consumer, "_coordinator", None), "_generation", None)
     return getattr(gen, "member_id", None) or None
-
-
-def forget_highwater(consumer: KafkaConsumer, partitions: Iterable[TopicPartition]) -> None:
-    """Drop the high-water marks ``consumer`` remembers for ``partitions``, so that only a fetch
-    response received from now on answers ``highwater()`` (kafka-python keeps them in private state)."""
-    states = getattr(getattr(consumer, "_subscription", None), "assignment", {})
-    for tp in partitions:
-        if tp in states:
-            states[tp].highwater = None
 
 
 class _Listener(ConsumerRebalanceListener):

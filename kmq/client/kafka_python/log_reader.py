@@ -1,171 +1,231 @@
-"""Read original records back from the queue log, verifying every offset.
+"""Read partitions without a group, with kafka-python: the :class:`~kmq.client.api.LogReader` seam.
 
-A dedicated consumer without a group (assign + seek). Each requested offset
-is either returned with its record or reported missing (deleted by
-retention, compacted away, or past the end of the log): a neighbouring
-record is never returned in its place.
+One consumer without a group (assign + seek). Every read starts a fresh
+assignment, so ``highwater()`` answers only from this read's own fetch
+responses (kafka-python forgets the marks of an unassigned partition), and a
+:class:`~kmq.core.scan_cursor.ScanCursor` per partition decides where to read
+and where the read ends. An offset out of range is reported by the fetch
+(``auto_offset_reset='none'``) and looked up against the log start, never
+silently reset.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from kafka import TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, OffsetOutOfRangeError
+from kafka.structs import OffsetAndMetadata
 
-from kmq.client.kafka_python.clients import consumer as make_consumer
+from kmq.client.api import Deleted, Partition, ReadResult
+from kmq.client.kafka_python.clients import classify, consumer as make_consumer
+from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
-from kmq.core.errors import KmqError
-from kmq.core.ranges import OffsetRange, RangeSet, missing
+from kmq.core.errors import LogReadError
+from kmq.core.ranges import RangeSet
+from kmq.core.scan_cursor import Done, ScanCursor, Seek, Stalled
 
 __all__ = ["LogReader", "ReadResult", "LogReadError"]
 
-log = logging.getLogger(__name__)
-
-# Re-seek instead of reading through a gap wider than this many offsets.
-_SEEK_GAP = 1000
-
-
-def needs_seek(pos: int | None, target: int) -> bool:
-    """Whether a reader at ``pos`` (None: not placed yet) seeks to ``target`` rather than
-    reads on: never backwards, never through a gap wider than ``_SEEK_GAP`` offsets."""
-    return pos is None or target < pos or target - pos > _SEEK_GAP
-
-
-def next_target(todo: Sequence[OffsetRange], i: int, known: int) -> tuple[int, int | None]:
-    """The next offset to read: from range ``todo[i]`` on, the first range with an offset at or
-    above ``known`` (every wanted offset below it is decided), and that offset; None when all are decided."""
-    while i < len(todo) and todo[i].end <= known:
-        i += 1
-    return i, (max(todo[i].first, known) if i < len(todo) else None)
-
-
-class LogReadError(KmqError):
-    """The queue log could not be read in time; the redelivery is retried later."""
-
-    retriable = True
-
-
-class ReadResult:
-    """Records found, by offset, and the requested offsets that are not in the log."""
-
-    __slots__ = ("records", "missing", "log_end")
-
-    def __init__(self, records: dict[int, ConsumerRecord], missing: list[OffsetRange],
-                 log_end: int | None = None) -> None:
-        self.records = records
-        self.missing = missing
-        # The high-water mark when the read ran into the end of the log: no offset at or
-        # above it exists (a START far beyond it is closed as missing, not retried forever).
-        self.log_end = log_end
+_POLL_MS = 200
 
 
 class LogReader:
-    """Reads given offsets of one partition at a time."""
+    """The kafka-python :class:`~kmq.client.api.LogReader`. ``timeout_s``: how long a read waits
+    without an answer from the broker before it raises :class:`LogReadError`. ``overrides``:
+    consumer settings (kafka-python names), e.g. fetch sizes."""
 
-    def __init__(self, kafka: KafkaConfig, timeout_s: float = 10.0) -> None:
+    def __init__(self, kafka: KafkaConfig, timeout_s: float = 10.0, **overrides: Any) -> None:
+        self._kafka = kafka
         self._timeout_s = timeout_s
-        self._consumer = make_consumer(
-            kafka, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
-            fetch_max_wait_ms=50, max_poll_records=2000,
-        )
+        settings = {"fetch_max_wait_ms": 50, "max_poll_records": 2000, **overrides}
+        self._consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+                                       **settings)
+        self._groups: dict[str, Any] = {}
 
     def close(self) -> None:
+        for g in self._groups.values():
+            g.close()
+        self._groups.clear()
         self._consumer.close()
 
+    # ------------------------------------------------------------ reads
     def read(self, topic: str, partition: int, ranges: Iterable[tuple[int, int]]) -> ReadResult:
-        """Records at exactly these offsets; raises :class:`LogReadError` on timeout."""
+        """Records at exactly these offsets; raises :class:`LogReadError` when the broker does not answer."""
         wanted = RangeSet(ranges)
-        found: dict[int, ConsumerRecord] = {}
+        found: dict[int, Any] = {}
         if not wanted:
             return ReadResult(found, [])
         tp = TopicPartition(topic, partition)
-        c = self._consumer
-        todo = wanted.ranges()
-        deadline = time.monotonic() + self._timeout_s
-        known = -1  # every wanted offset below this is decided (found or absent)
-        pos: int | None = None  # the reader's position
-        log_end: int | None = None
-        i = 0
-        try:
-            # A fresh assignment forgets the high-water mark of an earlier read, so
-            # "position >= high-water" below always compares with a mark fetched now.
-            c.unsubscribe()
-            c.assign([tp])
-            while True:
-                i, target = next_target(todo, i, known)
-                if target is None:
-                    break
-                hw = c.highwater(tp)  # from a fetch of this assignment (fresh, see above)
-                if hw is not None and target >= hw:
-                    log_end = hw  # nothing from here on exists: do not seek past the end and reset
-                    break
-                if needs_seek(pos, target):
-                    c.seek(tp, target)
-                    pos = target
-                batch = c.poll(timeout_ms=200, max_records=2000).get(tp, [])
-                if batch:
-                    for rec in batch:
-                        if rec.offset in wanted:
-                            found[rec.offset] = rec
-                    pos = known = max(c.position(tp), batch[-1].offset + 1)
-                    continue
-                cur = c.position(tp)
-                hw = c.highwater(tp)
-                if cur is not None and hw is not None and cur >= hw:
-                    log_end = hw
-                    break  # end of the log: nothing from here on exists
-                if cur is not None and cur > pos:
-                    # Reset to the log start: offsets below it were deleted by retention.
-                    pos = known = cur
-                    continue
-                if time.monotonic() > deadline:
-                    raise LogReadError(f"timed out reading {topic}[{partition}] at offset {pos}")
-        except KafkaError as exc:
-            raise LogReadError(f"reading {topic}[{partition}] failed: {exc}") from exc
-        return ReadResult(found, missing(todo, found), log_end)
+        cursor = ScanCursor.ranges(wanted, time.monotonic(), self._timeout_s, what=f"{topic}[{partition}]")
+        done: dict = {}
+        for _tp, batch in self._walk({tp: cursor}, done):
+            for rec in batch:
+                if rec.offset in wanted:
+                    found[rec.offset] = rec
+        return read_result(wanted, found, done[tp])
 
-    def high_waters(self, starts: dict[TopicPartition, int | None]) -> dict[TopicPartition, int]:
-        """High-water marks fetched now (from the given start offsets; None = log start).
+    def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
+        """See :meth:`kmq.client.api.LogReader.scan`; records are kafka-python ``ConsumerRecord``\\ s."""
+        now = time.monotonic()
+        cursors = {TopicPartition(*tp): ScanCursor.to_end(off, now, self._timeout_s, what=f"{tp[0]}[{tp[1]}]")
+                   for tp, off in starts.items()}
+        for tp, batch in self._walk(cursors, {}, log_deleted):
+            yield (tp.topic, tp.partition), batch
 
-        The tracker's group consumer keeps a partition's old high-water mark when the
-        partition is revoked and assigned again to the same member, so its catch-up target
-        is taken here, from a fresh assignment, never from a mark seen before the rebalance.
-        Raises :class:`LogReadError` on timeout."""
+    def batches(self, topic: str, partition: int, start: int, stop: int,
+                on_deleted: Callable[[Deleted], None]) -> Iterator[list]:
+        """Records ``start..stop-1`` of one partition as kafka-python lists (a Spark task's read).
+        ``on_deleted`` is told of offsets deleted before the read reached them (it may raise);
+        a log that ends before ``stop`` raises :class:`LogReadError`."""
+        tp = TopicPartition(topic, partition)
+        cursor = ScanCursor.to_end(start, time.monotonic(), self._timeout_s, stop=stop, what=f"{topic}[{partition}]")
+        done: dict = {}
+        for _tp, batch in self._walk({tp: cursor}, done, on_deleted):
+            yield batch
+        check_planned_end(topic, partition, stop, done.get(tp))
+
+    def high_waters(self, starts: Mapping[Any, int | None]) -> dict[Any, int]:
+        """See :meth:`kmq.client.api.LogReader.high_waters`."""
         if not starts:
             return {}
+        now = time.monotonic()
+        keys = {TopicPartition(k[0], k[1]): k for k in starts}
+        cursors = {tp: ScanCursor.for_mark(starts[k], now, self._timeout_s, what=f"{tp.topic}[{tp.partition}]")
+                   for tp, k in keys.items()}
+        done: dict = {}
+        for _ in self._walk(cursors, done):
+            pass
+        return {keys[tp]: d.log_end for tp, d in done.items()}
+
+    def bounds(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
+        """See :meth:`kmq.client.api.LogReader.bounds`."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        ends = self.high_waters({tp: None for tp in tps})
+        starts = self._call("reading log starts", self._consumer.beginning_offsets, tps)
+        return {(tp.topic, tp.partition): (starts[tp], max(starts[tp], ends[tp])) for tp in tps}
+
+    def _walk(self, cursors: dict[TopicPartition, ScanCursor], done: dict,
+              on_deleted: Callable[[Deleted], None] | None = None) -> Iterator[tuple[TopicPartition, list]]:
+        """Drive ``cursors`` over one fresh assignment; yield each partition's batches cut to its scan;
+        ``done`` gets each partition's final :class:`Done`."""
         c = self._consumer
-        tps = list(starts)
-        deadline = time.monotonic() + self._timeout_s
+        keep: dict[TopicPartition, bool] = {}
+        active = set(cursors)
+        held = 0.0
         try:
-            c.unsubscribe()
-            c.assign(tps)
-            for tp, off in starts.items():
-                if off is None:
-                    c.seek_to_beginning(tp)
-                else:
-                    c.seek(tp, off)
-            while any(c.highwater(tp) is None for tp in tps):
-                c.poll(timeout_ms=20, max_records=1)
-                if time.monotonic() > deadline:
-                    raise LogReadError(f"timed out reading the high-water marks of {len(tps)} markers partition(s)")
-            return {tp: c.highwater(tp) for tp in tps}
+            c.unsubscribe()  # forgets every mark: only this assignment's fetches answer highwater()
+            c.assign(list(cursors))
+            for tp, cur in cursors.items():
+                self._act(tp, cur.start(), keep, active, done)
+            while active:
+                try:
+                    polled = c.poll(timeout_ms=_POLL_MS)
+                except OffsetOutOfRangeError as exc:
+                    self._out_of_range(exc, cursors, keep, active, done, on_deleted, time.monotonic() - held)
+                    continue
+                now = time.monotonic() - held  # the reader's own waiting time
+                anything = any(polled.get(tp) for tp in active)
+                for tp in list(active):
+                    cur = cursors[tp]
+                    batch = polled.get(tp)
+                    mark = c.highwater(tp) if cur.log_end is None else None
+                    if not batch and mark is None and anything:
+                        continue  # another partition's turn: no news for this one
+                    nxt = None
+                    if batch:
+                        nxt = max(c.position(tp, timeout_ms=0) or 0, batch[-1].offset + 1)
+                    elif mark is not None:
+                        nxt = c.position(tp, timeout_ms=0)
+                    action = cur.polled(nxt, mark, now)
+                    if batch and keep.get(tp):
+                        batch = cut(batch, cur.limit, _offset)
+                        if batch:
+                            t = time.monotonic()
+                            yield tp, batch
+                            held += time.monotonic() - t  # the caller's time with the batch is no broker silence
+                    self._act(tp, action, keep, active, done)
         except KafkaError as exc:
-            raise LogReadError(f"reading high-water marks failed: {exc}") from exc
+            raise classify(self._kafka, exc) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
+
+    def _act(self, tp: TopicPartition, action: Any, keep: dict, active: set, done: dict) -> None:
+        if isinstance(action, Seek):
+            keep[tp] = not action.probe
+            if action.offset is None:
+                self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, action.offset)
+        elif isinstance(action, Done):
+            done[tp] = action
+            active.discard(tp)
+            self._consumer.pause(tp)
+        elif isinstance(action, Stalled):
+            raise LogReadError(action.reason)
+
+    def _out_of_range(self, exc: OffsetOutOfRangeError, cursors: dict, keep: dict, active: set, done: dict,
+                      on_deleted: Callable[[Deleted], None] | None, now: float) -> None:
+        offsets = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+        hit = [tp for tp in offsets if tp in active] or list(active)
+        starts = self._consumer.beginning_offsets(hit)
+        for tp in hit:
+            cur = cursors[tp]
+            before = len(cur.deleted)
+            action = cur.out_of_range(starts[tp], now)
+            if on_deleted is not None:
+                for r in cur.deleted[before:]:
+                    on_deleted(Deleted(tp.topic, tp.partition, r))
+            self._act(tp, action, keep, active, done)
+
+    # ------------------------------------------------------------ offsets and metadata
+    def committed(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        """See :meth:`kmq.client.api.LogReader.committed`."""
+        g = self._group(group)
+        return {(t, p): self._call(f"reading the offsets of group {group}", g.committed, TopicPartition(t, p))
+                for t, p in partitions}
+
+    def commit(self, group: str, offsets: Mapping[Partition, int]) -> None:
+        """See :meth:`kmq.client.api.LogReader.commit`."""
+        if offsets:
+            self._call(f"committing offsets of group {group}", self._group(group).commit,
+                       {TopicPartition(t, p): OffsetAndMetadata(off, "", -1) for (t, p), off in offsets.items()})
+
+    def offsets_at(self, partitions: Iterable[Partition], timestamp_ms: int) -> dict[Partition, int | None]:
+        """See :meth:`kmq.client.api.LogReader.offsets_at`."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        found = self._call("looking up offsets by time", self._consumer.offsets_for_times,
+                           {tp: timestamp_ms for tp in tps})
+        return {(tp.topic, tp.partition): (found[tp].offset if found.get(tp) is not None else None) for tp in tps}
 
     def partition_count(self, topic: str) -> int:
         """Partitions of ``topic``; 0 when it does not exist or this client may not see it.
 
         One metadata request, never a wait for the topic to appear (a producer's
         metadata wait would block the tracker for ``max_block_ms``)."""
+        # topics() always asks the cluster: the metadata cache can still list a topic
+        # that was deleted since (a DLQ removed by an operator).
+        if topic not in self._call(f"reading the metadata of {topic}", self._consumer.topics):
+            return 0
+        return len(self._consumer.partitions_for_topic(topic) or ())
+
+    def _group(self, group: str) -> Any:
+        g = self._groups.get(group)
+        if g is None:
+            g = self._groups[group] = make_consumer(self._kafka, group_id=group, enable_auto_commit=False)
+        return g
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         try:
-            # topics() always asks the cluster: the metadata cache can still list a topic
-            # that was deleted since (a DLQ removed by an operator).
-            if topic not in self._consumer.topics():
-                return 0
-            return len(self._consumer.partitions_for_topic(topic) or ())
+            return fn(*args)
         except KafkaError as exc:
-            raise LogReadError(f"metadata of {topic} could not be read: {exc}") from exc
+            raise classify(self._kafka, exc) or LogReadError(f"{what} failed: {exc}") from exc
+
+
+def _offset(rec: Any) -> int:
+    return rec.offset
+
+
+def _names(tps: Iterable[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in tps)
