@@ -380,7 +380,7 @@ class KmqConsumer:
             self._hook("polled", spans)
         member = kc.member_id()
         if member:
-            self.writer.owner = member[:255]
+            self.writer.owner = member
         lock = self._lock
         with lock:
             for p, offs in offsets.items():

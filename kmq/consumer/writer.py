@@ -42,7 +42,7 @@ from kmq.consumer.ack_buffer import AckBuffer
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
 from kmq.consumer.marker_sender import MarkerSender
-from kmq.core.markers import Start, encode
+from kmq.core.markers import Start, clip_owner, encode
 from kmq.core.message import delivery_count_of
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.core.ranges import coalesce
@@ -63,8 +63,8 @@ class CommitError(KmqError):
 
 
 def default_owner(client_id: str) -> str:
-    """Owner id written in START markers: ``client_id@host:pid`` (<= 255 bytes)."""
-    return f"{client_id}@{socket.gethostname()}:{os.getpid()}"[:255]
+    """Owner id written in START markers: ``client_id@host:pid``, cut to the marker's 255 utf-8 bytes."""
+    return clip_owner(f"{client_id}@{socket.gethostname()}:{os.getpid()}")
 
 
 def _ms(seconds: float) -> int:
@@ -144,7 +144,7 @@ class MarkerWriter:
         self._adapter = _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
         self.metrics = metrics or ConsumerMetrics()
-        self.owner = (owner or default_owner(cfg.kafka.client_id))[:255]
+        self.owner = owner or default_owner(cfg.kafka.client_id)
         self.flush_interval = cfg.consumer.ack_flush_interval if flush_interval is None else flush_interval
         self.lease_ms = _ms(self.queue.lease)
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
@@ -166,6 +166,16 @@ class MarkerWriter:
         self._c_received = self.metrics.messages.labels(self.queue.name, "received")
 
     # ------------------------------------------------------------ START
+    @property
+    def owner(self) -> str:
+        """Owner id written in START markers (:class:`~kmq.consumer.consumer.KmqConsumer` sets its group
+        member id); set to any text, kept cut at a character boundary to the marker's 255 utf-8 bytes."""
+        return self._owner
+
+    @owner.setter
+    def owner(self, value: str) -> None:
+        self._owner = clip_owner(value)
+
     def send_starts(self, offsets: Mapping[int, Iterable[int]]) -> list[tuple[int, list, Any]]:
         """Send one START per partition covering ``offsets``; returns
         ``[(partition, ranges, future)]`` for :meth:`wait_starts` (no wait here)."""
