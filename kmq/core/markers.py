@@ -40,6 +40,7 @@ __all__ = [
     "encode_key",
     "decode_key",
     "MAX_OWNER_BYTES",
+    "BAD_RECORD",
     "clip_owner",
     "clip_utf8",
 ]
@@ -55,6 +56,9 @@ _RANGE = struct.Struct(">qI")
 
 MAX_U16 = 0xFFFF
 MAX_U32 = 0xFFFFFFFF
+#: Type code that decoders working in columns (kmq.core.markers_bulk) and the lag job give a record
+#: that is not a valid marker; the :class:`MarkerType` values are 1..6.
+BAD_RECORD = 0
 #: Largest owner id of a START marker in utf-8 bytes (``u8`` length prefix).
 MAX_OWNER_BYTES = 0xFF
 MAX_I64 = (1 << 63) - 1
