@@ -44,11 +44,11 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable
 
-from kmq.core import settlement
 from kmq.config import Config
 from kmq.core.errors import KmqError, MessageAlreadySettled
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.message import KmqMessage
+from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 
 __all__ = ["AsyncKmqConsumer", "AsyncKmqMessage"]
@@ -268,7 +268,7 @@ class AsyncKmqConsumer:
 
     # ------------------------------------------------------------ handler pool
     async def run(self, handler: AsyncHandler, concurrency: int = 1, *,
-                  reject_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+                  reject_on: RejectOn = (),
                   drain_timeout: float | None = None) -> None:
         """Await ``handler(msg)`` for up to ``concurrency`` messages at once until :meth:`stop`.
 
@@ -284,7 +284,7 @@ class AsyncKmqConsumer:
         re-raises; messages not taken yet are given back to the group by :meth:`close`.
         """
         consumer = self.consumer
-        backoff = consumer.queue.backoff
+        rule = OutcomeRule(consumer.queue.backoff.delay, reject_on)
         ended = asyncio.get_running_loop().create_future()
         self._runs[ended] = asyncio.current_task()
         slots = max(1, concurrency)
@@ -293,16 +293,14 @@ class AsyncKmqConsumer:
         tasks: set[asyncio.Task] = set()
 
         async def call(msg: AsyncKmqMessage) -> None:
+            m = msg.message
             try:
                 await handler(msg)
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
-                _settle_failed(msg.message, exc, backoff, reject_on)
-                return
-            if msg.message.outcome is None:
-                try:
-                    msg.message.ack()
-                except MessageAlreadySettled:
-                    pass
+                outcome = rule.failed(exc, m.delivery_count)
+            else:
+                outcome = rule.returned(m.outcome is not None)
+            settle(m, outcome)
 
         fatal: list[BaseException] = []
 
@@ -341,21 +339,6 @@ class AsyncKmqConsumer:
                 ended.set_result(None)
         if fatal:
             raise fatal[0]
-
-
-def _settle_failed(msg: KmqMessage, exc: Exception, backoff: Any, reject_on: Any) -> None:
-    try:
-        if reject_on and isinstance(exc, reject_on):
-            log.warning("handler rejected %s/%d/%d (%s: %s); it goes to the DLQ",
-                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc)
-            msg.reject(settlement.clip_reason(f"{type(exc).__name__}: {exc}"))
-        else:
-            delay = backoff.delay(msg.delivery_count)
-            log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
-                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
-            msg.nack(delay)
-    except MessageAlreadySettled:
-        pass
 
 
 async def _drain(tasks: set[asyncio.Task], timeout: float, queue: str) -> None:
