@@ -45,6 +45,8 @@ __all__ = [
     "TopicsConfig",
     "parse_duration",
     "ENV_PREFIX",
+    "DURATION_PATTERN",
+    "TOPIC_PATTERN",
 ]
 
 ENV_PREFIX = "KMQ_"
@@ -52,9 +54,14 @@ _VERBATIM_KAFKA_KEYS = {"bootstrap_servers", "client_id", "sasl_username", "sasl
                         "sasl_oauth_token_command"}
 # Which mechanisms log in with a user name and password.
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: A duration as text: a number of seconds or a number with a unit of ``_UNIT`` (also the JSON Schema
+#: pattern of kmq.config.schema, so it is written in the regular expressions both understand).
+DURATION_PATTERN = r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$"
+_DURATION_RE = re.compile(DURATION_PATTERN)
+#: A Kafka topic name ("." and ".." excepted).
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+_TOPIC_RE = re.compile(TOPIC_PATTERN)
 # Bounds that keep the tracker's arithmetic and the markers retention safe (issue 11).
 MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.client.topics.MARKERS_RETENTION_MS
 # One lower bound for topics.markers_retention and queues[].markers_retention: a tracker outage
@@ -95,8 +102,11 @@ def _duration_text(seconds: float) -> str:
 
 
 # ---------------------------------------------------------------- sections
-# Each field's metadata says how to read it: "kind" is one of duration, int,
-# float, bool, str, optstr, topic; "min" bounds numbers.
+# Each field's metadata says how to read it (and is the one source of the JSON Schema of
+# kmq.config.schema): "kind" is one of duration, optduration, int, optint, float, bool, str,
+# optstr, choice, optchoice, topic; "min"/"max" bound numbers and durations (seconds);
+# "choices" lists a choice's values (read case-insensitively, stored upper case, or lower
+# case with "lower"); "secret" marks a value never read from kmq.yaml.
 
 
 def _f(default: Any, kind: str, **meta: Any) -> Any:
@@ -322,7 +332,7 @@ class LoggingConfig:
     """How the ``kmq`` command logs (applied by the CLI entry; a library user keeps their own)."""
 
     level: str = _f("WARNING", "choice", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
-    format: str = _f("text", "choice", choices=("TEXT", "JSON"))
+    format: str = _f("text", "choice", choices=("TEXT", "JSON"), lower=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", self.format.lower())
