@@ -7,19 +7,20 @@ offset, timestamp, timestampType, headers.
 
 Options (Spark lower-cases option keys; both spellings work):
 
-* ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics)
+* ``kmq.kafka``: the connection, a :class:`~kmq.config.KafkaConfig` as JSON
+  (:meth:`~kmq.config.KafkaConfig.to_json`: servers, client id, TLS, SASL, OAUTHBEARER and
+  ``client``, the client the tasks read with); it holds the passwords, so treat the
+  options as a secret. The lag job passes ``kafka:`` of kmq.yaml this way. TLS files and
+  the OAUTHBEARER token file must exist where the tasks run (same paths on the driver and
+  the executors); each process builds its own TLS context and token provider
+* or, for a plaintext broker: ``kafka.bootstrap.servers`` and ``kafka.client``
+  (``kafka-python``, the default, or ``confluent``)
+* ``subscribe`` (comma-separated topics)
 * ``startingOffsets``: ``earliest`` (default), ``latest`` or JSON
   ``{"topic": {"0": 42}}`` (partitions not named start at the earliest offset)
 * ``maxOffsetsPerTrigger``: cap on records per micro-batch, spread over partitions
 * ``failOnDataLoss``: ``true`` (default) fails with a clear error when offsets
   were deleted by retention; ``false`` skips to the earliest available offset
-* ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.username``,
-  ``kafka.sasl.password``, ``kafka.ssl.cafile``, ``kafka.client.id``
-* mutual TLS: ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``, ``kafka.ssl.password``,
-  ``kafka.ssl.check.hostname`` (``true``/``false``); the files must exist where the
-  tasks run (same paths on the driver and the executors)
-* OAUTHBEARER: ``kafka.sasl.oauth.token.file`` or ``kafka.sasl.oauth.token.command``
-  (each process builds its own :class:`kmq.client.oauth.TokenProvider`)
 * ``pollTimeoutMs``: how long a task waits for records it knows exist (default 30000)
 * ``includeHeaders``: ``true`` (default) or ``false``: without headers the
   ``headers`` column is left out (as in Spark's own source), which saves
@@ -29,9 +30,9 @@ Options (Spark lower-cases option keys; both spellings work):
   per record: columns ``topic, partition, first_offset, records, chunk``
   (:mod:`kmq.spark.marker_chunks`). The lag job reads this way; Spark then
   moves a few rows a batch instead of one per marker
-* ``kafka.client``: ``kafka-python`` (default) or ``confluent``: the client the tasks
-  read records with (:mod:`kmq.spark.source_confluent`; needs ``kmq[confluent]`` where
-  the tasks run). The driver plans with kafka-python either way.
+* the client the tasks read records with: ``kafka-python`` or ``confluent``
+  (:mod:`kmq.spark.source_confluent`; needs ``kmq[confluent]`` where the tasks run). The
+  driver plans with kafka-python either way.
 
 Offsets are ``{"topic": {"partition": next_offset}}``, as in Spark's source.
 The end of a partition is the high-water mark reported by a fetch
@@ -54,14 +55,20 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from kmq.client.kafka_python.clients import RECONNECT_BACKOFF_MAX_MS
+from kmq.client.kafka_python.settings import client_kwargs
+from kmq.config import ConfigError, KafkaConfig
 from kmq.core.errors import KmqError
 from kmq.spark.arrow_rows import ARROW_CHUNK_SCHEMA, ARROW_SCHEMA, ARROW_SCHEMA_NO_HEADERS, ROWS_PER_ARROW_BATCH
 
-__all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "SCHEMA", "SCHEMA_NO_HEADERS", "SourceError", "DataLossError"]
+__all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "KAFKA_OPTION", "SCHEMA", "SCHEMA_NO_HEADERS", "SourceError",
+           "DataLossError", "kafka_config_from_options"]
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "kmq-kafka"
+#: The option carrying the source's connection: a :class:`~kmq.config.KafkaConfig` as JSON.
+KAFKA_OPTION = "kmq.kafka"
 SCHEMA_NO_HEADERS = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
@@ -92,52 +99,37 @@ def _opt(options, name: str, default: Any = None) -> Any:
     return default
 
 
-def client_kwargs_from_options(options) -> dict[str, Any]:
-    """kafka-python keyword arguments from the source options."""
+def kafka_config_from_options(options) -> KafkaConfig:
+    """The source's connection: option ``kmq.kafka``, a :class:`~kmq.config.KafkaConfig` as JSON
+    (what the lag job passes: ``kafka:`` of kmq.yaml, security included), or for a plaintext
+    broker ``kafka.bootstrap.servers`` and ``kafka.client``. Driver and tasks rebuild the same
+    KafkaConfig and connect through kmq's client settings (:mod:`kmq.client.kafka_python.settings`,
+    :mod:`kmq.client.confluent.settings`)."""
+    text = _opt(options, KAFKA_OPTION)
     servers = _opt(options, "kafka.bootstrap.servers")
-    if not servers:
-        raise SourceError("the kmq-kafka source needs the option kafka.bootstrap.servers")
-    kw: dict[str, Any] = {
-        "bootstrap_servers": [s.strip() for s in str(servers).split(",") if s.strip()],
-        "security_protocol": str(_opt(options, "kafka.security.protocol", "PLAINTEXT")).upper(),
-        "client_id": str(_opt(options, "kafka.client.id", "kmq-spark")),
-    }
-    mech = _opt(options, "kafka.sasl.mechanism")
-    if mech:
-        kw["sasl_mechanism"] = str(mech).upper()
-        kw["sasl_plain_username"] = _opt(options, "kafka.sasl.username")
-        kw["sasl_plain_password"] = _opt(options, "kafka.sasl.password")
-    if mech and str(mech).upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-        kw.pop("sasl_plain_username")
-        kw.pop("sasl_plain_password")
-    for option, key in (("kafka.ssl.cafile", "ssl_cafile"), ("kafka.ssl.certfile", "ssl_certfile"),
-                        ("kafka.ssl.keyfile", "ssl_keyfile"), ("kafka.ssl.password", "ssl_password"),
-                        ("kafka.sasl.oauth.token.file", "sasl_oauth_token_file"),
-                        ("kafka.sasl.oauth.token.command", "sasl_oauth_token_command")):
-        value = _opt(options, option)
-        if value:
-            kw[key] = str(value)
-    check = _opt(options, "kafka.ssl.check.hostname")
-    if check is not None:
-        kw["ssl_check_hostname"] = _bool(check, True)
-    return kw
+    client = _opt(options, "kafka.client")
+    if text and (servers or client):
+        raise SourceError(f"the kmq-kafka source takes its connection from {KAFKA_OPTION} alone: "
+                          "drop the options kafka.bootstrap.servers and kafka.client")
+    if not text and not servers:
+        raise SourceError(f"the kmq-kafka source needs the option {KAFKA_OPTION} (a KafkaConfig as JSON) "
+                          "or kafka.bootstrap.servers")
+    client = str(client or "kafka-python").strip().lower()
+    if client not in ("kafka-python", "confluent"):
+        raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {client!r}")
+    try:
+        if text:
+            return KafkaConfig.from_json(str(text))
+        return KafkaConfig.from_mapping({"bootstrap_servers": str(servers), "client_id": "kmq-spark", "client": client})
+    except ConfigError as exc:
+        raise SourceError(f"the kmq-kafka source's connection: {exc}") from None
 
 
-def _kafka_python_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
-    """kafka-python arguments from :func:`client_kwargs_from_options` (JSON-safe) ones: the OAUTHBEARER
-    token source becomes a token provider, built in the process that connects."""
-    out = dict(kw)
+def _consumer_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
+    """kafka-python arguments of the source's consumers (driver and tasks), built in the process
+    that connects (an OAUTHBEARER token provider, a TLS context are per process)."""
     # Resume within about a second of a broker's return (kafka-python's default backs off up to 30 s).
-    from kmq.client.kafka_python.clients import RECONNECT_BACKOFF_MAX_MS
-
-    out.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
-    token_file = out.pop("sasl_oauth_token_file", None)
-    token_command = out.pop("sasl_oauth_token_command", None)
-    if token_file or token_command:
-        from kmq.client.oauth import TokenProvider
-
-        out["sasl_oauth_token_provider"] = TokenProvider(token_file=token_file, token_command=token_command)
-    return out
+    return {**client_kwargs(kafka), "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
 
 
 def _bool(value: Any, default: bool) -> bool:
@@ -156,9 +148,8 @@ def _worker_consumer(client_json: str):
 
     c = _WORKER_CONSUMERS.get(client_json)
     if c is None:
-        kw = _kafka_python_kwargs(json.loads(client_json))
         c = KafkaConsumer(
-            **kw,
+            **_consumer_kwargs(KafkaConfig.from_json(client_json)),
             enable_auto_commit=False,
             auto_offset_reset="none",
             fetch_max_wait_ms=100,
@@ -312,8 +303,9 @@ class KafkaStreamReader(DataSourceStreamReader):
     """Plans micro-batches: offsets per topic partition from fetch high-water marks."""
 
     def __init__(self, options) -> None:
-        self.client_kwargs = client_kwargs_from_options(options)
-        self.client_json = json.dumps(self.client_kwargs, sort_keys=True)
+        self.kafka = kafka_config_from_options(options)
+        # What the tasks rebuild the connection from (and the key of their cached consumers).
+        self.client_json = self.kafka.to_json()
         topics = _opt(options, "subscribe")
         if not topics:
             raise SourceError("the kmq-kafka source needs the option subscribe (comma-separated topics)")
@@ -326,9 +318,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.metadata_max_age_ms = int(_opt(options, "metadataMaxAgeMs", 5000))
         self.include_headers = _bool(_opt(options, "includeHeaders"), True)
         self.marker_chunks = _bool(_opt(options, "markerChunks"), False)
-        self.client = str(_opt(options, "kafka.client", "kafka-python")).strip().lower()
-        if self.client not in ("kafka-python", "confluent"):
-            raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {self.client!r}")
+        self.client = self.kafka.client
         if self.client == "confluent":
             from kmq.client import require_client
 
@@ -342,7 +332,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             from kafka import KafkaConsumer
 
             self._consumer = KafkaConsumer(
-                **_kafka_python_kwargs(self.client_kwargs),
+                **_consumer_kwargs(self.kafka),
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 fetch_max_wait_ms=50,

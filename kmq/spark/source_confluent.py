@@ -11,7 +11,6 @@ kafka-python path does (``failOnDataLoss``).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any, Iterator
@@ -21,32 +20,12 @@ import pyarrow as pa
 from kmq.config import KafkaConfig
 from kmq.spark.arrow_rows import ARROW_SCHEMA, ROWS_PER_ARROW_BATCH
 
-__all__ = ["read_partition_confluent", "kafka_config_from_kwargs", "close_cached_consumer"]
+__all__ = ["read_partition_confluent", "close_cached_consumer"]
 
 log = logging.getLogger(__name__)
 
 _CONSUMERS: dict[str, Any] = {}
 _BATCH = 10_000
-
-
-def kafka_config_from_kwargs(kw: dict[str, Any]) -> KafkaConfig:
-    """The :class:`KafkaConfig` of the source's (kafka-python named, JSON-safe) client arguments."""
-    return KafkaConfig(
-        bootstrap_servers=",".join(kw["bootstrap_servers"]),
-        security_protocol=kw.get("security_protocol", "PLAINTEXT"),
-        sasl_mechanism=kw.get("sasl_mechanism"),
-        sasl_username=kw.get("sasl_plain_username"),
-        sasl_password=kw.get("sasl_plain_password"),
-        ssl_cafile=kw.get("ssl_cafile"),
-        ssl_certfile=kw.get("ssl_certfile"),
-        ssl_keyfile=kw.get("ssl_keyfile"),
-        ssl_password=kw.get("ssl_password"),
-        ssl_check_hostname=kw.get("ssl_check_hostname", True),
-        sasl_oauth_token_file=kw.get("sasl_oauth_token_file"),
-        sasl_oauth_token_command=kw.get("sasl_oauth_token_command"),
-        client_id=kw.get("client_id", "kmq-spark"),
-        client="confluent",
-    )
 
 
 def _consumer(client_json: str):
@@ -55,9 +34,9 @@ def _consumer(client_json: str):
     if c is None:
         import confluent_kafka as ck
 
-        from kmq.client.confluent.consumer import settings
+        from kmq.client.confluent.settings import settings
 
-        kafka = kafka_config_from_kwargs(json.loads(client_json))
+        kafka = KafkaConfig.from_json(client_json)
         c = ck.Consumer({
             **settings(kafka),
             "group.id": f"{kafka.client_id}-source",  # required by librdkafka; never joined, never committed
