@@ -23,7 +23,7 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Generator, NamedTuple, Union
 
 import click
 
@@ -69,6 +69,46 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
     click.echo(f"produced {count} messages ({poisons} poison) to {queue} in {took:.2f}s")
 
 
+class _Sleep(NamedTuple):
+    """Wait ``seconds`` (simulated work): a thread sleeps, a coroutine awaits."""
+
+    seconds: float
+
+
+class _Blocking(NamedTuple):
+    """A blocking call (the Redis guard): inline on a thread, off the loop for a coroutine."""
+
+    call: Callable[[Any], Any]
+    arg: Any
+
+
+_Wait = Union[_Sleep, _Blocking]
+
+
+def _run_steps(steps: Generator[_Wait, Any, None]) -> None:
+    """Drive a delivery on a worker thread."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(time.sleep(step.seconds) if isinstance(step, _Sleep) else step.call(step.arg))
+    except StopIteration:
+        return
+
+
+async def _await_steps(steps: Generator[_Wait, Any, None]) -> None:
+    """Drive a delivery as a coroutine: sleeps awaited, blocking calls on a thread."""
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, _Sleep):
+                await asyncio.sleep(step.seconds)
+                step = steps.send(None)
+            else:
+                step = steps.send(await asyncio.to_thread(step.call, step.arg))
+    except StopIteration:
+        return
+
+
 @click.command()
 @click.argument("queue")
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True, help="Handler threads.")
@@ -112,7 +152,8 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
 
     if fail_rate + hang_rate + slow_rate > 1:
         raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
-    slow_s = 1.5 * cfg.queue(queue).lease
+    lease = cfg.queue(queue).lease
+    slow_s = 1.5 * lease
     metrics = ConsumerMetrics.shared()
     if metrics_port is not None:
         from prometheus_client import start_http_server
@@ -135,21 +176,25 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
         if max_messages and total >= max_messages:
             consumer.stop()
 
-    def handler(msg: Any) -> None:
+    def delivery(msg: Any) -> Generator[_Wait, Any, None]:
+        """One delivery's fate (see the module docstring). Waits are yielded, not done here, so
+        the same decisions run on a worker thread (:func:`_run_steps`) and as a coroutine
+        (:func:`_await_steps`); settlements are memory-only either way. A failure raises:
+        the consumer's run() nacks it with the queue's backoff (kmq.core.outcome)."""
         if is_poison(msg.value, poison_rate or 0.0):
             msg.reject("poison payload")
             count("poison")
             return
         kind = fate(msg.origin, msg.delivery_count, fail_rate, hang_rate, slow_rate)
         if processing_ms:
-            time.sleep(processing_ms / 1000.0)
+            yield _Sleep(processing_ms / 1000.0)
         if kind == "slow":
-            time.sleep(slow_s)  # past the lease: the tracker redelivers a copy meanwhile
+            yield _Sleep(slow_s)  # past the lease: the tracker redelivers a copy meanwhile
         # The guard covers the effect (the ack and its log line), claimed just before it.
-        if kind in ("ok", "slow") and guard is not None and not guard.begin(msg):
-            if guard.state(msg) == "running":
+        if kind in ("ok", "slow") and guard is not None and not (yield _Blocking(guard.begin, msg)):
+            if (yield _Blocking(guard.state, msg)) == "running":
                 # Another worker is applying a copy right now; if it dies, its effect never happens.
-                msg.nack(delay=cfg.queue(queue).lease)
+                msg.nack(delay=lease)
                 return
             count("duplicate")  # a copy already took effect: ack without a second effect
             msg.ack()
@@ -166,41 +211,13 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
                 log_file.write(f"{msg.topic}/{msg.partition}/{msg.offset} {msg.origin}\n")
                 log_file.flush()
         if guard is not None:
-            guard.done(msg)
+            yield _Blocking(guard.done, msg)
+
+    def handler(msg: Any) -> None:
+        _run_steps(delivery(msg))
 
     async def async_handler(amsg: Any) -> None:
-        # handler() above as a coroutine: the same decisions, awaited sleeps; the Redis guard's
-        # blocking calls run off the loop. Settlements are memory-only (see kmq.aio).
-        msg = amsg.message
-        if is_poison(msg.value, poison_rate or 0.0):
-            await amsg.reject("poison payload")
-            count("poison")
-            return
-        kind = fate(msg.origin, msg.delivery_count, fail_rate, hang_rate, slow_rate)
-        if processing_ms:
-            await asyncio.sleep(processing_ms / 1000.0)
-        if kind == "slow":
-            await asyncio.sleep(slow_s)
-        if kind in ("ok", "slow") and guard is not None and not await asyncio.to_thread(guard.begin, msg):
-            if await asyncio.to_thread(guard.state, msg) == "running":
-                await amsg.nack(delay=cfg.queue(queue).lease)
-                return
-            count("duplicate")
-            await amsg.ack()
-            return
-        count(kind)
-        if kind == "fail":
-            raise InjectedFailure(f"injected failure on delivery {msg.delivery_count}")
-        if kind == "hang":
-            await amsg.abandon()
-            return
-        await amsg.ack()
-        if log_file is not None:
-            with log_lock:
-                log_file.write(f"{msg.topic}/{msg.partition}/{msg.offset} {msg.origin}\n")
-                log_file.flush()
-        if guard is not None:
-            await asyncio.to_thread(guard.done, msg)
+        await _await_steps(delivery(amsg.message))
 
     stop_asked = threading.Event()  # a signal before the consumer exists still stops it
 

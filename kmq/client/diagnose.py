@@ -220,7 +220,7 @@ def diagnose(kafka: KafkaConfig, timeout_s: float, cause: object = None) -> KmqE
     """The most specific error for a client that could not connect within ``timeout_s``."""
     step = min(_STEP_TIMEOUT_S, max(timeout_s, 0.5))
     first_unreachable: KmqError | None = None
-    for entry in [s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()]:
+    for entry in kafka.servers:
         host, _, port = entry.rpartition(":")
         if not port.isdigit():
             return BrokerUnavailable(f"kafka.bootstrap_servers entry {entry!r} is not host:port")

@@ -40,15 +40,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
 from collections import deque
 from typing import Any, Awaitable, Callable
 
-from kmq.core import settlement
 from kmq.config import Config
 from kmq.core.errors import KmqError, MessageAlreadySettled
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.message import KmqMessage
+from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 
 __all__ = ["AsyncKmqConsumer", "AsyncKmqMessage"]
@@ -134,6 +135,10 @@ class AsyncKmqConsumer:
         self._kwargs = dict(consumer_kwargs, batch_size=batch_size, metrics=metrics)
         self.poll_timeout = poll_timeout
         self._consumer: Any = None  # kmq.consumer.consumer.KmqConsumer once started
+        # The construction under way (on a thread), shared by concurrent start() and close() calls.
+        self._starting: asyncio.Future | None = None
+        # Orders _closed against the construction thread's hand-over of the consumer it built.
+        self._state_lock = threading.Lock()
         # One thread for waiting polls: the consumer hands batches to one taker at a time anyway.
         self._poller = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kmq-aio-poll")
         # Messages a waiting poll returned after its waiter was cancelled: the next taker gets them first.
@@ -152,13 +157,53 @@ class AsyncKmqConsumer:
         return self._consumer
 
     async def start(self) -> "AsyncKmqConsumer":
-        """Create the threaded consumer off the loop (it checks the topics and connects)."""
-        if self._closed:
-            raise KmqError("the AsyncKmqConsumer is closed")
-        if self._consumer is None:
-            self._consumer = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: KmqConsumer(self.cfg, self._queue_name, **self._kwargs))
+        """Create the threaded consumer off the loop (it checks the topics and connects).
+
+        Concurrent calls share one construction. :meth:`close` during it closes the consumer
+        as soon as it is built (this call then raises :class:`~kmq.core.errors.KmqError`);
+        cancelling this call closes the AsyncKmqConsumer the same way, so a cancelled
+        ``async with`` leaves no consumer in the group."""
+        with self._state_lock:
+            if self._closed:
+                raise KmqError("the AsyncKmqConsumer is closed")
+            if self._consumer is not None:
+                return self
+            if self._starting is None or self._starting.done():  # none yet, or the last one failed: try again
+                self._starting = asyncio.get_running_loop().run_in_executor(None, self._build)
+                # Its error reaches the start() calls awaiting it; retrieved here for when none is left.
+                self._starting.add_done_callback(lambda f: f.cancelled() or f.exception())
+            starting = self._starting
+        try:
+            # Shielded: a cancelled start() must not cancel a construction another caller awaits.
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            self._close_when_built()
+            raise
         return self
+
+    def _build(self) -> Any:
+        """Construct the threaded consumer (on a thread) and hand it over, unless this was closed
+        meanwhile: then close it here, so no consumer outlives the AsyncKmqConsumer."""
+        consumer = KmqConsumer(self.cfg, self._queue_name, **self._kwargs)
+        with self._state_lock:
+            if not self._closed:
+                self._consumer = consumer
+                return consumer
+        consumer.close()
+        raise KmqError("the AsyncKmqConsumer was closed while it was starting; its consumer is closed")
+
+    def _close_when_built(self) -> None:
+        """A cancelled start(): close now; the consumer under construction is closed once built."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            consumer = self._consumer
+        if consumer is not None:  # built just before the cancellation arrived
+            consumer.stop()
+            closing = asyncio.get_running_loop().run_in_executor(None, consumer.close)
+            closing.add_done_callback(_log_close_failure)
+        self._poller.shutdown(wait=False)
 
     async def __aenter__(self) -> "AsyncKmqConsumer":
         return await self.start()
@@ -175,12 +220,17 @@ class AsyncKmqConsumer:
         """Stop, give never-handed messages back to the group (same delivery count), leave the
         group and flush pending settlements; the blocking part runs off the loop. Unsettled
         handed-over messages stay in flight: the tracker redelivers them when their leases end."""
-        if self._closed:
-            return
-        self._closed = True
-        consumer = self._consumer
+        with self._state_lock:
+            already, self._closed = self._closed, True
+            consumer, starting = self._consumer, self._starting
         if consumer is None:
             self._poller.shutdown(wait=False)
+            if starting is not None and not starting.done():
+                # Being built: the construction thread sees _closed and closes it; wait for that
+                # (also after a cancelled start), so nothing is left running when close() returns.
+                await asyncio.wait([starting])
+            return
+        if already:
             return
         consumer.stop()  # a waiting poll returns at once
         me = asyncio.current_task()
@@ -268,7 +318,7 @@ class AsyncKmqConsumer:
 
     # ------------------------------------------------------------ handler pool
     async def run(self, handler: AsyncHandler, concurrency: int = 1, *,
-                  reject_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+                  reject_on: RejectOn = (),
                   drain_timeout: float | None = None) -> None:
         """Await ``handler(msg)`` for up to ``concurrency`` messages at once until :meth:`stop`.
 
@@ -284,7 +334,7 @@ class AsyncKmqConsumer:
         re-raises; messages not taken yet are given back to the group by :meth:`close`.
         """
         consumer = self.consumer
-        backoff = consumer.queue.backoff
+        rule = OutcomeRule(consumer.queue.backoff.delay, reject_on)
         ended = asyncio.get_running_loop().create_future()
         self._runs[ended] = asyncio.current_task()
         slots = max(1, concurrency)
@@ -293,16 +343,14 @@ class AsyncKmqConsumer:
         tasks: set[asyncio.Task] = set()
 
         async def call(msg: AsyncKmqMessage) -> None:
+            m = msg.message
             try:
                 await handler(msg)
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
-                _settle_failed(msg.message, exc, backoff, reject_on)
-                return
-            if msg.message.outcome is None:
-                try:
-                    msg.message.ack()
-                except MessageAlreadySettled:
-                    pass
+                outcome = rule.failed(exc, m.delivery_count)
+            else:
+                outcome = rule.returned(m.outcome is not None)
+            settle(m, outcome)
 
         fatal: list[BaseException] = []
 
@@ -343,19 +391,9 @@ class AsyncKmqConsumer:
             raise fatal[0]
 
 
-def _settle_failed(msg: KmqMessage, exc: Exception, backoff: Any, reject_on: Any) -> None:
-    try:
-        if reject_on and isinstance(exc, reject_on):
-            log.warning("handler rejected %s/%d/%d (%s: %s); it goes to the DLQ",
-                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc)
-            msg.reject(settlement.clip_reason(f"{type(exc).__name__}: {exc}"))
-        else:
-            delay = backoff.delay(msg.delivery_count)
-            log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
-                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
-            msg.nack(delay)
-    except MessageAlreadySettled:
-        pass
+def _log_close_failure(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("closing the consumer of a cancelled start failed: %s", fut.exception())
 
 
 async def _drain(tasks: set[asyncio.Task], timeout: float, queue: str) -> None:

@@ -248,16 +248,18 @@ class KmqConsumer:
         while not (self._stop_run.is_set() or self._closed):
             yield from self.poll(timeout=0.5)
 
-    def run(self, handler: Callable[[KmqMessage], Any], workers: int = 1, poll_timeout: float = 0.5) -> None:
+    def run(self, handler: Callable[[KmqMessage], Any], workers: int = 1, poll_timeout: float = 0.5, *,
+            reject_on: type[BaseException] | tuple[type[BaseException], ...] = ()) -> None:
         """Call ``handler(msg)`` on a pool of ``workers`` threads until :meth:`stop`.
 
         Out of order, no head-of-line blocking inside a partition. A message is
         taken from the consumer only when a worker is free to start it, so no
         lease runs in a pool queue. A handler that returns acks the message
-        (unless it settled it itself); an exception nacks it with the queue's
+        (unless it settled it itself); an exception of ``reject_on`` rejects it
+        (DLQ, reason ``"Type: text"``), any other exception nacks it with the queue's
         backoff for its delivery count. On stop, running handlers finish; messages
         not yet taken are given back to the group by :meth:`close`."""
-        run_handlers(self, handler, workers, poll_timeout)
+        run_handlers(self, handler, workers, poll_timeout, reject_on)
 
     @property
     def stopping(self) -> bool:
@@ -380,7 +382,7 @@ class KmqConsumer:
             self._hook("polled", spans)
         member = kc.member_id()
         if member:
-            self.writer.owner = member[:255]
+            self.writer.owner = member
         lock = self._lock
         with lock:
             for p, offs in offsets.items():

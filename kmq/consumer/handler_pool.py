@@ -13,8 +13,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol
 
-from kmq.core.errors import MessageAlreadySettled
 from kmq.core.message import KmqMessage
+from kmq.core.outcome import OutcomeRule, RejectOn, settle
 
 __all__ = ["run_handlers", "MessageSource"]
 
@@ -36,34 +36,28 @@ class MessageSource(Protocol):
 
 
 def run_handlers(consumer: MessageSource, handler: Callable[[KmqMessage], Any], workers: int,
-                 poll_timeout: float) -> None:
+                 poll_timeout: float, reject_on: RejectOn = ()) -> None:
     """Call ``handler(msg)`` on ``workers`` threads until ``consumer`` is stopped or closed.
 
-    Return acks (unless the handler settled the message), an exception nacks
-    with the queue's backoff for the delivery count. Running handlers finish
-    on stop; the fetcher's error is raised once ready messages are used up."""
-    backoff = consumer.queue.backoff
+    The end of a handler settles its message by :class:`~kmq.core.outcome.OutcomeRule`:
+    return acks (unless the handler settled it), an exception of ``reject_on`` rejects
+    (DLQ), any other exception nacks with the queue's backoff for the delivery count.
+    Running handlers finish on stop; the fetcher's error is raised once ready messages
+    are used up."""
+    rule = OutcomeRule(consumer.queue.backoff.delay, reject_on)
     slots = threading.Semaphore(max(1, workers))
 
     def call(msg: KmqMessage) -> None:
         try:
-            handler(msg)
-        except Exception as exc:
-            delay = backoff.delay(msg.delivery_count)
-            log.warning("handler failed on %s/%d/%d (%s: %s); nacked, redelivery in %.3gs",
-                        msg.topic, msg.partition, msg.offset, type(exc).__name__, exc, delay)
             try:
-                msg.nack(delay)
-            except MessageAlreadySettled:
-                pass
-            return
+                handler(msg)
+            except Exception as exc:
+                outcome = rule.failed(exc, msg.delivery_count)
+            else:
+                outcome = rule.returned(msg.outcome is not None)
+            settle(msg, outcome)
         finally:
             slots.release()
-        if msg.outcome is None:
-            try:
-                msg.ack()
-            except MessageAlreadySettled:
-                pass
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"kmq-worker-{consumer.queue.name}")
     try:

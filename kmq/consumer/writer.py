@@ -42,8 +42,9 @@ from kmq.consumer.ack_buffer import AckBuffer
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
 from kmq.consumer.marker_sender import MarkerSender
-from kmq.core.markers import Start, encode
+from kmq.core.markers import Start, clip_owner, encode
 from kmq.core.message import delivery_count_of
+from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.core.ranges import coalesce
 from kmq.client.topics import require_aligned
@@ -63,8 +64,8 @@ class CommitError(KmqError):
 
 
 def default_owner(client_id: str) -> str:
-    """Owner id written in START markers: ``client_id@host:pid`` (<= 255 bytes)."""
-    return f"{client_id}@{socket.gethostname()}:{os.getpid()}"[:255]
+    """Owner id written in START markers: ``client_id@host:pid``, cut to the marker's 255 utf-8 bytes."""
+    return clip_owner(f"{client_id}@{socket.gethostname()}:{os.getpid()}")
 
 
 def _ms(seconds: float) -> int:
@@ -145,7 +146,7 @@ class MarkerWriter:
         self._adapter = _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
         self.metrics = metrics or ConsumerMetrics.shared()  # the application's default registry
-        self.owner = (owner or default_owner(cfg.kafka.client_id))[:255]
+        self.owner = owner or default_owner(cfg.kafka.client_id)
         self.flush_interval = cfg.consumer.ack_flush_interval if flush_interval is None else flush_interval
         self.lease_ms = _ms(self.queue.lease)
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
@@ -167,6 +168,16 @@ class MarkerWriter:
         self._c_received = self.metrics.messages.labels(self.queue.name, "received")
 
     # ------------------------------------------------------------ START
+    @property
+    def owner(self) -> str:
+        """Owner id written in START markers (:class:`~kmq.consumer.consumer.KmqConsumer` sets its group
+        member id); set to any text, kept cut at a character boundary to the marker's 255 utf-8 bytes."""
+        return self._owner
+
+    @owner.setter
+    def owner(self, value: str) -> None:
+        self._owner = clip_owner(value)
+
     def send_starts(self, offsets: Mapping[int, Iterable[int]]) -> list[tuple[int, list, Any]]:
         """Send one START per partition covering ``offsets``; returns
         ``[(partition, ranges, future)]`` for :meth:`wait_starts` (no wait here)."""
@@ -407,40 +418,49 @@ class MarkerWriter:
         self.close()
 
 
-def marked(writer: MarkerWriter, reject_on: type[BaseException] | tuple[type[BaseException], ...] = ()) -> Callable[[F], F]:
+class _RecordSettlement:
+    """One raw record settled through its writer: what :func:`kmq.core.outcome.settle` needs."""
+
+    __slots__ = ("writer", "record")
+
+    def __init__(self, writer: MarkerWriter, record: Any) -> None:
+        self.writer = writer
+        self.record = record
+
+    # Read only for log lines (a failed handler): not computed on the ack path.
+    topic = property(lambda self: coordinates(self.record)[0])
+    partition = property(lambda self: coordinates(self.record)[1])
+    offset = property(lambda self: coordinates(self.record)[2])
+
+    def ack(self) -> None:
+        self.writer.ack(self.record)
+
+    def nack(self, delay: float = 0.0) -> None:
+        self.writer.nack(self.record, delay)
+
+    def reject(self, reason: str = "") -> None:
+        self.writer.reject(self.record, reason)
+
+
+def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
     """Decorate a per-record handler: ack on return, nack on exception (delay from
-    the queue's backoff by delivery count), reject on an exception of ``reject_on``.
+    the queue's backoff by delivery count), reject on an exception of ``reject_on``
+    (the rule of :class:`~kmq.core.outcome.OutcomeRule`, as ``KmqConsumer.run``).
 
     The exception is logged and not re-raised, so the poll loop goes on. A
     handler that settled the record itself is left alone."""
 
-    backoff = writer.queue.backoff
+    rule = OutcomeRule(writer.queue.backoff.delay, reject_on)
 
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(record: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 result = fn(record, *args, **kwargs)
-            except BaseException as exc:
-                if not isinstance(exc, Exception):
-                    raise
-                where = "/".join(map(str, coordinates(record)))
-                try:
-                    if reject_on and isinstance(exc, reject_on):
-                        log.warning("handler rejected %s (%s: %s); it goes to the DLQ", where, type(exc).__name__, exc)
-                        writer.reject(record, settlement.clip_reason(f"{type(exc).__name__}: {exc}"))
-                    else:
-                        delay = backoff.delay(delivery_count_of(headers_of(record)))
-                        log.warning("handler failed on %s (%s: %s); nacked, redelivery in %.3gs",
-                                    where, type(exc).__name__, exc, delay)
-                        writer.nack(record, delay)
-                except MessageAlreadySettled:
-                    pass
+            except Exception as exc:
+                settle(_RecordSettlement(writer, record), rule.failed(exc, delivery_count_of(headers_of(record))))
                 return None
-            try:
-                writer.ack(record)
-            except MessageAlreadySettled:
-                pass
+            settle(_RecordSettlement(writer, record), rule.returned(settled=False))  # settled: the writer says so
             return result
 
         return wrapper  # type: ignore[return-value]

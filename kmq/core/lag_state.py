@@ -8,7 +8,8 @@ window end, ack latency percentiles, redeliveries, dead letters, late acks.
 
 Memory is bounded by offset *ranges*, not messages: open offsets are kept as
 coalesced segments (first, end, start time) and closed offsets as a
-:class:`~kmq.core.ranges.RangeSet`.
+:class:`~kmq.core.ranges.RangeSet` of at most
+:data:`~kmq.core.ranges.CLOSED_MEMORY_RANGES` ranges (as the tracker's).
 
 Semantics (docs/spark.md):
 
@@ -17,8 +18,9 @@ Semantics (docs/spark.md):
 * END closes open offsets (ack; latency = END time - START time per offset);
   END for offsets already closed counts as a late ack.
 * REJECT closes (the consumer gave the message up; the tracker will write a
-  CLOSED outcome 2 later, which counts the dead letter).
-* CLOSED closes; outcome 1 counts redeliveries, 2 dead letters, 3 missing.
+  CLOSED with outcome DEAD_LETTERED later, which counts the dead letter).
+* CLOSED closes; its :class:`~kmq.core.markers.Outcome` REDELIVERED counts
+  redeliveries, DEAD_LETTERED dead letters, MISSING missing offsets.
 * RENEW and NACK are counted only.
 
 Window rule: a marker belongs to window ``ts // window_ms`` unless that window
@@ -33,18 +35,14 @@ from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator, Sequence
 
-from kmq.core.ranges import RangeSet
-
-# Closed ranges remembered for late-ack counting (as the tracker does): beyond this the oldest are
-# forgotten, so hostile or very fragmented markers cannot grow the state row without bound.
-CLOSED_MEMORY_RANGES = 50_000
+from kmq.core.markers import BAD_RECORD, MarkerType, Outcome
+from kmq.core.ranges import CLOSED_MEMORY_RANGES, RangeSet
 
 __all__ = [
     "LATENCY_BUCKETS_MS",
     "MARKER_TYPES",
     "WindowStats",
     "OpenSegments",
-    "ClosedRanges",
     "PartitionLagState",
     "percentile_from_buckets",
 ]
@@ -55,10 +53,24 @@ LATENCY_BUCKETS_MS: tuple[int, ...] = (
     1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 30000,
     60000, 120000, 300000, 600000, 1800000, 3600000, 21600000, 86400000,
 )
-MARKER_TYPES = ("START", "END", "RENEW", "NACK", "REJECT", "CLOSED")
+MARKER_TYPES = tuple(t.name for t in MarkerType)  # START, END, RENEW, NACK, REJECT, CLOSED
 BAD = "BAD"
-# Type names by wire code (kmq.core.markers.MarkerType values 1..6; 0 is a bad record).
-_TYPE_NAMES = (BAD, *MARKER_TYPES)
+# Type names by type code.
+_TYPE_NAMES = {BAD_RECORD: BAD, **{int(t): t.name for t in MarkerType}}
+# Plain ints for the hot loop of apply_decoded (comparing ints to enum members costs an attribute
+# look-up each time).
+_START, _END, _REJECT, _CLOSED = (int(t) for t in (MarkerType.START, MarkerType.END, MarkerType.REJECT,
+                                                   MarkerType.CLOSED))
+
+
+def _count_closed(w: "WindowStats", outcome: int | None, count: int) -> None:
+    """Count ``count`` offsets the tracker closed with ``outcome`` (a CLOSED marker) in window ``w``."""
+    if outcome == Outcome.REDELIVERED:
+        w.redeliveries += count
+    elif outcome == Outcome.DEAD_LETTERED:
+        w.dead_letters += count
+    elif outcome == Outcome.MISSING:
+        w.missing += count
 
 
 def _bucket(latency_ms: int) -> int:
@@ -153,29 +165,6 @@ class OpenSegments:
         return zip(self.starts, self.ends, self.times)
 
 
-class ClosedRanges(RangeSet):
-    """The closed offsets: a :class:`~kmq.core.ranges.RangeSet` with an O(1) path for the common
-    case, offsets closed in rising order (each new range at or past the last one)."""
-
-    __slots__ = ()
-
-    def add(self, first: int, count: int = 1) -> int:
-        ends = self._ends
-        if ends and count >= 1 and first >= ends[-1]:
-            if first == ends[-1]:
-                ends[-1] = first + count
-            else:
-                self._starts.append(first)
-                ends.append(first + count)
-            self._size += count
-            return count
-        return super().add(first, count)
-
-    def max_end(self) -> int:
-        """One past the largest offset in the set (0 when empty)."""
-        return self._ends[-1] if self._ends else 0
-
-
 @dataclass
 class WindowStats:
     """What the job outputs for one queue partition and one window."""
@@ -236,7 +225,7 @@ class PartitionLagState:
         self.partition = partition
         self.window_ms = window_ms
         self.open = OpenSegments()
-        self.closed = ClosedRanges()
+        self.closed = RangeSet()
         self.current: WindowStats | None = None
         self.last_closed_index: int | None = None
         self.high_water = 0  # one past the largest marker offset seen
@@ -282,7 +271,10 @@ class PartitionLagState:
         ranges: Iterable[tuple[int, int]] = (),
         outcome: int | None = None,
     ) -> list[WindowStats]:
-        """Apply one marker record (``mtype`` BAD for an undecodable one); return closed windows."""
+        """Apply one marker record (``mtype`` a :class:`~kmq.core.markers.MarkerType` name, or BAD
+        for an undecodable record; ``outcome`` the CLOSED outcome); return closed windows.
+
+        The reference for :meth:`apply_decoded`, which must give the same result."""
         w, emitted = self._window_for(ts_ms)
         assert w is not None
         self.high_water = max(self.high_water, marker_offset + 1)
@@ -290,11 +282,12 @@ class PartitionLagState:
             w.bad_markers += 1
             return emitted
         w.markers[mtype] += 1
-        if mtype == "START":
+        t = MarkerType[mtype]
+        if t is MarkerType.START:
             for first, count in ranges:
                 self.closed.remove(first, count)
                 self.open.add(first, count, ts_ms)
-        elif mtype == "END":
+        elif t is MarkerType.END:
             for first, count in ranges:
                 was_closed = sum(r.count for r in self.closed.intersection(first, count))
                 for n, started in self.open.remove(first, count):
@@ -302,18 +295,13 @@ class PartitionLagState:
                     w.ack_latency_buckets[_bucket(max(0, ts_ms - started))] += n
                     w.ack_latency_sum_ms += n * max(0, ts_ms - started)
                 w.late_acks += was_closed
-                self._remember_closed(first, count)
-        elif mtype in ("REJECT", "CLOSED"):
+                self.closed.add_bounded(first, count, CLOSED_MEMORY_RANGES)
+        elif t in (MarkerType.REJECT, MarkerType.CLOSED):
             for first, count in ranges:
                 self.open.remove(first, count)
-                self._remember_closed(first, count)
-                if mtype == "CLOSED":
-                    if outcome == 1:
-                        w.redeliveries += count
-                    elif outcome == 2:
-                        w.dead_letters += count
-                    elif outcome == 3:
-                        w.missing += count
+                self.closed.add_bounded(first, count, CLOSED_MEMORY_RANGES)
+                if t is MarkerType.CLOSED:
+                    _count_closed(w, outcome, count)
         return emitted
 
     def apply_decoded(self, marker_offsets: Sequence[int], ts_ms: Sequence[int], decoded) -> list[WindowStats]:
@@ -334,6 +322,7 @@ class PartitionLagState:
         wms = self.window_ms
         opn, closed = self.open, self.closed
         o_starts, o_ends, o_times = opn.starts, opn.ends, opn.times
+        remember, limit = closed.add_bounded, CLOSED_MEMORY_RANGES
         w = self.current
         w_idx = None if w is None else w.window_start_ms // wms
         hw = self.high_water
@@ -347,12 +336,12 @@ class PartitionLagState:
                 emitted.extend(em)
                 w_idx = w.window_start_ms // wms
             hw = off + 1
-            if t == 0:  # BAD
+            if t == BAD_RECORD:
                 w.bad_markers += 1
                 continue
             w.markers[names[t]] += 1
             a, b = rstart[i], rstart[i + 1]
-            if t == 1:  # START
+            if t == _START:
                 for j in range(a, b):
                     first, count = firsts[j], counts[j]
                     if first < closed.max_end():
@@ -365,7 +354,7 @@ class PartitionLagState:
                         opn.size += count
                     else:
                         opn.add(first, count, ts)
-            elif t == 2:  # END
+            elif t == _END:
                 buckets = w.ack_latency_buckets
                 for j in range(a, b):
                     first, count = firsts[j], counts[j]
@@ -384,28 +373,16 @@ class PartitionLagState:
                         w.acked += n
                         buckets[bisect_left(LATENCY_BUCKETS_MS, lat)] += n
                         w.ack_latency_sum_ms += n * lat
-                    self._remember_closed(first, count)
-            elif t == 5 or t == 6:  # REJECT, CLOSED
-                oc = outcomes[i]
+                    remember(first, count, limit)
+            elif t == _REJECT or t == _CLOSED:
                 for j in range(a, b):
                     first, count = firsts[j], counts[j]
                     opn.remove(first, count)
-                    self._remember_closed(first, count)
-                    if t == 6:
-                        if oc == 1:
-                            w.redeliveries += count
-                        elif oc == 2:
-                            w.dead_letters += count
-                        elif oc == 3:
-                            w.missing += count
+                    remember(first, count, limit)
+                    if t == _CLOSED:
+                        _count_closed(w, outcomes[i], count)
         self.high_water = hw
         return emitted
-
-    def _remember_closed(self, first: int, count: int) -> None:
-        self.closed.add(first, count)
-        while self.closed.range_count > CLOSED_MEMORY_RANGES:
-            oldest = next(iter(self.closed))
-            self.closed.remove(oldest.first, oldest.count)
 
     # ------------------------------------------------------------ persistence
     def to_json(self) -> str:
@@ -427,7 +404,7 @@ class PartitionLagState:
         st = cls(d["p"], d["w"])
         st.open.starts, st.open.ends, st.open.times = (list(x) for x in d["o"])
         st.open.size = sum(e - s for s, e in zip(st.open.starts, st.open.ends))
-        st.closed = ClosedRanges((f, c) for f, c in d["c"])
+        st.closed = RangeSet((f, c) for f, c in d["c"])
         st.current = None if d["cur"] is None else WindowStats(**d["cur"])
         st.last_closed_index = d["lc"]
         st.high_water = d["hw"]

@@ -36,13 +36,9 @@ from enum import Enum
 from typing import Callable, Iterable, Iterator
 
 from kmq.core.markers import Closed, End, Marker, Nack, Reject, Renew, Start
-from kmq.core.ranges import OffsetRange, RangeSet
+from kmq.core.ranges import CLOSED_MEMORY_RANGES, OffsetRange, RangeSet
 
 __all__ = ["PartitionState", "DueItem", "Plan", "Reason", "Action", "dlq_reason", "MarkerEffect"]
-
-# How many tracker-closed ranges are remembered for late-ack counting; beyond
-# this the oldest are forgotten (late acks for them are no longer counted).
-_CLOSED_MEMORY_RANGES = 50_000
 
 
 class Reason(str, Enum):
@@ -492,10 +488,8 @@ class PartitionState:
             del counts[start_moff]
 
     def _remember_closed(self, r: OffsetRange) -> None:
-        self._closed.add(r.first, r.count)
-        if self._closed.range_count > _CLOSED_MEMORY_RANGES:
-            oldest = next(iter(self._closed))
-            self._closed.remove(oldest.first, oldest.count)
+        # Late acks of ranges beyond the memory are no longer counted.
+        self._closed.add_bounded(r.first, r.count, CLOSED_MEMORY_RANGES)
 
     def _closed_count(self, r: OffsetRange) -> int:
         if not self._closed:

@@ -44,6 +44,10 @@ __all__ = [
     "decode_key",
     "BadMarker",
     "decode_record",
+    "MAX_OWNER_BYTES",
+    "BAD_RECORD",
+    "clip_owner",
+    "clip_utf8",
 ]
 
 VERSION = 1
@@ -57,6 +61,11 @@ _RANGE = struct.Struct(">qI")
 
 MAX_U16 = 0xFFFF
 MAX_U32 = 0xFFFFFFFF
+#: Type code that decoders working in columns (kmq.core.markers_bulk) and the lag job give a record
+#: that is not a valid marker; the :class:`MarkerType` values are 1..6.
+BAD_RECORD = 0
+#: Largest owner id of a START marker in utf-8 bytes (``u8`` length prefix).
+MAX_OWNER_BYTES = 0xFF
 MAX_I64 = (1 << 63) - 1
 
 
@@ -126,8 +135,8 @@ class Start(_Base):
     def __post_init__(self) -> None:
         _init_ranges(self)
         object.__setattr__(self, "lease_ms", _check_u32("lease_ms", self.lease_ms))
-        if len(self.owner.encode("utf-8")) > 0xFF:
-            raise ValueError("owner id is longer than 255 utf-8 bytes")
+        if len(self.owner.encode("utf-8")) > MAX_OWNER_BYTES:
+            raise ValueError(f"owner id is longer than {MAX_OWNER_BYTES} utf-8 bytes (clip_owner cuts one to fit)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +206,20 @@ Marker = Union[Start, End, Renew, Nack, Reject, Closed]
 def encode_key(queue_partition: int) -> bytes:
     """Record key of a marker: the queue partition as big-endian int32."""
     return _I32.pack(queue_partition)
+
+
+def clip_utf8(text: str, max_bytes: int) -> str:
+    """``text`` made valid utf-8 (unencodable characters become ``?``) and cut at a
+    character boundary to at most ``max_bytes`` bytes: a text kmq builds itself always fits its field."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= max_bytes:
+        return raw.decode("utf-8")
+    return raw[:max_bytes].decode("utf-8", "ignore")
+
+
+def clip_owner(owner: str) -> str:
+    """``owner`` cut to fit a START marker (:data:`MAX_OWNER_BYTES`), at a character boundary."""
+    return clip_utf8(owner, MAX_OWNER_BYTES)
 
 
 def decode_key(key: bytes | None) -> int:

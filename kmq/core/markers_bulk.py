@@ -24,11 +24,11 @@ from typing import Sequence
 import numpy as np
 
 from kmq.core.errors import MarkerDecodeError
-from kmq.core.markers import MAX_I64, BadMarker, Closed, MarkerType, decode, decode_record
+from kmq.core.markers import BAD_RECORD, MAX_I64, BadMarker, Closed, MarkerType, decode, decode_record
 
 __all__ = ["BAD", "DecodedMarkers", "decode_records"]
 
-BAD = 0  # the mtype code of an undecodable record (MarkerType values are 1..6)
+BAD = BAD_RECORD  # the mtype code of an undecodable record (MarkerType values are 1..6)
 
 _START, _END, _RENEW, _NACK, _REJECT, _CLOSED = (int(t) for t in MarkerType)
 _PAD = 32  # zero bytes after the joined values, so fixed-position reads never run off the buffer

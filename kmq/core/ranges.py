@@ -10,7 +10,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Iterable, Iterator, NamedTuple
 
-__all__ = ["OffsetRange", "coalesce", "normalize", "RangeSet", "RangeOverlapError", "missing"]
+__all__ = ["OffsetRange", "coalesce", "normalize", "RangeSet", "RangeOverlapError", "missing", "CLOSED_MEMORY_RANGES"]
+
+#: How many closed ranges the tracker and the lag job remember to count late acks: beyond this
+#: the lowest are forgotten (:meth:`RangeSet.add_bounded`), so hostile or very fragmented markers
+#: cannot grow a partition's state without bound. A late ack of a forgotten range is not counted.
+CLOSED_MEMORY_RANGES = 50_000
 
 
 class RangeOverlapError(ValueError):
@@ -143,12 +148,28 @@ class RangeSet:
     def min(self) -> int | None:
         return self._starts[0] if self._starts else None
 
+    def max_end(self) -> int:
+        """One past the largest offset in the set (0 when empty)."""
+        return self._ends[-1] if self._ends else 0
+
     def add(self, first: int, count: int = 1) -> int:
-        """Add offsets; return how many of them were not already present."""
+        """Add offsets; return how many of them were not already present.
+
+        O(1) when the offsets are at or past the end of the set (offsets closed in rising
+        order, the common case of the tracker and the lag job)."""
         if count < 1:
             return 0
-        start, end = first, first + count
         starts, ends = self._starts, self._ends
+        if not ends or first > ends[-1]:
+            starts.append(first)
+            ends.append(first + count)
+            self._size += count
+            return count
+        if first == ends[-1]:
+            ends[-1] = first + count
+            self._size += count
+            return count
+        start, end = first, first + count
         # Ranges that overlap or touch [start, end) are merged into one.
         lo = bisect_left(ends, start)
         hi = bisect_right(starts, end)
@@ -165,6 +186,15 @@ class RangeSet:
         added = count - covered
         self._size += added
         return added
+
+    def add_bounded(self, first: int, count: int, max_ranges: int) -> None:
+        """Add offsets, then forget the lowest ranges beyond ``max_ranges`` (memory stays bounded
+        however fragmented the set gets)."""
+        self.add(first, count)
+        extra = len(self._starts) - max_ranges
+        if extra > 0:
+            self._size -= sum(e - s for s, e in zip(self._starts[:extra], self._ends[:extra]))
+            del self._starts[:extra], self._ends[:extra]
 
     def remove(self, first: int, count: int = 1) -> list[OffsetRange]:
         """Remove offsets; return the ranges that were actually present."""

@@ -23,6 +23,7 @@ import numbers
 from typing import Any
 
 from kmq.core.errors import InvalidSettlement
+from kmq.core.markers import clip_utf8
 
 __all__ = ["MAX_MS", "MAX_REASON_BYTES", "delay_ms", "lease_ms", "reject_reason", "clip_reason"]
 
@@ -98,7 +99,4 @@ def reject_reason(reason: Any) -> str:
 
 def clip_reason(text: str) -> str:
     """``text`` made valid utf-8 and cut at a character boundary to fit the wire."""
-    raw = text.encode("utf-8", "replace")
-    if len(raw) <= MAX_REASON_BYTES:
-        return raw.decode("utf-8")
-    return raw[:MAX_REASON_BYTES].decode("utf-8", "ignore")
+    return clip_utf8(text, MAX_REASON_BYTES)

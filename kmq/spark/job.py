@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kmq.config import Config
 from kmq.core.errors import KmqError
@@ -36,6 +36,7 @@ __all__ = [
     "preflight",
     "spark_session",
     "read_markers",
+    "source_options",
     "build_windows",
     "start",
     "run",
@@ -143,9 +144,10 @@ def _queues(cfg: Config, opts: JobOptions):
     return qs
 
 
-def _java_security_options(cfg: Config) -> dict[str, str]:
+def _java_kafka_options(cfg: Config) -> dict[str, str]:
+    """The options of Spark's own Kafka connector (the Java client) for ``kafka:`` of kmq.yaml."""
     k = cfg.kafka
-    out = {"kafka.security.protocol": k.security_protocol}
+    out = {"kafka.bootstrap.servers": k.bootstrap_servers, "kafka.security.protocol": k.security_protocol}
     if k.sasl_mechanism in ("OAUTHBEARER", "AWS_MSK_IAM"):
         # The Java client needs a login callback handler class on the classpath for these.
         raise KmqError(
@@ -175,29 +177,17 @@ def _java_security_options(cfg: Config) -> dict[str, str]:
     return out
 
 
-def _python_security_options(cfg: Config) -> dict[str, str]:
+def source_options(cfg: Config) -> dict[str, str]:
+    """The connection options of the kmq-kafka source: ``kafka:`` of kmq.yaml as one serialized
+    :class:`~kmq.config.KafkaConfig` (the source's driver and tasks rebuild it and connect through
+    kmq's client settings), with the job's client id and the passwords read here, so the
+    executors need no password file."""
+    from kmq.spark.source import KAFKA_OPTION
+
     k = cfg.kafka
-    out = {"kafka.security.protocol": k.security_protocol, "kafka.client.id": f"{k.client_id}-lag-job"}
-    out["kafka.client"] = k.client  # kafka-python or confluent: the client the source's tasks read with
-    if k.sasl_mechanism:
-        out["kafka.sasl.mechanism"] = k.sasl_mechanism
-        out["kafka.sasl.username"] = k.sasl_username or ""
-        out["kafka.sasl.password"] = k.password() or ""
-    if k.ssl_cafile:
-        out["kafka.ssl.cafile"] = k.ssl_cafile
-    if k.uses_tls:
-        out["kafka.ssl.check.hostname"] = str(k.ssl_check_hostname).lower()
-        if k.ssl_certfile:
-            out["kafka.ssl.certfile"] = k.ssl_certfile
-            if k.ssl_keyfile:
-                out["kafka.ssl.keyfile"] = k.ssl_keyfile
-            if k.key_password() is not None:
-                out["kafka.ssl.password"] = k.key_password() or ""
-    if k.sasl_oauth_token_file:
-        out["kafka.sasl.oauth.token.file"] = k.sasl_oauth_token_file
-    if k.sasl_oauth_token_command:
-        out["kafka.sasl.oauth.token.command"] = k.sasl_oauth_token_command
-    return out
+    kafka = replace(k, client_id=f"{k.client_id}-lag-job", sasl_password=k.password(), sasl_password_file=None,
+                    ssl_password=k.key_password(), ssl_password_file=None)
+    return {KAFKA_OPTION: kafka.to_json()}
 
 
 def kafka_connector_available(spark) -> bool:
@@ -228,12 +218,12 @@ def read_markers(spark, cfg: Config, opts: JobOptions, marker_chunks: bool = Tru
                 f"--packages org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__} to spark-submit "
                 "(or set spark.jars.packages), or use --source python (no jars needed)"
             )
-        fmt, sec = "kafka", _java_security_options(cfg)
+        fmt, sec = "kafka", _java_kafka_options(cfg)
     elif opts.source == "python":
         from kmq.spark.source import SOURCE_NAME, register
 
         register(spark)
-        fmt, sec = SOURCE_NAME, _python_security_options(cfg)
+        fmt, sec = SOURCE_NAME, source_options(cfg)
         # The source decodes markers itself and hands over one row per run of records
         # (kmq.spark.marker_chunks): Spark's per-row cost would otherwise dominate the job.
         sec["markerChunks"] = str(marker_chunks).lower()
@@ -244,7 +234,6 @@ def read_markers(spark, cfg: Config, opts: JobOptions, marker_chunks: bool = Tru
     else:
         raise KmqError(f"unknown source {opts.source!r}: use python or kafka")
     r = (spark.readStream.format(fmt)
-         .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
          .option("subscribe", topics)
          .option("startingOffsets", opts.starting_offsets)
          .option("failOnDataLoss", str(opts.fail_on_data_loss).lower())

@@ -7,19 +7,20 @@ offset, timestamp, timestampType, headers.
 
 Options (Spark lower-cases option keys; both spellings work):
 
-* ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics)
+* ``kmq.kafka``: the connection, a :class:`~kmq.config.KafkaConfig` as JSON
+  (:meth:`~kmq.config.KafkaConfig.to_json`: servers, client id, TLS, SASL, OAUTHBEARER and
+  ``client``, the client the tasks read with); it holds the passwords, so treat the
+  options as a secret. The lag job passes ``kafka:`` of kmq.yaml this way. TLS files and
+  the OAUTHBEARER token file must exist where the tasks run (same paths on the driver and
+  the executors); each process builds its own TLS context and token provider
+* or, for a plaintext broker: ``kafka.bootstrap.servers`` and ``kafka.client``
+  (``kafka-python``, the default, or ``confluent``)
+* ``subscribe`` (comma-separated topics)
 * ``startingOffsets``: ``earliest`` (default), ``latest`` or JSON
   ``{"topic": {"0": 42}}`` (partitions not named start at the earliest offset)
 * ``maxOffsetsPerTrigger``: cap on records per micro-batch, spread over partitions
 * ``failOnDataLoss``: ``true`` (default) fails with a clear error when offsets
   were deleted by retention; ``false`` skips to the earliest available offset
-* ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.username``,
-  ``kafka.sasl.password``, ``kafka.ssl.cafile``, ``kafka.client.id``
-* mutual TLS: ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``, ``kafka.ssl.password``,
-  ``kafka.ssl.check.hostname`` (``true``/``false``); the files must exist where the
-  tasks run (same paths on the driver and the executors)
-* OAUTHBEARER: ``kafka.sasl.oauth.token.file`` or ``kafka.sasl.oauth.token.command``
-  (each process builds its own :class:`kmq.client.oauth.TokenProvider`)
 * ``pollTimeoutMs``: how long a task waits for records it knows exist (default 30000)
 * ``includeHeaders``: ``true`` (default) or ``false``: without headers the
   ``headers`` column is left out (as in Spark's own source), which saves
@@ -29,9 +30,9 @@ Options (Spark lower-cases option keys; both spellings work):
   per record: columns ``topic, partition, first_offset, records, chunk``
   (:mod:`kmq.spark.marker_chunks`). The lag job reads this way; Spark then
   moves a few rows a batch instead of one per marker
-* ``kafka.client``: ``kafka-python`` (default) or ``confluent``: the client the tasks
-  read records with (:mod:`kmq.spark.source_confluent`; needs ``kmq[confluent]`` where
-  the tasks run). The driver plans with kafka-python either way.
+* the client the tasks read records with: ``kafka-python`` or ``confluent``
+  (:mod:`kmq.spark.source_confluent`; needs ``kmq[confluent]`` where the tasks run). The
+  driver plans with kafka-python either way.
 
 Offsets are ``{"topic": {"partition": next_offset}}``, as in Spark's source.
 The end of a partition is the high-water mark reported by a fetch made now,
@@ -45,6 +46,7 @@ stream reader on the driver, one cached per Python worker process for the tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -55,15 +57,18 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from kmq.client import LogReadError, open_log_reader, require_client
-from kmq.config import KafkaConfig
+from kmq.config import ConfigError, KafkaConfig
 from kmq.core.errors import KmqError
 from kmq.spark.arrow_rows import ARROW_CHUNK_SCHEMA, ARROW_SCHEMA, ARROW_SCHEMA_NO_HEADERS, ROWS_PER_ARROW_BATCH
 
-__all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "SCHEMA", "SCHEMA_NO_HEADERS", "SourceError", "DataLossError"]
+__all__ = ["KafkaPythonSource", "register", "SOURCE_NAME", "KAFKA_OPTION", "SCHEMA", "SCHEMA_NO_HEADERS", "SourceError",
+           "DataLossError", "kafka_config_from_options"]
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "kmq-kafka"
+#: The option carrying the source's connection: a :class:`~kmq.config.KafkaConfig` as JSON.
+KAFKA_OPTION = "kmq.kafka"
 SCHEMA_NO_HEADERS = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
@@ -94,35 +99,30 @@ def _opt(options, name: str, default: Any = None) -> Any:
     return default
 
 
-def client_kwargs_from_options(options) -> dict[str, Any]:
-    """kafka-python keyword arguments from the source options."""
+def kafka_config_from_options(options) -> KafkaConfig:
+    """The source's connection: option ``kmq.kafka``, a :class:`~kmq.config.KafkaConfig` as JSON
+    (what the lag job passes: ``kafka:`` of kmq.yaml, security included), or for a plaintext
+    broker ``kafka.bootstrap.servers`` and ``kafka.client``. Driver and tasks rebuild the same
+    KafkaConfig and connect through kmq's client settings (:mod:`kmq.client.kafka_python.settings`,
+    :mod:`kmq.client.confluent.settings`)."""
+    text = _opt(options, KAFKA_OPTION)
     servers = _opt(options, "kafka.bootstrap.servers")
-    if not servers:
-        raise SourceError("the kmq-kafka source needs the option kafka.bootstrap.servers")
-    kw: dict[str, Any] = {
-        "bootstrap_servers": [s.strip() for s in str(servers).split(",") if s.strip()],
-        "security_protocol": str(_opt(options, "kafka.security.protocol", "PLAINTEXT")).upper(),
-        "client_id": str(_opt(options, "kafka.client.id", "kmq-spark")),
-    }
-    mech = _opt(options, "kafka.sasl.mechanism")
-    if mech:
-        kw["sasl_mechanism"] = str(mech).upper()
-        kw["sasl_plain_username"] = _opt(options, "kafka.sasl.username")
-        kw["sasl_plain_password"] = _opt(options, "kafka.sasl.password")
-    if mech and str(mech).upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-        kw.pop("sasl_plain_username")
-        kw.pop("sasl_plain_password")
-    for option, key in (("kafka.ssl.cafile", "ssl_cafile"), ("kafka.ssl.certfile", "ssl_certfile"),
-                        ("kafka.ssl.keyfile", "ssl_keyfile"), ("kafka.ssl.password", "ssl_password"),
-                        ("kafka.sasl.oauth.token.file", "sasl_oauth_token_file"),
-                        ("kafka.sasl.oauth.token.command", "sasl_oauth_token_command")):
-        value = _opt(options, option)
-        if value:
-            kw[key] = str(value)
-    check = _opt(options, "kafka.ssl.check.hostname")
-    if check is not None:
-        kw["ssl_check_hostname"] = _bool(check, True)
-    return kw
+    client = _opt(options, "kafka.client")
+    if text and (servers or client):
+        raise SourceError(f"the kmq-kafka source takes its connection from {KAFKA_OPTION} alone: "
+                          "drop the options kafka.bootstrap.servers and kafka.client")
+    if not text and not servers:
+        raise SourceError(f"the kmq-kafka source needs the option {KAFKA_OPTION} (a KafkaConfig as JSON) "
+                          "or kafka.bootstrap.servers")
+    client = str(client or "kafka-python").strip().lower()
+    if client not in ("kafka-python", "confluent"):
+        raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {client!r}")
+    try:
+        if text:
+            return KafkaConfig.from_json(str(text))
+        return KafkaConfig.from_mapping({"bootstrap_servers": str(servers), "client_id": "kmq-spark", "client": client})
+    except ConfigError as exc:
+        raise SourceError(f"the kmq-kafka source's connection: {exc}") from None
 
 
 def _bool(value: Any, default: bool) -> bool:
@@ -135,33 +135,13 @@ def _bool(value: Any, default: bool) -> bool:
 _TASK_READERS: dict[tuple[str, str, int], Any] = {}
 
 
-def kafka_config_from_kwargs(kw: dict[str, Any], client: str) -> KafkaConfig:
-    """The :class:`KafkaConfig` of the source's (kafka-python named, JSON-safe) client arguments."""
-    return KafkaConfig(
-        bootstrap_servers=",".join(kw["bootstrap_servers"]),
-        security_protocol=kw.get("security_protocol", "PLAINTEXT"),
-        sasl_mechanism=kw.get("sasl_mechanism"),
-        sasl_username=kw.get("sasl_plain_username"),
-        sasl_password=kw.get("sasl_plain_password"),
-        ssl_cafile=kw.get("ssl_cafile"),
-        ssl_certfile=kw.get("ssl_certfile"),
-        ssl_keyfile=kw.get("ssl_keyfile"),
-        ssl_password=kw.get("ssl_password"),
-        ssl_check_hostname=kw.get("ssl_check_hostname", True),
-        sasl_oauth_token_file=kw.get("sasl_oauth_token_file"),
-        sasl_oauth_token_command=kw.get("sasl_oauth_token_command"),
-        client_id=kw.get("client_id", "kmq-spark"),
-        client=client,
-    )
-
-
 def _task_reader(part: "KafkaInputPartition") -> Any:
     """One cached :class:`~kmq.client.api.LogReader` per Python worker process, client and configuration."""
     client = getattr(part, "client", "kafka-python")
     key = (client, part.client_json, part.poll_timeout_ms)
     reader = _TASK_READERS.get(key)
     if reader is None:
-        kafka = kafka_config_from_kwargs(json.loads(part.client_json), client)
+        kafka = KafkaConfig.from_json(part.client_json)
         if client == "confluent":
             from kmq.spark.source_confluent import BATCH, SETTINGS
 
@@ -296,8 +276,9 @@ class KafkaStreamReader(DataSourceStreamReader):
     """Plans micro-batches: offsets per topic partition from fetch high-water marks."""
 
     def __init__(self, options) -> None:
-        self.client_kwargs = client_kwargs_from_options(options)
-        self.client_json = json.dumps(self.client_kwargs, sort_keys=True)
+        self.kafka = kafka_config_from_options(options)
+        # What the tasks rebuild the connection from (and the key of their cached readers).
+        self.client_json = self.kafka.to_json()
         topics = _opt(options, "subscribe")
         if not topics:
             raise SourceError("the kmq-kafka source needs the option subscribe (comma-separated topics)")
@@ -310,9 +291,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.metadata_max_age_ms = int(_opt(options, "metadataMaxAgeMs", 5000))
         self.include_headers = _bool(_opt(options, "includeHeaders"), True)
         self.marker_chunks = _bool(_opt(options, "markerChunks"), False)
-        self.client = str(_opt(options, "kafka.client", "kafka-python")).strip().lower()
-        if self.client not in ("kafka-python", "confluent"):
-            raise SourceError(f"the kmq-kafka option kafka.client must be kafka-python or confluent, got {self.client!r}")
+        self.client = self.kafka.client
         if self.client == "confluent":
             require_client("confluent")  # the driver's Python has the extra; the tasks' must too
         self._reader = None
@@ -323,7 +302,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _log(self):
         """The driver's :class:`~kmq.client.api.LogReader` (kafka-python: it only plans)."""
         if self._reader is None:
-            kafka = kafka_config_from_kwargs(self.client_kwargs, "kafka-python")
+            kafka = dataclasses.replace(self.kafka, client="kafka-python")
             self._reader = open_log_reader(kafka, self.poll_timeout_ms / 1000, fetch_max_wait_ms=50,
                                            max_partition_fetch_bytes=1,  # the driver only wants high-water marks
                                            metadata_max_age_ms=self.metadata_max_age_ms)

@@ -8,7 +8,7 @@ import sys
 
 from kafka.net.sasl.oauth import SaslMechanismOAuth
 
-from kmq.client.kafka_python.clients import client_kwargs
+from kmq.client.kafka_python.settings import client_kwargs
 from kmq.config import Config
 from kmq.client.oauth import TokenProvider
 

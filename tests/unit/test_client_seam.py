@@ -84,7 +84,7 @@ def test_unknown_consumers_are_refused_by_name():
 
 
 def test_confluent_settings_map_the_security_keys(tmp_path):
-    from kmq.client.confluent.consumer import settings
+    from kmq.client.confluent.settings import settings
 
     ca, cert, key, pw = (tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem", "pw"))
     for f in (ca, cert, key):
@@ -106,7 +106,7 @@ def test_confluent_settings_map_the_security_keys(tmp_path):
 
 
 def test_confluent_oauthbearer_uses_kmqs_token_provider(tmp_path):
-    from kmq.client.confluent.consumer import settings
+    from kmq.client.confluent.settings import settings
 
     token = tmp_path / "token"
     token.write_text("opaque-token\n")

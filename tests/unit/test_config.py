@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kmq.client.kafka_python.settings import client_kwargs
 from kmq.config import Config, parse_duration
 from kmq.core.errors import ConfigError
 
@@ -121,7 +122,7 @@ def test_secrets_only_from_env_or_file_and_never_shown(tmp_path):
     cfg = Config.load(path, env={"KMQ_KAFKA__SASL_PASSWORD": "12345"})
     assert cfg.kafka.password() == "12345"  # kept verbatim as a string
     assert "12345" not in repr(cfg) and "12345" not in str(cfg.to_dict())
-    assert cfg.kafka.client_kwargs()["sasl_plain_password"] == "12345"
+    assert client_kwargs(cfg.kafka)["sasl_plain_password"] == "12345"
 
     secret = tmp_path / "pw"
     secret.write_text("from-file\n")

@@ -144,7 +144,8 @@ def test_window_must_be_positive():
 
 
 def test_closed_memory_is_bounded_and_huge_counts_are_ranges_not_offsets():
-    from kmq.core.lag_state import CLOSED_MEMORY_RANGES, PartitionLagState
+    from kmq.core.lag_state import PartitionLagState
+    from kmq.core.ranges import CLOSED_MEMORY_RANGES  # the tracker's bound too (lease_state)
 
     st = PartitionLagState(0, 1000)
     st.apply(0, 10, "START", [(0, 0xFFFFFFFF)])

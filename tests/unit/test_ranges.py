@@ -60,6 +60,7 @@ def test_rangeset_matches_a_set_model(operations):
         # stored coalesced: no two ranges touch
         rl = rs.ranges()
         assert all(a.end < b.first for a, b in zip(rl, rl[1:]))
+        assert rs.max_end() == (max(model) + 1 if model else 0)
     probe = set(range(0, 240))
     assert {o for o in probe if o in rs} == model & probe
     assert [o for r in rs.intersection(50, 100) for o in r.offsets()] == sorted(model & set(range(50, 150)))
@@ -71,6 +72,22 @@ def test_rangeset_memory_is_per_range_not_per_offset():
     assert rs.range_count == 1 and len(rs) == 1_000_000
     rs.remove(500, 1)
     assert rs.range_count == 2 and len(rs) == 999_999 and rs.min() == 0
+
+
+@pytest.mark.parametrize("adds", [
+    [(0, 1), (2, 1), (4, 1), (6, 1)],  # rising: the O(1) append path
+    [(6, 1), (4, 1), (2, 1), (0, 1)],  # falling: the general path
+    [(0, 2), (2, 1), (10, 1), (4, 1), (8, 1)],
+])
+def test_add_bounded_forgets_the_lowest_ranges_beyond_the_bound(adds):
+    rs, model = RangeSet(), RangeSet()
+    for first, count in adds:
+        rs.add_bounded(first, count, 2)
+        model.add(first, count)
+        while model.range_count > 2:  # the rule: the lowest ranges go first
+            lowest = model.ranges()[0]
+            model.remove(lowest.first, lowest.count)
+        assert rs == model and len(rs) == len(model) and rs.range_count <= 2
 
 
 @settings(max_examples=300, deadline=None)

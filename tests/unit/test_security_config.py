@@ -10,6 +10,7 @@ import pytest
 from kafka.errors import GroupAuthorizationFailedError, SaslAuthenticationFailedError, TopicAuthorizationFailedError
 
 from kmq.client.kafka_python.clients import broker_errors
+from kmq.client.kafka_python.settings import client_kwargs
 from kmq.config import Config
 from kmq.client.diagnose import broker_certificate_error, tls_alert_error
 from kmq.core.errors import (
@@ -66,7 +67,7 @@ def test_credentials_and_files_are_checked_at_load(tmp_path):
     with pytest.raises(ConfigError, match=r"^kafka.sasl_password: required with sasl_mechanism SCRAM-SHA-512: set KMQ_KAFKA__SASL_PASSWORD"):
         load({**SCRAM, "sasl_username": "kmq"})
     cfg = load({**SCRAM}, env={"KMQ_KAFKA__SASL_USERNAME": "kmq", "KMQ_KAFKA__SASL_PASSWORD": "007"})
-    assert cfg.kafka.password() == "007" and cfg.kafka.client_kwargs()["sasl_plain_username"] == "kmq"
+    assert cfg.kafka.password() == "007" and client_kwargs(cfg.kafka)["sasl_plain_username"] == "kmq"
     with pytest.raises(ConfigError, match=r"^kafka.ssl_cafile: file .*nope.pem does not exist$"):
         load({"security_protocol": "SSL", "ssl_cafile": str(tmp_path / "nope.pem")})
     with pytest.raises(ConfigError, match=r"^kafka.ssl_certfile: .* is not a file$"):
@@ -79,7 +80,7 @@ def test_credentials_and_files_are_checked_at_load(tmp_path):
     # The key password from the environment: kept verbatim, never shown.
     (tmp_path / "c.pem").write_text("x")
     cfg = load({"security_protocol": "SSL", "ssl_certfile": str(tmp_path / "c.pem")}, env={"KMQ_KAFKA__SSL_PASSWORD": "0123"})
-    assert cfg.kafka.key_password() == "0123" and cfg.kafka.client_kwargs()["ssl_password"] == "0123"
+    assert cfg.kafka.key_password() == "0123"  # the TLS context loads the key with it (tests/integration/tls)
     assert "0123" not in repr(cfg) and "0123" not in str(cfg.to_dict())
 
 
@@ -190,8 +191,6 @@ def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
     # check that what kmq hands kafka-python is what its SASL mechanisms read.
     from kafka.net.sasl import get_sasl_mechanism
 
-    from kmq.client.kafka_python.clients import client_kwargs
-
     cfg = Config.from_dict({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
                                       "sasl_username": "kmq", "sasl_password": "pw"}})
     kw = client_kwargs(cfg.kafka)
@@ -204,26 +203,62 @@ def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
 
 
 def test_lag_job_hands_the_security_settings_to_either_source(tmp_path):
+    import dataclasses
+
     from kmq.core.errors import KmqError
-    from kmq.spark.job import _java_security_options, _python_security_options
-    from kmq.spark.source import client_kwargs_from_options
+    from kmq.spark.job import _java_kafka_options, source_options
+    from kmq.spark.source import kafka_config_from_options
 
     (tmp_path / "c.pem").write_text("CERT")
     (tmp_path / "k.pem").write_text("KEY")
+    (tmp_path / "pw").write_text("pw\n")
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9093", "security_protocol": "SSL", "ssl_cafile": "/ca.pem",
                                       "ssl_certfile": str(tmp_path / "c.pem"), "ssl_keyfile": str(tmp_path / "k.pem"),
-                                      "ssl_password": "pw", "ssl_check_hostname": False}})
-    java = _java_security_options(cfg)
-    assert java["kafka.ssl.keystore.type"] == "PEM" and java["kafka.ssl.keystore.certificate.chain"] == "CERT"
+                                      "ssl_password_file": str(tmp_path / "pw"), "ssl_check_hostname": False}})
+    java = _java_kafka_options(cfg)
+    assert java["kafka.bootstrap.servers"] == "k:9093" and java["kafka.ssl.keystore.type"] == "PEM"
+    assert java["kafka.ssl.keystore.certificate.chain"] == "CERT"
     assert java["kafka.ssl.keystore.key"] == "KEY" and java["kafka.ssl.key.password"] == "pw"
     assert java["kafka.ssl.endpoint.identification.algorithm"] == ""
-    opts = {k.lower(): v for k, v in _python_security_options(cfg).items()}  # as Spark hands them over
-    kw = client_kwargs_from_options({"kafka.bootstrap.servers": "k:9093", **opts})
-    assert (kw["ssl_certfile"], kw["ssl_keyfile"], kw["ssl_password"], kw["ssl_check_hostname"]) == (
-        str(tmp_path / "c.pem"), str(tmp_path / "k.pem"), "pw", False)
+    # The Python source gets the KafkaConfig itself, the key password read on the driver.
+    opts = {k.lower(): v for k, v in source_options(cfg).items()}  # as Spark hands them over
+    assert kafka_config_from_options(opts) == dataclasses.replace(
+        cfg.kafka, client_id="kmq-lag-job", ssl_password="pw", ssl_password_file=None)
     oauth = Config.from_dict({"kafka": {**OAUTH, "sasl_oauth_token_command": "get-token"}})
-    opts = {k.lower(): v for k, v in _python_security_options(oauth).items()}
-    kw = client_kwargs_from_options({"kafka.bootstrap.servers": "k:9093", **opts})
-    assert kw["sasl_oauth_token_command"] == "get-token" and "sasl_plain_password" not in kw
+    got = kafka_config_from_options({k.lower(): v for k, v in source_options(oauth).items()})
+    assert (got.sasl_mechanism, got.sasl_oauth_token_command, got.sasl_password) == ("OAUTHBEARER", "get-token", None)
     with pytest.raises(KmqError, match="--source kafka does not configure sasl_mechanism OAUTHBEARER"):
-        _java_security_options(oauth)
+        _java_kafka_options(oauth)
+
+
+def test_the_spark_sources_consumers_get_kmqs_client_settings(tmp_path):
+    # Driver and tasks rebuild the job's KafkaConfig and render it as every other kmq client does.
+    from kmq.spark import source
+    from kmq.spark.job import source_options
+
+    (tmp_path / "pw").write_text("s3cret\n")
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "a:9092,b:9092", "security_protocol": "SASL_PLAINTEXT",
+                                      "sasl_mechanism": "SCRAM-SHA-256", "sasl_username": "kmq",
+                                      "sasl_password_file": str(tmp_path / "pw"), "client": "confluent"}})
+    opts = {k.lower(): v for k, v in source_options(cfg).items()}
+    (tmp_path / "pw").unlink()  # the executors have no password file: the password travels in the options
+    kafka = source.kafka_config_from_options(opts)
+    assert kafka.client == "confluent" and kafka.password() == "s3cret"
+    assert source._consumer_kwargs(kafka) == {
+        "bootstrap_servers": ["a:9092", "b:9092"], "security_protocol": "SASL_PLAINTEXT", "client_id": "kmq-lag-job",
+        "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "kmq", "sasl_plain_password": "s3cret",
+        "reconnect_backoff_max_ms": 1000}
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"subscribe": "t"}, "needs the option kmq.kafka"),
+    ({"kmq.kafka": "{}", "kafka.bootstrap.servers": "k:9092"}, "from kmq.kafka alone"),
+    ({"kmq.kafka": "not json"}, "expected a KafkaConfig as JSON"),
+    ({"kmq.kafka": '{"security_protocol": "SSL", "sasl_mechanism": "PLAIN"}'}, "kafka.sasl_mechanism: is set but"),
+    ({"kafka.bootstrap.servers": "k:9092", "kafka.client": "aiokafka"}, "must be kafka-python or confluent"),
+])
+def test_the_spark_source_refuses_a_connection_it_cannot_build(options, error):
+    from kmq.spark.source import SourceError, kafka_config_from_options
+
+    with pytest.raises(SourceError, match=error):
+        kafka_config_from_options(options)

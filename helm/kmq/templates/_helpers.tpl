@@ -60,14 +60,15 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- include "kmq.imageRef" (merge (dict "appVersion" .Chart.AppVersion) .Values.sparkImage) -}}
 {{- end -}}
 
-{{/* A kmq duration (250ms, 30s, 5m, 1h or a number of seconds) in seconds. */}}
+{{/* A kmq duration (250ms, 30s, 5m, 1h, 7d or a number of seconds; spaces allowed around the
+     number and the unit, as kmq reads it: kmq.config DURATION_PATTERN) in seconds. */}}
 {{- define "kmq.seconds" -}}
-{{- $v := toString . -}}
-{{- if hasSuffix "ms" $v -}}{{ divf (trimSuffix "ms" $v | float64) 1000 }}
-{{- else if hasSuffix "s" $v -}}{{ trimSuffix "s" $v | float64 }}
-{{- else if hasSuffix "m" $v -}}{{ mulf (trimSuffix "m" $v | float64) 60 }}
-{{- else if hasSuffix "h" $v -}}{{ mulf (trimSuffix "h" $v | float64) 3600 }}
-{{- else if hasSuffix "d" $v -}}{{ mulf (trimSuffix "d" $v | float64) 86400 }}
+{{- $v := toString . | trim -}}
+{{- if hasSuffix "ms" $v -}}{{ divf (trimSuffix "ms" $v | trim | float64) 1000 }}
+{{- else if hasSuffix "s" $v -}}{{ trimSuffix "s" $v | trim | float64 }}
+{{- else if hasSuffix "m" $v -}}{{ mulf (trimSuffix "m" $v | trim | float64) 60 }}
+{{- else if hasSuffix "h" $v -}}{{ mulf (trimSuffix "h" $v | trim | float64) 3600 }}
+{{- else if hasSuffix "d" $v -}}{{ mulf (trimSuffix "d" $v | trim | float64) 86400 }}
 {{- else -}}{{ $v | float64 }}
 {{- end -}}
 {{- end -}}

@@ -1,8 +1,7 @@
 """The confluent-kafka side of the client seam (:mod:`kmq.client.api`).
 
-``pip install 'kmq[confluent]'``. Maps the same :class:`~kmq.config.KafkaConfig`
-to librdkafka settings (TLS files, SASL PLAIN/SCRAM, OAUTHBEARER through
-``oauth_cb`` with kmq's token provider), wraps ``confluent_kafka.Consumer``
+``pip install 'kmq[confluent]'``. Builds clients from the librdkafka settings of
+:mod:`kmq.client.confluent.settings`, wraps ``confluent_kafka.Consumer``
 as a :class:`~kmq.client.api.ConsumerAdapter` and ``confluent_kafka.Producer``
 behind kafka-python's ``send() -> future`` shape, so the marker sender, the
 tracker and the Spark source use either client through one API.
@@ -22,15 +21,16 @@ from typing import Any, Callable, Iterable, Mapping
 from kafka import errors as kp_errors
 
 from kmq.client.api import CONFLUENT, ClientCommitFailed, Delivery, Record, require_client
-from kmq.config import ConfigError, KafkaConfig
+from kmq.config import KafkaConfig
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
+from kmq.client.confluent.settings import settings
 
 require_client(CONFLUENT)  # the one clear error when the extra is missing
 
 import confluent_kafka as ck  # noqa: E402
 from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
 
-__all__ = ["settings", "ConfluentConsumer", "ConfluentProducer", "producer", "consumer"]
+__all__ = ["ConfluentConsumer", "ConfluentProducer", "producer", "consumer"]
 
 log = logging.getLogger(__name__)
 
@@ -92,46 +92,6 @@ def as_kafka_python_error(err: Any, what: str = "") -> Exception:
     code = err.code()
     cls = kp_errors.for_code(code) if code > 0 else _LOCAL_ERRORS.get(code, kp_errors.KafkaError)
     return cls(f"{what}{err.str()} ({err.name()})")
-
-
-def settings(kafka: KafkaConfig) -> dict[str, Any]:
-    """librdkafka settings for ``kafka``: servers, client id and the security settings
-    (checked first, as for kafka-python: a missing file fails now with its key's path)."""
-    kafka.check_security()
-    conf: dict[str, Any] = {
-        "bootstrap.servers": ",".join(s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()),
-        "client.id": kafka.client_id,
-        "security.protocol": kafka.security_protocol,
-        "socket.connection.setup.timeout.ms": max(1000, int(kafka.connect_timeout * 1000)),
-        # librdkafka logs through its own thread to stderr by default; route to logging
-        # ("kmq.librdkafka"), one bridge per handle: it demotes and collapses reconnect storms.
-        "logger": LibrdkafkaLogBridge(),
-    }
-    if kafka.uses_tls:
-        if kafka.ssl_cafile:
-            conf["ssl.ca.location"] = kafka.ssl_cafile
-        if kafka.ssl_certfile:
-            conf["ssl.certificate.location"] = kafka.ssl_certfile
-            # kmq allows the key inside the certificate file (as Python's ssl does).
-            conf["ssl.key.location"] = kafka.ssl_keyfile or kafka.ssl_certfile
-            if (pw := kafka.key_password()) is not None:
-                conf["ssl.key.password"] = pw
-        conf["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_check_hostname else "none"
-    mech = kafka.sasl_mechanism
-    if mech == "AWS_MSK_IAM":
-        raise ConfigError("kafka.client", "confluent-kafka has no AWS_MSK_IAM signer; use kafka.client: kafka-python "
-                                          "for AWS_MSK_IAM (or OAUTHBEARER with an MSK token command)")
-    if mech:
-        conf["sasl.mechanism"] = mech
-    if mech in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-        conf["sasl.username"] = kafka.sasl_username
-        conf["sasl.password"] = kafka.password()
-    elif mech == "OAUTHBEARER":
-        from kmq.client.oauth import token_provider
-
-        provider = token_provider(kafka)
-        conf["oauth_cb"] = lambda _config_str: provider.token_and_expiry()
-    return conf
 
 
 def _map(overrides: Mapping[str, Any], table: Mapping[str, str | None]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """kafka-python clients built from :class:`~kmq.config.KafkaConfig`.
 
-The one place that turns config into client arguments (TLS context, SASL,
-OAUTHBEARER token provider) and turns "cannot connect" into one clear
+Client arguments come from :mod:`kmq.client.kafka_python.settings` (TLS context,
+SASL, OAUTHBEARER token provider); this module turns "cannot connect" into one clear
 error: :class:`~kmq.core.errors.BrokerUnavailable` when nothing answers, or the
 subclass that names what failed (TLS handshake, certificate, authentication,
 authorization; see :mod:`kmq.client.diagnose`). Every component (consumer, tracker,
@@ -22,13 +22,13 @@ from kafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from kmq.config import KafkaConfig
+from kmq.config import PASSWORD_MECHANISMS, KafkaConfig
 from kmq.client.diagnose import diagnose, unreachable
+from kmq.client.kafka_python.settings import client_kwargs
 from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavailable
-from kmq.client.oauth import token_provider
 
 __all__ = [
-    "admin_client", "producer", "close_producer", "consumer", "client_kwargs",
+    "admin_client", "producer", "close_producer", "consumer",
     "unreachable", "broker_errors", "classify", "authentication_failed", "authorization_failed", "assignors",
 ]
 
@@ -37,29 +37,9 @@ __all__ = [
 RECONNECT_BACKOFF_MAX_MS = 1000
 
 
-def client_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
-    """kafka-python keyword arguments for ``kafka``: servers, client id and the security settings.
-
-    Checks credentials and files first (:meth:`KafkaConfig.check_security`) and
-    builds the TLS context here, so a missing file or a wrong key password
-    fails now with the key's path rather than as endless reconnects.
-    """
-    kafka.check_security()
-    kw = kafka.client_kwargs()
-    if kafka.uses_tls:
-        from kmq.client.tls import ssl_context
-
-        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname"):
-            kw.pop(key, None)  # all inside the context
-        kw["ssl_context"] = ssl_context(kafka)
-    if kafka.sasl_mechanism == "OAUTHBEARER":
-        kw["sasl_oauth_token_provider"] = token_provider(kafka)
-    return kw
-
-
 def authentication_failed(kafka: KafkaConfig, exc: BaseException) -> AuthenticationFailed:
     who = f" as {kafka.sasl_username!r}" if kafka.sasl_username else ""
-    if kafka.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+    if kafka.sasl_mechanism in PASSWORD_MECHANISMS:
         fix = "check kafka.sasl_username and the password (KMQ_KAFKA__SASL_PASSWORD or kafka.sasl_password_file)"
     elif kafka.sasl_mechanism == "OAUTHBEARER":
         fix = "check the token from kafka.sasl_oauth_token_file / kafka.sasl_oauth_token_command (issuer, audience, expiry)"

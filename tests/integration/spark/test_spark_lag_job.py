@@ -9,6 +9,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from kmq.client.kafka_python.settings import client_kwargs
 from kmq.core import markers as mk
 from kmq.spark.job import JobOptions, start
 from kmq.spark.sinks import BatchSinks, parquet_rows
@@ -77,7 +78,7 @@ def expected(queue: str) -> dict[tuple[int, int], dict]:
 
 
 def _commit_tracker_offset(cfg, topic: str, partition: int, offset: int) -> None:
-    c = KafkaConsumer(**cfg.kafka.client_kwargs(), group_id=cfg.tracker.group_id, enable_auto_commit=False)
+    c = KafkaConsumer(**client_kwargs(cfg.kafka), group_id=cfg.tracker.group_id, enable_auto_commit=False)
     try:
         tp = TopicPartition(topic, partition)
         c.assign([tp])

@@ -93,13 +93,12 @@ def test_status_and_dlq_replay_over_mutual_tls(tls_queue, tls_broker, tmp_path):
 
 @pytest.mark.spark
 def test_spark_source_reads_over_mutual_tls(tls_queue):
-    from kmq.spark.job import _python_security_options
+    from kmq.spark.job import source_options
     from kmq.spark.source import KafkaStreamReader
 
     cfg, q = tls_queue()
     _produce(cfg, q.markers_topic, 12)
-    opts = {"kafka.bootstrap.servers": cfg.kafka.bootstrap_servers, "subscribe": q.markers_topic,
-            **_python_security_options(cfg)}
+    opts = {"subscribe": q.markers_topic, **source_options(cfg)}
     reader = KafkaStreamReader({k.lower(): v for k, v in opts.items()})  # Spark lower-cases option keys
     try:
         start = reader.initialOffset()

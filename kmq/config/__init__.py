@@ -21,6 +21,7 @@ the OAUTHBEARER token file readable.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -45,16 +46,24 @@ __all__ = [
     "TopicsConfig",
     "parse_duration",
     "ENV_PREFIX",
+    "DURATION_PATTERN",
+    "TOPIC_PATTERN",
+    "PASSWORD_MECHANISMS",
 ]
 
 ENV_PREFIX = "KMQ_"
 _VERBATIM_KAFKA_KEYS = {"bootstrap_servers", "client_id", "sasl_username", "sasl_password", "ssl_password",
                         "sasl_oauth_token_command"}
-# Which mechanisms log in with a user name and password.
-_PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+#: The SASL mechanisms that log in with a user name and a password.
+PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: A duration as text: a number of seconds or a number with a unit of ``_UNIT`` (also the JSON Schema
+#: pattern of kmq.config.schema, so it is written in the regular expressions both understand).
+DURATION_PATTERN = r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$"
+_DURATION_RE = re.compile(DURATION_PATTERN)
+#: A Kafka topic name ("." and ".." excepted).
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+_TOPIC_RE = re.compile(TOPIC_PATTERN)
 # Bounds that keep the tracker's arithmetic and the markers retention safe.
 MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.client.topics.MARKERS_RETENTION_MS
 # One lower bound for topics.markers_retention and queues[].markers_retention: a tracker outage
@@ -95,8 +104,11 @@ def _duration_text(seconds: float) -> str:
 
 
 # ---------------------------------------------------------------- sections
-# Each field's metadata says how to read it: "kind" is one of duration, int,
-# float, bool, str, optstr, topic; "min" bounds numbers.
+# Each field's metadata says how to read it (and is the one source of the JSON Schema of
+# kmq.config.schema): "kind" is one of duration, optduration, int, optint, float, bool, str,
+# optstr, choice, optchoice, topic; "min"/"max" bound numbers and durations (seconds);
+# "choices" lists a choice's values (read case-insensitively, stored upper case, or lower
+# case with "lower"); "secret" marks a value never read from kmq.yaml.
 
 
 def _f(default: Any, kind: str, **meta: Any) -> Any:
@@ -134,30 +146,31 @@ class KafkaConfig:
     # install) or confluent (librdkafka, pip install 'kmq[confluent]').
     client: str = _f("kafka-python", "choice", choices=("KAFKA-PYTHON", "CONFLUENT"), lower=True)
 
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments shared by kafka-python clients (security included)."""
-        kw: dict[str, Any] = {
-            "bootstrap_servers": [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()],
-            "security_protocol": self.security_protocol,
-            "client_id": self.client_id,
-        }
-        if self.sasl_mechanism:
-            kw["sasl_mechanism"] = self.sasl_mechanism
-            kw["sasl_plain_username"] = self.sasl_username
-            kw["sasl_plain_password"] = self.password()
-        if self.ssl_cafile:
-            kw["ssl_cafile"] = self.ssl_cafile
-        if self.security_protocol in ("SSL", "SASL_SSL"):
-            kw["ssl_check_hostname"] = self.ssl_check_hostname
-            if self.ssl_certfile:
-                kw["ssl_certfile"] = self.ssl_certfile
-                kw["ssl_keyfile"] = self.ssl_keyfile
-                kw["ssl_password"] = self.key_password()
-        if self.sasl_mechanism not in (None, *_PASSWORD_MECHANISMS):
-            # OAUTHBEARER gets a token provider (kmq.client.kafka_python.clients), AWS_MSK_IAM signs with AWS credentials.
-            kw.pop("sasl_plain_username", None)
-            kw.pop("sasl_plain_password", None)
-        return kw
+    @property
+    def servers(self) -> list[str]:
+        """``bootstrap_servers`` as a list of ``host:port``."""
+        return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+
+    def to_json(self) -> str:
+        """Every field as JSON, secrets included: how a process hands its Kafka connection to
+        another one of the same job (the Spark source's tasks). Never log it."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "KafkaConfig":
+        """The KafkaConfig of :meth:`to_json`, checked as the ``kafka:`` section of kmq.yaml is."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError("kafka", f"expected a KafkaConfig as JSON: {exc}") from None
+        return cls.from_mapping(data)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "KafkaConfig":
+        """A KafkaConfig from a mapping of its keys, checked as the ``kafka:`` section of kmq.yaml is."""
+        kafka = _build(cls, dict(data), "kafka")
+        _check_security_keys(kafka)
+        return kafka
 
     def password(self) -> str | None:
         if self.sasl_password is not None:
@@ -192,7 +205,7 @@ class KafkaConfig:
         :meth:`Config.from_dict` (a rendered chart names files that exist only in the pod).
         """
         mech = self.sasl_mechanism
-        if mech in _PASSWORD_MECHANISMS:
+        if mech in PASSWORD_MECHANISMS:
             if not self.sasl_username:
                 raise ConfigError("kafka.sasl_username", f"required with sasl_mechanism {mech} (or KMQ_KAFKA__SASL_USERNAME)")
             if self.sasl_password is None and not self.sasl_password_file:
@@ -322,7 +335,7 @@ class LoggingConfig:
     """How the ``kmq`` command logs (applied by the CLI entry; a library user keeps their own)."""
 
     level: str = _f("WARNING", "choice", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
-    format: str = _f("text", "choice", choices=("TEXT", "JSON"))
+    format: str = _f("text", "choice", choices=("TEXT", "JSON"), lower=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", self.format.lower())
@@ -620,12 +633,7 @@ def _build_config(raw: dict) -> Config:
         raise ConfigError("consumer.max_lease", (
             f"{_duration_text(consumer.max_lease)} must stay below half of the markers retention "
             f"({_duration_text(hold * 2)}): a lease renewed past it outlives its START marker"))
-    kafka: KafkaConfig = kwargs["kafka"]
-    if kafka.sasl_mechanism and not kafka.security_protocol.startswith("SASL"):
-        raise ConfigError("kafka.sasl_mechanism", f"is set but kafka.security_protocol is {kafka.security_protocol}; use SASL_SSL or SASL_PLAINTEXT")
-    if kafka.security_protocol.startswith("SASL") and not kafka.sasl_mechanism:
-        raise ConfigError("kafka.sasl_mechanism", f"required when kafka.security_protocol is {kafka.security_protocol}")
-    _check_security_keys(kafka)
+    _check_security_keys(kwargs["kafka"])
     if topics.replication_factor and topics.min_insync_replicas and topics.min_insync_replicas > topics.replication_factor:
         raise ConfigError("topics.min_insync_replicas", f"({topics.min_insync_replicas}) must not exceed "
                           f"topics.replication_factor ({topics.replication_factor}), or no write can succeed")
@@ -634,6 +642,10 @@ def _build_config(raw: dict) -> Config:
 
 def _check_security_keys(kafka: KafkaConfig) -> None:
     """Keys that contradict each other (values only; files and credentials: KafkaConfig.check_security)."""
+    if kafka.sasl_mechanism and not kafka.security_protocol.startswith("SASL"):
+        raise ConfigError("kafka.sasl_mechanism", f"is set but kafka.security_protocol is {kafka.security_protocol}; use SASL_SSL or SASL_PLAINTEXT")
+    if kafka.security_protocol.startswith("SASL") and not kafka.sasl_mechanism:
+        raise ConfigError("kafka.sasl_mechanism", f"required when kafka.security_protocol is {kafka.security_protocol}")
     if not kafka.uses_tls:
         for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_password_file"):
             if getattr(kafka, key) is not None:

@@ -1,0 +1,54 @@
+"""librdkafka settings from :class:`~kmq.config.KafkaConfig`: the one place that turns the
+``kafka:`` section into confluent-kafka configuration (servers, client id, TLS files, SASL,
+OAUTHBEARER through ``oauth_cb``), for every kmq client on confluent-kafka: consumers,
+producers, the log reader, the Spark source's tasks (:mod:`kmq.client.kafka_python.settings`
+is its kafka-python twin).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
+from kmq.client.oauth import token_provider
+from kmq.config import PASSWORD_MECHANISMS, ConfigError, KafkaConfig
+
+__all__ = ["settings"]
+
+
+def settings(kafka: KafkaConfig) -> dict[str, Any]:
+    """librdkafka settings for ``kafka``: servers, client id and the security settings
+    (checked first, as for kafka-python: a missing file fails now with its key's path)."""
+    kafka.check_security()
+    conf: dict[str, Any] = {
+        "bootstrap.servers": ",".join(kafka.servers),
+        "client.id": kafka.client_id,
+        "security.protocol": kafka.security_protocol,
+        "socket.connection.setup.timeout.ms": max(1000, int(kafka.connect_timeout * 1000)),
+        # librdkafka logs through its own thread to stderr by default; route to logging
+        # ("kmq.librdkafka"), one bridge per handle: it demotes and collapses reconnect storms.
+        "logger": LibrdkafkaLogBridge(),
+    }
+    if kafka.uses_tls:
+        if kafka.ssl_cafile:
+            conf["ssl.ca.location"] = kafka.ssl_cafile
+        if kafka.ssl_certfile:
+            conf["ssl.certificate.location"] = kafka.ssl_certfile
+            # kmq allows the key inside the certificate file (as Python's ssl does).
+            conf["ssl.key.location"] = kafka.ssl_keyfile or kafka.ssl_certfile
+            if (pw := kafka.key_password()) is not None:
+                conf["ssl.key.password"] = pw
+        conf["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_check_hostname else "none"
+    mech = kafka.sasl_mechanism
+    if mech == "AWS_MSK_IAM":
+        raise ConfigError("kafka.client", "confluent-kafka has no AWS_MSK_IAM signer; use kafka.client: kafka-python "
+                                          "for AWS_MSK_IAM (or OAUTHBEARER with an MSK token command)")
+    if mech:
+        conf["sasl.mechanism"] = mech
+    if mech in PASSWORD_MECHANISMS:
+        conf["sasl.username"] = kafka.sasl_username
+        conf["sasl.password"] = kafka.password()
+    elif mech == "OAUTHBEARER":
+        provider = token_provider(kafka)
+        conf["oauth_cb"] = lambda _config_str: provider.token_and_expiry()
+    return conf
