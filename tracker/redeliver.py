@@ -181,6 +181,8 @@ class Redeliverer:
                 self._step(queue, partition, state, items, report)
             except (LogReadError, OSError, *client_api.produce_errors()) as exc:
                 self._retry_all(queue, partition, state, items, exc, report)
+                if isinstance(exc, client_api.producer_state_errors()):
+                    self._replace_producer(f"its producer id was refused ({type(exc).__name__})")
         return report
 
     # ------------------------------------------------------------ the step
@@ -278,7 +280,7 @@ class Redeliverer:
                 results[i] = self._failed(queue, s.step, exc)
         if started:
             self._flush(f"redeliveries of {queue.name}[{partition}]")
-        undecided = 0
+        undecided = fenced = 0
         for i, fut in started:
             if not fut.is_done:
                 undecided += 1
@@ -290,8 +292,12 @@ class Redeliverer:
                 results[i] = SENT
             except Exception as exc:  # noqa: BLE001 - any send failure: decided per record by settle()
                 results[i] = self._failed(queue, sends[i].step, exc)
+                fenced += isinstance(exc, client_api.producer_state_errors())
         if undecided:
-            self._replace_producer(undecided)
+            # Closing it fails what it holds, so none of them can be delivered after its retry.
+            self._replace_producer(f"it left {undecided} send(s) undecided past its delivery timeout")
+        elif fenced:
+            self._replace_producer(f"the broker refused its producer id for {fenced} send(s)")
         return results  # type: ignore[return-value]
 
     def _failed(self, queue: QueueConfig, step: Step, exc: BaseException) -> SendResult:
@@ -322,14 +328,12 @@ class Redeliverer:
             # Unfinished sends are judged below, each on its own; finished ones still count.
             log.warning("flushing %s timed out (%s)", what, exc)
 
-    def _replace_producer(self, undecided: int) -> None:
-        """The producer kept sends past its own delivery timeout: close it so they fail for good (they
-        cannot be delivered after their retry), and continue on a new one."""
+    def _replace_producer(self, why: str) -> None:
+        """Close the producer (what it still holds fails for good) and continue on a new one."""
         if self._new_producer is None:
-            log.warning("%d send(s) undecided after %.0fs; they are retried", undecided, self._send_timeout_s)
+            log.warning("the tracker's producer is unusable (%s) and cannot be replaced here", why)
             return
-        log.warning("the tracker's producer left %d send(s) undecided past its delivery timeout; replacing it so "
-                    "they cannot be delivered after their retry", undecided)
+        log.warning("replacing the tracker's producer: %s; the sends concerned are retried", why)
         old, self._producer = self._producer, self._new_producer()
         client_api.close_producer(old)
 

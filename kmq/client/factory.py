@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafka import errors as kafka_errors
 from kafka.errors import KafkaError
 
 from kmq.client.api import (
@@ -26,7 +27,8 @@ from kmq.client.kafka_python import clients
 from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
-__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors"]
+__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors",
+           "producer_state_errors"]
 
 
 def adapt_consumer(consumer: Any) -> ConsumerAdapter:
@@ -111,3 +113,11 @@ def close_producer(prod: Any, timeout: float = 5.0) -> None:
 def produce_errors() -> tuple[type[BaseException], ...]:
     """Exception classes a producer's ``send``/``flush`` may raise, for ``except`` clauses."""
     return (KafkaError, ProduceFailed)
+
+
+def producer_state_errors() -> tuple[type[BaseException], ...]:
+    """Send failures after which the producer's id is no longer accepted (fenced, unknown, out of
+    sequence): every later send of that producer fails the same way, so it must be replaced. Both
+    clients raise these classes (the confluent adapter maps librdkafka's codes to them)."""
+    return (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
+            kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)

@@ -91,3 +91,30 @@ def test_a_record_too_large_for_the_tracker_leaves_a_reference_dead_letter(boots
         assert "cannot be replayed from the DLQ" in replayed.output and f"{q.name}/0/0" in replayed.output
     finally:
         markers.close(); dlq.close()
+
+
+def test_the_tracker_sizes_its_producer_from_the_topics_max_message_bytes(bootstrap, make_config, caplog):
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    cfg = make_config(queue=QUEUE, tracker={"tick": "50ms"})  # tracker.max_request_size left at 1 MiB
+    q = cfg.queues[0]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        limit = {"max.message.bytes": str(2 * SIZE)}
+        admin.create_topics([NewTopic(q.name, 1, 1, topic_configs=limit), NewTopic(q.markers_topic, 1, 1),
+                             NewTopic(q.dlq_topic, 1, 1, topic_configs=limit)])
+    finally:
+        admin.close()
+    value = produce_large(bootstrap, q.name)
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tail = Tail(bootstrap, q.name)
+    try:
+        with caplog.at_level(logging.INFO, logger="tracker"), running_tracker(cfg):
+            assert f"the tracker produces records of up to {2 * SIZE + 8192} bytes" in caplog.text
+            assert "did not report max.message.bytes" not in caplog.text
+            markers.send(0, Start([(0, 1)], lease_ms=1000, owner="w"))
+            _, copy = tail.wait_for(2, what="the copy of the large record")
+        assert copy.value == value
+    finally:
+        markers.close(); tail.close()

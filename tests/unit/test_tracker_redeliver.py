@@ -308,3 +308,20 @@ def test_a_closed_marker_that_cannot_be_written_for_missing_offsets_retries_the_
     st.apply(Start([(0, 2)], lease_ms=1000), 0, 0)
     rep = red.process(Q, 0, st, st.due(clock["now"]))
     assert rep.failed == 2 and rep.missing == 0 and st.in_flight == 2 and st.next_due_ms() == clock["now"] + 500
+
+
+def test_a_producer_whose_id_the_broker_refuses_is_replaced_and_the_sends_retried():
+    from kafka.errors import ProducerFencedError
+
+    fenced = FakeProducer(fail_topics={"orders"})
+    fenced.send = lambda topic, **kw: FakeFuture(ProducerFencedError("newer epoch"))
+    fenced.close = lambda timeout=None: setattr(fenced, "closed", True)
+    fresh = FakeProducer()
+    clock = {"now": 10_000}
+    red = Redeliverer(fenced, FakeReader(records(1)), TrackerMetrics(), clock_ms=lambda: clock["now"],
+                      new_producer=lambda: fresh)
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and fenced.closed
+    clock["now"] = st.next_due_ms()
+    assert red.process(Q, 0, st, st.due(clock["now"])).redelivered == 1 and st.in_flight == 0
