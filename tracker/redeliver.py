@@ -50,11 +50,13 @@ from kafka.errors import (
 )
 
 from kmq import client as client_api
-from kmq.config import KafkaConfig, QueueConfig
+from kmq.client.topics import max_message_bytes
+from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
 from kmq.core.copies import (
     REASON_UNDELIVERABLE,
     Step,
     copy_headers,
+    copy_request_size,
     dead_letter_headers,
     record_size,
     reference_headers,
@@ -79,7 +81,8 @@ from kmq.core.redelivery_plan import (
 from kmq.client.kafka_python.log_reader import LogReader, LogReadError
 from kmq.telemetry.metrics import TrackerMetrics
 
-__all__ = ["Redeliverer", "RedeliveryReport", "copy_producer", "delivery_timeout_s", "send_wait_s", "failure_cause"]
+__all__ = ["Redeliverer", "RedeliveryReport", "copy_producer", "copy_request_size_for", "delivery_timeout_s",
+           "send_wait_s", "failure_cause"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,25 @@ def copy_producer(kafka: KafkaConfig, max_request_size: int) -> Any:
     return client_api.producer(kafka, max_request_size=max_request_size,
                                request_timeout_ms=int(kafka.connect_timeout * 1000),
                                delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000))
+
+
+def copy_request_size_for(cfg: Config) -> int:
+    """The largest record the tracker's producer sends: what the queues' and DLQs' topics accept
+    (``max.message.bytes``), never below ``tracker.max_request_size``. Where the broker does not say,
+    the log names the setting that decides."""
+    configured = cfg.tracker.max_request_size
+    limits = max_message_bytes(cfg.kafka, [t for q in cfg.queues for t in (q.name, q.dlq_topic)])
+    size, unknown = copy_request_size(configured, limits)
+    if unknown:
+        # Only an operator who has not sized it is warned: a set value is the answer already.
+        level = logging.WARNING if configured == TrackerConfig().max_request_size else logging.INFO
+        log.log(level, "the broker did not report max.message.bytes of %s, so the tracker copies records of up to "
+                "tracker.max_request_size = %d bytes there. If these topics accept larger records, set "
+                "tracker.max_request_size (KMQ_TRACKER__MAX_REQUEST_SIZE) to at least their max.message.bytes: "
+                "a larger record is not redelivered, only named by a reference dead letter in the DLQ",
+                ", ".join(unknown), configured)
+    log.info("the tracker produces records of up to %d bytes", size)
+    return size
 
 
 def failure_cause(step: Step, exc: BaseException) -> str:

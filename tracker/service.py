@@ -52,9 +52,8 @@ from prometheus_client import CollectorRegistry
 from kmq import client as client_api
 from kmq.client.kafka_python.clients import consumer as make_consumer
 from kmq.client.kafka_python.log_reader import LogReader, LogReadError
-from kmq.client.topics import max_message_bytes, require_aligned
-from kmq.config import Config, QueueConfig, TrackerConfig
-from kmq.core.copies import copy_request_size
+from kmq.client.topics import require_aligned
+from kmq.config import Config, QueueConfig
 from kmq.core.errors import KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import decode, decode_key
@@ -62,8 +61,8 @@ from kmq.core.redelivery_plan import retry_at_ms
 from kmq.core.retention import BELOW_LOG_START, resume_gap, retention_used
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.http import HealthServer
-from tracker.pauses import PauseWatch
-from tracker.redeliver import Redeliverer, copy_producer, send_wait_s
+from tracker.membership import MembershipCheck, PauseWatch
+from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
 
 __all__ = ["Tracker"]
 
@@ -141,9 +140,9 @@ class Tracker:
         # (starts at setup so a hung join counts too).
         self._last_step_mono = self._mono()
         self._stall_logged = False
-        # Whole-process pauses (heartbeats missed) since _pauses_seen put the membership in doubt.
-        self._pauses = PauseWatch(clock=self._mono)
-        self._pauses_seen = self._polled = self._mono()
+        kafka = cfg.kafka
+        self._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, _MAX_POLL_INTERVAL_S,
+                                           PauseWatch(clock=self._mono), self._mono)
 
     # ------------------------------------------------------------ lifecycle
     def run(self) -> None:
@@ -236,7 +235,7 @@ class Tracker:
         self.http_port = self._http.start()
         # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client);
         # the markers group (rebalance listener, fenced commits) stays on kafka-python for now.
-        size = self._copy_request_size()
+        size = copy_request_size_for(self.cfg)
         self._producer = copy_producer(kafka, size)
         if client_api.client_of(kafka) == client_api.CONFLUENT:
             from kmq.client.confluent.log_reader import ConfluentLogReader
@@ -263,30 +262,13 @@ class Tracker:
         )
         self._consumer.subscribe(topics=sorted(self._queues), listener=_Listener(self))
         self._next_commit = self._next_metrics = self._mono()
-        self._pauses.start()
+        self._membership.pauses.start()
         log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
                  f" (static member {self.cfg.tracker.instance_id})" if self.cfg.tracker.instance_id else "",
                  ", ".join(q.name for q in self.cfg.queues))
 
-    def _copy_request_size(self) -> int:
-        """The largest record the tracker's producer sends: what the queue and DLQ topics accept
-        (``max.message.bytes``), never below ``tracker.max_request_size``."""
-        configured = self.cfg.tracker.max_request_size
-        limits = max_message_bytes(self.cfg.kafka, [t for q in self.cfg.queues for t in (q.name, q.dlq_topic)])
-        size, unknown = copy_request_size(configured, limits)
-        if unknown:
-            # Only an operator who has not sized it is warned: a set value is the answer already.
-            level = logging.WARNING if configured == TrackerConfig().max_request_size else logging.INFO
-            log.log(level, "the broker did not report max.message.bytes of %s, so the tracker copies records of up "
-                    "to tracker.max_request_size = %d bytes there. If these topics accept larger records, set "
-                    "tracker.max_request_size (KMQ_TRACKER__MAX_REQUEST_SIZE) to at least their max.message.bytes: "
-                    "a larger record is not redelivered, only named by a reference dead letter in the DLQ",
-                    ", ".join(unknown), configured)
-        log.info("the tracker produces records of up to %d bytes", size)
-        return size
-
     def _shutdown(self) -> None:
-        self._pauses.stop()
+        self._membership.pauses.stop()
         try:
             if self._consumer is not None:
                 self._commit(force=True)
@@ -316,7 +298,7 @@ class Tracker:
         records = self._consumer.poll(timeout_ms=int(wait_s * 1000), max_records=5000)
         if self._membership_in_doubt("before this step"):
             records = {}  # read before the pause: act on nothing of it, re-read from the commits
-        self._polled = self._mono()
+        self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._position_new()
         for tp, batch in records.items():
@@ -373,25 +355,12 @@ class Tracker:
             return 0
 
     def _membership_in_doubt(self, when: str, queue: QueueConfig | None = None, copies: int = 0) -> bool:
-        """Drop the view if the group may have moved partitions without the listener being told.
-
-        Heartbeats run on the client's own thread, so a slow main loop keeps the membership; it is
-        in doubt only after the whole process stood still for longer than the session timeout less
-        one heartbeat interval (the group may then have given every partition to another member, and
-        the client learns it only at its next heartbeat), or when no poll came for longer than
-        max.poll.interval (the client then leaves the group). ``copies`` made since are counted
-        as possible duplicates of the new owner's."""
-        now = self._mono()
-        kafka = self.cfg.kafka
-        paused = self._pauses.longest_since(self._pauses_seen)
-        if paused > kafka.session_timeout - kafka.heartbeat_interval:
-            why = (f"the process stood still for {paused:.1f}s {when} (kafka.session_timeout "
-                   f"{kafka.session_timeout:g}s: the group may have moved every partition)")
-        elif now - self._polled > _MAX_POLL_INTERVAL_S:
-            why = f"no poll for {now - self._polled:.0f}s {when} (past max.poll.interval: the client left the group)"
-        else:
+        """Drop the view if the group may have moved partitions without the listener being told
+        (:mod:`tracker.membership`); ``copies`` made meanwhile are counted as possible duplicates."""
+        why = self._membership.doubt()
+        if why is None:
             return False
-        self._pauses_seen = now
+        why += f" {when}"
         if copies and queue is not None:
             self.metrics.stale_copies.labels(queue.name).inc(copies)
             why += f"; {copies} record(s) produced meanwhile may duplicate the new owner's (kmq_tracker_stale_copies_total)"
@@ -496,6 +465,7 @@ class Tracker:
                         "truncated?); replaying from offset %d", tp.topic, tp.partition, gap.committed, gap.resumed_at)
 
     def _update_catch_up(self) -> None:
+        """Fetch the catch-up targets still missing, then enable redelivery where the position reached them."""
         fresh = {o.tp: o.committed for o in self._owned.values() if o.positioned and not o.caught_up and o.target is None}
         if fresh:
             # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
@@ -506,30 +476,35 @@ class Tracker:
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
         for owned in self._owned.values():
-            if owned.caught_up or not owned.positioned or owned.target is None:
-                continue
-            if owned.resume_from is not None and owned.state.position == owned.resume_from:
-                cur = self._consumer.position(owned.tp)
-                if cur is not None and cur != owned.resume_from:
-                    # The consumer's offset reset moved the position before anything was read.
-                    self._check_resume(owned, cur)
-                    owned.state.position = cur
-                elif owned.resume_from > owned.target:
-                    # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
-                    # reset to the log start on its own; do it explicitly rather than rely on the broker.
-                    self._consumer.seek_to_beginning(owned.tp)
-                    start = self._consumer.position(owned.tp)
-                    self._check_resume(owned, start)
-                    owned.state.position = start
-            pos = owned.state.position
-            if pos is None:
-                pos = self._consumer.position(owned.tp)
-                owned.state.position = pos
-            if pos is not None and pos >= owned.target:
-                owned.caught_up = True
-                self._next_metrics = 0.0  # publish the replayed state at once
-                log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
-                         owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
+            if not owned.caught_up and owned.positioned and owned.target is not None:
+                self._catch_up(owned)
+
+    def _catch_up(self, owned: _Owned) -> None:
+        if owned.resume_from is not None and owned.state.position == owned.resume_from:
+            self._check_resume_position(owned)
+        pos = owned.state.position
+        if pos is None:
+            pos = owned.state.position = self._consumer.position(owned.tp)
+        if pos is not None and pos >= owned.target:
+            owned.caught_up = True
+            self._next_metrics = 0.0  # publish the replayed state at once
+            log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
+                     owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
+
+    def _check_resume_position(self, owned: _Owned) -> None:
+        """Nothing read yet since resuming: check where the consumer actually is."""
+        cur = self._consumer.position(owned.tp)
+        if cur is not None and cur != owned.resume_from:
+            # The consumer's offset reset moved the position before anything was read.
+            self._check_resume(owned, cur)
+            owned.state.position = cur
+        elif owned.resume_from > owned.target:
+            # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
+            # reset to the log start on its own; do it explicitly rather than rely on the broker.
+            self._consumer.seek_to_beginning(owned.tp)
+            start = self._consumer.position(owned.tp)
+            self._check_resume(owned, start)
+            owned.state.position = start
 
     def _commit(self, force: bool = False) -> None:
         offsets = {}

@@ -116,7 +116,7 @@ def test_a_slow_partition_that_copies_late_without_a_pause_drops_nothing(monkeyp
 
 
 class Pauses:
-    """Stands in for the tracker's pause watch (tracker.pauses): pauses the test declares."""
+    """Stands in for the tracker's pause watch (tracker.membership): pauses the test declares."""
 
     def __init__(self, clock: FakeTime) -> None:
         self.clock = clock
@@ -136,7 +136,7 @@ def test_copies_made_across_a_process_pause_are_counted_and_every_view_is_re_rea
             pauses.pause(5.5)  # longer than the session timeout (6 s) less one heartbeat interval (1 s)
 
     h = Harness(monkeypatch, on_read=paused_while_partition_0_is_read)
-    h.tracker._pauses = pauses = Pauses(h.time)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
     h.expired_start_in_every_partition()
     h.steps(10)
     # Partition 0's copy was made after the pause: counted as a possible duplicate, and every view was
@@ -152,7 +152,7 @@ def test_a_pause_shorter_than_the_session_timeout_less_a_heartbeat_changes_nothi
             pauses.pause(4.9)  # heartbeats resumed in time: the group kept us
 
     h = Harness(monkeypatch, on_read=paused_while_partition_0_is_read)
-    h.tracker._pauses = pauses = Pauses(h.time)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
     h.expired_start_in_every_partition()
     h.steps(5)
     assert h.metric("stale_views") == 0 and h.metric("stale_copies", QUEUE) == 0
@@ -161,7 +161,7 @@ def test_a_pause_shorter_than_the_session_timeout_less_a_heartbeat_changes_nothi
 
 def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads(monkeypatch):
     h = Harness(monkeypatch)
-    h.tracker._pauses = pauses = Pauses(h.time)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
     h.steps(2)  # positioned and caught up on empty partitions
     h.expired_start_in_every_partition()
     pauses.pause(30.0)  # e.g. SIGSTOP between two steps

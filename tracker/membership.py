@@ -1,4 +1,4 @@
-"""Whole-process pauses, the one way a slow tracker can lose its group membership unnoticed.
+"""When the group may have moved the tracker's partitions without the rebalance listener being told.
 
 Both Kafka clients send the group's heartbeats from a background thread
 (kafka-python 3's heartbeat thread, librdkafka's own threads), so a main loop
@@ -14,7 +14,9 @@ next heartbeat, after the main loop has resumed.
 :class:`PauseWatch` is a thread that ticks a few times a second; a tick that
 comes late by more than its interval means the process stood still in
 between. :class:`PauseLog` (pure) keeps those gaps and answers how long the
-process stood still since a given time.
+process stood still since a given time. :class:`MembershipCheck` applies the
+rule: the membership is in doubt after such a pause, or when no poll came
+for longer than ``max.poll.interval`` (the client then leaves the group).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from collections import deque
 from typing import Callable
 
-__all__ = ["PauseLog", "PauseWatch"]
+__all__ = ["PauseLog", "PauseWatch", "MembershipCheck"]
 
 # Gaps shorter than this are scheduling noise, not pauses worth remembering.
 _NOTABLE_S = 0.5
@@ -91,3 +93,40 @@ class PauseWatch:
             log = self._log
             if log is not None:
                 log.tick(self._clock())
+
+
+class MembershipCheck:
+    """Whether the group may have moved partitions behind the listener's back since the last check.
+
+    ``session_timeout``, ``heartbeat_interval`` and ``max_poll_interval`` are the group consumer's
+    (seconds); ``pauses`` answers ``longest_since(t)``; ``clock`` is the pauses' clock."""
+
+    def __init__(self, session_timeout: float, heartbeat_interval: float, max_poll_interval: float,
+                 pauses: PauseWatch, clock: Callable[[], float]) -> None:
+        self.pauses = pauses
+        self._clock = clock
+        self._pause_limit = session_timeout - heartbeat_interval
+        self._session_timeout = session_timeout
+        self._max_poll_interval = max_poll_interval
+        self._seen = self._polled = clock()
+
+    def polled(self) -> None:
+        """The group consumer was polled (and rejoined, if it had learnt it must)."""
+        self._polled = self._clock()
+
+    def doubt(self) -> str | None:
+        """Why the membership is in doubt since the last doubt reported; None when it is not.
+
+        A pause longer than the session timeout less one heartbeat interval may have let the
+        session expire (the last heartbeat before it may be up to an interval old)."""
+        now = self._clock()
+        paused = self.pauses.longest_since(self._seen)
+        if paused > self._pause_limit:
+            why = (f"the process stood still for {paused:.1f}s (kafka.session_timeout {self._session_timeout:g}s: "
+                   f"the group may have moved every partition)")
+        elif now - self._polled > self._max_poll_interval:
+            why = f"no poll for {now - self._polled:.0f}s (past max.poll.interval: the client left the group)"
+        else:
+            return None
+        self._seen = now
+        return why

@@ -1,10 +1,10 @@
-"""Whole-process pauses as the tracker's pause watch sees them (pure log, controlled time)."""
+"""When the tracker's group membership is in doubt: whole-process pauses and polls (controlled time)."""
 
 from __future__ import annotations
 
 import time
 
-from tracker.pauses import PauseLog, PauseWatch
+from tracker.membership import MembershipCheck, PauseLog, PauseWatch
 
 
 def ticked(times: list[float], interval: float = 0.1) -> PauseLog:
@@ -47,3 +47,36 @@ def test_the_watch_reports_nothing_unless_it_runs():
     finally:
         watch.stop()
     assert watch.longest_since(0.0) == 0.0
+
+
+class Declared:
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, float]] = []  # (ended at, length)
+
+    def longest_since(self, since: float) -> float:
+        return max((length for ended, length in self.pauses if ended > since), default=0.0)
+
+
+def test_membership_is_in_doubt_after_a_pause_past_the_session_less_a_heartbeat_once_per_pause():
+    clock = {"now": 0.0}
+    pauses = Declared()
+    check = MembershipCheck(6.0, 1.0, 300.0, pauses, lambda: clock["now"])
+    clock["now"] = 10.0
+    pauses.pauses.append((10.0, 5.0))  # heartbeats resumed within the session
+    assert check.doubt() is None
+    clock["now"] = 20.0
+    pauses.pauses.append((20.0, 5.5))
+    assert "stood still for 5.5s" in check.doubt()
+    assert check.doubt() is None  # reported once
+
+
+def test_membership_is_in_doubt_past_max_poll_interval_without_a_poll():
+    clock = {"now": 0.0}
+    check = MembershipCheck(6.0, 1.0, 300.0, Declared(), lambda: clock["now"])
+    clock["now"] = 299.0
+    assert check.doubt() is None
+    clock["now"] = 301.0
+    assert "no poll for 301s" in check.doubt()
+    check.polled()
+    clock["now"] = 400.0
+    assert check.doubt() is None
