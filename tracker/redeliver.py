@@ -39,16 +39,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from kafka.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    KafkaError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    TopicAuthorizationFailedError,
-    UnknownTopicOrPartitionError,
-)
-
 from kmq import client as client_api
 from kmq.client.topics import max_message_bytes
 from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
@@ -88,9 +78,6 @@ log = logging.getLogger(__name__)
 
 # A missing or forbidden DLQ topic is looked up again at most this often (no lookup storm, no blocking).
 _DLQ_RECHECK_S = 10.0
-# Errors that fail again for the same record however often it is retried.
-_PERMANENT = (TypeError, ValueError, AssertionError, MessageSizeTooLargeError, RecordListTooLargeError,
-              InvalidRecordError, CorruptRecordError)
 # A reference dead letter keeps the record's key only up to this size (the key may be what is too large).
 _REFERENCE_KEY_MAX = 1024
 # The tracker waits this much longer for a send than its producer tries to deliver it.
@@ -139,19 +126,17 @@ def copy_request_size_for(cfg: Config) -> int:
 def failure_cause(step: Step, exc: BaseException) -> str:
     """Short metric label for a failed send (``kmq_tracker_record_failures_total{cause}``)."""
     to_dlq = step is not Step.COPY
-    if isinstance(exc, (MessageSizeTooLargeError, RecordListTooLargeError)):
-        return "too_large"
-    if isinstance(exc, DeadLetterTopicUnavailable) or (to_dlq and isinstance(exc, UnknownTopicOrPartitionError)):
+    kind = client_api.send_failure(exc).kind
+    if isinstance(exc, DeadLetterTopicUnavailable) or (to_dlq and kind == "unknown_topic"):
         return "dlq_missing"
-    if isinstance(exc, TopicAuthorizationFailedError):
+    if kind == "forbidden":
         return "dlq_forbidden" if to_dlq else "forbidden"
-    if isinstance(exc, _PERMANENT):
-        return "invalid_record"
-    return "send_failed"
+    return {"too_large": "too_large", "invalid": "invalid_record"}.get(kind, "send_failed")
 
 
 def _result_of(step: Step, exc: BaseException) -> SendResult:
-    return SendResult(failure_cause(step, exc), isinstance(exc, _PERMANENT), f"{type(exc).__name__}: {exc}")
+    permanent = client_api.send_failure(exc).permanent
+    return SendResult(failure_cause(step, exc), permanent, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -240,8 +225,9 @@ class Redeliverer:
             for outcome, done in settled.closed.items():
                 closed[outcome].extend(s.offset for s in done)
             if settled.retry:
-                first_failure = first_failure or next(f"offset {s.offset}, {r.detail}" for s, r in
-                                                      zip(sends, results) if s in settled.retry)
+                if not first_failure:
+                    detail = {s.offset: r.detail for s, r in zip(sends, results)}
+                    first_failure = f"offset {settled.retry[0].offset}, {detail[settled.retry[0].offset]}"
                 retry.extend(s.offset for s in settled.retry)
                 retry_at = max(retry_at, settled.retry_at_ms or 0)
             sends = settled.fallbacks
@@ -323,7 +309,7 @@ class Redeliverer:
         return results  # type: ignore[return-value]
 
     def _failed(self, queue: QueueConfig, step: Step, exc: BaseException) -> SendResult:
-        if step is not Step.COPY and isinstance(exc, (TopicAuthorizationFailedError, UnknownTopicOrPartitionError)):
+        if step is not Step.COPY and client_api.send_failure(exc).kind in ("unknown_topic", "forbidden"):
             self._dlq_unavailable(queue.dlq_topic, f"{type(exc).__name__}: {exc}")
         return _result_of(step, exc)
 
@@ -363,7 +349,10 @@ class Redeliverer:
         futures = [self._producer.send(queue.markers_topic, value=encode(Closed(tuple(group), outcome)),
                                        key=encode_key(partition), partition=partition)
                    for group in closed_chunks(ranges, self._max_ranges)]
-        self._producer.flush(timeout=self._send_timeout_s)
+        self._flush(f"CLOSED markers of {queue.name}[{partition}]")
+        if not all(f.is_done for f in futures):
+            self._replace_producer("it left a CLOSED marker undecided past its delivery timeout")
+            raise client_api.ProduceFailed(f"CLOSED marker for {queue.name}[{partition}] not acknowledged")
         for f in futures:
             f.get(timeout=0)
 

@@ -40,11 +40,13 @@ from kmq.client.factory import (
     produce_errors,
     producer,
     producer_state_errors,
+    SendFailure,
+    send_failure,
 )
 
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
     "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "producer", "close_producer",
-    "produce_errors", "producer_state_errors",
+    "produce_errors", "producer_state_errors", "SendFailure", "send_failure",
 ]

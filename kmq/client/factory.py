@@ -9,6 +9,7 @@ import :mod:`kmq.client.api`, never this module).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kafka import errors as kafka_errors
@@ -28,7 +29,7 @@ from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
 __all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors",
-           "producer_state_errors"]
+           "producer_state_errors", "SendFailure", "send_failure"]
 
 
 def adapt_consumer(consumer: Any) -> ConsumerAdapter:
@@ -121,3 +122,29 @@ def producer_state_errors() -> tuple[type[BaseException], ...]:
     clients raise these classes (the confluent adapter maps librdkafka's codes to them)."""
     return (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
             kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)
+
+
+@dataclass(frozen=True)
+class SendFailure:
+    """What a failed send was, whichever client's producer raised it."""
+
+    kind: str  # "too_large", "unknown_topic", "forbidden", "invalid" (the record) or "failed" (anything else)
+    permanent: bool  # the same record fails again however often it is sent
+
+
+_PERMANENT_SENDS = (TypeError, ValueError, AssertionError, kafka_errors.MessageSizeTooLargeError,
+                    kafka_errors.RecordListTooLargeError, kafka_errors.InvalidRecordError,
+                    kafka_errors.CorruptRecordError)
+
+
+def send_failure(exc: BaseException) -> SendFailure:
+    """Classify an exception from a producer's ``send``, its future or ``flush`` (both clients raise
+    kafka-python's classes; a refusal before sending, e.g. kafka-python's tombstone ValueError, too)."""
+    permanent = isinstance(exc, _PERMANENT_SENDS)
+    if isinstance(exc, (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)):
+        return SendFailure("too_large", True)
+    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
+        return SendFailure("unknown_topic", permanent)
+    if isinstance(exc, kafka_errors.TopicAuthorizationFailedError):
+        return SendFailure("forbidden", permanent)
+    return SendFailure("invalid" if permanent else "failed", permanent)

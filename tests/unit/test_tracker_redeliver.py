@@ -325,3 +325,22 @@ def test_a_producer_whose_id_the_broker_refuses_is_replaced_and_the_sends_retrie
     assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and fenced.closed
     clock["now"] = st.next_due_ms()
     assert red.process(Q, 0, st, st.due(clock["now"])).redelivered == 1 and st.in_flight == 0
+
+
+def test_a_closed_marker_left_undecided_replaces_the_producer_and_retries_the_step():
+    class MarkersStuck(FakeProducer):
+        def send(self, topic, value=None, key=None, headers=None, partition=None):
+            if topic == "orders__markers":
+                return Pending()
+            return super().send(topic, value=value, key=key, headers=headers, partition=partition)
+
+    stuck, fresh = MarkersStuck(), FakeProducer()
+    stuck.close = lambda timeout=None: setattr(stuck, "closed", True)
+    clock = {"now": 10_000}
+    red = Redeliverer(stuck, FakeReader({}), TrackerMetrics(), clock_ms=lambda: clock["now"],
+                      new_producer=lambda: fresh)
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and stuck.closed and st.in_flight == 1
+    clock["now"] = st.next_due_ms()
+    assert red.process(Q, 0, st, st.due(clock["now"])).missing == 1 and st.in_flight == 0
