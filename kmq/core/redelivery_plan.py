@@ -148,8 +148,8 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
          missing: Iterable[tuple[int, int]], log_end: int | None, now_ms: int) -> StepPlan:
     """Decide for every offset of ``items`` given what the read found (``records`` by offset),
     what it reported ``missing`` and the log end it ran into (None: it did not)."""
-    out = StepPlan(missing=_missing(state, missing, log_end))
-    gone = RangeSet(out.missing)
+    gone = RangeSet(missing)
+    out = StepPlan(missing=_missing(state, gone, log_end))
     deferred: dict[tuple[int, int], list[int]] = defaultdict(list)
     unread: list[int] = []
     for item in items:
@@ -157,7 +157,7 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
             for off in r.offsets():
                 rec = records.get(off)
                 if rec is None:
-                    if off not in gone:
+                    if off not in gone and (log_end is None or off < log_end):
                         unread.append(off)
                     continue
                 count = delivery_count_of(rec.headers)
@@ -167,8 +167,8 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
                 else:
                     out.sends.append(_first_send(item, off, rec, count, decision.action, decision.dlq_reason))
     out.defer = [Defer(tuple(coalesce(offs)), until, count) for (until, count), offs in deferred.items()]
-    if unread:
-        out.unread = coalesce(unread)
+    out.unread = state.open_within(coalesce(unread)) if unread else []
+    if out.unread:
         out.retry_at_ms = retry_at_ms(max(i.failures for i in items), now_ms)
     return out
 
@@ -199,14 +199,13 @@ def settle(sends: Sequence[Send], results: Sequence[SendResult], now_ms: int) ->
     return out
 
 
-def _missing(state: PartitionState, missing: Iterable[tuple[int, int]], log_end: int | None) -> list[OffsetRange]:
-    gone = RangeSet(missing)
+def _missing(state: PartitionState, missing: RangeSet, log_end: int | None) -> list[OffsetRange]:
+    """The open offsets to close as missing: those the read did not find in the log, and every one at
+    or past its end (never written; also the parts of a huge START that due() has not handed out)."""
+    gone = list(missing)
     if log_end is not None:
-        # Offsets at or past the end of the queue log were never written: close all of them at
-        # once, also the parts of a huge START that due() has not handed out yet.
-        for r in state.open_from(log_end):
-            gone.add(r.first, r.count)
-    return state.open_within(gone) if gone else []
+        gone += state.open_from(log_end)
+    return state.open_within(RangeSet(gone)) if gone else []
 
 
 def _first_send(item: DueItem, offset: int, rec: RecordLike, count: int, action: Action,

@@ -113,7 +113,7 @@ def test_a_missing_offset_already_closed_by_an_end_is_not_closed_again():
     items = s.due(NOW)
     s.close([(1, 1)])  # an END read meanwhile
     p = plan(s, items, {0: rec()}, [(1, 2)], None, NOW)
-    assert p.missing == [OffsetRange(2, 1)]
+    assert p.missing == [OffsetRange(2, 1)] and p.unread == []
 
 
 def test_offsets_neither_read_nor_missing_are_retried_not_forgotten():
@@ -121,6 +121,8 @@ def test_offsets_neither_read_nor_missing_are_retried_not_forgotten():
     items, p = planned(s, {0: rec()})
     assert p.unread == [OffsetRange(1, 2)] and p.retry_at_ms == NOW + 500
     assert wanted_ranges(items) == [OffsetRange(0, 3)]
+    s.close([(1, 1)])  # closed meanwhile (an END): nothing to retry there
+    assert plan(s, items, {0: rec()}, [], None, NOW).unread == [OffsetRange(2, 1)]
 
 
 # ---------------------------------------------------------------- settle
