@@ -1,24 +1,34 @@
-"""Redelivery: read originals, re-produce them or dead-letter them, write CLOSED.
+"""Redelivery: the I/O shell around the pure step of :mod:`kmq.core.redelivery_plan`.
 
 For the due items of one partition (handed out by
 :meth:`kmq.core.lease_state.PartitionState.due`):
 
-1. read the original records from the queue log, verifying every offset
-   (:class:`kmq.client.LogReader`); offsets no longer in the log, or at or past
-   its end, are closed with ``Outcome.MISSING``;
-2. per record, ask the pure state what to do (delivery count from the
-   ``kmq-delivery-count`` header): redeliver to the same queue partition,
-   dead-letter to the DLQ (partition = original partition mod DLQ
-   partitions), or wait (backoff);
-3. once Kafka acknowledged the copies, write one CLOSED marker per outcome
-   (coalesced ranges) to the markers partition and close the offsets in the
-   state.
+1. read the original records from the queue log, every offset verified
+   (offsets no longer in the log, or at or past its end, are closed as
+   ``MISSING``);
+2. ask :func:`~kmq.core.redelivery_plan.plan` what to do with each record:
+   wait (backoff), copy to the same queue partition, or dead-letter to the DLQ
+   (partition = original partition mod DLQ partitions);
+3. produce the sends, wait once for the producer's verdict on each, and ask
+   :func:`~kmq.core.redelivery_plan.settle` what follows: close, a fallback
+   (a refused copy is dead-lettered, a refused dead letter becomes a reference
+   dead letter without the payload), or a retry with a capped backoff;
+4. once Kafka acknowledged the copies, write one CLOSED marker per outcome
+   (coalesced ranges) and close the offsets in the state.
 
-Failures are per record (:mod:`kmq.core.copies` decides): a record whose copy
-cannot be made is dead-lettered, one the DLQ refuses too is closed as
-undeliverable; a transient failure leaves only that record's offsets open
-with a capped backoff. One record never stops the service, never blocks the
-records behind it, and what was already copied is closed, not copied again.
+**A send is judged only once the producer has decided it.** The tracker's
+producer gives up on a record after its delivery timeout
+(:func:`delivery_timeout_s`), and the tracker waits a little longer than that
+(:func:`send_wait_s`): so a send judged failed is no longer held by the
+producer, which cannot deliver it after the tracker has retried it (a copy
+more for every retry while the broker was slow). A producer that leaves a
+send undecided past its own timeout is closed (what it holds fails) and
+replaced before the retry. The one case left is inherent to Kafka: a request
+the broker received but answered after the producer gave up may still be
+appended; its copy then exists twice with the same ``kmq-origin``.
+
+One record never stops the service, never blocks the records behind it, and
+what was already copied is closed, not copied again.
 """
 
 from __future__ import annotations
@@ -27,81 +37,111 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Mapping
 
-from kafka.errors import (
-    KafkaError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    TopicAuthorizationFailedError,
-    UnknownTopicOrPartitionError,
+from kmq import client as client_api
+from kmq.client.topics import max_message_bytes
+from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
+from kmq.core.copies import (
+    REASON_UNDELIVERABLE,
+    Step,
+    copy_headers,
+    copy_request_size,
+    dead_letter_headers,
+    record_size,
+    reference_headers,
 )
-
-from kmq.client import LogReader, LogReadError, refused_record_errors
-from kmq.config import QueueConfig
 from kmq.core.errors import DeadLetterTopicUnavailable
-from kmq.core.message import (
-    HEADER_DELIVERY_COUNT,
-    HEADER_DLQ_ERROR,
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_TS,
-    HEADER_ORIGIN,
-    delivery_count_of,
-    origin_of,
+from kmq.core.lease_state import DueItem, PartitionState
+from kmq.core.markers import Closed, Outcome, encode, encode_key
+from kmq.core.message import origin_of
+from kmq.core.ranges import OffsetRange, coalesce
+from kmq.core.redelivery_plan import (
+    SENT,
+    Send,
+    SendResult,
+    Settled,
+    closed_chunks,
+    closed_ranges_limit,
+    plan,
+    retry_at_ms,
+    settle,
+    wanted_ranges,
 )
-from kmq.core.markers import MAX_U32, Closed, Outcome, encode, encode_key
+from kmq.client import LogReader, LogReadError
 from kmq.telemetry.metrics import TrackerMetrics
-from kmq.core.ranges import OffsetRange, RangeSet, coalesce
-from kmq.core.copies import REASON_UNDELIVERABLE, Fallback, Step, copy_problem, fallback, producible_headers
-from kmq.core.lease_state import Action, DueItem, PartitionState
 
-__all__ = [
-    "Redeliverer",
-    "RedeliveryReport",
-    "HEADER_DELIVERY_COUNT",
-    "HEADER_ORIGIN",
-    "HEADER_DLQ_REASON",
-    "HEADER_DLQ_ERROR",
-    "HEADER_DLQ_TS",
-    "KMQ_HEADERS",
-    "retry_delay_s",
-]
+__all__ = ["Redeliverer", "RedeliveryReport", "copy_producer", "copy_request_size_for", "delivery_timeout_s",
+           "send_wait_s", "failure_cause"]
 
 log = logging.getLogger(__name__)
 
-KMQ_HEADERS = (HEADER_DELIVERY_COUNT, HEADER_ORIGIN, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS)
-_REPLACED = {HEADER_DELIVERY_COUNT, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS}
-
-# Most ranges one CLOSED marker may carry (u16 in the wire format).
-_MAX_RANGES = 0xFFFF
 # A missing or forbidden DLQ topic is looked up again at most this often (no lookup storm, no blocking).
 _DLQ_RECHECK_S = 10.0
-# Errors that fail again for the same record however often it is retried.
-_PERMANENT = refused_record_errors()
+# A reference dead letter keeps the record's key only up to this size (the key may be what is too large).
+_REFERENCE_KEY_MAX = 1024
+# The tracker waits this much longer for a send than its producer tries to deliver it.
+_WAIT_MARGIN_S = 5.0
 
 
-def retry_delay_s(failures: int, initial: float = 0.5, cap: float = 30.0) -> float:
-    """Delay before retrying a failed redelivery (exponential, capped)."""
-    return min(cap, initial * 2 ** min(max(0, failures), 32))
+def delivery_timeout_s(kafka: KafkaConfig) -> float:
+    """How long the tracker's producer tries to deliver one record (``delivery_timeout_ms``):
+    two request timeouts (``kafka.connect_timeout``) plus a second, at least 30 s."""
+    return max(30.0, 2 * kafka.connect_timeout + 1.0)
+
+
+def send_wait_s(kafka: KafkaConfig) -> float:
+    """How long the tracker waits for its producer's verdict on a send: past its delivery timeout."""
+    return delivery_timeout_s(kafka) + _WAIT_MARGIN_S
+
+
+def copy_producer(kafka: KafkaConfig, max_request_size: int) -> Any:
+    """The producer of copies, dead letters and CLOSED markers on ``kafka.client``: idempotent,
+    acks=all, records up to ``max_request_size`` bytes, giving up on a record within
+    :func:`delivery_timeout_s` (below the tracker's wait, see the module docstring)."""
+    return client_api.producer(kafka, max_request_size=max_request_size,
+                               request_timeout_ms=int(kafka.connect_timeout * 1000),
+                               delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000))
+
+
+def copy_request_size_for(cfg: Config) -> int:
+    """The largest record the tracker's producer sends: what the queues' and DLQs' topics accept
+    (``max.message.bytes``), never below ``tracker.max_request_size``. Where the broker does not say,
+    the log names the setting that decides."""
+    configured = cfg.tracker.max_request_size
+    limits = max_message_bytes(cfg.kafka, [t for q in cfg.queues for t in (q.name, q.dlq_topic)])
+    size, unknown = copy_request_size(configured, limits)
+    if unknown:
+        # Only an operator who has not sized it is warned: a set value is the answer already.
+        level = logging.WARNING if configured == TrackerConfig().max_request_size else logging.INFO
+        log.log(level, "the broker did not report max.message.bytes of %s, so the tracker copies records of up to "
+                "tracker.max_request_size = %d bytes there. If these topics accept larger records, set "
+                "tracker.max_request_size (KMQ_TRACKER__MAX_REQUEST_SIZE) to at least their max.message.bytes: "
+                "a larger record is not redelivered, only named by a reference dead letter in the DLQ",
+                ", ".join(unknown), configured)
+    log.info("the tracker produces records of up to %d bytes", size)
+    return size
 
 
 def failure_cause(step: Step, exc: BaseException) -> str:
     """Short metric label for a failed send (``kmq_tracker_record_failures_total{cause}``)."""
-    if isinstance(exc, (MessageSizeTooLargeError, RecordListTooLargeError)):
-        return "too_large"
-    if isinstance(exc, DeadLetterTopicUnavailable) or (
-            step is Step.DEAD_LETTER and isinstance(exc, UnknownTopicOrPartitionError)):
+    to_dlq = step is not Step.COPY
+    kind = client_api.send_failure(exc).kind
+    if isinstance(exc, DeadLetterTopicUnavailable) or (to_dlq and kind == "unknown_topic"):
         return "dlq_missing"
-    if isinstance(exc, TopicAuthorizationFailedError):
-        return "dlq_forbidden" if step is Step.DEAD_LETTER else "forbidden"
-    if isinstance(exc, _PERMANENT):
-        return "invalid_record"
-    return "send_failed"
+    if kind == "forbidden":
+        return "dlq_forbidden" if to_dlq else "forbidden"
+    return {"too_large": "too_large", "invalid": "invalid_record"}.get(kind, "send_failed")
+
+
+def _result_of(step: Step, exc: BaseException) -> SendResult:
+    permanent = client_api.send_failure(exc).permanent
+    return SendResult(failure_cause(step, exc), permanent, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass
 class RedeliveryReport:
-    """What one call of :meth:`Redeliverer.process` did (offsets counts)."""
+    """What one call of :meth:`Redeliverer.process` did (offset counts)."""
 
     redelivered: int = 0
     dead_lettered: int = 0
@@ -112,31 +152,24 @@ class RedeliveryReport:
     reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     causes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
-
-@dataclass
-class _Send:
-    """One record on its way to the queue or the DLQ."""
-
-    offset: int
-    rec: object
-    count: int
-    item: DueItem
-    step: Step
-    reason: str  # redelivery reason or kmq-dlq-reason
-    error: str  # kmq-dlq-error text
-    future: object = None
-    failure: BaseException | None = None
+    @property
+    def copies(self) -> int:
+        """Records produced (copies and dead letters with their payload)."""
+        return self.redelivered + self.dead_lettered
 
 
 class Redeliverer:
-    """Turns due items of one markers partition into copies, dead letters and CLOSED markers."""
+    """Turns due items of one markers partition into copies, dead letters and CLOSED markers.
 
-    def __init__(self, producer, reader: LogReader, metrics: TrackerMetrics,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 30.0,
-                 max_request_size: int = 1_048_576) -> None:
+    ``new_producer`` makes a replacement for a producer that left a send undecided past its
+    delivery timeout (without it the producer is kept)."""
+
+    def __init__(self, producer: Any, reader: LogReader, metrics: TrackerMetrics,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 35.0,
+                 max_request_size: int = 1_048_576, new_producer: Callable[[], Any] | None = None) -> None:
         self._producer = producer
-        # CLOSED markers must fit the producer's request size too: 12 bytes a range, plus headroom.
-        self._max_ranges = max(1, min(_MAX_RANGES, (max_request_size - 512) // 12))
+        self._new_producer = new_producer
+        self._max_ranges = closed_ranges_limit(max_request_size)  # CLOSED markers must fit the producer too
         self._reader = reader
         self._metrics = metrics
         self._clock_ms = clock_ms
@@ -144,199 +177,224 @@ class Redeliverer:
         self._dlq_partitions: dict[str, int] = {}
         self._dlq_down: dict[str, tuple[float, str]] = {}  # topic -> (recheck at, monotonic; why)
 
+    def close(self) -> None:
+        client_api.close_producer(self._producer)
+
     def process(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem]) -> RedeliveryReport:
         """Handle ``items`` completely: every offset ends closed, deferred or scheduled for retry."""
         report = RedeliveryReport()
-        if not items:
-            return report
-        try:
-            self._process(queue, partition, state, items, report)
-        except (KafkaError, LogReadError, OSError) as exc:
-            # Reading the log or writing CLOSED failed: everything not yet closed goes back with a capped backoff.
-            worst = max(i.failures for i in items)
-            delay = retry_delay_s(worst)
-            left = state.open_within(r for i in items for r in i.ranges)
-            n = sum(r.count for r in left)
-            state.retry(left, self._clock_ms() + int(delay * 1000))
-            report.failed += n
-            self._metrics.redelivery_failures.labels(queue.name).inc(n)
-            log.warning(
-                "redelivery of %d message(s) from %s[%d] failed (%s: %s); they stay open and are retried in %.1fs",
-                n, queue.name, partition, type(exc).__name__, exc, delay,
-            )
+        if items:
+            try:
+                self._step(queue, partition, state, items, report)
+            except (LogReadError, OSError, *client_api.produce_errors()) as exc:
+                self._retry_all(queue, partition, state, items, exc, report)
+                if isinstance(exc, client_api.producer_state_errors()):
+                    self._replace_producer(f"its producer id was refused ({type(exc).__name__})")
         return report
 
-    # ------------------------------------------------------------ steps
-    def _process(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-                 report: RedeliveryReport) -> None:
-        ranges = coalesce_ranges(r for i in items for r in i.ranges)
-        result = self._reader.read(queue.name, partition, ranges)
-        missing = RangeSet(result.missing)
-        if result.log_end is not None:
-            # Offsets at or past the end of the queue log were never written: close all of them at
-            # once, also the parts of a huge START that due() has not handed out yet.
-            for r in state.open_from(result.log_end):
-                missing.add(r.first, r.count)
-        if missing:
-            gone = state.open_within(missing)
-            n = sum(r.count for r in gone)
-            if n:
-                self._write_closed(queue, partition, gone, Outcome.MISSING)
-                state.close(gone)
-                report.missing += n
-                self._metrics.missing_offsets.labels(queue.name).inc(n)
-                log.warning(
-                    "%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) and "
-                    "were closed as missing: %s", n, queue.name, partition, _show(gone),
-                )
+    # ------------------------------------------------------------ the step
+    def _step(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
+              report: RedeliveryReport) -> None:
+        read = self._reader.read(queue.name, partition, wanted_ranges(items))
         now = self._clock_ms()
-        sends: list[_Send] = []
-        deferred: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for item in items:
-            for r in item.ranges:
-                for off in r.offsets():
-                    rec = result.records.get(off)
-                    if rec is None:
-                        continue
-                    count = delivery_count_of(rec.headers)
-                    plan = state.plan(item, count, now)
-                    if plan.action is Action.WAIT:
-                        deferred[(plan.until_ms, count)].append(off)
-                        continue
-                    problem = copy_problem(rec.key, rec.value)
-                    if plan.action is Action.REDELIVER and problem is None:
-                        sends.append(_Send(off, rec, count, item, Step.COPY, item.reason.value, ""))
-                    elif plan.action is Action.REDELIVER:
-                        sends.append(_Send(off, rec, count, item, Step.DEAD_LETTER, REASON_UNDELIVERABLE, problem))
-                    else:
-                        sends.append(_Send(off, rec, count, item, Step.DEAD_LETTER, plan.dlq_reason or "timeout",
-                                           item.error))
-        for (until, count), offs in deferred.items():
-            state.defer(coalesce(offs), until, count)
-            report.deferred += len(offs)
-        if not sends:
-            return
-        self._send_all(queue, partition, sends, now)
-        done: dict[Outcome, list[int]] = defaultdict(list)
-        retry: list[_Send] = []
-        second: list[_Send] = []
-        for s in sends:
-            if s.failure is None:
-                self._count_done(queue, s, now, report, done)
-            else:
-                self._count_failure(queue, partition, s, report, done, retry, second)
-        if second:
-            # Copies refused for good: dead-letter these records instead (same step, same rules).
-            self._send_all(queue, partition, second, now)
-            for s in second:
-                if s.failure is None:
-                    self._count_done(queue, s, now, report, done)
-                else:
-                    self._count_failure(queue, partition, s, report, done, retry, [])
-        # The copies are acknowledged: write CLOSED so a restarted tracker does not repeat them.
-        for outcome, offs in done.items():
-            closed = coalesce(offs)
-            state.close(closed)
+        step = plan(state, items, read.records, read.missing, read.log_end, now)
+        if step.missing:
+            self._close_missing(queue, partition, state, step.missing, report)
+        for d in step.defer:
+            state.defer(d.ranges, d.until_ms, d.count)
+            report.deferred += d.offset_count
+        if step.unread:
+            n = sum(r.count for r in step.unread)
+            state.retry(step.unread, step.retry_at_ms)
+            report.failed += n
+            log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
+                        "they stay open and are retried", n, queue.name, partition)
+        if step.sends:
+            self._send_and_close(queue, partition, state, read.records, step.sends, now, report)
+
+    def _send_and_close(self, queue: QueueConfig, partition: int, state: PartitionState, records: Mapping[int, Any],
+                        sends: list[Send], now: int, report: RedeliveryReport) -> None:
+        """Send, settle and send the fallbacks until nothing is left; then write the outcomes."""
+        closed: dict[Outcome, list[int]] = defaultdict(list)
+        retry: list[int] = []
+        retry_at, first_failure = 0, ""
+        while sends:
+            results = self._send_all(queue, partition, records, sends, now)
+            settled = settle(sends, results, now)
+            self._account(queue, partition, records, sends, results, settled, now, report)
+            for outcome, done in settled.closed.items():
+                closed[outcome].extend(s.offset for s in done)
+            if settled.retry:
+                if not first_failure:
+                    detail = {s.offset: r.detail for s, r in zip(sends, results)}
+                    first_failure = f"offset {settled.retry[0].offset}, {detail[settled.retry[0].offset]}"
+                retry.extend(s.offset for s in settled.retry)
+                retry_at = max(retry_at, settled.retry_at_ms or 0)
+            sends = settled.fallbacks
+        self._write_outcomes(queue, partition, state, closed)
+        if retry:
+            state.retry(coalesce(retry), retry_at)
+            report.failed += len(retry)
+            self._metrics.redelivery_failures.labels(queue.name).inc(len(retry))
+            log.warning("%d redelivery send(s) for %s[%d] failed (first: %s); they stay open and are retried in "
+                        "%.1fs", len(retry), queue.name, partition, first_failure, (retry_at - now) / 1000.0)
+
+    def _retry_all(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
+                   exc: BaseException, report: RedeliveryReport) -> None:
+        """Reading the log or writing CLOSED failed: everything not yet closed goes back with a capped backoff."""
+        now = self._clock_ms()
+        at = retry_at_ms(max(i.failures for i in items), now)
+        left = state.open_within(r for i in items for r in i.ranges)
+        n = sum(r.count for r in left)
+        state.retry(left, at)
+        report.failed += n
+        self._metrics.redelivery_failures.labels(queue.name).inc(n)
+        log.warning("redelivery of %d message(s) from %s[%d] failed (%s: %s); they stay open and are retried in %.1fs",
+                    n, queue.name, partition, type(exc).__name__, exc, (at - now) / 1000.0)
+
+    def _close_missing(self, queue: QueueConfig, partition: int, state: PartitionState, gone: list[OffsetRange],
+                       report: RedeliveryReport) -> None:
+        n = sum(r.count for r in gone)
+        self._write_closed(queue, partition, gone, Outcome.MISSING)
+        state.close(gone)
+        report.missing += n
+        self._metrics.missing_offsets.labels(queue.name).inc(n)
+        log.warning("%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) and "
+                    "were closed as missing: %s", n, queue.name, partition, _show(gone))
+
+    def _write_outcomes(self, queue: QueueConfig, partition: int, state: PartitionState,
+                        closed: dict[Outcome, list[int]]) -> None:
+        """The copies are acknowledged: write CLOSED so a restarted tracker does not repeat them."""
+        for outcome, offs in closed.items():
+            ranges = coalesce(offs)
+            state.close(ranges)
             try:
-                self._write_closed(queue, partition, closed, outcome)
-            except KafkaError as exc:
+                self._write_closed(queue, partition, ranges, outcome)
+            except client_api.produce_errors() as exc:
                 # Not lost: the copies exist. A restart before the next commit may redeliver once more.
                 log.warning("CLOSED marker for %s[%d] not written (%s); a tracker restart may redeliver %d "
                             "message(s) once more", queue.name, partition, exc, len(offs))
-        if retry:
-            worst = max(s.item.failures for s in retry)
-            delay = retry_delay_s(worst)
-            state.retry(coalesce(s.offset for s in retry), self._clock_ms() + int(delay * 1000))
-            report.failed += len(retry)
-            self._metrics.redelivery_failures.labels(queue.name).inc(len(retry))
-            first = retry[0]
-            log.warning("%d redelivery send(s) for %s[%d] failed (first: offset %d, %s: %s); they stay open and are "
-                        "retried in %.1fs", len(retry), queue.name, partition, first.offset,
-                        type(first.failure).__name__, first.failure, delay)
 
-    def _send_all(self, queue: QueueConfig, partition: int, sends: list[_Send], now: int) -> None:
-        """Start every send, flush once, then record each one's own result in ``failure``."""
-        for s in sends:
+    # ------------------------------------------------------------ producing
+    def _send_all(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
+                  now: int) -> list[SendResult]:
+        """Start every send, wait once for the producer's verdicts, then return each one's result."""
+        results: list[SendResult | None] = [None] * len(sends)
+        started = []
+        for i, s in enumerate(sends):
             try:
-                if s.step is Step.COPY:
-                    s.future = self._send_copy(queue, partition, s.rec, s.count)
-                else:
-                    s.future = self._send_dlq(queue, partition, s.rec, s.count, s.reason, s.error, now)
+                started.append((i, self._start(queue, partition, records[s.offset], s, now)))
             except Exception as exc:  # noqa: BLE001 - refused before it left: this record only
-                s.failure = exc
-        if any(s.future is not None for s in sends):
-            try:
-                self._producer.flush(timeout=self._send_timeout_s)
-            except KafkaError as exc:
-                # Unfinished sends fail below, each on its own; finished ones still count.
-                log.warning("flushing redeliveries of %s[%d] timed out (%s)", queue.name, partition, exc)
-        for s in sends:
-            if s.future is None:
+                results[i] = self._failed(queue, s.step, exc)
+        if started:
+            self._flush(f"redeliveries of {queue.name}[{partition}]")
+        undecided = fenced = 0
+        for i, fut in started:
+            if not fut.is_done:
+                undecided += 1
+                results[i] = SendResult("send_failed", False, f"the producer did not decide within "
+                                                              f"{self._send_timeout_s:g}s")
                 continue
             try:
-                s.future.get(timeout=0)
-            except Exception as exc:  # noqa: BLE001 - any send failure: decided per record below
-                s.failure = exc
+                fut.get(timeout=0)
+                results[i] = SENT
+            except Exception as exc:  # noqa: BLE001 - any send failure: decided per record by settle()
+                results[i] = self._failed(queue, sends[i].step, exc)
+                fenced += isinstance(exc, client_api.producer_state_errors())
+        if undecided:
+            # Closing it fails what it holds, so none of them can be delivered after its retry.
+            self._replace_producer(f"it left {undecided} send(s) undecided past its delivery timeout")
+        elif fenced:
+            self._replace_producer(f"the broker refused its producer id for {fenced} send(s)")
+        return results  # type: ignore[return-value]
 
-    def _count_done(self, queue: QueueConfig, s: _Send, now: int, report: RedeliveryReport,
-                    done: dict[Outcome, list[int]]) -> None:
-        if s.step is Step.COPY:
-            done[Outcome.REDELIVERED].append(s.offset)
-            self._metrics.redelivered.labels(queue.name, s.reason).inc()
-            report.redelivered += 1
-        else:
-            done[Outcome.DEAD_LETTERED].append(s.offset)
-            self._metrics.dead_lettered.labels(queue.name, s.reason).inc()
-            report.dead_lettered += 1
-            if s.reason == REASON_UNDELIVERABLE:
-                log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error)
-        report.reasons[s.reason] += 1
-        self._metrics.redelivery_delay_seconds.observe(max(0.0, (now - s.item.due_ms) / 1000.0))
-
-    def _count_failure(self, queue: QueueConfig, partition: int, s: _Send, report: RedeliveryReport,
-                       done: dict[Outcome, list[int]], retry: list[_Send], second: list[_Send]) -> None:
-        exc = s.failure
-        assert exc is not None
-        cause = failure_cause(s.step, exc)
-        self._metrics.record_failures.labels(queue.name, cause).inc()
-        report.causes[cause] += 1
-        if isinstance(exc, (TopicAuthorizationFailedError, UnknownTopicOrPartitionError)) and s.step is Step.DEAD_LETTER:
+    def _failed(self, queue: QueueConfig, step: Step, exc: BaseException) -> SendResult:
+        if step is not Step.COPY and client_api.send_failure(exc).kind in ("unknown_topic", "forbidden"):
             self._dlq_unavailable(queue.dlq_topic, f"{type(exc).__name__}: {exc}")
-        move = fallback(s.step, isinstance(exc, _PERMANENT))
-        text = f"{type(exc).__name__}: {exc}"
-        if move is Fallback.DEAD_LETTER:
-            second.append(_Send(s.offset, s.rec, s.count, s.item, Step.DEAD_LETTER, REASON_UNDELIVERABLE,
-                                f"copy to the queue refused: {text}"[:2000]))
-        elif move is Fallback.UNDELIVERABLE:
-            done[Outcome.UNDELIVERABLE].append(s.offset)
-            report.undeliverable += 1
-            self._metrics.undeliverable.labels(queue.name, cause).inc()
-            log.error("%s[%d] offset %d is undeliverable: neither the queue nor the DLQ %s accepts it (%s); closed "
-                      "with outcome 4, it will not be redelivered. Read it from the queue log at that offset if it "
-                      "still matters", queue.name, partition, s.offset, queue.dlq_topic, text)
-        else:
-            retry.append(s)
+        return _result_of(step, exc)
 
-    def _send_copy(self, queue: QueueConfig, partition: int, rec, count: int):
-        headers = producible_headers([(k, v) for k, v in rec.headers or () if k not in _REPLACED and k != HEADER_ORIGIN])
-        headers.append((HEADER_DELIVERY_COUNT, str(count + 1).encode()))
-        headers.append((HEADER_ORIGIN, origin_of(rec.headers, queue.name, partition, rec.offset).encode()))
-        return self._producer.send(queue.name, value=rec.value, key=rec.key, headers=headers, partition=partition)
-
-    def _send_dlq(self, queue: QueueConfig, partition: int, rec, count: int, reason: str, error: str, now_ms: int):
+    def _start(self, queue: QueueConfig, partition: int, rec: Any, s: Send, now_ms: int) -> Any:
+        """Start producing ``s`` for record ``rec``; returns the send's future."""
+        origin = origin_of(rec.headers, queue.name, partition, rec.offset)
+        if s.step is Step.COPY:
+            return self._producer.send(queue.name, value=rec.value, key=rec.key, partition=partition,
+                                       headers=copy_headers(rec.headers, origin, s.count))
         dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
-        headers = producible_headers([(k, v) for k, v in rec.headers or () if k not in _REPLACED and k != HEADER_ORIGIN])
-        headers.append((HEADER_DELIVERY_COUNT, str(count).encode()))
-        headers.append((HEADER_ORIGIN, origin_of(rec.headers, queue.name, partition, rec.offset).encode()))
-        headers.append((HEADER_DLQ_REASON, reason.encode()))
-        if error:
-            headers.append((HEADER_DLQ_ERROR, error.encode("utf-8", "replace")))
-        headers.append((HEADER_DLQ_TS, str(now_ms).encode()))
-        value = rec.value
-        if rec.key is None and value is None:
-            value = b""  # a tombstone: kafka-python cannot produce one (see kmq.core.copies)
-        return self._producer.send(queue.dlq_topic, value=value, key=rec.key, headers=headers, partition=dlq_p)
+        if s.step is Step.DEAD_LETTER:
+            headers = dead_letter_headers(rec.headers, origin, s.count, s.reason, s.error, now_ms)
+            value = b"" if rec.key is None and rec.value is None else rec.value  # kafka-python: no tombstone
+            return self._producer.send(queue.dlq_topic, value=value, key=rec.key, headers=headers, partition=dlq_p)
+        headers = reference_headers(origin, f"{queue.name}/{partition}/{rec.offset}",
+                                    record_size(rec.key, rec.value, rec.headers), s.count, s.reason, s.error, now_ms)
+        key = rec.key if rec.key is not None and len(rec.key) <= _REFERENCE_KEY_MAX else None
+        return self._producer.send(queue.dlq_topic, value=b"", key=key, headers=headers, partition=dlq_p)
 
+    def _flush(self, what: str) -> None:
+        try:
+            self._producer.flush(timeout=self._send_timeout_s)
+        except client_api.produce_errors() as exc:
+            # Unfinished sends are judged below, each on its own; finished ones still count.
+            log.warning("flushing %s timed out (%s)", what, exc)
+
+    def _replace_producer(self, why: str) -> None:
+        """Close the producer (what it still holds fails for good) and continue on a new one."""
+        if self._new_producer is None:
+            log.warning("the tracker's producer is unusable (%s) and cannot be replaced here", why)
+            return
+        log.warning("replacing the tracker's producer: %s; the sends concerned are retried", why)
+        old, self._producer = self._producer, self._new_producer()
+        client_api.close_producer(old)
+
+    def _write_closed(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
+        futures = [self._producer.send(queue.markers_topic, value=encode(Closed(tuple(group), outcome)),
+                                       key=encode_key(partition), partition=partition)
+                   for group in closed_chunks(ranges, self._max_ranges)]
+        self._flush(f"CLOSED markers of {queue.name}[{partition}]")
+        if not all(f.is_done for f in futures):
+            self._replace_producer("it left a CLOSED marker undecided past its delivery timeout")
+            raise client_api.ProduceFailed(f"CLOSED marker for {queue.name}[{partition}] not acknowledged")
+        for f in futures:
+            f.get(timeout=0)
+
+    # ------------------------------------------------------------ accounting
+    def _account(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
+                 results: list[SendResult], settled: Settled, now: int, report: RedeliveryReport) -> None:
+        """Metrics, report and log lines for one round of sends."""
+        m = self._metrics
+        for s, res in zip(sends, results):
+            if res.cause is not None:
+                m.record_failures.labels(queue.name, res.cause).inc()
+                report.causes[res.cause] += 1
+                if res.permanent and s.step is Step.DEAD_LETTER:  # the payload is in neither topic
+                    m.undeliverable.labels(queue.name, res.cause).inc()
+                continue
+            report.reasons[s.reason] += 1
+            m.redelivery_delay_seconds.observe(max(0.0, (now - s.due_ms) / 1000.0))
+            if s.step is Step.COPY:
+                m.redelivered.labels(queue.name, s.reason).inc()
+                report.redelivered += 1
+            elif s.step is Step.DEAD_LETTER:
+                m.dead_lettered.labels(queue.name, s.reason).inc()
+                report.dead_lettered += 1
+                if s.reason == REASON_UNDELIVERABLE:
+                    log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error)
+            else:
+                report.undeliverable += 1
+                rec = records[s.offset]
+                log.error("%s[%d] offset %d (%d bytes) is undeliverable: neither the queue nor the DLQ %s accepts "
+                          "it (%s). Closed with outcome 4; a reference dead letter without the payload names it "
+                          "(kmq-dlq-reference %s/%d/%d): redrive it from the queue log before retention deletes "
+                          "it, and raise tracker.max_request_size and the topics' max.message.bytes if such "
+                          "records are legitimate", queue.name, partition, s.offset,
+                          record_size(rec.key, rec.value, rec.headers), queue.dlq_topic, s.error, queue.name,
+                          partition, s.offset)
+        for s in settled.unreferenced:
+            report.undeliverable += 1
+            log.error("%s[%d] offset %d is undeliverable and the DLQ %s refused even a reference to it (%s); closed "
+                      "with outcome 4. Read it from the queue log at that offset if it still matters",
+                      queue.name, partition, s.offset, queue.dlq_topic, s.error)
+
+    # ------------------------------------------------------------ DLQ topic
     def _dlq_partition_count(self, topic: str) -> int:
         n = self._dlq_partitions.get(topic)
         if n is not None:
@@ -360,44 +418,6 @@ class Redeliverer:
         self._dlq_partitions.pop(topic, None)
         if first:
             log.error("%s", why)
-
-    def _write_closed(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
-        futures = []
-        for group in _closed_groups(ranges, self._max_ranges):
-            value = encode(Closed(tuple(group), outcome))
-            futures.append(self._producer.send(queue.markers_topic, value=value, key=encode_key(partition),
-                                               partition=partition))
-        self._producer.flush(timeout=self._send_timeout_s)
-        for f in futures:
-            f.get(timeout=0)
-
-
-def _closed_groups(ranges: list[OffsetRange], max_ranges: int = _MAX_RANGES) -> list[list[OffsetRange]]:
-    """Ranges of CLOSED markers that fit the wire format: counts within u32 (coalesced STARTs can be
-    longer), at most u16 ranges a marker, and no two adjacent pieces in one marker (they would merge)."""
-    groups: list[list[OffsetRange]] = [[]]
-    for r in ranges:
-        first, left = r.first, r.count
-        while left:
-            n = min(left, MAX_U32)
-            cur = groups[-1]
-            if len(cur) >= max_ranges or (cur and cur[-1].end == first):
-                cur = []
-                groups.append(cur)
-            cur.append(OffsetRange(first, n))
-            first, left = first + n, left - n
-    return [g for g in groups if g]
-
-
-def coalesce_ranges(ranges) -> list[OffsetRange]:
-    out: list[OffsetRange] = []
-    for r in sorted(ranges):
-        if out and r.first <= out[-1].end:
-            end = max(out[-1].end, r.end)
-            out[-1] = OffsetRange(out[-1].first, end - out[-1].first)
-        else:
-            out.append(OffsetRange(r.first, r.count))
-    return out
 
 
 def _show(ranges: list[OffsetRange], limit: int = 5) -> str:

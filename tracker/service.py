@@ -13,9 +13,16 @@ the open leases.
   still unread. Where reading actually resumed is checked against the
   committed offset: markers deleted by retention are logged and counted
   (:mod:`kmq.core.retention`).
-* A main loop that stalled past the session timeout (a paused process) drops
-  its view and re-reads from the committed offsets before acting; a commit
-  the group refuses does the same.
+* Due partitions are served least recently served first, within a time
+  budget per step: a slow partition (an unreachable leader, a slow broker)
+  delays the others by one step at most and keeps its own retry backoff.
+* The view is dropped (every partition re-read from its committed offset
+  before acting) only when the group may have moved partitions without the
+  listener being told: after a whole-process pause past the session timeout
+  (:mod:`tracker.pauses`; heartbeats run on the client's own thread, so a slow
+  step is no such risk), past ``max.poll.interval`` without a poll, or when the
+  group refuses a commit. Copies made after such a pause are counted as
+  possible duplicates.
 * One partition's failure (even an unexpected one) never stops the service:
   its offsets stay open and are retried with a capped backoff.
 * The committed marker offset is the smallest START marker offset that still
@@ -43,17 +50,19 @@ from kafka.structs import OffsetAndMetadata
 from prometheus_client import CollectorRegistry
 
 from kmq import client as client_api
+from kmq.client import LogReadError
 from kmq.client.kafka_python.clients import consumer as make_consumer
+from kmq.client.topics import require_aligned
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import KmqError, MarkerDecodeError
-from kmq.core.markers import BadMarker, decode_record
-from kmq.telemetry.metrics import TrackerMetrics
-from kmq.client.topics import require_aligned
-from tracker.http import HealthServer
 from kmq.core.lease_state import PartitionState
-from kmq.client.kafka_python.log_reader import LogReader, LogReadError
-from tracker.redeliver import Redeliverer, RedeliveryReport, retry_delay_s
+from kmq.core.markers import BadMarker, decode_record
+from kmq.core.redelivery_plan import retry_at_ms
 from kmq.core.retention import BELOW_LOG_START, resume_gap, retention_used
+from kmq.telemetry.metrics import TrackerMetrics
+from tracker.http import HealthServer
+from tracker.membership import MembershipCheck, PauseWatch
+from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
 
 __all__ = ["Tracker"]
 
@@ -63,6 +72,11 @@ _COMMIT_INTERVAL_S = 1.0
 _METRICS_INTERVAL_S = 1.0
 # Offsets handed to the redeliverer per partition and step: bounds one step's work.
 _DUE_LIMIT = 5000
+# Redelivery time of one step after which no further partition is started: the step returns to
+# poll (markers, commits, metrics, stop) and the partitions not served yet go first next step.
+_STEP_BUDGET_S = 1.0
+# The markers consumer's max.poll.interval: past it without a poll the client leaves the group.
+_MAX_POLL_INTERVAL_S = 300.0
 
 
 @dataclass
@@ -79,6 +93,7 @@ class _Owned:
     positioned: bool = False  # sought to the committed offset after assignment
     resume_from: int | None = None  # committed offset sought to; checked against the first record read
     retention_warned: bool = False
+    served: float = 0.0  # monotonic time its due messages were last handed to the redeliverer
 
 
 class _Listener(AsyncConsumerRebalanceListener):
@@ -120,13 +135,14 @@ class Tracker:
         self._consumer = None
         self._http: HealthServer | None = None
         self.http_port: int | None = None
-        # End of the last main-loop step (monotonic seconds), one clock for two checks: /healthz
-        # fails when it is older than tracker.liveness_timeout (starts at setup so a hung join
-        # counts too), and step() drops its view when the gap since it exceeds the session timeout
-        # (a paused process; only once a step has completed, so a slow first join is no pause).
-        self._last_step_mono = time.monotonic()
-        self._stepped = False
+        self._mono = time.monotonic
+        # End of the last main-loop step: /healthz fails when it is older than tracker.liveness_timeout
+        # (starts at setup so a hung join counts too).
+        self._last_step_mono = self._mono()
         self._stall_logged = False
+        kafka = cfg.kafka
+        self._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, _MAX_POLL_INTERVAL_S,
+                                           PauseWatch(clock=self._mono), self._mono)
 
     # ------------------------------------------------------------ lifecycle
     def run(self) -> None:
@@ -182,7 +198,7 @@ class Tracker:
 
     def alive(self) -> tuple[bool, str]:
         """(alive, detail): the main loop completed a step within ``tracker.liveness_timeout``."""
-        age = time.monotonic() - self._last_step_mono
+        age = self._mono() - self._last_step_mono
         bound = self.cfg.tracker.liveness_timeout
         if age > bound:
             detail = (f"not alive: the main loop has not completed a step for {age:.1f}s "
@@ -212,20 +228,23 @@ class Tracker:
         kafka = self.cfg.kafka
         for q in self.cfg.queues:
             require_aligned(kafka, q)
-        self._last_step_mono = time.monotonic()
+        self._last_step_mono = self._mono()
         self._http = HealthServer(self.metrics.registry, self.ready, self._http_host, self.cfg.tracker.http_port,
                                   liveness=self.alive)
         self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
         self.http_port = self._http.start()
         # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client);
         # the markers group (rebalance listener, fenced commits) stays on kafka-python for now.
-        self._producer = client_api.producer(kafka, max_request_size=self.cfg.tracker.max_request_size)
+        size = copy_request_size_for(self.cfg)
+        self._producer = copy_producer(kafka, size)
         self._reader = client_api.open_log_reader(kafka)
         # Catch-up targets come from their own reader, so a fetch of a markers partition never
         # sits in front of the queue reads that redeliveries wait on.
         self._hw_reader = client_api.open_log_reader(kafka)
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
-                                        max_request_size=self.cfg.tracker.max_request_size)
+                                        send_timeout_s=send_wait_s(kafka),
+                                        max_request_size=self.cfg.tracker.max_request_size,
+                                        new_producer=lambda: copy_producer(kafka, size))
         membership = {}
         if self.cfg.tracker.instance_id:
             # Static membership: a restart within kafka.session_timeout gets the same
@@ -234,22 +253,25 @@ class Tracker:
         self._consumer = make_consumer(
             kafka, group_id=self.cfg.tracker.group_id, max_poll_records=5000,
             fetch_max_wait_ms=max(10, min(500, int(self.cfg.tracker.tick * 1000))),
-            metadata_max_age_ms=30_000, **membership,
+            metadata_max_age_ms=30_000, max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
         )
         self._consumer.subscribe(topics=sorted(self._queues), listener=_Listener(self))
-        self._next_commit = self._next_metrics = time.monotonic()
+        self._next_commit = self._next_metrics = self._mono()
+        self._membership.pauses.start()
         log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
                  f" (static member {self.cfg.tracker.instance_id})" if self.cfg.tracker.instance_id else "",
                  ", ".join(q.name for q in self.cfg.queues))
 
     def _shutdown(self) -> None:
+        self._membership.pauses.stop()
         try:
             if self._consumer is not None:
                 self._commit(force=True)
                 self._consumer.close()  # leaves the group: partitions move at once
         except Exception:  # noqa: BLE001 - shutting down; the last commit is replayed safely
             log.exception("error while leaving the tracker group; the next owner replays from the last commit")
-        for closer in ("_reader", "_hw_reader", "_producer"):
+        # The redeliverer owns the producer (it may have replaced the first one).
+        for closer in ("_reader", "_hw_reader", "_redeliverer" if hasattr(self, "_redeliverer") else "_producer"):
             obj = getattr(self, closer, None)
             if obj is not None:
                 try:
@@ -269,12 +291,9 @@ class Tracker:
         """Poll markers for up to ``wait_s``, apply them, redeliver what is due,
         commit; return how long the next poll may wait."""
         records = self._consumer.poll(timeout_ms=int(wait_s * 1000), max_records=5000)
-        stalled = time.monotonic() - self._last_step_mono - wait_s if self._stepped else 0.0
-        if stalled > self.cfg.kafka.session_timeout:
-            # Paused (SIGSTOP, a VM freeze) past the session timeout: the group has most likely given our
-            # partitions to another member. Act on nothing read before the pause; re-read from the commits.
-            self._drop_view(f"the main loop stalled for {stalled:.1f}s, longer than the session timeout")
-            records = {}
+        if self._membership_in_doubt("before this step"):
+            records = {}  # read before the pause: act on nothing of it, re-read from the commits
+        self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._position_new()
         for tp, batch in records.items():
@@ -284,49 +303,64 @@ class Tracker:
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
         self._update_catch_up()
-        now = self._now_ms()
-        for owned in list(self._owned.values()):
-            if owned.caught_up and not self._stopping.is_set():
-                items = owned.state.due(now, limit=_DUE_LIMIT)
-                if items:
-                    self._redeliver(owned, items, now)
-        mono = time.monotonic()
+        self._redeliver_due()
+        mono = self._mono()
         if mono >= self._next_commit:
             self._commit()
             self._next_commit = mono + _COMMIT_INTERVAL_S
         if mono >= self._next_metrics:
             self._update_metrics()
             self._next_metrics = mono + _METRICS_INTERVAL_S
-        self._last_step_mono, self._stepped = time.monotonic(), True
+        self._last_step_mono = self._mono()
         return self._next_delay()
 
-    def _redeliver(self, owned: _Owned, items, now_ms: int) -> None:
-        """One partition's due items; nothing raised here stops the service or the other partitions."""
-        t0 = time.monotonic()
+    def _redeliver_due(self) -> None:
+        """Hand each caught-up partition's due messages to the redeliverer, least recently served
+        first, until the step's budget is spent: a slow partition delays the others by one step at
+        most, and is itself served again when its own retry backoff ends."""
+        began = self._mono()
+        for owned in sorted(self._owned.values(), key=lambda o: o.served):
+            if self._stopping.is_set() or self._mono() - began >= _STEP_BUDGET_S:
+                return
+            if not owned.caught_up:
+                continue
+            items = owned.state.due(self._now_ms(), limit=_DUE_LIMIT)
+            if not items:
+                continue
+            copies = self._redeliver(owned, items)
+            owned.served = self._mono()
+            if self._membership_in_doubt(f"while {owned.tp.topic}[{owned.tp.partition}] was redelivered",
+                                         owned.queue, copies):
+                return
+
+    def _redeliver(self, owned: _Owned, items) -> int:
+        """One partition's due items; returns the records produced. Nothing raised here stops the
+        service or the other partitions."""
         try:
-            report = self._redeliverer.process(owned.queue, owned.tp.partition, owned.state, items)
+            return self._redeliverer.process(owned.queue, owned.tp.partition, owned.state, items).copies
         except Exception:  # noqa: BLE001 - a bug or a client surprise on one record must not stop the tracker
+            now = self._now_ms()
+            at = retry_at_ms(max(i.failures for i in items), now)
             left = owned.state.open_within(r for i in items for r in i.ranges)
             n = sum(r.count for r in left)
-            delay = retry_delay_s(max(i.failures for i in items))
-            owned.state.retry(left, now_ms + int(delay * 1000))
+            owned.state.retry(left, at)
             self.metrics.record_failures.labels(owned.queue.name, "internal").inc(n)
             log.exception("redelivery of %d message(s) from %s[%d] failed unexpectedly; they stay open and are "
-                          "retried in %.1fs", n, owned.queue.name, owned.tp.partition, delay)
-            return
-        took = time.monotonic() - t0
-        if took > self.cfg.kafka.session_timeout:
-            self._stale_copies(owned, report, took)
+                          "retried in %.1fs", n, owned.queue.name, owned.tp.partition, (at - now) / 1000.0)
+            return 0
 
-    def _stale_copies(self, owned: _Owned, report: RedeliveryReport, took: float) -> None:
-        """A redelivery step outlasted the session timeout (e.g. paused mid-step): the group may have
-        moved the partition, and its new owner may copy the same messages. Count, report, re-read."""
-        n = report.redelivered + report.dead_lettered
-        if n:
-            self.metrics.stale_copies.labels(owned.queue.name).inc(n)
-        self._drop_view(f"a redelivery step of {owned.tp.topic}[{owned.tp.partition}] took {took:.1f}s, longer "
-                        f"than the session timeout; its {n} copies may duplicate the new owner's "
-                        f"(kmq_tracker_stale_copies_total)")
+    def _membership_in_doubt(self, when: str, queue: QueueConfig | None = None, copies: int = 0) -> bool:
+        """Drop the view if the group may have moved partitions without the listener being told
+        (:mod:`tracker.membership`); ``copies`` made meanwhile are counted as possible duplicates."""
+        why = self._membership.doubt()
+        if why is None:
+            return False
+        why += f" {when}"
+        if copies and queue is not None:
+            self.metrics.stale_copies.labels(queue.name).inc(copies)
+            why += f"; {copies} record(s) produced meanwhile may duplicate the new owner's (kmq_tracker_stale_copies_total)"
+        self._drop_view(why)
+        return True
 
     def _drop_view(self, why: str) -> None:
         """Forget every partition's state; each is re-read from its committed offset (the group decides
@@ -425,6 +459,7 @@ class Tracker:
                         "truncated?); replaying from offset %d", tp.topic, tp.partition, gap.committed, gap.resumed_at)
 
     def _update_catch_up(self) -> None:
+        """Fetch the catch-up targets still missing, then enable redelivery where the position reached them."""
         fresh = {o.tp: o.committed for o in self._owned.values() if o.positioned and not o.caught_up and o.target is None}
         if fresh:
             # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
@@ -435,30 +470,35 @@ class Tracker:
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
         for owned in self._owned.values():
-            if owned.caught_up or not owned.positioned or owned.target is None:
-                continue
-            if owned.resume_from is not None and owned.state.position == owned.resume_from:
-                cur = self._consumer.position(owned.tp)
-                if cur is not None and cur != owned.resume_from:
-                    # The consumer's offset reset moved the position before anything was read.
-                    self._check_resume(owned, cur)
-                    owned.state.position = cur
-                elif owned.resume_from > owned.target:
-                    # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
-                    # reset to the log start on its own; do it explicitly rather than rely on the broker.
-                    self._consumer.seek_to_beginning(owned.tp)
-                    start = self._consumer.position(owned.tp)
-                    self._check_resume(owned, start)
-                    owned.state.position = start
-            pos = owned.state.position
-            if pos is None:
-                pos = self._consumer.position(owned.tp)
-                owned.state.position = pos
-            if pos is not None and pos >= owned.target:
-                owned.caught_up = True
-                self._next_metrics = 0.0  # publish the replayed state at once
-                log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
-                         owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
+            if not owned.caught_up and owned.positioned and owned.target is not None:
+                self._catch_up(owned)
+
+    def _catch_up(self, owned: _Owned) -> None:
+        if owned.resume_from is not None and owned.state.position == owned.resume_from:
+            self._check_resume_position(owned)
+        pos = owned.state.position
+        if pos is None:
+            pos = owned.state.position = self._consumer.position(owned.tp)
+        if pos is not None and pos >= owned.target:
+            owned.caught_up = True
+            self._next_metrics = 0.0  # publish the replayed state at once
+            log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
+                     owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
+
+    def _check_resume_position(self, owned: _Owned) -> None:
+        """Nothing read yet since resuming: check where the consumer actually is."""
+        cur = self._consumer.position(owned.tp)
+        if cur is not None and cur != owned.resume_from:
+            # The consumer's offset reset moved the position before anything was read.
+            self._check_resume(owned, cur)
+            owned.state.position = cur
+        elif owned.resume_from > owned.target:
+            # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
+            # reset to the log start on its own; do it explicitly rather than rely on the broker.
+            self._consumer.seek_to_beginning(owned.tp)
+            start = self._consumer.position(owned.tp)
+            self._check_resume(owned, start)
+            owned.state.position = start
 
     def _commit(self, force: bool = False) -> None:
         offsets = {}

@@ -49,6 +49,8 @@ def list_(queue: str, limit: int | None, reason: str | None, output: str, cfg: C
         click.echo(f"{dl.partition}:{dl.offset}  {ts}  key={_text(dl.key, 24)}  value={_text(dl.value)}")
         for k, v in dl.headers:
             click.echo(f"    {k}: {_text(v, 200)}")
+        if dl.reference_note():
+            click.echo(f"    {dl.reference_note()}")
         n += 1
         if limit is not None and n >= limit:
             break
@@ -62,7 +64,7 @@ def _dead_letter_doc(dl, ts: str) -> dict:
     """One dead letter for ``-o json``: text where the bytes are UTF-8, base64 otherwise."""
     return {
         "partition": dl.partition, "offset": dl.offset, "timestamp_ms": dl.timestamp, "timestamp": ts,
-        "reason": dl.reason,
+        "reason": dl.reason, "reference": dl.reference,
         **bytes_field("key", dl.key), **bytes_field("value", dl.value),
         "headers": [{"name": k, **bytes_field("value", v)} for k, v in dl.headers],
     }

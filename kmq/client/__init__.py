@@ -47,6 +47,9 @@ from kmq.client.factory import (
     produce_errors,
     producer,
     refused_record_errors,
+    producer_state_errors,
+    SendFailure,
+    send_failure,
 )
 from kmq.core.errors import LogReadError
 
@@ -56,4 +59,5 @@ __all__ = [
     "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "producer", "close_producer",
     "produce_errors", "Partition", "ReadResult", "Deleted", "LogReader", "LogReadError", "delivered_at", "open_log_reader",
     "refused_record_errors",
+    "produce_errors", "producer_state_errors", "SendFailure", "send_failure",
 ]

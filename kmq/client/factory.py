@@ -9,15 +9,11 @@ import :mod:`kmq.client.api`, never this module).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from kafka.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    KafkaError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-)
+from kafka import errors as kafka_errors
+from kafka.errors import KafkaError
 
 from kmq.client.api import (
     CONFLUENT,
@@ -35,7 +31,7 @@ from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
 __all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors",
-           "refused_record_errors", "open_log_reader"]
+           "refused_record_errors", "open_log_reader", "producer_state_errors", "SendFailure", "send_failure"]
 
 
 def adapt_consumer(consumer: Any) -> ConsumerAdapter:
@@ -122,11 +118,44 @@ def produce_errors() -> tuple[type[BaseException], ...]:
     return (KafkaError, ProduceFailed)
 
 
+def producer_state_errors() -> tuple[type[BaseException], ...]:
+    """Send failures after which the producer's id is no longer accepted (fenced, unknown, out of
+    sequence): every later send of that producer fails the same way, so it must be replaced. Both
+    clients raise these classes (the confluent adapter maps librdkafka's codes to them)."""
+    return (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
+            kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)
+
+
+@dataclass(frozen=True)
+class SendFailure:
+    """What a failed send was, whichever client's producer raised it."""
+
+    kind: str  # "too_large", "unknown_topic", "forbidden", "invalid" (the record) or "failed" (anything else)
+    permanent: bool  # the same record fails again however often it is sent
+
+
+_PERMANENT_SENDS = (TypeError, ValueError, AssertionError, kafka_errors.MessageSizeTooLargeError,
+                    kafka_errors.RecordListTooLargeError, kafka_errors.InvalidRecordError,
+                    kafka_errors.CorruptRecordError)
+
+
+def send_failure(exc: BaseException) -> SendFailure:
+    """Classify an exception from a producer's ``send``, its future or ``flush`` (both clients raise
+    kafka-python's classes; a refusal before sending, e.g. kafka-python's tombstone ValueError, too)."""
+    permanent = isinstance(exc, _PERMANENT_SENDS)
+    if isinstance(exc, (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)):
+        return SendFailure("too_large", True)
+    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
+        return SendFailure("unknown_topic", permanent)
+    if isinstance(exc, kafka_errors.TopicAuthorizationFailedError):
+        return SendFailure("forbidden", permanent)
+    return SendFailure("invalid" if permanent else "failed", permanent)
+
+
 def refused_record_errors() -> tuple[type[BaseException], ...]:
     """Exception classes of a record the producer refuses for good (too large, malformed): sending it
     again fails again. Raised by ``send`` or by the delivery, on either client."""
-    return (TypeError, ValueError, AssertionError, MessageSizeTooLargeError, RecordListTooLargeError,
-            InvalidRecordError, CorruptRecordError)
+    return _PERMANENT_SENDS
 
 
 def open_log_reader(kafka: Any, timeout_s: float = 10.0, **overrides: Any) -> LogReader:

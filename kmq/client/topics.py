@@ -11,15 +11,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from kafka.admin import NewPartitions, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 from kafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError, KafkaError, TopicAlreadyExistsError
 
 from kmq.client.kafka_python.clients import admin_client, broker_errors
 from kmq.config import KafkaConfig, QueueConfig, TopicsConfig
-from kmq.core.errors import TopicError, TopicMisaligned, TopicMissing, UnsupportedByBroker
+from kmq.core.errors import KmqError, TopicError, TopicMisaligned, TopicMissing, UnsupportedByBroker
 
 __all__ = ["TopicLayout", "describe", "ensure_topics", "require_aligned", "MARKERS_RETENTION_MS",
-           "choose_replication_factor", "topic_configs"]
+           "choose_replication_factor", "topic_configs", "max_message_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,31 @@ def describe(kafka: KafkaConfig, queue: QueueConfig) -> TopicLayout:
     finally:
         admin.close()
     return TopicLayout(queue, counts.get(queue.name), counts.get(queue.markers_topic), counts.get(queue.dlq_topic))
+
+
+def max_message_bytes(kafka: KafkaConfig, topics: list[str]) -> dict[str, int | None]:
+    """``max.message.bytes`` of each topic as the broker reports it (the largest record batch the
+    topic accepts); None where the broker does not say (some return no topic configs) or the
+    look-up fails: the caller falls back to its configured size."""
+    out: dict[str, int | None] = dict.fromkeys(topics)
+    if not topics:
+        return out
+    try:
+        admin = admin_client(kafka)
+        try:
+            # "all": a limit left at the broker's default is reported too (with its default source).
+            found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in out],
+                                           config_filter="all").get("topic", {})
+        finally:
+            admin.close()
+    except (KafkaError, KmqError, OSError) as exc:
+        log.info("max.message.bytes of %s not read (%s)", ", ".join(topics), exc)
+        return out
+    for topic in out:
+        value = ((found.get(topic) or {}).get("max.message.bytes") or {}).get("value")
+        if value is not None and str(value).isdigit():
+            out[topic] = int(value)
+    return out
 
 
 def require_aligned(kafka: KafkaConfig, queue: QueueConfig) -> TopicLayout:

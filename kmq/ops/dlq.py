@@ -7,6 +7,11 @@ headers are kept. The DLQ position is committed in a replay consumer group
 (one per reason filter by default) after every acknowledged batch, so a
 replay that is interrupted or run again does not repeat what it already
 moved.
+
+A *reference* dead letter (``kmq-dlq-reference``, written by the tracker when
+the DLQ refused the record itself, e.g. too large) carries no payload: it is
+listed, and a replay leaves it in the DLQ and names where the record is in
+the queue log, to be re-produced from there.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from kmq.client import (
 )
 from kmq.client.topics import require_aligned
 from kmq.config import Config, QueueConfig
-from kmq.core.copies import producible_headers
+from kmq.core.copies import HEADER_DLQ_SIZE, producible_headers, reference_of
 from kmq.core.errors import KmqError
 from kmq.core.message import (
     HEADER_DELIVERY_COUNT,
@@ -64,6 +69,20 @@ class DeadLetter:
     @property
     def reason(self) -> str | None:
         return self.header(HEADER_DLQ_REASON)
+
+    @property
+    def reference(self) -> str | None:
+        """``topic/partition/offset`` of the record a reference dead letter names (its payload is not
+        in the DLQ); None for a dead letter that carries its payload."""
+        return reference_of(self.headers)
+
+    def reference_note(self) -> str | None:
+        """One line for a reference dead letter: where the record is, its size; None otherwise."""
+        if self.reference is None:
+            return None
+        size = self.header(HEADER_DLQ_SIZE)
+        return (f"reference: the payload is not in the DLQ; the record is at {self.reference} in the queue log"
+                + (f" ({size} bytes)" if size else ""))
 
     @property
     def origin_partition(self) -> int | None:
@@ -226,6 +245,10 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
 
 def _send_one(p, q: QueueConfig, dl: DeadLetter, queue_partitions: int, sent: list, tp: Partition) -> str | None:
     """Start the copy of one dead letter; the reason it cannot be produced, or None."""
+    if dl.reference is not None:
+        return (f"a reference dead letter cannot be replayed from the DLQ (its payload was too large for it, or "
+                f"refused): re-produce the record from the queue log at {dl.reference} "
+                f"(origin {dl.header(HEADER_ORIGIN)}) before retention deletes it")
     if dl.key is None and dl.value is None:
         return "tombstone (null key and value): kafka-python cannot produce one"
     origin_p = dl.origin_partition

@@ -16,8 +16,9 @@ One hostile record of each kind rides along (produced with confluent-kafka,
 which writes what kafka-python refuses): a poison record with a null header
 value (dead-lettered, the header as b"" plus kmq-null-header), a tombstone
 (acked, or dead-lettered as undeliverable), a poison record larger than the
-trackers' max_request_size (closed as undeliverable, CLOSED outcome 4) and a
-poison record with hostile kmq headers (dead-lettered as usual).
+trackers' max_request_size (closed as undeliverable, CLOSED outcome 4, and
+named in the DLQ by a reference dead letter without its payload) and a poison
+record with hostile kmq headers (dead-lettered as usual).
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         assert len(poison) == int(N * POISON_RATE) + 3
         (big,) = [o for o, v in originals.items() if v is not None and len(v) > MAX_REQUEST]
         (tombstone,) = [o for o, v in originals.items() if v is None]
-        poison_dead = poison - {big}  # the oversize poison fits no DLQ copy: closed as undeliverable
+        poison_dead = poison - {big}  # the oversize poison fits no DLQ copy: a reference, closed as undeliverable
         wanted = set(originals) - poison - {tombstone}
 
         deadline = time.monotonic() + 200
@@ -211,7 +212,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             acked = _acks(logs)
             dead = read_all(bootstrap, q.dlq_topic, timeout=10)
             dead_origins = {headers(d)["kmq-origin"] for d in dead}
-            if wanted <= set(acked) and poison_dead <= dead_origins and tombstone in set(acked) | dead_origins:
+            if wanted <= set(acked) and poison_dead | {big} <= dead_origins and tombstone in set(acked) | dead_origins:
                 break
             assert time.monotonic() < deadline, (
                 f"not settled: {len(wanted - set(acked))} non-poison unacked "
@@ -238,7 +239,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         # Every poison message in the DLQ, with its headers; nothing else there.
         by_origin = collections.Counter(headers(d)["kmq-origin"] for d in dead)
         unexpected = [(headers(d), acked.get(headers(d)["kmq-origin"], 0)) for d in dead
-                      if headers(d)["kmq-origin"] not in poison_dead | {tombstone}]
+                      if headers(d)["kmq-origin"] not in poison_dead | {tombstone, big}]
         assert not unexpected, unexpected[:5]
         # A poison message is dead-lettered once per delivery (each delivery rejects it), and once
         # more only when the killed tracker wrote its dead letter and died before its CLOSED marker
@@ -264,6 +265,10 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             if h["kmq-origin"] == tombstone:
                 assert h["kmq-dlq-reason"] == "undeliverable" and d.value == b""
                 continue
+            if h["kmq-origin"] == big:  # a reference: where the record is, its size; no payload
+                assert h["kmq-dlq-reference"] == big and int(h["kmq-dlq-size"]) > 2 * MAX_REQUEST and not d.value
+                assert h["kmq-dlq-reason"] == "undeliverable"
+                continue
             if d.key == b"h-null-header":
                 assert h["trace"] == "" and h["kmq-null-header"] == "trace"
             assert h["kmq-dlq-reason"] == "rejected" and h["kmq-dlq-error"] == "poison payload"
@@ -271,7 +276,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             assert d.value == originals[h["kmq-origin"]]
         duplicates = sum(c - 1 for c in acked.values() if c > 1)
         print(f"\nchaos: {N} messages + {len(HOSTILE)} hostile, {len(poison_dead)} poison dead-lettered once, "
-              f"1 closed undeliverable, 0 lost, "
+              f"1 closed undeliverable (a reference dead letter names it), 0 lost, "
               f"{duplicates} duplicate acks ({sum(1 for c in acked.values() if c > 1)} messages acked more than once), "
               f"{sum(acked.values())} acks in all ({dict(acks_by_kind)}), {redelivered:.0f} redelivered by the "
               f"surviving tracker ({TRACKER_CLIENTS[1]}), {time.monotonic() - t_start:.0f}s")

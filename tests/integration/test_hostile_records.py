@@ -68,9 +68,10 @@ def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays
     try:
         port = tracker.wait_ready()
         markers.send(0, Start([(0, 10)], lease_ms=1000, owner="w"))
-        # 10 originals + copies of: null header, bad count, 5 ordinary. DLQ: tombstone, huge count.
+        # 10 originals + copies of: null header, bad count, 5 ordinary. DLQ: tombstone, huge count, and a
+        # reference to the oversize record.
         copies = tail.wait_for(17, what="redelivered copies")[10:]
-        dead = dlq.wait_for(2, what="dead letters")
+        dead = dlq.wait_for(3, what="dead letters")
         wait_until(lambda: metric(port, "kmq_tracker_in_flight", queue=q.name) == 0, 15, what="all closed")
         assert tracker.proc.poll() is None and http_status(port, "/healthz") == 200
 
@@ -86,12 +87,15 @@ def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays
             assert by_key[o["key"]].value == o["value"] and h["kmq-delivery-count"] == b"2" and h["app"] == b"2"
             assert h["kmq-origin"] == f"{q.name}/0/{5 + i}".encode()
 
-        tomb, huge = sorted(dead, key=lambda d: d.key or b"")
+        tomb, big, huge = sorted(dead, key=lambda d: d.key or b"")
         assert tomb.key is None and tomb.value == b""
         assert _hdrs(tomb)["kmq-dlq-reason"] == b"undeliverable" and b"tombstone" in _hdrs(tomb)["kmq-dlq-error"]
         assert huge.key == b"huge-count" and _hdrs(huge)["kmq-dlq-reason"] == b"timeout"
 
-        # The oversize record fits neither the queue nor the DLQ copy: closed with outcome 4, counted.
+        # The oversize record fits neither the queue nor the DLQ copy: a reference dead letter names it (no
+        # payload), and it is closed with outcome 4, counted.
+        assert big.key == b"big" and not big.value and _hdrs(big)["kmq-dlq-reference"] == f"{q.name}/0/2".encode()
+        assert int(_hdrs(big)["kmq-dlq-size"]) == 3 + 3 * MAX_REQUEST and _hdrs(big)["kmq-dlq-reason"] == b"undeliverable"
         closed = [decode(r.value) for r in read_all(bootstrap, q.markers_topic) if decode(r.value).TYPE.name == "CLOSED"]
         assert Closed([(2, 1)], Outcome.UNDELIVERABLE) in closed
         assert metric(port, "kmq_tracker_undeliverable_total", queue=q.name, cause="too_large") == 1
@@ -100,7 +104,7 @@ def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays
         assert metric(port, "kmq_tracker_dead_lettered_total", queue=q.name) == 2
         # Nothing is retried afterwards: no further copies, no failing offsets.
         assert metric(port, "kmq_tracker_failing_offsets", queue=q.name) == 0
-        assert len(tail.poll()) == 17 and len(dlq.poll()) == 2
+        assert len(tail.poll()) == 17 and len(dlq.poll()) == 3
     finally:
         tracker.close(); markers.close(); tail.close(); dlq.close()
 

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.core.copies import Fallback, Step, copy_problem, fallback, producible_headers, restore_null_headers
+from kmq.core.copies import (
+    COPY_HEADROOM,
+    Fallback,
+    Step,
+    copy_headers,
+    copy_problem,
+    copy_request_size,
+    dead_letter_headers,
+    fallback,
+    producible_headers,
+    record_size,
+    reference_headers,
+    reference_of,
+    restore_null_headers,
+)
 
 
 def test_null_header_values_become_empty_bytes_named_by_a_header_and_come_back():
@@ -25,7 +39,44 @@ def test_only_a_tombstone_cannot_be_copied_as_it_is():
     (Step.COPY, False, Fallback.RETRY),
     (Step.DEAD_LETTER, False, Fallback.RETRY),
     (Step.COPY, True, Fallback.DEAD_LETTER),
-    (Step.DEAD_LETTER, True, Fallback.UNDELIVERABLE),
+    (Step.REFERENCE, False, Fallback.RETRY),
+    (Step.DEAD_LETTER, True, Fallback.REFERENCE),
+    (Step.REFERENCE, True, Fallback.UNDELIVERABLE),
 ])
 def test_a_failed_send_is_retried_only_when_it_can_succeed_later(step, permanent, move):
     assert fallback(step, permanent) is move
+
+
+def test_a_copy_keeps_the_application_headers_and_replaces_kmq_ones():
+    original = [("app", b"1"), ("kmq-delivery-count", b"2"), ("kmq-origin", b"q/0/3"), ("trace", None),
+                ("kmq-dlq-reason", b"timeout")]
+    assert copy_headers(original, "q/0/3", 2) == [
+        ("app", b"1"), ("trace", b""), ("kmq-null-header", b"trace"),
+        ("kmq-delivery-count", b"3"), ("kmq-origin", b"q/0/3")]
+
+
+def test_a_dead_letter_carries_reason_error_and_time_and_cuts_a_long_error():
+    h = dict(dead_letter_headers([("app", b"1")], "q/1/7", 3, "rejected", "x" * 5000, 42))
+    assert h["app"] == b"1" and h["kmq-delivery-count"] == b"3" and h["kmq-origin"] == b"q/1/7"
+    assert h["kmq-dlq-reason"] == b"rejected" and h["kmq-dlq-ts"] == b"42" and len(h["kmq-dlq-error"]) == 2000
+    assert "kmq-dlq-error" not in dict(dead_letter_headers([], "q/1/7", 3, "timeout", "", 42))
+
+
+def test_a_reference_dead_letter_names_where_the_record_is_and_its_size_without_its_headers():
+    headers = reference_headers("q/0/1", "q/0/9", 1_500_123, 2, "undeliverable", "too large", 42)
+    h = dict(headers)
+    assert h == {"kmq-delivery-count": b"2", "kmq-origin": b"q/0/1", "kmq-dlq-reference": b"q/0/9",
+                 "kmq-dlq-size": b"1500123", "kmq-dlq-reason": b"undeliverable", "kmq-dlq-error": b"too large",
+                 "kmq-dlq-ts": b"42"}
+    assert reference_of(headers) == "q/0/9" and reference_of([("kmq-origin", b"q/0/1")]) is None
+
+
+def test_record_size_counts_key_value_and_headers():
+    assert record_size(None, None, None) == 0
+    assert record_size(b"kk", b"vvv", [("ab", b"c"), ("n", None)]) == 2 + 3 + 3 + 1
+
+
+def test_the_producer_is_sized_for_the_largest_topic_limit_and_names_the_unknown_ones():
+    assert copy_request_size(1_048_576, {"q": 2_000_000, "q__dlq": None}) == (2_000_000 + COPY_HEADROOM, ["q__dlq"])
+    assert copy_request_size(5_000_000, {"q": 2_000_000}) == (5_000_000, [])  # configured is the floor
+    assert copy_request_size(1_048_576, {"q": None, "q__dlq": 0}) == (1_048_576, ["q", "q__dlq"])

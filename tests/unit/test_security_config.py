@@ -233,6 +233,7 @@ def test_lag_job_hands_the_security_settings_to_either_source(tmp_path):
 
 def test_the_spark_sources_consumers_get_kmqs_client_settings(tmp_path):
     # Driver and tasks rebuild the job's KafkaConfig and render it as every other kmq client does.
+    from kmq.client.kafka_python.settings import client_kwargs
     from kmq.spark import source
     from kmq.spark.job import source_options
 
@@ -244,10 +245,10 @@ def test_the_spark_sources_consumers_get_kmqs_client_settings(tmp_path):
     (tmp_path / "pw").unlink()  # the executors have no password file: the password travels in the options
     kafka = source.kafka_config_from_options(opts)
     assert kafka.client == "confluent" and kafka.password() == "s3cret"
-    assert source._consumer_kwargs(kafka) == {
+    # The tasks open their readers with open_log_reader(kafka): kmq's own client settings.
+    assert client_kwargs(kafka) == {
         "bootstrap_servers": ["a:9092", "b:9092"], "security_protocol": "SASL_PLAINTEXT", "client_id": "kmq-lag-job",
-        "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "kmq", "sasl_plain_password": "s3cret",
-        "reconnect_backoff_max_ms": 1000}
+        "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "kmq", "sasl_plain_password": "s3cret"}
 
 
 @pytest.mark.parametrize("options, error", [

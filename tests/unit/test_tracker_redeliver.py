@@ -17,6 +17,8 @@ Q = QueueConfig.named("orders", lease=1.0, max_deliveries=3, backoff=BackoffConf
 
 
 class FakeFuture:
+    is_done = True
+
     def __init__(self, error=None):
         self.error = error
 
@@ -194,6 +196,13 @@ def test_too_large_copy_goes_to_the_dlq_if_it_fits_else_closed_undeliverable():
     assert closed == {Outcome.REDELIVERED: (OffsetRange(2, 1),), Outcome.DEAD_LETTERED: (OffsetRange(0, 1),),
                       Outcome.UNDELIVERABLE: (OffsetRange(1, 1),)}
     assert red._metrics.undeliverable.labels("orders", "too_large")._value.get() == 1
+    # Offset 1 is named in the DLQ by a reference dead letter: where it is, its size, why; no payload.
+    dead = [(k, v, h) for t, _, k, v, h in prod.sent if t == "orders__dlq"]
+    assert [(k, v) for k, v, _ in dead] == [(b"k", b"x" * 120), (b"k", b"")]
+    ref = dead[1][2]
+    assert ref["kmq-dlq-reference"] == b"orders/0/1" and ref["kmq-dlq-size"] == b"501"
+    assert ref["kmq-origin"] == b"orders/0/1" and ref["kmq-dlq-reason"] == b"undeliverable"
+    assert ref["kmq-dlq-error"].startswith(b"dead letter (undeliverable) refused by the DLQ: MessageSizeTooLarge")
 
 
 def test_missing_dlq_keeps_dead_letters_open_without_repeating_the_copies_beside_them():
@@ -232,20 +241,106 @@ def test_start_far_beyond_the_log_end_is_closed_as_missing_at_once():
     assert rep.redelivered == 2 and rep.missing == 0xFFFFFFFF and st.in_flight == 0
 
 
-def test_closed_markers_split_ranges_longer_than_u32_into_separate_markers():
-    from tracker.redeliver import _closed_groups
+def test_a_reference_the_dlq_refuses_too_is_closed_undeliverable_not_retried_forever(caplog):
+    class NothingToDlq(FakeProducer):
+        def send(self, topic, value=None, key=None, headers=None, partition=None):
+            from kafka.errors import InvalidRecordError, MessageSizeTooLargeError
 
-    groups = _closed_groups([OffsetRange(0, 3 * 0xFFFFFFFF + 5), OffsetRange(1 << 40, 7)])
-    assert [len(g) for g in groups] == [1, 1, 1, 2]
-    for g in groups:
-        assert Closed(tuple(g), Outcome.MISSING).offset_count() == sum(r.count for r in g)
-    assert sum(r.count for g in groups for r in g) == 3 * 0xFFFFFFFF + 12
+            if topic == "orders":
+                raise MessageSizeTooLargeError("too large")
+            if topic == "orders__dlq":
+                raise InvalidRecordError("refused by a topic policy")
+            return super().send(topic, value=value, key=key, headers=headers, partition=partition)
+
+    prod = NothingToDlq()
+    red, st, clock = setup(records(1), prod)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert rep.undeliverable == 1 and st.in_flight == 0 and rep.failed == 0
+    (closed,) = [decode(v) for t, _, _, v, _ in prod.sent if t == "orders__markers"]
+    assert closed == Closed([(0, 1)], Outcome.UNDELIVERABLE)
+    assert "refused even a reference" in caplog.text
 
 
-def test_closed_markers_fit_the_producer_request_size():
-    from tracker.redeliver import _closed_groups
+class Pending:
+    """A send its producer has not decided (a broker that does not answer)."""
 
-    ranges = [OffsetRange(i * 2, 1) for i in range(1000)]
-    groups = _closed_groups(ranges, max_ranges=(2048 - 512) // 12)
-    assert all(len(encode(Closed(tuple(g), Outcome.REDELIVERED))) <= 2048 - 512 + 16 for g in groups)
-    assert sum(len(g) for g in groups) == 1000
+    is_done = False
+
+    def get(self, timeout=None):
+        raise AssertionError("an undecided send must not be read as a result")
+
+
+def test_a_send_the_producer_left_undecided_is_retried_on_a_new_producer_never_on_the_old_one():
+    class Stuck(FakeProducer):
+        def send(self, topic, value=None, key=None, headers=None, partition=None):
+            self.sent.append((topic, partition, key, value, dict(headers or [])))
+            return Pending()
+
+        def close(self, timeout=None):
+            self.closed = True
+
+    stuck, fresh = Stuck(), FakeProducer()
+    clock = {"now": 10_000}
+    red = Redeliverer(stuck, FakeReader(records(2)), TrackerMetrics(), clock_ms=lambda: clock["now"],
+                      new_producer=lambda: fresh)
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 2)], lease_ms=1000), 0, 0)
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    # Judged failed only after its producer was closed (what it held fails): it cannot land after the retry.
+    assert rep.failed == 2 and st.in_flight == 2 and stuck.closed and rep.causes["send_failed"] == 2
+    clock["now"] = st.next_due_ms()
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert rep.redelivered == 2 and st.in_flight == 0
+    assert [s[0] for s in fresh.sent] == ["orders", "orders", "orders__markers"]
+
+
+def test_a_closed_marker_that_cannot_be_written_for_missing_offsets_retries_the_whole_step():
+    class NoMarkers(FakeProducer):
+        def send(self, topic, value=None, key=None, headers=None, partition=None):
+            from kafka.errors import KafkaTimeoutError
+
+            if topic == "orders__markers":
+                return FakeFuture(KafkaTimeoutError("markers topic unreachable"))
+            return super().send(topic, value=value, key=key, headers=headers, partition=partition)
+
+    red, st, clock = setup({}, NoMarkers())
+    st.apply(Start([(0, 2)], lease_ms=1000), 0, 0)
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert rep.failed == 2 and rep.missing == 0 and st.in_flight == 2 and st.next_due_ms() == clock["now"] + 500
+
+
+def test_a_producer_whose_id_the_broker_refuses_is_replaced_and_the_sends_retried():
+    from kafka.errors import ProducerFencedError
+
+    fenced = FakeProducer(fail_topics={"orders"})
+    fenced.send = lambda topic, **kw: FakeFuture(ProducerFencedError("newer epoch"))
+    fenced.close = lambda timeout=None: setattr(fenced, "closed", True)
+    fresh = FakeProducer()
+    clock = {"now": 10_000}
+    red = Redeliverer(fenced, FakeReader(records(1)), TrackerMetrics(), clock_ms=lambda: clock["now"],
+                      new_producer=lambda: fresh)
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and fenced.closed
+    clock["now"] = st.next_due_ms()
+    assert red.process(Q, 0, st, st.due(clock["now"])).redelivered == 1 and st.in_flight == 0
+
+
+def test_a_closed_marker_left_undecided_replaces_the_producer_and_retries_the_step():
+    class MarkersStuck(FakeProducer):
+        def send(self, topic, value=None, key=None, headers=None, partition=None):
+            if topic == "orders__markers":
+                return Pending()
+            return super().send(topic, value=value, key=key, headers=headers, partition=partition)
+
+    stuck, fresh = MarkersStuck(), FakeProducer()
+    stuck.close = lambda timeout=None: setattr(stuck, "closed", True)
+    clock = {"now": 10_000}
+    red = Redeliverer(stuck, FakeReader({}), TrackerMetrics(), clock_ms=lambda: clock["now"],
+                      new_producer=lambda: fresh)
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and stuck.closed and st.in_flight == 1
+    clock["now"] = st.next_due_ms()
+    assert red.process(Q, 0, st, st.due(clock["now"])).missing == 1 and st.in_flight == 0

@@ -1,0 +1,246 @@
+"""One partition's redelivery step, decided without I/O.
+
+The tracker hands the due items of a markers partition
+(:meth:`~kmq.core.lease_state.PartitionState.due`) to its I/O shell
+(``tracker/redeliver.py``), which reads the original records and then asks
+this module what to do, executes the answer and reports back::
+
+    plan(state, items, read, now)   -> StepPlan   close as missing, wait (backoff), send
+    settle(sends, results, now)     -> Settled    close with an outcome, send a fallback, retry
+    retry_at_ms(failures, now)      -> int        when failed offsets are handed out again
+
+Per due offset, :func:`plan` decides:
+
+* not in the queue log (deleted by retention, or at or past its end): close
+  as ``MISSING``; offsets at or past the log end are closed all at once, also
+  those :meth:`due` has not handed out yet;
+* the backoff for its delivery count is not over: wait (``defer``);
+* ``REJECT``, or the delivery count reached ``max_deliveries``: dead-letter;
+* else copy it to the queue, unless it cannot be copied as it is (a
+  tombstone, :func:`~kmq.core.copies.copy_problem`): dead-letter it as
+  ``undeliverable``;
+* asked for but neither found nor reported missing (a reader that stopped
+  short): retry later.
+
+Per send result, :func:`settle` decides (:func:`~kmq.core.copies.fallback`):
+acknowledged -> close (``REDELIVERED``, ``DEAD_LETTERED``, or
+``UNDELIVERABLE`` for a reference dead letter); refused for good -> the next
+step in the same call (copy -> dead letter -> reference -> closed as
+undeliverable without one); transient -> retry after a capped backoff. One
+record's failure never holds back the others: what succeeded is closed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping, Protocol, Sequence
+
+from kmq.core.backoff import backoff_delay
+from kmq.core.copies import MAX_ERROR_CHARS, REASON_UNDELIVERABLE, Fallback, Step, copy_problem, fallback
+from kmq.core.lease_state import Action, DueItem, PartitionState
+from kmq.core.markers import MAX_U32, Outcome
+from kmq.core.message import delivery_count_of
+from kmq.core.ranges import OffsetRange, RangeSet, coalesce
+
+__all__ = [
+    "RecordLike", "Send", "SendResult", "SENT", "Defer", "StepPlan", "Settled",
+    "plan", "settle", "retry_at_ms", "retry_delay_s", "wanted_ranges", "closed_chunks", "closed_ranges_limit",
+    "MAX_CLOSED_RANGES",
+]
+
+# Failed attempts are retried after 0.5 s, 1 s, 2 s, ... at most 30 s.
+_RETRY_INITIAL_S = 0.5
+_RETRY_CAP_S = 30.0
+# Most ranges one CLOSED marker may carry (u16 in the wire format).
+MAX_CLOSED_RANGES = 0xFFFF
+_OUTCOME = {Step.COPY: Outcome.REDELIVERED, Step.DEAD_LETTER: Outcome.DEAD_LETTERED,
+            Step.REFERENCE: Outcome.UNDELIVERABLE}
+
+
+class RecordLike(Protocol):
+    """What the planner reads of an original record (either client's record fits)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One record to produce: a copy to the queue, or a dead letter (with or without its payload)."""
+
+    offset: int
+    step: Step
+    count: int  # delivery count of the record read (a copy carries count + 1)
+    reason: str  # copy: why redelivered (timeout, nack); dead letter: kmq-dlq-reason
+    error: str = ""  # kmq-dlq-error
+    due_ms: int = 0  # when its lease became due (the redelivery delay metric)
+    failures: int = 0  # earlier failed attempts (the retry backoff)
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """How one send ended, as the I/O shell classified the client's answer."""
+
+    cause: str | None = None  # None: acknowledged; else kmq_tracker_record_failures_total{cause}
+    permanent: bool = False  # the same send would fail again however often it is retried
+    detail: str = ""  # the client's error, for dead letter headers and logs
+
+
+SENT = SendResult()
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Offsets whose backoff is not over: hand them out again at ``until_ms``."""
+
+    ranges: tuple[OffsetRange, ...]
+    until_ms: int
+    count: int  # their delivery count, now known
+
+    @property
+    def offset_count(self) -> int:
+        return sum(r.count for r in self.ranges)
+
+
+@dataclass
+class StepPlan:
+    """What :func:`plan` decided for the due items of one partition."""
+
+    missing: list[OffsetRange] = field(default_factory=list)  # close with Outcome.MISSING
+    defer: list[Defer] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
+    unread: list[OffsetRange] = field(default_factory=list)  # neither read nor missing: retry
+    retry_at_ms: int | None = None  # for ``unread``
+
+
+@dataclass
+class Settled:
+    """What :func:`settle` decided from the results of a round of sends."""
+
+    closed: dict[Outcome, list[Send]] = field(default_factory=lambda: defaultdict(list))
+    fallbacks: list[Send] = field(default_factory=list)  # to send next, in the same step
+    retry: list[Send] = field(default_factory=list)  # transient failures: hand out again at retry_at_ms
+    retry_at_ms: int | None = None
+    unreferenced: list[Send] = field(default_factory=list)  # closed undeliverable with no record in the DLQ
+
+    def closed_offsets(self, outcome: Outcome) -> list[int]:
+        return [s.offset for s in self.closed.get(outcome, ())]
+
+
+def retry_delay_s(failures: int) -> float:
+    """Seconds before offsets that failed ``failures`` times before are tried again (0.5 s doubling, <= 30 s)."""
+    return backoff_delay(max(0, failures) + 1, _RETRY_INITIAL_S, _RETRY_CAP_S, 2.0)
+
+
+def retry_at_ms(failures: int, now_ms: int) -> int:
+    """When offsets whose worst earlier failure count is ``failures`` are handed out again."""
+    return now_ms + int(retry_delay_s(failures) * 1000)
+
+
+def wanted_ranges(items: Iterable[DueItem]) -> list[OffsetRange]:
+    """The queue offsets to read for ``items``, coalesced."""
+    return RangeSet(r for i in items for r in i.ranges).ranges()
+
+
+def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, RecordLike],
+         missing: Iterable[tuple[int, int]], log_end: int | None, now_ms: int) -> StepPlan:
+    """Decide for every offset of ``items`` given what the read found (``records`` by offset),
+    what it reported ``missing`` and the log end it ran into (None: it did not)."""
+    gone = RangeSet(missing)
+    out = StepPlan(missing=_missing(state, gone, log_end))
+    deferred: dict[tuple[int, int], list[int]] = defaultdict(list)
+    unread: list[int] = []
+    for item in items:
+        for r in item.ranges:
+            for off in r.offsets():
+                rec = records.get(off)
+                if rec is None:
+                    if off not in gone and (log_end is None or off < log_end):
+                        unread.append(off)
+                    continue
+                count = delivery_count_of(rec.headers)
+                decision = state.plan(item, count, now_ms)
+                if decision.action is Action.WAIT:
+                    deferred[(decision.until_ms, count)].append(off)
+                else:
+                    out.sends.append(_first_send(item, off, rec, count, decision.action, decision.dlq_reason))
+    out.defer = [Defer(tuple(coalesce(offs)), until, count) for (until, count), offs in deferred.items()]
+    out.unread = state.open_within(coalesce(unread)) if unread else []
+    if out.unread:
+        out.retry_at_ms = retry_at_ms(max(i.failures for i in items), now_ms)
+    return out
+
+
+def settle(sends: Sequence[Send], results: Sequence[SendResult], now_ms: int) -> Settled:
+    """Decide from each send's result (``results[i]`` is the result of ``sends[i]``)."""
+    out = Settled()
+    for s, res in zip(sends, results, strict=True):
+        if res.cause is None:
+            out.closed[_OUTCOME[s.step]].append(s)
+            continue
+        move = fallback(s.step, res.permanent)
+        if move is Fallback.RETRY:
+            out.retry.append(s)
+        elif move is Fallback.DEAD_LETTER:
+            out.fallbacks.append(replace(s, step=Step.DEAD_LETTER, reason=REASON_UNDELIVERABLE,
+                                         error=_cut(f"copy to the queue refused: {res.detail}")))
+        elif move is Fallback.REFERENCE:
+            earlier = f"; {s.error}" if s.error else ""
+            out.fallbacks.append(replace(s, step=Step.REFERENCE, reason=REASON_UNDELIVERABLE,
+                                         error=_cut(f"dead letter ({s.reason}) refused by the DLQ: {res.detail}"
+                                                    f"{earlier}")))
+        else:
+            out.closed[Outcome.UNDELIVERABLE].append(s)
+            out.unreferenced.append(s)
+    if out.retry:
+        out.retry_at_ms = retry_at_ms(max(s.failures for s in out.retry), now_ms)
+    return out
+
+
+def _missing(state: PartitionState, missing: RangeSet, log_end: int | None) -> list[OffsetRange]:
+    """The open offsets to close as missing: those the read did not find in the log, and every one at
+    or past its end (never written; also the parts of a huge START that due() has not handed out)."""
+    gone = list(missing)
+    if log_end is not None:
+        gone += state.open_from(log_end)
+    return state.open_within(RangeSet(gone)) if gone else []
+
+
+def _first_send(item: DueItem, offset: int, rec: RecordLike, count: int, action: Action,
+                dlq_reason: str | None) -> Send:
+    if action is Action.DEAD_LETTER:
+        return Send(offset, Step.DEAD_LETTER, count, dlq_reason or "timeout", item.error, item.due_ms, item.failures)
+    problem = copy_problem(rec.key, rec.value)
+    if problem is not None:
+        return Send(offset, Step.DEAD_LETTER, count, REASON_UNDELIVERABLE, problem, item.due_ms, item.failures)
+    return Send(offset, Step.COPY, count, item.reason.value, "", item.due_ms, item.failures)
+
+
+def _cut(text: str) -> str:
+    return text[:MAX_ERROR_CHARS]
+
+
+def closed_chunks(ranges: Iterable[OffsetRange], max_ranges: int = MAX_CLOSED_RANGES) -> list[list[OffsetRange]]:
+    """Ranges of the CLOSED markers for ``ranges``, each fitting the wire format: counts within u32
+    (coalesced STARTs can be longer), at most ``max_ranges`` ranges a marker (u16, and the producer's
+    request size), and no two adjacent pieces in one marker (the encoder would merge them)."""
+    groups: list[list[OffsetRange]] = [[]]
+    for r in ranges:
+        first, left = r.first, r.count
+        while left:
+            n = min(left, MAX_U32)
+            cur = groups[-1]
+            if len(cur) >= max_ranges or (cur and cur[-1].end == first):
+                cur = []
+                groups.append(cur)
+            cur.append(OffsetRange(first, n))
+            first, left = first + n, left - n
+    return [g for g in groups if g]
+
+
+def closed_ranges_limit(max_request_size: int) -> int:
+    """Most ranges one CLOSED marker may carry for a producer of ``max_request_size`` bytes
+    (12 bytes a range, plus headroom), at most the wire format's u16."""
+    return max(1, min(MAX_CLOSED_RANGES, (max_request_size - 512) // 12))

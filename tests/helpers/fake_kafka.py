@@ -1,0 +1,195 @@
+"""An in-memory Kafka for driving the tracker's service loop without a broker.
+
+One :class:`FakeKafka` holds every topic's log; the fakes built on it play the
+tracker's clients (the markers group consumer, the queue log reader, the
+high-water reader, the producer), so what the tracker writes (copies, dead
+letters, CLOSED markers) is what it reads back, as on a real broker. Time is
+a :class:`FakeTime` the test moves: a slow read or send advances it instead
+of sleeping.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kafka import TopicPartition
+
+from kmq.core.markers import encode, encode_key
+from kmq.core.ranges import OffsetRange
+
+
+@dataclass
+class FakeRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list = field(default_factory=list)
+    timestamp: int = 0
+
+
+class FakeTime:
+    """Stands in for the ``time`` module of the code under test: ``monotonic()`` and ``time()``
+    return controlled values (``advance`` moves both)."""
+
+    def __init__(self, wall: float = 1_000.0) -> None:
+        self.mono = 100.0
+        self.wall = wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+class FakeKafka:
+    """Topic logs: ``(topic, partition) -> [FakeRecord]``."""
+
+    def __init__(self, clock: FakeTime) -> None:
+        self.clock = clock
+        self.logs: dict[tuple[str, int], list[FakeRecord]] = defaultdict(list)
+        self.partitions: dict[str, int] = {}
+
+    def create(self, topic: str, partitions: int) -> None:
+        self.partitions[topic] = partitions
+
+    def append(self, topic: str, partition: int, key, value, headers=None, timestamp: int | None = None) -> int:
+        log = self.logs[(topic, partition)]
+        ts = int(self.clock.wall * 1000) if timestamp is None else timestamp
+        log.append(FakeRecord(topic, partition, len(log), key, value, list(headers or []), ts))
+        return len(log) - 1
+
+    def marker(self, topic: str, partition: int, marker, ts_ms: int) -> int:
+        return self.append(topic, partition, encode_key(partition), encode(marker), timestamp=ts_ms)
+
+    def records(self, topic: str, partition: int) -> list[FakeRecord]:
+        return self.logs[(topic, partition)]
+
+
+class FakeGroupConsumer:
+    """The markers group consumer (kafka-python's API as the tracker uses it)."""
+
+    def __init__(self, kafka: FakeKafka) -> None:
+        self.kafka = kafka
+        self.assigned: list[TopicPartition] = []
+        self.pos: dict[TopicPartition, int] = {}
+        self.commits: dict[TopicPartition, int] = {}
+
+    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict:
+        out = {}
+        for tp in self.assigned:
+            p = self.pos.get(tp)
+            if p is None:
+                continue
+            recs = self.kafka.records(tp.topic, tp.partition)[p:p + max_records]
+            if recs:
+                out[tp] = recs
+                self.pos[tp] = p + len(recs)
+        return out
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        return self.commits.get(tp)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.pos[tp] = offset
+
+    def seek_to_beginning(self, tp: TopicPartition) -> None:
+        self.pos[tp] = 0
+
+    def position(self, tp: TopicPartition) -> int | None:
+        return self.pos.get(tp)
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return len(self.kafka.records(tp.topic, tp.partition))
+
+    def commit(self, offsets) -> None:
+        for tp, om in offsets.items():
+            self.commits[tp] = om.offset
+
+    def close(self) -> None:
+        pass
+
+
+class FakeFuture:
+    def __init__(self, error: BaseException | None = None, done: bool = True) -> None:
+        self.error = error
+        self.done = done
+
+    @property
+    def is_done(self) -> bool:
+        return self.done
+
+    def get(self, timeout=None):
+        if not self.done:
+            raise TimeoutError("not delivered yet")
+        if self.error is not None:
+            raise self.error
+        return None
+
+
+class FakeProducer:
+    """Appends to the fake logs; ``refuse(topic, value, key, headers)`` may return an exception to fail a send."""
+
+    def __init__(self, kafka: FakeKafka, refuse: Callable | None = None) -> None:
+        self.kafka = kafka
+        self.refuse = refuse
+        self.closed = False
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None):
+        error = self.refuse(topic, value, key, headers) if self.refuse else None
+        if error is None:
+            self.kafka.append(topic, partition, key, value, headers)
+        return FakeFuture(error)
+
+    def flush(self, timeout=None) -> None:
+        pass
+
+    def close(self, timeout=None) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeReadResult:
+    records: dict
+    missing: list
+    log_end: int | None = None
+
+
+class FakeLogReader:
+    """Reads queue records back; ``on_read(partition)`` runs first (to be slow or fail)."""
+
+    def __init__(self, kafka: FakeKafka, on_read: Callable[[int], None] | None = None) -> None:
+        self.kafka = kafka
+        self.on_read = on_read
+        self.reads: list[int] = []
+
+    def read(self, topic: str, partition: int, ranges) -> FakeReadResult:
+        self.reads.append(partition)
+        if self.on_read is not None:
+            self.on_read(partition)
+        log = self.kafka.records(topic, partition)
+        found, missing = {}, []
+        for first, count in ranges:
+            for o in range(first, first + count):
+                if o < len(log):
+                    found[o] = log[o]
+                else:
+                    missing.append(OffsetRange(o, 1))
+        return FakeReadResult(found, missing)
+
+    def high_waters(self, starts) -> dict:
+        return {tp: len(self.kafka.records(tp.topic, tp.partition)) for tp in starts}
+
+    def partition_count(self, topic: str) -> int:
+        return self.kafka.partitions.get(topic, 0)
+
+    def close(self) -> None:
+        pass

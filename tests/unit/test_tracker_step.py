@@ -1,0 +1,171 @@
+"""The tracker's main loop over several partitions, on an in-memory Kafka with controlled time.
+
+A slow partition (a read that times out on an unreachable leader, a send that
+takes long) must not starve the others, must keep its own retry backoff, and
+must not make the tracker forget what it knows about every partition.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kafka import TopicPartition
+
+import tracker.service as service
+from kmq.config import Config
+from kmq.core.markers import Closed, Start, decode
+from tests.helpers.fake_kafka import FakeGroupConsumer, FakeKafka, FakeLogReader, FakeProducer, FakeTime
+from tracker.redeliver import Redeliverer
+
+QUEUE = "q"
+PARTITIONS = 3
+READ_TIMEOUT_S = 10.0  # the log reader's own bound; an unreachable leader costs this much per read
+
+
+def config(**tracker) -> Config:
+    return Config.from_dict({
+        "kafka": {"bootstrap_servers": "127.0.0.1:1", "session_timeout": "6s", "heartbeat_interval": "1s"},
+        "queues": [{"name": QUEUE, "lease": "1s", "max_deliveries": 5,
+                    "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0}}],
+        "tracker": {"tick": "50ms", "http_port": 0, **tracker},
+    })
+
+
+class Harness:
+    """A Tracker whose clients are the in-memory fakes (what ``_setup`` would build against Kafka)."""
+
+    def __init__(self, monkeypatch, on_read=None, refuse=None) -> None:
+        self.time = FakeTime()
+        monkeypatch.setattr(service, "time", self.time)
+        self.kafka = FakeKafka(self.time)
+        q = config().queues[0]
+        self.q = q
+        for topic in (q.name, q.markers_topic, q.dlq_topic):
+            self.kafka.create(topic, PARTITIONS)
+        self.tracker = t = service.Tracker(config(), clock=self.time.time)
+        t._consumer = self.consumer = FakeGroupConsumer(self.kafka)
+        t._reader = self.reader = FakeLogReader(self.kafka, on_read)
+        t._hw_reader = FakeLogReader(self.kafka)
+        t._producer = self.producer = FakeProducer(self.kafka, refuse)
+        t._redeliverer = Redeliverer(self.producer, self.reader, t.metrics, clock_ms=t._now_ms)
+        t._next_commit = t._next_metrics = 0.0
+        tps = [TopicPartition(q.markers_topic, p) for p in range(PARTITIONS)]
+        self.consumer.assigned = tps
+        t._on_assigned(tps)
+
+    def expired_start_in_every_partition(self) -> None:
+        """One queue record and an expired START for it in each partition."""
+        for p in range(PARTITIONS):
+            self.kafka.append(self.q.name, p, b"k%d" % p, b"v%d" % p)
+            self.kafka.marker(self.q.markers_topic, p, Start([(0, 1)], lease_ms=1000, owner="w"),
+                              ts_ms=int(self.time.wall * 1000) - 60_000)
+
+    def steps(self, n: int) -> None:
+        for _ in range(n):
+            self.tracker.step(0.0)
+            self.time.advance(0.05)
+
+    def copies(self) -> dict[int, int]:
+        return {p: len(self.kafka.records(self.q.name, p)) - 1 for p in range(PARTITIONS)}
+
+    def closed(self, p: int) -> list:
+        return [m for m in (decode(r.value) for r in self.kafka.records(self.q.markers_topic, p))
+                if isinstance(m, Closed)]
+
+    def metric(self, name: str, *labels: str) -> float:
+        m = getattr(self.tracker.metrics, name)
+        return (m.labels(*labels) if labels else m)._value.get()
+
+
+def test_an_unreachable_partition_does_not_starve_the_others_and_keeps_its_backoff(monkeypatch):
+    read_ends: list[float] = []
+
+    def unreachable_leader_of_partition_0(p: int) -> None:
+        if p == 0:
+            h.time.advance(READ_TIMEOUT_S)  # the read waits out its timeout ...
+            read_ends.append(h.time.wall)
+            raise service.LogReadError("timed out reading q[0]")  # ... and fails
+
+    h = Harness(monkeypatch, on_read=unreachable_leader_of_partition_0)
+    h.expired_start_in_every_partition()
+    h.steps(12)
+    assert h.copies() == {0: 0, 1: 1, 2: 1}
+    assert [len(h.closed(p)) for p in range(PARTITIONS)] == [0, 1, 1]
+    # Nothing was dropped: a slow step that copied nothing puts no partition at risk.
+    assert h.metric("stale_views") == 0
+    owned0 = h.tracker._owned[TopicPartition(h.q.markers_topic, 0)]
+    assert owned0.state.failing == 1 and owned0.caught_up
+    # Partition 0 keeps its retry backoff: between its failed reads it waits 0.5 s, 1 s, 2 s (one step more at most).
+    h.steps(100)
+    gaps = [b - a - READ_TIMEOUT_S for a, b in zip(read_ends, read_ends[1:])][:3]
+    assert gaps == pytest.approx([0.5, 1.0, 2.0], abs=0.06), read_ends
+    assert h.metric("redelivery_failures", QUEUE) == len(read_ends) and h.copies() == {0: 0, 1: 1, 2: 1}
+
+
+def test_a_slow_partition_that_copies_late_without_a_pause_drops_nothing(monkeypatch):
+    def slow_partition_0(p: int) -> None:
+        if p == 0:
+            h.time.advance(READ_TIMEOUT_S - 1)  # slow, longer than the session timeout, but it answers
+
+    h = Harness(monkeypatch, on_read=slow_partition_0)
+    h.expired_start_in_every_partition()
+    h.steps(6)
+    assert h.copies() == {0: 1, 1: 1, 2: 1}
+    assert h.metric("stale_views") == 0 and h.metric("stale_copies", QUEUE) == 0
+    # Partition 0 took the step's budget; the others were served first in the next step.
+    assert h.reader.reads == [0, 1, 2]
+
+
+class Pauses:
+    """Stands in for the tracker's pause watch (tracker.membership): pauses the test declares."""
+
+    def __init__(self, clock: FakeTime) -> None:
+        self.clock = clock
+        self.seen: list[tuple[float, float]] = []  # (ended at, length)
+
+    def pause(self, length: float) -> None:
+        self.clock.advance(length)
+        self.seen.append((self.clock.mono, length))
+
+    def longest_since(self, since: float) -> float:
+        return max((length for ended, length in self.seen if ended > since), default=0.0)
+
+
+def test_copies_made_across_a_process_pause_are_counted_and_every_view_is_re_read(monkeypatch):
+    def paused_while_partition_0_is_read(p: int) -> None:
+        if p == 0 and not pauses.seen:
+            pauses.pause(5.5)  # longer than the session timeout (6 s) less one heartbeat interval (1 s)
+
+    h = Harness(monkeypatch, on_read=paused_while_partition_0_is_read)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.expired_start_in_every_partition()
+    h.steps(10)
+    # Partition 0's copy was made after the pause: counted as a possible duplicate, and every view was
+    # dropped and re-read. The re-read finds the CLOSED marker, so nothing is copied twice.
+    assert h.metric("stale_views") == 1 and h.metric("stale_copies", QUEUE) == 1
+    assert h.copies() == {0: 1, 1: 1, 2: 1}
+    assert h.reader.reads == [0, 1, 2]
+
+
+def test_a_pause_shorter_than_the_session_timeout_less_a_heartbeat_changes_nothing(monkeypatch):
+    def paused_while_partition_0_is_read(p: int) -> None:
+        if p == 0:
+            pauses.pause(4.9)  # heartbeats resumed in time: the group kept us
+
+    h = Harness(monkeypatch, on_read=paused_while_partition_0_is_read)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.expired_start_in_every_partition()
+    h.steps(5)
+    assert h.metric("stale_views") == 0 and h.metric("stale_copies", QUEUE) == 0
+    assert h.copies() == {0: 1, 1: 1, 2: 1}
+
+
+def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads(monkeypatch):
+    h = Harness(monkeypatch)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.steps(2)  # positioned and caught up on empty partitions
+    h.expired_start_in_every_partition()
+    pauses.pause(30.0)  # e.g. SIGSTOP between two steps
+    h.steps(1)
+    assert h.metric("stale_views") == 1 and h.copies() == {0: 0, 1: 0, 2: 0}
+    h.steps(5)
+    assert h.copies() == {0: 1, 1: 1, 2: 1} and h.metric("stale_copies", QUEUE) == 0
