@@ -52,6 +52,7 @@ def test_a_stale_high_water_mark_stays_through_fetches_and_a_reassignment():
     c.append("q", 0, b"k", b"new")
     assert [x.offset for x in r.fetch(0, 10)] == [3] and r.highwater("q", 0) == 3  # not refreshed
     r.assign([])
+    assert r.highwater("q", 0) is None  # not assigned: no mark, stale or not
     r.assign([("q", 0)])
     assert r.highwater("q", 0) == 3  # kept across the reassignment, as kafka-python does
     c.clock.advance(10.0)

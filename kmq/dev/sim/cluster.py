@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from kmq.client.api import ProduceFailed
 from kmq.dev.sim.assignors import COOPERATIVE_STICKY
 from kmq.dev.sim.clock import EPOCH_S, VirtualClock
 from kmq.dev.sim.errors import SimulationError
 from kmq.dev.sim.faults import (
-    BAD_KMQ_HEADERS, HUGE_VALUE, LOST, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan, MemberJoinsAndLeaves,
-    MemberPause, Retention, SlowFetch, UnexpectedRecord,
+    BAD_KMQ_HEADERS, HUGE_VALUE, LOST, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan,
+    MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, UnexpectedRecord,
 )
 from kmq.dev.sim.groups import GroupCoordinator
 from kmq.dev.sim.log import PartitionLog
@@ -225,13 +225,8 @@ class SimCluster:
     # ------------------------------------------------------------ faults on the clock
     def _schedule_faults(self) -> None:
         for f in self.faults.faults:
-            if isinstance(f, Retention):
-                self._at(f.at, lambda f=f: self._if_exists(f.topic, f.partition,
-                                                           lambda: self.retention(f.topic, f.partition, f.segments)))
-            elif isinstance(f, UnexpectedRecord):
-                key, value, headers = UNEXPECTED_VALUES[f.kind]
-                self._at(f.at, lambda f=f, k=key, v=value, h=headers: self._if_exists(
-                    f.topic, f.partition, lambda: self.append(f.topic, f.partition, k, v, h, source=f"unexpected-{f.kind}")))
+            if isinstance(f, (Retention, UnexpectedRecord)):
+                self._at(f.at, lambda f=f: self._log_fault(f))
             elif isinstance(f, MemberJoinsAndLeaves):
                 self._at(f.at, lambda f=f: self._phantom_joins(f))
             elif isinstance(f, (SlowFetch, BrokerPause, MemberPause)):
@@ -249,11 +244,14 @@ class SimCluster:
         calls would wait until it thaws, and hold up every other participant of this one thread)."""
         return self.faults.frozen_until(name, self.t()) is not None
 
-    def _if_exists(self, topic: str, partition: int, fn: Callable[[], Any]) -> None:
-        if self.has(topic, partition):
-            fn()
+    def _log_fault(self, f: Retention | UnexpectedRecord) -> None:
+        if not self.has(f.topic, f.partition):
+            self.record(f"fault skipped: {f.topic}[{f.partition}] does not exist")
+        elif isinstance(f, Retention):
+            self.retention(f.topic, f.partition, f.segments)
         else:
-            self.record(f"fault skipped: {topic}[{partition}] does not exist")
+            key, value, headers = UNEXPECTED_VALUES[f.kind]
+            self.append(f.topic, f.partition, key, value, headers, source=f"unexpected-{f.kind}")
 
     def _phantom_joins(self, f: MemberJoinsAndLeaves) -> None:
         g = self.groups.group(f.group)

@@ -161,7 +161,8 @@ class UnexpectedRecord:
     def __post_init__(self) -> None:
         _check_window(self)
         if self.kind not in UNEXPECTED_KINDS:
-            raise FaultPlanError(f"UnexpectedRecord.kind must be one of {', '.join(UNEXPECTED_KINDS)}, not {self.kind!r}")
+            raise FaultPlanError(f"UnexpectedRecord.kind must be one of {', '.join(UNEXPECTED_KINDS)}, "
+                                 f"not {self.kind!r}")
 
 
 @dataclass(frozen=True, slots=True)
