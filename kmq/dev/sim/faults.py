@@ -1,0 +1,294 @@
+"""Faults a simulated cluster injects, and the plan that schedules them.
+
+Every fault is a frozen value with the simulation time it starts (``at``,
+seconds since the simulation began) and, for those that last, when it ends
+(``until``). A :class:`FaultPlan` holds them; the cluster asks it "is this
+fetch slow now?", "what happens to this produce request?", and schedules
+the one-off ones (retention, unexpected records, a member joining and
+leaving) on its clock. ``FaultPlan.random(seed, ...)`` draws a plan from a
+seed: the same seed gives the same plan.
+
+Only faults Kafka can show are accepted: with ``acks=all`` an acknowledged
+record is always written, so a produce fault that acknowledges a record it
+did not write is refused (:class:`~kmq.dev.sim.errors.FaultPlanError`); a
+written record whose acknowledgement is lost (the producer reports a
+timeout) is allowed, and is the case that matters.
+
+Consumers, producers and log readers are named (``name=`` when created); a
+fault that names none applies to all.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, fields
+from typing import Iterable, Mapping, Union
+
+from kmq.dev.sim.errors import FaultPlanError
+
+__all__ = [
+    "SlowFetch", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
+    "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
+    "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS",
+]
+
+DELAYED, LOST = "delayed", "lost"
+NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS = (
+    "null-header", "tombstone", "null-record", "huge-value", "bad-kmq-headers")
+UNEXPECTED_KINDS = (NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS)
+
+
+def _check_window(fault: object) -> None:
+    at, until = getattr(fault, "at"), getattr(fault, "until", None)
+    if at < 0 or (until is not None and until < at):
+        raise FaultPlanError(f"{fault!r}: needs 0 <= at <= until")
+
+
+@dataclass(frozen=True, slots=True)
+class SlowFetch:
+    """Fetches of ``consumer`` in ``[at, until)`` return nothing before ``until``, whatever their
+    timeout: a fetch slower than any timeout (a stuck broker connection)."""
+
+    at: float
+    until: float
+    consumer: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class StaleHighWater:
+    """In ``[at, until)`` fetches of ``consumer`` leave the cached high-water mark where it was,
+    and a partition assigned again keeps the mark seen before (kafka-python does that)."""
+
+    at: float
+    until: float
+    consumer: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceFault:
+    """Produce requests to the partition in ``[at, until)``: the record is ``written`` or not; its
+    acknowledgement is ``DELAYED`` by ``ack_delay`` seconds or ``LOST`` (the producer reports a
+    timeout after its delivery timeout). Acknowledged but not written is refused."""
+
+    at: float
+    until: float
+    topic: str | None = None
+    partition: int | None = None
+    written: bool = True
+    ack: str = DELAYED
+    ack_delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+        if self.ack not in (DELAYED, LOST):
+            raise FaultPlanError(f"ProduceFault.ack must be {DELAYED!r} or {LOST!r}, not {self.ack!r}")
+        if not self.written and self.ack != LOST:
+            raise FaultPlanError("refused: with acks=all Kafka never acknowledges a record it did not write; "
+                                 "use written=False with ack=LOST (a produce request that timed out)")
+        if self.ack_delay < 0:
+            raise FaultPlanError(f"ProduceFault.ack_delay must be >= 0, not {self.ack_delay}")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitFault:
+    """Commits of ``consumer`` in ``[at, until)`` fail; ``rebalanced`` when the failure says the
+    group moved on; ``applied`` when the broker stored the offsets and only the answer was lost."""
+
+    at: float
+    until: float
+    consumer: str | None = None
+    rebalanced: bool = False
+    applied: bool = False
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPause:
+    """The process of ``consumer`` is frozen in ``[at, until)`` (SIGSTOP, a VM pause): no heartbeats,
+    and its calls wait until it thaws. Past the session timeout the group expires it."""
+
+    at: float
+    until: float
+    consumer: str
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerPause:
+    """Every request in ``[at, until)`` waits until ``until``; the group's sessions do not expire meanwhile."""
+
+    at: float
+    until: float
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """At ``at``, retention deletes the oldest ``segments`` segment(s) of the partition (never the active one)."""
+
+    at: float
+    topic: str
+    partition: int
+    segments: int = 1
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class UnexpectedRecord:
+    """At ``at``, another producer writes a record of ``kind`` (see :data:`UNEXPECTED_KINDS`)."""
+
+    at: float
+    topic: str
+    partition: int
+    kind: str
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+        if self.kind not in UNEXPECTED_KINDS:
+            raise FaultPlanError(f"UnexpectedRecord.kind must be one of {', '.join(UNEXPECTED_KINDS)}, "
+                                 f"not {self.kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJoinsAndLeaves:
+    """A member of ``group`` joins at ``at`` and leaves at ``until`` (a rolling deploy): the others
+    have partitions revoked mid-batch and assigned back. It consumes and commits nothing."""
+
+    at: float
+    until: float
+    group: str
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+Fault = Union[SlowFetch, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
+              UnexpectedRecord, MemberJoinsAndLeaves]
+
+
+def _named(wanted: object, actual: object) -> bool:
+    return wanted is None or wanted == actual
+
+
+def _during(fault: object, now: float) -> bool:
+    return fault.at <= now < fault.until  # type: ignore[attr-defined]
+
+
+class FaultPlan:
+    """The faults of one simulation, in time order. Times are seconds since the simulation began."""
+
+    def __init__(self, faults: Iterable[Fault] = ()) -> None:
+        self.faults: tuple[Fault, ...] = tuple(sorted(faults, key=lambda f: (f.at, type(f).__name__, repr(f))))
+
+    def of(self, kind: type) -> list:
+        return [f for f in self.faults if isinstance(f, kind)]
+
+    # ------------------------------------------------------------ questions the cluster asks
+    def fetch_blocked_until(self, consumer: str, now: float) -> float | None:
+        """When a fetch of ``consumer`` at ``now`` may return records again (None: now)."""
+        ends = [f.until for f in self.of(SlowFetch) if _named(f.consumer, consumer) and _during(f, now)]
+        return max(ends) if ends else None
+
+    def high_water_stale(self, consumer: str, topic: str, partition: int, now: float) -> bool:
+        return any(_named(f.consumer, consumer) and _named(f.topic, topic) and _named(f.partition, partition)
+                   and _during(f, now) for f in self.of(StaleHighWater))
+
+    def produce_fault(self, topic: str, partition: int, now: float) -> ProduceFault | None:
+        return next((f for f in self.of(ProduceFault)
+                     if _named(f.topic, topic) and _named(f.partition, partition) and _during(f, now)), None)
+
+    def commit_fault(self, consumer: str, now: float) -> CommitFault | None:
+        return next((f for f in self.of(CommitFault) if _named(f.consumer, consumer) and _during(f, now)), None)
+
+    def frozen_until(self, consumer: str, now: float) -> float | None:
+        """When ``consumer``'s process thaws, if it is frozen at ``now``."""
+        ends = [f.until for f in self.of(MemberPause) if f.consumer == consumer and _during(f, now)]
+        return max(ends) if ends else None
+
+    def frozen_spans(self, consumer: str) -> list[tuple[float, float]]:
+        return [(f.at, f.until) for f in self.of(MemberPause) if f.consumer == consumer]
+
+    def broker_paused_until(self, now: float) -> float | None:
+        ends = [f.until for f in self.of(BrokerPause) if _during(f, now)]
+        return max(ends) if ends else None
+
+    def broker_pause_overlaps(self, start: float, end: float) -> bool:
+        return any(f.at < end and start < f.until for f in self.of(BrokerPause))
+
+    # ------------------------------------------------------------ drawing a plan from a seed
+    @classmethod
+    def random(cls, seed: int, *, topics: Mapping[str, int], consumers: Iterable[str] = (), group: str | None = None,
+               horizon: float = 60.0, count: int = 8, session_timeout: float = 10.0) -> "FaultPlan":
+        """``count`` faults drawn from ``seed``, starting within ``horizon`` seconds, over ``topics``
+        (name -> partitions), the named ``consumers`` and ``group``. Durations straddle the session
+        timeout, so some pauses expire a member and some do not."""
+        rng = random.Random(seed)
+        names = sorted(consumers)
+        parts = sorted((t, p) for t, n in topics.items() for p in range(n))
+        if not parts:
+            raise FaultPlanError("FaultPlan.random needs at least one topic partition")
+        kinds = ["slow-fetch", "stale-hw", "produce", "commit", "broker-pause", "retention", "unexpected"]
+        if names:
+            kinds.append("member-pause")
+        if group is not None:
+            kinds.append("join-leave")
+        faults: list[Fault] = []
+        for _ in range(count):
+            kind = rng.choice(kinds)
+            at = round(rng.uniform(0.0, horizon), 3)
+            span = round(rng.uniform(0.1, 2.0 * session_timeout), 3)
+            who = rng.choice(names) if names else None
+            topic, partition = rng.choice(parts)
+            if kind == "slow-fetch":
+                faults.append(SlowFetch(at, at + span, who))
+            elif kind == "stale-hw":
+                faults.append(StaleHighWater(at, at + span, who, topic, partition))
+            elif kind == "produce":
+                written = rng.random() < 0.7
+                ack = LOST if not written or rng.random() < 0.4 else DELAYED
+                faults.append(ProduceFault(at, at + round(rng.uniform(0.05, 3.0), 3), topic, partition, written, ack,
+                                           round(rng.uniform(0.0, 5.0), 3) if ack == DELAYED else 0.0))
+            elif kind == "commit":
+                faults.append(CommitFault(at, at + round(rng.uniform(0.05, 3.0), 3), who, rng.random() < 0.5,
+                                          rng.random() < 0.3))
+            elif kind == "broker-pause":
+                faults.append(BrokerPause(at, at + round(rng.uniform(0.1, session_timeout), 3)))
+            elif kind == "retention":
+                faults.append(Retention(at, topic, partition, rng.randint(1, 2)))
+            elif kind == "unexpected":
+                faults.append(UnexpectedRecord(at, topic, partition, rng.choice(UNEXPECTED_KINDS)))
+            elif kind == "member-pause":
+                faults.append(MemberPause(at, at + span, rng.choice(names)))
+            else:
+                faults.append(MemberJoinsAndLeaves(at, at + span, group))  # type: ignore[arg-type]
+        return cls(faults)
+
+    def describe(self) -> str:
+        """One line per fault, in time order (for a failing run's report)."""
+        lines = []
+        for f in self.faults:
+            args = ", ".join(f"{fl.name}={getattr(f, fl.name)!r}" for fl in fields(f))
+            lines.append(f"{type(f).__name__}({args})")
+        return "\n".join(lines)
+
+    def __len__(self) -> int:
+        return len(self.faults)
+
+    def __repr__(self) -> str:
+        return f"FaultPlan({len(self.faults)} fault(s))"

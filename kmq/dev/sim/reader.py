@@ -1,0 +1,80 @@
+"""The simulated log reader: the tracker's "read these offsets back" contract over a :class:`SimCluster`.
+
+The same contract as :class:`kmq.client.kafka_python.log_reader.LogReader`
+and the confluent one: each requested offset comes back with its record or
+is reported missing (deleted by retention, past the end of the log), never a
+neighbour in its place; ``log_end`` is the high-water mark when the request
+reached past it. It waits out a broker pause or a slow fetch
+(:class:`~kmq.dev.sim.faults.SlowFetch` naming the reader) for at most its
+timeout, in simulated time, then raises
+:class:`~kmq.client.kafka_python.log_reader.LogReadError` as the real readers do.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, TypeVar
+
+from kmq.client.api import Record
+from kmq.client.kafka_python.log_reader import LogReadError, ReadResult
+from kmq.core.ranges import RangeSet, missing
+from kmq.dev.sim.cluster import SimCluster
+
+__all__ = ["SimLogReader"]
+
+K = TypeVar("K")
+
+
+class SimLogReader:
+    """Reads given offsets of one partition at a time, straight from the simulated logs."""
+
+    def __init__(self, cluster: SimCluster, name: str = "log-reader", timeout_s: float = 10.0) -> None:
+        self.cluster = cluster
+        self.name = name
+        self._timeout_s = timeout_s
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _wait_until_answered(self, what: str) -> None:
+        c = self.cluster
+        deadline = c.t() + self._timeout_s
+
+        def answered() -> bool:
+            t = c.t()
+            return c.faults.broker_paused_until(t) is None and c.faults.fetch_blocked_until(self.name, t) is None
+
+        if not c.clock.run_until(c.clock.now() + self._timeout_s, answered):
+            raise LogReadError(f"timed out reading {what} (simulated {self._timeout_s:g}s, until t={deadline:g}s)")
+
+    def read(self, topic: str, partition: int, ranges: Iterable[tuple[int, int]]) -> ReadResult:
+        """Records at exactly these offsets (``(first, count)`` ranges); raises ``LogReadError`` on timeout."""
+        wanted = RangeSet(ranges)
+        found: dict[int, Record] = {}
+        if not wanted:
+            return ReadResult(found, [])
+        self._wait_until_answered(f"{topic}[{partition}]")
+        plog = self.cluster.log(topic, partition)
+        for r in wanted.ranges():
+            lo, hi = max(r.first, plog.log_start), min(r.end, plog.high_water)
+            for rec in plog.read(lo, hi - lo):
+                found[rec.offset] = Record(topic, partition, rec.offset, rec.key, rec.value, list(rec.headers),
+                                           rec.timestamp)
+        last = wanted.ranges()[-1].last
+        log_end = plog.high_water if last >= plog.high_water else None
+        self.cluster.record(f"read {self.name} {topic}[{partition}] {len(found)} found, log end {log_end}")
+        return ReadResult(found, missing(wanted.ranges(), found), log_end)
+
+    def high_waters(self, starts: Mapping[K, int | None]) -> dict[K, int]:
+        """High-water marks now, keyed as given (``(topic, partition)`` tuples or kafka-python's
+        ``TopicPartition``, which is one)."""
+        if not starts:
+            return {}
+        self._wait_until_answered(f"the high-water marks of {len(starts)} partition(s)")
+        return {tp: self.cluster.log(tp[0], tp[1]).high_water for tp in starts}  # type: ignore[index]
+
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic``; 0 when it does not exist."""
+        return self.cluster.partition_counts().get(topic, 0)
+
+    def __repr__(self) -> str:
+        return f"SimLogReader({self.name!r})"

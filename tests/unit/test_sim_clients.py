@@ -1,0 +1,112 @@
+"""The simulated clients beyond the seam contract: what the producer refuses like kafka-python, where
+unpartitioned records go, closing with sends pending, the tracker's log reader contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmq.client import ProduceFailed, adapt_consumer, produce_errors
+from kmq.client.kafka_python.log_reader import LogReadError
+from kmq.core.ranges import OffsetRange
+from kmq.dev.sim import (
+    LOST, BrokerPause, FaultPlan, ProduceFault, SimCluster, SimConsumer, SimLogReader, SimProducer, SimulationError,
+)
+
+
+def _cluster(*faults, partitions: int = 1) -> SimCluster:
+    c = SimCluster(seed=3, faults=FaultPlan(faults))
+    c.create_topic("q", partitions)
+    return c
+
+
+def test_the_producer_refuses_what_kafka_pythons_refuses_and_the_confluent_flavour_sends_it():
+    c = _cluster()
+    p = SimProducer(c)
+    with pytest.raises(TypeError, match="headers"):
+        p.send("q", b"v", key=b"k", headers=[("h", None)])
+    with pytest.raises(ValueError, match="key or value"):
+        p.send("q", None, key=None)
+    with pytest.raises(TypeError, match="value"):
+        p.send("q", "text")  # type: ignore[arg-type]
+    any_ = SimProducer(c, refuses_like="confluent")
+    assert any_.send("q", None, key=None, headers=[("h", None)]).get(1) == ("q", 0, 0)
+
+
+def test_failures_are_the_errors_kmq_catches_from_either_client():
+    c = _cluster()
+    p = SimProducer(c, max_request_size=100)
+    assert isinstance(pytest.raises(ProduceFailed, p.send("q", b"x" * 200).get).value, produce_errors())
+    with pytest.raises(produce_errors(), match="unknown topic"):
+        p.send("nope", b"v")
+    with pytest.raises(produce_errors(), match="unknown topic"):
+        p.send("q", b"v", partition=3)
+
+
+def test_records_without_a_partition_go_by_key_or_round_robin():
+    c = _cluster(partitions=3)
+    p = SimProducer(c)
+    keyed = {p.send("q", b"v", key=b"same").get(1)[1] for _ in range(5)}
+    unkeyed = [p.send("q", b"v").get(1)[1] for _ in range(3)]
+    assert len(keyed) == 1 and sorted(unkeyed) == [0, 1, 2]
+
+
+def test_one_producers_records_to_a_partition_are_written_and_acked_in_send_order():
+    c = SimCluster(seed=5, latency=(0.0, 0.5))
+    c.create_topic("q", 1)
+    p = SimProducer(c)
+    acked: list[int] = []
+    futures = [p.send("q", b"%d" % i, key=b"k").add_callback(lambda meta: acked.append(meta.offset))
+               for i in range(20)]
+    p.flush()
+    assert acked == list(range(20))
+    assert [r.value for r in c.log("q", 0).read(0, 20)] == [b"%d" % i for i in range(20)]
+    assert all(f.succeeded() for f in futures)
+
+
+def test_close_fails_what_is_pending_and_never_writes_what_had_not_reached_the_broker():
+    c = _cluster(BrokerPause(0.0, 100.0))
+    p = SimProducer(c)
+    fut = p.send("q", b"v", key=b"k")
+    p.close(timeout=1.0)
+    assert fut.failed() and isinstance(fut.exception, ProduceFailed)
+    c.clock.advance(200.0)
+    assert c.log("q", 0).high_water == 0
+    with pytest.raises(ProduceFailed, match="closed"):
+        p.send("q", b"v")
+
+
+def test_a_sim_consumer_is_taken_as_an_adapter_as_it_is():
+    c = _cluster()
+    consumer = SimConsumer(c, "w", group_id="g")
+    assert adapt_consumer(consumer) is consumer and consumer.client == "sim"
+    with pytest.raises(SimulationError, match="group_id"):
+        SimConsumer(c, "x").subscribe(["q"], print, print)
+
+
+def test_the_log_reader_returns_exactly_the_offsets_asked_and_reports_the_rest_missing():
+    c = _cluster()
+    for i in range(10):
+        c.append("q", 0, b"k", b"v%d" % i)
+    c.delete_records("q", 0, 3)
+    reader = SimLogReader(c)
+    res = reader.read("q", 0, [(1, 4), (8, 5)])  # 1..4 and 8..12: 1,2 deleted, 10..12 past the end
+    assert sorted(res.records) == [3, 4, 8, 9] and res.records[8].value == b"v8"
+    assert res.missing == [OffsetRange(1, 2), OffsetRange(10, 3)] and res.log_end == 10
+    assert reader.read("q", 0, [(4, 1)]).log_end is None
+    assert reader.high_waters({("q", 0): None}) == {("q", 0): 10}
+    assert reader.partition_count("q") == 1 and reader.partition_count("nope") == 0
+
+
+def test_the_log_reader_gives_up_on_a_paused_broker_after_its_timeout():
+    c = _cluster(BrokerPause(0.0, 60.0))
+    with pytest.raises(LogReadError, match="timed out"):
+        SimLogReader(c, timeout_s=5.0).read("q", 0, [(0, 1)])
+    assert c.t() == 5.0
+
+
+def test_a_lost_ack_makes_flush_report_the_record_it_could_not_confirm():
+    c = _cluster(ProduceFault(0.0, 1.0, ack=LOST))
+    p = SimProducer(c, delivery_timeout=10.0)
+    p.send("q", b"v", key=b"k")
+    with pytest.raises(ProduceFailed, match="1 record"):
+        p.flush(2.0)
