@@ -46,6 +46,9 @@ QUEUE = "q"
 GROUP = "kmq-workers"
 TRACKER = "tracker"
 TRACKER_READER = "tracker-reader"
+# The tracker sizes its producer from the topics' max.message.bytes (copy_request_size_for); the simulated
+# topics take any record, so it is sized for the largest the fault plan writes (2 MiB).
+TRACKER_REQUEST_SIZE = 4 * 1024 * 1024
 
 
 def message_id(value: bytes | None) -> str | None:
@@ -137,9 +140,10 @@ class Worker(_Actor):
         self.consumer.subscribe([QUEUE], on_assigned=lambda _s: None, on_revoked=lambda _s: None)
         self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
         self.owner = f"{self.name}#{self.incarnation}"
+        self.to_commit: dict[tuple[str, int], int] = {}
 
     def busy(self) -> bool:
-        return bool(self.pending) or self.down_until is not None
+        return bool(self.pending or self.to_commit) or self.down_until is not None
 
     def step(self) -> None:
         c = self.world.cluster
@@ -151,6 +155,7 @@ class Worker(_Actor):
             c.record(f"world {self.name} restarted as {self.owner}")
         self._settle_due()
         if self.down_until is None:
+            self._commit()
             self._take(self.consumer.fetch(0.0, 20))
 
     def _settle_due(self) -> None:
@@ -211,12 +216,23 @@ class Worker(_Actor):
                        f"after {fate.after:g}s")
                 if fate.kind != HANG:
                     self.pending.append((c.t() + fate.after, self._seq, fate, r))
-        if commits:
-            try:
-                self.consumer.commit(commits)
-            except ClientCommitFailed as exc:
-                # START is written: the tracker covers these offsets whatever happens to the commit.
-                c.record(f"world {self.owner} commit failed ({exc})")
+        self.to_commit.update(commits)
+        self._commit()
+
+    def _commit(self) -> None:
+        """Commit what was started; a failed commit is tried again next step (the offsets are
+        STARTed: the tracker covers them whatever happens to the commit), unless the group moved on."""
+        if not self.to_commit:
+            return
+        try:
+            self.consumer.commit(self.to_commit)
+        except ClientCommitFailed as exc:
+            self.world.cluster.record(f"world {self.owner} commit failed ({exc})")
+            if exc.rebalanced:  # what is still ours is committed again; the rest is the new owner's
+                mine = self.consumer.assignment()
+                self.to_commit = {tp: o for tp, o in self.to_commit.items() if tp in mine}
+            return
+        self.to_commit = {}
 
 
 class TrackerActor(_Actor):
@@ -235,10 +251,12 @@ class TrackerActor(_Actor):
         self.metrics = TrackerMetrics(CollectorRegistry())
 
         def new_producer() -> SimProducer:
-            return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(cfg.kafka))
+            return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(cfg.kafka),
+                               max_request_size=TRACKER_REQUEST_SIZE)
 
         self.redeliverer = Redeliverer(new_producer(), reader, self.metrics, clock_ms=c.clock.now_ms,
-                                       send_timeout_s=send_wait_s(cfg.kafka), new_producer=new_producer)
+                                       send_timeout_s=send_wait_s(cfg.kafka), max_request_size=TRACKER_REQUEST_SIZE,
+                                       new_producer=new_producer)
         self.max_in_flight = 0
 
     def step(self) -> None:
@@ -308,7 +326,8 @@ class World:
                 c.clock.run_until(c.clock.now() + (actor.wake - c.t()))
             thaw = c.faults.frozen_until(actor.name, c.t())
             if thaw is not None:
-                actor.wake = thaw
+                actor.wake = thaw + 1e-6  # past the clock's microsecond rounding: thawed then
+                steps += 1
                 continue
             actor.step()
             steps += 1
