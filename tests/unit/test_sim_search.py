@@ -105,3 +105,31 @@ def test_the_sim_command_prints_each_seed_and_a_summary():
     assert res.exit_code == 0, res.output
     assert "seed 5: ok" in res.output and "seed 7: ok" in res.output
     assert "3 seed(s) [5..7], 0 with violations" in res.output and "schedules/s" in res.output
+
+
+def test_a_worker_whose_start_names_other_offsets_is_caught_committing_past_unstarted_records(monkeypatch):
+    import kmq.dev.sim.world as world
+
+    real_start = world.Start
+
+    def misplaced_start(ranges, **kw):  # the planted defect: START names offsets the worker did not take
+        return real_start([(first + 1000, count) for first, count in ranges], **kw)
+
+    monkeypatch.setattr(world, "Start", misplaced_start)
+    r = run_seed(0, Workload(messages=10))
+    kinds = {v.invariant for v in r.violations}
+    assert "commit-without-start" in kinds, r.describe()
+
+
+def test_a_tracker_that_dead_letters_on_the_first_timeout_is_caught(monkeypatch):
+    import kmq.dev.sim.world as world
+
+    class Impatient(world.PartitionState):  # the planted defect: max_deliveries taken as 1
+        def __init__(self, backoff, max_deliveries, **kw):
+            super().__init__(backoff, 1, **kw)
+
+    monkeypatch.setattr(world, "PartitionState", Impatient)
+    report = search(range(10), Workload(), stop_at_first=True)
+    assert report.failures, "an early dead letter went unnoticed"
+    kinds = {v.invariant for v in report.failures[0].violations}
+    assert "early-dead-letter" in kinds, report.failures[0].describe()

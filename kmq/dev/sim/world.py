@@ -263,7 +263,7 @@ class TrackerActor(_Actor):
         self.redeliverer = Redeliverer(new_producer(), reader, self.metrics, clock_ms=c.clock.now_ms,
                                        send_timeout_s=send_wait_s(cfg.kafka), max_request_size=TRACKER_REQUEST_SIZE,
                                        new_producer=new_producer)
-        self.max_in_flight = 0
+        self.max_in_flight: dict[int, int] = {}  # partition -> most offsets open at once
 
     def step(self) -> None:
         c = self.world.cluster
@@ -281,7 +281,7 @@ class TrackerActor(_Actor):
                 report = self.redeliverer.process(self.world.queue, p, state, items)
                 c.record(f"world tracker {QUEUE}[{p}]: {report.redelivered} copied, {report.dead_lettered} "
                          f"dead-lettered, {report.missing} missing, {report.deferred} deferred, {report.failed} failed")
-            self.max_in_flight = max(self.max_in_flight, state.in_flight)
+            self.max_in_flight[p] = max(self.max_in_flight.get(p, 0), state.in_flight)
 
     def busy(self) -> bool:
         return any(s.in_flight for s in self.states.values())
