@@ -17,7 +17,7 @@ __all__ = ["sim"]
 @click.option("--seeds", type=click.IntRange(1), default=100, show_default=True, help="How many seeds to run.")
 @click.option("--start", type=click.IntRange(0), default=0, show_default=True, help="The first seed.")
 @click.option("--partitions", type=click.IntRange(1, 64), default=2, show_default=True, help="Queue partitions.")
-@click.option("--messages", type=click.IntRange(1, 100_000), default=40, show_default=True,
+@click.option("--messages", type=click.IntRange(1, 99_999), default=40, show_default=True,
               help="Messages the producer sends per schedule.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failing seeds and the summary.")
 def sim(seeds: int, start: int, partitions: int, messages: int, quiet: bool) -> None:
