@@ -15,10 +15,13 @@ from dataclasses import dataclass
 
 from kmq.dev.sim.errors import SimulationError
 
-__all__ = ["Workload", "Fate", "ACK", "NACK", "REJECT", "HANG", "CRASH", "FATES"]
+__all__ = ["Workload", "Fate", "SERVICE", "STEP", "ACK", "NACK", "REJECT", "HANG", "CRASH", "FATES"]
 
 #: Message ids are ``m00000`` .. ``m99999``.
 MAX_MESSAGES = 99_999
+
+#: The tracker actor: the service's whole loop (``Tracker.step``) or only its redelivery step.
+SERVICE, STEP = "service", "step"
 
 ACK, NACK, REJECT, HANG, CRASH = "ack", "nack", "reject", "hang", "crash"
 FATES = (ACK, NACK, REJECT, HANG, CRASH)
@@ -46,11 +49,14 @@ class Workload:
     weights: tuple[tuple[str, float], ...] = ((ACK, 0.72), (NACK, 0.08), (REJECT, 0.04), (HANG, 0.13), (CRASH, 0.03))
     processing: tuple[float, float] = (0.01, 1.5)  # seconds, uniform; past the lease sometimes (late END)
     restart_after: float = 3.0  # a crashed worker comes back after this long
+    tracker_loop: str = SERVICE
 
     def __post_init__(self) -> None:
         if not 1 <= self.messages <= MAX_MESSAGES:
             raise SimulationError(f"a workload sends 1 to {MAX_MESSAGES} messages (ids m00000..m99999), "
                                   f"not {self.messages}")
+        if self.tracker_loop not in (SERVICE, STEP):
+            raise SimulationError(f"tracker_loop must be {SERVICE!r} or {STEP!r}, not {self.tracker_loop!r}")
         if self.partitions < 1 or self.workers < 1 or self.max_deliveries < 1:
             raise SimulationError("a workload needs at least one partition, one worker and max_deliveries >= 1")
 

@@ -36,7 +36,8 @@ from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.producer import SimDelivery, SimProducer
 from kmq.dev.sim.reader import SimLogReader
-from kmq.dev.sim.workload import ACK, CRASH, HANG, NACK, REJECT, Fate, Workload
+from kmq.dev.sim.tracker_loop import ServiceTrackerActor
+from kmq.dev.sim.workload import ACK, CRASH, HANG, NACK, REJECT, SERVICE, Fate, Workload
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.redeliver import Redeliverer, delivery_timeout_s, send_wait_s
 
@@ -307,8 +308,27 @@ class World:
         self.producer = Producer(self, workload.send_times(self.rng))
         self.workers = [Worker(self, f"w{i}") for i in range(workload.workers)]
         make_reader = reader or (lambda cl: SimLogReader(cl, TRACKER_READER))
-        self.tracker = TrackerActor(self, make_reader(cluster))
+        self.tracker: TrackerActor | ServiceTrackerActor
+        if workload.tracker_loop == SERVICE:
+            self.tracker = self._service_tracker(make_reader(cluster))
+        else:
+            self.tracker = TrackerActor(self, make_reader(cluster))
         self.actors: list[_Actor] = [self.producer, *self.workers, self.tracker]
+
+    def _service_tracker(self, reader: Any) -> ServiceTrackerActor:
+        c, kafka = self.cluster, self.config.kafka
+
+        def new_producer() -> SimProducer:
+            return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(kafka),
+                               max_request_size=TRACKER_REQUEST_SIZE)
+
+        producer = new_producer()
+
+        def new_redeliverer(metrics: TrackerMetrics, now_ms: Callable[[], int]) -> Redeliverer:
+            return Redeliverer(producer, reader, metrics, clock_ms=now_ms, send_timeout_s=send_wait_s(kafka),
+                               max_request_size=TRACKER_REQUEST_SIZE, new_producer=new_producer)
+
+        return ServiceTrackerActor(self, reader, SimLogReader(c, TRACKER_READER), producer, new_redeliverer, TRACKER)
 
     def note(self, mid: str | None, text: str) -> None:
         """One line of a message's history (also in the cluster's history, so in the digest)."""
