@@ -8,7 +8,7 @@ import click
 
 from kmq.cli.common import fail
 from kmq.dev.sim.search import SeedResult, search
-from kmq.dev.sim.workload import Workload
+from kmq.dev.sim.workload import SERVICE, STEP, Workload
 
 __all__ = ["sim"]
 
@@ -19,12 +19,14 @@ __all__ = ["sim"]
 @click.option("--partitions", type=click.IntRange(1, 64), default=2, show_default=True, help="Queue partitions.")
 @click.option("--messages", type=click.IntRange(1, 99_999), default=40, show_default=True,
               help="Messages the producer sends per schedule.")
+@click.option("--tracker-loop", type=click.Choice([SERVICE, STEP]), default=SERVICE, show_default=True,
+              help="service: the tracker service's whole loop; step: its redelivery step alone.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failing seeds and the summary.")
-def sim(seeds: int, start: int, partitions: int, messages: int, quiet: bool) -> None:
+def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: str, quiet: bool) -> None:
     """Run one simulated schedule per seed (producer, kmq workers, the tracker's redelivery step,
     faults drawn from the seed) and check that no message is lost. Exit 1 on a violation; a
     failing seed prints its fault plan and the history of the messages concerned."""
-    workload = Workload(partitions=partitions, messages=messages)
+    workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop)
     # The tracker's warnings (sends retried under the faults) are expected here; -v shows them.
     root = click.get_current_context().find_root()
     if not root.params.get("verbose"):
