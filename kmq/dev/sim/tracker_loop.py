@@ -9,6 +9,10 @@ step: applying markers, catch-up, committing marker offsets, the step budget,
 and the membership rule (a frozen tracker drops its view and re-reads from
 its commits).
 
+A crash (``crash_at``, drawn by the world) loses the process: its producer's
+unsent records and all in-memory state; it comes back ``down_for`` seconds
+later and replays the markers from its committed offsets.
+
 What is modelled instead: the markers partitions are assigned to the tracker
 (no group, no rebalance listener), and the pause watch is answered from the
 fault plan's :class:`~kmq.dev.sim.faults.MemberPause` spans of the tracker
@@ -91,26 +95,45 @@ class ServiceTrackerActor:
 
     interval = 0.05
 
-    def __init__(self, world: Any, reader: Any, hw_reader: Any, producer: Any, new_redeliverer: Any,
-                 name: str = "tracker") -> None:
-        c = world.cluster
+    def __init__(self, world: Any, reader: Any, hw_reader: Any, new_producer: Any, new_redeliverer: Any,
+                 name: str = "tracker", crash_at: float | None = None, down_for: float = 2.0) -> None:
         self.world = world
         self.name = name
         self.wake = 0.0
+        self._parts = (reader, hw_reader, new_producer, new_redeliverer)
+        self.crash_at, self.down_for = crash_at, down_for
+        self.down_until: float | None = None
+        self.incarnation = 0
+        self.max_in_flight: dict[int, int] = {}
+        self._build()
+
+    def _build(self) -> None:
+        """A tracker process: nothing in memory, its markers partitions positioned from its commits."""
+        world, c = self.world, self.world.cluster
+        reader, hw_reader, new_producer, new_redeliverer = self._parts
+        self.incarnation += 1
         self.tracker = t = service.Tracker(world.config, clock=lambda: c.clock.now_ms() / 1000.0)
         t._mono = c.clock.monotonic
         kafka = world.config.kafka
         t._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, _MAX_POLL_INTERVAL_S,
-                                        FaultPlanPauses(c, name), c.clock.monotonic)  # type: ignore[arg-type]
-        t._consumer = self.consumer = MarkersConsumer(c, name, f"{name}-group")
-        t._reader, t._hw_reader, t._producer = reader, hw_reader, producer
-        t._redeliverer = new_redeliverer(t.metrics, t._now_ms)
+                                        FaultPlanPauses(c, self.name), c.clock.monotonic)  # type: ignore[arg-type]
+        t._consumer = self.consumer = MarkersConsumer(c, f"{self.name}#{self.incarnation}", f"{self.name}-group")
+        t._reader, t._hw_reader = reader, hw_reader
+        t._producer = self.producer = new_producer()
+        t._redeliverer = new_redeliverer(self.producer, t.metrics, t._now_ms)
         t._next_commit = t._next_metrics = 0.0
         q = world.queue
         tps = [service.TopicPartition(q.markers_topic, p) for p in range(world.workload.partitions)]
         self.consumer.assign(tps)
         t._on_assigned(tps)
-        self.max_in_flight: dict[int, int] = {}
+
+    def _crash(self) -> None:
+        """SIGKILL: what the producer holds is lost (unwritten sends never happen), the state is gone."""
+        c = self.world.cluster
+        c.record(f"world tracker#{self.incarnation} crashes")
+        self.producer.close(timeout=0.0)
+        self.crash_at = None
+        self.down_until = c.t() + self.down_for
 
     @property
     def states(self) -> dict:
@@ -118,10 +141,22 @@ class ServiceTrackerActor:
         return {tp.partition: o.state for tp, o in self.tracker._owned.items()}
 
     def step(self) -> None:
+        c = self.world.cluster
+        if self.down_until is not None:
+            if c.t() < self.down_until:
+                return
+            self.down_until = None
+            self._build()
+            c.record(f"world tracker restarted as tracker#{self.incarnation}")
+        if self.crash_at is not None and c.t() >= self.crash_at:
+            self._crash()
+            return
         self.tracker.step(0.0)
         for p, state in self.states.items():
             self.max_in_flight[p] = max(self.max_in_flight.get(p, 0), state.in_flight)
 
     def busy(self) -> bool:
+        if self.down_until is not None or self.crash_at is not None:
+            return True
         owned = self.tracker._owned.values()
         return any(not o.caught_up or o.state.in_flight for o in owned)

@@ -50,6 +50,7 @@ class Workload:
     processing: tuple[float, float] = (0.01, 1.5)  # seconds, uniform; past the lease sometimes (late END)
     restart_after: float = 3.0  # a crashed worker comes back after this long
     tracker_loop: str = SERVICE
+    tracker_crash_chance: float = 0.3  # the service tracker is killed once, at a random time, in this share of seeds
 
     def __post_init__(self) -> None:
         if not 1 <= self.messages <= MAX_MESSAGES:

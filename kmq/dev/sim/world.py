@@ -322,13 +322,15 @@ class World:
             return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(kafka),
                                max_request_size=TRACKER_REQUEST_SIZE)
 
-        producer = new_producer()
-
-        def new_redeliverer(metrics: TrackerMetrics, now_ms: Callable[[], int]) -> Redeliverer:
+        def new_redeliverer(producer: SimProducer, metrics: TrackerMetrics, now_ms: Callable[[], int]) -> Redeliverer:
             return Redeliverer(producer, reader, metrics, clock_ms=now_ms, send_timeout_s=send_wait_s(kafka),
                                max_request_size=TRACKER_REQUEST_SIZE, new_producer=new_producer)
 
-        return ServiceTrackerActor(self, reader, SimLogReader(c, TRACKER_READER), producer, new_redeliverer, TRACKER)
+        w = self.workload
+        crash_at = (round(self.rng.uniform(0.0, w.produce_over * 2), 6)
+                    if self.rng.random() < w.tracker_crash_chance else None)
+        return ServiceTrackerActor(self, reader, SimLogReader(c, TRACKER_READER), new_producer, new_redeliverer,
+                                   TRACKER, crash_at=crash_at)
 
     def note(self, mid: str | None, text: str) -> None:
         """One line of a message's history (also in the cluster's history, so in the digest)."""
