@@ -34,6 +34,7 @@ COMMANDS = {
     "bench": "kmq.cli.bench:bench",
     "trace": "kmq.cli.trace:trace",
     "ui": "kmq.cli.ui:ui",
+    "sim": "kmq.cli.sim:sim",
 }
 
 

@@ -110,3 +110,17 @@ def test_a_lost_ack_makes_flush_report_the_record_it_could_not_confirm():
     p.send("q", b"v", key=b"k")
     with pytest.raises(ProduceFailed, match="1 record"):
         p.flush(2.0)
+
+
+def test_position_is_where_the_next_fetch_starts_and_none_when_not_assigned():
+    c = _cluster()
+    for v in (b"a", b"b", b"c"):
+        c.append("q", 0, None, v)
+    consumer = SimConsumer(c, "reader")
+    assert consumer.position("q", 0) is None
+    consumer.assign([("q", 0)])
+    assert consumer.position("q", 0) == 0
+    assert [r.offset for r in consumer.fetch(0.0, 2)] == [0, 1]
+    assert consumer.position("q", 0) == 2
+    consumer.seek("q", 0, 1)
+    assert consumer.position("q", 0) == 1

@@ -292,6 +292,13 @@ class SimConsumer:
     def resume(self, partitions: Iterable[TP]) -> None:
         self._paused -= {tuple(tp) for tp in partitions}  # type: ignore[misc]
 
+    def position(self, topic: str, partition: int) -> int | None:
+        """The offset the next fetch of the partition starts at (kafka-python's ``position``; not part
+        of the seam: the tracker's loop asks it of its markers consumer); None when not assigned."""
+        if (topic, partition) not in self._assigned:
+            return None
+        return self._position((topic, partition), self.cluster.log(topic, partition))
+
     def highwater(self, topic: str, partition: int) -> int | None:
         """The high-water mark the last fetch of the partition saw (None: no fetch yet, or not assigned)."""
         if (topic, partition) not in self._assigned:

@@ -1,0 +1,170 @@
+"""What must hold at the end of a schedule, read from the topics themselves.
+
+At the end (after the faults stopped and the world went quiet, or the step
+bound ran out) the queue, markers and DLQ logs are scanned (the search has no
+retention faults, so they are complete) and checked:
+
+* ``lost``: every message the producer sent was acked (an END marker covers
+  one of its records) or dead-lettered (a record in the DLQ carries it);
+* ``early-dead-letter``: a message dead-lettered for a reason other than a
+  reject had at least ``max_deliveries`` STARTs; one dead-lettered as rejected
+  was rejected by a handler;
+* ``copies``: at most :data:`COPY_BOUND_FACTOR` x ``max_deliveries`` copies
+  of a message (the tracker's copies, ``kmq-origin`` set). Without faults a
+  message has at most ``max_deliveries - 1``; a few more happen legitimately
+  (a copy whose acknowledgement was lost is sent again, a producer resend
+  makes two originals, each with its own copies): seeds 0..299 of the default
+  workload show at most ``max_deliveries + 1``. Twice ``max_deliveries``
+  means copies multiply;
+* ``commit-without-start``: no committed offset of the workers' group passes
+  a queue record that no START marker covers;
+* ``tracker-state``: the tracker's open offsets of a partition never exceeded
+  the records of that queue partition, and nothing is left open at the end;
+* ``not-quiet``: the world went quiet (every delivery settled, every partition
+  consumed, nothing open in the tracker) within the step bound.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from kmq.core.markers import BadMarker, Closed, End, Nack, Reject, Renew, Start, decode_record
+from kmq.core.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, parse_origin
+from kmq.core.copies import reference_of
+from kmq.dev.sim.clock import EPOCH_S
+from kmq.dev.sim.world import GROUP, QUEUE, World, message_id
+
+__all__ = ["Violation", "Scan", "scan", "check", "COPY_BOUND_FACTOR"]
+
+COPY_BOUND_FACTOR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken invariant; ``message`` names the message concerned, when there is one."""
+
+    invariant: str
+    detail: str
+    message: str | None = None
+
+
+@dataclass
+class Scan:
+    """What the logs say about each message (by message id)."""
+
+    where: dict[tuple[int, int], str] = field(default_factory=dict)  # (queue partition, offset) -> message
+    copies: Counter = field(default_factory=Counter)
+    starts: Counter = field(default_factory=Counter)
+    started_offsets: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
+    ended: set[str] = field(default_factory=set)
+    rejected: set[str] = field(default_factory=set)
+    dead: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # message -> DLQ reasons
+    events: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # time-stamped lines
+
+
+def _t(ts_ms: int) -> str:
+    return f"{ts_ms / 1000.0 - EPOCH_S:.6f}"
+
+
+def scan(world: World) -> Scan:
+    """Read the queue, markers and DLQ logs of ``world``."""
+    c, q, parts = world.cluster, world.queue, world.workload.partitions
+    s = Scan()
+    for p in range(parts):
+        plog = c.log(QUEUE, p)
+        for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
+            mid = message_id(rec.value)
+            if mid is None:
+                continue
+            s.where[(p, rec.offset)] = mid
+            origin = header_text(rec.headers, HEADER_ORIGIN)
+            if origin is not None:
+                s.copies[mid] += 1
+            s.events[mid].append(f"{_t(rec.timestamp)} record {QUEUE}[{p}]@{rec.offset}"
+                                 + (f" (copy of {origin})" if origin else " (original)"))
+    for p in range(parts):
+        plog = c.log(q.markers_topic, p)
+        for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
+            marker = decode_record(rec.key, rec.value, p)
+            if isinstance(marker, BadMarker):
+                continue
+            for r in marker.ranges:
+                for off in range(r.first, r.end):
+                    if isinstance(marker, Start):
+                        s.started_offsets[p].add(off)
+                    mid = s.where.get((p, off))
+                    if mid is None:
+                        continue
+                    kind = type(marker).__name__.upper()
+                    extra = (f" owner {marker.owner}" if isinstance(marker, Start)
+                             else f" outcome {marker.outcome.name}" if isinstance(marker, Closed) else "")
+                    s.events[mid].append(f"{_t(rec.timestamp)} {kind} {QUEUE}[{p}]@{off}{extra} "
+                                         f"(marker {q.markers_topic}[{p}]@{rec.offset})")
+                    if isinstance(marker, Start):
+                        s.starts[mid] += 1
+                    elif isinstance(marker, End):
+                        s.ended.add(mid)
+                    elif isinstance(marker, Reject):
+                        s.rejected.add(mid)
+                    elif isinstance(marker, (Nack, Renew)):
+                        pass
+    for p in range(parts):
+        plog = c.log(q.dlq_topic, p)
+        for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
+            mid = message_id(rec.value)
+            ref = reference_of(rec.headers)
+            if mid is None and ref is not None and (loc := parse_origin(ref)) is not None:
+                mid = s.where.get((loc[1], loc[2]))
+            if mid is None:
+                continue
+            reason = header_text(rec.headers, HEADER_DLQ_REASON) or "?"
+            s.dead[mid].append(reason)
+            s.events[mid].append(f"{_t(rec.timestamp)} DEAD LETTER {q.dlq_topic}[{p}]@{rec.offset} reason {reason}")
+    return s
+
+
+def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
+    """Every invariant of the module docstring; an empty list when all hold."""
+    s = scan(world)
+    out: list[Violation] = []
+    md = world.workload.max_deliveries
+    if not quiet:
+        busy = [a.name for a in world.actors if a.busy()]
+        out.append(Violation("not-quiet", f"not quiet by the end; busy: {', '.join(busy) or 'none'}; "
+                             f"tracker in flight: {[st.in_flight for _, st in sorted(world.tracker.states.items())]}"))
+    for i in range(world.workload.messages):
+        mid = f"m{i:05d}"
+        if mid not in s.ended and mid not in s.dead:
+            out.append(Violation("lost", f"{mid} was neither acked (END) nor dead-lettered", mid))
+    for mid, reasons in sorted(s.dead.items()):
+        for reason in reasons:
+            if reason == "rejected" and mid not in s.rejected:
+                out.append(Violation("early-dead-letter", f"{mid} dead-lettered as rejected, never rejected", mid))
+            elif reason != "rejected" and s.starts[mid] < md:
+                out.append(Violation("early-dead-letter", f"{mid} dead-lettered ({reason}) after {s.starts[mid]} "
+                                     f"START(s), fewer than max_deliveries = {md}", mid))
+    for mid, n in sorted(s.copies.items()):
+        if n > COPY_BOUND_FACTOR * md:
+            out.append(Violation("copies", f"{mid} has {n} copies, more than {COPY_BOUND_FACTOR} x max_deliveries", mid))
+    for p, state in sorted(world.tracker.states.items()):
+        records = world.cluster.log(QUEUE, p).high_water
+        peak = world.tracker.max_in_flight.get(p, 0)
+        if peak > records or (quiet and (state.in_flight or state.segment_count)):
+            out.append(Violation("tracker-state", f"{QUEUE}[{p}]: at most {peak} open offset(s) for {records} "
+                                 f"record(s); {state.in_flight} open, {state.segment_count} segment(s) at the end"))
+    for p in range(world.workload.partitions):
+        committed = world.cluster.groups.committed(GROUP, (QUEUE, p)) or 0
+        start = world.cluster.log(QUEUE, p).log_start
+        unstarted = [o for o in range(start, committed) if o not in s.started_offsets[p]]
+        if unstarted:
+            mid = s.where.get((p, unstarted[0]))
+            out.append(Violation("commit-without-start", f"{QUEUE}[{p}] committed at {committed} past offset(s) "
+                                 f"{unstarted[:10]} without a START", mid))
+    return out, s
+
+
+def history(world: World, s: Scan, mid: str) -> list[str]:
+    """A message's history in time order: what the actors did and what the logs hold."""
+    lines = world.notes.get(mid, []) + s.events.get(mid, [])
+    return sorted(lines, key=lambda line: float(line.split(" ", 1)[0]))

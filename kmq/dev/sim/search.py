@@ -1,0 +1,122 @@
+"""The search for lost messages: one schedule per seed, checked by :mod:`kmq.dev.sim.invariants`.
+
+For each seed: a :class:`~kmq.dev.sim.faults.FaultPlan` drawn from it (every
+kind but retention, whose deletions lose messages by design), a
+:class:`~kmq.dev.sim.world.World` on a fresh :class:`SimCluster`, run while
+the faults happen and then on until it is quiet (bounded), then the
+invariants. Same seed, same history: :attr:`SeedResult.digest` is the
+SHA-256 of the cluster's history, in which the actors write too.
+
+::
+
+    report = search(range(100), Workload(partitions=2, messages=40))
+    assert not report.failures, report.failures[0].describe()
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from kmq.dev.sim.cluster import SimCluster
+from kmq.dev.sim.faults import FaultPlan, Retention
+from kmq.dev.sim.invariants import Violation, check, history
+from kmq.dev.sim.workload import Workload
+from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
+
+__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search"]
+
+# Faults start within this many seconds; the world then runs on, quiet or not, for QUIET_BOUND_S more.
+FAULT_HORIZON_S = 40.0
+FAULT_COUNT = 6
+QUIET_BOUND_S = 600.0
+MAX_STEPS = 400_000
+
+
+@dataclass
+class SeedResult:
+    """One schedule's outcome; :meth:`describe` is what a failure prints."""
+
+    seed: int
+    violations: list[Violation]
+    digest: str
+    steps: int
+    quiet: bool
+    sim_seconds: float
+    plan: str
+    histories: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        state = "ok" if self.ok else f"{len(self.violations)} violation(s)"
+        return (f"seed {self.seed}: {state}; {self.steps} steps, {self.sim_seconds:.1f} simulated s, "
+                f"digest {self.digest[:12]}")
+
+    def describe(self, max_messages: int = 3) -> str:
+        lines = [self.summary(), "fault plan:", *(f"  {f}" for f in (self.plan.splitlines() or ["(none)"]))]
+        for v in self.violations:
+            lines.append(f"violation {v.invariant}: {v.detail}")
+        shown = [v.message for v in self.violations if v.message is not None][:max_messages]
+        for mid in dict.fromkeys(shown):
+            lines.append(f"history of {mid}:")
+            lines.extend(f"  {h}" for h in self.histories.get(mid, []))
+        return "\n".join(lines)
+
+
+@dataclass
+class SearchReport:
+    """Every seed's result and the rate."""
+
+    results: list[SeedResult]
+    wall_seconds: float
+
+    @property
+    def failures(self) -> list[SeedResult]:
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def rate(self) -> float:
+        """Schedules per wall-clock second."""
+        return len(self.results) / self.wall_seconds if self.wall_seconds > 0 else float("inf")
+
+
+def fault_plan(seed: int, workload: Workload) -> FaultPlan:
+    """The seed's faults over the world's topics, workers and tracker, retention left out."""
+    parts = workload.partitions
+    drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
+                             consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
+                             horizon=FAULT_HORIZON_S, count=FAULT_COUNT)
+    return FaultPlan(f for f in drawn.faults if not isinstance(f, Retention))
+
+
+def run_seed(seed: int, workload: Workload = Workload(), *, reader: Callable[[SimCluster], Any] | None = None,
+             faults: FaultPlan | None = None) -> SeedResult:
+    """Run one schedule and check it (``reader`` replaces the tracker's log reader, to plant a defect)."""
+    plan = fault_plan(seed, workload) if faults is None else faults
+    cluster = SimCluster(seed, plan, latency=(0.0005, 0.005))
+    world = World(cluster, workload, seed, reader=reader)
+    faults_end = max([getattr(f, "until", f.at) for f in plan.faults] + [workload.produce_over])
+    quiet, steps = world.run(until=faults_end + QUIET_BOUND_S, quiet_after=faults_end, max_steps=MAX_STEPS)
+    violations, s = check(world, quiet)
+    histories = {v.message: history(world, s, v.message) for v in violations if v.message is not None}
+    return SeedResult(seed, violations, cluster.digest(), steps, quiet, cluster.t(), plan.describe(), histories)
+
+
+def search(seeds: Iterable[int], workload: Workload = Workload(), *,
+           reader: Callable[[SimCluster], Any] | None = None, stop_at_first: bool = False,
+           on_result: Callable[[SeedResult], None] | None = None) -> SearchReport:
+    """Run every seed (or up to the first violation); ``on_result`` sees each result as it comes."""
+    began = time.perf_counter()
+    results = []
+    for seed in seeds:
+        r = run_seed(seed, workload, reader=reader)
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+        if stop_at_first and not r.ok:
+            break
+    return SearchReport(results, time.perf_counter() - began)

@@ -1,0 +1,380 @@
+"""One schedule: a queue, its markers and DLQ on a :class:`SimCluster`, and the actors that use them.
+
+The actors are driven one at a time by :meth:`World.run`, each when its wake
+time comes, as threads of separate processes would be, but in one thread on
+the virtual clock (a call that waits, a START acknowledgement or the
+tracker's flush, holds the others up meanwhile: time still passes for the
+broker and its faults, not for the other actors).
+
+* :class:`Producer`: sends the workload's messages (value ``m00042``) and sends
+  again what was not acknowledged (an application producer with retries);
+* :class:`Worker`: a kmq consumer: fetches, writes one START marker
+  (:mod:`kmq.core.markers`) per partition for the offsets it took and waits
+  for its acknowledgement, commits, then settles each delivery as the
+  workload draws it: END, NACK, REJECT, nothing (the lease lapses), or a
+  crash (it loses what it holds and comes back later, from the commits);
+* :class:`TrackerActor`: the real :class:`tracker.redeliver.Redeliverer` and
+  :class:`kmq.core.lease_state.PartitionState`, fed by the markers topic read
+  on the cluster, producing copies, dead letters and CLOSED markers through a
+  :class:`SimProducer` and reading the queue through a log reader (a
+  :class:`SimLogReader` unless the search plants another).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from prometheus_client import CollectorRegistry
+
+from kmq.client.api import ClientCommitFailed, ProduceFailed
+from kmq.config import Config, QueueConfig
+from kmq.core.lease_state import PartitionState
+from kmq.core.markers import BadMarker, End, Nack, Reject, Start, decode_record, encode, encode_key
+from kmq.core.ranges import coalesce
+from kmq.dev.sim.cluster import SimCluster
+from kmq.dev.sim.consumer import SimConsumer
+from kmq.dev.sim.producer import SimDelivery, SimProducer
+from kmq.dev.sim.reader import SimLogReader
+from kmq.dev.sim.tracker_loop import ServiceTrackerActor
+from kmq.dev.sim.workload import ACK, CRASH, HANG, NACK, REJECT, SERVICE, Fate, Workload
+from kmq.telemetry.metrics import TrackerMetrics
+from tracker.redeliver import Redeliverer, delivery_timeout_s, send_wait_s
+
+__all__ = ["World", "Worker", "Producer", "TrackerActor", "QUEUE", "GROUP", "message_id", "queue_config"]
+
+QUEUE = "q"
+GROUP = "kmq-workers"
+TRACKER = "tracker"
+TRACKER_READER = "tracker-reader"
+# The tracker sizes its producer from the topics' max.message.bytes (copy_request_size_for); the simulated
+# topics take any record, so it is sized for the largest the fault plan writes (2 MiB).
+TRACKER_REQUEST_SIZE = 4 * 1024 * 1024
+
+
+def message_id(value: bytes | None) -> str | None:
+    """The workload message a record carries (originals and copies alike), None for other records."""
+    if value is not None and len(value) == 6 and value.startswith(b"m") and value[1:].isdigit():
+        return value.decode()
+    return None
+
+
+def queue_config(w: Workload) -> Config:
+    """The kmq configuration of the simulated queue (what the tracker and the workers are given)."""
+    return Config.from_dict({
+        "kafka": {"bootstrap_servers": "sim:9092", "session_timeout": "10s", "heartbeat_interval": "1s"},
+        "queues": [{"name": QUEUE, "lease": f"{int(w.lease * 1000)}ms", "max_deliveries": w.max_deliveries,
+                    "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}],
+        "tracker": {"tick": "50ms", "http_port": 0},
+    })
+
+
+class _Actor:
+    name: str
+    interval: float
+    wake: float = 0.0
+
+    def step(self) -> None:  # pragma: no cover - every actor has its own
+        raise NotImplementedError
+
+    def busy(self) -> bool:
+        """Whether the actor still has work it knows of (for quiescence)."""
+        return False
+
+
+class Producer(_Actor):
+    """Sends each message at its time; resends the ones whose send failed, until acknowledged."""
+
+    interval = 0.05
+
+    def __init__(self, world: "World", times: list[float]) -> None:
+        self.world = world
+        self.name = "app-producer"
+        self.client = SimProducer(world.cluster, self.name, delivery_timeout=10.0)
+        self._todo = [(t, f"m{i:05d}") for i, t in enumerate(times)]
+        self._sent: list[tuple[str, SimDelivery]] = []
+        self.acked: set[str] = set()
+
+    def step(self) -> None:
+        now = self.world.cluster.t()
+        while self._todo and self._todo[0][0] <= now:
+            _, mid = self._todo.pop(0)
+            self._send(mid)
+        unsettled = []
+        for mid, fut in self._sent:
+            if not fut.is_done:
+                unsettled.append((mid, fut))
+            elif fut.exception is not None:
+                self.world.note(mid, f"produce failed ({fut.exception}); sending again")
+                self._send(mid, unsettled)
+            else:
+                self.acked.add(mid)
+                self.world.note(mid, f"produce acked {QUEUE}[{fut.value.partition}]@{fut.value.offset}")
+        self._sent = unsettled
+
+    def _send(self, mid: str, into: list | None = None) -> None:
+        fut = self.client.send(QUEUE, value=mid.encode(), key=mid.encode())
+        (self._sent if into is None else into).append((mid, fut))
+
+    def busy(self) -> bool:
+        return bool(self._todo or self._sent)
+
+
+class Worker(_Actor):
+    """A kmq consumer process (see the module docstring)."""
+
+    interval = 0.1
+
+    def __init__(self, world: "World", name: str) -> None:
+        self.world = world
+        self.name = name
+        self.incarnation = 0
+        self.pending: list[tuple[float, int, Fate, Any]] = []  # (due, seq, fate, record)
+        self._seq = 0
+        self.down_until: float | None = None
+        self._start()
+
+    def _start(self) -> None:
+        c = self.world.cluster
+        self.incarnation += 1
+        self.consumer = SimConsumer(c, self.name, group_id=GROUP)
+        self.consumer.subscribe([QUEUE], on_assigned=lambda _s: None, on_revoked=self._revoked)
+        self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
+        self.owner = f"{self.name}#{self.incarnation}"
+        self.to_commit: dict[tuple[str, int], int] = {}
+
+    def busy(self) -> bool:
+        return bool(self.pending or self.to_commit) or self.down_until is not None
+
+    def _revoked(self, tps: set) -> None:
+        # A commit left over for a revoked partition is the new owner's business: Kafka would accept it
+        # from any member of the current generation and move the group's offset back.
+        for tp in tps:
+            self.to_commit.pop(tuple(tp), None)
+
+    def step(self) -> None:
+        c = self.world.cluster
+        if self.down_until is not None:
+            if c.t() < self.down_until:
+                return
+            self.down_until = None
+            self._start()
+            c.record(f"world {self.name} restarted as {self.owner}")
+        self._settle_due()
+        if self.down_until is None:
+            self._commit()
+            self._take(self.consumer.fetch(0.0, 20))
+
+    def _settle_due(self) -> None:
+        c = self.world.cluster
+        now = c.t()
+        self.pending.sort(key=lambda x: (x[0], x[1]))
+        while self.pending and self.pending[0][0] <= now:
+            _, _, fate, rec = self.pending.pop(0)
+            if fate.kind == CRASH:
+                self._crash(rec)
+                return
+            marker = {ACK: lambda: End([(rec.offset, 1)]), NACK: lambda: Nack([(rec.offset, 1)], 0),
+                      REJECT: lambda: Reject([(rec.offset, 1)], "sim handler rejected it")}.get(fate.kind)
+            self.world.note(message_id(rec.value), f"{self.owner} settles {QUEUE}[{rec.partition}]@{rec.offset}: "
+                            f"{fate.kind}")
+            if marker is not None:
+                self.markers.send(self.world.queue.markers_topic, value=encode(marker()),
+                                  key=encode_key(rec.partition), partition=rec.partition)
+
+    def _crash(self, rec: Any) -> None:
+        c = self.world.cluster
+        self.world.note(message_id(rec.value), f"{self.owner} crashes handling {QUEUE}[{rec.partition}]@{rec.offset} "
+                        f"({len(self.pending)} other delivery(ies) lost)")
+        c.record(f"world {self.owner} crashes")
+        self.consumer.crash()
+        self.markers.close(timeout=0.0)
+        self.pending = []
+        self.down_until = c.t() + self.world.workload.restart_after
+
+    def _take(self, records: list) -> None:
+        if not records:
+            return
+        w, c = self.world, self.world.cluster
+        by_partition: dict[int, list] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r)
+        commits = {}
+        for p, recs in sorted(by_partition.items()):
+            ranges = coalesce(r.offset for r in recs)
+            start = Start([(r.first, r.count) for r in ranges], lease_ms=int(w.workload.lease * 1000), owner=self.owner)
+            fut = self.markers.send(w.queue.markers_topic, value=encode(start), key=encode_key(p), partition=p)
+            try:
+                fut.get(timeout=12.0)
+            except ProduceFailed as exc:
+                # Not started: not processed and not committed; fetched again from here.
+                c.record(f"world {self.owner} START {QUEUE}[{p}] failed ({exc}); seeking back to {recs[0].offset}")
+                try:
+                    self.consumer.seek(QUEUE, p, recs[0].offset)
+                except ClientCommitFailed:
+                    pass  # revoked meanwhile: the next owner starts from the commit
+                continue
+            w.started[p].update(r.offset for r in recs)
+            commits[(QUEUE, p)] = recs[-1].offset + 1
+            for r in recs:
+                self._seq += 1
+                fate = w.workload.handle(w.rng)
+                w.note(message_id(r.value), f"{self.owner} took {QUEUE}[{p}]@{r.offset} (START acked); will {fate.kind} "
+                       f"after {fate.after:g}s")
+                if fate.kind != HANG:
+                    self.pending.append((c.t() + fate.after, self._seq, fate, r))
+        self.to_commit.update(commits)
+        self._commit()
+
+    def _commit(self) -> None:
+        """Commit what was started; a failed commit is tried again next step (the offsets are
+        STARTed: the tracker covers them whatever happens to the commit), unless the group moved on."""
+        if not self.to_commit:
+            return
+        try:
+            self.consumer.commit(self.to_commit)
+        except ClientCommitFailed as exc:
+            self.world.cluster.record(f"world {self.owner} commit failed ({exc})")
+            if exc.rebalanced:  # what is still ours is committed again; the rest is the new owner's
+                mine = self.consumer.assignment()
+                self.to_commit = {tp: o for tp, o in self.to_commit.items() if tp in mine}
+            return
+        self.to_commit = {}
+
+
+class TrackerActor(_Actor):
+    """The real redelivery step on the simulated cluster (see the module docstring)."""
+
+    interval = 0.05
+
+    def __init__(self, world: "World", reader: Any) -> None:
+        self.world = world
+        self.name = TRACKER
+        c, q, cfg = world.cluster, world.queue, world.config
+        self.consumer = SimConsumer(c, TRACKER)
+        self.consumer.assign([(q.markers_topic, p) for p in range(world.workload.partitions)])
+        self.states = {p: PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
+                       for p in range(world.workload.partitions)}
+        self.metrics = TrackerMetrics(CollectorRegistry())
+
+        def new_producer() -> SimProducer:
+            return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(cfg.kafka),
+                               max_request_size=TRACKER_REQUEST_SIZE)
+
+        self.redeliverer = Redeliverer(new_producer(), reader, self.metrics, clock_ms=c.clock.now_ms,
+                                       send_timeout_s=send_wait_s(cfg.kafka), max_request_size=TRACKER_REQUEST_SIZE,
+                                       new_producer=new_producer)
+        self.max_in_flight: dict[int, int] = {}  # partition -> most offsets open at once
+
+    def step(self) -> None:
+        c = self.world.cluster
+        for rec in self.consumer.fetch(0.0, 5000):
+            state = self.states[rec.partition]
+            marker = decode_record(rec.key, rec.value, rec.partition)
+            if isinstance(marker, BadMarker):
+                c.record(f"world tracker skips a bad marker at {rec.partition}@{rec.offset}: {marker.reason}")
+                state.skip(rec.offset)
+            else:
+                state.apply(marker, rec.offset, rec.timestamp)
+        for p, state in sorted(self.states.items()):
+            items = state.due(c.clock.now_ms(), limit=5000)
+            if items:
+                report = self.redeliverer.process(self.world.queue, p, state, items)
+                c.record(f"world tracker {QUEUE}[{p}]: {report.redelivered} copied, {report.dead_lettered} "
+                         f"dead-lettered, {report.missing} missing, {report.deferred} deferred, {report.failed} failed")
+            self.max_in_flight[p] = max(self.max_in_flight.get(p, 0), state.in_flight)
+
+    def busy(self) -> bool:
+        return any(s.in_flight for s in self.states.values())
+
+
+class World:
+    """One seed's schedule: the cluster, the topics, the actors and the per-message notes.
+
+    :param reader: makes the tracker's log reader from the cluster (the search plants defects here).
+    """
+
+    def __init__(self, cluster: SimCluster, workload: Workload, seed: int,
+                 reader: Callable[[SimCluster], Any] | None = None) -> None:
+        self.cluster = cluster
+        self.workload = workload
+        self.rng = random.Random(f"world-{seed}")
+        self.config = queue_config(workload)
+        self.queue: QueueConfig = self.config.queues[0]
+        for topic in (QUEUE, self.queue.markers_topic, self.queue.dlq_topic):
+            cluster.create_topic(topic, workload.partitions)
+        self.notes: dict[str, list[str]] = {}
+        self.started: dict[int, set[int]] = {p: set() for p in range(workload.partitions)}
+        self.producer = Producer(self, workload.send_times(self.rng))
+        self.workers = [Worker(self, f"w{i}") for i in range(workload.workers)]
+        make_reader = reader or (lambda cl: SimLogReader(cl, TRACKER_READER))
+        self.tracker: TrackerActor | ServiceTrackerActor
+        if workload.tracker_loop == SERVICE:
+            self.tracker = self._service_tracker(make_reader(cluster))
+        else:
+            self.tracker = TrackerActor(self, make_reader(cluster))
+        self.actors: list[_Actor] = [self.producer, *self.workers, self.tracker]
+
+    def _service_tracker(self, reader: Any) -> ServiceTrackerActor:
+        c, kafka = self.cluster, self.config.kafka
+
+        def new_producer() -> SimProducer:
+            return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(kafka),
+                               max_request_size=TRACKER_REQUEST_SIZE)
+
+        def new_redeliverer(producer: SimProducer, metrics: TrackerMetrics, now_ms: Callable[[], int]) -> Redeliverer:
+            return Redeliverer(producer, reader, metrics, clock_ms=now_ms, send_timeout_s=send_wait_s(kafka),
+                               max_request_size=TRACKER_REQUEST_SIZE, new_producer=new_producer)
+
+        w = self.workload
+        crash_at = (round(self.rng.uniform(0.0, w.produce_over * 2), 6)
+                    if self.rng.random() < w.tracker_crash_chance else None)
+        return ServiceTrackerActor(self, reader, SimLogReader(c, TRACKER_READER), new_producer, new_redeliverer,
+                                   TRACKER, crash_at=crash_at)
+
+    def note(self, mid: str | None, text: str) -> None:
+        """One line of a message's history (also in the cluster's history, so in the digest)."""
+        line = f"{self.cluster.t():.6f} {text}"
+        if mid is not None:
+            self.notes.setdefault(mid, []).append(line)
+        self.cluster.record(f"world {mid or '-'}: {text}")
+
+    # ------------------------------------------------------------ driving
+    def run(self, until: float, quiet_after: float, max_steps: int) -> tuple[bool, int]:
+        """Run the actors until ``until`` (simulated seconds) or until the world is quiet after
+        ``quiet_after``; returns (quiet, steps taken)."""
+        c = self.cluster
+        steps = 0
+        next_check = quiet_after
+        while steps < max_steps:
+            actor = min(self.actors, key=lambda a: (a.wake, self.actors.index(a)))
+            if actor.wake >= until:
+                break
+            if actor.wake > c.t():
+                c.clock.run_until(c.clock.now() + (actor.wake - c.t()))
+            thaw = c.faults.frozen_until(actor.name, c.t())
+            if thaw is not None:
+                actor.wake = thaw + 1e-6  # past the clock's microsecond rounding: thawed then
+                steps += 1
+                continue
+            actor.step()
+            steps += 1
+            actor.wake = c.t() + actor.interval
+            if c.t() >= next_check:
+                if self.quiet():
+                    return True, steps
+                next_check = c.t() + 1.0
+        return self.quiet(), steps
+
+    def quiet(self) -> bool:
+        """Nothing left to do: every send settled, every delivery settled, every partition consumed
+        and committed, nothing open in the tracker."""
+        if any(a.busy() for a in self.actors):
+            return False
+        for p in range(self.workload.partitions):
+            hw = self.cluster.log(QUEUE, p).high_water
+            if self.cluster.groups.committed(GROUP, (QUEUE, p)) != hw and hw > 0:
+                return False
+            if (self.tracker.states[p].position or 0) < self.cluster.log(self.queue.markers_topic, p).high_water:
+                return False
+        return True
