@@ -130,15 +130,16 @@ def test_installed_kafka_python_satisfies_the_pin_and_still_has_the_internals_km
     assert installed_private_attributes()  # not vacuous
 
 
-def test_kmq_consumer_imports_no_kafka_client_and_both_adapters_serve_it():
+@pytest.mark.parametrize("member", ["kmq.consumer.consumer", "tracker.service"])
+def test_the_group_members_import_no_kafka_client_and_both_adapters_serve_them(member):
     import ast
+    import importlib
 
-    import kmq.consumer.consumer
     from kmq.client import GroupConsumerAdapter
     from kmq.client.confluent.consumer import ConfluentConsumer
     from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 
-    src = Path(kmq.consumer.consumer.__file__).read_text()
+    src = Path(importlib.import_module(member).__file__).read_text()
     modules = {a.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m.split(".")[0] in ("kafka", "confluent_kafka")}, modules
