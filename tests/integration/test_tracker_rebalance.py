@@ -31,8 +31,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FILLER = 6000  # more markers than one poll returns (5000): catch-up needs a second fetch
 
 
-def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics):
-    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "1s"})
+# kafka_client: the tracker's group membership (the intruder stays a kafka-python member of the same group).
+def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics, kafka_client):
+    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "1s"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 1)
     other = unique("other")
     from kmq.config import QueueConfig
@@ -88,7 +89,7 @@ def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, q
 
 
 def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, queue_topics, tmp_path, kafka_client):
-    # kafka_client: the paused tracker's reader and producer (librdkafka's threads are frozen too).
+    # kafka_client: the paused tracker's group membership, reader and producer (librdkafka's threads are frozen too).
     n = 200
     cfg, q = queue_topics(2, queue={"lease": "2s", "max_deliveries": 5,
                                     "backoff": {"initial": "200ms", "max": "1s", "multiplier": 2.0}},

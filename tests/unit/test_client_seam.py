@@ -160,3 +160,44 @@ def test_client_errors_of_either_client_become_kmq_errors():
     rd = confluent_kafka.KafkaException(confluent_kafka.KafkaError(confluent_kafka.KafkaError._ALL_BROKERS_DOWN))
     assert isinstance(client_api.client_error(cfg.kafka, rd, "consuming q"), BrokerUnavailable)
     assert client_api.client_error(cfg.kafka, ZeroDivisionError(), "x") is None  # a bug stays a bug
+
+
+class _Librdkafka:
+    """The calls the confluent adapter's position() makes, answered as librdkafka answers them."""
+
+    def __init__(self, consumed: int = -1001, committed: int = -1001, cached_low: int = -1, log_start: int = 0) -> None:
+        self.consumed, self.committed_at, self.cached_low, self.log_start = consumed, committed, cached_low, log_start
+
+    def position(self, tps):
+        return [confluent_kafka.TopicPartition(tp.topic, tp.partition, self.consumed) for tp in tps]
+
+    def committed(self, tps, timeout=None):
+        return [confluent_kafka.TopicPartition(tp.topic, tp.partition, self.committed_at) for tp in tps]
+
+    def seek(self, tp):
+        self.consumed = -1001  # librdkafka forgets the position until a record is consumed again
+
+    def get_watermark_offsets(self, tp, timeout=None, cached=False):
+        if cached:
+            return (self.cached_low, -1 if self.cached_low < 0 else self.cached_low + 10)
+        return (self.log_start, 99)
+
+
+@pytest.mark.parametrize("raw, seek, expected", [
+    (_Librdkafka(consumed=12), None, 12),  # a record was consumed: librdkafka knows
+    (_Librdkafka(consumed=12), 4, 4),  # a seek makes librdkafka forget; the adapter remembers the target
+    (_Librdkafka(committed=7), None, 7),  # nothing consumed or sought: the fetch starts at the commit
+    (_Librdkafka(committed=7, cached_low=20), None, 20),  # below the log start: the broker resets to it
+    (_Librdkafka(committed=70, cached_low=20), None, 70),  # past the end: left to the caller (tansu never resets)
+    (_Librdkafka(log_start=3), None, 3),  # no commit, nothing fetched yet: the broker's log start
+    (_Librdkafka(committed=7, log_start=3), "beginning", 3),
+])
+def test_confluent_position_is_where_the_next_fetch_starts(raw, seek, expected):
+    from kmq.client.confluent.consumer import ConfluentConsumer
+
+    c = ConfluentConsumer(raw)
+    if seek == "beginning":
+        c.seek_to_beginning([("m", 0)])
+    elif seek is not None:
+        c.seek("m", 0, seek)
+    assert c.position("m", 0) == expected

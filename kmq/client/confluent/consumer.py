@@ -370,7 +370,8 @@ class ConfluentConsumer:
         """librdkafka's position is the offset after the last record consumed; until a record of the
         partition is consumed it has none, and the next fetch starts at the last seek's target, else
         at the committed offset, else at the log start (``auto.offset.reset=earliest``). An offset
-        outside the log as the last fetch saw it is reset to the log start, as that fetch does."""
+        below the log start as the last fetch saw it is the log start: the broker refuses such a
+        fetch as out of range and librdkafka resets to the log start, as kafka-python does."""
         tp = TopicPartition(topic, partition)
         try:
             pos = self.raw.position([tp])[0].offset
@@ -381,9 +382,9 @@ class ConfluentConsumer:
         start = self._sought.get((topic, partition))
         if start is None:
             start = self.committed([(topic, partition)])[(topic, partition)]
-        low, high = self._cached_bounds(tp)
-        if start is not None and start >= 0 and (low is None or low <= start <= high):
-            return start
+        low = self._cached_log_start(tp)
+        if start is not None and start >= 0:
+            return start if low is None else max(start, low)
         if low is not None:
             return low
         try:  # nothing fetched yet: ask the broker for the log start (its log end is not used)
@@ -392,13 +393,13 @@ class ConfluentConsumer:
             raise BrokerUnavailable(f"log start of {topic}[{partition}] not read: {exc}") from exc
         return low if low >= 0 else None
 
-    def _cached_bounds(self, tp: Any) -> tuple[int | None, int]:
-        """(log start, high-water mark) as the last fetch saw them; (None, -1) before any fetch."""
+    def _cached_log_start(self, tp: Any) -> int | None:
+        """The log start as the last fetch saw it (None before any fetch)."""
         try:
-            low, high = self.raw.get_watermark_offsets(tp, cached=True) or (-1, -1)
+            low, _high = self.raw.get_watermark_offsets(tp, cached=True) or (-1, -1)
         except KafkaException:
-            return None, -1
-        return (low, high) if low >= 0 and high >= 0 else (None, -1)
+            return None
+        return low if low >= 0 else None
 
     def pause(self, partitions: Iterable[tuple[str, int]]) -> None:
         self.raw.pause([TopicPartition(t, p) for t, p in partitions])
