@@ -356,7 +356,8 @@ class Tracker:
     def _drop_view(self, why: str) -> None:
         """Forget every partition's state; each is re-read from its committed offset (the group decides
         whether it is still ours). Duplicates at most; never a loss: the commit never passes an open START."""
-        if not self._owned:
+        if not self._owned:  # e.g. the client learnt first that the session expired, and revoked them
+            log.warning("%s: no partition is held any more, so there is no view to drop", why)
             return
         self.metrics.stale_views.inc()
         log.warning("%s: dropping the in-memory state of %d partition(s) and re-reading them from the committed "

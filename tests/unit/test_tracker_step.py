@@ -227,3 +227,14 @@ def test_a_partition_whose_committed_offset_is_not_read_is_not_acted_on_until_it
     h.consumer.offsets_unavailable = False
     h.steps(5)
     assert h.metric("markers", QUEUE, "start") == PARTITIONS and h.copies() == {0: 1, 1: 1, 2: 1}
+
+
+def test_a_pause_after_which_the_client_already_revoked_everything_drops_no_view_but_says_so(monkeypatch, caplog):
+    h = Harness(monkeypatch)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.steps(2)
+    pauses.pause(30.0)
+    h.consumer.assign([])  # the client learnt of the expired session first (inside its poll) and revoked
+    h.steps(1)
+    assert h.metric("stale_views") == 0 and not h.tracker._owned
+    assert "the process stood still for 30.0s" in caplog.text and "no partition is held any more" in caplog.text

@@ -188,9 +188,10 @@ class KafkaPythonConsumer:
         """The group's committed offsets (None: none); :class:`~kmq.core.errors.BrokerUnavailable`
         when the coordinator does not answer."""
         out: dict[Partition, int | None] = {}
+        timeout_ms = self.raw.config["request_timeout_ms"]
         for t, p in partitions:
             try:
-                out[(t, p)] = self.raw.committed(TopicPartition(t, p))
+                out[(t, p)] = self.raw.committed(TopicPartition(t, p), timeout_ms=timeout_ms)
             except KafkaError as exc:
                 raise BrokerUnavailable(f"committed offset of {t}[{p}] not read: {type(exc).__name__}: {exc}") from exc
         return out
