@@ -201,3 +201,32 @@ def test_confluent_position_is_where_the_next_fetch_starts(raw, seek, expected):
     elif seek is not None:
         c.seek("m", 0, seek)
     assert c.position("m", 0) == expected
+
+
+def test_the_trackers_group_consumer_settings_reach_either_client(monkeypatch):
+    import kmq.client.confluent.consumer as confluent_adapter
+    from kmq.client.kafka_python import clients
+
+    seen: dict = {}
+
+    class Stub:
+        def __init__(self, *args, **kwargs) -> None:
+            seen.update(args[0] if args and isinstance(args[0], dict) else kwargs)
+
+    monkeypatch.setattr(confluent_adapter.ck, "Consumer", Stub)
+    monkeypatch.setattr(clients, "KafkaConsumer", Stub)
+    overrides = {"group_instance_id": "tracker-0", "fetch_max_wait_ms": 50, "metadata_max_age_ms": 30_000,
+                 "max_poll_interval_ms": 300_000}
+    for client, expected in [
+        ("confluent", {"group.id": "g", "group.instance.id": "tracker-0", "fetch.wait.max.ms": 50,
+                       "metadata.max.age.ms": 30_000, "max.poll.interval.ms": 300_000, "enable.auto.commit": False,
+                       "partition.assignment.strategy": "range,roundrobin", "session.timeout.ms": 6000}),
+        ("kafka-python", {"group_id": "g", **overrides, "enable_auto_commit": False, "max_poll_records": 10,
+                          "session_timeout_ms": 6000}),
+    ]:
+        seen.clear()
+        cfg = Config.from_dict({"kafka": {"client": client, "bootstrap_servers": "127.0.0.1:1", "session_timeout": "6s"},
+                                "queues": [{"name": "q"}]})
+        adapter = client_api.group_consumer(cfg.kafka, "g", "RANGE", 10, **overrides)
+        assert adapter.client == client
+        assert {k: seen.get(k) for k in expected} == expected, client
