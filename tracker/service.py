@@ -43,18 +43,13 @@ from collections import Counter as Tally
 from dataclasses import dataclass
 from typing import Callable
 
-from kafka import TopicPartition
-from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
-from kafka.errors import CommitFailedError, KafkaError
-from kafka.structs import OffsetAndMetadata
 from prometheus_client import CollectorRegistry
 
 from kmq import client as client_api
-from kmq.client import LogReadError
-from kmq.client.kafka_python.clients import consumer as make_consumer
+from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, Partition, Record
 from kmq.client.topics import require_aligned
 from kmq.config import Config, QueueConfig
-from kmq.core.errors import KmqError, MarkerDecodeError
+from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import BadMarker, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
@@ -77,6 +72,8 @@ _DUE_LIMIT = 5000
 _STEP_BUDGET_S = 1.0
 # The markers consumer's max.poll.interval: past it without a poll the client leaves the group.
 _MAX_POLL_INTERVAL_S = 300.0
+# Markers read per poll (also kafka-python's max_poll_records).
+_POLL_RECORDS = 5000
 
 
 @dataclass
@@ -84,7 +81,7 @@ class _Owned:
     """One assigned markers partition."""
 
     queue: QueueConfig
-    tp: TopicPartition
+    tp: Partition  # (markers topic, partition)
     state: PartitionState
     target: int | None = None  # high-water mark seen at assignment
     caught_up: bool = False
@@ -95,19 +92,13 @@ class _Owned:
     retention_warned: bool = False
     served: float = 0.0  # monotonic time its due messages were last handed to the redeliverer
 
+    @property
+    def topic(self) -> str:
+        return self.tp[0]
 
-class _Listener(AsyncConsumerRebalanceListener):
-    """kafka-python 3 runs rebalance callbacks on its IO thread, where a blocking
-    commit is refused; the async listener awaits the commit there instead."""
-
-    def __init__(self, tracker: "Tracker") -> None:
-        self._tracker = tracker
-
-    async def on_partitions_revoked(self, revoked) -> None:
-        await self._tracker._on_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned) -> None:
-        self._tracker._on_assigned(assigned)
+    @property
+    def partition(self) -> int:
+        return self.tp[1]
 
 
 class Tracker:
@@ -126,13 +117,13 @@ class Tracker:
         self._clock = clock
         self._http_host = http_host
         self._queues = {q.markers_topic: q for q in cfg.queues}
-        self._owned: dict[TopicPartition, _Owned] = {}
+        self._owned: dict[Partition, _Owned] = {}
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._joined = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._consumer = None
+        self._consumer: GroupConsumerAdapter | None = None
         self._http: HealthServer | None = None
         self.http_port: int | None = None
         self._mono = time.monotonic
@@ -191,7 +182,7 @@ class Tracker:
         """(ready, detail): joined the group and every assigned partition caught up."""
         if not self._joined:
             return False, "not ready: joining the tracker group"
-        behind = [f"{o.tp.topic}[{o.tp.partition}]" for o in list(self._owned.values()) if not o.caught_up]
+        behind = [f"{o.topic}[{o.partition}]" for o in list(self._owned.values()) if not o.caught_up]
         if behind:
             return False, "not ready: catching up " + ", ".join(sorted(behind))
         return True, f"ready: {len(self._owned)} partition(s)"
@@ -233,8 +224,7 @@ class Tracker:
                                   liveness=self.alive)
         self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
         self.http_port = self._http.start()
-        # Originals are read and copies and CLOSED markers produced on kafka.client (kmq.client);
-        # the markers group (rebalance listener, fenced commits) stays on kafka-python for now.
+        # Every client is on kafka.client (kmq.client): the markers group, the readers, the producer.
         size = copy_request_size_for(self.cfg)
         self._producer = copy_producer(kafka, size)
         self._reader = client_api.open_log_reader(kafka)
@@ -250,12 +240,13 @@ class Tracker:
             # Static membership: a restart within kafka.session_timeout gets the same
             # partitions back without a group-wide rebalance (close() does not leave).
             membership["group_instance_id"] = self.cfg.tracker.instance_id
-        self._consumer = make_consumer(
-            kafka, group_id=self.cfg.tracker.group_id, max_poll_records=5000,
+        # RANGE: the clients' classic eager assignors; a revoke hands every partition back at once.
+        self._consumer = client_api.group_consumer(
+            kafka, self.cfg.tracker.group_id, "RANGE", _POLL_RECORDS,
             fetch_max_wait_ms=max(10, min(500, int(self.cfg.tracker.tick * 1000))),
             metadata_max_age_ms=30_000, max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
         )
-        self._consumer.subscribe(topics=sorted(self._queues), listener=_Listener(self))
+        self._join_group()
         self._next_commit = self._next_metrics = self._mono()
         self._membership.pauses.start()
         log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
@@ -290,15 +281,15 @@ class Tracker:
     def step(self, wait_s: float = 0.0) -> float:
         """Poll markers for up to ``wait_s``, apply them, redeliver what is due,
         commit; return how long the next poll may wait."""
-        records = self._consumer.poll(timeout_ms=int(wait_s * 1000), max_records=5000)
+        records = self._consumer.fetch(wait_s, _POLL_RECORDS)
         if self._membership_in_doubt("before this step"):
-            records = {}  # read before the pause: act on nothing of it, re-read from the commits
+            records = []  # read before the pause: act on nothing of it, re-read from the commits
         self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._position_new()
-        for tp, batch in records.items():
+        for tp, batch in _by_partition(records).items():
             owned = self._owned.get(tp)
-            if owned is not None and tp not in just_positioned:
+            if owned is not None and owned.positioned and tp not in just_positioned:
                 self._apply(owned, batch, tally)
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
@@ -329,7 +320,7 @@ class Tracker:
                 continue
             copies = self._redeliver(owned, items)
             owned.served = self._mono()
-            if self._membership_in_doubt(f"while {owned.tp.topic}[{owned.tp.partition}] was redelivered",
+            if self._membership_in_doubt(f"while {owned.topic}[{owned.partition}] was redelivered",
                                          owned.queue, copies):
                 return
 
@@ -337,7 +328,7 @@ class Tracker:
         """One partition's due items; returns the records produced. Nothing raised here stops the
         service or the other partitions."""
         try:
-            return self._redeliverer.process(owned.queue, owned.tp.partition, owned.state, items).copies
+            return self._redeliverer.process(owned.queue, owned.partition, owned.state, items).copies
         except Exception:  # noqa: BLE001 - a bug or a client surprise on one record must not stop the tracker
             now = self._now_ms()
             at = retry_at_ms(max(i.failures for i in items), now)
@@ -346,7 +337,7 @@ class Tracker:
             owned.state.retry(left, at)
             self.metrics.record_failures.labels(owned.queue.name, "internal").inc(n)
             log.exception("redelivery of %d message(s) from %s[%d] failed unexpectedly; they stay open and are "
-                          "retried in %.1fs", n, owned.queue.name, owned.tp.partition, (at - now) / 1000.0)
+                          "retried in %.1fs", n, owned.queue.name, owned.partition, (at - now) / 1000.0)
             return 0
 
     def _membership_in_doubt(self, when: str, queue: QueueConfig | None = None, copies: int = 0) -> bool:
@@ -365,7 +356,8 @@ class Tracker:
     def _drop_view(self, why: str) -> None:
         """Forget every partition's state; each is re-read from its committed offset (the group decides
         whether it is still ours). Duplicates at most; never a loss: the commit never passes an open START."""
-        if not self._owned:
+        if not self._owned:  # e.g. the client learnt first that the session expired, and revoked them
+            log.warning("%s: no partition is held any more, so there is no view to drop", why)
             return
         self.metrics.stale_views.inc()
         log.warning("%s: dropping the in-memory state of %d partition(s) and re-reading them from the committed "
@@ -392,8 +384,8 @@ class Tracker:
             return tick
         return max(0.0, min(tick, (soonest - now) / 1000.0))
 
-    def _apply(self, owned: _Owned, batch, tally: Tally) -> None:
-        state, qname, p = owned.state, owned.queue.name, owned.tp.partition
+    def _apply(self, owned: _Owned, batch: list[Record], tally: Tally) -> None:
+        state, qname, p = owned.state, owned.queue.name, owned.partition
         if batch and owned.resume_from is not None:
             self._check_resume(owned, batch[0].offset)
         late = 0
@@ -408,7 +400,7 @@ class Tracker:
                     owned.bad_logged = True
                     log.warning("skipping an undecodable marker at %s[%d] offset %d: %s (further bad markers on "
                                 "this partition are only counted in kmq_tracker_bad_markers_total)",
-                                owned.tp.topic, p, rec.offset, exc)
+                                owned.topic, p, rec.offset, exc)
                 state.skip(rec.offset)
                 continue
             eff = state.apply(marker, rec.offset, rec.timestamp)
@@ -417,21 +409,30 @@ class Tracker:
         if late:
             self.metrics.late_acks.labels(qname).inc(late)
 
-    def _position_new(self) -> set[TopicPartition]:
+    def _position_new(self) -> set[Partition]:
         """Seek newly assigned partitions to their committed marker offset.
 
         kafka-python keeps the fetch position of a partition that is revoked
         and assigned again to the same member; its state was dropped at the
         revoke, so it must be replayed from the commit. Records fetched for it
-        in the same poll came from the old position and are discarded.
+        in the same poll came from the old position and are discarded, and so
+        are a partition's records until it is positioned (the committed
+        offsets may not be read: tried again next step).
         """
         new = [o for o in self._owned.values() if not o.positioned]
+        if not new:
+            return set()
+        try:
+            committed = self._consumer.committed([o.tp for o in new])
+        except BrokerUnavailable as exc:
+            log.warning("committed marker offsets of %s not read (%s); trying again", _names(o.tp for o in new), exc)
+            return set()
         for owned in new:
-            off = self._consumer.committed(owned.tp)
+            off = committed.get(owned.tp)
             if off is None:
-                self._consumer.seek_to_beginning(owned.tp)
+                self._consumer.seek_to_beginning([owned.tp])
             else:
-                self._consumer.seek(owned.tp, off)
+                self._consumer.seek(owned.topic, owned.partition, off)
             owned.positioned = True
             owned.target = None
             owned.state.position = off
@@ -446,17 +447,18 @@ class Tracker:
         owned.resume_from = None
         if gap is None:
             return
-        q, tp = owned.queue, owned.tp
+        q = owned.queue
         self.metrics.marker_offset_resets.labels(q.name, gap.kind).inc()
         if gap.kind == BELOW_LOG_START and gap.lost is not None:
             self.metrics.markers_lost.labels(q.name).inc(gap.lost.count)
             log.error("%s[%d]: committed marker offset %d is below the log start %d: markers %d..%d were deleted by "
                       "retention before the tracker closed them. Messages whose START was among them and that were "
                       "not acked will NOT be redelivered. See docs/operations.md (markers lost to retention)",
-                      tp.topic, tp.partition, gap.committed, gap.resumed_at, gap.lost.first, gap.lost.last)
+                      owned.topic, owned.partition, gap.committed, gap.resumed_at, gap.lost.first, gap.lost.last)
         else:
             log.warning("%s[%d]: committed marker offset %d is past the end of the markers log (topic recreated or "
-                        "truncated?); replaying from offset %d", tp.topic, tp.partition, gap.committed, gap.resumed_at)
+                        "truncated?); replaying from offset %d", owned.topic, owned.partition, gap.committed,
+                        gap.resumed_at)
 
     def _update_catch_up(self) -> None:
         """Fetch the catch-up targets still missing, then enable redelivery where the position reached them."""
@@ -478,16 +480,16 @@ class Tracker:
             self._check_resume_position(owned)
         pos = owned.state.position
         if pos is None:
-            pos = owned.state.position = self._consumer.position(owned.tp)
+            pos = owned.state.position = self._consumer.position(owned.topic, owned.partition)
         if pos is not None and pos >= owned.target:
             owned.caught_up = True
             self._next_metrics = 0.0  # publish the replayed state at once
             log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
-                     owned.tp.topic, owned.tp.partition, pos, owned.state.in_flight)
+                     owned.topic, owned.partition, pos, owned.state.in_flight)
 
     def _check_resume_position(self, owned: _Owned) -> None:
         """Nothing read yet since resuming: check where the consumer actually is."""
-        cur = self._consumer.position(owned.tp)
+        cur = self._consumer.position(owned.topic, owned.partition)
         if cur is not None and cur != owned.resume_from:
             # The consumer's offset reset moved the position before anything was read.
             self._check_resume(owned, cur)
@@ -495,8 +497,8 @@ class Tracker:
         elif owned.resume_from > owned.target:
             # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
             # reset to the log start on its own; do it explicitly rather than rely on the broker.
-            self._consumer.seek_to_beginning(owned.tp)
-            start = self._consumer.position(owned.tp)
+            self._consumer.seek_to_beginning([owned.tp])
+            start = self._consumer.position(owned.topic, owned.partition)
             self._check_resume(owned, start)
             owned.state.position = start
 
@@ -509,16 +511,16 @@ class Tracker:
         if not offsets:
             return
         try:
-            self._consumer.commit({tp: OffsetAndMetadata(c, "", -1) for tp, (_, c) in offsets.items()})
-        except CommitFailedError as exc:
-            # Fenced: the group moved on without us (e.g. after a pause). Our view is stale.
-            self.metrics.fenced_commits.inc()
-            log.warning("marker offset commit refused by the group (%s); the previous commit stays", exc)
-            self._drop_view("the group refused a commit")
-            return
-        except KafkaError as exc:
-            # Not fatal: the previous commit stays, a new owner replays a little more.
-            log.warning("marker offset commit failed (%s); a new owner would replay from the previous commit", exc)
+            self._consumer.commit({tp: c for tp, (_, c) in offsets.items()})
+        except ClientCommitFailed as exc:
+            if exc.rebalanced:
+                # Fenced: the group moved on without us (e.g. after a pause). Our view is stale.
+                self.metrics.fenced_commits.inc()
+                log.warning("marker offset commit refused by the group (%s); the previous commit stays", exc)
+                self._drop_view("the group refused a commit")
+            else:
+                # Not fatal: the previous commit stays, a new owner replays a little more.
+                log.warning("marker offset commit failed (%s); a new owner would replay from the previous commit", exc)
             return
         for owned, c in offsets.values():
             owned.committed = c
@@ -527,7 +529,7 @@ class Tracker:
         now = self._now_ms()
         m = self.metrics
         for owned in self._owned.values():
-            labels = (owned.queue.name, str(owned.tp.partition))
+            labels = (owned.queue.name, str(owned.partition))
             m.in_flight.labels(*labels).set(owned.state.in_flight)
             m.oldest_in_flight_seconds.labels(*labels).set(owned.state.oldest_age_s(now))
             m.failing_offsets.labels(*labels).set(owned.state.failing)
@@ -538,50 +540,57 @@ class Tracker:
                 log.warning("%s[%d]: an open START has used %.0f%% of the markers retention (START marker offset %s); "
                             "if it is not closed before the retention (%gh: queues[].markers_retention, default "
                             "topics.markers_retention) deletes it, its messages are lost. See docs/operations.md "
-                            "(KmqOpenStartNearRetention)", owned.tp.topic, owned.tp.partition, used * 100,
+                            "(KmqOpenStartNearRetention)", owned.topic, owned.partition, used * 100,
                             owned.state.committable_offset(), owned.queue.markers_retention / 3600)
             elif used < 0.5:
                 owned.retention_warned = False
-            hw = self._consumer.highwater(owned.tp)
+            hw = self._consumer.highwater(owned.topic, owned.partition)
             pos = owned.state.position
             if hw is not None and pos is not None:
                 m.marker_lag.labels(*labels).set(max(0, hw - pos))
 
     # ------------------------------------------------------------ rebalance
-    def _on_assigned(self, assigned) -> None:
+    def _join_group(self) -> None:
+        """Subscribe to the markers topics. The client calls back inside fetch() and close()
+        (kafka-python on its I/O thread, while the main thread waits in that call)."""
+        self._consumer.subscribe(sorted(self._queues), self._on_assigned, self._on_revoked,
+                                 commit_on_revoke=self._revoke_offsets, on_commit_failed=self._revoke_commit_failed)
+
+    def _on_assigned(self, assigned: set[Partition]) -> None:
         self._joined = True
-        for tp in assigned:
+        for tp in sorted(assigned):  # served in this order until each has been served once
             if tp in self._owned:
                 continue
-            q = self._queues[tp.topic]
+            q = self._queues[tp[0]]
             self._owned[tp] = _Owned(q, tp, self._new_state(q))
         log.info("assigned markers partitions: %s", _names(assigned) or "none")
 
-    async def _on_revoked(self, revoked) -> None:
-        """Commit the revoked partitions' offsets (when changed), then drop their state."""
-        revoked = set(revoked)
-        if not revoked:
-            return
+    def _revoke_offsets(self, revoked: set[Partition]) -> dict[Partition, int]:
+        """What to commit before ``revoked`` go (the client commits it): each one's committable
+        offset, where it changed."""
         offsets = {}
         for tp in revoked:
             owned = self._owned.get(tp)
             c = owned.state.committable_offset() if owned is not None else None
             if c is not None and c != owned.committed:
-                offsets[tp] = OffsetAndMetadata(c, "", -1)
-        if offsets:
-            try:
-                # The awaitable form of consumer.commit(), usable on the IO thread.
-                await self._consumer._coordinator._commit_offsets_sync_async(offsets, 10_000)
-            except Exception as exc:  # noqa: BLE001 - the previous commit stays; the new owner replays more
-                if isinstance(exc, CommitFailedError):
-                    self.metrics.fenced_commits.inc()
-                log.warning("commit before revoke failed (%s); the new owner replays from the previous commit", exc)
+                offsets[tp] = c
+        return offsets
+
+    def _revoke_commit_failed(self, exc: ClientCommitFailed) -> None:
+        if exc.rebalanced:
+            self.metrics.fenced_commits.inc()
+        log.warning("commit before revoke failed (%s); the new owner replays from the previous commit", exc)
+
+    def _on_revoked(self, revoked: set[Partition]) -> None:
+        """Drop the revoked partitions' state (their offsets were committed just before, when changed)."""
+        if not revoked:
+            return
         m = self.metrics
         for tp in revoked:
             owned = self._owned.pop(tp, None)
             if owned is None:
                 continue
-            labels = (owned.queue.name, str(tp.partition))
+            labels = (owned.queue.name, str(owned.partition))
             for g in (m.in_flight, m.oldest_in_flight_seconds, m.marker_lag, m.failing_offsets, m.retention_used_ratio):
                 try:
                     g.remove(*labels)
@@ -590,5 +599,13 @@ class Tracker:
         log.info("revoked markers partitions: %s (offsets committed, state dropped)", _names(revoked))
 
 
+def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
+    """Fetched records per partition, in offset order."""
+    out: dict[Partition, list[Record]] = {}
+    for rec in records:
+        out.setdefault((rec.topic, rec.partition), []).append(rec)
+    return out
+
+
 def _names(tps) -> str:
-    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(tps))
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(tps))

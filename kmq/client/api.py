@@ -205,19 +205,47 @@ class ConsumerAdapter(Protocol):
 
 
 class GroupConsumerAdapter(ConsumerAdapter, Protocol):
-    """What :class:`~kmq.consumer.consumer.KmqConsumer` needs on top of :class:`ConsumerAdapter`: a group
-    subscription with rebalance callbacks, fetching straight into kmq's message objects, commits
-    that do not block the fetcher, and the client's own stall handling (kafka-python's workarounds
-    live in its adapter). Both adapters implement it; :func:`group_consumer` builds one."""
+    """What the group members need on top of :class:`ConsumerAdapter`: a group subscription with
+    rebalance callbacks, fetching straight into kmq's message objects, commits that do not block the
+    fetcher, and the client's own stall handling (kafka-python's workarounds live in its adapter),
+    for :class:`~kmq.consumer.consumer.KmqConsumer`; for the tracker, a commit before partitions are
+    revoked, the group's committed offsets and positions. Both adapters implement it;
+    :func:`group_consumer` builds one.
+
+    Errors: a commit the client did not complete raises :class:`ClientCommitFailed` (``rebalanced``
+    when the group moved on); a look-up the broker did not answer raises
+    :class:`~kmq.core.errors.BrokerUnavailable`."""
 
     def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
-                  on_revoked: Callable[[set], None]) -> None: ...
+                  on_revoked: Callable[[set], None],
+                  commit_on_revoke: Callable[[set], Mapping[Partition, int]] | None = None,
+                  on_commit_failed: Callable[[ClientCommitFailed], None] | None = None) -> None:
+        """Join the group for ``topics``. ``on_assigned``/``on_revoked`` get ``(topic, partition)``
+        sets and run inside :meth:`fetch` (a lost assignment counts as revoked). With
+        ``commit_on_revoke``, revoked partitions first have the offsets it returns committed,
+        synchronously and while they are still this member's; a commit that fails is passed to
+        ``on_commit_failed``; ``on_revoked`` follows either way."""
+        ...
+
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = ...) -> list: ...
     def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Any: ...
     def member_id(self) -> str | None: ...
     def watch(self, stall_timeout: float, on_fatal: Callable[[str], None], name: str) -> None: ...
     def unwatch(self) -> None: ...
     def recover_starved(self) -> None: ...
+
+    def committed(self, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        """The offsets this group committed for ``partitions`` (None: none), from the broker."""
+        ...
+
+    def position(self, topic: str, partition: int) -> int | None:
+        """The offset the next fetch of an assigned partition starts at (a seek's target, else the
+        committed offset, else the log start); None when it cannot be told yet."""
+        ...
+
+    def seek_to_beginning(self, partitions: Iterable[Partition]) -> None:
+        """Read assigned ``partitions`` from the start of their logs on the next fetch."""
+        ...
 
 
 class Delivery:

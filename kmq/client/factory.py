@@ -52,10 +52,15 @@ def adapt_consumer(consumer: Any) -> ConsumerAdapter:
     )
 
 
-def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int) -> GroupConsumerAdapter:
+def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int,
+                   **overrides: Any) -> GroupConsumerAdapter:
     """A :class:`GroupConsumerAdapter` on the client ``kafka.client`` names: group ``group_id``,
     auto-commit off, ``assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``, kmq's ``consumer.assignor``)
-    and kmq's session timing. Not subscribed yet."""
+    and kmq's session timing. Not subscribed yet.
+
+    ``overrides`` use kafka-python's names, mapped for confluent like the producer's:
+    ``group_instance_id`` (static membership), ``fetch_max_wait_ms``, ``metadata_max_age_ms``,
+    ``max_poll_interval_ms``."""
     name = client_of(kafka)
     require_client(name)
     if name == CONFLUENT:
@@ -63,10 +68,11 @@ def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int) -
 
         strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
         return confluent_consumer(kafka, group_id=group_id, enable_auto_commit=False,
-                                  **{"partition.assignment.strategy": strategy})
+                                  **{"partition.assignment.strategy": strategy}, **overrides)
     return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
                                                 max_poll_records=max_records,
-                                                partition_assignment_strategy=clients.assignors(assignor)))
+                                                partition_assignment_strategy=clients.assignors(assignor),
+                                                **overrides))
 
 
 def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:

@@ -101,7 +101,7 @@ FLEET = [
 # while messages still arrive (asserted; the producer needs 14.3 s, and acks stall for a SIGKILL
 # hand-over of ~9 s after each kill). The confluent loop is the kind no other crash test kills.
 KILLED = [(1, 4_000)]
-# One tracker per client (kafka.client: originals read, copies and CLOSED markers produced);
+# One tracker per client (kafka.client: its group membership, originals read, copies and CLOSED markers produced);
 # TRACKER_CLIENTS[0] is SIGKILLed and the other takes over its partitions.
 TRACKER_CLIENTS = ["kafka-python", "confluent"]
 

@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kafka import TopicPartition
-
+from kmq.client import ClientCommitFailed, Record
+from kmq.core.errors import BrokerUnavailable
 from kmq.core.markers import encode, encode_key
 from kmq.core.ranges import OffsetRange
 
@@ -75,44 +75,73 @@ class FakeKafka:
 
 
 class FakeGroupConsumer:
-    """The markers group consumer (kafka-python's API as the tracker uses it)."""
+    """The markers group consumer: the methods of :class:`kmq.client.GroupConsumerAdapter` the
+    tracker calls, with ``(topic, partition)`` keys. ``assign(partitions)`` plays a rebalance:
+    the revoke (with its commit) and assignment callbacks the tracker subscribed with run."""
 
     def __init__(self, kafka: FakeKafka) -> None:
         self.kafka = kafka
-        self.assigned: list[TopicPartition] = []
-        self.pos: dict[TopicPartition, int] = {}
-        self.commits: dict[TopicPartition, int] = {}
+        self.assigned: list[tuple[str, int]] = []
+        self.pos: dict[tuple[str, int], int] = {}
+        self.commits: dict[tuple[str, int], int] = {}
+        self.refuse_commits: ClientCommitFailed | None = None  # raised by commit() while set
+        self.offsets_unavailable = False  # committed() raises BrokerUnavailable while set
+        self._callbacks: tuple | None = None
 
-    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict:
-        out = {}
+    def subscribe(self, topics, on_assigned, on_revoked, commit_on_revoke=None, on_commit_failed=None) -> None:
+        self._callbacks = (on_assigned, on_revoked, commit_on_revoke, on_commit_failed)
+
+    def assign(self, partitions) -> None:
+        """An eager rebalance: every partition is revoked (after its commit), then ``partitions`` assigned."""
+        on_assigned, on_revoked, commit_on_revoke, on_commit_failed = self._callbacks
+        gone = set(self.assigned)
+        if gone:
+            offsets = commit_on_revoke(gone) if commit_on_revoke is not None else {}
+            if offsets:
+                try:
+                    self.commit(offsets)
+                except ClientCommitFailed as exc:
+                    on_commit_failed(exc)
+            on_revoked(gone)
+        self.assigned = list(partitions)
+        on_assigned(set(self.assigned))
+
+    def fetch(self, timeout: float, max_records: int, build: Callable = Record) -> list:
+        out = []
         for tp in self.assigned:
             p = self.pos.get(tp)
             if p is None:
                 continue
-            recs = self.kafka.records(tp.topic, tp.partition)[p:p + max_records]
-            if recs:
-                out[tp] = recs
-                self.pos[tp] = p + len(recs)
+            recs = self.kafka.records(*tp)[p:p + max_records - len(out)]
+            out.extend(build(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in recs)
+            self.pos[tp] = p + len(recs)
         return out
 
-    def committed(self, tp: TopicPartition) -> int | None:
-        return self.commits.get(tp)
+    def assignment(self) -> set[tuple[str, int]]:
+        return set(self.assigned)
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.pos[tp] = offset
+    def committed(self, partitions) -> dict[tuple[str, int], int | None]:
+        if self.offsets_unavailable:
+            raise BrokerUnavailable("committed offsets not read: the group coordinator is not available")
+        return {tp: self.commits.get(tp) for tp in partitions}
 
-    def seek_to_beginning(self, tp: TopicPartition) -> None:
-        self.pos[tp] = 0
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self.pos[(topic, partition)] = offset
 
-    def position(self, tp: TopicPartition) -> int | None:
-        return self.pos.get(tp)
+    def seek_to_beginning(self, partitions) -> None:
+        for tp in partitions:
+            self.pos[tp] = 0
 
-    def highwater(self, tp: TopicPartition) -> int:
-        return len(self.kafka.records(tp.topic, tp.partition))
+    def position(self, topic: str, partition: int) -> int | None:
+        return self.pos.get((topic, partition))
+
+    def highwater(self, topic: str, partition: int) -> int:
+        return len(self.kafka.records(topic, partition))
 
     def commit(self, offsets) -> None:
-        for tp, om in offsets.items():
-            self.commits[tp] = om.offset
+        if self.refuse_commits is not None:
+            raise self.refuse_commits
+        self.commits.update(offsets)
 
     def close(self) -> None:
         pass
@@ -186,7 +215,7 @@ class FakeLogReader:
         return FakeReadResult(found, missing)
 
     def high_waters(self, starts) -> dict:
-        return {tp: len(self.kafka.records(tp.topic, tp.partition)) for tp in starts}
+        return {tp: len(self.kafka.records(*tp)) for tp in starts}
 
     def partition_count(self, topic: str) -> int:
         return self.kafka.partitions.get(topic, 0)

@@ -1,12 +1,13 @@
 """The consumer adapters of the client seam on the real broker, both clients:
-poll as Records, commit of explicit offsets, seek, pause/resume, high-water marks."""
+poll as Records, commit of explicit offsets, seek, pause/resume, high-water marks;
+the group consumer's committed offsets, positions and commit before a revoke."""
 
 from __future__ import annotations
 
 import pytest
 
 from kmq.client.kafka_python import clients
-from kmq.client import Record, adapt_consumer
+from kmq.client import Record, adapt_consumer, group_consumer
 from tests.helpers.kafka import wait_until
 from tests.helpers.workers import committed
 
@@ -50,3 +51,45 @@ def test_adapter_polls_commits_seeks_pauses_and_reports_the_high_water_mark(queu
         a.resume([(q.name, 0)])
     finally:
         a.close()
+
+
+def test_group_consumer_positions_commits_and_commits_before_a_revoke(queue_topics, bootstrap, kafka_client):
+    # What the tracker needs of the seam, on each client: committed offsets, seeks, positions, a
+    # synchronous commit, and a commit made inside the revoke (here: the one close() triggers).
+    cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})
+    p = clients.producer(cfg.kafka)
+    for i in range(10):
+        p.send(q.name, value=b"v%d" % i, partition=0)
+    p.flush()
+    p.close()
+    group = cfg.tracker.group_id
+    both = {(q.name, 0), (q.name, 1)}
+    events: list = []  # (what, partitions); kafka-python also calls on_revoked with none at its first join
+    failures: list = []
+    c = group_consumer(cfg.kafka, group, "RANGE", 100, fetch_max_wait_ms=50, metadata_max_age_ms=30_000,
+                       max_poll_interval_ms=300_000)
+    c.subscribe([q.name], lambda parts: events.append(("assigned", parts)), lambda parts: events.append(("revoked", parts)),
+                commit_on_revoke=lambda parts: events.append(("commit", parts)) or {(q.name, 0): 8},
+                on_commit_failed=failures.append)
+    closed = False
+    try:
+        wait_until(lambda: c.fetch(0.1, 100) is not None and c.assignment() == both, 30, what="assignment")
+        assert [e for e in events if e[1]] == [("assigned", both)]
+        assert c.committed(both) == {(q.name, 0): None, (q.name, 1): None}
+        c.seek_to_beginning(both)
+        assert (c.position(q.name, 0), c.position(q.name, 1)) == (0, 0)
+        c.seek(q.name, 0, 4)
+        assert c.position(q.name, 0) == 4
+        got: list[Record] = []
+        wait_until(lambda: got.extend(c.fetch(0.2, 100)) or len(got) >= 6, 30, what="records from offset 4")
+        assert [(r.partition, r.offset) for r in got] == [(0, o) for o in range(4, 10)]
+        assert c.position(q.name, 0) == 10
+        c.commit({(q.name, 0): 6})
+        assert c.committed(both) == {(q.name, 0): 6, (q.name, 1): None}
+        c.close()
+        closed = True
+        assert [e for e in events if e[1]][1:] == [("commit", both), ("revoked", both)] and failures == []
+        assert committed(bootstrap, group, q.name) == {0: 8}
+    finally:
+        if not closed:
+            c.close()

@@ -33,9 +33,10 @@ def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
         c.close()
 
 
+# kafka_client: where the markers group consumer resumes (committed offset, position, seek to the log start).
 def test_committed_offset_past_the_log_end_is_detected_and_replayed_from_the_log_start(bootstrap, queue_topics,
-                                                                                      caplog):
-    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"})
+                                                                                      caplog, kafka_client):
+    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"}, kafka={"client": kafka_client})
     markers = MarkerProducer(bootstrap, q.markers_topic)
     try:
         markers.send(0, Start([(0, 3)], lease_ms=60_000, owner="w"))
@@ -53,9 +54,10 @@ def test_committed_offset_past_the_log_end_is_detected_and_replayed_from_the_log
     assert "is past the end of the markers log" in caplog.text
 
 
-def test_committed_offset_below_the_log_start_counts_the_lost_markers(bootstrap, queue_topics, caplog, skip_on_tansu):
+def test_committed_offset_below_the_log_start_counts_the_lost_markers(bootstrap, queue_topics, caplog, skip_on_tansu,
+                                                                       kafka_client):
     skip_on_tansu("cannot delete records: no retention and no DeleteRecords, so the log start never moves")
-    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"})
+    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"}, kafka={"client": kafka_client})
     markers = MarkerProducer(bootstrap, q.markers_topic)
     try:
         for i in range(10):

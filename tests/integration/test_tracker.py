@@ -31,7 +31,7 @@ def produce(bootstrap, topic, n, partition=0, hdrs=(("app", b"x"),)):
     return out
 
 
-# kafka_client: the tracker reads originals and produces copies and CLOSED markers on either client.
+# kafka_client: the tracker's markers group, its reads of originals and its copies and CLOSED markers on either client.
 def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 3)
@@ -131,9 +131,10 @@ def _fuzz_values(n: int, seed: int = 7) -> list[bytes]:
     return out
 
 
-def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics):
+# kafka_client: the markers group consumer reads the bad records on each client.
+def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics, kafka_client):
     """100,000 undecodable values (plus bad keys) never stop the tracker."""
-    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"})
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 1)
     values = _fuzz_values(100_000)
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)

@@ -31,8 +31,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FILLER = 6000  # more markers than one poll returns (5000): catch-up needs a second fetch
 
 
-def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics):
-    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "1s"})
+# kafka_client: the tracker's group membership (the intruder stays a kafka-python member of the same group).
+def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics, kafka_client):
+    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "1s"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 1)
     other = unique("other")
     from kmq.config import QueueConfig
@@ -88,7 +89,7 @@ def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, q
 
 
 def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, queue_topics, tmp_path, kafka_client):
-    # kafka_client: the paused tracker's reader and producer (librdkafka's threads are frozen too).
+    # kafka_client: the paused tracker's group membership, reader and producer (librdkafka's threads are frozen too).
     n = 200
     cfg, q = queue_topics(2, queue={"lease": "2s", "max_deliveries": 5,
                                     "backoff": {"initial": "200ms", "max": "1s", "multiplier": 2.0}},
@@ -118,7 +119,11 @@ def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, 
         wait_until(lambda: originals <= set(origins()), 60, interval=0.5, what="every message redelivered by B")
         os.kill(a.proc.pid, signal.SIGCONT)
         stopped = False
-        wait_until(lambda: metric(pa, "kmq_tracker_stale_views_total") >= 1, 30, what="A dropped its stale view")
+        wait_until(lambda: b"the process stood still for" in a.log_path.read_bytes(), 30, what="A saw its pause")
+        # A drops its stale view, unless its client learnt first that the session expired and revoked
+        # every partition inside the poll (librdkafka may, on its own thread): then there is none to drop.
+        assert (metric(pa, "kmq_tracker_stale_views_total") >= 1
+                or b"no partition is held any more, so there is no view to drop" in a.log_path.read_bytes())
         wait_until(lambda: a.proc.poll() is None and "caught up" in open(a.log_path).read().split("stood still")[-1], 30,
                    what="A rejoined and caught up")
         copies = collections.Counter(origins())
@@ -129,7 +134,6 @@ def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, 
         # A copied nothing from its stale view; a pause inside a redelivery step would be counted here,
         # bounded by one step (5000 offsets a partition).
         assert duplicates <= stale and duplicates <= 5000
-        assert b"the process stood still for" in a.log_path.read_bytes()
         print(f"\npaused tracker: {len(originals)} messages, {len(copies)} redelivered, {duplicates} duplicates, "
               f"{stale:.0f} stale copies reported, {fenced:.0f} fenced commits")
     finally:

@@ -27,8 +27,9 @@ def _markers(bootstrap: str, topic: str, items) -> None:
     p.close()
 
 
-def test_sigkill_new_owner_replays_only_from_the_oldest_open_start(bootstrap, queue_topics, tmp_path):
-    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"})
+# kafka_client: the killed tracker's commits and the next owner's replay, on each client's group membership.
+def test_sigkill_new_owner_replays_only_from_the_oldest_open_start(bootstrap, queue_topics, tmp_path, kafka_client):
+    cfg, q = queue_topics(1, queue={**QUEUE, "lease": "60s"}, kafka={"client": kafka_client})
     closed_pairs = 1000
     # markers 0..1999: started and acked; 2000: START of offset 1000, never acked; 2001..4000: more acked pairs
     items = []
@@ -59,7 +60,7 @@ def test_sigkill_new_owner_replays_only_from_the_oldest_open_start(bootstrap, qu
 
 
 def test_sigterm_commits_and_leaves_so_the_next_owner_redelivers(bootstrap, queue_topics, tmp_path, kafka_client):
-    # kafka_client: a tracker process that stops and one that starts, reading and producing on each client.
+    # kafka_client: a tracker process that commits and leaves and one that joins, on each client.
     cfg, q = queue_topics(2, queue={**QUEUE, "lease": "3s"}, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 2, partition=0)
     produce(bootstrap, q.name, 2, partition=1)
@@ -87,7 +88,7 @@ def test_broker_restart_mid_run_loses_nothing(tmp_path, kafka_client):
     try:
         name = unique("q")
         cfg = Config.from_dict({
-            # kafka_client: the tracker's reads and redeliveries ride through the outage on each client.
+            # kafka_client: the tracker's group, reads and redeliveries ride through the outage on each client.
             "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "client": kafka_client},
             "queues": [{"name": name, **QUEUE, "lease": "2s"}],
             "tracker": {"group_id": unique("tracker"), "http_port": 0, "tick": "50ms"},
@@ -116,8 +117,9 @@ def test_broker_restart_mid_run_loses_nothing(tmp_path, kafka_client):
         broker.stop()
 
 
-def test_a_joining_tracker_takes_partitions_and_nothing_is_redelivered_twice(bootstrap, queue_topics):
-    cfg, q = queue_topics(2, queue={**QUEUE, "lease": "4s"}, tracker={"tick": "50ms"})
+# kafka_client: a rebalance between two trackers, with the commit made inside the revoke, on each client.
+def test_a_joining_tracker_takes_partitions_and_nothing_is_redelivered_twice(bootstrap, queue_topics, kafka_client):
+    cfg, q = queue_topics(2, queue={**QUEUE, "lease": "4s"}, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     for p in (0, 1):
         produce(bootstrap, q.name, 2, partition=p)
     markers = MarkerProducer(bootstrap, q.markers_topic)
@@ -134,8 +136,10 @@ def test_a_joining_tracker_takes_partitions_and_nothing_is_redelivered_twice(boo
                 for tail in tails:
                     recs = tail.wait_for(4, what="redelivery after the rebalance")
                     assert [headers(r)["kmq-delivery-count"] for r in recs[2:]] == ["2", "2"]
-                total = sum(metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) for t in (a, b))
-                assert total == 4
+                # Counted once the copy's CLOSED marker is acknowledged, a little after the copy is readable.
+                total = lambda: sum(metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) for t in (a, b))
+                wait_until(lambda: total() >= 4, 10, what="the copies counted")
+                assert total() == 4
         assert [len(t.poll()) for t in tails] == [4, 4]  # no second copy from either owner
     finally:
         markers.close()

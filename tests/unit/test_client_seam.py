@@ -130,15 +130,16 @@ def test_installed_kafka_python_satisfies_the_pin_and_still_has_the_internals_km
     assert installed_private_attributes()  # not vacuous
 
 
-def test_kmq_consumer_imports_no_kafka_client_and_both_adapters_serve_it():
+@pytest.mark.parametrize("member", ["kmq.consumer.consumer", "tracker.service"])
+def test_the_group_members_import_no_kafka_client_and_both_adapters_serve_them(member):
     import ast
+    import importlib
 
-    import kmq.consumer.consumer
     from kmq.client import GroupConsumerAdapter
     from kmq.client.confluent.consumer import ConfluentConsumer
     from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 
-    src = Path(kmq.consumer.consumer.__file__).read_text()
+    src = Path(importlib.import_module(member).__file__).read_text()
     modules = {a.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m.split(".")[0] in ("kafka", "confluent_kafka")}, modules
@@ -159,3 +160,73 @@ def test_client_errors_of_either_client_become_kmq_errors():
     rd = confluent_kafka.KafkaException(confluent_kafka.KafkaError(confluent_kafka.KafkaError._ALL_BROKERS_DOWN))
     assert isinstance(client_api.client_error(cfg.kafka, rd, "consuming q"), BrokerUnavailable)
     assert client_api.client_error(cfg.kafka, ZeroDivisionError(), "x") is None  # a bug stays a bug
+
+
+class _Librdkafka:
+    """The calls the confluent adapter's position() makes, answered as librdkafka answers them."""
+
+    def __init__(self, consumed: int = -1001, committed: int = -1001, cached_low: int = -1, log_start: int = 0) -> None:
+        self.consumed, self.committed_at, self.cached_low, self.log_start = consumed, committed, cached_low, log_start
+
+    def position(self, tps):
+        return [confluent_kafka.TopicPartition(tp.topic, tp.partition, self.consumed) for tp in tps]
+
+    def committed(self, tps, timeout=None):
+        return [confluent_kafka.TopicPartition(tp.topic, tp.partition, self.committed_at) for tp in tps]
+
+    def seek(self, tp):
+        self.consumed = -1001  # librdkafka forgets the position until a record is consumed again
+
+    def get_watermark_offsets(self, tp, timeout=None, cached=False):
+        if cached:
+            return (self.cached_low, -1 if self.cached_low < 0 else self.cached_low + 10)
+        return (self.log_start, 99)
+
+
+@pytest.mark.parametrize("raw, seek, expected", [
+    (_Librdkafka(consumed=12), None, 12),  # a record was consumed: librdkafka knows
+    (_Librdkafka(consumed=12), 4, 4),  # a seek makes librdkafka forget; the adapter remembers the target
+    (_Librdkafka(committed=7), None, 7),  # nothing consumed or sought: the fetch starts at the commit
+    (_Librdkafka(committed=7, cached_low=20), None, 20),  # below the log start: the broker resets to it
+    (_Librdkafka(committed=70, cached_low=20), None, 70),  # past the end: left to the caller (tansu never resets)
+    (_Librdkafka(log_start=3), None, 3),  # no commit, nothing fetched yet: the broker's log start
+    (_Librdkafka(committed=7, log_start=3), "beginning", 3),
+])
+def test_confluent_position_is_where_the_next_fetch_starts(raw, seek, expected):
+    from kmq.client.confluent.consumer import ConfluentConsumer
+
+    c = ConfluentConsumer(raw)
+    if seek == "beginning":
+        c.seek_to_beginning([("m", 0)])
+    elif seek is not None:
+        c.seek("m", 0, seek)
+    assert c.position("m", 0) == expected
+
+
+def test_the_trackers_group_consumer_settings_reach_either_client(monkeypatch):
+    import kmq.client.confluent.consumer as confluent_adapter
+    from kmq.client.kafka_python import clients
+
+    seen: dict = {}
+
+    class Stub:
+        def __init__(self, *args, **kwargs) -> None:
+            seen.update(args[0] if args and isinstance(args[0], dict) else kwargs)
+
+    monkeypatch.setattr(confluent_adapter.ck, "Consumer", Stub)
+    monkeypatch.setattr(clients, "KafkaConsumer", Stub)
+    overrides = {"group_instance_id": "tracker-0", "fetch_max_wait_ms": 50, "metadata_max_age_ms": 30_000,
+                 "max_poll_interval_ms": 300_000}
+    for client, expected in [
+        ("confluent", {"group.id": "g", "group.instance.id": "tracker-0", "fetch.wait.max.ms": 50,
+                       "metadata.max.age.ms": 30_000, "max.poll.interval.ms": 300_000, "enable.auto.commit": False,
+                       "partition.assignment.strategy": "range,roundrobin", "session.timeout.ms": 6000}),
+        ("kafka-python", {"group_id": "g", **overrides, "enable_auto_commit": False, "max_poll_records": 10,
+                          "session_timeout_ms": 6000}),
+    ]:
+        seen.clear()
+        cfg = Config.from_dict({"kafka": {"client": client, "bootstrap_servers": "127.0.0.1:1", "session_timeout": "6s"},
+                                "queues": [{"name": "q"}]})
+        adapter = client_api.group_consumer(cfg.kafka, "g", "RANGE", 10, **overrides)
+        assert adapter.client == client
+        assert {k: seen.get(k) for k in expected} == expected, client

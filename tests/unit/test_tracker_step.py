@@ -8,11 +8,11 @@ must not make the tracker forget what it knows about every partition.
 from __future__ import annotations
 
 import pytest
-from kafka import TopicPartition
 
 import tracker.service as service
+from kmq.client import ClientCommitFailed
 from kmq.config import Config
-from kmq.core.markers import Closed, Start, decode
+from kmq.core.markers import Closed, End, Start, decode
 from tests.helpers.fake_kafka import FakeGroupConsumer, FakeKafka, FakeLogReader, FakeProducer, FakeTime
 from tracker.redeliver import Redeliverer
 
@@ -48,9 +48,8 @@ class Harness:
         t._producer = self.producer = FakeProducer(self.kafka, refuse)
         t._redeliverer = Redeliverer(self.producer, self.reader, t.metrics, clock_ms=t._now_ms)
         t._next_commit = t._next_metrics = 0.0
-        tps = [TopicPartition(q.markers_topic, p) for p in range(PARTITIONS)]
-        self.consumer.assigned = tps
-        t._on_assigned(tps)
+        t._join_group()
+        self.consumer.assign([(q.markers_topic, p) for p in range(PARTITIONS)])
 
     def expired_start_in_every_partition(self) -> None:
         """One queue record and an expired START for it in each partition."""
@@ -92,7 +91,7 @@ def test_an_unreachable_partition_does_not_starve_the_others_and_keeps_its_backo
     assert [len(h.closed(p)) for p in range(PARTITIONS)] == [0, 1, 1]
     # Nothing was dropped: a slow step that copied nothing puts no partition at risk.
     assert h.metric("stale_views") == 0
-    owned0 = h.tracker._owned[TopicPartition(h.q.markers_topic, 0)]
+    owned0 = h.tracker._owned[(h.q.markers_topic, 0)]
     assert owned0.state.failing == 1 and owned0.caught_up
     # Partition 0 keeps its retry backoff: between its failed reads it waits 0.5 s, 1 s, 2 s (one step more at most).
     h.steps(100)
@@ -169,3 +168,73 @@ def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads(mo
     assert h.metric("stale_views") == 1 and h.copies() == {0: 0, 1: 0, 2: 0}
     h.steps(5)
     assert h.copies() == {0: 1, 1: 1, 2: 1} and h.metric("stale_copies", QUEUE) == 0
+
+
+def test_a_revoked_partition_commits_what_changed_before_its_state_is_dropped(monkeypatch):
+    h = Harness(monkeypatch)
+    m = h.q.markers_topic
+    now_ms = int(h.time.wall * 1000)
+    for p in range(PARTITIONS):  # offset 0: an acked START; offset 2: a START still open
+        h.kafka.marker(m, p, Start([(0, 1)], lease_ms=60_000, owner="w"), ts_ms=now_ms)
+        h.kafka.marker(m, p, End([(0, 1)]), ts_ms=now_ms)
+        h.kafka.marker(m, p, Start([(1, 1)], lease_ms=60_000, owner="w"), ts_ms=now_ms)
+    h.steps(2)
+    h.time.advance(1.0)
+    h.steps(1)  # the periodic commit: each partition at its open START
+    assert h.consumer.commits == {(m, p): 2 for p in range(PARTITIONS)}
+    h.consumer.commits.clear()
+    h.tracker._owned[(m, 0)].state.apply(End([(1, 1)]), 3, now_ms)  # partition 0: nothing open any more
+    h.consumer.assign([(m, 1)])  # an eager rebalance: all three revoked, partition 1 given back
+    assert h.consumer.commits == {(m, 0): 4}  # the others' commits had not changed
+    assert set(h.tracker._owned) == {(m, 1)} and h.tracker.ready() == (False, f"not ready: catching up {m}[1]")
+    h.steps(2)  # re-read from its commit: its START is open again
+    assert h.tracker._owned[(m, 1)].state.in_flight == 1 and h.tracker.ready() == (True, "ready: 1 partition(s)")
+
+
+def test_a_commit_the_group_refuses_is_counted_and_drops_the_view(monkeypatch):
+    h = Harness(monkeypatch)
+    h.expired_start_in_every_partition()
+    h.steps(2)  # positioned and caught up: each partition's open START is committable
+    h.consumer.refuse_commits = ClientCommitFailed("fenced", rebalanced=True)
+    h.time.advance(1.0)
+    h.steps(1)
+    assert h.metric("fenced_commits") == 1 and h.metric("stale_views") == 1
+    assert not any(o.caught_up for o in h.tracker._owned.values())
+    h.steps(2)  # re-read from the commits
+    h.consumer.assign([(h.q.markers_topic, 0)])  # the revoke's commit is refused too: counted, state dropped
+    assert h.metric("fenced_commits") == 2 and set(h.tracker._owned) == {(h.q.markers_topic, 0)}
+
+
+def test_a_failed_commit_of_a_member_still_in_the_group_keeps_the_view(monkeypatch):
+    h = Harness(monkeypatch)
+    h.expired_start_in_every_partition()
+    h.steps(2)
+    h.consumer.refuse_commits = ClientCommitFailed("coordinator not available")
+    h.time.advance(1.0)
+    h.steps(1)
+    assert h.metric("fenced_commits") == 0 and h.metric("stale_views") == 0
+    assert all(o.caught_up for o in h.tracker._owned.values())
+
+
+def test_a_partition_whose_committed_offset_is_not_read_is_not_acted_on_until_it_is(monkeypatch):
+    h = Harness(monkeypatch)
+    h.expired_start_in_every_partition()
+    h.consumer.offsets_unavailable = True
+    h.consumer.pos = {tp: 0 for tp in h.consumer.assigned}  # the client fetches from somewhere meanwhile
+    h.steps(5)
+    assert h.metric("markers", QUEUE, "start") == 0 and h.copies() == {0: 0, 1: 0, 2: 0}
+    assert not h.tracker.ready()[0]
+    h.consumer.offsets_unavailable = False
+    h.steps(5)
+    assert h.metric("markers", QUEUE, "start") == PARTITIONS and h.copies() == {0: 1, 1: 1, 2: 1}
+
+
+def test_a_pause_after_which_the_client_already_revoked_everything_drops_no_view_but_says_so(monkeypatch, caplog):
+    h = Harness(monkeypatch)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.steps(2)
+    pauses.pause(30.0)
+    h.consumer.assign([])  # the client learnt of the expired session first (inside its poll) and revoked
+    h.steps(1)
+    assert h.metric("stale_views") == 0 and not h.tracker._owned
+    assert "the process stood still for 30.0s" in caplog.text and "no partition is held any more" in caplog.text

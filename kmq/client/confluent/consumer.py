@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kafka import errors as kp_errors
 
-from kmq.client.api import CONFLUENT, ClientCommitFailed, Delivery, Record, require_client
+from kmq.client.api import CONFLUENT, ClientCommitFailed, Delivery, Partition, Record, require_client
 from kmq.config import KafkaConfig
+from kmq.core.errors import BrokerUnavailable
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
 from kmq.client.confluent.settings import settings
 
@@ -60,6 +61,7 @@ _CONSUMER_KEYS = {
     "fetch_max_bytes": "fetch.max.bytes",
     "group_instance_id": "group.instance.id",
     "max_poll_interval_ms": "max.poll.interval.ms",
+    "metadata_max_age_ms": "metadata.max.age.ms",
     "max_poll_records": None,  # per call: ConfluentConsumer.poll(max_records=)
     "request_timeout_ms": None,
     "bootstrap_timeout_ms": None,
@@ -212,7 +214,7 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)
         conf["heartbeat.interval.ms"] = int(kafka.heartbeat_interval * 1000)
     conf.update(_map({k: v for k, v in overrides.items() if not (k == "group_id" and v is None)}, _CONSUMER_KEYS))
-    c = ConfluentConsumer(ck.Consumer(conf), log_bridge=conf["logger"])
+    c = ConfluentConsumer(ck.Consumer(conf), log_bridge=conf["logger"], timeout_s=timeout_s or kafka.connect_timeout)
     if topics:
         c.raw.subscribe(list(topics))
     return c
@@ -223,9 +225,14 @@ class ConfluentConsumer:
 
     client = CONFLUENT
 
-    def __init__(self, consumer: Any, log_bridge: LibrdkafkaLogBridge | None = None) -> None:
+    def __init__(self, consumer: Any, log_bridge: LibrdkafkaLogBridge | None = None,
+                 timeout_s: float = 10.0) -> None:
         self.raw = consumer
         self._log_bridge = log_bridge
+        self._timeout_s = timeout_s  # of the look-ups that ask the broker (committed, log start)
+        # Where each partition's next fetch starts after a seek: librdkafka reports no position
+        # until a record of the partition is consumed (see position()).
+        self._sought: dict[Partition, int] = {}
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         return self.fetch(timeout, max_records, Record)
@@ -248,18 +255,39 @@ class ConfluentConsumer:
         return out
 
     def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
-                  on_revoked: Callable[[set], None]) -> None:
+                  on_revoked: Callable[[set], None],
+                  commit_on_revoke: Callable[[set], Mapping[Partition, int]] | None = None,
+                  on_commit_failed: Callable[[ClientCommitFailed], None] | None = None) -> None:
         """Join the group for ``topics``; the callbacks get ``(topic, partition)`` sets and run inside
-        :meth:`fetch`. With ``partition.assignment.strategy=cooperative-sticky`` librdkafka passes only
-        the partitions that move (confluent-kafka applies the incremental assignment after the
-        callback); a lost assignment (session expired) counts as revoked."""
+        :meth:`fetch` and :meth:`close`. With ``partition.assignment.strategy=cooperative-sticky``
+        librdkafka passes only the partitions that move (confluent-kafka applies the incremental
+        assignment after the callback); a lost assignment (session expired) counts as revoked.
+        ``commit_on_revoke``: see :meth:`kmq.client.api.GroupConsumerAdapter.subscribe` (librdkafka
+        allows a synchronous commit inside its revoke callback)."""
         def assigned(_c: Any, parts: list) -> None:
-            on_assigned({(tp.topic, tp.partition) for tp in parts})
+            moved = {(tp.topic, tp.partition) for tp in parts}
+            self._forget_seeks(moved)
+            on_assigned(moved)
 
         def revoked(_c: Any, parts: list) -> None:
-            on_revoked({(tp.topic, tp.partition) for tp in parts})
+            moved = {(tp.topic, tp.partition) for tp in parts}
+            self._forget_seeks(moved)
+            offsets = commit_on_revoke(moved) if commit_on_revoke is not None and moved else {}
+            if offsets:
+                try:
+                    self.commit(offsets)
+                except ClientCommitFailed as exc:
+                    if on_commit_failed is not None:
+                        on_commit_failed(exc)
+                    else:
+                        log.warning("commit before revoking %s failed: %s", sorted(moved), exc)
+            on_revoked(moved)
 
         self.raw.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def _forget_seeks(self, partitions: set) -> None:
+        for tp in partitions:
+            self._sought.pop(tp, None)
 
     def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Delivery:
         """Commit ``offsets`` (next offset to read); returns a completed
@@ -320,6 +348,58 @@ class ConfluentConsumer:
             self.raw.seek(TopicPartition(topic, partition, offset))
         except KafkaException as exc:
             raise ClientCommitFailed(f"cannot seek {topic}[{partition}]: {exc}", rebalanced=True) from exc
+        self._sought[(topic, partition)] = offset
+
+    def seek_to_beginning(self, partitions: Iterable[Partition]) -> None:
+        for t, p in partitions:
+            self.seek(t, p, ck.OFFSET_BEGINNING)
+
+    def committed(self, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        """The group's committed offsets (None: none); :class:`~kmq.core.errors.BrokerUnavailable`
+        when the coordinator does not answer."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        try:
+            found = self.raw.committed(tps, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"committed offsets not read: {exc}") from exc
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None for tp in found}
+
+    def position(self, topic: str, partition: int) -> int | None:
+        """librdkafka's position is the offset after the last record consumed; until a record of the
+        partition is consumed it has none, and the next fetch starts at the last seek's target, else
+        at the committed offset, else at the log start (``auto.offset.reset=earliest``). An offset
+        below the log start as the last fetch saw it is the log start: the broker refuses such a
+        fetch as out of range and librdkafka resets to the log start, as kafka-python does."""
+        tp = TopicPartition(topic, partition)
+        try:
+            pos = self.raw.position([tp])[0].offset
+        except KafkaException:
+            return None
+        if pos >= 0:
+            return pos
+        start = self._sought.get((topic, partition))
+        if start is None:
+            start = self.committed([(topic, partition)])[(topic, partition)]
+        low = self._cached_log_start(tp)
+        if start is not None and start >= 0:
+            return start if low is None else max(start, low)
+        if low is not None:
+            return low
+        try:  # nothing fetched yet: ask the broker for the log start (its log end is not used)
+            low, _high = self.raw.get_watermark_offsets(tp, timeout=self._timeout_s, cached=False)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"log start of {topic}[{partition}] not read: {exc}") from exc
+        return low if low >= 0 else None
+
+    def _cached_log_start(self, tp: Any) -> int | None:
+        """The log start as the last fetch saw it (None before any fetch)."""
+        try:
+            low, _high = self.raw.get_watermark_offsets(tp, cached=True) or (-1, -1)
+        except KafkaException:
+            return None
+        return low if low >= 0 else None
 
     def pause(self, partitions: Iterable[tuple[str, int]]) -> None:
         self.raw.pause([TopicPartition(t, p) for t, p in partitions])

@@ -12,23 +12,28 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Mapping
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka import AsyncConsumerRebalanceListener, ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, IllegalStateError, KafkaError, KafkaTimeoutError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
-from kmq.client.api import KAFKA_PYTHON, ClientCommitFailed, Record
+from kmq.client.api import KAFKA_PYTHON, ClientCommitFailed, Partition, Record
 from kmq.client.kafka_python.watchdog import FetchWatchdog, lagging_partitions, unstrand_records
+from kmq.core.errors import BrokerUnavailable
 
 __all__ = ["KafkaPythonConsumer", "PRIVATE_ATTRIBUTES", "member_id"]
 
 log = logging.getLogger(__name__)
 
-#: kafka-python internals kmq reads (object path -> attribute), checked against the installed version by a test.
+#: kafka-python internals kmq reads or calls (object path -> attribute or method), checked against the
+#: installed version by a test.
 PRIVATE_ATTRIBUTES = {
     "KafkaConsumer": ("_coordinator",),
-    "ConsumerCoordinator": ("_generation",),
+    "ConsumerCoordinator": ("_generation", "_commit_offsets_sync_async"),
     "KafkaProducer": ("_sender",),
 }
+
+#: How long a commit before a revoke may take (kafka-python retries it within this bound).
+REVOKE_COMMIT_TIMEOUT_MS = 10_000
 
 
 def member_id(consumer: KafkaConsumer) -> str | None:
@@ -47,6 +52,45 @@ class _Listener(ConsumerRebalanceListener):
         self._revoked({(tp.topic, tp.partition) for tp in revoked})
 
     def on_partitions_assigned(self, assigned):
+        self._assigned({(tp.topic, tp.partition) for tp in assigned})
+
+
+def _offsets(offsets: Mapping[Partition, int]) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {TopicPartition(t, p): OffsetAndMetadata(off, "", -1) for (t, p), off in offsets.items()}
+
+
+def _commit_failed(exc: BaseException) -> ClientCommitFailed:
+    """The seam's error for a commit kafka-python did not complete: ``rebalanced`` when the group moved on."""
+    rebalanced = isinstance(exc, (CommitFailedError, RebalanceInProgressError))
+    return ClientCommitFailed(f"{type(exc).__name__}: {exc}", rebalanced=rebalanced)
+
+
+class _CommittingListener(AsyncConsumerRebalanceListener):
+    """Rebalance callbacks that commit before partitions are revoked. kafka-python 3 runs them on its
+    I/O thread, where the blocking ``commit`` is refused; this listener awaits the coordinator's own
+    commit coroutine there instead (private API: :data:`PRIVATE_ATTRIBUTES`)."""
+
+    def __init__(self, consumer: KafkaConsumer, on_assigned: Callable[[set], None], on_revoked: Callable[[set], None],
+                 commit_on_revoke: Callable[[set], Mapping[Partition, int]],
+                 on_commit_failed: Callable[[ClientCommitFailed], None] | None) -> None:
+        self._consumer = consumer
+        self._assigned, self._revoked = on_assigned, on_revoked
+        self._offsets, self._failed = commit_on_revoke, on_commit_failed
+
+    async def on_partitions_revoked(self, revoked):
+        parts = {(tp.topic, tp.partition) for tp in revoked}
+        offsets = self._offsets(parts) if parts else {}
+        if offsets:
+            try:
+                await self._consumer._coordinator._commit_offsets_sync_async(_offsets(offsets), REVOKE_COMMIT_TIMEOUT_MS)
+            except Exception as exc:  # noqa: BLE001 - raised into poll() it would fail the caller's step
+                if self._failed is not None:
+                    self._failed(_commit_failed(exc))
+                else:
+                    log.warning("commit before revoking %s failed: %s", sorted(parts), exc)
+        self._revoked(parts)
+
+    async def on_partitions_assigned(self, assigned):
         self._assigned({(tp.topic, tp.partition) for tp in assigned})
 
 
@@ -70,10 +114,18 @@ class KafkaPythonConsumer:
 
     # ------------------------------------------------------------ group consumer (KmqConsumer)
     def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
-                  on_revoked: Callable[[set], None]) -> None:
+                  on_revoked: Callable[[set], None],
+                  commit_on_revoke: Callable[[set], Mapping[Partition, int]] | None = None,
+                  on_commit_failed: Callable[[ClientCommitFailed], None] | None = None) -> None:
         """Join the group for ``topics``; the callbacks get ``(topic, partition)`` sets (kafka-python
-        calls them inside :meth:`fetch`; with the cooperative assignor only the partitions that move)."""
-        self.raw.subscribe(list(topics), listener=_Listener(on_assigned, on_revoked))
+        calls them inside :meth:`fetch` and :meth:`close`, on its I/O thread; with the cooperative
+        assignor only the partitions that move). ``commit_on_revoke``: see
+        :meth:`kmq.client.api.GroupConsumerAdapter.subscribe`."""
+        if commit_on_revoke is None:
+            listener: Any = _Listener(on_assigned, on_revoked)
+        else:
+            listener = _CommittingListener(self.raw, on_assigned, on_revoked, commit_on_revoke, on_commit_failed)
+        self.raw.subscribe(list(topics), listener=listener)
 
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
         """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers,
@@ -98,8 +150,7 @@ class KafkaPythonConsumer:
     def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Any:
         """Send a commit of ``offsets`` (next offset to read); returns a future with ``is_done``,
         ``failed()`` and ``exception``. kafka-python completes it on its own I/O thread."""
-        return self.raw.commit_async({TopicPartition(t, p): OffsetAndMetadata(off, "", -1)
-                                      for (t, p), off in offsets.items()})
+        return self.raw.commit_async(_offsets(offsets))
 
     def member_id(self) -> str | None:
         """This member's id in the group (None before the first join)."""
@@ -129,11 +180,31 @@ class KafkaPythonConsumer:
 
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         try:
-            self.raw.commit({TopicPartition(t, p): OffsetAndMetadata(off, "", -1) for (t, p), off in offsets.items()})
-        except (CommitFailedError, RebalanceInProgressError) as exc:
-            raise ClientCommitFailed(f"{type(exc).__name__}: {exc}", rebalanced=True) from exc
+            self.raw.commit(_offsets(offsets))
         except KafkaError as exc:
-            raise ClientCommitFailed(f"{type(exc).__name__}: {exc}") from exc
+            raise _commit_failed(exc) from exc
+
+    def committed(self, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        """The group's committed offsets (None: none); :class:`~kmq.core.errors.BrokerUnavailable`
+        when the coordinator does not answer."""
+        out: dict[Partition, int | None] = {}
+        timeout_ms = self.raw.config["request_timeout_ms"]
+        for t, p in partitions:
+            try:
+                out[(t, p)] = self.raw.committed(TopicPartition(t, p), timeout_ms=timeout_ms)
+            except KafkaError as exc:
+                raise BrokerUnavailable(f"committed offset of {t}[{p}] not read: {type(exc).__name__}: {exc}") from exc
+        return out
+
+    def position(self, topic: str, partition: int) -> int | None:
+        """kafka-python's position: a pending reset (committed offset, else ``auto_offset_reset``) is
+        resolved first, with a broker round trip."""
+        return self.raw.position(TopicPartition(topic, partition))
+
+    def seek_to_beginning(self, partitions: Iterable[Partition]) -> None:
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if tps:
+            self.raw.seek_to_beginning(*tps)
 
     def assignment(self) -> set[tuple[str, int]]:
         return {(tp.topic, tp.partition) for tp in self.raw.assignment()}
@@ -163,7 +234,8 @@ class KafkaPythonConsumer:
 
 def installed_private_attributes() -> dict[str, bool]:
     """Whether each attribute in :data:`PRIVATE_ATTRIBUTES` exists in the installed kafka-python
-    (set in ``__init__``, so checked in the constructors' source)."""
+    (an attribute set in ``__init__``, so checked in the constructors' source; a method kmq awaits,
+    checked to be a coroutine function)."""
     import inspect
 
     from kafka import KafkaProducer
@@ -176,5 +248,7 @@ def installed_private_attributes() -> dict[str, bool]:
         cls = classes[cls_name]
         src = "".join(inspect.getsource(k) for k in cls.__mro__ if k.__module__.startswith("kafka"))
         for attr in attrs:
-            found[f"{cls_name}.{attr}"] = f"self.{attr} =" in src or f"self.{attr}=" in src
+            method = getattr(cls, attr, None)
+            found[f"{cls_name}.{attr}"] = (f"self.{attr} =" in src or f"self.{attr}=" in src
+                                           or inspect.iscoroutinefunction(method))
     return found

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kmq.client.api import ClientCommitFailed
+from kmq.client.api import Partition
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.cluster import SimCluster
 from tracker import service
@@ -48,45 +48,42 @@ class FaultPlanPauses:
 
 
 class MarkersConsumer:
-    """The markers consumer as ``Tracker.step`` calls it (kafka-python's shape: ``poll`` returns
-    records by partition, offsets are committed as ``OffsetAndMetadata``), over a :class:`SimConsumer`
-    that is assigned every markers partition and commits to ``group``."""
+    """The markers consumer as ``Tracker.step`` calls it through the client seam
+    (:class:`~kmq.client.api.GroupConsumerAdapter`): a :class:`SimConsumer` that is assigned every
+    markers partition and commits to ``group``, plus the group look-ups the tracker makes."""
 
     def __init__(self, cluster: SimCluster, name: str, group: str) -> None:
         self.cluster = cluster
         self.group = group
         self.sim = SimConsumer(cluster, name, group_id=group)
 
-    def assign(self, tps: list) -> None:
-        self.sim.assign([(tp.topic, tp.partition) for tp in tps], offsets={})
+    def assign(self, tps: list[Partition]) -> None:
+        self.sim.assign(list(tps), offsets={})
 
-    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict:
-        by_tp: dict[Any, list] = {}
-        for rec in self.sim.fetch(timeout_ms / 1000.0, max_records):
-            by_tp.setdefault(service.TopicPartition(rec.topic, rec.partition), []).append(rec)
-        return by_tp
+    def fetch(self, timeout: float, max_records: int) -> list:
+        return self.sim.fetch(timeout, max_records)
 
-    def committed(self, tp: Any) -> int | None:
-        return self.cluster.groups.committed(self.group, (tp.topic, tp.partition))
+    def committed(self, tps: list[Partition]) -> dict[Partition, int | None]:
+        return {tp: self.cluster.groups.committed(self.group, tp) for tp in tps}
 
-    def seek(self, tp: Any, offset: int) -> None:
-        self.sim.seek(tp.topic, tp.partition, offset)
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self.sim.seek(topic, partition, offset)
 
-    def seek_to_beginning(self, tp: Any) -> None:
-        self.sim.seek(tp.topic, tp.partition, self.cluster.log(tp.topic, tp.partition).log_start)
+    def seek_to_beginning(self, tps: list[Partition]) -> None:
+        for topic, partition in tps:
+            self.sim.seek(topic, partition, self.cluster.log(topic, partition).log_start)
 
-    def position(self, tp: Any) -> int | None:
-        return self.sim.position(tp.topic, tp.partition)
+    def position(self, topic: str, partition: int) -> int | None:
+        return self.sim.position(topic, partition)
 
-    def highwater(self, tp: Any) -> int | None:
-        return self.sim.highwater(tp.topic, tp.partition)
+    def highwater(self, topic: str, partition: int) -> int | None:
+        return self.sim.highwater(topic, partition)
 
-    def commit(self, offsets: dict) -> None:
-        try:
-            self.sim.commit({(tp.topic, tp.partition): oam.offset for tp, oam in offsets.items()})
-        except ClientCommitFailed as exc:
-            # The service tells a fenced commit from another failure by kafka-python's classes.
-            raise (service.CommitFailedError(str(exc)) if exc.rebalanced else service.KafkaError(str(exc))) from exc
+    def commit(self, offsets: dict[Partition, int]) -> None:
+        self.sim.commit(dict(offsets))  # a fenced commit raises ClientCommitFailed(rebalanced=True), as the seam does
+
+    def close(self) -> None:
+        self.sim.close()
 
 
 class ServiceTrackerActor:
@@ -123,9 +120,9 @@ class ServiceTrackerActor:
         t._redeliverer = new_redeliverer(self.producer, t.metrics, t._now_ms)
         t._next_commit = t._next_metrics = 0.0
         q = world.queue
-        tps = [service.TopicPartition(q.markers_topic, p) for p in range(world.workload.partitions)]
+        tps = [(q.markers_topic, p) for p in range(world.workload.partitions)]
         self.consumer.assign(tps)
-        t._on_assigned(tps)
+        t._on_assigned(set(tps))
 
     def _crash(self) -> None:
         """SIGKILL: what the producer holds is lost (unwritten sends never happen), the state is gone."""
@@ -138,7 +135,7 @@ class ServiceTrackerActor:
     @property
     def states(self) -> dict:
         """Each markers partition's :class:`PartitionState` (the current one: a dropped view is replaced)."""
-        return {tp.partition: o.state for tp, o in self.tracker._owned.items()}
+        return {tp[1]: o.state for tp, o in self.tracker._owned.items()}
 
     def step(self) -> None:
         c = self.world.cluster
