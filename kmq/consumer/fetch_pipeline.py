@@ -243,6 +243,11 @@ class FetchPipeline:
         return self._revoked_at.get(partition, -1) > gen
 
     @property
+    def commit_in_flight(self) -> bool:
+        """A commit was sent and its answer is awaited (a commit past its timeout no longer is)."""
+        return self._committing > 0
+
+    @property
     def gen(self) -> int:
         """The current revocation generation (what a batch fetched now records)."""
         return self._gen
