@@ -117,21 +117,7 @@ class KmqConsumer:
         self._fetcher: threading.Thread | None = None
         self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
         self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
-        #: fetch -> START -> commit -> hand over (pure); this class is its I/O shell (the fetcher thread).
-        self._pipeline = FetchPipeline(
-            # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
-            start_timeout=cfg.kafka.connect_timeout + 2.0,
-            commit_timeout=cfg.kafka.session_timeout + cfg.kafka.connect_timeout,
-            max_commit_tries=self.MAX_COMMIT_TRIES, backpressure_poll=self.BACKPRESSURE_POLL)
-        self._do: dict[type, Callable[[Any], None]] = {
-            WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
-            GiveBack: self._give_back, SeekBack: self._seek_back}
-        self._todo: deque = deque()  # actions decided, not carried out yet
-        self._running = False  # carrying out actions (fetcher thread)
-        self._commit: Any = None  # the commit in flight (the client's future)
-        #: Rebalance callbacks not reported to the pipeline yet: (assigned?, partitions).
-        self._rebalances: deque[tuple[bool, set[int]]] = deque()
-        self._gauge_at = 0.0  # next in-flight gauge update
+        self._init_fetcher(cfg)
         #: Outstanding-message bounds and the measured rate (under self._lock).
         self.flow = FlowControl(FlowLimits(
             lease=self.queue.lease, max_messages=cfg.consumer.max_outstanding_messages,
@@ -145,9 +131,30 @@ class KmqConsumer:
         except BaseException:
             self.writer.close()
             raise
+        self._init_leases(cfg)
+
+    def _init_fetcher(self, cfg: Config) -> None:
+        """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
+        self._pipeline = FetchPipeline(
+            # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
+            start_timeout=cfg.kafka.connect_timeout + 2.0,
+            commit_timeout=cfg.kafka.session_timeout + cfg.kafka.connect_timeout,
+            max_commit_tries=self.MAX_COMMIT_TRIES, backpressure_poll=self.BACKPRESSURE_POLL)
+        self._do: dict[type, Callable[[Any], None]] = {
+            WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
+            GiveBack: self._give_back, SeekBack: self._seek_back}
+        self._todo: deque = deque()  # actions decided, not carried out yet
+        self._running = False  # carrying out actions
+        self._commit: Any = None  # the commit in flight (the client's future)
+        #: Rebalance callbacks not reported to the pipeline yet: (assigned?, partitions).
+        self._rebalances: deque[tuple[bool, set[int]]] = deque()
+        self._gauge_at = 0.0  # next in-flight gauge update
         self._paused = False  # every assigned partition paused (no room for a while)
         #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
         self._starve_after = max(1.0, cfg.consumer.fetch_stall_timeout / 2)
+
+    def _init_leases(self, cfg: Config) -> None:
+        """Renewal of held messages, the end of handed ones' leases, ``consumer.auto_renew``."""
         self._held = HeldLeases(self.queue.name, self.queue.lease, self.writer.buffer, self._lock)
         #: Handed-over messages until settled or past their lease (then they leave flow control).
         self._expiry = LeaseExpiry(self.queue.lease)
@@ -452,6 +459,7 @@ class KmqConsumer:
         expiry = self._expiry
         for msgs, first, end, leased_at in self._ready.taken():
             expiry.handed(msgs, first, end, leased_at, now)
+        expiry.look(now)  # outside the lock: settlements go on meanwhile
         if not expiry.due(now):
             return
         with self._lock:

@@ -71,15 +71,20 @@ class LeaseExpiry:
         return bool((self._fresh and self._fresh[0][0] + self.look_after <= now)
                     or (self._heap and self._heap[0][0] <= now))
 
-    def expired(self, now: float) -> list[KmqMessage]:
-        """The unsettled messages whose lease is over at ``now`` (each reported once). Call it
-        under the lock their settlements take, so none is settled while it is decided."""
+    def look(self, now: float) -> None:
+        """Keep, of what user code took ``look_after`` seconds ago, only the messages still
+        unsettled. Needs no lock: a message settled meanwhile is only kept a little longer."""
         fresh = self._fresh
         while fresh and fresh[0][0] + self.look_after <= now:
             _, msgs, first, end, leased_at = fresh.popleft()
             unsettled = [m for m in islice(msgs, first, end) if m._outcome is None]
             if unsettled:
                 self._push(leased_at + self.lease, unsettled)
+
+    def expired(self, now: float) -> list[KmqMessage]:
+        """The unsettled messages whose lease is over at ``now`` (each reported once). Call it
+        under the lock their settlements take, so none is settled while it is decided."""
+        self.look(now)
         out: list[KmqMessage] = []
         heap, extended = self._heap, self.extended
         while heap and heap[0][0] <= now:
