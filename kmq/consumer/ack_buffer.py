@@ -13,7 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from kmq.core.markers import End, Marker, Nack, Reject, Renew
+from kmq.core.message import ACK, NACK, REJECT
 from kmq.core.ranges import coalesce
+from kmq.core import settlement
 from kmq.core.settlement import MAX_MS, reject_reason
 
 __all__ = ["AckBuffer", "Drained"]
@@ -65,6 +67,17 @@ class AckBuffer:
     def ack(self, partition: int, offset: int) -> None:
         self._end[partition].append(offset)
         self._size += 1
+
+    def settle(self, partition: int, offset: int, outcome: str, arg: object) -> None:
+        """Buffer the marker of a :class:`~kmq.core.message.KmqMessage` settlement: ACK, NACK
+        (``arg``: delay in seconds), REJECT (``arg``: reason); ABANDON writes none."""
+        if outcome is ACK:
+            self._end[partition].append(offset)
+            self._size += 1
+        elif outcome is NACK:
+            self.nack(partition, offset, settlement.delay_ms(arg))
+        elif outcome is REJECT:
+            self.reject(partition, offset, str(arg))
 
     def ack_many(self, partition: int, offsets: list[int]) -> None:
         self._end[partition].extend(offsets)

@@ -5,8 +5,11 @@ background *fetcher* thread owns the Kafka consumer (a
 :class:`~kmq.client.GroupConsumerAdapter` on the client ``kafka.client``
 names, kafka-python or confluent-kafka; neither is thread-safe) and runs
 poll -> START (acknowledged by Kafka) -> commit -> hand-over, ahead of the
-application. The application thread takes ready batches from a bounded
-queue; acks and other settlements go into the writer's
+application. What to do at each step is decided by the pure
+:class:`~kmq.consumer.fetch_pipeline.FetchPipeline`; the fetcher thread
+only feeds it events (a poll, an answered START or commit, a rebalance, the
+time) and carries out its actions. The application takes ready messages
+from :class:`~kmq.consumer.ready_queue.ReadyQueue`; acks and other settlements go into the writer's
 :class:`~kmq.consumer.ack_buffer.AckBuffer` and are flushed as coalesced ranges by the
 writer's flusher thread. So the next batch's poll, START and commit overlap
 with user processing of the current one.
@@ -29,22 +32,23 @@ from typing import Any, Callable, Iterator
 from kmq import client as client_api
 from kmq.client import ClientCommitFailed
 from kmq.config import Config
-from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
-from kmq.consumer.flow import FlowControl, FlowLimits, Room
-from kmq.consumer.leases import AutoRenewal, HeldLeases, auto_renewal
-from kmq.consumer.fetch_batch import FetchBatch, first_offsets
+from kmq.consumer.fetch_batch import STARTING
+from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
+from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close
 from kmq.consumer.handler_pool import run_handlers
-from kmq.core.lease import LeaseKeeper, LeaseSchedule
-from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage
+from kmq.consumer.lease_expiry import LeaseExpiry
+from kmq.consumer.leases import AutoRenewal, HeldLeases, LateSettler, auto_renewal
 from kmq.consumer.ready_queue import ReadyQueue
+from kmq.consumer.writer import MarkerWriter, _ms
+from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
+from kmq.core.lease import LeaseKeeper, LeaseSchedule
+from kmq.core.message import ABANDON, KmqMessage
 from kmq.telemetry.metrics import ConsumerMetrics
-from kmq.consumer.writer import CommitError, MarkerWriter, _ms
 
 __all__ = ["KmqConsumer", "StageHook"]
 
 log = logging.getLogger(__name__)
-
 
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
@@ -82,6 +86,8 @@ class KmqConsumer:
     #: not stop polling while its handlers are behind. Not on every blip: pausing parks buffered
     #: fetches (see :func:`kmq.client.kafka_python.watchdog.unstrand_records`).
     BACKPRESSURE_POLL = 0.5
+    #: Failed commits of the same batches before they are given back and fetched again (~20 s).
+    MAX_COMMIT_TRIES = 40
 
     def __init__(
         self,
@@ -109,13 +115,9 @@ class KmqConsumer:
         self._stop_run = threading.Event()
         self._closed = False
         self._fetcher: threading.Thread | None = None
-        self._revoked_parts: frozenset[int] = frozenset()
-        self._commit_retry = False  # a commit failed and is retried: keep polling to finish a rebalance
         self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
         self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
-        self._commit_timeout = self.cfg.kafka.session_timeout + self.cfg.kafka.connect_timeout
-        # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
-        self._start_answer_timeout = self.cfg.kafka.connect_timeout + 2.0
+        self._init_fetcher(cfg)
         #: Outstanding-message bounds and the measured rate (under self._lock).
         self.flow = FlowControl(FlowLimits(
             lease=self.queue.lease, max_messages=cfg.consumer.max_outstanding_messages,
@@ -129,27 +131,48 @@ class KmqConsumer:
         except BaseException:
             self.writer.close()
             raise
+        self._init_leases(cfg)
+
+    def _init_fetcher(self, cfg: Config) -> None:
+        """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
+        self._pipeline = FetchPipeline(
+            # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
+            start_timeout=cfg.kafka.connect_timeout + 2.0,
+            commit_timeout=cfg.kafka.session_timeout + cfg.kafka.connect_timeout,
+            max_commit_tries=self.MAX_COMMIT_TRIES, backpressure_poll=self.BACKPRESSURE_POLL)
+        self._do: dict[type, Callable[[Any], None]] = {
+            WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
+            GiveBack: self._give_back, SeekBack: self._seek_back}
+        self._todo: deque = deque()  # actions decided, not carried out yet
+        self._running = False  # carrying out actions
+        self._commit: Any = None  # the commit in flight (the client's future)
+        #: Rebalance callbacks not reported to the pipeline yet: (assigned?, partitions).
+        self._rebalances: deque[tuple[bool, set[int]]] = deque()
+        self._gauge_at = 0.0  # next in-flight gauge update
         self._paused = False  # every assigned partition paused (no room for a while)
         #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
         self._starve_after = max(1.0, cfg.consumer.fetch_stall_timeout / 2)
+
+    def _init_leases(self, cfg: Config) -> None:
+        """Renewal of held messages, the end of handed ones' leases, ``consumer.auto_renew``."""
         self._held = HeldLeases(self.queue.name, self.queue.lease, self.writer.buffer, self._lock)
+        #: Handed-over messages until settled or past their lease (then they leave flow control).
+        self._expiry = LeaseExpiry(self.queue.lease)
+        self._extended = self._expiry.extended  # read per settlement: the dict itself, one lookup less
+        self._late = LateSettler(self.queue.name, self.queue.lease, self.writer.buffer)
+        self._expired_logged = False
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
         self._renewal: AutoRenewal | None = None
         if cfg.consumer.auto_renew:
             self._schedule, self._keeper, self._renewal = auto_renewal(
                 self.queue.name, self.queue.lease, cfg.consumer.max_lease, self.writer.flush_interval,
-                self.writer.buffer, self._lock)
+                self.writer.buffer, self._lock, self._expiry)
 
     # ------------------------------------------------------------ Settler (called under self._lock)
     def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
         p = msg.partition
-        if outcome is ACK:
-            self.writer.buffer.ack(p, msg.offset)
-        elif outcome is NACK:
-            self.writer.buffer.nack(p, msg.offset, _ms(arg))
-        elif outcome is REJECT:
-            self.writer.buffer.reject(p, msg.offset, arg)
+        self.writer.buffer.settle(p, msg.offset, outcome, arg)
         self._inflight[p] -= 1
         # Counted here, folded into the flow state by the fetcher (no clock read per message).
         c = self._returned_counts if outcome is ABANDON and arg == RETURNED else self._settled_counts
@@ -157,6 +180,8 @@ class KmqConsumer:
         c[1] += msg._nbytes
         if self._schedule is not None:
             self._schedule.forget((p, msg.offset))
+        if self._extended:
+            self._extended.pop((p, msg.offset), None)
 
     def _fold_settlements(self, now: float) -> None:
         """Move the settlement counts into the flow state (under self._lock)."""
@@ -169,9 +194,12 @@ class KmqConsumer:
 
     def renewed(self, msg: KmqMessage, lease: float | None) -> None:
         lease = lease or self.queue.lease
+        key = (msg.partition, msg.offset)
         self.writer.buffer.renew(msg.partition, msg.offset, _ms(lease))
+        now = time.monotonic()
         if self._schedule is not None:
-            self._schedule.renewed((msg.partition, msg.offset), time.monotonic(), lease)
+            self._schedule.renewed(key, now, lease)
+        self._expiry.extend(key, now + lease)
 
     @property
     def exhausted_leases(self) -> int:
@@ -240,13 +268,22 @@ class KmqConsumer:
         fetcher's error (e.g. :class:`~kmq.core.errors.MarkerWriteError`) once ready
         messages are used up."""
         self._ensure_started()
-        return self._ready.take(timeout, self.batch_size if max_records is None else max_records,
-                                lambda: self._stop.is_set() or self._stop_run.is_set())
+        return self._ready.take(timeout, self.batch_size if max_records is None else max_records, self._stopped)
+
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or self._stop_run.is_set()
 
     def __iter__(self) -> Iterator[KmqMessage]:
-        """Messages one by one until :meth:`stop` or :meth:`close`."""
+        """Messages one by one until :meth:`stop` or :meth:`close`.
+
+        Each message is taken from the consumer only when the loop asks for it, so leaving the
+        loop early (``break``, an exception) strands nothing: what was not taken stays ready for
+        the next :meth:`poll` or loop, and :meth:`close` gives it back to the group."""
+        self._ensure_started()
         while not (self._stop_run.is_set() or self._closed):
-            yield from self.poll(timeout=0.5)
+            msg = self._ready.take_one(0.5, self._stopped)  # raises the fetcher's error once nothing is ready
+            if msg is not None:
+                yield msg
 
     def run(self, handler: Callable[[KmqMessage], Any], workers: int = 1, poll_timeout: float = 0.5, *,
             reject_on: type[BaseException] | tuple[type[BaseException], ...] = ()) -> None:
@@ -270,58 +307,32 @@ class KmqConsumer:
         """Raise the fetcher's error once no ready messages are left (for :mod:`kmq.consumer.handler_pool`)."""
         self._ready.raise_error()
 
-    # ------------------------------------------------------------ fetcher thread
+    # ------------------------------------------------------------ fetcher thread: the pipeline's I/O shell
     def _fetch_loop(self) -> None:
+        """Feed the fetch pipeline (:mod:`kmq.consumer.fetch_pipeline`) its events and carry out its
+        actions: this thread is the only one that touches the Kafka consumer."""
         kc = self._kc
-        pending: deque[FetchBatch] = deque()
         try:
             kc.subscribe([self.queue.name], self._assigned, self._revoked)
-            gauge_at = 0.0
-            blocked_since: float | None = None
             fed_at = time.monotonic()  # last poll that returned records (or had no room to)
             while not self._stop.is_set():
-                self._advance(kc, pending)
                 now = time.monotonic()
-                self._held.renew_due(pending, self._ready, now)
-                publish = now >= gauge_at
-                with self._lock:
-                    self._fold_settlements(now)
-                    room = self.flow.room(now)
-                    # kafka-python caps a poll in total, not per partition: ask for no more than the
-                    # fullest partition has room for, so no partition passes its cap.
-                    part_room = self.cap - max(self._inflight.values(), default=0)
-                    # Fetch in steps of at least a quarter of the bound (or a whole fetch): many small
-                    # fetches would each pay kafka-python's per-poll cost and a START of their own.
-                    step = max(1, min(self.fetch_size, self.flow.limit(now) // 4, self.cap // 4))
-                    if min(room.messages, part_room) < step and self.flow.outstanding > 0:
-                        room = Room(0, room.bytes)
-                    snapshot = dict(self._inflight) if publish else {}  # zeros kept: a drained partition shows 0
-                if publish:
-                    gauge_at = now + 0.5
-                    for p, n in snapshot.items():
-                        self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
-                if room:
-                    blocked_since = None
-                elif blocked_since is None:
-                    blocked_since = now
-                if not room and not self._commit_retry and (pending or now - blocked_since < self.BACKPRESSURE_POLL):
-                    # Handlers are behind: wait for settlements (or for a START/commit) without polling.
-                    self._stop.wait(0.002)
+                self._feed_answers(now)
+                self._held.renew_due(self._pipeline.pending, self._ready, now)
+                self._expire_leases(now)
+                step = self._pipeline.next_poll(self._room(now), now)
+                if step.wait:
+                    self._stop.wait(step.wait)
                     continue
-                # No room for a while: poll with every partition paused, so membership goes on.
-                self._apply_pauses(kc, all_paused=not room)
-                max_records = min(self.fetch_size, room.messages, part_room) if room else 1
-                # Short timeouts while batches are between START and hand-over, so they move on soon.
-                timeout_ms = 500 if self._commit_retry else 5 if pending else 100 if room else 50
-                records = kc.fetch(timeout_ms / 1000, max_records, self._message)
-                if records or not room:
+                self._apply_pauses(kc, all_paused=step.pause_all)
+                records = kc.fetch(step.timeout, step.max_records, self._message)
+                if records or step.pause_all:
                     fed_at = time.monotonic()
                 elif time.monotonic() - fed_at > self._starve_after:
                     kc.recover_starved()  # e.g. kafka-python's lost fetch responses
                     fed_at = time.monotonic()
-                batch = self._take(kc, records) if records else None
-                if batch is not None:
-                    pending.append(batch)
+                self._feed_rebalances()  # they ran inside that poll: its records belong to the assignment after them
+                self._run(self._pipeline.polled(records, time.monotonic()))
         except Exception as exc:
             error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
             if error is None:  # a bug: surface it to the application instead of dying silently
@@ -330,8 +341,146 @@ class KmqConsumer:
                 error.__cause__ = exc
             self._fail(error or exc)
         finally:
-            self._give_back_unhanded(kc, pending)
-            self._close_kafka_consumer()
+            try:
+                self._give_back_unhanded(kc)
+            finally:  # whatever happened there: leave the group now, not after max.poll.interval
+                self._close_kafka_consumer()
+
+    def _feed_answers(self, now: float) -> None:
+        """Report the STARTs and the commit Kafka answered, and the time (for the timeouts)."""
+        pipeline = self._pipeline
+        for b in list(pipeline.pending):
+            if b.state is STARTING and b.handle is not None and all(f.is_done for _, _, f in b.handle):
+                try:
+                    self.writer.wait_starts(b.handle, timeout=0)
+                except MarkerWriteError as exc:
+                    self._run(pipeline.start_answered(b, exc, now))
+                    continue
+                self.metrics.marker_write_seconds.observe(now - b.fetched_at)
+                if self._hook:
+                    self._hook("started", b.spans)
+                self._run(pipeline.start_answered(b, None, now))
+        commit = self._commit
+        if commit is not None and commit.is_done:
+            self._commit = None
+            self._run(pipeline.commit_answered(commit.exception if commit.failed() else None, now))
+        self._run(pipeline.tick(now))
+
+    def _run(self, actions: list) -> None:
+        """Carry out the pipeline's actions in order. An action that feeds an event back (a START
+        that cannot even be sent) queues that event's actions behind the ones already decided."""
+        self._todo.extend(actions)
+        if self._running:
+            return
+        self._running = True
+        try:
+            while self._todo:
+                action = self._todo.popleft()
+                self._do[type(action)](action)
+        finally:
+            self._running = False
+            self._todo.clear()
+
+    def _write_starts(self, action: WriteStarts) -> None:
+        """Count the fetched messages outstanding and send their STARTs (no wait)."""
+        b = action.batch
+        if self._hook:
+            self._hook("polled", b.spans)
+        member = self._kc.member_id()
+        if member:
+            self.writer.owner = member  # the writer clips it to the marker field (255 UTF-8 bytes)
+        with self._lock:
+            for p, offs in b.offsets.items():
+                self._inflight[p] += len(offs)
+            self.flow.taken(len(b.messages), b.nbytes, b.fetched_at)
+        try:
+            b.handle = self.writer.send_starts(b.offsets)
+        except MarkerWriteError as exc:
+            self._run(self._pipeline.start_answered(b, exc, time.monotonic()))
+
+    def _send_commit(self, action: Commit) -> None:
+        try:
+            self._commit = self._kc.commit_async({(self.queue.name, p): o for p, o in action.offsets.items()})
+        except ClientCommitFailed as exc:
+            self._run(self._pipeline.commit_answered(exc, time.monotonic()))
+
+    def _hand_over(self, action: HandOver) -> None:
+        b = action.batch
+        if self._hook:
+            self._hook("committed", b.spans)
+        messages = b.messages
+        with self._lock:
+            self.flow.handed(len(messages), time.monotonic())
+            if self._schedule is not None:
+                for m in messages:
+                    if m._outcome is None:
+                        self._schedule.track((m.partition, m.offset), b.leased_at)
+        self.writer._c_received.inc(len(messages))
+        self._ready.put(messages, b.leased_at, b.gen)
+
+    def _give_back(self, action: GiveBack) -> None:
+        log.info("%s: %d message(s) given back to the group (%s)", self.queue.name, len(action.messages), action.why)
+        give_back(action.messages)
+
+    def _seek_back(self, action: SeekBack) -> None:
+        """Nothing of what was pending was handed over or committed: fetch it (and START it) again."""
+        kc = self._kc
+        assigned = {p for t, p in kc.assignment() if t == self.queue.name}
+        for p, off in action.offsets.items():
+            if p in assigned:  # a revoked partition is polled again by its new owner
+                try:
+                    kc.seek(self.queue.name, p, off)
+                except ClientCommitFailed as exc:  # revoked meanwhile: same as above
+                    log.info("%s: %s", self.queue.name, exc)
+        parts = sorted(action.offsets)
+        log.warning("%s: %s; partitions %s go back to offsets %s and are fetched again", self.queue.name,
+                    action.why, parts, [action.offsets[p] for p in parts])
+        if action.start_failed:
+            # After a broker restart kafka-python's idempotent producer was seen to leave every later
+            # send pending for ever; a new producer costs one connection and rules that out.
+            self.writer.replace_producer("a START marker failed")
+        self._stop.wait(0.5)  # a broker outage: do not spin
+
+    def _room(self, now: float) -> int:
+        """Records the next poll may ask for (flow control, the per-partition cap); publishes the
+        in-flight gauge twice a second."""
+        with self._lock:
+            self._fold_settlements(now)
+            part_room = self.cap - max(self._inflight.values(), default=0)
+            room = self.flow.fetchable(now, part_room, self.fetch_size, self.cap)
+            snapshot = dict(self._inflight) if now >= self._gauge_at else None  # zeros kept: a drained partition shows 0
+        if snapshot is not None:
+            self._gauge_at = now + 0.5
+            for p, n in snapshot.items():
+                self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
+        return room
+
+    def _expire_leases(self, now: float) -> None:
+        """Messages whose lease ended in user code unsettled leave flow control and the in-flight
+        count (:mod:`kmq.consumer.lease_expiry`); settling them later still writes the marker."""
+        expiry = self._expiry
+        for msgs, first, end, leased_at in self._ready.taken():
+            expiry.handed(msgs, first, end, leased_at, now)
+        expiry.look(now)  # outside the lock: settlements go on meanwhile
+        if not expiry.due(now):
+            return
+        with self._lock:
+            expired = expiry.expired(now)
+            nbytes = 0
+            for m in expired:
+                m._settler = self._late  # its settlement is written, nothing counted twice
+                self._inflight[m.partition] -= 1
+                nbytes += m._nbytes
+            if expired:
+                self.flow.expired(len(expired), nbytes, now)
+        if expired:
+            self.metrics.lease_expired.labels(self.queue.name).inc(len(expired))
+            log.log(logging.DEBUG if self._expired_logged else logging.WARNING,
+                    "%s: %d handed-over message(s) (first %s/%d/%d) reached the end of their lease unsettled: they "
+                    "no longer hold room in flow control and the tracker redelivers them; settle every message "
+                    "(ack, nack, reject) or renew it", self.queue.name, len(expired), self.queue.name,
+                    expired[0].partition, expired[0].offset)
+            self._expired_logged = True
 
     def _message(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                  headers: Any, timestamp: int) -> KmqMessage:
@@ -366,169 +515,36 @@ class KmqConsumer:
                 kc.resume(assigned)
             self._paused = False
 
-    def _take(self, kc: Any, messages: list[KmqMessage]) -> "FetchBatch | None":
-        """Count the fetched messages outstanding and send their STARTs (no wait)."""
-        offsets: dict[int, list[int]] = {}
-        nbytes = 0
-        for m in messages:
-            nbytes += m._nbytes
-            offs = offsets.get(m.partition)
-            if offs is None:
-                offsets[m.partition] = [m.offset]
-            else:
-                offs.append(m.offset)
-        spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
-        if self._hook:
-            self._hook("polled", spans)
-        member = kc.member_id()
-        if member:
-            self.writer.owner = member
-        lock = self._lock
-        with lock:
-            for p, offs in offsets.items():
-                self._inflight[p] += len(offs)
-            self.flow.taken(len(messages), nbytes, time.monotonic())
-        b = FetchBatch(messages, offsets, spans, time.perf_counter())
-        try:
-            b.futures = self.writer.send_starts(offsets)
-        except MarkerWriteError as exc:
-            self._retry_later(kc, deque([b]), exc)
-            return None
-        return b
-
-    def _retry_later(self, kc: Any, batches: "deque[FetchBatch]", exc: BaseException) -> None:
-        """START or commit failed (e.g. the broker is down): nothing of ``batches`` was handed
-        over or committed. Seek each partition back to its first offset so the records are
-        polled (and STARTed) again, instead of dying or waiting for a lease to run out."""
-        first = first_offsets(m for b in batches for m in b.messages)
-        for b in batches:
-            give_back(b.messages)
-        batches.clear()
-        assigned = {p for t, p in kc.assignment() if t == self.queue.name}
-        for p, off in first.items():
-            if p in assigned:  # a revoked partition is polled again by its new owner
-                try:
-                    kc.seek(self.queue.name, p, off)
-                except ClientCommitFailed as seek_exc:  # revoked meanwhile: same as above
-                    log.info("%s: %s", self.queue.name, seek_exc)
-        log.warning("%s: %s; partitions %s go back to offsets %s and are fetched again", self.queue.name,
-                    exc, sorted(first), [first[p] for p in sorted(first)])
-        if isinstance(exc, MarkerWriteError):
-            # After a broker restart kafka-python's idempotent producer was seen to leave every later
-            # send pending for ever; a new producer costs one connection and rules that out.
-            self.writer.replace_producer(f"a START marker failed ({type(exc).__name__})")
-        self._stop.wait(0.5)  # a broker outage: do not spin
-
-    def _advance(self, kc: Any, pending: "deque[FetchBatch]") -> None:
-        """Move finished steps along, oldest batch first: START acknowledged ->
-        commit (acknowledged) -> hand over. Commits are sent one at a time, in order; batches
-        whose STARTs were answered meanwhile share the next commit."""
-        while pending:
-            b = pending[0]
-            if b.commit is None:
-                # Later batches whose STARTs are answered too ride on this batch's commit.
-                while len(pending) > 1 and pending[1].commit is None and pending[1].started():
-                    b.absorb(pending[1])
-                    del pending[1]
-                if not b.started():
-                    if time.perf_counter() - b.t0 < self._start_answer_timeout:
-                        return
-                    # kafka-python's producer can lose a batch across a broker restart: its future
-                    # never completes. Past the write timeout, treat the START as failed.
-                    self._retry_later(kc, pending, MarkerWriteError(
-                        f"START marker for {self.queue.name} {b.spans} got no answer from Kafka within "
-                        f"{self._start_answer_timeout:g}s"))
-                    return
-                try:
-                    self.writer.wait_starts(b.futures, timeout=0)
-                except MarkerWriteError as exc:
-                    self._retry_later(kc, pending, exc)  # later batches too: they must not be committed past it
-                    return
-                self.metrics.marker_write_seconds.observe(time.perf_counter() - b.t0)
-                if self._hook:
-                    self._hook("started", b.spans)
-                revoked = self._revoked_parts & set(b.offsets)
-                if revoked:
-                    # Not committed: the partition's new owner polls these again (its START takes over).
-                    # The batch's other partitions are still ours and go on to the commit.
-                    back = [m for m in b.messages if m.partition in revoked]
-                    log.info("%s: partitions %s revoked before the commit; %d started message(s) given back to "
-                             "the group", self.queue.name, sorted(revoked), len(back))
-                    give_back(back)
-                    b.messages = [m for m in b.messages if m.partition not in revoked]
-                    b.offsets = {p: o for p, o in b.offsets.items() if p not in revoked}
-                    b.spans = {p: sp for p, sp in b.spans.items() if p not in revoked}
-                    if not b.messages:
-                        pending.popleft()
-                        continue
-                b.commit = kc.commit_async({(self.queue.name, p): o[-1] + 1 for p, o in b.offsets.items()})
-                b.commit_at = time.monotonic()
-                b.commit_tries += 1
-            if not b.commit.is_done:
-                if time.monotonic() - b.commit_at < self._commit_timeout:
-                    return
-                # kafka-python can lose a response across a broker restart: the future never completes.
-                exc: Any = f"no answer within {self._commit_timeout:g}s"
-            elif b.commit.failed():
-                exc = b.commit.exception
-            else:
-                exc = None
-            if exc is not None:
-                # Whether a failed commit was applied is not certain (a rebalance may have raced it), so
-                # neither hand over nor seek back: commit again while the partitions are ours (polling
-                # meanwhile, which completes a rebalance); revoked ones are given back above.
-                if b.commit_tries == 1:
-                    log.warning("%s: committing offsets %s failed (%s); retrying until it succeeds or the "
-                                "partitions are revoked", self.queue.name, b.spans, exc)
-                elif b.commit_tries % 50 == 0:
-                    log.warning("%s: committing offsets %s still failing after %d tries (%s)", self.queue.name,
-                                b.spans, b.commit_tries, exc)
-                b.commit = None
-                if b.commit_tries >= 40:
-                    # Still failing (~20 s of retries): give the batches back and fetch them again
-                    # rather than stall the partitions (a copy at worst if a failed commit did land).
-                    self._commit_retry = False
-                    self._retry_later(kc, pending, CommitError(f"committing offsets {b.spans} kept failing ({exc})"))
-                    return
-                self._commit_retry = True
-                # No sleep: the fetcher polls with a longer timeout meanwhile (see _fetch_loop), which
-                # is what lets kafka-python complete the rebalance the commit is waiting for.
-                return
-            self._commit_retry = False
-            pending.popleft()
-            if self._hook:
-                self._hook("committed", b.spans)
-            self._hand_over(b.messages, b.leased_at)
-
-    def _hand_over(self, messages: list[KmqMessage], started_at: float) -> None:
-        with self._lock:
-            self.flow.handed(len(messages), time.monotonic())
-            if self._schedule is not None:
-                for m in messages:
-                    if m._outcome is None:
-                        self._schedule.track((m.partition, m.offset), started_at)
-        self.writer._c_received.inc(len(messages))
-        self._ready.put(messages, started_at)
-
     def _revoked(self, partitions: set[tuple[str, int]]) -> None:
-        # Runs inside the fetcher's poll (on kafka-python's I/O thread): touch only thread-safe state.
-        # Ready messages of revoked partitions are kept and handed over: they are committed, so no
-        # one else gets them, and the tracker (not the group) owns their leases.
+        # Runs inside the fetcher's poll (kafka-python may run it on its own I/O thread): only queue it.
         mine = {p for t, p in partitions if t == self.queue.name}
-        self._revoked_parts = frozenset(self._revoked_parts | mine)
         if mine:
+            self._rebalances.append((False, mine))
             log.info("%s: partitions %s revoked", self.queue.name, sorted(mine))
 
     def _assigned(self, partitions: set[tuple[str, int]]) -> None:
         mine = {p for t, p in partitions if t == self.queue.name}
-        self._revoked_parts = frozenset(self._revoked_parts - mine)
+        self._rebalances.append((True, mine))
         log.info("%s: assigned partitions %s", self.queue.name, sorted(mine))
 
-    def _give_back_unhanded(self, kc: Any, pending: "deque[FetchBatch]") -> None:
+    def _feed_rebalances(self) -> None:
+        """Report the rebalance callbacks to the pipeline, in the order they ran (fetcher thread)."""
+        while self._rebalances:
+            assigned, parts = self._rebalances.popleft()
+            if assigned:
+                self._pipeline.assigned(parts)
+            else:
+                self._run(self._pipeline.revoked(parts))
+
+    def _give_back_unhanded(self, kc: Any) -> None:
         """On close: never-handed messages go back to the group (:func:`kmq.consumer.give_back.give_back_on_close`)."""
         ready = self._ready.drain()
-        held = [m for b in pending for m in b.messages]
-        pending.clear()
-        if give_back_on_close(kc, self.queue.name, ready, held, lambda: self._revoked_parts,
-                              lambda: self._apply_pauses(kc, all_paused=True), self.cfg.kafka.session_timeout):
+
+        def plan(assigned: set[int]) -> ClosePlan:
+            self._feed_rebalances()  # the polls that complete a rebalance can revoke partitions
+            return self._pipeline.close_plan(ready, assigned)
+
+        if give_back_on_close(kc, self.queue.name, plan, lambda: self._apply_pauses(kc, all_paused=True),
+                              self.cfg.kafka.session_timeout):
             self.writer.flush_buffer()
+        self._pipeline.closed()

@@ -1,17 +1,25 @@
-"""A batch between its Kafka poll and its hand-over to user code (the consumer's fetcher thread).
+"""A batch between its Kafka poll and its hand-over to user code (the consumer's fetch pipeline).
 
-Pure: no Kafka import (the futures are kafka-python's, but only their
-``is_done`` / ``failed()`` are used, by the consumer).
+Pure: no Kafka import, no clock (times are passed in). The batch's state is
+moved only by :class:`~kmq.consumer.fetch_pipeline.FetchPipeline`.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Iterable
 
 from kmq.core.message import KmqMessage
 
-__all__ = ["FetchBatch", "first_offsets"]
+__all__ = ["FetchBatch", "first_offsets", "STARTING", "STARTED", "START_FAILED", "GIVEN_BACK"]
+
+#: START sent, no answer yet.
+STARTING = "starting"
+#: Kafka acknowledged every START of the batch.
+STARTED = "started"
+#: A START was refused (or not answered in time): the batch goes back.
+START_FAILED = "start-failed"
+#: Out of the pipeline: given back, nothing of it is committed by this batch.
+GIVEN_BACK = "given-back"
 
 
 def first_offsets(messages: Iterable[KmqMessage]) -> dict[int, int]:
@@ -24,36 +32,51 @@ def first_offsets(messages: Iterable[KmqMessage]) -> dict[int, int]:
 
 
 class FetchBatch:
-    """A polled batch between START and hand-over (fetcher thread only)."""
+    """The records of one Kafka poll, in fetch order, on their way to user code.
 
-    __slots__ = ("messages", "offsets", "spans", "t0", "sent_at", "leased_at", "futures", "commit", "commit_at",
-                 "commit_tries")
+    ``offsets`` (partition -> offsets, for the START markers) and ``spans`` (partition ->
+    (first, last)) describe ``messages``; ``gen`` is the pipeline's revocation generation when
+    the batch was fetched (a partition revoked later is stale for it). ``handle`` is the I/O
+    shell's own (its START futures); the pipeline never reads it."""
 
-    def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], spans: dict, t0: float) -> None:
+    __slots__ = ("messages", "offsets", "spans", "nbytes", "fetched_at", "leased_at", "gen", "state", "error",
+                 "handle")
+
+    def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], now: float, gen: int,
+                 nbytes: int = 0) -> None:
         self.messages = messages
         self.offsets = offsets
-        self.spans = spans
-        self.t0 = t0
-        self.sent_at = time.monotonic()  # START marker time, for the lease schedule
-        self.leased_at = self.sent_at  # when its lease was last started or renewed
-        self.futures: list = []
-        self.commit: Any = None
-        self.commit_at = 0.0  # when the commit in flight was sent
-        self.commit_tries = 0
+        self.nbytes = nbytes  # payload bytes, what flow control counts
+        self.spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
+        self.fetched_at = now  # START sent: its answer is awaited from here
+        self.leased_at = now  # when its lease was last started or renewed
+        self.gen = gen
+        self.state = STARTING
+        self.error: Any = None
+        self.handle: Any = None
 
-    def started(self) -> bool:
-        """Every START of this batch got an answer (success or failure)."""
-        return all(f.is_done for _, _, f in self.futures)
+    @classmethod
+    def of(cls, messages: list[KmqMessage], now: float, gen: int) -> "FetchBatch":
+        """The batch of ``messages`` as one poll returned them (in fetch order per partition)."""
+        offsets: dict[int, list[int]] = {}
+        nbytes = 0
+        for m in messages:
+            nbytes += m._nbytes
+            offs = offsets.get(m.partition)
+            if offs is None:
+                offsets[m.partition] = [m.offset]
+            else:
+                offs.append(m.offset)
+        return cls(messages, offsets, now, gen, nbytes)
 
-    def absorb(self, later: "FetchBatch") -> None:
-        """Take in the next batch (fetched after this one, START answered, nothing committed) so that
-        one commit covers both: commits are synchronous round trips, one per batch was the fetcher's
-        pacing step when the application keeps up."""
-        self.messages.extend(later.messages)
-        for p, offs in later.offsets.items():
-            self.offsets.setdefault(p, []).extend(offs)
-        for p, (first, last) in later.spans.items():
-            mine = self.spans.get(p)
-            self.spans[p] = (min(first, mine[0]), max(last, mine[1])) if mine else (first, last)
-        self.futures.extend(later.futures)
-        self.leased_at = min(self.leased_at, later.leased_at)
+    def drop(self, partitions: set[int]) -> list[KmqMessage]:
+        """Take the messages of ``partitions`` out of the batch; returns them."""
+        out = [m for m in self.messages if m.partition in partitions]
+        self.messages = [m for m in self.messages if m.partition not in partitions]
+        for p in partitions:
+            self.offsets.pop(p, None)
+            self.spans.pop(p, None)
+        return out
+
+    def __repr__(self) -> str:
+        return f"FetchBatch({self.spans}, {self.state})"

@@ -12,7 +12,9 @@ consumer that takes more than its handlers can start within a lease lets
 leases run out in its own queues, and every expiry appends a copy: more work,
 a redelivery storm. So, in the manner of the Pub/Sub client's flow control:
 
-* *outstanding* = fetched (START sent) and not yet settled (or given back);
+* *outstanding* = fetched (START sent) and not yet settled, given back, or
+  past its lease in user code (:mod:`kmq.consumer.lease_expiry`: a message
+  nobody settles must not hold room for ever);
 * outstanding messages are bounded by count (``max_messages``) and bytes
   (``max_bytes``), and
 * by what the handlers can start within ``lease_fraction`` of a lease at the
@@ -125,6 +127,13 @@ class FlowControl:
         self._tick(now)
         self._release(messages, nbytes)
 
+    def expired(self, messages: int, nbytes: int, now: float) -> None:
+        """Handed messages whose lease ended unsettled (the tracker redelivers them): they leave
+        the bound and stop keeping the handlers busy, but are no settlements for the rate."""
+        self._tick(now)
+        self.available = max(0, self.available - messages)
+        self._release(messages, nbytes)
+
     def _release(self, messages: int, nbytes: int) -> None:
         self.outstanding = max(0, self.outstanding - messages)
         self.outstanding_bytes = max(0, self.outstanding_bytes - nbytes)
@@ -153,6 +162,20 @@ class FlowControl:
         if self.outstanding == 0:
             return Room(max(1, messages), max(1, nbytes))
         return Room(max(0, messages), max(0, nbytes))
+
+    def fetchable(self, now: float, partition_room: int, fetch_size: int, partition_cap: int) -> int:
+        """How many records the next Kafka poll may ask for (0: no room). ``partition_room``: what
+        the fullest partition may still take (Kafka caps a poll in total, not per partition).
+        While messages are outstanding, fetch in steps of at least a quarter of the bound (or a
+        whole fetch): many small fetches would each pay a client's per-poll cost and a START."""
+        room = self.room(now)
+        if not room:
+            return 0
+        n = min(fetch_size, room.messages, partition_room)
+        step = max(1, min(fetch_size, self.limit(now) // 4, partition_cap // 4))
+        if n < step and self.outstanding > 0:
+            return 0
+        return max(0, n)
 
     def wait_bound(self) -> float | None:
         """Seconds the newest outstanding message may wait for a handler at the

@@ -4,9 +4,10 @@ A message fetched but never handed to user code is not settled by a marker:
 it leaves the consumer's in-flight count and flow bound, and the group
 delivers it again, with the same delivery count. On close that takes one
 commit per partition back to its first never-handed offset
-(:func:`give_back_on_close`); messages of partitions no longer owned that
-were committed already can only come back through the tracker, so they are
-nacked (a copy with a higher delivery count: the one case that costs one).
+(:func:`give_back_on_close`); committed messages of partitions no longer
+owned, or owned again only since an interim owner moved their committed
+offset on, can only come back through the tracker, so they are nacked (a
+copy with a higher delivery count: the one case that costs one).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
+from kmq.consumer.fetch_pipeline import ClosePlan
 from kmq.core.errors import MessageAlreadySettled
-from kmq.consumer.fetch_batch import first_offsets
 from kmq.core.message import ABANDON, KmqMessage
 
 __all__ = ["RETURNED", "give_back", "nack_all", "give_back_on_close"]
@@ -46,46 +47,51 @@ def nack_all(messages: Iterable[KmqMessage]) -> None:
             pass
 
 
-def give_back_on_close(kc: Any, topic: str, ready: list[KmqMessage], held: list[KmqMessage],
-                       revoked: Callable[[], frozenset], pause_all: Callable[[], None],
+def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan], pause_all: Callable[[], None],
                        session_timeout: float) -> bool:
-    """Commit each partition of ``topic`` still owned back to its first never-handed offset, so the
-    group delivers those messages again (no copy, same delivery count); returns whether any message
-    was nacked (the caller flushes then).
+    """Carry out the close plan of the never-handed messages: commit each partition in its
+    ``rewind`` back to its first never-handed offset, so the group delivers those messages again
+    (no copy, same delivery count), NACK what only the tracker can redeliver, give back the rest.
+    Returns whether any message was nacked (the caller flushes then).
 
-    ``ready`` were committed and waited for user code; ``held`` were fetched (START sent or not) and
-    not committed. Per partition the handed messages are a prefix of what was fetched (batches are
-    handed in fetch order), so the rewind re-delivers exactly the never-handed ones. ``kc`` is a
-    :class:`~kmq.client.GroupConsumerAdapter`; ``revoked()`` the partitions revoked so far."""
-    unhanded = ready + held
-    if not unhanded:
-        return False
-    first = first_offsets(unhanded)
-    rewind: dict[int, int] = {}
+    ``plan(assigned)`` is :meth:`kmq.consumer.fetch_pipeline.FetchPipeline.close_plan` for the
+    partitions ``kc`` (a :class:`~kmq.client.GroupConsumerAdapter`) still holds; it is asked
+    again after each retry, since the polls that complete a rebalance can revoke partitions.
+    Never raises for a Kafka error: if the commit cannot be made, the committed messages are
+    NACKed instead (copies with a higher delivery count) and the caller closes the client."""
     # A rebalance in progress refuses the commit until this member has rejoined: a cooperative
     # rebalance takes two rounds, and some brokers hold each join for up to half a session.
+    if not plan(set()).give_back:
+        return False
     deadline = time.monotonic() + 2 * session_timeout
     while True:
         try:
-            assigned = {p for t, p in kc.assignment() if t == topic} - revoked()
-            rewind = {p: o for p, o in first.items() if p in assigned}
-            if rewind:
-                kc.commit({(topic, p): o for p, o in rewind.items()})
+            current = plan({p for t, p in kc.assignment() if t == topic})
+            if current.rewind:
+                kc.commit({(topic, p): o for p, o in current.rewind.items()})
             break
         except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not _poll_paused(kc, pause_all, topic):
                 log.warning("%s: committing offsets back for never-handed messages failed (%s); they are "
                             "nacked instead and come back as copies with a higher delivery count", topic, exc)
-                rewind = {}
+                current = plan(set())  # as if nothing were ours: every committed message is nacked
                 break
-            pause_all()
-            kc.fetch(0.2, 1)  # completes the rebalance; nothing is taken
-    back = [m for m in unhanded if m.partition in rewind]
-    rest = [m for m in ready if m.partition not in rewind]
-    # Ready messages of partitions no longer ours are committed: only the tracker can redeliver
-    # them. Uncommitted ones of those partitions: their new owner polls them again.
-    nack_all(rest)
-    give_back(unhanded)
+    nack_all(current.nack)
+    give_back(current.give_back)
+    n_back = len(current.give_back) - len(current.nack)
     log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)%s",
-             topic, len(back), rewind, f", {len(rest)} of revoked partitions nacked for redelivery" if rest else "")
-    return bool(rest)
+             topic, n_back, current.rewind,
+             f", {len(current.nack)} of partitions no longer ours nacked for redelivery" if current.nack else "")
+    return bool(current.nack)
+
+
+def _poll_paused(kc: Any, pause_all: Callable[[], None], topic: str) -> bool:
+    """One poll with every partition paused, which lets a rebalance complete (nothing is taken);
+    False when the client cannot poll any more (then retrying the commit is pointless)."""
+    try:
+        pause_all()
+        kc.fetch(0.2, 1)
+    except Exception as exc:  # noqa: BLE001 - the client is failing: the caller gives up and closes it
+        log.warning("%s: polling to complete a rebalance before the commit-back failed (%s)", topic, exc)
+        return False
+    return True

@@ -7,20 +7,26 @@
   Flow control keeps this rare; a rebalance or a slow spell is when it counts.
 * :func:`auto_renewal`: with ``consumer.auto_renew``, handed-over messages are
   renewed up to ``consumer.max_lease`` (:class:`~kmq.core.lease.LeaseKeeper`).
+* :class:`LateSettler`: a handed-over message whose lease ended unsettled left
+  flow control (:mod:`kmq.consumer.lease_expiry`); settling it later still
+  writes its marker (the tracker counts a late ack if it redelivered it).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from typing import Any, Iterable
 
+from kmq.consumer.ack_buffer import AckBuffer
+from kmq.consumer.lease_expiry import LeaseExpiry
 from kmq.core.lease import LeaseKeeper, LeaseSchedule, default_margin
 from kmq.core.message import KmqMessage
 from kmq.consumer.writer import _ms
 
-__all__ = ["HeldLeases", "AutoRenewal", "auto_renewal"]
+__all__ = ["HeldLeases", "AutoRenewal", "auto_renewal", "LateSettler"]
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +70,16 @@ class HeldLeases:
 class AutoRenewal:
     """``consumer.auto_renew``: the keeper's callbacks (under the consumer's lock)."""
 
-    def __init__(self, name: str, max_lease: float, buffer: Any) -> None:
-        self.name, self.max_lease, self._buffer = name, max_lease, buffer
+    def __init__(self, name: str, max_lease: float, buffer: Any, expiry: LeaseExpiry | None = None) -> None:
+        self.name, self.max_lease, self._buffer, self._expiry = name, max_lease, buffer, expiry
         self.exhausted = 0  # messages that reached max_lease unsettled
 
     def renew(self, lease: float, keys: list) -> None:
         _renew(self._buffer, keys, lease)
+        if self._expiry is not None:  # their leases go on: they keep their room in flow control
+            deadline = time.monotonic() + lease
+            for key in keys:
+                self._expiry.extend(key, deadline)
 
     def exhausted_leases(self, keys: list) -> None:
         self.exhausted += len(keys)
@@ -82,13 +92,33 @@ class AutoRenewal:
 
 
 def auto_renewal(name: str, lease: float, max_lease: float, flush_interval: float, buffer: Any,
-                 lock: threading.Lock) -> tuple[LeaseSchedule, LeaseKeeper, AutoRenewal]:
+                 lock: threading.Lock, expiry: LeaseExpiry | None = None
+                 ) -> tuple[LeaseSchedule, LeaseKeeper, AutoRenewal]:
     """The schedule, keeper thread (not started) and callbacks of ``consumer.auto_renew``."""
     # A RENEW's deadline counts from its marker time, which is up to a flush
     # interval after the keeper decided it: keep that much of max_lease in hand.
     budget = max(lease, max_lease - 2 * flush_interval)
     schedule = LeaseSchedule(lease, budget, default_margin(lease, flush_interval))
-    renewal = AutoRenewal(name, max_lease, buffer)
+    renewal = AutoRenewal(name, max_lease, buffer, expiry)
     keeper = LeaseKeeper(schedule, lock, renewal.renew, renewal.exhausted_leases,
                          max_sleep=max(0.05, min(0.5, lease / 4)))
     return schedule, keeper, renewal
+
+
+class LateSettler:
+    """Settles messages whose lease ended in user code unsettled (they already left the in-flight
+    count and flow control): the marker is still written, nothing else is counted. To the tracker
+    it is a late ack if it redelivered the message meanwhile, else a normal settlement."""
+
+    def __init__(self, name: str, lease: float, buffer: AckBuffer) -> None:
+        self.name, self.lease, self._buffer = name, lease, buffer
+        self.settled_late = 0
+
+    def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
+        self._buffer.settle(msg.partition, msg.offset, outcome, arg)
+        self.settled_late += 1
+        log.debug("%s/%d/%d settled (%s) after its lease ended; marker written", self.name, msg.partition,
+                  msg.offset, outcome)
+
+    def renewed(self, msg: KmqMessage, lease: float | None) -> None:
+        self._buffer.renew(msg.partition, msg.offset, _ms(lease or self.lease))

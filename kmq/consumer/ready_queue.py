@@ -1,10 +1,15 @@
 """The hand-over between a consumer's fetcher thread and the application.
 
 Batches whose START was acknowledged and whose offsets were committed wait
-here until user code polls them, each with the time its lease was last
-(re)started (so held messages can be renewed before their lease ends). The
-fetcher's fatal error is delivered through the same queue: raised to the
-application once the ready messages are used up.
+here until user code takes them, each with the time its lease was last
+(re)started (so held messages can be renewed before their lease ends) and
+the fetch pipeline's revocation generation when it was fetched (what closing
+needs to know whether it may commit the partition back). What user code
+took, and when its lease started, is recorded for the fetcher
+(:meth:`ReadyQueue.taken`): a message whose lease ends in user code
+unsettled leaves flow control. The fetcher's fatal error is delivered
+through the same queue: raised to the application once the ready messages
+are used up.
 """
 
 from __future__ import annotations
@@ -12,48 +17,90 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import islice
 from typing import Callable
 
 from kmq.core.message import KmqMessage
 
 __all__ = ["ReadyQueue"]
 
+# A ready entry is a mutable list (cheap, and updated in place by takes and renewals):
+_MSGS, _POS, _LEASED_AT, _GEN = range(4)  # [messages, next to take, lease (re)started at, generation]
+
 
 class ReadyQueue:
     """Ready batches (fetcher -> application), thread-safe."""
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self._batches: deque[list[KmqMessage]] = deque()
-        self._leased_at: deque[float] = deque()  # per batch: when its lease was last (re)started
+        self.cond = threading.Condition(threading.Lock())
+        self._batches: deque[list] = deque()
+        #: ``[messages, first, end, leased_at]``: ``messages[first:end]`` taken by user code since
+        #: the fetcher last looked, their lease (re)started at ``leased_at``.
+        self._taken: list[list] = []
         self.error: BaseException | None = None
 
-    def put(self, messages: list[KmqMessage], leased_at: float) -> None:
+    def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
         with self.cond:
-            self._batches.append(messages)
-            self._leased_at.append(leased_at)
+            self._batches.append([messages, 0, leased_at, gen])
             self.cond.notify_all()
+
+    def _wait(self, timeout: float, stopped: Callable[[], bool]) -> list | None:
+        """The head entry once there is one (with ``self.cond`` held); None after ``timeout``
+        or once ``stopped()``; raises :attr:`error` once nothing is ready."""
+        deadline = time.monotonic() + timeout
+        while not self._batches:
+            if self.error is not None:
+                raise self.error
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or stopped():
+                return None
+            self.cond.wait(remaining)
+        return self._batches[0]
+
+    def _took(self, entry: list, end: int) -> None:
+        """User code took ``entry``'s messages up to ``end`` (with ``self.cond`` held)."""
+        msgs, first, leased_at = entry[_MSGS], entry[_POS], entry[_LEASED_AT]
+        last = self._taken[-1] if self._taken else None
+        if last is not None and last[0] is msgs and last[2] == first and last[3] == leased_at:
+            last[2] = end  # one message at a time (iteration): one record per batch, not per message
+        else:
+            self._taken.append([msgs, first, end, leased_at])
+        if end == len(msgs):
+            self._batches.popleft()
+        else:
+            entry[_POS] = end
+        self.cond.notify_all()  # room for the fetcher
 
     def take(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[KmqMessage]:
         """Up to ``max_records`` (0: a whole batch) ready messages; ``[]`` after ``timeout`` seconds
         without any or once ``stopped()``; raises :attr:`error` once nothing is ready."""
-        deadline = time.monotonic() + timeout
         with self.cond:
-            while not self._batches:
-                if self.error is not None:
-                    raise self.error
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or stopped():
-                    return []
-                self.cond.wait(remaining)
-            batch = self._batches.popleft()
-            leased_at = self._leased_at.popleft()
-            if 0 < max_records < len(batch):
-                self._batches.appendleft(batch[max_records:])
-                self._leased_at.appendleft(leased_at)
-                batch = batch[:max_records]
-            self.cond.notify_all()  # room for the fetcher
+            entry = self._wait(timeout, stopped)
+            if entry is None:
+                return []
+            msgs, pos = entry[_MSGS], entry[_POS]
+            end = len(msgs) if max_records <= 0 else min(len(msgs), pos + max_records)
+            batch = msgs if pos == 0 and end == len(msgs) else msgs[pos:end]
+            self._took(entry, end)
         return batch
+
+    def take_one(self, timeout: float, stopped: Callable[[], bool]) -> KmqMessage | None:
+        """One ready message (as :meth:`take`), None after ``timeout`` or once ``stopped()``."""
+        with self.cond:
+            entry = self._wait(timeout, stopped)
+            if entry is None:
+                return None
+            pos = entry[_POS]
+            self._took(entry, pos + 1)
+            return entry[_MSGS][pos]
+
+    def taken(self) -> list[list]:
+        """What user code took since the last call: ``[messages, first, end, leased_at]`` records."""
+        if not self._taken:  # read without the lock: a record appended meanwhile is seen next time
+            return []
+        with self.cond:
+            out, self._taken = self._taken, []
+        return out
 
     def fail(self, exc: BaseException) -> None:
         with self.cond:
@@ -70,12 +117,11 @@ class ReadyQueue:
         with self.cond:
             self.cond.notify_all()
 
-    def drain(self) -> list[KmqMessage]:
-        """Take every ready message out (closing)."""
+    def drain(self) -> list[tuple[list[KmqMessage], int]]:
+        """Take every ready message out (closing): ``(messages, generation)`` per batch."""
         with self.cond:
-            out = [m for batch in self._batches for m in batch]
+            out = [(e[_MSGS][e[_POS]:], e[_GEN]) for e in self._batches]
             self._batches.clear()
-            self._leased_at.clear()
             self.cond.notify_all()
         return out
 
@@ -83,8 +129,8 @@ class ReadyQueue:
         """Messages of batches whose lease (re)started before ``older_than``; their time is reset to ``now``."""
         due: list[KmqMessage] = []
         with self.cond:
-            for i, at in enumerate(self._leased_at):
-                if at <= older_than:
-                    self._leased_at[i] = now
-                    due.extend(self._batches[i])
+            for e in self._batches:
+                if e[_LEASED_AT] <= older_than:
+                    e[_LEASED_AT] = now
+                    due.extend(islice(e[_MSGS], e[_POS], None))
         return due

@@ -57,6 +57,12 @@ class ConsumerMetrics:
         self.in_flight = Gauge(
             "kmq_consumer_in_flight", "Messages handed to user code and not yet settled", ["queue", "partition"], registry=r,
         )
+        self.lease_expired = Counter(
+            "kmq_consumer_lease_expired_total",
+            "Messages handed to user code whose lease ended unsettled and unrenewed: they no longer count against "
+            "flow control or the in-flight cap, the tracker redelivers them; a later settlement is still written",
+            ["queue"], registry=r,
+        )
         self.marker_write_seconds = Histogram(
             "kmq_consumer_marker_write_seconds", "Time to write START markers and get Kafka's acknowledgement",
             buckets=LATENCY_BUCKETS, registry=r,

@@ -371,3 +371,113 @@ def test_close_during_a_backlog_gives_prefetched_messages_to_the_other_member_wi
     assert len(keys) == len(set(keys)) == 1000  # each message handed exactly once
     assert all(m.delivery_count == 1 for m in handed)
     assert not [m for ms in markers.values() for m in ms if isinstance(m, Nack)]
+
+
+def test_leaving_the_loop_early_strands_no_message(queue_topics, kafka_client):
+    # Iteration used to poll 500 messages and yield from a local list: a break or an exception left
+    # the rest handed over, never settled and counted in flight for ever (flow control stopped
+    # fetching), until the tracker redelivered them as copies nobody had seen.
+    cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
+    produce(cfg, q.name, 20)
+    with KmqConsumer(cfg, queue=q.name) as consumer:
+        for msg in consumer:
+            msg.ack()
+            break
+        got: list = []
+        wait_until(lambda: got.extend(consumer.poll(timeout=0.2, max_records=1)) or got, 15, what="the next message")
+        with pytest.raises(ValueError):
+            for msg in consumer:
+                msg.ack()
+                raise ValueError("handler bug")
+        got += poll_n(consumer, 17, timeout=15)
+        assert sorted(m.offset for m in got) == [1] + list(range(3, 20))  # still ready for the next poll
+        for m in got:
+            m.ack()
+        assert consumer.in_flight() == {}
+
+
+def test_messages_left_unsettled_leave_flow_control_when_their_lease_ends(queue_topics, bootstrap, kafka_client):
+    # A handler that lets messages time out (the SQS habit) used to stop its consumer for good:
+    # unsettled messages stayed outstanding after their leases, and once they filled the flow
+    # bound (here 10) nothing was fetched again.
+    cfg, q = queue_topics(partitions=1, queue={"lease": "1s"}, kafka={"client": kafka_client},
+                          consumer={"ack_flush_interval": "50ms", "max_outstanding_messages": 10})
+    produce(cfg, q.name, 30)
+    left: list = []  # never settled by the handler
+    acked: list = []
+
+    def take(consumer):
+        for m in consumer.poll(timeout=0.2):
+            if len(left) < 10:
+                left.append(m)
+            else:
+                m.ack()
+                acked.append(m)
+        return len(left) + len(acked) >= 30
+
+    with KmqConsumer(cfg, queue=q.name, batch_size=10) as consumer:
+        wait_until(lambda: take(consumer), 30, what="all 30 messages, past the 10 left unsettled")
+        assert sorted(m.offset for m in left + acked) == list(range(30))
+        expired = consumer.metrics.registry.get_sample_value("kmq_consumer_lease_expired_total", {"queue": q.name})
+        assert expired == 10
+        left[0].ack()  # late: still written (the tracker counts a late ack if it redelivered it), no error
+        consumer.writer.flush()
+        assert consumer.in_flight() == {}
+        markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    ended = {o for m in markers if isinstance(m, End) for r in m.ranges for o in r.offsets()}
+    assert ended == {0} | set(range(10, 30))
+
+
+def test_close_after_a_revoke_and_reassign_never_commits_back_below_the_interim_owners_commit(
+        queue_topics, bootstrap, kafka_client, caplog):
+    # a holds committed, never-handed messages of both partitions; one partition moves to b, which
+    # consumes and commits further, then comes back to a when b leaves. Closing a used to commit that
+    # partition back to a's first never-handed offset: below b's commit, so b's messages would be
+    # delivered again. Now a's stale messages of it are NACKed and its committed offset stays b's.
+    caplog.set_level("INFO", logger="kmq.consumer.consumer")
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
+    produce(cfg, q.name, 20, partitions=2)
+    a = KmqConsumer(cfg, queue=q.name)
+    b = None
+    try:
+        first: list = []
+        wait_until(lambda: first.extend(a.poll(timeout=0.2, max_records=1)) or first, 30, what="a's first message")
+        first[0].ack()  # a's fetcher committed all 20; 19 wait in its ready queue
+        wait_until(lambda: committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 10, 1: 10}, 30,
+                   what="a's commits")
+        b = KmqConsumer(cfg, queue=q.name)
+        got: list = []
+        wait_until(lambda: got.extend(b.poll(timeout=0.2)) or _logged(caplog.records, "revoked"), 60,
+                   what="a partition moving to b")
+        [moved] = _logged(caplog.records, "revoked")
+        p = clients.producer(cfg.kafka)
+        for i in range(5):
+            p.send(q.name, value=b"later%d" % i, partition=moved)
+        p.flush()
+        p.close()
+        wait_until(lambda: got.extend(b.poll(timeout=0.2)) or len(got) >= 5, 60, what="b consuming the moved partition")
+        for m in got:
+            m.ack()
+        assert committed(bootstrap, cfg.consumer.group_id, q.name)[moved] == 15
+        mark = len(caplog.records)
+        b.close()
+        wait_until(lambda: moved in _logged(caplog.records[mark:], "assigned"), 60, what="the moved partition back at a")
+    finally:
+        if b is not None:
+            b.close()
+        a.close()
+    assert committed(bootstrap, cfg.consumer.group_id, q.name)[moved] == 15  # b's commit, not a's stale offset
+    nacked = {o for m in markers_by_partition(bootstrap, q.markers_topic)[moved] if isinstance(m, Nack)
+              for r in m.ranges for o in r.offsets()}
+    assert nacked and max(nacked) < 10  # a's stale, committed, never-handed messages: only the tracker has them
+
+
+def _logged(records: list, event: str) -> list[int]:
+    """Partitions in the consumer's "partitions [..] revoked" / "assigned partitions [..]" log lines."""
+    out: list[int] = []
+    for r in records:
+        text = r.getMessage()
+        if (event == "revoked" and text.endswith(" revoked")) or (event == "assigned" and "assigned partitions [" in text):
+            inside = text[text.rindex("[") + 1:text.rindex("]")]
+            out.extend(int(x) for x in inside.split(",") if x.strip())
+    return out

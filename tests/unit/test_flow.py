@@ -101,3 +101,26 @@ def test_time_before_the_hand_over_does_not_read_as_slow_handlers():
 def test_bad_limits_are_refused(kw):
     with pytest.raises(ValueError):
         FlowLimits(**kw)
+
+
+def test_expired_messages_leave_the_bound_and_stop_counting_as_busy_without_being_settlements():
+    fc = FlowControl(FlowLimits(lease=5.0, min_messages=100), now=0.0)
+    fc.taken(100, 1000, 0.0)
+    fc.handed(100, 0.0)
+    fc.settled(60, 600, 1.0)
+    fc.expired(40, 400, 5.0)  # never settled: their leases ended in user code
+    assert fc.outstanding == 0 and fc.outstanding_bytes == 0 and fc.available == 0
+    assert fc.rate == pytest.approx(60 / 5.0)  # 60 settlements in 5 busy seconds: expiries are not processed
+    assert fc.room(5.0).messages == 100
+
+
+def test_fetchable_asks_for_the_room_left_in_steps_of_a_quarter_of_the_bound():
+    fc = FlowControl(FlowLimits(lease=5.0, max_messages=1000, min_messages=400), now=0.0)
+    assert fc.fetchable(0.0, partition_room=10_000, fetch_size=2000, partition_cap=10_000) == 400
+    fc.taken(350, 0, 0.0)
+    assert fc.fetchable(0.0, 10_000, 2000, 10_000) == 0  # 50 left: below a step of 100, wait for more
+    fc.settled(60, 0, 0.1)
+    assert fc.fetchable(0.1, 10_000, 2000, 10_000) == 110
+    assert fc.fetchable(0.1, partition_room=30, fetch_size=2000, partition_cap=10_000) == 0  # the fullest partition
+    fc.settled(290, 0, 0.2)
+    assert fc.fetchable(0.2, partition_room=30, fetch_size=2000, partition_cap=10_000) == 30  # nothing outstanding

@@ -37,12 +37,41 @@ def test_error_is_raised_only_once_ready_messages_are_used_up():
 
 def test_renewal_resets_only_batches_whose_lease_started_before_the_cut_and_drain_empties():
     q = ReadyQueue()
-    q.put(_msgs(1, 2), 0.0)
-    q.put(_msgs(3), 20.0)
+    q.put(_msgs(1, 2), 0.0, gen=3)
+    q.put(_msgs(3), 20.0, gen=4)
     assert [m.offset for m in q.due_for_renewal(older_than=10.0, now=30.0)] == [1, 2]
     assert q.due_for_renewal(older_than=10.0, now=31.0) == []  # reset to 30: not due again
-    assert [m.offset for m in q.drain()] == [1, 2, 3]
+    assert [([m.offset for m in msgs], gen) for msgs, gen in q.drain()] == [([1, 2], 3), ([3], 4)]
     assert q.take(0, 5, lambda: False) == []
+
+
+def test_take_one_hands_one_message_at_a_time_and_leaves_the_rest_ready():
+    q = ReadyQueue()
+    q.put(_msgs(1, 2, 3), 10.0, gen=1)
+    assert q.take_one(0, lambda: False).offset == 1
+    assert q.take_one(0, lambda: False).offset == 2
+    # Taken messages are no longer renewed as held ones, nor given back on close.
+    assert [m.offset for m in q.due_for_renewal(older_than=20.0, now=30.0)] == [3]
+    assert [([m.offset for m in msgs], gen) for msgs, gen in q.drain()] == [([3], 1)]
+    assert q.take_one(0.01, lambda: False) is None
+
+
+def test_taken_records_what_user_code_took_with_its_lease_start_one_record_per_batch():
+    q = ReadyQueue()
+    first = _msgs(1, 2, 3, 4)
+    q.put(first, 10.0)
+    q.put(_msgs(5), 11.0)
+    q.take_one(0, lambda: False)
+    q.take_one(0, lambda: False)
+    q.take(0, 1, lambda: False)
+    records = q.taken()
+    assert len(records) == 1  # consecutive takes of one batch: one record, not one per message
+    msgs, lo, hi, leased_at = records[0]
+    assert msgs is first and (lo, hi, leased_at) == (0, 3, 10.0)
+    assert q.taken() == []
+    q.due_for_renewal(older_than=10.0, now=12.0)  # the rest's lease restarts: a new record for it
+    assert [m.offset for m in q.take(0, 0, lambda: False)] == [4]
+    assert [(lo, hi, at) for _, lo, hi, at in q.taken()] == [(3, 4, 12.0)]
 
 
 def test_a_stopped_queue_returns_at_once():

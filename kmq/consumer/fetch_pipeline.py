@@ -1,0 +1,387 @@
+"""The consumer's fetch pipeline as a pure state machine: fetch -> START -> commit -> hand over.
+
+Pure, like :mod:`kmq.core.lease_state`: no Kafka import, no threads, no clock (``now`` is
+passed in). The fetcher thread of :class:`~kmq.consumer.consumer.KmqConsumer` (the I/O
+shell) feeds it events and executes the actions it returns, in order:
+
+=================================  ====================================================
+event                              actions it may return
+=================================  ====================================================
+``polled`` (a Kafka poll returned)  :class:`WriteStarts` for the new batch
+``start_answered``                  :class:`Commit`; or :class:`GiveBack` + :class:`SeekBack`
+``commit_answered``                 :class:`HandOver`, the next :class:`Commit`, ...
+``tick`` (time passes: timeouts)    as above
+``revoked`` / ``assigned``          :class:`GiveBack` (what the new owner fetches again)
+``close_plan``                      a :class:`ClosePlan` (commit back, NACK, give back)
+=================================  ====================================================
+
+The protocol's two guarantees, each kept in one place:
+
+* **A message is handed over only after Kafka acknowledged its START.** :class:`HandOver`
+  is emitted only by :meth:`FetchPipeline.commit_answered`, for the batches of a commit that
+  succeeded, and :meth:`FetchPipeline._commit` puts only ``STARTED`` batches in a commit.
+* **A commit never passes a record without a START.** Batches are committed in fetch order,
+  each commit covers a prefix of the pending batches that are all ``STARTED``, and a START
+  that fails (or is not answered in time) gives back its batch *and every later one* and
+  seeks their partitions back (:meth:`FetchPipeline._give_back_all`).
+
+Rebalances: a partition revoked after a batch was fetched is *stale* for that batch, even if
+it is assigned to this member again (its position was then reset to the group's committed
+offset, which an interim owner may have moved on). Stale records are never committed, sought
+back to or committed back to: uncommitted ones are given back (the group delivers them
+again), committed ones that never reached user code are NACKed on close (only the tracker
+can redeliver them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, Iterable
+
+from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch
+from kmq.core.message import KmqMessage
+
+__all__ = ["FetchPipeline", "PollStep", "WriteStarts", "Commit", "HandOver", "GiveBack", "SeekBack", "ClosePlan"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteStarts:
+    """Send the batch's START markers (one per partition, ``batch.offsets``); report the
+    answer with :meth:`FetchPipeline.start_answered`."""
+
+    batch: FetchBatch
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Commit ``offsets`` (partition -> next offset) of the queue topic for ``batches``;
+    report the answer with :meth:`FetchPipeline.commit_answered`."""
+
+    offsets: dict[int, int]
+    batches: tuple[FetchBatch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """The batch's STARTs were acknowledged and its offsets committed: give it to user code."""
+
+    batch: FetchBatch
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """Messages that will not be handed over: out of the in-flight count and flow control, no marker."""
+
+    messages: list[KmqMessage]
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class SeekBack:
+    """Fetch these partitions again from ``offsets`` (partition -> first offset given back).
+    ``start_failed``: the cause was a START marker (the marker producer may be stuck)."""
+
+    offsets: dict[int, int]
+    why: str
+    start_failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClosePlan:
+    """Closing: commit each partition in ``rewind`` back to its first never-handed offset (the
+    group delivers those again), NACK ``nack`` (committed, never handed, of partitions this
+    member no longer owns since they were fetched), then give back ``give_back`` (every
+    never-handed message)."""
+
+    rewind: dict[int, int]
+    nack: list[KmqMessage]
+    give_back: list[KmqMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class PollStep:
+    """What the fetcher does next: wait ``wait`` seconds for settlements without polling, or
+    poll Kafka for up to ``max_records`` within ``timeout`` seconds, with every partition
+    paused when ``pause_all`` (no room for a while: the poll only keeps the membership alive)."""
+
+    wait: float
+    max_records: int = 0
+    timeout: float = 0.0
+    pause_all: bool = False
+
+
+_WAIT = PollStep(0.002)
+
+
+class FetchPipeline:
+    """Batches between their Kafka poll and user code, and the rebalance state they depend on.
+
+    :param start_timeout: seconds a START may go unanswered before it counts as failed.
+    :param commit_timeout: seconds a commit may go unanswered before it counts as failed.
+    :param max_commit_tries: failed commits of the same batches before they are given back
+        and fetched again (rather than stall their partitions).
+    :param backpressure_poll: seconds without room before the fetcher polls with every
+        partition paused (a rebalance needs every member to poll).
+    """
+
+    def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = 40,
+                 backpressure_poll: float = 0.5) -> None:
+        self.start_timeout = start_timeout
+        self.commit_timeout = commit_timeout
+        self.max_commit_tries = max_commit_tries
+        self.backpressure_poll = backpressure_poll
+        #: Batches not handed over yet, in fetch order.
+        self.pending: deque[FetchBatch] = deque()
+        #: Partitions assigned to this member (from the rebalance events).
+        self.owned: set[int] = set()
+        #: A commit failed and is retried: the fetcher polls longer meanwhile (that completes a rebalance).
+        self.commit_retrying = False
+        self._gen = 0  # revocation generation: +1 per revocation
+        self._revoked_at: dict[int, int] = {}  # partition -> generation of its last revocation
+        self._committing = 0  # head batches covered by the commit in flight (0: none)
+        self._commit_sent_at = 0.0
+        self._commit_tries = 0  # failed commits of the head batches so far, +1 for the one in flight
+        self._await_poll = False  # a failed commit is retried only after the next Kafka poll
+        self._blocked_since: float | None = None  # since when there is no room to fetch
+
+    # ------------------------------------------------------------ events
+    def polled(self, messages: list[KmqMessage], now: float) -> list[Any]:
+        """A Kafka poll returned ``messages`` (maybe none). The rebalance events that ran inside
+        that poll must be reported first: the records belong to the assignment after them."""
+        self._await_poll = False
+        out: list[Any] = []
+        if messages:
+            batch = FetchBatch.of(messages, now, self._gen)
+            self.pending.append(batch)
+            out.append(WriteStarts(batch))
+        self._advance(now, out)
+        return out
+
+    def start_answered(self, batch: FetchBatch, error: Any, now: float) -> list[Any]:
+        """Kafka answered every START of ``batch``: ``error`` None means all acknowledged."""
+        out: list[Any] = []
+        if batch.state is STARTING:  # else given back meanwhile: nothing to do
+            batch.state, batch.error = (STARTED, None) if error is None else (START_FAILED, error)
+            self._advance(now, out)
+        return out
+
+    def commit_answered(self, error: Any, now: float) -> list[Any]:
+        """The commit in flight succeeded (``error`` None) or failed."""
+        out: list[Any] = []
+        if not self._committing:
+            return out
+        if error is None:
+            n, self._committing = self._committing, 0
+            self._commit_tries = 0
+            self.commit_retrying = False
+            for _ in range(n):
+                batch = self.pending.popleft()
+                batch.state = GIVEN_BACK  # out of the pipeline: to user code
+                if batch.messages:
+                    out.append(HandOver(batch))
+        else:
+            self._commit_failed(error, out)
+        self._advance(now, out)
+        return out
+
+    def tick(self, now: float) -> list[Any]:
+        """Time passed: a START or commit without an answer in time counts as failed."""
+        out: list[Any] = []
+        self._advance(now, out)
+        return out
+
+    def revoked(self, partitions: Iterable[int]) -> list[Any]:
+        """``partitions`` were taken from this member. Their records in batches not committed yet
+        are given back (their new owner fetches them again; its START takes over the lease);
+        the commit in flight, if any, decides for its own batches (:meth:`commit_answered`)."""
+        parts = set(partitions)
+        if not parts:
+            return []
+        self._gen += 1
+        for p in parts:
+            self._revoked_at[p] = self._gen
+        self.owned -= parts
+        out: list[Any] = []
+        back: list[KmqMessage] = []
+        for batch in islice(self.pending, self._committing, None):
+            if parts.intersection(batch.spans):
+                back.extend(batch.drop(parts))
+                if not batch.messages:
+                    batch.state = GIVEN_BACK
+        if back:
+            kept = [b for i, b in enumerate(self.pending) if i < self._committing or b.state is not GIVEN_BACK]
+            self.pending = deque(kept)
+            out.append(GiveBack(back, f"partitions {sorted(parts)} revoked before the commit"))
+        return out
+
+    def assigned(self, partitions: Iterable[int]) -> None:
+        """``partitions`` were assigned to this member (their positions are the group's committed offsets)."""
+        self.owned.update(partitions)
+
+    # ------------------------------------------------------------ decisions
+    def next_poll(self, room: int, now: float) -> PollStep:
+        """The fetcher's next step, given ``room`` (records flow control lets it fetch; 0: none)."""
+        if room > 0:
+            self._blocked_since = None
+        else:
+            if self._blocked_since is None:
+                self._blocked_since = now
+            if not self.commit_retrying and (self.pending or now - self._blocked_since < self.backpressure_poll):
+                return _WAIT  # handlers are behind: wait for settlements (or a START, a commit) without polling
+        # Short polls while batches are between START and hand-over, so they move on soon; long
+        # ones while a commit is retried: that is what lets kafka-python complete the rebalance.
+        timeout = 0.5 if self.commit_retrying else 0.005 if self.pending else 0.1 if room > 0 else 0.05
+        return PollStep(0.0, room if room > 0 else 1, timeout, room <= 0)
+
+    def stale(self, partition: int, gen: int) -> bool:
+        """Whether ``partition`` was revoked after something was fetched at generation ``gen``."""
+        return self._revoked_at.get(partition, -1) > gen
+
+    @property
+    def commit_in_flight(self) -> bool:
+        """A commit was sent and its answer is awaited (a commit past its timeout no longer is)."""
+        return self._committing > 0
+
+    @property
+    def gen(self) -> int:
+        """The current revocation generation (what a batch fetched now records)."""
+        return self._gen
+
+    def close_plan(self, ready: Iterable[tuple[list[KmqMessage], int]], assigned: set[int]) -> ClosePlan:
+        """What closing does with the never-handed messages: ``ready`` (committed, waiting for
+        user code: ``(messages, gen)`` groups) and the pending batches (not committed, or
+        committing). ``assigned``: the partitions the Kafka client still holds. Pure: call it
+        again after more rebalance events, the plan follows them."""
+        owned = self.owned & assigned
+        rewind: dict[int, int] = {}
+        nack: list[KmqMessage] = []
+        back: list[KmqMessage] = []
+        groups = [(msgs, gen, True) for msgs, gen in ready]
+        groups += [(b.messages, b.gen, False) for b in self.pending]
+        for msgs, gen, committed in groups:
+            back.extend(msgs)
+            for m in msgs:
+                p = m.partition
+                if p in owned and not self.stale(p, gen):
+                    if m.offset < rewind.get(p, m.offset + 1):
+                        rewind[p] = m.offset
+                elif committed:
+                    nack.append(m)
+        return ClosePlan(rewind, nack, back)
+
+    def closed(self) -> None:
+        """Closing took everything out (after :meth:`close_plan` was carried out)."""
+        for batch in self.pending:
+            batch.state = GIVEN_BACK
+        self.pending.clear()
+        self._committing = 0
+
+    # ------------------------------------------------------------ the machine
+    def _advance(self, now: float, out: list[Any]) -> None:
+        """Move the oldest batches along: a START answered -> commit; no answer in time -> failed."""
+        pending = self.pending
+        while pending:
+            if self._committing:
+                if now - self._commit_sent_at < self.commit_timeout:
+                    return
+                # kafka-python can lose a response across a broker restart: the future never completes.
+                self._commit_failed(f"no answer within {self.commit_timeout:g}s", out)
+                continue
+            head = pending[0]
+            if head.state is STARTING and now - head.fetched_at >= self.start_timeout:
+                # kafka-python's producer can lose a batch across a broker restart: its future
+                # never completes. Past the write timeout, the START counts as failed.
+                head.state = START_FAILED
+                head.error = f"no answer from Kafka within {self.start_timeout:g}s"
+            if head.state is START_FAILED:
+                self._give_back_all(f"START marker for {_spans([head])} failed ({head.error})", True, out)
+                return
+            if head.state is not STARTED or self._await_poll or self._commit(now, out):
+                return
+
+    def _commit(self, now: float, out: list[Any]) -> bool:
+        """One commit for the STARTED batches at the head (commits are round trips, one at a time).
+        False when there was nothing left in them to commit (they are dropped)."""
+        pending = self.pending
+        n = 1
+        while n < len(pending) and pending[n].state is STARTED:
+            n += 1
+        batches = tuple(islice(pending, n))
+        offsets: dict[int, int] = {}
+        for b in batches:
+            for p, (_first, last) in b.spans.items():
+                if last >= offsets.get(p, 0):
+                    offsets[p] = last + 1
+        if not offsets:  # nothing left in them (stale partitions taken out): nothing to commit
+            for _ in range(n):
+                pending.popleft().state = GIVEN_BACK
+            self._commit_tries = 0
+            self.commit_retrying = False
+            return False
+        self._committing = n
+        self._commit_sent_at = now
+        self._commit_tries += 1
+        out.append(Commit(offsets, batches))
+        return True
+
+    def _commit_failed(self, error: Any, out: list[Any]) -> None:
+        """Whether a failed commit was applied is not certain (a rebalance may have raced it), so
+        neither hand over nor seek back: commit again after the next poll, without the partitions
+        revoked meanwhile. After ``max_commit_tries``, give everything back and fetch it again."""
+        n, self._committing = self._committing, 0
+        batches = list(islice(self.pending, n))
+        tries = self._commit_tries
+        back: list[KmqMessage] = []
+        for b in batches:
+            stale = {p for p in b.spans if self.stale(p, b.gen)}
+            if stale:
+                back.extend(b.drop(stale))
+        if back:
+            out.append(GiveBack(back, "partitions revoked while their commit failed"))
+        if tries >= self.max_commit_tries:
+            # Still failing (~20 s of retries): give the batches back and fetch them again rather
+            # than stall the partitions (a copy at worst if a failed commit did land).
+            self._give_back_all(f"committing offsets {_spans(batches)} kept failing ({error})", False, out)
+            return
+        if tries == 1:
+            log.warning("committing offsets %s failed (%s); retrying until it succeeds or the partitions are "
+                        "revoked", _spans(batches), error)
+        elif tries % 50 == 0:
+            log.warning("committing offsets %s still failing after %d tries (%s)", _spans(batches), tries, error)
+        self.commit_retrying = True
+        self._await_poll = True
+
+    def _give_back_all(self, why: str, start_failed: bool, out: list[Any]) -> None:
+        """A START or commit failed: nothing pending is committed or handed over. Give it all back
+        and seek each partition still ours back to its first record, so it is fetched (and
+        STARTed) again; later batches go too, so no commit passes the failed records."""
+        back: list[KmqMessage] = []
+        first: dict[int, int] = {}
+        for b in self.pending:
+            back.extend(b.messages)
+            b.state = GIVEN_BACK
+            for p, (lo, _hi) in b.spans.items():
+                if p in self.owned and not self.stale(p, b.gen) and lo < first.get(p, lo + 1):
+                    first[p] = lo
+        self.pending.clear()
+        self._committing = 0
+        self._commit_tries = 0
+        self.commit_retrying = False
+        self._await_poll = False
+        out.append(GiveBack(back, why))
+        out.append(SeekBack(first, why, start_failed))
+
+
+def _spans(batches: Iterable[FetchBatch]) -> dict[int, tuple[int, int]]:
+    """Partition -> (first, last) offset over ``batches`` (for log lines)."""
+    out: dict[int, tuple[int, int]] = {}
+    for b in batches:
+        for p, (lo, hi) in b.spans.items():
+            mine = out.get(p)
+            out[p] = (min(lo, mine[0]), max(hi, mine[1])) if mine else (lo, hi)
+    return out

@@ -1,0 +1,180 @@
+"""KmqConsumer's fetcher thread (the fetch pipeline's I/O shell) against a fake Kafka client at
+the client seam (:class:`kmq.client.api.GroupConsumerAdapter`) and a fake marker writer: no broker."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from kmq.client.api import ClientCommitFailed, Delivery
+from kmq.config import Config
+from kmq.consumer import consumer as consumer_module
+from kmq.consumer.ack_buffer import AckBuffer
+from kmq.consumer.consumer import KmqConsumer
+from kmq.core.markers import Nack
+from kmq.telemetry.metrics import ConsumerMetrics
+from tests.helpers.kafka import wait_until
+
+TOPIC = "orders"
+
+
+def _done() -> Delivery:
+    d = Delivery()
+    d.success(None)
+    return d
+
+
+class FakeWriter:
+    """What KmqConsumer uses of MarkerWriter; STARTs are acknowledged at once."""
+
+    def __init__(self, cfg: Config, queue: str | None = None, metrics: ConsumerMetrics | None = None) -> None:
+        self.queue = cfg.queue(queue or TOPIC)
+        self.metrics = metrics or ConsumerMetrics()
+        self.lock = threading.Lock()
+        self.buffer = AckBuffer()
+        self.flush_interval = 0.05
+        self.owner = "test"
+        self._c_received = self.metrics.messages.labels(self.queue.name, "received")
+        self.flushed: list = []
+
+    def send_starts(self, offsets: dict) -> list:
+        return [(p, list(o), _done()) for p, o in offsets.items()]
+
+    def wait_starts(self, futures: list, timeout: float | None = None) -> None:
+        pass
+
+    def flush_buffer(self) -> int:
+        with self.lock:
+            drained = self.buffer.drain()
+        self.flushed.extend(m for _, m in drained.markers)
+        return len(drained.markers)
+
+    def replace_producer(self, why: str) -> bool:
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        self.flush_buffer()
+
+
+class FakeKafka:
+    """A GroupConsumerAdapter over one partition holding ``records`` records."""
+
+    client = "fake"
+
+    def __init__(self, records: int) -> None:
+        self.raw = None
+        self._records = list(range(records))
+        self._position = 0
+        self._assigned: set[tuple[str, int]] = set()
+        self._on_assigned: Callable[[set], None] | None = None
+        self._idle = threading.Event()
+        self.commits: list[dict] = []
+        self.fail_commit = False
+        self.fail_pause = False
+        self.closed = threading.Event()
+
+    # the group side
+    def subscribe(self, topics, on_assigned, on_revoked) -> None:
+        self._on_assigned = on_assigned
+
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None) -> list:
+        if self._on_assigned is not None:  # the first poll joins the group (callbacks run inside polls)
+            self._assigned = {(TOPIC, 0)}
+            self._on_assigned(set(self._assigned))
+            self._on_assigned = None
+        batch = self._records[self._position:self._position + max_records]
+        self._position += len(batch)
+        if not batch:
+            self._idle.wait(timeout)
+        return [build(TOPIC, 0, o, None, b"v%d" % o, [], 0) for o in batch]
+
+    def commit_async(self, offsets) -> Delivery:
+        self.commits.append(dict(offsets))
+        return _done()
+
+    def commit(self, offsets) -> None:
+        if self.fail_commit:
+            raise ClientCommitFailed("rebalance in progress", rebalanced=True)
+        self.commits.append(dict(offsets))
+
+    def member_id(self) -> str | None:
+        return "member-1"
+
+    def watch(self, stall_timeout, on_fatal, name) -> None:
+        pass
+
+    def unwatch(self) -> None:
+        pass
+
+    def recover_starved(self) -> None:
+        pass
+
+    # the plain consumer side
+    def assignment(self) -> set[tuple[str, int]]:
+        return set(self._assigned)
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._position = offset
+
+    def pause(self, partitions) -> None:
+        if self.fail_pause:
+            raise RuntimeError("the client is failing")
+
+    def resume(self, partitions) -> None:
+        pass
+
+    def highwater(self, topic: str, partition: int) -> int | None:
+        return len(self._records)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+@pytest.fixture
+def consumer_on(monkeypatch):
+    made: list[KmqConsumer] = []
+
+    def make(kafka: FakeKafka, **kw) -> KmqConsumer:
+        cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
+                                "queues": [{"name": TOPIC}], "consumer": {"group_id": "g"}})
+        monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
+        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a: kafka)
+        c = KmqConsumer(cfg, **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close(timeout=5)
+
+
+def test_close_closes_the_kafka_consumer_even_when_the_commit_back_and_its_rebalance_poll_fail(consumer_on):
+    kafka = FakeKafka(records=5)
+    committed = threading.Event()
+    consumer = consumer_on(kafka, stage_hook=lambda stage, spans: stage == "committed" and committed.set())
+    assert [m.offset for m in consumer.poll(timeout=5, max_records=1)] == [0]
+    assert committed.wait(5)  # offsets 1..4 committed and ready, never handed
+    kafka.fail_commit = True  # the commit-back is refused (a rebalance in progress) ...
+    kafka.fail_pause = True  # ... and so is the poll that would let the rebalance complete
+    consumer.close(timeout=5)
+    assert kafka.closed.wait(5), "the Kafka consumer was left open: it keeps its partitions until max.poll.interval"
+    # The commit-back failed: the committed, never-handed messages come back through the tracker.
+    nacked = [tuple(r) for m in consumer.writer.flushed if isinstance(m, Nack) for r in m.ranges]
+    assert nacked == [(1, 4)]
+
+
+def test_leaving_iteration_early_leaves_the_rest_ready_and_close_commits_it_back(consumer_on):
+    kafka = FakeKafka(records=20)
+    consumer = consumer_on(kafka)
+    for msg in consumer:
+        msg.ack()
+        break
+    rest = []
+    wait_until(lambda: rest.extend(consumer.poll(timeout=0.1)) or len(rest) >= 19, 10, what="the other 19")
+    assert sorted(m.offset for m in rest) == list(range(1, 20))
+    rest[5].ack()
+    consumer.close(timeout=5)
+    assert kafka.commits[-1] == {(TOPIC, 0): 20}  # nothing never-handed is left to give back
+    assert consumer.in_flight() == {0: 18}  # taken and unsettled: user code's, until their leases end

@@ -1,0 +1,263 @@
+"""kmq.consumer.fetch_pipeline: fetch -> START -> commit -> hand over, event by event (pure, no broker)."""
+
+from __future__ import annotations
+
+import threading
+
+from kmq.consumer.fetch_batch import GIVEN_BACK
+from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
+from kmq.core.message import KmqMessage
+
+LOCK = threading.Lock()
+
+
+def msgs(spec: dict[int, range]) -> list[KmqMessage]:
+    return [KmqMessage("q", p, o, None, b"v", [], 0, None, LOCK) for p, offs in spec.items() for o in offs]
+
+
+def pipeline(**kw) -> FetchPipeline:
+    kw = {"start_timeout": 5.0, "commit_timeout": 10.0, **kw}
+    pipe = FetchPipeline(**kw)
+    pipe.assigned({0, 1, 2})
+    return pipe
+
+
+def fetch(pipe: FetchPipeline, spec: dict[int, range], now: float = 0.0):
+    actions = pipe.polled(msgs(spec), now)
+    assert isinstance(actions[0], WriteStarts)
+    return actions[0].batch
+
+
+def kinds(actions: list) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def offsets_of(messages) -> set[tuple[int, int]]:
+    return {(m.partition, m.offset) for m in messages}
+
+
+# ------------------------------------------------------------------ the happy path
+def test_a_batch_is_handed_over_only_after_its_start_is_acknowledged_and_its_offsets_committed():
+    pipe = pipeline()
+    b = fetch(pipe, {0: range(0, 5), 1: range(10, 12)})
+    assert b.offsets == {0: [0, 1, 2, 3, 4], 1: [10, 11]}
+    assert pipe.tick(1.0) == []  # START not answered: nothing committed, nothing handed
+    [commit] = pipe.start_answered(b, None, 1.0)
+    assert isinstance(commit, Commit) and commit.offsets == {0: 5, 1: 12} and commit.batches == (b,)
+    assert pipe.tick(2.0) == []  # commit in flight
+    assert pipe.commit_answered(None, 2.0) == [HandOver(b)]
+    assert not pipe.pending
+
+
+def test_starts_answered_out_of_order_wait_for_the_oldest_then_share_one_commit():
+    pipe = pipeline()
+    b1 = fetch(pipe, {0: range(0, 3)})
+    b2 = fetch(pipe, {0: range(3, 6), 1: range(0, 2)})
+    assert pipe.start_answered(b2, None, 0.1) == []  # b1 first: a commit must not pass its records
+    [commit] = pipe.start_answered(b1, None, 0.2)
+    assert commit.offsets == {0: 6, 1: 2} and commit.batches == (b1, b2)
+    assert pipe.commit_answered(None, 0.3) == [HandOver(b1), HandOver(b2)]
+
+
+def test_batches_fetched_while_a_commit_is_in_flight_wait_for_it():
+    pipe = pipeline()
+    b1 = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b1, None, 0.1)
+    b2 = fetch(pipe, {0: range(3, 6)}, now=0.2)
+    assert pipe.start_answered(b2, None, 0.3) == []  # one commit at a time
+    actions = pipe.commit_answered(None, 0.4)
+    assert actions[0] == HandOver(b1)
+    assert isinstance(actions[1], Commit) and actions[1].offsets == {0: 6}
+
+
+# ------------------------------------------------------------------ START failures
+def test_a_failed_start_gives_back_every_pending_batch_and_seeks_back_to_the_first_offsets():
+    pipe = pipeline()
+    b1 = fetch(pipe, {0: range(0, 3), 1: range(7, 9)})
+    b2 = fetch(pipe, {0: range(3, 6)})
+    pipe.start_answered(b2, None, 0.1)  # b2 started, but it comes after b1: it must not be committed alone
+    back, seek = pipe.start_answered(b1, "broker down", 0.2)
+    assert isinstance(back, GiveBack) and offsets_of(back.messages) == offsets_of(b1.messages + b2.messages)
+    assert isinstance(seek, SeekBack) and seek.offsets == {0: 0, 1: 7} and seek.start_failed
+    assert "broker down" in seek.why and not pipe.pending
+    assert b1.state is GIVEN_BACK and b2.state is GIVEN_BACK
+    assert pipe.start_answered(b1, None, 0.3) == []  # a late answer of a given-back batch changes nothing
+
+
+def test_a_later_failed_start_waits_for_the_commit_in_flight_then_goes_back_from_its_own_offsets():
+    pipe = pipeline()
+    b1 = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b1, None, 0.1)  # b1 committing
+    b2 = fetch(pipe, {0: range(3, 6)}, now=0.2)
+    assert pipe.start_answered(b2, "refused", 0.3) == []  # b1's commit is uncertain: not given back
+    handed, back, seek = pipe.commit_answered(None, 0.4)
+    assert handed == HandOver(b1)
+    assert offsets_of(back.messages) == {(0, 3), (0, 4), (0, 5)} and seek.offsets == {0: 3}
+
+
+def test_a_start_without_an_answer_in_time_counts_as_failed():
+    pipe = pipeline(start_timeout=5.0)
+    fetch(pipe, {0: range(0, 2)}, now=100.0)
+    assert pipe.tick(104.9) == []
+    back, seek = pipe.tick(105.0)
+    assert isinstance(back, GiveBack) and seek.offsets == {0: 0} and "no answer" in seek.why
+
+
+def test_seek_back_leaves_out_a_partition_revoked_since_its_batch_was_fetched_even_if_it_came_back():
+    pipe = pipeline()
+    old = fetch(pipe, {0: range(0, 3), 1: range(50, 53)})
+    [back] = pipe.revoked({1})
+    assert offsets_of(back.messages) == {(1, 50), (1, 51), (1, 52)}
+    pipe.assigned({1})  # back, positioned at the group's committed offset (an interim owner moved it to 80)
+    new = fetch(pipe, {1: range(80, 82)})
+    _, seek = pipe.start_answered(old, "refused", 1.0)
+    assert seek.offsets == {0: 0, 1: 80}  # never back to 50: that is below the interim owner's commit
+    assert new.state is GIVEN_BACK
+
+
+# ------------------------------------------------------------------ rebalances
+def test_a_start_acknowledged_after_a_revoke_commits_only_the_partitions_still_owned():
+    pipe = pipeline()
+    b = fetch(pipe, {0: range(0, 3), 1: range(0, 2)})
+    [back] = pipe.revoked({1})
+    assert offsets_of(back.messages) == {(1, 0), (1, 1)}  # the new owner polls them again
+    [commit] = pipe.start_answered(b, None, 0.1)
+    assert commit.offsets == {0: 3}
+    [handed] = pipe.commit_answered(None, 0.2)
+    assert offsets_of(handed.batch.messages) == {(0, 0), (0, 1), (0, 2)}
+
+
+def test_a_batch_left_empty_by_a_revoke_is_dropped():
+    pipe = pipeline()
+    b = fetch(pipe, {1: range(0, 2)})
+    pipe.revoked({1})
+    assert not pipe.pending and b.state is GIVEN_BACK
+    assert pipe.start_answered(b, None, 0.1) == []
+
+
+def test_the_commit_in_flight_decides_for_its_batches_a_success_hands_them_all_over():
+    pipe = pipeline()
+    b = fetch(pipe, {0: range(0, 3), 1: range(0, 2)})
+    pipe.start_answered(b, None, 0.1)  # commit {0: 3, 1: 2} in flight
+    later = fetch(pipe, {1: range(2, 4)}, now=0.2)
+    [back] = pipe.revoked({1})
+    assert offsets_of(back.messages) == {(1, 2), (1, 3)} and later.state is GIVEN_BACK  # not committed: back
+    [handed] = pipe.commit_answered(None, 0.3)  # landed before the revoke: committed, nobody else gets them
+    assert len(handed.batch.messages) == 5
+
+
+def test_a_commit_failure_then_reassign_never_commits_the_stale_partition():
+    pipe = pipeline()
+    b = fetch(pipe, {0: range(0, 3), 1: range(0, 2)})
+    pipe.start_answered(b, None, 0.1)
+    assert pipe.revoked({1}) == []  # in the commit in flight: its answer decides
+    pipe.assigned({1})  # and back (the interim owner may have committed past these)
+    [back] = pipe.commit_answered("rebalance in progress", 0.2)
+    assert offsets_of(back.messages) == {(1, 0), (1, 1)}
+    [commit] = pipe.polled([], 0.3)
+    assert commit.offsets == {0: 3}  # partition 1's stale offsets are not committed on the retry
+
+
+# ------------------------------------------------------------------ commit failures
+def test_a_failed_commit_is_retried_only_after_the_next_poll_with_long_polls_meanwhile():
+    pipe = pipeline()
+    b = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b, None, 0.1)
+    assert pipe.commit_answered("coordinator moved", 0.2) == []  # neither handed over nor sought back
+    assert pipe.commit_retrying and pipe.tick(0.3) == []
+    assert pipe.next_poll(room=100, now=0.3).timeout == 0.5  # lets kafka-python finish the rebalance
+    [commit] = pipe.polled([], 0.8)
+    assert commit.offsets == {0: 3}
+    assert pipe.commit_answered(None, 0.9) == [HandOver(b)] and not pipe.commit_retrying
+
+
+def test_a_commit_without_an_answer_in_time_counts_as_failed():
+    pipe = pipeline(commit_timeout=10.0)
+    b = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b, None, 0.0)
+    assert pipe.tick(9.9) == [] and not pipe.commit_retrying
+    assert pipe.tick(10.0) == [] and pipe.commit_retrying
+    assert pipe.commit_answered(None, 10.1) == []  # the lost answer of the old commit is not this one's
+    assert isinstance(pipe.polled([], 10.2)[0], Commit)
+
+
+def test_a_commit_failing_max_tries_times_gives_everything_back_to_be_fetched_again():
+    pipe = pipeline(max_commit_tries=2)
+    b = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b, None, 0.0)
+    assert pipe.commit_answered("x", 0.1) == []
+    pipe.polled([], 0.2)
+    back, seek = pipe.commit_answered("x", 0.3)
+    assert offsets_of(back.messages) == {(0, 0), (0, 1), (0, 2)}
+    assert seek.offsets == {0: 0} and not seek.start_failed and "kept failing" in seek.why
+    assert not pipe.pending and not pipe.commit_retrying
+
+
+# ------------------------------------------------------------------ closing
+def test_close_during_an_in_flight_start_commits_back_to_the_first_never_handed_offset():
+    pipe = pipeline()
+    ready = msgs({0: range(5, 8)})  # committed, waiting for user code
+    b = fetch(pipe, {0: range(8, 10), 1: range(3, 4)})  # START in flight
+    plan = pipe.close_plan([(ready, 0)], assigned={0, 1})
+    assert plan.rewind == {0: 5, 1: 3} and plan.nack == []
+    assert offsets_of(plan.give_back) == offsets_of(ready + b.messages)
+    pipe.closed()
+    assert not pipe.pending and b.state is GIVEN_BACK
+
+
+def test_close_nacks_committed_messages_of_a_partition_no_longer_owned():
+    pipe = pipeline()
+    ready = msgs({0: range(0, 2), 1: range(4, 6)})
+    pipe.revoked({1})
+    plan = pipe.close_plan([(ready, 0)], assigned={0})
+    assert plan.rewind == {0: 0}
+    assert offsets_of(plan.nack) == {(1, 4), (1, 5)}  # committed: only the tracker can redeliver them
+
+
+def test_close_after_a_revoke_and_reassign_never_commits_back_below_the_interim_owners_commit():
+    pipe = pipeline()
+    ready_then = msgs({0: range(100, 110)})  # committed to 110 and handed to the ready queue at generation 0
+    gen = pipe.gen
+    pipe.revoked({0})  # an interim owner consumed 110..299 and committed 300
+    pipe.assigned({0})  # back to this member, positioned at 300
+    fetch(pipe, {0: range(300, 305)})
+    plan = pipe.close_plan([(ready_then, gen)], assigned={0})
+    assert plan.rewind == {0: 300}  # not 100: that would hand 110..299 out a second time
+    assert offsets_of(plan.nack) == offsets_of(ready_then)
+
+
+def test_the_close_plan_follows_revocations_reported_while_it_is_retried():
+    pipe = pipeline()
+    ready = msgs({0: range(0, 2), 1: range(0, 2)})
+    assert pipe.close_plan([(ready, 0)], assigned={0, 1}).rewind == {0: 0, 1: 0}
+    pipe.revoked({1})
+    plan = pipe.close_plan([(ready, 0)], assigned={0, 1})  # the client may lag the callbacks
+    assert plan.rewind == {0: 0} and offsets_of(plan.nack) == {(1, 0), (1, 1)}
+    nothing_ours = pipe.close_plan([(ready, 0)], assigned=set())  # the commit-back gave up
+    assert nothing_ours.rewind == {} and offsets_of(nothing_ours.nack) == offsets_of(ready)
+
+
+# ------------------------------------------------------------------ pacing
+def test_next_poll_asks_for_the_room_left_and_polls_briefly_while_batches_are_pending():
+    pipe = pipeline()
+    step = pipe.next_poll(room=300, now=0.0)
+    assert (step.wait, step.max_records, step.timeout, step.pause_all) == (0.0, 300, 0.1, False)
+    fetch(pipe, {0: range(0, 3)})
+    assert pipe.next_poll(room=300, now=0.0).timeout == 0.005
+
+
+def test_without_room_the_fetcher_waits_then_polls_with_every_partition_paused():
+    pipe = pipeline(backpressure_poll=0.5)
+    assert pipe.next_poll(room=0, now=10.0).wait > 0  # handlers are behind: no poll
+    assert pipe.next_poll(room=0, now=10.4).wait > 0
+    step = pipe.next_poll(room=0, now=10.5)  # long without room: poll to keep the membership alive
+    assert step.wait == 0 and step.pause_all and step.max_records == 1
+    assert not pipe.next_poll(room=10, now=10.6).pause_all
+    assert pipe.next_poll(room=0, now=10.7).wait > 0  # a new spell without room starts over
+
+
+def test_without_room_a_pending_batch_is_waited_for_rather_than_polled_past():
+    pipe = pipeline(backpressure_poll=0.5)
+    fetch(pipe, {0: range(0, 3)})
+    pipe.next_poll(room=0, now=0.0)
+    assert pipe.next_poll(room=0, now=5.0).wait > 0
