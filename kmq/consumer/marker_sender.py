@@ -35,7 +35,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from kafka import errors as kafka_errors
 
 from kmq import client as client_api
 from kmq.config import Config, QueueConfig
@@ -52,8 +51,7 @@ log = logging.getLogger(__name__)
 
 
 # Both clients raise kafka-python's error classes (kmq.client.confluent.consumer maps librdkafka's codes).
-_PRODUCER_STATE_ERRORS = (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
-                          kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)
+_PRODUCER_STATE_ERRORS = client_api.producer_state_errors()  # one list, on the client seam
 
 
 class MarkerSender:
