@@ -349,17 +349,20 @@ def test_close_during_a_backlog_gives_prefetched_messages_to_the_other_member_wi
             m.ack()
 
     def hold(c):
-        # a keeps what it is handed unsettled until b holds a partition: with the in-flight cap
-        # that bounds a at 400 messages, so a cannot drain the topic before b's join completes.
         for m in c.poll(timeout=0.1):
             handed.append(m)
             held.append(m)
 
     try:
-        wait_until(lambda: hold(a) or take(b) or (sum(a.in_flight().values()) > 0 and sum(b.in_flight().values()) > 50),
-                   60, what="both members holding prefetched messages")
+        # Both keep what they are handed unsettled until each holds a partition: whichever joins
+        # first cannot drain the topic before the other's join completes (with nothing settled,
+        # flow control keeps each at one batch).
+        wait_until(lambda: hold(a) or hold(b) or (sum(a.in_flight().values()) > 0 and sum(b.in_flight().values()) > 0),
+                   60, what="both members holding a partition")
         for m in held:
             m.ack()
+        # b works on; a fetch brings more than it hands over, so b holds prefetched messages.
+        wait_until(lambda: take(b) or sum(b.in_flight().values()) > 50, 60, what="b holding prefetched messages")
         b.close()
         wait_until(lambda: take(a) or len(handed) >= 1000, 90, what="all 1000 messages handed")
         a.writer.flush()
