@@ -9,7 +9,6 @@ the real ones build their clients through kmq's factory, as KmqConsumer and the 
 from __future__ import annotations
 
 import pytest
-from kafka.errors import IllegalStateError
 
 from kmq.client import ClientCommitFailed
 from tests.helpers.seam import KafkaSeam, SimSeam, offset_of
@@ -98,18 +97,7 @@ def test_the_high_water_mark_is_the_one_the_last_fetch_saw(seam):
     assert r.highwater(topic, 1) == 0
 
 
-def _kafka_python_adapter_gap(seam, request, raises: type[BaseException], reason: str) -> None:
-    """Expect the kafka-python variant to fail with ``raises`` (strict: a fixed adapter turns it into a failure
-    here, so the marker is removed with the fix)."""
-    if seam.kind == "kafka-python":
-        request.applymarker(pytest.mark.xfail(strict=True, raises=raises,
-                                              reason=f"kmq/client/kafka_python/consumer.py: {reason}"))
-
-
-def test_a_partition_not_assigned_has_no_high_water_mark(seam, request):
-    _kafka_python_adapter_gap(seam, request, IllegalStateError, (
-        "highwater() of a partition not assigned raises kafka-python's IllegalStateError instead of returning "
-        "None as the seam (int | None) and the confluent adapter do"))
+def test_a_partition_not_assigned_has_no_high_water_mark(seam):
     topic = seam.topic(2)
     r = seam.reader([(topic, 0)])
     seam.drive([r], lambda: r.highwater(topic, 0) == 0, "the high-water mark of the assigned partition")
@@ -188,11 +176,7 @@ def test_seek_reads_again_from_the_offset(seam):
     assert [x.offset for x in again] == [2, 3, 4]
 
 
-def test_seek_of_a_partition_not_assigned_is_a_commit_failure_saying_the_group_moved_on(seam, request):
-    _kafka_python_adapter_gap(seam, request, ValueError, (
-        "kafka-python 3.0 raises ValueError('Unassigned partition') from seek(); the adapter wraps only "
-        "IllegalStateError/AssertionError into ClientCommitFailed, which is what "
-        "callers catch (KmqConsumer._retry_later)"))
+def test_seek_of_a_partition_not_assigned_is_a_commit_failure_saying_the_group_moved_on(seam):
     topic = seam.topic(2)
     r = seam.reader([(topic, 0)])
     with pytest.raises(ClientCommitFailed) as failed:

@@ -212,7 +212,9 @@ class KafkaPythonConsumer:
     def seek(self, topic: str, partition: int, offset: int) -> None:
         try:
             self.raw.seek(TopicPartition(topic, partition), offset)
-        except (IllegalStateError, AssertionError) as exc:  # not assigned (any more)
+        # Not assigned (any more): kafka-python raises IllegalStateError, AssertionError or (3.0)
+        # ValueError('Unassigned partition') depending on its version and where it notices.
+        except (IllegalStateError, AssertionError, ValueError) as exc:
             raise ClientCommitFailed(f"cannot seek {topic}[{partition}]: {exc}", rebalanced=True) from exc
 
     def pause(self, partitions: Iterable[tuple[str, int]]) -> None:
@@ -222,7 +224,10 @@ class KafkaPythonConsumer:
         self.raw.resume(*(TopicPartition(t, p) for t, p in partitions))
 
     def highwater(self, topic: str, partition: int) -> int | None:
-        return self.raw.highwater(TopicPartition(topic, partition))
+        try:
+            return self.raw.highwater(TopicPartition(topic, partition))
+        except IllegalStateError:  # not assigned: the seam answers None, as for one not yet fetched
+            return None
 
     def close(self) -> None:
         self.unwatch()
