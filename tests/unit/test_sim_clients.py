@@ -124,3 +124,23 @@ def test_position_is_where_the_next_fetch_starts_and_none_when_not_assigned():
     assert consumer.position("q", 0) == 2
     consumer.seek("q", 0, 1)
     assert consumer.position("q", 0) == 1
+
+
+def test_a_commit_sent_before_the_member_was_expelled_is_refused_after_the_consumer_rejoined():
+    # A client builds its commit request with the member it is then; an expelled member's commit is
+    # refused by the coordinator even when the consumer has rejoined by the time it is read. (The
+    # simulated consumer used to read the member at delivery, so such a zombie commit moved the
+    # group's offset back below what the partition's new owner had committed.)
+    c = _cluster()
+    con = SimConsumer(c, "w", group_id="g")
+    con.subscribe(["q"], on_assigned=lambda _tps: None, on_revoked=lambda _tps: None)
+    con.fetch(0.0, 1)
+    first = con.member_id()
+    assert first is not None and con.assignment() == {("q", 0)}
+    fut = con.commit_async({("q", 0): 5})
+    c.groups.leave("g", first, c.t())  # expelled before the request reaches the coordinator
+    con.fetch(0.0, 1)  # learns it and rejoins
+    assert con.member_id() not in (None, first)
+    c.clock.advance(1.0)
+    assert fut.is_done and fut.exception is not None and fut.exception.rebalanced
+    assert c.groups.committed("g", ("q", 0)) is None

@@ -238,17 +238,20 @@ class SimConsumer:
         self._check_open()
         self._thaw()
         self.cluster.wait_for_broker()
-        self._commit_now(dict(offsets))
+        self._commit_now(dict(offsets), self._member)
 
     def commit_async(self, offsets: Mapping[TP, int]) -> SimDelivery:
-        """Send a commit; the returned future completes when the clock next moves (after a broker pause)."""
+        """Send a commit; the returned future completes when the clock next moves (after a broker pause).
+        The request carries the member as it is now (as a client builds it): a member that is out of
+        the group by the time the coordinator reads it is refused, even if this consumer rejoined since."""
         self._check_open()
         fut = SimDelivery(self.cluster.clock)
         offsets = dict(offsets)
+        member = self._member
 
         def send() -> None:
             try:
-                self._commit_now(offsets)
+                self._commit_now(offsets, member)
             except ClientCommitFailed as exc:
                 fut.failure(exc)
             else:
@@ -258,12 +261,12 @@ class SimConsumer:
         c.clock.call_at(c.clock.now() + (c.served_at(c.t()) - c.t()), send)
         return fut
 
-    def _commit_now(self, offsets: dict[TP, int]) -> None:
+    def _commit_now(self, offsets: dict[TP, int], member: str | None) -> None:
         c = self.cluster
         what = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items()))
         if self.group_id is None:
             raise ClientCommitFailed(f"consumer {self.name} has no group_id: nothing to commit to")
-        if self._topics is not None and self._member is None:
+        if self._topics is not None and member is None:
             raise ClientCommitFailed(f"consumer {self.name} has not joined {self.group_id} yet", rebalanced=True)
         fault = c.faults.commit_fault(self.name, c.t())
         if fault is not None:
@@ -272,7 +275,7 @@ class SimConsumer:
             c.record(f"commit {self.name} {what} failed (injected; {'applied' if fault.applied else 'not applied'})")
             raise ClientCommitFailed(f"commit of {what} failed (injected fault)", rebalanced=fault.rebalanced)
         try:
-            c.groups.commit(self.group_id, self._member, offsets, c.t())
+            c.groups.commit(self.group_id, member, offsets, c.t())
         except CommitRefused as exc:
             c.record(f"commit {self.name} {what} refused: {exc}")
             raise ClientCommitFailed(str(exc), rebalanced=exc.rebalanced) from exc
