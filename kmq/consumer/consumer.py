@@ -81,14 +81,6 @@ class KmqConsumer:
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
     """
 
-    #: Seconds without room (flow control) before the fetcher polls with all partitions paused:
-    #: a rebalance needs every member to poll (kafka-python rejoins inside poll), so a member must
-    #: not stop polling while its handlers are behind. Not on every blip: pausing parks buffered
-    #: fetches (see :func:`kmq.client.kafka_python.watchdog.unstrand_records`).
-    BACKPRESSURE_POLL = 0.5
-    #: Failed commits of the same batches before they are given back and fetched again (~20 s).
-    MAX_COMMIT_TRIES = 40
-
     def __init__(
         self,
         cfg: Config,
@@ -135,11 +127,7 @@ class KmqConsumer:
 
     def _init_fetcher(self, cfg: Config) -> None:
         """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
-        self._pipeline = FetchPipeline(
-            # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
-            start_timeout=cfg.kafka.connect_timeout + 2.0,
-            commit_timeout=cfg.kafka.session_timeout + cfg.kafka.connect_timeout,
-            max_commit_tries=self.MAX_COMMIT_TRIES, backpressure_poll=self.BACKPRESSURE_POLL)
+        self._pipeline = FetchPipeline.for_kafka(cfg.kafka)
         self._do: dict[type, Callable[[Any], None]] = {
             WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
             GiveBack: self._give_back, SeekBack: self._seek_back}

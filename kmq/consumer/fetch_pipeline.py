@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Iterable
 
+from kmq.config import KafkaConfig
 from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch
 from kmq.core.message import KmqMessage
 
-__all__ = ["FetchPipeline", "PollStep", "WriteStarts", "Commit", "HandOver", "GiveBack", "SeekBack", "ClosePlan"]
+__all__ = ["FetchPipeline", "MAX_COMMIT_TRIES", "BACKPRESSURE_POLL", "PollStep", "WriteStarts", "Commit", "HandOver", "GiveBack", "SeekBack", "ClosePlan"]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,14 @@ class PollStep:
 
 _WAIT = PollStep(0.002)
 
+#: Failed commits of the same batches before they are given back and fetched again (~20 s).
+MAX_COMMIT_TRIES = 40
+#: Seconds without room (flow control) before the fetcher polls with all partitions paused:
+#: a rebalance needs every member to poll (kafka-python rejoins inside poll), so a member must
+#: not stop polling while its handlers are behind. Not on every blip: pausing parks buffered
+#: fetches (see :func:`kmq.client.kafka_python.watchdog.unstrand_records`).
+BACKPRESSURE_POLL = 0.5
+
 
 class FetchPipeline:
     """Batches between their Kafka poll and user code, and the rebalance state they depend on.
@@ -129,8 +138,8 @@ class FetchPipeline:
         partition paused (a rebalance needs every member to poll).
     """
 
-    def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = 40,
-                 backpressure_poll: float = 0.5) -> None:
+    def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = MAX_COMMIT_TRIES,
+                 backpressure_poll: float = BACKPRESSURE_POLL) -> None:
         self.start_timeout = start_timeout
         self.commit_timeout = commit_timeout
         self.max_commit_tries = max_commit_tries
@@ -148,6 +157,13 @@ class FetchPipeline:
         self._commit_tries = 0  # failed commits of the head batches so far, +1 for the one in flight
         self._await_poll = False  # a failed commit is retried only after the next Kafka poll
         self._blocked_since: float | None = None  # since when there is no room to fetch
+
+    @classmethod
+    def for_kafka(cls, kafka: KafkaConfig) -> "FetchPipeline":
+        """The pipeline a consumer with these Kafka settings runs (its timeouts follow the client's)."""
+        # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
+        return cls(start_timeout=kafka.connect_timeout + 2.0,
+                   commit_timeout=kafka.session_timeout + kafka.connect_timeout)
 
     # ------------------------------------------------------------ events
     def polled(self, messages: list[KmqMessage], now: float) -> list[Any]:
@@ -335,6 +351,7 @@ class FetchPipeline:
         revoked meanwhile. After ``max_commit_tries``, give everything back and fetch it again."""
         n, self._committing = self._committing, 0
         batches = list(islice(self.pending, n))
+        what = _spans(batches)  # before the stale partitions are taken out: what the commit was for
         tries = self._commit_tries
         back: list[KmqMessage] = []
         for b in batches:
@@ -346,13 +363,15 @@ class FetchPipeline:
         if tries >= self.max_commit_tries:
             # Still failing (~20 s of retries): give the batches back and fetch them again rather
             # than stall the partitions (a copy at worst if a failed commit did land).
-            self._give_back_all(f"committing offsets {_spans(batches)} kept failing ({error})", False, out)
+            self._give_back_all(f"committing offsets {what} kept failing ({error})", False, out)
             return
-        if tries == 1:
+        if not any(b.messages for b in batches):  # nothing left to commit: dropped after the next poll
+            log.info("committing offsets %s failed (%s); those partitions were revoked meanwhile", what, error)
+        elif tries == 1:
             log.warning("committing offsets %s failed (%s); retrying until it succeeds or the partitions are "
-                        "revoked", _spans(batches), error)
+                        "revoked", what, error)
         elif tries % 50 == 0:
-            log.warning("committing offsets %s still failing after %d tries (%s)", _spans(batches), tries, error)
+            log.warning("committing offsets %s still failing after %d tries (%s)", what, tries, error)
         self.commit_retrying = True
         self._await_poll = True
 

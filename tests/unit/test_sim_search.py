@@ -114,14 +114,14 @@ def test_the_sim_command_prints_each_seed_and_a_summary():
 
 
 def test_a_worker_whose_start_names_other_offsets_is_caught_committing_past_unstarted_records(monkeypatch):
-    import kmq.dev.sim.world as world
+    import kmq.dev.sim.worker as worker
 
-    real_start = world.Start
+    real_start = worker.Start
 
     def misplaced_start(ranges, **kw):  # the planted defect: START names offsets the worker did not take
         return real_start([(first + 1000, count) for first, count in ranges], **kw)
 
-    monkeypatch.setattr(world, "Start", misplaced_start)
+    monkeypatch.setattr(worker, "Start", misplaced_start)
     r = run_seed(0, Workload(messages=10))
     kinds = {v.invariant for v in r.violations}
     assert "commit-without-start" in kinds, r.describe()

@@ -15,10 +15,21 @@ from dataclasses import dataclass
 
 from kmq.dev.sim.errors import SimulationError
 
-__all__ = ["Workload", "Fate", "SERVICE", "STEP", "ACK", "NACK", "REJECT", "HANG", "CRASH", "FATES"]
+__all__ = ["Workload", "Fate", "QUEUE", "GROUP", "message_id", "SERVICE", "STEP", "ACK", "NACK", "REJECT", "HANG", "CRASH", "FATES"]
 
 #: Message ids are ``m00000`` .. ``m99999``.
 MAX_MESSAGES = 99_999
+
+#: The simulated queue topic and its workers' group.
+QUEUE = "q"
+GROUP = "kmq-workers"
+
+
+def message_id(value: bytes | None) -> str | None:
+    """The workload message a record carries (originals and copies alike), None for other records."""
+    if value is not None and len(value) == 6 and value.startswith(b"m") and value[1:].isdigit():
+        return value.decode()
+    return None
 
 #: The tracker actor: the service's whole loop (``Tracker.step``) or only its redelivery step.
 SERVICE, STEP = "service", "step"

@@ -8,9 +8,9 @@ broker and its faults, not for the other actors).
 
 * :class:`Producer`: sends the workload's messages (value ``m00042``) and sends
   again what was not acknowledged (an application producer with retries);
-* :class:`Worker`: a kmq consumer: fetches, writes one START marker
-  (:mod:`kmq.core.markers`) per partition for the offsets it took and waits
-  for its acknowledgement, commits, then settles each delivery as the
+* :class:`~kmq.dev.sim.worker.Worker`: a kmq consumer: the real fetch
+  pipeline (START markers per partition, acknowledged before the commit,
+  committed before the hand-over), then each delivery settled as the
   workload draws it: END, NACK, REJECT, nothing (the lease lapses), or a
   crash (it loses what it holds and comes back later, from the commits);
 * :class:`TrackerActor`: the real :class:`tracker.redeliver.Redeliverer` and
@@ -27,36 +27,26 @@ from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry
 
-from kmq.client.api import ClientCommitFailed, ProduceFailed
 from kmq.config import Config, QueueConfig
 from kmq.core.lease_state import PartitionState
-from kmq.core.markers import BadMarker, End, Nack, Reject, Start, decode_record, encode, encode_key
-from kmq.core.ranges import coalesce
+from kmq.core.markers import BadMarker, decode_record
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.producer import SimDelivery, SimProducer
 from kmq.dev.sim.reader import SimLogReader
 from kmq.dev.sim.tracker_loop import ServiceTrackerActor
-from kmq.dev.sim.workload import ACK, CRASH, HANG, NACK, REJECT, SERVICE, Fate, Workload
+from kmq.dev.sim.worker import Worker
+from kmq.dev.sim.workload import GROUP, QUEUE, SERVICE, Workload, message_id
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.redeliver import Redeliverer, delivery_timeout_s, send_wait_s
 
 __all__ = ["World", "Worker", "Producer", "TrackerActor", "QUEUE", "GROUP", "message_id", "queue_config"]
 
-QUEUE = "q"
-GROUP = "kmq-workers"
 TRACKER = "tracker"
 TRACKER_READER = "tracker-reader"
 # The tracker sizes its producer from the topics' max.message.bytes (copy_request_size_for); the simulated
 # topics take any record, so it is sized for the largest the fault plan writes (2 MiB).
 TRACKER_REQUEST_SIZE = 4 * 1024 * 1024
-
-
-def message_id(value: bytes | None) -> str | None:
-    """The workload message a record carries (originals and copies alike), None for other records."""
-    if value is not None and len(value) == 6 and value.startswith(b"m") and value[1:].isdigit():
-        return value.decode()
-    return None
 
 
 def queue_config(w: Workload) -> Config:
@@ -118,128 +108,6 @@ class Producer(_Actor):
 
     def busy(self) -> bool:
         return bool(self._todo or self._sent)
-
-
-class Worker(_Actor):
-    """A kmq consumer process (see the module docstring)."""
-
-    interval = 0.1
-
-    def __init__(self, world: "World", name: str) -> None:
-        self.world = world
-        self.name = name
-        self.incarnation = 0
-        self.pending: list[tuple[float, int, Fate, Any]] = []  # (due, seq, fate, record)
-        self._seq = 0
-        self.down_until: float | None = None
-        self._start()
-
-    def _start(self) -> None:
-        c = self.world.cluster
-        self.incarnation += 1
-        self.consumer = SimConsumer(c, self.name, group_id=GROUP)
-        self.consumer.subscribe([QUEUE], on_assigned=lambda _s: None, on_revoked=self._revoked)
-        self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
-        self.owner = f"{self.name}#{self.incarnation}"
-        self.to_commit: dict[tuple[str, int], int] = {}
-
-    def busy(self) -> bool:
-        return bool(self.pending or self.to_commit) or self.down_until is not None
-
-    def _revoked(self, tps: set) -> None:
-        # A commit left over for a revoked partition is the new owner's business: Kafka would accept it
-        # from any member of the current generation and move the group's offset back.
-        for tp in tps:
-            self.to_commit.pop(tuple(tp), None)
-
-    def step(self) -> None:
-        c = self.world.cluster
-        if self.down_until is not None:
-            if c.t() < self.down_until:
-                return
-            self.down_until = None
-            self._start()
-            c.record(f"world {self.name} restarted as {self.owner}")
-        self._settle_due()
-        if self.down_until is None:
-            self._commit()
-            self._take(self.consumer.fetch(0.0, 20))
-
-    def _settle_due(self) -> None:
-        c = self.world.cluster
-        now = c.t()
-        self.pending.sort(key=lambda x: (x[0], x[1]))
-        while self.pending and self.pending[0][0] <= now:
-            _, _, fate, rec = self.pending.pop(0)
-            if fate.kind == CRASH:
-                self._crash(rec)
-                return
-            marker = {ACK: lambda: End([(rec.offset, 1)]), NACK: lambda: Nack([(rec.offset, 1)], 0),
-                      REJECT: lambda: Reject([(rec.offset, 1)], "sim handler rejected it")}.get(fate.kind)
-            self.world.note(message_id(rec.value), f"{self.owner} settles {QUEUE}[{rec.partition}]@{rec.offset}: "
-                            f"{fate.kind}")
-            if marker is not None:
-                self.markers.send(self.world.queue.markers_topic, value=encode(marker()),
-                                  key=encode_key(rec.partition), partition=rec.partition)
-
-    def _crash(self, rec: Any) -> None:
-        c = self.world.cluster
-        self.world.note(message_id(rec.value), f"{self.owner} crashes handling {QUEUE}[{rec.partition}]@{rec.offset} "
-                        f"({len(self.pending)} other delivery(ies) lost)")
-        c.record(f"world {self.owner} crashes")
-        self.consumer.crash()
-        self.markers.close(timeout=0.0)
-        self.pending = []
-        self.down_until = c.t() + self.world.workload.restart_after
-
-    def _take(self, records: list) -> None:
-        if not records:
-            return
-        w, c = self.world, self.world.cluster
-        by_partition: dict[int, list] = {}
-        for r in records:
-            by_partition.setdefault(r.partition, []).append(r)
-        commits = {}
-        for p, recs in sorted(by_partition.items()):
-            ranges = coalesce(r.offset for r in recs)
-            start = Start([(r.first, r.count) for r in ranges], lease_ms=int(w.workload.lease * 1000), owner=self.owner)
-            fut = self.markers.send(w.queue.markers_topic, value=encode(start), key=encode_key(p), partition=p)
-            try:
-                fut.get(timeout=12.0)
-            except ProduceFailed as exc:
-                # Not started: not processed and not committed; fetched again from here.
-                c.record(f"world {self.owner} START {QUEUE}[{p}] failed ({exc}); seeking back to {recs[0].offset}")
-                try:
-                    self.consumer.seek(QUEUE, p, recs[0].offset)
-                except ClientCommitFailed:
-                    pass  # revoked meanwhile: the next owner starts from the commit
-                continue
-            w.started[p].update(r.offset for r in recs)
-            commits[(QUEUE, p)] = recs[-1].offset + 1
-            for r in recs:
-                self._seq += 1
-                fate = w.workload.handle(w.rng)
-                w.note(message_id(r.value), f"{self.owner} took {QUEUE}[{p}]@{r.offset} (START acked); will {fate.kind} "
-                       f"after {fate.after:g}s")
-                if fate.kind != HANG:
-                    self.pending.append((c.t() + fate.after, self._seq, fate, r))
-        self.to_commit.update(commits)
-        self._commit()
-
-    def _commit(self) -> None:
-        """Commit what was started; a failed commit is tried again next step (the offsets are
-        STARTed: the tracker covers them whatever happens to the commit), unless the group moved on."""
-        if not self.to_commit:
-            return
-        try:
-            self.consumer.commit(self.to_commit)
-        except ClientCommitFailed as exc:
-            self.world.cluster.record(f"world {self.owner} commit failed ({exc})")
-            if exc.rebalanced:  # what is still ours is committed again; the rest is the new owner's
-                mine = self.consumer.assignment()
-                self.to_commit = {tp: o for tp, o in self.to_commit.items() if tp in mine}
-            return
-        self.to_commit = {}
 
 
 class TrackerActor(_Actor):

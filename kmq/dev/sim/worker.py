@@ -1,0 +1,217 @@
+"""A kmq worker on the simulated cluster: the real fetch pipeline in a one-thread shell.
+
+:class:`Worker` drives :class:`kmq.consumer.fetch_pipeline.FetchPipeline`, the
+state machine :class:`~kmq.consumer.consumer.KmqConsumer`'s fetcher thread
+drives, with the same events in the same order (the rebalance callbacks that
+ran inside a poll before its records; START answers, the commit's answer and
+the time before each poll) and carries out its actions the same way: START
+markers per partition for a new batch, the commit of STARTed batches, the
+hand-over to the handlers, giving back, seeking back. What differs is the
+I/O: simulated clients on the virtual clock, handlers whose fates the
+workload draws (END, NACK, REJECT, a lapsed lease, a crash of the whole
+process), and no flow control beyond a bound on what the handlers hold.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from kmq.client.api import ClientCommitFailed, ProduceFailed
+from kmq.consumer.fetch_batch import STARTING
+from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
+from kmq.core.markers import End, Nack, Reject, Start, encode, encode_key
+from kmq.core.message import KmqMessage
+from kmq.core.ranges import coalesce
+from kmq.dev.sim.consumer import SimConsumer
+from kmq.dev.sim.producer import SimProducer
+from kmq.dev.sim.workload import ACK, CRASH, GROUP, HANG, NACK, QUEUE, REJECT, Fate, message_id
+
+if TYPE_CHECKING:
+    from kmq.dev.sim.world import World
+
+__all__ = ["Worker"]
+
+
+class Worker:
+    """A kmq consumer process (see the module docstring)."""
+
+    interval = 0.1
+    #: Records one poll may return, and what the handlers may hold before the worker stops fetching.
+    MAX_RECORDS = 20
+    MAX_HELD = 60
+
+    def __init__(self, world: "World", name: str) -> None:
+        self.world = world
+        self.name = name
+        self.wake = 0.0
+        self.incarnation = 0
+        self.pending: list[tuple[float, int, Fate, KmqMessage]] = []  # (due, seq, fate, message) in handlers
+        self._seq = 0
+        self._lock = threading.Lock()  # what a KmqMessage is built with; one thread here
+        self.down_until: float | None = None
+        self._start()
+
+    def _start(self) -> None:
+        c = self.world.cluster
+        self.incarnation += 1
+        self.consumer = SimConsumer(c, self.name, group_id=GROUP)
+        self.consumer.subscribe([QUEUE], on_assigned=lambda tps: self._rebalances.append((True, tps)),
+                                on_revoked=lambda tps: self._rebalances.append((False, tps)))
+        self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
+        self.owner = f"{self.name}#{self.incarnation}"
+        self.pipeline = FetchPipeline.for_kafka(self.world.config.kafka)
+        self._rebalances: list[tuple[bool, set]] = []  # callbacks that ran inside a poll, not reported yet
+        self._commit: Any = None  # the commit in flight
+        self._held = 0  # messages handed over, not settled
+
+    def busy(self) -> bool:
+        return bool(self.pending or self.pipeline.pending) or self.down_until is not None
+
+    # ------------------------------------------------------------ the fetcher loop, one turn per step
+    def step(self) -> None:
+        c = self.world.cluster
+        if self.down_until is not None:
+            if c.t() < self.down_until:
+                return
+            self.down_until = None
+            self._start()
+            c.record(f"world {self.name} restarted as {self.owner}")
+        if self._settle_due():
+            return  # crashed
+        self._feed_answers()
+        room = max(0, min(self.MAX_RECORDS, self.MAX_HELD - self._held - self._unhanded()))
+        poll = self.pipeline.next_poll(room, c.t())
+        if poll.wait:
+            return
+        records = self.consumer.fetch(0.0, poll.max_records if room else 0, self._message)
+        self._feed_rebalances()  # they ran inside that poll: its records belong to the assignment after them
+        self._run(self.pipeline.polled(records, c.t()))
+
+    def _message(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: Any, timestamp: int) -> KmqMessage:
+        return KmqMessage(topic, partition, offset, key, value, headers, timestamp, None, self._lock)  # type: ignore[arg-type]
+
+    def _unhanded(self) -> int:
+        return sum(len(b.messages) for b in self.pipeline.pending)
+
+    def _feed_rebalances(self) -> None:
+        while self._rebalances:
+            assigned, tps = self._rebalances.pop(0)
+            parts = {p for t, p in tps if t == QUEUE}
+            if assigned:
+                self.pipeline.assigned(parts)
+            else:
+                self._run(self.pipeline.revoked(parts))
+
+    def _feed_answers(self) -> None:
+        """Report the STARTs and the commit Kafka answered, and the time (for the timeouts)."""
+        now = self.world.cluster.t()
+        for b in list(self.pipeline.pending):
+            if b.state is STARTING and b.handle is not None and all(f.is_done for f in b.handle):
+                failed = next((f.exception for f in b.handle if f.exception is not None), None)
+                if failed is None:
+                    for p, offs in b.offsets.items():
+                        self.world.started[p].update(offs)
+                self._run(self.pipeline.start_answered(b, failed, now))
+        commit = self._commit
+        if commit is not None and commit.is_done:
+            self._commit = None
+            self._run(self.pipeline.commit_answered(commit.exception, now))
+        self._run(self.pipeline.tick(now))
+
+    # ------------------------------------------------------------ the pipeline's actions
+    def _run(self, actions: list) -> None:
+        todo = list(actions)
+        while todo:
+            action = todo.pop(0)
+            if isinstance(action, WriteStarts):
+                todo += self._write_starts(action)
+            elif isinstance(action, Commit):
+                todo += self._send_commit(action)
+            elif isinstance(action, HandOver):
+                self._hand_over(action)
+            elif isinstance(action, GiveBack):
+                self.world.cluster.record(f"world {self.owner} gives back {len(action.messages)} ({action.why})")
+            elif isinstance(action, SeekBack):
+                self._seek_back(action)
+
+    def _write_starts(self, action: WriteStarts) -> list:
+        w, b = self.world, action.batch
+        futures = []
+        for p, offs in sorted(b.offsets.items()):
+            start = Start([(r.first, r.count) for r in coalesce(offs)], lease_ms=int(w.workload.lease * 1000),
+                          owner=self.owner)
+            try:
+                futures.append(self.markers.send(w.queue.markers_topic, value=encode(start), key=encode_key(p),
+                                                 partition=p))
+            except ProduceFailed as exc:
+                return self.pipeline.start_answered(b, exc, w.cluster.t())
+        b.handle = futures
+        return []
+
+    def _send_commit(self, action: Commit) -> list:
+        try:
+            self._commit = self.consumer.commit_async({(QUEUE, p): o for p, o in action.offsets.items()})
+        except ClientCommitFailed as exc:
+            return self.pipeline.commit_answered(exc, self.world.cluster.t())
+        return []
+
+    def _hand_over(self, action: HandOver) -> None:
+        w, c = self.world, self.world.cluster
+        for m in action.batch.messages:
+            self._seq += 1
+            self._held += 1
+            fate = w.workload.handle(w.rng)
+            w.note(message_id(m.value), f"{self.owner} took {QUEUE}[{m.partition}]@{m.offset} (START acked, committed); "
+                   f"will {fate.kind} after {fate.after:g}s")
+            if fate.kind == HANG:
+                self._held -= 1  # its lease lapses; the handler thread is lost to it, not the flow bound
+            else:
+                self.pending.append((c.t() + fate.after, self._seq, fate, m))
+
+    def _seek_back(self, action: SeekBack) -> None:
+        assigned = {p for t, p in self.consumer.assignment() if t == QUEUE}
+        for p, off in action.offsets.items():
+            if p in assigned:
+                try:
+                    self.consumer.seek(QUEUE, p, off)
+                except ClientCommitFailed:
+                    pass  # revoked meanwhile: the next owner starts from the commit
+        self.world.cluster.record(f"world {self.owner} seeks back {dict(sorted(action.offsets.items()))} "
+                                  f"({action.why})")
+        if action.start_failed:  # as KmqConsumer does: a new marker producer
+            self.markers.close(timeout=0.0)
+            self.markers = SimProducer(self.world.cluster, f"{self.name}-markers", delivery_timeout=10.0)
+
+    # ------------------------------------------------------------ handlers
+    def _settle_due(self) -> bool:
+        """Settle the deliveries whose handlers finished; True when one crashed the process."""
+        c = self.world.cluster
+        now = c.t()
+        self.pending.sort(key=lambda x: (x[0], x[1]))
+        while self.pending and self.pending[0][0] <= now:
+            _, _, fate, m = self.pending.pop(0)
+            if fate.kind == CRASH:
+                self._crash(m)
+                return True
+            self._held -= 1
+            marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], 0),
+                      REJECT: lambda: Reject([(m.offset, 1)], "sim handler rejected it")}.get(fate.kind)
+            self.world.note(message_id(m.value), f"{self.owner} settles {QUEUE}[{m.partition}]@{m.offset}: {fate.kind}")
+            if marker is not None:
+                self.markers.send(self.world.queue.markers_topic, value=encode(marker()),
+                                  key=encode_key(m.partition), partition=m.partition)
+        return False
+
+    def _crash(self, m: KmqMessage) -> None:
+        c = self.world.cluster
+        self.world.note(message_id(m.value), f"{self.owner} crashes handling {QUEUE}[{m.partition}]@{m.offset} "
+                        f"({len(self.pending)} other delivery(ies) lost)")
+        c.record(f"world {self.owner} crashes")
+        self.consumer.crash()
+        self.markers.close(timeout=0.0)
+        self.pending = []
+        self.pipeline.closed()
+        self.down_until = c.t() + self.world.workload.restart_after
+
