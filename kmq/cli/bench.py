@@ -15,6 +15,7 @@ BENCHMARKS = {
     "trace": "kmq.bench.trace",
     "overload": "kmq.bench.overload",
     "aio": "kmq.bench.aio",
+    "capacity": "kmq.bench.capacity",
     "all": "kmq.bench.all",
 }
 
