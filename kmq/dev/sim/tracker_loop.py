@@ -26,6 +26,7 @@ from typing import Any
 from kmq.client.api import Partition
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.cluster import SimCluster
+from kmq.dev.sim.downtime import Downtime
 from tracker import service
 from tracker.membership import MembershipCheck
 
@@ -99,7 +100,7 @@ class ServiceTrackerActor:
         self.wake = 0.0
         self._parts = (reader, hw_reader, new_producer, new_redeliverer)
         self.crash_at, self.down_for = crash_at, down_for
-        self.down_until: float | None = None
+        self.downtime = Downtime()
         self.incarnation = 0
         self.max_in_flight: dict[int, int] = {}
         self._build()
@@ -124,13 +125,17 @@ class ServiceTrackerActor:
         self.consumer.assign(tps)
         t._on_assigned(set(tps))
 
+    def _restart(self) -> None:
+        self._build()
+        self.world.cluster.record(f"world tracker restarted as tracker#{self.incarnation}")
+
     def _crash(self) -> None:
         """SIGKILL: what the producer holds is lost (unwritten sends never happen), the state is gone."""
         c = self.world.cluster
         c.record(f"world tracker#{self.incarnation} crashes")
         self.producer.close(timeout=0.0)
         self.crash_at = None
-        self.down_until = c.t() + self.down_for
+        self.downtime.crashed(c.t(), self.down_for)
 
     @property
     def states(self) -> dict:
@@ -139,12 +144,8 @@ class ServiceTrackerActor:
 
     def step(self) -> None:
         c = self.world.cluster
-        if self.down_until is not None:
-            if c.t() < self.down_until:
-                return
-            self.down_until = None
-            self._build()
-            c.record(f"world tracker restarted as tracker#{self.incarnation}")
+        if not self.downtime.up(c.t(), self._restart):
+            return
         if self.crash_at is not None and c.t() >= self.crash_at:
             self._crash()
             return
@@ -153,7 +154,7 @@ class ServiceTrackerActor:
             self.max_in_flight[p] = max(self.max_in_flight.get(p, 0), state.in_flight)
 
     def busy(self) -> bool:
-        if self.down_until is not None or self.crash_at is not None:
+        if self.downtime.down or self.crash_at is not None:
             return True
         owned = self.tracker._owned.values()
         return any(not o.caught_up or o.state.in_flight for o in owned)

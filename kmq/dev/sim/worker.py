@@ -24,6 +24,7 @@ from kmq.core.markers import End, Nack, Reject, Start, encode, encode_key
 from kmq.core.message import KmqMessage
 from kmq.core.ranges import coalesce
 from kmq.dev.sim.consumer import SimConsumer
+from kmq.dev.sim.downtime import Downtime
 from kmq.dev.sim.producer import SimProducer
 from kmq.dev.sim.workload import ACK, CRASH, GROUP, HANG, NACK, QUEUE, REJECT, Fate, message_id
 
@@ -49,7 +50,7 @@ class Worker:
         self.pending: list[tuple[float, int, Fate, KmqMessage]] = []  # (due, seq, fate, message) in handlers
         self._seq = 0
         self._lock = threading.Lock()  # what a KmqMessage is built with; one thread here
-        self.down_until: float | None = None
+        self.downtime = Downtime()
         self._start()
 
     def _start(self) -> None:
@@ -65,18 +66,18 @@ class Worker:
         self._commit: Any = None  # the commit in flight
         self._held = 0  # messages handed over, not settled
 
+    def _restart(self) -> None:
+        self._start()
+        self.world.cluster.record(f"world {self.name} restarted as {self.owner}")
+
     def busy(self) -> bool:
-        return bool(self.pending or self.pipeline.pending) or self.down_until is not None
+        return bool(self.pending or self.pipeline.pending) or self.downtime.down
 
     # ------------------------------------------------------------ the fetcher loop, one turn per step
     def step(self) -> None:
         c = self.world.cluster
-        if self.down_until is not None:
-            if c.t() < self.down_until:
-                return
-            self.down_until = None
-            self._start()
-            c.record(f"world {self.name} restarted as {self.owner}")
+        if not self.downtime.up(c.t(), self._restart):
+            return
         if self._settle_due():
             return  # crashed
         self._feed_answers()
@@ -213,5 +214,5 @@ class Worker:
         self.markers.close(timeout=0.0)
         self.pending = []
         self.pipeline.closed()
-        self.down_until = c.t() + self.world.workload.restart_after
+        self.downtime.crashed(c.t(), self.world.workload.restart_after)
 
