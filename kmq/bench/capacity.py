@@ -43,13 +43,15 @@ class Costs:
     """Per-core (or per-process) costs, each measured by a ``kmq bench`` command."""
 
     worker_msgs_per_s: float = 100_000.0  # kmq bench consumer: KmqConsumer, one process, kafka-python
-    markers_per_message: float = 0.02  # kmq bench consumer: marker records per message
+    # kmq bench tracker's workload (START per 500, END flushes of 50 out of order): 0.022; the consumer
+    # bench's big fetches write far fewer (0.0006). A slow partition's small batches write more.
+    markers_per_message: float = 0.022
     marker_bytes: float = 60.0  # a START/END record with a few ranges, key and headers included
-    tracker_markers_per_s: float = 1_750_000.0  # kmq bench tracker: markers decoded + applied, one core
-    tracker_copies_per_s: float = 30_000.0  # kmq bench tracker: copies produced for a due backlog, one tracker
-    tracker_bytes_per_in_flight: float = 40.0  # kmq bench tracker: RSS growth per in-flight message
-    tracker_base_mb: float = 45.0  # a tracker process with nothing in flight
-    spark_markers_per_core_s: float = 100_000.0  # kmq bench spark: steady markers/s at local[2], per core
+    tracker_markers_per_s: float = 1_870_000.0  # kmq bench tracker: markers decoded + applied, one core
+    tracker_copies_per_s: float = 31_900.0  # kmq bench tracker: copies produced for a due backlog (confluent)
+    tracker_bytes_per_in_flight: float = 8.0  # kmq bench tracker: 1M in flight with ack holes: 42.5 - 35.3 MB
+    tracker_base_mb: float = 36.0  # a tracker process with nothing in flight (interpreter and imports)
+    spark_markers_per_core_s: float = 105_000.0  # kmq bench spark: 210,040 steady markers/s at local[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ class Plan:
     tracker_replicas: int
     tracker_in_flight: float
     tracker_memory_mb_each: float
+    crash_recovery_s: float
     spark_cores: int
     notes: tuple[str, ...]
 
@@ -110,7 +113,8 @@ def plan(load: Load, costs: Costs = Costs()) -> Plan:
                  f"END flush + {copies:,.0f} failures/s x {load.lease_s:g} s lease")
     return Plan(worker_processes=workers, markers_per_s=markers, markers_bytes_per_s=markers * costs.marker_bytes,
                 markers_partitions=load.partitions, copies_per_s=copies, tracker_replicas=replicas,
-                tracker_in_flight=in_flight, tracker_memory_mb_each=memory_each, spark_cores=spark,
+                tracker_in_flight=in_flight, tracker_memory_mb_each=memory_each,
+                crash_recovery_s=in_flight / (replicas * costs.tracker_copies_per_s), spark_cores=spark,
                 notes=tuple(notes))
 
 
@@ -211,6 +215,8 @@ def command(rate: float, partitions: int, failure_share: float, processing_s: fl
                f"{p['markers_bytes_per_s'] / 1e6:.1f} MB/s")
     click.echo(f"  tracker replicas     {p['tracker_replicas']} ({p['copies_per_s']:,.0f} copies/s; "
                f"{p['tracker_in_flight']:,.0f} in flight, {p['tracker_memory_mb_each']:.0f} MB each)")
+    click.echo(f"  fleet crash          every worker killed at once: {p['tracker_in_flight']:,.0f} copies, "
+               f"{p['crash_recovery_s']:.0f} s to produce them after their leases end")
     click.echo(f"  Spark cores          {p['spark_cores']}")
     for note in p["notes"]:
         click.echo(f"  - {note}")

@@ -35,6 +35,7 @@ def test_tracker_memory_counts_in_flight_work_and_timed_out_leases():
     p = plan(Load(msgs_per_s=100_000, failure_share=0.01, processing_s=0.4, ack_flush_s=0.1, lease_s=30), costs)
     assert p.tracker_in_flight == pytest.approx(100_000 * 0.5 + 1_000 * 30)
     assert p.tracker_memory_mb_each == pytest.approx(45 + p.tracker_in_flight / p.tracker_replicas * 40 / 1e6)
+    assert p.crash_recovery_s == pytest.approx(p.tracker_in_flight / (p.tracker_replicas * costs.tracker_copies_per_s))
 
 
 def test_a_load_without_messages_is_refused():
