@@ -24,6 +24,7 @@ and the acknowledgement-commit callback runs on the application thread, inside
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from typing import Any, Callable, Iterator, Mapping
@@ -356,6 +357,15 @@ class ShareConsumer:
                 callback(offsets, error)
         finally:
             self._in_callback = False
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Use these SASL PLAIN/SCRAM credentials from the next :meth:`subscribe` on (kmq's clients
+        are opened by subscribe: the running subscription keeps the credentials it logged in with)."""
+        with self._call("set_sasl_credentials"):
+            if not isinstance(username, str) or not isinstance(password, str):
+                raise TypeError("username and password must be str")
+            kafka = {**self._settings.sections.get("kafka", {}), "sasl_username": username, "sasl_password": password}
+            self._settings = dataclasses.replace(self._settings, sections={**self._settings.sections, "kafka": kafka})
 
     # ------------------------------------------------------------ kmq extras (not in the native API)
     def kmq_release(self, message: Message, delay: float) -> None:
