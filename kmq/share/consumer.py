@@ -368,6 +368,12 @@ class ShareConsumer:
             self._settings = dataclasses.replace(self._settings, sections={**self._settings.sections, "kafka": kafka})
 
     # ------------------------------------------------------------ kmq extras (not in the native API)
+    @property
+    def kmq_consumer(self) -> KmqConsumer | None:
+        """kmq extra: the :class:`~kmq.consumer.consumer.KmqConsumer` of the subscription (its
+        ``in_flight()``, ``writer``, metrics), None when not subscribed."""
+        return self._queue
+
     def kmq_release(self, message: Message, delay: float) -> None:
         """kmq extra: ``RELEASE`` with a redelivery delay in seconds (a NACK with that delay)."""
         with self._call("kmq_release"):
