@@ -89,7 +89,7 @@ class ShareConsumer:
 
     :param config: the native consumer's dict (``bootstrap.servers``, ``group.id``,
         ``share.acknowledgement.mode``, ``max.poll.records``, security keys) plus kmq's keys
-        (``kmq.lease.ms``, ``kmq.max.deliveries``, ``kmq.kafka.client``, ``kmq.config``, ...;
+        (``kmq.lease.ms``, ``kmq.kafka.client``, ``kmq.config``, ...;
         :mod:`kmq.share.settings`). Keyword arguments are merged into it, as natively.
 
     Methods beyond the native API are named ``kmq_*`` (:meth:`kmq_release`,

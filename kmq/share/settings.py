@@ -4,8 +4,8 @@ Pure apart from :class:`~kmq.config.Config` validation: no Kafka, no I/O.
 ``kmq.share.ShareConsumer`` takes the dict ``confluent_kafka.ShareConsumer``
 takes (``bootstrap.servers``, ``group.id``, ``share.acknowledgement.mode``,
 ``max.poll.records``, the usual security keys) plus a few ``kmq.*`` keys for
-what a share group keeps on the broker (the lock duration, the delivery limit)
-and kmq keeps in its own configuration (docs/share-consumer.md lists them).
+what a share group keeps on the broker (the lock duration) and kmq keeps in
+its own configuration (docs/share-consumer.md lists them).
 
 Keys that tune librdkafka's network behaviour and have no meaning for kmq
 (``socket.timeout.ms``, ``fetch.*``, ...) are accepted and ignored, so code
@@ -84,12 +84,11 @@ KAFKA_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
 }
 
 #: kmq's own keys -> (kmq section, kmq key, converter); section "queue" is the subscribed queue.
+#: The delivery limit, the backoff and the DLQ are the tracker's settings (its ``queues[]``), as
+#: ``group.share.delivery.count.limit`` is the broker's: a consumer key could not change them.
 KMQ_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
     "kmq.kafka.client": ("kafka", "client", _text),
     "kmq.lease.ms": ("queue", "lease", _ms),
-    "kmq.max.deliveries": ("queue", "max_deliveries", _int),
-    "kmq.backoff.initial.ms": ("queue", "backoff.initial", _ms),
-    "kmq.backoff.max.ms": ("queue", "backoff.max", _ms),
     "kmq.markers.topic": ("queue", "markers_topic", _text),
     "kmq.dlq.topic": ("queue", "dlq_topic", _text),
     "kmq.ack.flush.interval.ms": ("consumer", "ack_flush_interval", _ms),
@@ -116,7 +115,7 @@ class ShareSettings:
     max_poll_records: int = 500
     #: kmq configuration sections from the dict (``kafka``, ``consumer``), over ``base``.
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: The subscribed queue's settings from ``kmq.*`` keys (``lease``, ``max_deliveries``, ...).
+    #: The subscribed queue's settings from ``kmq.*`` keys (``lease``, ``markers_topic``, ``dlq_topic``).
     queue: dict[str, Any] = field(default_factory=dict)
     #: ``kmq.config``: a :class:`~kmq.config.Config` the dict's keys override (default: kmq's defaults).
     base: Config | None = None
@@ -130,14 +129,7 @@ class ShareSettings:
         data.setdefault("consumer", {})["group_id"] = self.group_id
         queues = [q for q in data.get("queues", []) if q.get("name") != topic]
         existing = next((q for q in data.get("queues", []) if q.get("name") == topic), {"name": topic})
-        entry = dict(existing)
-        for key, value in self.queue.items():
-            if key.startswith("backoff."):
-                entry.setdefault("backoff", {})
-                entry["backoff"] = {**entry["backoff"], key.split(".", 1)[1]: value}
-            else:
-                entry[key] = value
-        data["queues"] = [*queues, entry]
+        data["queues"] = [*queues, {**existing, **self.queue}]
         return Config.from_dict(data)
 
 

@@ -27,6 +27,11 @@ def test_group_id_is_required_as_natively():
         read_settings({"bootstrap.servers": "x:1"})
 
 
+def test_the_trackers_settings_are_not_consumer_keys():
+    with pytest.raises(ConfigError, match="kmq.max.deliveries"):
+        read_settings({**BASE, "kmq.max.deliveries": 3})
+
+
 def test_an_unknown_key_is_named_and_a_native_network_key_is_ignored():
     with pytest.raises(ConfigError, match="kmq.leese.ms"):
         read_settings({**BASE, "kmq.leese.ms": 100})
@@ -35,20 +40,20 @@ def test_an_unknown_key_is_named_and_a_native_network_key_is_ignored():
 
 def test_kmq_keys_set_the_subscribed_queue_and_the_clients():
     s = read_settings({**BASE, "share.acknowledgement.mode": "EXPLICIT", "max.poll.records": "50",
-                       "kmq.lease.ms": 1500, "kmq.max.deliveries": 3, "kmq.backoff.initial.ms": 100,
+                       "kmq.lease.ms": 1500, "kmq.dlq.topic": "orders-dead",
                        "kmq.kafka.client": "confluent", "session.timeout.ms": 6000})
     cfg = s.config_for("orders")
     q = cfg.queue("orders")
     assert (s.mode, s.max_poll_records) == (AckMode.EXPLICIT, 50)
-    assert (q.lease, q.max_deliveries, q.backoff.initial) == (1.5, 3, 0.1)
+    assert (q.lease, q.dlq_topic, q.markers_topic) == (1.5, "orders-dead", "orders__markers")
     assert (cfg.kafka.client, cfg.kafka.session_timeout, cfg.consumer.group_id) == ("confluent", 6.0, "g")
 
 
 def test_a_base_config_keeps_its_queue_settings_under_the_dict():
     base = Config.from_dict({"queues": [{"name": "orders", "lease": "45s", "max_deliveries": 7}],
                              "consumer": {"auto_renew": True}})
-    cfg = read_settings({**BASE, "kmq.config": base, "kmq.max.deliveries": 2}).config_for("orders")
-    assert (cfg.queue("orders").lease, cfg.queue("orders").max_deliveries, cfg.consumer.auto_renew) == (45.0, 2, True)
+    cfg = read_settings({**BASE, "kmq.config": base, "kmq.lease.ms": 2000}).config_for("orders")
+    assert (cfg.queue("orders").lease, cfg.queue("orders").max_deliveries, cfg.consumer.auto_renew) == (2.0, 7, True)
     assert cfg.kafka.bootstrap_servers == "127.0.0.1:9"
 
 
