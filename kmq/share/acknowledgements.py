@@ -58,8 +58,11 @@ def unacknowledged(batch: Iterable[Message]) -> int:
 
 def offsets_by_partition(messages: Iterable[Message]) -> dict[TopicPartition, set[int]]:
     """``{TopicPartition: {offsets}}``: the shape of commit results and of the commit callback."""
-    out: dict[TopicPartition, set[int]] = {}
+    by: dict[tuple[str, int], set[int]] = {}
     for m in messages:
         km = m.kmq_message
-        out.setdefault(TopicPartition(km.topic, km.partition), set()).add(km.offset)
-    return out
+        offsets = by.get((km.topic, km.partition))
+        if offsets is None:
+            offsets = by[(km.topic, km.partition)] = set()
+        offsets.add(km.offset)
+    return {TopicPartition(t, p): offsets for (t, p), offsets in by.items()}

@@ -264,8 +264,9 @@ class ShareConsumer:
         self._in_flight(message, "acknowledgement")
         message._ack = (kind, arg)
 
-    def _apply(self, dues: list[Due]) -> dict[TopicPartition, set[int]]:
-        """Settle ``dues`` on their kmq messages (buffered markers, no I/O); returns what was applied."""
+    def _apply(self, dues: list[Due], results: bool = False) -> dict[TopicPartition, set[int]]:
+        """Settle ``dues`` on their kmq messages (buffered markers, no I/O). Returns what was applied
+        when ``results`` is asked for or a callback will report it (else ``{}``: poll's hot path)."""
         if not dues:
             return {}
         for m, kind, arg in dues:
@@ -280,6 +281,8 @@ class ShareConsumer:
                     km.reject(arg)
             except MessageAlreadySettled:  # settled through m.kmq_message by the application: its own call stands
                 log.debug("%r was settled directly; its %s is not applied", m, kind.name)
+        if not results and self._callback is None:
+            return {}
         applied = offsets_by_partition(m for m, _, _ in dues)
         if self._callback is not None:
             self._unreported.append((applied, self._queue_writer_failures()))
@@ -295,7 +298,7 @@ class ShareConsumer:
         with self._call("commit_sync"):
             wait = _seconds(timeout, "timeout")
             self._subscribed()
-            applied = self._apply(due(self._batch, self._mode))
+            applied = self._apply(due(self._batch, self._mode), results=True)
             if not applied and not self._unreported:
                 return {}
             error = self._flush(None if wait < 0 else wait)
