@@ -23,11 +23,10 @@ and the acknowledgement-commit callback runs on the application thread, inside
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
@@ -73,6 +72,38 @@ def _seconds(timeout: Any, what: str) -> float:
     return float(timeout)
 
 
+class _Call:
+    """The call discipline of a share consumer (``with consumer._call("poll"):``): one thread at a
+    time, nothing from inside the commit callback, nothing after close. A class rather than a
+    generator context manager: explicit mode enters it once per record."""
+
+    __slots__ = ("_consumer", "_lock", "owner", "in_callback", "what")
+
+    def __init__(self, consumer: "ShareConsumer") -> None:
+        self._consumer = consumer
+        self._lock = threading.Lock()
+        self.owner: int | None = None
+        self.in_callback = False
+        self.what = ""
+
+    def __enter__(self) -> None:
+        me = threading.get_ident()
+        if self.in_callback and self.owner == me:
+            raise IllegalStateException(f"{self.what}() called from inside the acknowledgement commit callback")
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentModificationException(
+                f"{self.what}() called while another thread is inside a call of this share consumer; "
+                "it is not thread-safe: use one consumer per thread")
+        if self._consumer._closed:
+            self._lock.release()
+            raise IllegalStateException(_CLOSED)
+        self.owner = me
+
+    def __exit__(self, *exc: object) -> None:
+        self.owner = None
+        self._lock.release()
+
+
 class ShareConsumer:
     """A share consumer (``confluent_kafka.ShareConsumer``'s API) over a kmq queue.
 
@@ -114,28 +145,12 @@ class ShareConsumer:
         #: Applied acknowledgements awaiting their callback: (offsets, markers given up before).
         self._unreported: list[tuple[dict[TopicPartition, set[int]], int]] = []
         self._closed = False
-        self._lock = threading.Lock()
-        self._owner: int | None = None
-        self._in_callback = False
+        self._guard = _Call(self)
 
     # ------------------------------------------------------------ call discipline
-    @contextlib.contextmanager
-    def _call(self, what: str) -> Iterator[None]:
-        me = threading.get_ident()
-        if self._owner == me and self._in_callback:
-            raise IllegalStateException(f"{what}() called from inside the acknowledgement commit callback")
-        if not self._lock.acquire(blocking=False):
-            raise ConcurrentModificationException(
-                f"{what}() called while another thread is inside a call of this share consumer; "
-                "it is not thread-safe: use one consumer per thread")
-        self._owner = me
-        try:
-            if self._closed:
-                raise IllegalStateException(_CLOSED)
-            yield
-        finally:
-            self._owner = None
-            self._lock.release()
+    def _call(self, what: str) -> "_Call":
+        self._guard.what = what
+        return self._guard
 
     def _subscribed(self) -> Any:
         if self._queue is None:
@@ -354,12 +369,12 @@ class ShareConsumer:
         callback, todo, self._unreported = self._callback, self._unreported, []
         if callback is None:
             return
-        self._in_callback = True
+        self._guard.in_callback = True
         try:
             for offsets, _ in todo:
                 callback(offsets, error)
         finally:
-            self._in_callback = False
+            self._guard.in_callback = False
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """Use these SASL PLAIN/SCRAM credentials from the next :meth:`subscribe` on (kmq's clients

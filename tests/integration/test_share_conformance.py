@@ -7,8 +7,10 @@ One set of tests, parametrised over:
   reject, lock expiry and close need it);
 * ``native``: ``confluent_kafka.ShareConsumer`` on the broker ``KMQ_TEST_SHARE_BOOTSTRAP=host:port``
   names, which must have share groups (Apache Kafka 4.2+) with ``group.share.record.lock.duration.ms``
-  given as ``KMQ_TEST_SHARE_LOCK_MS`` (default 30000); without it that half is skipped (the
-  embedded tansu broker has no share groups: a share consumer there never receives a record).
+  given as ``KMQ_TEST_SHARE_LOCK_MS`` (default 30000; a broker started with
+  ``group.share.record.lock.duration.ms=1000`` and ``group.share.min.record.lock.duration.ms=1000``
+  keeps the run short); without it that half is skipped (the embedded tansu broker has no share
+  groups: a share consumer there never receives a record).
 
 The tests see only the API; what each implementation offers beside it (seeing that nothing is
 left to redeliver, the DLQ) is in its backend class below. No sleeps on the kmq side: every wait
