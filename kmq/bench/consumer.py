@@ -14,9 +14,15 @@ plain/kmq ``--rounds`` times:
   with one START per partition acknowledged before the commit; END ranges
   flushed every ``ack_flush_interval``); the clock stops after the final flush.
 
+* share (``--share``): :class:`kmq.share.ShareConsumer` (the share-consumer API over
+  KmqConsumer, same client) in implicit mode: ``poll()`` with ``max.poll.records`` = batch,
+  the handler per record, each batch accepted by the next poll; the clock stops after a
+  final ``commit_sync()`` (every END written). Reported as a ratio to the kmq run of the
+  same round.
+
 Throughput is measured from the first record handed to the handler to the
 last one settled (group join excluded). Reported: msg/s of each run, the
-median ratio kmq/plain, marker records per message and peak RSS.
+median ratio kmq/plain (and share/kmq), marker records per message and peak RSS.
 """
 
 from __future__ import annotations
@@ -143,13 +149,47 @@ def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) ->
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent}
 
 
+def _child_share(cfg: Any, messages: int, batch: int, flush_interval: str) -> dict:
+    from kmq.config import parse_duration
+    from kmq.share import ShareConsumer
+
+    c = ShareConsumer({
+        "bootstrap.servers": cfg.kafka.bootstrap_servers, "group.id": cfg.consumer.group_id,
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "kmq.kafka.client": cfg.kafka.client,
+        "max.poll.records": batch, "kmq.ack.flush.interval.ms": parse_duration(flush_interval) * 1000,
+    })
+    c.subscribe([cfg.queues[0].name])
+    n = 0
+    t0 = None
+    acc = 0
+    while n < messages:
+        msgs = c.poll(0.5)
+        if not msgs:
+            continue
+        if t0 is None:
+            t0, c0 = time.perf_counter(), _cpu()
+        for m in msgs:
+            acc ^= handler(m.value())
+        n += len(msgs)
+    c.commit_sync(60)  # accepts the last batch and waits for every marker
+    took, cpu = time.perf_counter() - t0, _cpu() - c0
+    markers = c.kmq_consumer.writer.markers_sent
+    c.close()
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": markers}
+
+
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, flush_interval: str,
            fetch: int | None = None, client: str = "kafka-python") -> None:
     import logging
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval, client)
-    out = _child_plain(cfg, messages, batch) if variant == "plain" else _child_kmq(cfg, messages, batch, fetch)
+    if variant == "plain":
+        out = _child_plain(cfg, messages, batch)
+    elif variant == "share":
+        out = _child_share(cfg, messages, batch, flush_interval)
+    else:
+        out = _child_kmq(cfg, messages, batch, fetch)
     out["rss_mb"] = _rss_mb()
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -193,7 +233,7 @@ def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: i
 def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: int = 3, partitions: int = 1,
         flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
         fetch: int | None = None, echo: Any = None, client: str = "kafka-python",
-        clients: tuple[str, ...] | None = None) -> dict:
+        clients: tuple[str, ...] | None = None, share: bool = False) -> dict:
     """Run the A/B benchmark on ``client``; returns the figures (also printed through ``echo``).
     With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
     to :data:`DEFAULT_MESSAGES` of the client."""
@@ -205,7 +245,8 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
             if c == "confluent" and importlib.util.find_spec("confluent_kafka") is None:
                 both[c] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
                 continue
-            both[c] = run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c)
+            both[c] = run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c,
+                          share=share)
         return both
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
@@ -222,9 +263,10 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
             f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
             f"{fetch or 4 * batch} per START (default settings)")
-        runs: dict[str, list[dict]] = {"plain": [], "kmq": []}
+        variants = ("plain", "kmq", "share") if share else ("plain", "kmq")
+        runs: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(rounds):
-            for variant in ("plain", "kmq"):
+            for variant in variants:
                 res = _spawn(variant, bootstrap, queue, messages, batch, flush_interval,
                              profile if r == rounds - 1 else None, fetch, client)
                 res["rate"] = res["messages"] / res["seconds"]
@@ -247,10 +289,28 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"ratio kmq/plain per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['ratio_median']:.3f} (target >= 0.9)")
         say(f"marker records per message {result['markers_per_message']:.4f} (target <= 0.05 at batch 500)")
         say(f"peak RSS plain {result['peak_rss_mb']['plain']:.0f} MB, kmq {result['peak_rss_mb']['kmq']:.0f} MB")
+        if share:
+            result.update(_share_figures(runs, kmq))
+            say(f"[{client}] share API median {result['share_median']:,.0f} msg/s; ratio share/kmq per round "
+                f"{', '.join(f'{x:.3f}' for x in result['share_ratio_per_round'])}; median "
+                f"{result['share_ratio_median']:.3f} (target >= 0.9); CPU per message share/kmq "
+                f"{result['share_cpu_per_message_ratio_median']:.3f}")
         return result
     finally:
         if broker is not None:
             broker.stop()
+
+
+def _share_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
+    """The share-API runs against the KmqConsumer runs of the same rounds (throughput, and CPU
+    seconds per message: steadier than wall time on a loaded machine)."""
+    rates = [x["rate"] for x in runs["share"]]
+    ratios = [s / k for s, k in zip(rates, kmq)]
+    cpu = [(s["cpu_seconds"] / s["messages"]) / (k["cpu_seconds"] / k["messages"])
+           for s, k in zip(runs["share"], runs["kmq"])]
+    return {"share_msgs_per_s": rates, "share_median": statistics.median(rates), "share_ratio_per_round": ratios,
+            "share_ratio_median": statistics.median(ratios), "share_cpu_per_message_ratio_median": statistics.median(cpu),
+            "share_markers_per_message": statistics.median(x["markers"] / x["messages"] for x in runs["share"])}
 
 
 @click.command("consumer")
@@ -268,9 +328,12 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
 @click.option("--flush-interval", default="100ms", show_default=True, help="consumer.ack_flush_interval for kmq.")
 @click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
 @click.option("--profile", default=None, help="Write a py-spy flame graph (SVG) of the last kmq run here.")
+@click.option("--share", is_flag=True,
+              help="Also run kmq.share.ShareConsumer (the share-consumer API) each round; reports share/kmq.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
 def command(as_json: bool, **opts: Any) -> None:
-    """Plain consumer group loop vs KmqConsumer on one embedded broker, A/B (either client)."""
+    """Plain consumer group loop vs KmqConsumer (and with --share the share-consumer API) on one
+    embedded broker, side by side (either client)."""
     result = run(echo=click.echo, **opts)
     if as_json:
         click.echo(json.dumps(result))

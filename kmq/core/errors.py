@@ -27,7 +27,10 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── DevBrokerError            the embedded broker could not start
     ├── TraceError                a ``kmq trace`` selector that names no message
     ├── UiConfigError             ``kmq ui`` bound beyond loopback without a token
-    └── FetcherStalled            the consumer's Kafka poll stopped returning (retriable)
+    ├── FetcherStalled            the consumer's Kafka poll stopped returning (retriable)
+    ├── KafkaException            kmq.share: a call or an acknowledgement commit failed (confluent's name)
+    ├── IllegalStateException     kmq.share: a call in the wrong state (closed, not subscribed, ...; also a RuntimeError)
+    └── ConcurrentModificationException  kmq.share: one consumer used from two threads at once (also a RuntimeError)
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ __all__ = [
     "FetcherStalled",
     "ClientNotInstalled",
     "LogReadError",
+    "KafkaException",
+    "IllegalStateException",
+    "ConcurrentModificationException",
 ]
 
 
@@ -184,3 +190,26 @@ class FetcherStalled(KmqError):
 class ClientNotInstalled(KmqError):
     """``kafka.client`` names a Kafka client that is not installed (``confluent`` needs
     ``pip install 'kmq[confluent]'``)."""
+
+
+# The share-consumer API (kmq.share) raises these; their names are confluent_kafka's, so code
+# written against confluent_kafka.ShareConsumer catches the same names from kmq.share.
+class KafkaException(KmqError):
+    """A share-consumer call, or the commit of acknowledgements, failed. ``args[0]`` is a
+    :class:`kmq.share.KafkaError` (``code()``, ``str()``, ``retriable()``), as in confluent-kafka."""
+
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]
+        err = self.args[0] if self.args else None
+        return bool(getattr(err, "retriable", lambda: False)())
+
+
+class IllegalStateException(KmqError, RuntimeError):
+    """A share-consumer call made in a state that forbids it: the consumer is closed, not
+    subscribed, records of the last poll are unacknowledged in explicit mode, a record is not
+    in flight, or a call came from inside the acknowledgement-commit callback."""
+
+
+class ConcurrentModificationException(KmqError, RuntimeError):
+    """A share consumer was called from a second thread while a call was running (it is not
+    thread-safe, like confluent-kafka's: use one consumer per thread)."""

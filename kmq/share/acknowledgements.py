@@ -1,0 +1,68 @@
+"""Which acknowledgements a share-consumer call sends: the rules of both modes, pure.
+
+No Kafka, no clock. A poll's records stay *in flight* until their acknowledgement
+is applied (sent as a marker); what each call applies:
+
+========================  ===========================================  ==========================================
+call                      implicit mode                                explicit mode
+========================  ===========================================  ==========================================
+``poll``, ``commit_*``    every record of the last poll: ACCEPT        the records acknowledged since, as recorded
+``close``                 every record of the last poll: RELEASE       the recorded ones; the rest: RELEASE
+``poll`` (explicit only)  --                                           refused while a record is unacknowledged
+========================  ===========================================  ==========================================
+
+A record acknowledged twice before it is applied keeps the last type (as the
+native consumer); once applied it is no longer in flight.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from kmq.share.settings import AckMode
+from kmq.share.types import AcknowledgeType, Message, TopicPartition
+
+__all__ = ["Due", "due", "unacknowledged", "offsets_by_partition", "KMQ_REJECT_REASON"]
+
+#: The DLQ reason of a record rejected with ``AcknowledgeType.REJECT`` (``kmq_reject`` gives its own).
+KMQ_REJECT_REASON = "AcknowledgeType.REJECT"
+
+#: (message, type, kmq argument: the nack delay of RELEASE, the reason of REJECT, None for ACCEPT).
+Due = tuple[Message, AcknowledgeType, Any]
+
+_RELEASE_NOW: tuple[AcknowledgeType, Any] = (AcknowledgeType.RELEASE, 0.0)
+
+
+def due(batch: Iterable[Message], mode: AckMode, closing: bool = False) -> list[Due]:
+    """The acknowledgements a call applies now to ``batch`` (the records in flight)."""
+    out: list[Due] = []
+    if mode is AckMode.IMPLICIT:
+        kind: tuple[AcknowledgeType, Any] = _RELEASE_NOW if closing else (AcknowledgeType.ACCEPT, None)
+        for m in batch:
+            if not m._applied:
+                out.append((m, *kind))
+        return out
+    for m in batch:
+        if m._applied:
+            continue
+        ack = m._ack if m._ack is not None else (_RELEASE_NOW if closing else None)
+        if ack is not None:
+            out.append((m, *ack))
+    return out
+
+
+def unacknowledged(batch: Iterable[Message]) -> int:
+    """Records of ``batch`` neither acknowledged nor applied (explicit mode refuses a poll then)."""
+    return sum(1 for m in batch if m._ack is None and not m._applied)
+
+
+def offsets_by_partition(messages: Iterable[Message]) -> dict[TopicPartition, set[int]]:
+    """``{TopicPartition: {offsets}}``: the shape of commit results and of the commit callback."""
+    by: dict[tuple[str, int], set[int]] = {}
+    for m in messages:
+        km = m.kmq_message
+        offsets = by.get((km.topic, km.partition))
+        if offsets is None:
+            offsets = by[(km.topic, km.partition)] = set()
+        offsets.add(km.offset)
+    return {TopicPartition(t, p): offsets for (t, p), offsets in by.items()}

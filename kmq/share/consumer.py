@@ -1,0 +1,429 @@
+"""``kmq.share.ShareConsumer``: confluent-kafka's share-consumer API on any Kafka.
+
+The API of ``confluent_kafka.ShareConsumer`` (KIP-932 share groups): the same
+constructor dict, methods, acknowledgement modes, exception names and message
+interface, backed by :class:`~kmq.consumer.consumer.KmqConsumer` (START and END
+markers, the tracker, the DLQ). Code written for the native share consumer runs
+on a cluster without share groups by changing its import; docs/share-consumer.md
+says where the two differ and how to move a queue between them.
+
+The mapping: ``poll()`` is ``KmqConsumer.poll`` (every record's START is in
+Kafka before it is returned); ``ACCEPT`` is ``ack()``, ``RELEASE`` ``nack(0)``
+(redelivered by the tracker at once, delivery count one higher), ``REJECT``
+``reject()`` (dead-lettered); a record not acknowledged within the lock (the
+queue's lease, ``kmq.lease.ms``) is redelivered by the tracker. Which
+acknowledgements each call applies is :mod:`kmq.share.acknowledgements`;
+"commit" means: their markers are written and acknowledged by Kafka.
+
+Like the native consumer it is not thread-safe (a call from a second thread
+while one runs raises :class:`~kmq.core.errors.ConcurrentModificationException`)
+and the acknowledgement-commit callback runs on the application thread, inside
+``poll``, ``commit_sync``, ``commit_async`` or ``close``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Any, Callable, Mapping
+
+from kmq.config import Config
+from kmq.consumer.consumer import KmqConsumer
+from kmq.core import settlement
+from kmq.core.errors import (
+    ConcurrentModificationException,
+    IllegalStateException,
+    KafkaException,
+    KmqError,
+    MarkerWriteError,
+    MessageAlreadySettled,
+)
+from kmq.share.acknowledgements import KMQ_REJECT_REASON, Due, due, offsets_by_partition, unacknowledged
+from kmq.share.settings import AckMode, read_settings
+from kmq.share.types import AcknowledgeType, KafkaError, Message, Messages, TopicPartition
+
+__all__ = ["ShareConsumer", "CommitCallback"]
+
+log = logging.getLogger(__name__)
+
+#: ``callback(offsets, exception)``: ``{TopicPartition: {offsets}}`` and None or a KafkaException.
+CommitCallback = Callable[[dict[TopicPartition, set[int]], KafkaException | None], None]
+
+_CLOSED = "Share consumer closed"
+
+
+def _open_queue(cfg: Config, topic: str, max_records: int) -> KmqConsumer:
+    return KmqConsumer(cfg, topic, batch_size=max_records)
+
+
+def _ack_type(ack_type: Any) -> AcknowledgeType:
+    if isinstance(ack_type, bool) or not isinstance(ack_type, int):
+        raise TypeError(f"ack_type must be an AcknowledgeType, got {type(ack_type).__name__}")
+    try:
+        return AcknowledgeType(ack_type)
+    except ValueError:
+        raise ValueError(f"invalid ack_type {ack_type}: expected ACCEPT (1), RELEASE (2) or REJECT (3)") from None
+
+
+def _seconds(timeout: Any, what: str) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, got {type(timeout).__name__}")
+    return float(timeout)
+
+
+class _Call:
+    """The call discipline of a share consumer (``with consumer._call("poll"):``): one thread at a
+    time, nothing from inside the commit callback, nothing after close. A class rather than a
+    generator context manager: explicit mode enters it once per record."""
+
+    __slots__ = ("_consumer", "_lock", "owner", "in_callback", "what")
+
+    def __init__(self, consumer: "ShareConsumer") -> None:
+        self._consumer = consumer
+        self._lock = threading.Lock()
+        self.owner: int | None = None
+        self.in_callback = False
+        self.what = ""
+
+    def __enter__(self) -> None:
+        me = threading.get_ident()
+        if self.in_callback and self.owner == me:
+            raise IllegalStateException(f"{self.what}() called from inside the acknowledgement commit callback")
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentModificationException(
+                f"{self.what}() called while another thread is inside a call of this share consumer; "
+                "it is not thread-safe: use one consumer per thread")
+        if self._consumer._closed:
+            self._lock.release()
+            raise IllegalStateException(_CLOSED)
+        self.owner = me
+
+    def __exit__(self, *exc: object) -> None:
+        self.owner = None
+        self._lock.release()
+
+
+class ShareConsumer:
+    """A share consumer (``confluent_kafka.ShareConsumer``'s API) over a kmq queue.
+
+    ::
+
+        from kmq.share import ShareConsumer, AcknowledgeType   # native: from confluent_kafka import ...
+
+        with ShareConsumer({"bootstrap.servers": "kafka:9092", "group.id": "orders-workers",
+                            "share.acknowledgement.mode": "explicit"}) as consumer:
+            consumer.subscribe(["orders"])
+            while running:
+                for msg in consumer.poll(timeout=1.0):
+                    consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+
+    :param config: the native consumer's dict (``bootstrap.servers``, ``group.id``,
+        ``share.acknowledgement.mode``, ``max.poll.records``, security keys) plus kmq's keys
+        (``kmq.lease.ms``, ``kmq.kafka.client``, ``kmq.config``, ...;
+        :mod:`kmq.share.settings`). Keyword arguments are merged into it, as natively.
+
+    Methods beyond the native API are named ``kmq_*`` (:meth:`kmq_release`,
+    :meth:`kmq_reject`, :meth:`kmq_renew`); code that calls them runs on kmq only.
+    """
+
+    #: Opens the queue consumer of a subscription; tests replace it.
+    open_queue: Callable[[Config, str, int], Any] = staticmethod(_open_queue)
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if config is None and not kwargs:
+            raise TypeError("expected configuration dict")
+        conf = {**(config or {}), **kwargs}
+        self._settings = read_settings(conf)
+        self._mode = self._settings.mode
+        self._topic: str | None = None
+        self._queue: Any = None  # the KmqConsumer of the subscribed topic
+        self._batch: list[Message] = []  # the last poll's records (in flight until applied)
+        self._poll_token = object()
+        self._by_coordinates: dict[tuple[str, int, int], Message] | None = None
+        self._callback: CommitCallback | None = None
+        #: Applied acknowledgements awaiting their callback: (offsets, markers given up before).
+        self._unreported: list[tuple[dict[TopicPartition, set[int]], int]] = []
+        self._closed = False
+        self._guard = _Call(self)
+
+    # ------------------------------------------------------------ call discipline
+    def _call(self, what: str) -> "_Call":
+        self._guard.what = what
+        return self._guard
+
+    def _subscribed(self) -> Any:
+        if self._queue is None:
+            raise IllegalStateException("not subscribed: call subscribe([topic]) before poll()")
+        return self._queue
+
+    # ------------------------------------------------------------ subscription
+    def subscribe(self, topics: list[str]) -> None:
+        """Consume ``topics`` (exactly one: kmq consumes one queue per consumer; ``[]`` = :meth:`unsubscribe`).
+        The queue's markers and DLQ topics must exist (``kmq topics create``)."""
+        with self._call("subscribe"):
+            if not isinstance(topics, list):
+                raise TypeError(f"expected list of topic names, got {type(topics).__name__}")
+            if any(not isinstance(t, str) or not t for t in topics) or len(set(topics)) != len(topics):
+                raise ValueError(f"topic names must be non-empty and distinct, got {topics!r}")
+            if len(topics) > 1:
+                raise ValueError(f"kmq.share.ShareConsumer consumes one queue per consumer, got {topics!r}: "
+                                 "create one ShareConsumer per topic")
+            if topics and topics[0] == self._topic:
+                return
+            self._leave()
+            if topics:
+                cfg = self._settings.config_for(topics[0])
+                self._queue = self.open_queue(cfg, topics[0], self._settings.max_poll_records)
+                self._topic = topics[0]
+
+    def unsubscribe(self) -> None:
+        """Release what is held and leave the group (a no-op when not subscribed)."""
+        with self._call("unsubscribe"):
+            self._leave()
+
+    def subscription(self) -> list[str]:
+        with self._call("subscription"):
+            return [self._topic] if self._topic else []
+
+    def _leave(self) -> None:
+        queue = self._queue
+        if queue is None:
+            return
+        try:
+            self._apply(due(self._batch, self._mode, closing=True))
+            self._batch = []
+            self._report(wait=True)
+        finally:
+            self._queue = self._topic = None
+            queue.close()
+
+    # ------------------------------------------------------------ polling
+    def poll(self, timeout: float = -1) -> Messages:
+        """The next batch (at most ``max.poll.records``), empty after ``timeout`` seconds
+        (-1: wait until there is one). Applies the acknowledgements due first: in implicit
+        mode the last poll's records are accepted; in explicit mode every one of them must
+        have been acknowledged (else :class:`IllegalStateException`)."""
+        with self._call("poll"):
+            wait = _seconds(timeout, "timeout")
+            queue = self._subscribed()
+            if self._mode is AckMode.EXPLICIT:
+                left = unacknowledged(self._batch)
+                if left:
+                    raise IllegalStateException(
+                        f"{left} record(s) of the previous poll are not acknowledged; in explicit mode "
+                        "acknowledge() every record before polling again")
+            self._apply(due(self._batch, self._mode))
+            self._batch = []
+            self._report(wait=False)
+            records = self._take(queue, wait)
+            token = self._poll_token = object()
+            self._by_coordinates = None
+            self._batch = [Message(m, token) for m in records]
+            return Messages(self._batch)
+
+    def _take(self, queue: Any, timeout: float) -> list:
+        try:
+            if timeout >= 0:
+                return queue.poll(timeout, self._settings.max_poll_records)
+            while True:
+                records = queue.poll(1.0, self._settings.max_poll_records)
+                if records:
+                    return records
+        except KmqError as exc:
+            raise KafkaException(KafkaError(KafkaError._FAIL, str(exc), exc.retriable)) from exc
+
+    # ------------------------------------------------------------ acknowledging
+    def acknowledge(self, message: Message, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """Record how ``message`` is settled (explicit mode); sent with the next poll, commit or close.
+        Acknowledging again before then replaces the type."""
+        with self._call("acknowledge"):
+            if not isinstance(message, Message):
+                raise TypeError(f"expected a Message returned by poll(), got {type(message).__name__}")
+            kind = _ack_type(ack_type)
+            self._record(message, kind, self._kmq_arg(kind))
+
+    def acknowledge_offset(self, topic: str, partition: int, offset: int,
+                           ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """:meth:`acknowledge` by coordinates (of a record of the last poll)."""
+        with self._call("acknowledge_offset"):
+            if not isinstance(topic, str):
+                raise TypeError(f"topic must be a str, got {type(topic).__name__}")
+            for name, v in (("partition", partition), ("offset", offset)):
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+                if v < 0:
+                    raise ValueError(f"{name} must be >= 0, got {v}")
+            kind = _ack_type(ack_type)
+            if self._by_coordinates is None:
+                self._by_coordinates = {(m.topic(), m.partition(), m.offset()): m for m in self._batch}
+            message = self._by_coordinates.get((topic, partition, offset))
+            if message is None:
+                raise IllegalStateException(f"{topic}/{partition}/{offset} is not in flight on this consumer "
+                                            "(not returned by the last poll)")
+            self._record(message, kind, self._kmq_arg(kind))
+
+    @staticmethod
+    def _kmq_arg(kind: AcknowledgeType) -> Any:
+        return 0.0 if kind is AcknowledgeType.RELEASE else KMQ_REJECT_REASON if kind is AcknowledgeType.REJECT else None
+
+    def _in_flight(self, message: Message, what: str) -> None:
+        if message._poll is not self._poll_token or message._applied:
+            raise IllegalStateException(f"{message!r} is not in flight on this consumer (acknowledged and sent "
+                                        f"already, or not returned by the last poll); {what} refused")
+
+    def _record(self, message: Message, kind: AcknowledgeType, arg: Any) -> None:
+        if self._mode is not AckMode.EXPLICIT:
+            raise IllegalStateException("acknowledge() needs share.acknowledgement.mode=explicit; in implicit "
+                                        "mode records are accepted by the next poll or commit")
+        self._in_flight(message, "acknowledgement")
+        message._ack = (kind, arg)
+
+    def _apply(self, dues: list[Due], results: bool = False) -> dict[TopicPartition, set[int]]:
+        """Settle ``dues`` on their kmq messages (buffered markers, no I/O). Returns what was applied
+        when ``results`` is asked for or a callback will report it (else ``{}``: poll's hot path)."""
+        if not dues:
+            return {}
+        for m, kind, arg in dues:
+            km = m.kmq_message
+            m._applied = True
+            try:
+                if kind is AcknowledgeType.ACCEPT:
+                    km.ack()
+                elif kind is AcknowledgeType.RELEASE:
+                    km.nack(arg)
+                else:
+                    km.reject(arg)
+            except MessageAlreadySettled:  # settled through m.kmq_message by the application: its own call stands
+                log.debug("%r was settled directly; its %s is not applied", m, kind.name)
+        if not results and self._callback is None:
+            return {}
+        applied = offsets_by_partition(m for m, _, _ in dues)
+        if self._callback is not None:
+            self._unreported.append((applied, self._queue_writer_failures()))
+        return applied
+
+    # ------------------------------------------------------------ committing
+    def commit_sync(self, timeout: float = 60) -> dict[TopicPartition, KafkaException | None]:
+        """Apply the pending acknowledgements (implicit mode: the last poll's records) and wait,
+        at most ``timeout`` seconds (-1: the writer's own limit), until their markers are in Kafka.
+        Returns ``{TopicPartition: None}`` on success, a :class:`KafkaException` per partition
+        whose markers were not acknowledged in time (they are retried; if they never arrive the
+        tracker redelivers those records); ``{}`` when nothing was pending."""
+        with self._call("commit_sync"):
+            wait = _seconds(timeout, "timeout")
+            self._subscribed()
+            applied = self._apply(due(self._batch, self._mode), results=True)
+            if not applied and not self._unreported:
+                return {}
+            error = self._flush(None if wait < 0 else wait)
+            self._fire(error)
+            return {tp: error for tp in applied}
+
+    def commit_async(self) -> None:
+        """Apply the pending acknowledgements and send their markers without waiting; the
+        commit callback reports them from a later call."""
+        with self._call("commit_async"):
+            queue = self._subscribed()
+            self._apply(due(self._batch, self._mode))
+            queue.writer.flush_buffer()
+            self._report(wait=False)
+
+    def set_acknowledgement_commit_callback(self, callback: CommitCallback | None) -> None:
+        """``callback(offsets, exception)`` once applied acknowledgements are written (or failed),
+        called on this thread from ``poll``, ``commit_sync``, ``commit_async`` or ``close``;
+        None clears it."""
+        with self._call("set_acknowledgement_commit_callback"):
+            if callback is not None and not callable(callback):
+                raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+            self._callback = callback
+            if callback is None:
+                self._unreported.clear()
+
+    def _queue_writer_failures(self) -> int:
+        return self._queue.writer.failed_writes if self._queue is not None else 0
+
+    def _flush(self, timeout: float | None) -> KafkaException | None:
+        try:
+            self._queue.writer.flush(timeout)
+        except MarkerWriteError as exc:
+            err = KafkaException(KafkaError(KafkaError._TIMED_OUT, str(exc), retriable=True))
+            err.__cause__ = exc
+            return err
+        return None
+
+    def _report(self, wait: bool) -> None:
+        """Call back for applied acknowledgements whose markers are written (or given up)."""
+        if not self._unreported:
+            return
+        if wait:
+            self._fire(self._flush(None))
+            return
+        error = self._flush(0.0)
+        if error is None:
+            self._fire(None)
+        elif self._queue_writer_failures() > min(f for _, f in self._unreported):
+            self._fire(error)  # some marker was given up: report the failure rather than wait on
+
+    def _fire(self, error: KafkaException | None) -> None:
+        callback, todo, self._unreported = self._callback, self._unreported, []
+        if callback is None:
+            return
+        self._guard.in_callback = True
+        try:
+            for offsets, _ in todo:
+                callback(offsets, error)
+        finally:
+            self._guard.in_callback = False
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Use these SASL PLAIN/SCRAM credentials from the next :meth:`subscribe` on (kmq's clients
+        are opened by subscribe: the running subscription keeps the credentials it logged in with)."""
+        with self._call("set_sasl_credentials"):
+            if not isinstance(username, str) or not isinstance(password, str):
+                raise TypeError("username and password must be str")
+            kafka = {**self._settings.sections.get("kafka", {}), "sasl_username": username, "sasl_password": password}
+            self._settings = dataclasses.replace(self._settings, sections={**self._settings.sections, "kafka": kafka})
+
+    # ------------------------------------------------------------ kmq extras (not in the native API)
+    @property
+    def kmq_consumer(self) -> KmqConsumer | None:
+        """kmq extra: the :class:`~kmq.consumer.consumer.KmqConsumer` of the subscription (its
+        ``in_flight()``, ``writer``, metrics), None when not subscribed."""
+        return self._queue
+
+    def kmq_release(self, message: Message, delay: float) -> None:
+        """kmq extra: ``RELEASE`` with a redelivery delay in seconds (a NACK with that delay)."""
+        with self._call("kmq_release"):
+            settlement.delay_ms(delay)  # InvalidSettlement (a ValueError) before anything is recorded
+            self._record(message, AcknowledgeType.RELEASE, float(delay))
+
+    def kmq_reject(self, message: Message, reason: str) -> None:
+        """kmq extra: ``REJECT`` with a reason (the dead letter's ``kmq-dlq-error`` header)."""
+        with self._call("kmq_reject"):
+            self._record(message, AcknowledgeType.REJECT, settlement.reject_reason(reason))
+
+    def kmq_renew(self, message: Message, lease: float | None = None) -> None:
+        """kmq extra: extend the lock of a record in flight to now + ``lease`` seconds (default:
+        the queue's lease). Native share groups cannot renew a lock (confluent-kafka 2.16)."""
+        with self._call("kmq_renew"):
+            self._in_flight(message, "renewal")
+            message.kmq_message.renew(lease)
+
+    # ------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Apply what was acknowledged, release the rest of the last poll (redelivered at once),
+        wait for the markers, call back, leave the group. A second call does nothing."""
+        if self._closed:
+            return
+        with self._call("close"):
+            try:
+                self._leave()
+            finally:
+                self._closed = True
+
+    def __enter__(self) -> "ShareConsumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,179 @@
+"""A confluent-style share-consumer configuration dict read into kmq's configuration.
+
+Pure apart from :class:`~kmq.config.Config` validation: no Kafka, no I/O.
+``kmq.share.ShareConsumer`` takes the dict ``confluent_kafka.ShareConsumer``
+takes (``bootstrap.servers``, ``group.id``, ``share.acknowledgement.mode``,
+``max.poll.records``, the usual security keys) plus a few ``kmq.*`` keys for
+what a share group keeps on the broker (the lock duration) and kmq keeps in
+its own configuration (docs/share-consumer.md lists them).
+
+Keys that tune librdkafka's network behaviour and have no meaning for kmq
+(``socket.timeout.ms``, ``fetch.*``, ...) are accepted and ignored, so code
+written for the native consumer runs unchanged; any other key is refused with
+a :class:`~kmq.core.errors.ConfigError` naming it (a misspelt key must not pass
+silently).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Mapping
+
+from kmq.config import Config
+from kmq.core.errors import ConfigError
+
+__all__ = ["AckMode", "ShareSettings", "read_settings", "KAFKA_KEYS", "KMQ_KEYS", "IGNORED_KEYS"]
+
+
+class AckMode(str, Enum):
+    """``share.acknowledgement.mode``."""
+
+    IMPLICIT = "implicit"
+    EXPLICIT = "explicit"
+
+
+def _ms(value: Any) -> str:
+    """A ``*.ms`` value (int, float or numeric text) as a kmq duration text."""
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected milliseconds, got {value!r}") from None
+    return f"{ms:g}ms"
+
+
+def _text(value: Any) -> str:
+    return str(value)
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+#: confluent key -> (kmq section, kmq key, converter).
+KAFKA_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
+    "bootstrap.servers": ("kafka", "bootstrap_servers", _text),
+    "client.id": ("kafka", "client_id", _text),
+    "session.timeout.ms": ("kafka", "session_timeout", _ms),
+    "heartbeat.interval.ms": ("kafka", "heartbeat_interval", _ms),
+    "security.protocol": ("kafka", "security_protocol", lambda v: str(v).upper()),
+    "sasl.mechanism": ("kafka", "sasl_mechanism", lambda v: str(v).upper()),
+    "sasl.mechanisms": ("kafka", "sasl_mechanism", lambda v: str(v).upper()),
+    "sasl.username": ("kafka", "sasl_username", _text),
+    "sasl.password": ("kafka", "sasl_password", _text),
+    "ssl.ca.location": ("kafka", "ssl_cafile", _text),
+    "ssl.certificate.location": ("kafka", "ssl_certfile", _text),
+    "ssl.key.location": ("kafka", "ssl_keyfile", _text),
+    "ssl.key.password": ("kafka", "ssl_password", _text),
+}
+
+#: kmq's own keys -> (kmq section, kmq key, converter); section "queue" is the subscribed queue.
+#: The delivery limit, the backoff and the DLQ are the tracker's settings (its ``queues[]``), as
+#: ``group.share.delivery.count.limit`` is the broker's: a consumer key could not change them.
+KMQ_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
+    "kmq.kafka.client": ("kafka", "client", _text),
+    "kmq.lease.ms": ("queue", "lease", _ms),
+    "kmq.markers.topic": ("queue", "markers_topic", _text),
+    "kmq.dlq.topic": ("queue", "dlq_topic", _text),
+    "kmq.ack.flush.interval.ms": ("consumer", "ack_flush_interval", _ms),
+    "kmq.auto.renew": ("consumer", "auto_renew", _flag),
+}
+
+#: librdkafka keys a native share consumer may carry that mean nothing to kmq: accepted, ignored.
+IGNORED_KEYS = frozenset({
+    "socket.timeout.ms", "socket.keepalive.enable", "max.poll.interval.ms", "fetch.min.bytes",
+    "fetch.max.bytes", "fetch.wait.max.ms", "fetch.error.backoff.ms", "max.partition.fetch.bytes",
+    "reconnect.backoff.ms", "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
+    "topic.metadata.refresh.interval.ms", "statistics.interval.ms", "debug", "log_level", "log.connection.close",
+    "api.version.request", "broker.address.family", "client.rack", "logger", "error_cb", "stats_cb",
+    "throttle_cb", "enable.sasl.oauthbearer.unsecure.jwt",
+})
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """What a share-consumer dict says, ready to build the kmq configuration of a topic."""
+
+    group_id: str
+    mode: AckMode = AckMode.IMPLICIT
+    max_poll_records: int = 500
+    #: kmq configuration sections from the dict (``kafka``, ``consumer``), over ``base``.
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The subscribed queue's settings from ``kmq.*`` keys (``lease``, ``markers_topic``, ``dlq_topic``).
+    queue: dict[str, Any] = field(default_factory=dict)
+    #: ``kmq.config``: a :class:`~kmq.config.Config` the dict's keys override (default: kmq's defaults).
+    base: Config | None = None
+
+    def config_for(self, topic: str) -> Config:
+        """The kmq configuration of a consumer of ``topic`` (its queue settings from ``base``
+        unless a ``kmq.*`` key overrides them). Raises :class:`ConfigError` for a bad value."""
+        data = self.base.to_dict(redact=False) if self.base is not None else {}
+        for section, values in self.sections.items():
+            data.setdefault(section, {}).update(values)
+        data.setdefault("consumer", {})["group_id"] = self.group_id
+        queues = [q for q in data.get("queues", []) if q.get("name") != topic]
+        existing = next((q for q in data.get("queues", []) if q.get("name") == topic), {"name": topic})
+        data["queues"] = [*queues, {**existing, **self.queue}]
+        return Config.from_dict(data)
+
+
+def read_settings(conf: Mapping[str, Any]) -> ShareSettings:
+    """Read a share-consumer dict. Raises :class:`ValueError` without ``group.id`` (as the
+    native consumer does) and :class:`ConfigError` naming an unknown key or a bad value."""
+    if not isinstance(conf, Mapping):
+        raise TypeError(f"expected configuration dict, got {type(conf).__name__}")
+    group = conf.get("group.id")
+    if not group:
+        raise ValueError("group.id must be set")
+    if "on_commit" in conf:
+        raise ValueError("on_commit is not supported by the share consumer: use set_acknowledgement_commit_callback")
+    mode_text = str(conf.get("share.acknowledgement.mode", "implicit")).lower()
+    try:
+        mode = AckMode(mode_text)
+    except ValueError:
+        raise ConfigError("share.acknowledgement.mode", f"expected implicit or explicit, got {mode_text!r}") from None
+    try:
+        max_records = _int(conf.get("max.poll.records", 500))
+    except ValueError as exc:
+        raise ConfigError("max.poll.records", str(exc)) from None
+    if max_records < 1:
+        raise ConfigError("max.poll.records", f"must be at least 1, got {max_records}")
+    base = conf.get("kmq.config")
+    if base is not None and not isinstance(base, Config):
+        raise ConfigError("kmq.config", f"expected a kmq.Config (e.g. kmq.Config.load('kmq.yaml')), got {type(base).__name__}")
+    sections: dict[str, dict[str, Any]] = {}
+    queue: dict[str, Any] = {}
+    for key, value in conf.items():
+        if key in ("group.id", "share.acknowledgement.mode", "max.poll.records", "kmq.config") or key in IGNORED_KEYS:
+            continue
+        mapped = KAFKA_KEYS.get(key) or KMQ_KEYS.get(key)
+        if mapped is None:
+            hint = " (kmq keys: " + ", ".join(sorted(KMQ_KEYS)) + ")" if key.startswith("kmq.") else ""
+            raise ConfigError(key, f"not a share-consumer setting kmq knows{hint}; see docs/share-consumer.md")
+        section, name, convert = mapped
+        try:
+            converted = convert(value)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+        if section == "queue":
+            queue[name] = converted
+        else:
+            sections.setdefault(section, {})[name] = converted
+    return ShareSettings(str(group), mode, max_records, sections, queue, base)
+

@@ -1,0 +1,352 @@
+"""kmq.share without a broker: the configuration dict, the acknowledgement rules of both modes,
+the call discipline (states, threads, the callback) over a fake queue consumer, and the API
+surface held against confluent_kafka's (names, values, methods)."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+
+import pytest
+
+import kmq.share as share
+from kmq.config import Config
+from kmq.core.errors import ConfigError, InvalidSettlement, KmqError, MarkerWriteError
+from kmq.core.message import KmqMessage
+from kmq.share import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
+from kmq.share.acknowledgements import due, unacknowledged
+from kmq.share.settings import AckMode, read_settings
+from kmq.share.types import Message
+
+BASE = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}
+
+
+# ------------------------------------------------------------------ the configuration dict
+def test_group_id_is_required_as_natively():
+    with pytest.raises(ValueError, match="group.id must be set"):
+        read_settings({"bootstrap.servers": "x:1"})
+
+
+def test_the_trackers_settings_are_not_consumer_keys():
+    with pytest.raises(ConfigError, match="kmq.max.deliveries"):
+        read_settings({**BASE, "kmq.max.deliveries": 3})
+
+
+def test_an_unknown_key_is_named_and_a_native_network_key_is_ignored():
+    with pytest.raises(ConfigError, match="kmq.leese.ms"):
+        read_settings({**BASE, "kmq.leese.ms": 100})
+    assert read_settings({**BASE, "socket.timeout.ms": 100, "fetch.wait.max.ms": 10}).group_id == "g"
+
+
+def test_kmq_keys_set_the_subscribed_queue_and_the_clients():
+    s = read_settings({**BASE, "share.acknowledgement.mode": "EXPLICIT", "max.poll.records": "50",
+                       "kmq.lease.ms": 1500, "kmq.dlq.topic": "orders-dead",
+                       "kmq.kafka.client": "confluent", "session.timeout.ms": 6000})
+    cfg = s.config_for("orders")
+    q = cfg.queue("orders")
+    assert (s.mode, s.max_poll_records) == (AckMode.EXPLICIT, 50)
+    assert (q.lease, q.dlq_topic, q.markers_topic) == (1.5, "orders-dead", "orders__markers")
+    assert (cfg.kafka.client, cfg.kafka.session_timeout, cfg.consumer.group_id) == ("confluent", 6.0, "g")
+
+
+def test_a_base_config_keeps_its_queue_settings_under_the_dict():
+    base = Config.from_dict({"queues": [{"name": "orders", "lease": "45s", "max_deliveries": 7}],
+                             "consumer": {"auto_renew": True}})
+    cfg = read_settings({**BASE, "kmq.config": base, "kmq.lease.ms": 2000}).config_for("orders")
+    assert (cfg.queue("orders").lease, cfg.queue("orders").max_deliveries, cfg.consumer.auto_renew) == (2.0, 7, True)
+    assert cfg.kafka.bootstrap_servers == "127.0.0.1:9"
+
+
+@pytest.mark.parametrize("conf, key", [({"share.acknowledgement.mode": "auto"}, "share.acknowledgement.mode"),
+                                       ({"max.poll.records": 0}, "max.poll.records"),
+                                       ({"kmq.lease.ms": "soon"}, "kmq.lease.ms"),
+                                       ({"kmq.config": "kmq.yaml"}, "kmq.config")])
+def test_a_bad_value_names_its_key(conf, key):
+    with pytest.raises(ConfigError) as err:
+        read_settings({**BASE, **conf})
+    assert err.value.path == key
+
+
+# ------------------------------------------------------------------ a fake queue consumer
+class Settled:
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[int, str, object]] = []
+        self.renewals: list[tuple[int, object]] = []
+
+    def settled(self, msg, outcome, arg) -> None:
+        self.outcomes.append((msg.offset, outcome, arg))
+
+    def renewed(self, msg, lease) -> None:
+        self.renewals.append((msg.offset, lease))
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.failed_writes = 0
+        self.fail = False
+        self.flushes = 0
+
+    def flush(self, timeout=None) -> None:
+        self.flushes += 1
+        if self.fail:
+            raise MarkerWriteError("1 marker(s) not acknowledged")
+
+    def flush_buffer(self) -> int:
+        return 0
+
+
+class FakeQueue:
+    """What ShareConsumer uses of a KmqConsumer: poll, writer, close."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.settler = Settled()
+        self.lock = threading.Lock()
+        self.writer = FakeWriter()
+        self.next_offset = 0
+        self.ready = 0
+        self.closed = False
+        self.error: KmqError | None = None
+
+    def give(self, n: int) -> None:
+        self.ready += n
+
+    def poll(self, timeout, max_records):
+        if self.error is not None:
+            raise self.error
+        n, self.ready = min(self.ready, max_records), self.ready - min(self.ready, max_records)
+        out = [KmqMessage(self.topic, 0, self.next_offset + i, None, b"v", [], 1, self.settler, self.lock)
+               for i in range(n)]
+        self.next_offset += n
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeShareConsumer(ShareConsumer):
+    queues: list[FakeQueue]
+
+    def __init__(self, conf) -> None:
+        super().__init__(conf)
+        self.queues = []
+
+    def open_queue(self, cfg, topic, max_records):  # type: ignore[override]
+        q = FakeQueue(topic)
+        self.queues.append(q)
+        return q
+
+
+def consumer(mode: str = "explicit", records: int = 3) -> tuple[FakeShareConsumer, FakeQueue]:
+    c = FakeShareConsumer({**BASE, "share.acknowledgement.mode": mode})
+    c.subscribe(["orders"])
+    q = c.queues[0]
+    q.give(records)
+    return c, q
+
+
+# ------------------------------------------------------------------ the acknowledgement rules
+def test_implicit_mode_accepts_the_last_poll_on_the_next_and_releases_it_on_close():
+    c, q = consumer("implicit")
+    first = c.poll(0)
+    assert len(first) == 3 and q.settler.outcomes == []
+    q.give(1)
+    c.poll(0)
+    assert q.settler.outcomes == [(0, "ack", None), (1, "ack", None), (2, "ack", None)]
+    c.close()
+    assert q.settler.outcomes[3:] == [(3, "nack", 0.0)] and q.closed
+
+
+def test_explicit_mode_applies_the_last_type_recorded_and_releases_the_rest_on_close():
+    c, q = consumer("explicit")
+    a, b, _ = c.poll(0)
+    c.acknowledge(a, AcknowledgeType.ACCEPT)
+    c.acknowledge(a, AcknowledgeType.REJECT)  # replaces the type before it is sent
+    c.acknowledge_offset("orders", 0, b.offset(), AcknowledgeType.RELEASE)
+    assert c.commit_sync(1) == {TopicPartition("orders", 0): None}
+    assert q.settler.outcomes == [(0, "reject", "AcknowledgeType.REJECT"), (1, "nack", 0.0)]
+    with pytest.raises(IllegalStateException, match="not in flight"):
+        c.acknowledge(a, AcknowledgeType.ACCEPT)  # sent by the commit
+    c.close()
+    assert q.settler.outcomes[2:] == [(2, "nack", 0.0)]
+
+
+def test_explicit_mode_refuses_a_poll_while_a_record_is_unacknowledged():
+    c, _ = consumer("explicit")
+    batch = c.poll(0)
+    c.acknowledge(batch[0])
+    c.acknowledge(batch[1])
+    with pytest.raises(IllegalStateException, match="1 record"):
+        c.poll(0)
+    c.acknowledge(batch[2], AcknowledgeType.ACCEPT)
+    assert c.poll(0).is_empty()
+
+
+def test_due_and_unacknowledged_follow_the_modes():
+    msgs = [Message(KmqMessage("t", 0, i, None, b"", [], 1, Settled(), threading.Lock())) for i in range(3)]
+    msgs[0]._ack = (AcknowledgeType.REJECT, "r")
+    msgs[1]._applied = True
+    assert [(m.offset(), k) for m, k, _ in due(msgs, AckMode.EXPLICIT)] == [(0, AcknowledgeType.REJECT)]
+    assert [(m.offset(), k) for m, k, _ in due(msgs, AckMode.EXPLICIT, closing=True)] == [
+        (0, AcknowledgeType.REJECT), (2, AcknowledgeType.RELEASE)]
+    assert [(m.offset(), k) for m, k, _ in due(msgs, AckMode.IMPLICIT)] == [
+        (0, AcknowledgeType.ACCEPT), (2, AcknowledgeType.ACCEPT)]
+    assert unacknowledged(msgs) == 1
+
+
+# ------------------------------------------------------------------ states, threads, callback
+def test_calls_in_the_wrong_state_raise_illegal_state():
+    c = FakeShareConsumer(BASE)
+    with pytest.raises(IllegalStateException, match="not subscribed"):
+        c.poll(0)
+    c.subscribe(["orders"])
+    c.queues[0].give(1)
+    (m,) = c.poll(0)
+    with pytest.raises(IllegalStateException, match="explicit"):
+        c.acknowledge(m)  # implicit mode (the default)
+    c.close()
+    for call in (lambda: c.poll(0), lambda: c.subscribe(["x"]), c.commit_async, lambda: c.commit_sync(1),
+                 lambda: c.acknowledge(m), c.subscription, lambda: c.set_acknowledgement_commit_callback(None)):
+        with pytest.raises(IllegalStateException, match="Share consumer closed"):
+            call()
+    assert isinstance(IllegalStateException("x"), RuntimeError)
+    c.close()  # again: nothing
+
+
+def test_bad_arguments_are_type_and_value_errors():
+    c, _ = consumer("explicit")
+    (m, *_) = c.poll(0)
+    with pytest.raises(TypeError):
+        c.acknowledge("not a message")
+    with pytest.raises(TypeError):
+        c.acknowledge(m, "ACCEPT")
+    with pytest.raises(ValueError):
+        c.acknowledge(m, 9)
+    with pytest.raises(ValueError):
+        c.acknowledge_offset("orders", -1, 0)
+    with pytest.raises(TypeError):
+        c.poll("1")
+    with pytest.raises(TypeError):
+        c.subscribe("orders")
+    with pytest.raises(TypeError):
+        c.set_acknowledgement_commit_callback(42)
+    with pytest.raises(ValueError, match="one queue per consumer"):
+        c.subscribe(["a", "b"])
+
+
+def test_the_callback_runs_on_the_calling_thread_and_may_not_call_back_in():
+    c, q = consumer("explicit")
+    calls, inner = [], []
+
+    def callback(offsets, exc) -> None:
+        calls.append((threading.get_ident(), offsets, exc))
+        try:
+            c.poll(0)
+        except IllegalStateException as e:
+            inner.append(e)
+
+    c.set_acknowledgement_commit_callback(callback)
+    for m in c.poll(0):
+        c.acknowledge(m)
+    c.commit_async()
+    assert calls == [(threading.get_ident(), {TopicPartition("orders", 0): {0, 1, 2}}, None)]
+    assert len(inner) == 1 and "callback" in str(inner[0])
+
+
+def test_a_marker_not_written_in_time_fails_the_commit_per_partition():
+    c, q = consumer("explicit")
+    reported = []
+    c.set_acknowledgement_commit_callback(lambda offsets, exc: reported.append(exc))
+    for m in c.poll(0):
+        c.acknowledge(m)
+    q.writer.fail = True
+    (err,) = c.commit_sync(1).values()
+    assert isinstance(err, share.KafkaException) and err.args[0].retriable() and reported == [err]
+
+
+def test_a_second_thread_inside_a_call_is_refused():
+    c, _ = consumer("implicit")
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_poll(timeout, max_records):
+        entered.set()
+        release.wait(5)
+        return []
+
+    c.queues[0].poll = slow_poll
+    t = threading.Thread(target=c.poll, args=(1,))
+    t.start()
+    entered.wait(5)
+    try:
+        with pytest.raises(share.ConcurrentModificationException):
+            c.subscription()
+    finally:
+        release.set()
+        t.join(5)
+
+
+def test_a_fetch_error_is_a_kafka_exception_with_its_cause():
+    c, q = consumer("implicit")
+    q.error = MarkerWriteError("START not acknowledged")
+    with pytest.raises(share.KafkaException) as err:
+        c.poll(0)
+    assert isinstance(err.value.__cause__, MarkerWriteError) and err.value.args[0].retriable()
+
+
+# ------------------------------------------------------------------ kmq extras
+def test_extras_release_with_a_delay_reject_with_a_reason_and_renew():
+    c, q = consumer("explicit")
+    a, b, d = c.poll(0)
+    c.kmq_release(a, 2.5)
+    c.kmq_reject(b, "no schema")
+    c.kmq_renew(d, 30)
+    with pytest.raises(InvalidSettlement):
+        c.kmq_release(d, -1)
+    c.acknowledge(d)
+    c.commit_sync(1)
+    assert q.settler.outcomes == [(0, "nack", 2.5), (1, "reject", "no schema"), (2, "ack", None)]
+    assert q.settler.renewals == [(2, 30)]
+
+
+def test_message_reads_like_confluents():
+    km = KmqMessage("t", 2, 7, b"k", b"value", [("kmq-delivery-count", b"3")], 1234, Settled(), threading.Lock())
+    m = Message(km)
+    assert (m.topic(), m.partition(), m.offset(), m.key(), m.value()) == ("t", 2, 7, b"k", b"value")
+    assert (m.headers(), m.timestamp(), m.error(), m.delivery_count(), len(m)) == (
+        [("kmq-delivery-count", b"3")], (1, 1234), None, 3, 5)
+    bare = Message(KmqMessage("t", 0, 0, None, None, [], None, Settled(), threading.Lock()))
+    assert (bare.headers(), bare.timestamp(), bare.delivery_count()) == (None, (0, -1), 1)
+
+
+# ------------------------------------------------------------------ the surface, held against confluent_kafka
+ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka (kmq[confluent]) not installed")
+
+
+def _public(cls) -> set[str]:
+    return {n for n in dir(cls) if not n.startswith("_")}
+
+
+def test_acknowledge_type_has_confluents_names_and_values():
+    assert {t.name: int(t) for t in AcknowledgeType} == {t.name: int(t) for t in ck.AcknowledgeType}
+
+
+def test_share_consumer_and_its_values_offer_every_native_method():
+    assert _public(ck.ShareConsumer) <= _public(ShareConsumer)
+    assert {"__enter__", "__exit__"} <= set(dir(ShareConsumer))
+    assert _public(ck.Messages) <= _public(share.Messages)
+    wanted = {"topic", "partition", "offset", "key", "value", "headers", "timestamp", "error", "delivery_count",
+              "latency", "leader_epoch"}
+    assert wanted <= _public(ck.Message) and wanted <= _public(Message)
+    extras = _public(ShareConsumer) - _public(ck.ShareConsumer)
+    assert all(n.startswith("kmq_") for n in extras - {"open_queue"}), extras
+
+
+def test_native_signatures_have_the_same_defaults():
+    assert inspect.signature(ShareConsumer.poll).parameters["timeout"].default == -1
+    assert inspect.signature(ShareConsumer.commit_sync).parameters["timeout"].default == 60
+    assert inspect.signature(ShareConsumer.acknowledge).parameters["ack_type"].default is AcknowledgeType.ACCEPT
+
+
+def test_exports_are_what_all_names():
+    assert sorted(share.__all__) == sorted(n for n in share.__all__ if hasattr(share, n))
+    assert issubclass(share.IllegalStateException, RuntimeError) and issubclass(share.KafkaException, KmqError)
