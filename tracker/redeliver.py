@@ -70,6 +70,7 @@ from kmq.core.redelivery_plan import (
 )
 from kmq.client import LogReader, LogReadError
 from kmq.telemetry.metrics import TrackerMetrics
+from kmq.telemetry.tracing import redelivery_tracing
 
 __all__ = ["Redeliverer", "RedeliveryReport", "copy_producer", "copy_request_size_for", "delivery_timeout_s",
            "send_wait_s", "failure_cause"]
@@ -176,6 +177,8 @@ class Redeliverer:
         self._send_timeout_s = send_timeout_s
         self._dlq_partitions: dict[str, int] = {}
         self._dlq_down: dict[str, tuple[float, str]] = {}  # topic -> (recheck at, monotonic; why)
+        #: A span per copy and dead letter when an OpenTelemetry tracer provider is installed, else None.
+        self._tracing = redelivery_tracing()
 
     def close(self) -> None:
         client_api.close_producer(self._producer)
@@ -317,11 +320,18 @@ class Redeliverer:
         """Start producing ``s`` for record ``rec``; returns the send's future."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
+            headers = copy_headers(rec.headers, origin, s.count)
+            if self._tracing is not None:
+                headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, s.count + 1,
+                                               rec.headers)
             return self._producer.send(queue.name, value=rec.value, key=rec.key, partition=partition,
-                                       headers=copy_headers(rec.headers, origin, s.count))
+                                       headers=headers)
         dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
         if s.step is Step.DEAD_LETTER:
             headers = dead_letter_headers(rec.headers, origin, s.count, s.reason, s.error, now_ms)
+            if self._tracing is not None:
+                headers = self._tracing.traced(headers, "dead_letter", queue.dlq_topic, dlq_p, origin, s.count,
+                                               rec.headers)
             value = b"" if rec.key is None and rec.value is None else rec.value  # kafka-python: no tombstone
             return self._producer.send(queue.dlq_topic, value=value, key=rec.key, headers=headers, partition=dlq_p)
         headers = reference_headers(origin, f"{queue.name}/{partition}/{rec.offset}",
