@@ -53,6 +53,7 @@ from kmq.core.copies import (
 )
 from kmq.core.errors import DeadLetterTopicUnavailable
 from kmq.core.lease_state import DueItem, PartitionState
+from kmq.core.log_fields import log_fields
 from kmq.core.markers import Closed, Outcome, encode, encode_key
 from kmq.core.message import origin_of
 from kmq.core.ranges import OffsetRange, coalesce
@@ -380,24 +381,36 @@ class Redeliverer:
                 continue
             report.reasons[s.reason] += 1
             m.redelivery_delay_seconds.observe(max(0.0, (now - s.due_ms) / 1000.0))
+            rec = records[s.offset]
             if s.step is Step.COPY:
                 m.redelivered.labels(queue.name, s.reason).inc()
                 report.redelivered += 1
+                if log.isEnabledFor(logging.DEBUG):  # one line per copy: its fields only when shown
+                    log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
+                              s.reason, s.count + 1, extra=log_fields(queue.name, partition, s.offset,
+                                                                      headers=rec.headers, outcome="redeliver",
+                                                                      reason=s.reason))
             elif s.step is Step.DEAD_LETTER:
                 m.dead_lettered.labels(queue.name, s.reason).inc()
                 report.dead_lettered += 1
+                fields = log_fields(queue.name, partition, s.offset, headers=rec.headers, outcome="dead_letter",
+                                    reason=s.reason)
                 if s.reason == REASON_UNDELIVERABLE:
-                    log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error)
+                    log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error,
+                                extra=fields)
+                else:
+                    log.info("%s[%d] offset %d dead-lettered to %s (%s after %d deliveries)", queue.name,
+                             partition, s.offset, queue.dlq_topic, s.reason, s.count, extra=fields)
             else:
                 report.undeliverable += 1
-                rec = records[s.offset]
                 log.error("%s[%d] offset %d (%d bytes) is undeliverable: neither the queue nor the DLQ %s accepts "
                           "it (%s). Closed with outcome 4; a reference dead letter without the payload names it "
                           "(kmq-dlq-reference %s/%d/%d): redrive it from the queue log before retention deletes "
                           "it, and raise tracker.max_request_size and the topics' max.message.bytes if such "
                           "records are legitimate", queue.name, partition, s.offset,
                           record_size(rec.key, rec.value, rec.headers), queue.dlq_topic, s.error, queue.name,
-                          partition, s.offset)
+                          partition, s.offset, extra=log_fields(queue.name, partition, s.offset, headers=rec.headers,
+                                                                outcome="undeliverable"))
         for s in settled.unreferenced:
             report.undeliverable += 1
             log.error("%s[%d] offset %d is undeliverable and the DLQ %s refused even a reference to it (%s); closed "

@@ -43,6 +43,7 @@ from kmq.consumer.ready_queue import ReadyQueue
 from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
+from kmq.core.log_fields import message_fields
 from kmq.core.message import ABANDON, KmqMessage
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
@@ -491,7 +492,8 @@ class KmqConsumer:
                     "%s: %d handed-over message(s) (first %s/%d/%d) reached the end of their lease unsettled: they "
                     "no longer hold room in flow control and the tracker redelivers them; settle every message "
                     "(ack, nack, reject) or renew it", self.queue.name, len(expired), self.queue.name,
-                    expired[0].partition, expired[0].offset)
+                    expired[0].partition, expired[0].offset,
+                    extra=message_fields(expired[0], outcome="timeout", count=len(expired)))
             self._expired_logged = True
 
     def _message(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,

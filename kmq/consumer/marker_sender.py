@@ -40,6 +40,7 @@ from kmq import client as client_api
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import KmqError, MarkerWriteError
 from kmq.consumer.marker_retry import MarkerRetry, Pending, describe
+from kmq.core.log_fields import log_fields
 from kmq.core.markers import Marker, encode, encode_key
 
 if TYPE_CHECKING:
@@ -197,7 +198,8 @@ class MarkerSender:
             self.failed_writes += len(pending)
         self._count("markers_given_up", pending)
         log.error("%d marker(s) of %s were not written (%s): %s; the tracker will redeliver these %d message(s) "
-                  "when their leases end", len(pending), self.queue.name, why, describe(pending), n)
+                  "when their leases end", len(pending), self.queue.name, why, describe(pending), n,
+                  extra=_given_up_fields(self.queue.name, pending))
 
     def resend_due(self, force: bool = False) -> int:
         """Send failed markers again (at most once per retry interval unless ``force``);
@@ -310,6 +312,7 @@ class MarkerSender:
                     "the tracker will redeliver these %d message(s) when their leases end",
                     self.queue.name, len(lost), self.cfg.kafka.bootstrap_servers, timeout, describe(lost),
                     sum(m.offset_count() for _, m, _ in lost),
+                    extra=_given_up_fields(self.queue.name, lost),
                 )
         finally:
             client_api.close_producer(self._producer, timeout=5)
@@ -321,3 +324,11 @@ class MarkerSender:
             f"{self.cfg.kafka.bootstrap_servers} within {waited:g}s: {describe(missing)}; they stay queued "
             f"and are retried for up to {self.retry_budget:g}s (consumer.marker_retry_budget)"
         )
+
+
+def _given_up_fields(queue: str, pending: list[Pending]) -> dict[str, Any]:
+    """Log fields of given-up markers: the first marker's partition and ranges, the marker types."""
+    partition, marker, _ = pending[0]
+    return log_fields(queue, partition, ranges=marker.ranges, markers=len(pending),
+                      marker_types=",".join(sorted({m.TYPE.name for _, m, _ in pending})),
+                      messages=sum(m.offset_count() for _, m, _ in pending))

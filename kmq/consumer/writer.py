@@ -431,6 +431,7 @@ class _RecordSettlement:
     topic = property(lambda self: coordinates(self.record)[0])
     partition = property(lambda self: coordinates(self.record)[1])
     offset = property(lambda self: coordinates(self.record)[2])
+    headers = property(lambda self: headers_of(self.record))
 
     def ack(self) -> None:
         self.writer.ack(self.record)

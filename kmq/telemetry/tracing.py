@@ -30,6 +30,7 @@ import logging
 import time
 from typing import Any, Iterable, Sequence
 
+from kmq.core.log_fields import trace_id_of
 from kmq.version import __version__
 
 __all__ = ["DeliveryTracing", "RedeliveryTracing", "delivery_tracing", "redelivery_tracing", "trace_id_of",
@@ -84,18 +85,6 @@ def _context_of(headers: Headers | None) -> Any:
     """The trace context a record carries (an empty context when it carries none)."""
     propagate = _otel()[1]
     return propagate.extract(list(headers or ()), getter=_GETTER)
-
-
-def trace_id_of(headers: Headers | None) -> str | None:
-    """The trace id of a record's W3C ``traceparent`` header (32 hex digits), None without one.
-
-    Pure text parsing, no OpenTelemetry needed: log lines carry it either way."""
-    for k, v in headers or ():
-        if k == "traceparent" and v:
-            parts = bytes(v).decode("ascii", "replace").split("-")
-            if len(parts) >= 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
-                return parts[1]
-    return None
 
 
 def _base_attributes(topic: str, partition: int, offset: int) -> dict[str, Any]:
