@@ -421,9 +421,8 @@ class KmqConsumer:
         with self._lock:
             self.flow.handed(len(messages), time.monotonic())
             if self._schedule is not None:
-                for m in messages:
-                    if m._outcome is None:
-                        self._schedule.track((m.partition, m.offset), b.leased_at)
+                self._schedule.track_many([(m.partition, m.offset) for m in messages if m._outcome is None],
+                                          b.leased_at)
         self.writer._c_received.inc(len(messages))
         if self._tracing is not None:
             self._tracing.handed(messages)
