@@ -21,7 +21,7 @@ def _hex(n: int, width: int) -> str:
     return format(n, f"0{width}x")
 
 
-def _spans(exporter, name: str, offset_of=None) -> list:
+def _spans(exporter, name: str) -> list:
     return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
