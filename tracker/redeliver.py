@@ -53,6 +53,7 @@ from kmq.core.copies import (
 )
 from kmq.core.errors import DeadLetterTopicUnavailable
 from kmq.core.lease_state import DueItem, PartitionState
+from kmq.core.log_fields import log_fields
 from kmq.core.markers import Closed, Outcome, encode, encode_key
 from kmq.core.message import origin_of
 from kmq.core.ranges import OffsetRange, coalesce
@@ -70,6 +71,7 @@ from kmq.core.redelivery_plan import (
 )
 from kmq.client import LogReader, LogReadError
 from kmq.telemetry.metrics import TrackerMetrics
+from kmq.telemetry.tracing import redelivery_tracing
 
 __all__ = ["Redeliverer", "RedeliveryReport", "copy_producer", "copy_request_size_for", "delivery_timeout_s",
            "send_wait_s", "failure_cause"]
@@ -176,6 +178,8 @@ class Redeliverer:
         self._send_timeout_s = send_timeout_s
         self._dlq_partitions: dict[str, int] = {}
         self._dlq_down: dict[str, tuple[float, str]] = {}  # topic -> (recheck at, monotonic; why)
+        #: A span per copy and dead letter when an OpenTelemetry tracer provider is installed, else None.
+        self._tracing = redelivery_tracing()
 
     def close(self) -> None:
         client_api.close_producer(self._producer)
@@ -317,11 +321,18 @@ class Redeliverer:
         """Start producing ``s`` for record ``rec``; returns the send's future."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
+            headers = copy_headers(rec.headers, origin, s.count)
+            if self._tracing is not None:
+                headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, s.count + 1,
+                                               rec.headers)
             return self._producer.send(queue.name, value=rec.value, key=rec.key, partition=partition,
-                                       headers=copy_headers(rec.headers, origin, s.count))
+                                       headers=headers)
         dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
         if s.step is Step.DEAD_LETTER:
             headers = dead_letter_headers(rec.headers, origin, s.count, s.reason, s.error, now_ms)
+            if self._tracing is not None:
+                headers = self._tracing.traced(headers, "dead_letter", queue.dlq_topic, dlq_p, origin, s.count,
+                                               rec.headers)
             value = b"" if rec.key is None and rec.value is None else rec.value  # kafka-python: no tombstone
             return self._producer.send(queue.dlq_topic, value=value, key=rec.key, headers=headers, partition=dlq_p)
         headers = reference_headers(origin, f"{queue.name}/{partition}/{rec.offset}",
@@ -370,24 +381,36 @@ class Redeliverer:
                 continue
             report.reasons[s.reason] += 1
             m.redelivery_delay_seconds.observe(max(0.0, (now - s.due_ms) / 1000.0))
+            rec = records[s.offset]
             if s.step is Step.COPY:
                 m.redelivered.labels(queue.name, s.reason).inc()
                 report.redelivered += 1
+                if log.isEnabledFor(logging.DEBUG):  # one line per copy: its fields only when shown
+                    log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
+                              s.reason, s.count + 1, extra=log_fields(queue.name, partition, s.offset,
+                                                                      headers=rec.headers, outcome="redeliver",
+                                                                      reason=s.reason))
             elif s.step is Step.DEAD_LETTER:
                 m.dead_lettered.labels(queue.name, s.reason).inc()
                 report.dead_lettered += 1
+                fields = log_fields(queue.name, partition, s.offset, headers=rec.headers, outcome="dead_letter",
+                                    reason=s.reason)
                 if s.reason == REASON_UNDELIVERABLE:
-                    log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error)
+                    log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error,
+                                extra=fields)
+                else:
+                    log.info("%s[%d] offset %d dead-lettered to %s (%s after %d deliveries)", queue.name,
+                             partition, s.offset, queue.dlq_topic, s.reason, s.count, extra=fields)
             else:
                 report.undeliverable += 1
-                rec = records[s.offset]
                 log.error("%s[%d] offset %d (%d bytes) is undeliverable: neither the queue nor the DLQ %s accepts "
                           "it (%s). Closed with outcome 4; a reference dead letter without the payload names it "
                           "(kmq-dlq-reference %s/%d/%d): redrive it from the queue log before retention deletes "
                           "it, and raise tracker.max_request_size and the topics' max.message.bytes if such "
                           "records are legitimate", queue.name, partition, s.offset,
                           record_size(rec.key, rec.value, rec.headers), queue.dlq_topic, s.error, queue.name,
-                          partition, s.offset)
+                          partition, s.offset, extra=log_fields(queue.name, partition, s.offset, headers=rec.headers,
+                                                                outcome="undeliverable"))
         for s in settled.unreferenced:
             report.undeliverable += 1
             log.error("%s[%d] offset %d is undeliverable and the DLQ %s refused even a reference to it (%s); closed "

@@ -278,7 +278,9 @@ class ConsumerConfig:
     group_id: str = _f("kmq-workers", "str")
     max_in_flight_per_partition: int = _f(10_000, "int", min=1)
     ack_flush_interval: float = _f(0.1, "duration")
-    auto_renew: bool = _f(False, "bool")
+    # On by default (the Pub/Sub clients' lease management): a handler slower than the lease is
+    # renewed, up to max_lease in all, instead of having its message redelivered while it works.
+    auto_renew: bool = _f(True, "bool")
     max_lease: float = _f(600.0, "duration")
     # How long an END/RENEW/NACK/REJECT that Kafka did not acknowledge is retried
     # (from its first failure): at least a broker restart or leader move.

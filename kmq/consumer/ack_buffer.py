@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from kmq.core.markers import End, Marker, Nack, Reject, Renew
 from kmq.core.message import ACK, NACK, REJECT
@@ -26,6 +27,8 @@ class Drained:
     """What one :meth:`AckBuffer.drain` produced."""
 
     markers: list[tuple[int, Marker]] = field(default_factory=list)  # (queue partition, marker)
+    #: Acks waiting for their END to be acknowledged: (partition, offset, future).
+    waiting: list[tuple[int, int, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> messages ("acked", "nacked", ...)
 
     def __bool__(self) -> bool:
@@ -50,7 +53,7 @@ def _chunks(offsets: list[int], max_ranges: int):
 class AckBuffer:
     """Pending settlements per queue partition, drained into coalesced markers."""
 
-    __slots__ = ("_end", "_nack", "_reject", "_renew", "_size", "max_ranges")
+    __slots__ = ("_end", "_nack", "_reject", "_renew", "_size", "max_ranges", "_waiting")
 
     def __init__(self, max_ranges: int = 0xFFFF) -> None:
         self._end: dict[int, list[int]] = defaultdict(list)
@@ -59,6 +62,7 @@ class AckBuffer:
         self._renew: dict[tuple[int, int], list[int]] = defaultdict(list)  # (partition, lease_ms)
         self._size = 0
         self.max_ranges = max_ranges
+        self._waiting: list[tuple[int, int, Any]] = []  # acks with a response: (partition, offset, future)
 
     def __len__(self) -> int:
         """Number of buffered settlements (renews included)."""
@@ -70,10 +74,13 @@ class AckBuffer:
 
     def settle(self, partition: int, offset: int, outcome: str, arg: object) -> None:
         """Buffer the marker of a :class:`~kmq.core.message.KmqMessage` settlement: ACK, NACK
-        (``arg``: delay in seconds), REJECT (``arg``: reason); ABANDON writes none."""
+        (``arg``: delay in seconds), REJECT (``arg``: reason); ABANDON writes none. An ACK's ``arg``
+        is None or the future of an ack with a response (handed out by :meth:`drain`)."""
         if outcome is ACK:
             self._end[partition].append(offset)
             self._size += 1
+            if arg is not None:
+                self._waiting.append((partition, offset, arg))
         elif outcome is NACK:
             self.nack(partition, offset, settlement.delay_ms(arg))
         elif outcome is REJECT:
@@ -120,6 +127,8 @@ class AckBuffer:
             return out
         settled: dict[int, set[int]] = defaultdict(set)
         counts = {"acked": 0, "nacked": 0, "rejected": 0, "renewed": 0}
+        if self._waiting:
+            out.waiting, self._waiting = self._waiting, []
         ends, nacks, rejects, renews = self._end, self._nack, self._reject, self._renew
         self._end, self._nack, self._reject, self._renew = defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list)
         self._size = 0

@@ -92,6 +92,13 @@ class AsyncKmqMessage:
         """Processing is complete: an END marker is written with the next flush."""
         self.message.ack()
 
+    async def ack_with_response(self) -> None:
+        """Ack, and return once Kafka acknowledged the END marker covering it (batched with the other
+        acks as usual); raises :class:`~kmq.core.errors.MarkerWriteError` when the writer gives it up
+        or closes first (the tracker then redelivers the message when its lease ends). Cancelling
+        the wait does not undo the ack."""
+        await asyncio.shield(asyncio.wrap_future(self.message.ack_with_response()))
+
     async def nack(self, delay: float = 0.0) -> None:
         """Processing failed: the tracker redelivers the message after ``delay`` seconds
         (:class:`~kmq.core.errors.InvalidSettlement` for a delay the wire cannot carry)."""

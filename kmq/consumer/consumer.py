@@ -43,8 +43,10 @@ from kmq.consumer.ready_queue import ReadyQueue
 from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
+from kmq.core.log_fields import message_fields
 from kmq.core.message import ABANDON, KmqMessage
 from kmq.telemetry.metrics import ConsumerMetrics
+from kmq.telemetry.tracing import delivery_tracing
 
 __all__ = ["KmqConsumer", "StageHook"]
 
@@ -124,6 +126,8 @@ class KmqConsumer:
             self.writer.close()
             raise
         self._init_leases(cfg)
+        #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
+        self._tracing = delivery_tracing(cfg.consumer.group_id)
 
     def _init_fetcher(self, cfg: Config) -> None:
         """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
@@ -170,6 +174,8 @@ class KmqConsumer:
             self._schedule.forget((p, msg.offset))
         if self._extended:
             self._extended.pop((p, msg.offset), None)
+        if self._tracing is not None:
+            self._tracing.settled(msg, outcome)
 
     def _fold_settlements(self, now: float) -> None:
         """Move the settlement counts into the flow state (under self._lock)."""
@@ -236,6 +242,9 @@ class KmqConsumer:
         if unsettled:
             log.info("%s: closing with %d unsettled message(s); the tracker redelivers them when their leases end",
                      self.queue.name, unsettled)
+        if self._tracing is not None:
+            with self._lock:
+                self._tracing.close()
         self.writer.close(timeout)
 
     def stop(self) -> None:
@@ -400,10 +409,11 @@ class KmqConsumer:
         with self._lock:
             self.flow.handed(len(messages), time.monotonic())
             if self._schedule is not None:
-                for m in messages:
-                    if m._outcome is None:
-                        self._schedule.track((m.partition, m.offset), b.leased_at)
+                self._schedule.track_many([(m.partition, m.offset) for m in messages if m._outcome is None],
+                                          b.leased_at)
         self.writer._c_received.inc(len(messages))
+        if self._tracing is not None:
+            self._tracing.handed(messages)
         self._ready.put(messages, b.leased_at, b.gen)
 
     def _give_back(self, action: GiveBack) -> None:
@@ -463,11 +473,14 @@ class KmqConsumer:
                 self.flow.expired(len(expired), nbytes, now)
         if expired:
             self.metrics.lease_expired.labels(self.queue.name).inc(len(expired))
+            if self._tracing is not None:
+                self._tracing.timed_out(expired)
             log.log(logging.DEBUG if self._expired_logged else logging.WARNING,
                     "%s: %d handed-over message(s) (first %s/%d/%d) reached the end of their lease unsettled: they "
                     "no longer hold room in flow control and the tracker redelivers them; settle every message "
                     "(ack, nack, reject) or renew it", self.queue.name, len(expired), self.queue.name,
-                    expired[0].partition, expired[0].offset)
+                    expired[0].partition, expired[0].offset,
+                    extra=message_fields(expired[0], outcome="timeout", count=len(expired)))
             self._expired_logged = True
 
     def _message(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,

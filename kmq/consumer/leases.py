@@ -23,6 +23,7 @@ from typing import Any, Iterable
 from kmq.consumer.ack_buffer import AckBuffer
 from kmq.consumer.lease_expiry import LeaseExpiry
 from kmq.core.lease import LeaseKeeper, LeaseSchedule, default_margin
+from kmq.core.log_fields import log_fields
 from kmq.core.message import KmqMessage
 from kmq.consumer.writer import _ms
 
@@ -88,6 +89,7 @@ class AutoRenewal:
             "%d message(s) of %s (first %s/%d/%d) reached consumer.max_lease (%gs) without being settled; "
             "no more automatic renewals: the tracker will redeliver them when their current lease ends",
             len(keys), self.name, self.name, first[0], first[1], self.max_lease,
+            extra=log_fields(self.name, first[0], first[1], count=len(keys)),
         )
 
 

@@ -40,9 +40,11 @@ from kmq import client as client_api
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import KmqError, MarkerWriteError
 from kmq.consumer.marker_retry import MarkerRetry, Pending, describe
+from kmq.core.log_fields import log_fields
 from kmq.core.markers import Marker, encode, encode_key
 
 if TYPE_CHECKING:
+    from kmq.consumer.ack_waiters import AckWaiters
     from kmq.telemetry.metrics import ConsumerMetrics
 
 __all__ = ["MarkerSender"]
@@ -64,8 +66,10 @@ class MarkerSender:
     """
 
     def __init__(self, cfg: Config, queue: QueueConfig, retry_interval: float = 1.0,
-                 metrics: "ConsumerMetrics | None" = None) -> None:
+                 metrics: "ConsumerMetrics | None" = None, waiters: "AckWaiters | None" = None) -> None:
         self.cfg = cfg
+        #: Acks awaiting their END: told when a settlement marker is acknowledged or given up.
+        self._waiters = waiters
         self.queue = queue
         #: Seconds within which the producer answers every send (acknowledged or failed).
         self.delivery_timeout = cfg.kafka.connect_timeout + 1.0
@@ -143,6 +147,8 @@ class MarkerSender:
             with self._lock:
                 self.failed_writes += 1
             self._count("markers_given_up", [(partition, marker, 0.0)])
+            if self._waiters is not None:
+                self._waiters.failed([(partition, marker, 0.0)], f"it cannot be encoded: {exc}")
             return
         token = next(self._tokens)
         with self._lock:
@@ -157,7 +163,10 @@ class MarkerSender:
 
     def _written(self, token: int, _metadata: Any = None) -> None:
         with self._lock:
-            self._outstanding.pop(token, None)
+            entry = self._outstanding.pop(token, None)
+        if entry is not None and self._waiters is not None:
+            self._waiters.written(entry[0], entry[1])
+        with self._lock:
             if self._failing_since is None or self._retry or self._final:
                 return
             outage, self._failing_since = time.monotonic() - self._failing_since, None
@@ -195,9 +204,12 @@ class MarkerSender:
         n = sum(m.offset_count() for _, m, _ in pending)
         with self._lock:
             self.failed_writes += len(pending)
+        if self._waiters is not None:
+            self._waiters.failed(pending, why)
         self._count("markers_given_up", pending)
         log.error("%d marker(s) of %s were not written (%s): %s; the tracker will redeliver these %d message(s) "
-                  "when their leases end", len(pending), self.queue.name, why, describe(pending), n)
+                  "when their leases end", len(pending), self.queue.name, why, describe(pending), n,
+                  extra=_given_up_fields(self.queue.name, pending))
 
     def resend_due(self, force: bool = False) -> int:
         """Send failed markers again (at most once per retry interval unless ``force``);
@@ -303,6 +315,8 @@ class MarkerSender:
             with self._lock:
                 lost = self._not_written + list(self._outstanding.values())
                 self.failed_writes += len(lost)
+            if self._waiters is not None:
+                self._waiters.failed(lost, "the writer closed first")
             self._count("markers_given_up", lost)
             if lost:
                 log.error(
@@ -310,6 +324,7 @@ class MarkerSender:
                     "the tracker will redeliver these %d message(s) when their leases end",
                     self.queue.name, len(lost), self.cfg.kafka.bootstrap_servers, timeout, describe(lost),
                     sum(m.offset_count() for _, m, _ in lost),
+                    extra=_given_up_fields(self.queue.name, lost),
                 )
         finally:
             client_api.close_producer(self._producer, timeout=5)
@@ -321,3 +336,11 @@ class MarkerSender:
             f"{self.cfg.kafka.bootstrap_servers} within {waited:g}s: {describe(missing)}; they stay queued "
             f"and are retried for up to {self.retry_budget:g}s (consumer.marker_retry_budget)"
         )
+
+
+def _given_up_fields(queue: str, pending: list[Pending]) -> dict[str, Any]:
+    """Log fields of given-up markers: the first marker's partition and ranges, the marker types."""
+    partition, marker, _ = pending[0]
+    return log_fields(queue, partition, ranges=marker.ranges, markers=len(pending),
+                      marker_types=",".join(sorted({m.TYPE.name for _, m, _ in pending})),
+                      messages=sum(m.offset_count() for _, m, _ in pending))

@@ -34,16 +34,18 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from kmq.core import settlement
 from kmq.client import ClientCommitFailed, ConsumerAdapter, adapt_consumer, coordinates, headers_of, produce_errors
 from kmq.consumer.ack_buffer import AckBuffer
+from kmq.consumer.ack_waiters import AckWaiters
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
 from kmq.consumer.marker_sender import MarkerSender
 from kmq.core.markers import Start, clip_owner, encode
-from kmq.core.message import delivery_count_of
+from kmq.core.message import ACK, delivery_count_of
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.core.ranges import coalesce
@@ -152,7 +154,10 @@ class MarkerWriter:
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
         if check_topics:
             require_aligned(cfg.kafka, self.queue)
-        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval), metrics=self.metrics)
+        #: Futures of ``ack_with_response`` until their END is acknowledged (resolved per marker).
+        self.waiters = AckWaiters()
+        self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval), metrics=self.metrics,
+                                    waiters=self.waiters)
         self.retry_budget = self._sender.retry_budget
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()
@@ -307,6 +312,16 @@ class MarkerWriter:
             self._open[p].discard(off)
             self.buffer.ack(p, off)
 
+    def ack_with_response(self, record: Any) -> "Future[None]":
+        """:meth:`ack`, and a future resolved when Kafka acknowledged the END covering ``record``
+        (see :meth:`kmq.KmqMessage.ack_with_response`)."""
+        fut: Future[None] = Future()
+        with self.lock:
+            p, off = self._take(record, "ack")
+            self._open[p].discard(off)
+            self.buffer.settle(p, off, ACK, fut)
+        return fut
+
     def nack(self, record: Any, delay: float = 0.0) -> None:
         """Buffer a NACK: the tracker redelivers ``record`` after ``delay`` seconds.
         :class:`~kmq.core.errors.InvalidSettlement` (nothing recorded) for a delay the wire cannot carry."""
@@ -341,6 +356,8 @@ class MarkerWriter:
                 drained = self.buffer.drain()
             if not drained:
                 return 0
+            if drained.waiting:  # before the sends: an answer may come back at once
+                self.waiters.add(drained.waiting)
             for p, marker in drained.markers:
                 self._sender.send(p, marker)
             self.markers_sent += len(drained.markers)
@@ -402,6 +419,7 @@ class MarkerWriter:
             self.flush_buffer()
         finally:
             self._sender.close(wait)
+            self.waiters.fail_all("the writer closed before Kafka acknowledged it")
 
     # ---------------------------------------- recovery (docs/protocol.md, "Consumer flow control, rebalances and outages")
     def replace_producer(self, why: str) -> bool:
@@ -431,6 +449,7 @@ class _RecordSettlement:
     topic = property(lambda self: coordinates(self.record)[0])
     partition = property(lambda self: coordinates(self.record)[1])
     offset = property(lambda self: coordinates(self.record)[2])
+    headers = property(lambda self: headers_of(self.record))
 
     def ack(self) -> None:
         self.writer.ack(self.record)

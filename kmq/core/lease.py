@@ -44,8 +44,14 @@ class Due:
 class LeaseSchedule:
     """Deadlines of unsettled messages; pure (``now`` is always passed in).
 
-    ``track(key, now)`` when a message's START was written, ``renewed(key, now,
-    lease)`` after an explicit renew, ``forget(key)`` when it is settled.
+    ``track(key, now)`` (or ``track_many(keys, now)`` for a batch) when a message's
+    START was written, ``renewed(key, now, lease)`` after an explicit renew,
+    ``forget(key)`` when it is settled.
+
+    Keys that share a deadline share one heap entry (a batch handed over together,
+    the messages renewed together), so tracking and settling a message is a dict
+    operation, not a heap push: automatic renewal costs the hot path nothing
+    measurable. A group whose keys were all settled is dropped when it comes up.
     """
 
     def __init__(self, lease: float, max_lease: float, margin: float) -> None:
@@ -55,7 +61,8 @@ class LeaseSchedule:
         self.max_lease = max_lease
         self.margin = min(margin, lease / 2.0)
         self._entries: dict[Hashable, list[float]] = {}  # key -> [started, deadline]
-        self._heap: list[tuple[float, int, Hashable]] = []  # (renew_at, seq, key); stale entries skipped
+        # (renew_at, seq, keys): keys whose deadline was that when pushed; settled or moved ones are skipped.
+        self._heap: list[tuple[float, int, list[Hashable]]] = []
         self._seq = 0
 
     def __len__(self) -> int:
@@ -68,21 +75,29 @@ class LeaseSchedule:
         e = self._entries.get(key)
         return e[1] if e else None
 
-    def _push(self, key: Hashable, deadline: float) -> None:
+    def _push(self, keys: list[Hashable], deadline: float) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (deadline - self.margin, self._seq, key))
+        heapq.heappush(self._heap, (deadline - self.margin, self._seq, keys))
 
     def track(self, key: Hashable, now: float, lease: float | None = None) -> None:
+        self.track_many([key], now, lease)
+
+    def track_many(self, keys: list[Hashable], now: float, lease: float | None = None) -> None:
+        """Track ``keys`` (one batch), all started at ``now``: one heap entry for all of them."""
+        if not keys:
+            return
         deadline = now + (lease or self.lease)
-        self._entries[key] = [now, deadline]
-        self._push(key, deadline)
+        entries = self._entries
+        for key in keys:
+            entries[key] = [now, deadline]
+        self._push(list(keys), deadline)
 
     def renewed(self, key: Hashable, now: float, lease: float | None = None) -> None:
         e = self._entries.get(key)
         if e is None:
             return
         e[1] = now + (lease or self.lease)
-        self._push(key, e[1])
+        self._push([key], e[1])
 
     def forget(self, key: Hashable) -> None:
         self._entries.pop(key, None)
@@ -90,29 +105,30 @@ class LeaseSchedule:
     def due(self, now: float) -> Due:
         """Renewals due at ``now``. Each returned key is treated as renewed at ``now``."""
         out = Due()
-        heap = self._heap
-        later: list[tuple[Hashable, float]] = []  # pushed after the loop: each entry is looked at once per call
+        heap, entries = self._heap, self._entries
+        later: dict[float, list[Hashable]] = {}  # new deadline -> keys, pushed after the loop (looked at once)
         while heap and heap[0][0] <= now:
-            renew_at, _, key = heapq.heappop(heap)
-            e = self._entries.get(key)
-            if e is None or abs((e[1] - self.margin) - renew_at) > 1e-9:
-                continue  # settled, or superseded by a later deadline
-            started, deadline = e
-            budget_end = started + self.max_lease
-            # 1 ms tolerance: leases are whole milliseconds on the wire.
-            if deadline >= budget_end - 1e-3 or now >= budget_end:
-                del self._entries[key]
-                out.exhausted.append(key)
-                continue
-            lease = min(self.lease, budget_end - now)
-            # Round to ms like the wire format does, so equal leases coalesce.
-            lease = max(0.001, round(lease, 3))
-            e[1] = now + lease
-            out.renew.setdefault(lease, []).append(key)
-            later.append((key, e[1]))
-        for key, deadline in later:
-            self._push(key, deadline)
-        while heap and heap[0][2] not in self._entries:
+            renew_at, _, keys = heapq.heappop(heap)
+            for key in keys:
+                e = entries.get(key)
+                if e is None or abs((e[1] - self.margin) - renew_at) > 1e-9:
+                    continue  # settled, or superseded by a later deadline
+                started, deadline = e
+                budget_end = started + self.max_lease
+                # 1 ms tolerance: leases are whole milliseconds on the wire.
+                if deadline >= budget_end - 1e-3 or now >= budget_end:
+                    del entries[key]
+                    out.exhausted.append(key)
+                    continue
+                lease = min(self.lease, budget_end - now)
+                # Round to ms like the wire format does, so equal leases coalesce.
+                lease = max(0.001, round(lease, 3))
+                e[1] = now + lease
+                out.renew.setdefault(lease, []).append(key)
+                later.setdefault(e[1], []).append(key)
+        for deadline, keys in later.items():
+            self._push(keys, deadline)
+        while heap and not any(k in entries for k in heap[0][2]):  # every key settled: drop the group
             heapq.heappop(heap)
         if heap:
             out.next_in = max(0.0, heap[0][0] - now)

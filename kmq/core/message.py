@@ -16,6 +16,7 @@ atomically with the state change.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from typing import Any, Protocol, Sequence
 
 from kmq.core.errors import MessageAlreadySettled
@@ -223,6 +224,23 @@ class KmqMessage:
                 raise self._already_settled(ACK)
             self._outcome = ACK
             self._settler.settled(self, ACK, None)
+
+    def ack_with_response(self) -> "Future[None]":
+        """:meth:`ack`, and a future resolved when Kafka acknowledged the END marker covering it.
+
+        The END is written with the next flush, batched with the other acks as usual. The
+        future (a :class:`concurrent.futures.Future`: ``result(timeout)``, ``add_done_callback``)
+        gets ``None`` once the marker is durable, or fails with
+        :class:`~kmq.core.errors.MarkerWriteError` when the writer gives it up (past
+        ``consumer.marker_retry_budget``) or closes first; the tracker then redelivers the
+        message when its lease ends. Callbacks run on kmq's I/O thread: they must not block."""
+        fut: Future[None] = Future()
+        with self._lock:
+            if self._outcome is not None:
+                raise self._already_settled(ACK)
+            self._outcome = ACK
+            self._settler.settled(self, ACK, fut)
+        return fut
 
     def nack(self, delay: float = 0.0) -> None:
         """Processing failed: the tracker redelivers the message after ``delay`` seconds.

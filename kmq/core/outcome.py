@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Union
 
 from kmq.core.errors import MessageAlreadySettled
+from kmq.core.log_fields import message_fields
 from kmq.core.message import ACK, NACK, REJECT
 from kmq.core.settlement import clip_reason
 
@@ -113,8 +114,10 @@ def settle(target: Settleable, outcome: HandlerOutcome | None) -> None:
         return
     if outcome.action == REJECT:
         log.warning("handler rejected %s/%s/%s (%s); it goes to the DLQ",
-                    target.topic, target.partition, target.offset, outcome.reason)
+                    target.topic, target.partition, target.offset, outcome.reason,
+                    extra=message_fields(target, outcome="reject"))
     elif outcome.action == NACK:
         err = outcome.error
         log.warning("handler failed on %s/%s/%s (%s: %s); nacked, redelivery in %.3gs",
-                    target.topic, target.partition, target.offset, type(err).__name__, err, outcome.delay)
+                    target.topic, target.partition, target.offset, type(err).__name__, err, outcome.delay,
+                    extra=message_fields(target, outcome="nack"))

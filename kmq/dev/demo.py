@@ -124,7 +124,8 @@ def _write_config(path: Path, bootstrap: str, queue: str, s: DemoSettings, http_
             "name": queue, "lease": s.lease, "max_deliveries": s.max_deliveries,
             "backoff": {"initial": "250ms", "max": "2s", "multiplier": 2.0},
         }],
-        "consumer": {"group_id": f"{queue}-workers", "ack_flush_interval": "100ms"},
+        # Off: the demo's slow deliveries are meant to outlast their lease and be redelivered meanwhile.
+        "consumer": {"group_id": f"{queue}-workers", "ack_flush_interval": "100ms", "auto_renew": False},
         "tracker": {"group_id": f"{queue}-tracker", "tick": "50ms", "http_port": http_port},
         "redis": {"url": redis_url},
     }

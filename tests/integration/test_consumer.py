@@ -404,7 +404,8 @@ def test_messages_left_unsettled_leave_flow_control_when_their_lease_ends(queue_
     # unsettled messages stayed outstanding after their leases, and once they filled the flow
     # bound (here 10) nothing was fetched again.
     cfg, q = queue_topics(partitions=1, queue={"lease": "1s"}, kafka={"client": kafka_client},
-                          consumer={"ack_flush_interval": "50ms", "max_outstanding_messages": 10})
+                          consumer={"ack_flush_interval": "50ms", "max_outstanding_messages": 10,
+                                    "auto_renew": False})  # their leases end at lease, not max_lease
     produce(cfg, q.name, 30)
     left: list = []  # never settled by the handler
     acked: list = []

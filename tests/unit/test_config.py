@@ -15,7 +15,7 @@ def test_defaults_match_the_design():
     assert (q.markers_topic, q.dlq_topic, q.lease, q.max_deliveries) == ("orders__markers", "orders__dlq", 30.0, 5)
     assert (q.backoff.initial, q.backoff.max, q.backoff.multiplier) == (1.0, 60.0, 2.0)
     assert cfg.consumer.max_in_flight_per_partition == 10_000 and cfg.consumer.ack_flush_interval == 0.1
-    assert cfg.consumer.max_lease == 600.0 and cfg.consumer.auto_renew is False
+    assert cfg.consumer.max_lease == 600.0 and cfg.consumer.auto_renew is True  # on by default, bounded by max_lease
     assert (cfg.tracker.group_id, cfg.tracker.tick, cfg.tracker.http_port) == ("kmq-tracker", 0.05, 9108)
     assert cfg.kafka.bootstrap_servers == "localhost:9092" and cfg.redis.url is None
 

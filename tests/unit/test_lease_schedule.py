@@ -79,3 +79,24 @@ def test_always_terminates_and_never_passes_the_budget(lease, max_lease, margin)
     for t, new_lease, _ in renewals:
         assert t + new_lease <= max_lease + 1e-3
     assert exhausted["m"] >= renewals[-1][0] if renewals else True
+
+
+def test_a_batch_is_one_heap_entry_and_its_settled_keys_are_skipped():
+    s = LeaseSchedule(lease=1.0, max_lease=2.5, margin=0.25)
+    s.track_many(["a", "b", "c"], 0.0)
+    s.renewed("c", 0.5, 1.0)  # an explicit renew moves c out of the batch's deadline
+    assert len(s._heap) == 2  # the batch, and c's own entry
+    s.forget("a")
+    renewals, exhausted = run(s, 5.0)
+    assert [(t, k) for t, _, k in renewals] == [(0.75, "b"), (1.25, "c"), (1.5, "b"), (2.0, "c")]
+    assert exhausted == {"b": 2.25, "c": 2.25} and len(s) == 0
+    assert s.due(10.0).next_in is None and not s._heap  # every group of settled keys dropped
+
+
+def test_a_group_whose_keys_were_all_settled_is_dropped_without_a_wake_up():
+    s = LeaseSchedule(lease=10.0, max_lease=60.0, margin=1.0)
+    s.track_many(list(range(1000)), 0.0)
+    s.track_many([1000], 5.0)
+    for k in range(1000):
+        s.forget(k)
+    assert s.due(0.0).next_in == pytest.approx(14.0)  # the live key's renewal, not the settled batch's
