@@ -1,6 +1,7 @@
-"""`kmq lag-job` killed with SIGKILL mid-run and restarted from its checkpoint:
-every window reaches the sinks exactly once (Parquet) or with identical
-duplicates only (metrics topic, deduplicated by key)."""
+"""`kmq lag-job` killed with SIGKILL mid-run, stopped with SIGTERM mid-run, and
+restarted from its checkpoint each time: every window reaches the sinks exactly
+once (Parquet) or with identical duplicates only (metrics topic, deduplicated by
+key); SIGTERM exits 0 without a stack trace."""
 
 from __future__ import annotations
 
@@ -144,7 +145,17 @@ def _rows_by_window(rows: list[dict]) -> dict[tuple[int, int], list[dict]]:
     return out
 
 
-def test_sigkill_and_restart_neither_lose_nor_double_count(queue_topics, bootstrap, tmp_path):
+def _run_until_batches(job: subprocess.Popen, tmp: Path, log_name: str, batches: int) -> None:
+    wait_until(lambda: len(_batch_dirs(tmp / "pq")) >= batches or job.poll() is not None, timeout=120,
+               interval=0.2, what=f"{batches} batches in the parquet sink")
+    assert job.poll() is None, (tmp / log_name).read_text()[-3000:]
+
+
+def test_sigkill_then_sigterm_then_restart_neither_lose_nor_double_count(queue_topics, bootstrap, tmp_path):
+    """Three runs from one checkpoint: SIGKILL mid-run; SIGTERM mid-run (as Kubernetes sends it:
+    exit 0, no Java or Python stack trace; the batch refused at the stop is re-run); then to the
+    end. Every window reaches Parquet exactly once and the metrics topic with identical
+    duplicates only (deduplicated by key)."""
     cfg, q = queue_topics(partitions=PARTITIONS)
     cfg_path = tmp_path / "kmq.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
@@ -154,9 +165,7 @@ def test_sigkill_and_restart_neither_lose_nor_double_count(queue_topics, bootstr
     write_phase(700)
     job = _start_job(cfg_path, tmp_path, "job1.log")
     try:
-        wait_until(lambda: len(_batch_dirs(tmp_path / "pq")) >= 2 or job.poll() is not None, timeout=120,
-                   interval=0.2, what="two batches in the parquet sink")
-        assert job.poll() is None, (tmp_path / "job1.log").read_text()[-3000:]
+        _run_until_batches(job, tmp_path, "job1.log", 2)
         _kill(job, signal.SIGKILL)  # mid-run: more than 2000 markers are still unread
     finally:
         _kill(job, signal.SIGKILL)
@@ -166,11 +175,25 @@ def test_sigkill_and_restart_neither_lose_nor_double_count(queue_topics, bootstr
 
     job = _start_job(cfg_path, tmp_path, "job2.log")
     try:
-        _wait_for_every_window(job, tmp_path, "job2.log", len(want))
+        _run_until_batches(job, tmp_path, "job2.log", len(_batch_dirs(tmp_path / "pq")) + 2)
+        job.send_signal(signal.SIGTERM)  # the process only: the JVM is its child, as in a pod
+        rc = job.wait(120)
+    finally:
+        _kill(job, signal.SIGKILL)
+    out = (tmp_path / "job2.log").read_text()
+    assert rc == 0, out[-3000:]
+    assert "\tat org.apache" not in out and "Traceback" not in out, out[-3000:]
+    assert len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) < len(want)  # stopped mid-run
+
+    job = _start_job(cfg_path, tmp_path, "job3.log")
+    try:
+        _wait_for_every_window(job, tmp_path, "job3.log", len(want))
         recs = wait_until(lambda: (lambda r: r if len({x.key for x in r}) >= len(want) else None)(
             read_all(bootstrap, q.metrics_topic)), timeout=30, what="every window in the metrics topic")
     finally:
-        _kill(job, signal.SIGTERM)
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(120) == 0, (tmp_path / "job3.log").read_text()[-3000:]
+        _kill(job, signal.SIGKILL)
 
     got = _rows_by_window(parquet_rows(str(tmp_path / "pq")))
     assert set(got) == set(want)
@@ -190,40 +213,3 @@ def test_sigkill_and_restart_neither_lose_nor_double_count(queue_topics, bootstr
         values = by_key[f"{p}:{w}"]
         assert all(v == values[0] for v in values), "a re-sent window differs from its first copy"
         assert {k: values[0][k] for k in exp} == exp
-
-
-def test_sigterm_stops_at_a_batch_boundary_with_exit_0_and_no_stack_trace(queue_topics, tmp_path):
-    """SIGTERM to the job's process (as Kubernetes sends it): exit 0, no Java or Python stack
-    trace in the output; the batch refused at the stop is re-run on restart, so every window
-    still reaches Parquet exactly once."""
-    cfg, q = queue_topics(partitions=PARTITIONS)
-    cfg_path = tmp_path / "kmq.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
-    workload = PhaseWriter(cfg, q.markers_topic, seed=7)
-    workload.write(700)
-    want = model(workload.records)
-
-    job = _start_job(cfg_path, tmp_path, "job1.log")
-    try:
-        wait_until(lambda: len(_batch_dirs(tmp_path / "pq")) >= 2 or job.poll() is not None, timeout=120,
-                   interval=0.2, what="two batches in the parquet sink")
-        assert job.poll() is None, (tmp_path / "job1.log").read_text()[-3000:]
-        job.send_signal(signal.SIGTERM)  # the process only: the JVM is its child, as in a pod
-        rc = job.wait(120)
-    finally:
-        _kill(job, signal.SIGKILL)
-    out = (tmp_path / "job1.log").read_text()
-    assert rc == 0, out[-3000:]
-    assert "\tat org.apache" not in out and "Traceback" not in out, out[-3000:]
-    assert len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) < len(want)  # stopped mid-run
-
-    job = _start_job(cfg_path, tmp_path, "job2.log")
-    try:
-        _wait_for_every_window(job, tmp_path, "job2.log", len(want))
-    finally:
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(120) == 0, (tmp_path / "job2.log").read_text()[-3000:]
-        _kill(job, signal.SIGKILL)
-    got = _rows_by_window(parquet_rows(str(tmp_path / "pq")))
-    assert set(got) == set(want)
-    assert {k: len(v) for k, v in got.items() if len(v) != 1} == {}, "windows written twice to parquet"
