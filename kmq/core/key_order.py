@@ -1,0 +1,235 @@
+"""Per-key ordering (``consumer.ordering: key``): which waiting message may be handed out now.
+
+Pure: no Kafka import, no threads, no clock (``now`` is passed in). The
+consumer's :class:`~kmq.consumer.keyed_ready.KeyedReadyQueue` feeds it the
+messages that are ready (START acknowledged, offset committed), in offset
+order per partition, and the settlements of what it handed out; it answers
+which messages may go to user code now. The contract is in
+docs/protocol.md ("Per-key ordering").
+
+A *key* is ``(partition, record key)``. A record with a null key is its own
+key: it is never held and holds nothing back. Per key:
+
+* at most one message is out in user code at a time (``busy``); the rest wait
+  in offset order;
+* a message settled *for good* (acked, rejected, or failed at its last
+  delivery, which the tracker dead-letters) releases the key: the next one
+  may go;
+* a message that failed and will be redelivered (nack, abandon, lease run
+  out) keeps the key blocked (``awaiting`` its origin offset) until its copy
+  arrives: the copy, recognised by its origin (the ``kmq-origin`` header),
+  goes ahead of the messages held behind it;
+* the wait for a copy is bounded: past ``deadline`` (:meth:`KeyOrder.expire`)
+  the key is released and the caller warns: the copy may come later, after
+  messages of its key (ordering given up for that one message, nothing lost).
+
+Everything is O(1) per message except :meth:`KeyOrder.expire` (O(blocked
+keys)) and :meth:`KeyOrder.revoke` / :meth:`KeyOrder.waiting` (O(waiting)).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, Hashable, Iterator, TypeVar
+
+__all__ = ["KeyOrder", "Released"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Entry(Generic[T]):
+    item: T
+    offset: int
+    origin: int  # offset of the first delivery (== offset unless a copy)
+
+
+@dataclass(slots=True)
+class _Key(Generic[T]):
+    """One key's state: the message out in user code, the copy awaited, the messages waiting."""
+
+    queue: deque = field(default_factory=deque)  # _Entry in offset order, an awaited copy first
+    busy: int | None = None  # offset of the message out in user code
+    busy_origin: int | None = None
+    awaiting: int | None = None  # origin offset whose copy must go before anything else
+    deadline: float = 0.0  # when the wait for the copy ends
+    runnable: bool = False  # its head is in KeyOrder._runnable
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A key released because its copy did not come within the bound."""
+
+    partition: int
+    key: bytes
+    origin: int  # the offset whose copy was awaited
+
+
+class KeyOrder(Generic[T]):
+    """The per-key gate between ready messages and user code (one consumer, every partition)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[int, bytes], _Key[T]] = {}
+        #: (partition, key or None, entry): messages that may go now, in arrival order.
+        self._runnable: deque[tuple[int, bytes | None, _Entry[T]]] = deque()
+        #: (partition, offset) out in user code -> its key (None: a null key, nothing to release).
+        self._out: dict[tuple[int, int], bytes | None] = {}
+        self._queued = 0  # messages of non-null keys not handed out (runnable heads included)
+        self._nulls = 0  # null-key messages in _runnable
+
+    # ------------------------------------------------------------ events
+    def add(self, item: T, partition: int, offset: int, key: bytes | None, origin: int | None = None) -> None:
+        """A message became ready (call in offset order per partition). ``origin``: the offset of
+        its first delivery in this partition when it is a copy, else None."""
+        entry = _Entry(item, offset, offset if origin is None else origin)
+        if key is None:
+            self._runnable.append((partition, None, entry))
+            self._nulls += 1
+            return
+        k = self._keys.get((partition, key))
+        if k is None:
+            k = self._keys[(partition, key)] = _Key()
+        if origin is not None and origin in (k.awaiting, k.busy_origin):
+            k.queue.appendleft(entry)  # the copy of the failed (or failing) message goes first
+            if k.runnable:  # the head that was runnable must wait behind the copy
+                self._unrun(partition, key)
+        else:
+            k.queue.append(entry)
+        self._queued += 1
+        self._maybe_run(partition, key, k)
+
+    def take(self, n: int) -> list[T]:
+        """Up to ``n`` messages that may go to user code now, in arrival order; their keys are busy
+        until :meth:`settled`."""
+        out: list[T] = []
+        runnable = self._runnable
+        while runnable and len(out) < n:
+            partition, key, entry = runnable.popleft()
+            out.append(entry.item)
+            self._out[(partition, entry.offset)] = key
+            if key is None:
+                self._nulls -= 1
+            else:
+                k = self._keys[(partition, key)]
+                k.queue.popleft()
+                k.runnable = False
+                k.busy, k.busy_origin = entry.offset, entry.origin
+                self._queued -= 1
+        return out
+
+    def settled(self, partition: int, offset: int, final: bool, deadline: float = 0.0) -> bool:
+        """The message at ``offset`` (handed out by :meth:`take`) was settled. ``final``: for good
+        (acked, rejected, dead-lettered): its key is released. Otherwise a copy will come: the key
+        waits for it until ``deadline``. False when the message was not out (e.g. never handed)."""
+        if (partition, offset) not in self._out:
+            return False
+        key = self._out.pop((partition, offset))
+        if key is None:
+            return True
+        k = self._keys[(partition, key)]
+        if k.busy != offset:
+            return True
+        origin, k.busy, k.busy_origin = k.busy_origin, None, None
+        if final:
+            k.awaiting = None
+        else:
+            k.awaiting, k.deadline = origin, deadline
+        self._maybe_run(partition, key, k)
+        return True
+
+    def settled_late(self, partition: int, key: bytes | None, origin: int) -> bool:
+        """A message whose lease had run out (its key awaits the copy of ``origin``) was settled for
+        good after all: release the key. True when that released it."""
+        k = self._keys.get((partition, key)) if key is not None else None
+        if k is None or k.awaiting != origin or k.busy is not None or self._head_is_copy(k):
+            return False
+        k.awaiting = None
+        self._maybe_run(partition, key, k)
+        return True
+
+    def expire(self, now: float) -> list[Released]:
+        """Release every key whose copy did not come by its deadline (O(keys))."""
+        released: list[Released] = []
+        for (partition, key), k in list(self._keys.items()):
+            if k.awaiting is not None and k.busy is None and k.deadline <= now and not self._head_is_copy(k):
+                released.append(Released(partition, key, k.awaiting))
+                k.awaiting = None
+                self._maybe_run(partition, key, k)
+        return released
+
+    def revoke(self, partitions: set[int]) -> list[T]:
+        """Forget ``partitions``: their waiting messages are returned (to be given back), their keys'
+        states dropped; messages of theirs out in user code may still be settled (ignored)."""
+        back: list[T] = []
+        keep: deque = deque()
+        for p, key, entry in self._runnable:
+            if p in partitions:
+                if key is None:
+                    back.append(entry.item)
+                    self._nulls -= 1
+            else:
+                keep.append((p, key, entry))
+        self._runnable = keep
+        for pk in [pk for pk in self._keys if pk[0] in partitions]:
+            k = self._keys.pop(pk)
+            back.extend(e.item for e in k.queue)
+            self._queued -= len(k.queue)
+        for out in [o for o in self._out if o[0] in partitions]:
+            del self._out[out]
+        return back
+
+    # ------------------------------------------------------------ reading
+    @property
+    def held(self) -> int:
+        """Messages waiting behind a busy or blocked key."""
+        return self._queued - (len(self._runnable) - self._nulls)
+
+    @property
+    def ready(self) -> int:
+        """Messages that may go now."""
+        return len(self._runnable)
+
+    def blocked_keys(self) -> int:
+        """Keys with messages waiting that may not go now (busy, or awaiting a copy)."""
+        return sum(1 for k in self._keys.values() if k.queue and not k.runnable)
+
+    def waiting(self) -> Iterator[T]:
+        """Every message not handed out: runnable first, then held (for renewal and closing)."""
+        for _p, key, entry in self._runnable:
+            if key is None:
+                yield entry.item
+        for k in self._keys.values():
+            for e in k.queue:
+                yield e.item
+
+    def state_of(self, partition: int, key: bytes) -> tuple[int | None, int | None]:
+        """``(busy offset, awaited origin)`` of a key (tests, diagnostics)."""
+        k = self._keys.get((partition, key))
+        return (k.busy, k.awaiting) if k is not None else (None, None)
+
+    # ------------------------------------------------------------ the gate
+    @staticmethod
+    def _head_is_copy(k: _Key[T]) -> bool:
+        return bool(k.queue) and k.awaiting is not None and k.queue[0].origin == k.awaiting \
+            and k.queue[0].offset != k.awaiting
+
+    def _maybe_run(self, partition: int, key: bytes, k: _Key[T]) -> None:
+        """Make the key's head runnable if the key is free (or the head is the awaited copy);
+        forget a key with nothing left to remember."""
+        if k.runnable or k.busy is not None:
+            return
+        if not k.queue:
+            if k.awaiting is None:
+                del self._keys[(partition, key)]
+            return
+        if k.awaiting is None or self._head_is_copy(k):
+            if k.awaiting is not None:
+                k.awaiting = None  # the copy goes now: from here it is the busy message
+            k.runnable = True
+            self._runnable.append((partition, key, k.queue[0]))
+
+    def _unrun(self, partition: int, key: bytes) -> None:
+        k = self._keys[(partition, key)]
+        self._runnable = deque(r for r in self._runnable if not (r[0] == partition and r[1] == key))
+        k.runnable = False
