@@ -311,7 +311,8 @@ class KmqConsumer:
             reject_on: type[BaseException] | tuple[type[BaseException], ...] = ()) -> None:
         """Call ``handler(msg)`` on a pool of ``workers`` threads until :meth:`stop`.
 
-        Out of order, no head-of-line blocking inside a partition. A message is
+        Out of order, no head-of-line blocking inside a partition; with ``consumer.ordering: key``
+        one message per key at a time, in offset order (docs/protocol.md). A message is
         taken from the consumer only when a worker is free to start it, so no
         lease runs in a pool queue. A handler that returns acks the message
         (unless it settled it itself); an exception of ``reject_on`` rejects it
