@@ -44,6 +44,7 @@ class KeyedReadyQueue:
         self.cond = threading.Condition(threading.Lock())
         self._order: KeyOrder[tuple[KmqMessage, list]] = KeyOrder()
         self._taken: list[list] = []
+        self._waiters = 0  # takers waiting on cond: a settlement wakes them only if there are any
         self.error: BaseException | None = None
 
     # ------------------------------------------------------------ fetcher side
@@ -52,7 +53,7 @@ class KeyedReadyQueue:
         with self.cond:
             add = self._order.add
             for m in messages:
-                add((m, cell), m.partition, m.offset, m.key, copy_origin(m))
+                add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m.headers else None)
             self.cond.notify_all()
 
     def expire(self, now: float) -> list[Released]:
@@ -72,8 +73,8 @@ class KeyedReadyQueue:
     def settled(self, msg: KmqMessage, final: bool, deadline: float) -> None:
         """A handed message was settled (``final``: for good) or its lease ran out (not final)."""
         with self.cond:
-            if self._order.settled(msg.partition, msg.offset, final, deadline):
-                self.cond.notify_all()
+            if self._order.settled(msg.partition, msg.offset, final, deadline) and self._waiters:
+                self.cond.notify_all()  # the key's next message may go: wake a taker
 
     def settled_late(self, msg: KmqMessage) -> None:
         """A message whose lease had run out was acked or rejected after all: its key goes on."""
@@ -91,7 +92,11 @@ class KeyedReadyQueue:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or stopped():
                 return False
-            self.cond.wait(remaining)
+            self._waiters += 1
+            try:
+                self.cond.wait(remaining)
+            finally:
+                self._waiters -= 1
         return True
 
     def _took(self, items: list[tuple[KmqMessage, list]]) -> list[KmqMessage]:

@@ -30,7 +30,7 @@ keys)) and :meth:`KeyOrder.revoke` / :meth:`KeyOrder.waiting` (O(waiting)).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, Hashable, Iterator, TypeVar
 
 __all__ = ["KeyOrder", "Released"]
@@ -38,23 +38,23 @@ __all__ = ["KeyOrder", "Released"]
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
-class _Entry(Generic[T]):
-    item: T
-    offset: int
-    origin: int  # offset of the first delivery (== offset unless a copy)
+#: A waiting message: (item, offset, origin offset (== offset unless a copy)).
+_Entry = tuple
 
 
-@dataclass(slots=True)
-class _Key(Generic[T]):
+class _Key:
     """One key's state: the message out in user code, the copy awaited, the messages waiting."""
 
-    queue: deque = field(default_factory=deque)  # _Entry in offset order, an awaited copy first
-    busy: int | None = None  # offset of the message out in user code
-    busy_origin: int | None = None
-    awaiting: int | None = None  # origin offset whose copy must go before anything else
-    deadline: float = 0.0  # when the wait for the copy ends
-    runnable: bool = False  # its head is in KeyOrder._runnable
+    __slots__ = ("pk", "queue", "busy", "busy_origin", "awaiting", "deadline", "runnable")
+
+    def __init__(self, pk: tuple[int, bytes]) -> None:
+        self.pk = pk  # (partition, key)
+        self.queue: deque = deque()  # entries in offset order, an awaited copy first
+        self.busy: int | None = None  # offset of the message out in user code
+        self.busy_origin: int | None = None
+        self.awaiting: int | None = None  # origin offset whose copy must go before anything else
+        self.deadline = 0.0  # when the wait for the copy ends
+        self.runnable = False  # its head is in KeyOrder._runnable
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +70,11 @@ class KeyOrder(Generic[T]):
     """The per-key gate between ready messages and user code (one consumer, every partition)."""
 
     def __init__(self) -> None:
-        self._keys: dict[tuple[int, bytes], _Key[T]] = {}
-        #: (partition, key or None, entry): messages that may go now, in arrival order.
-        self._runnable: deque[tuple[int, bytes | None, _Entry[T]]] = deque()
-        #: (partition, offset) out in user code -> its key (None: a null key, nothing to release).
-        self._out: dict[tuple[int, int], bytes | None] = {}
+        self._keys: dict[tuple[int, bytes], _Key] = {}
+        #: (key state, or None for a null key; entry; partition): messages that may go now, in arrival order.
+        self._runnable: deque[tuple[_Key | None, _Entry, int]] = deque()
+        #: (partition, offset) out in user code -> its key's state (None: a null key, nothing to release).
+        self._out: dict[tuple[int, int], _Key | None] = {}
         self._queued = 0  # messages of non-null keys not handed out (runnable heads included)
         self._nulls = 0  # null-key messages in _runnable
 
@@ -82,61 +82,58 @@ class KeyOrder(Generic[T]):
     def add(self, item: T, partition: int, offset: int, key: bytes | None, origin: int | None = None) -> None:
         """A message became ready (call in offset order per partition). ``origin``: the offset of
         its first delivery in this partition when it is a copy, else None."""
-        entry = _Entry(item, offset, offset if origin is None else origin)
         if key is None:
-            self._runnable.append((partition, None, entry))
+            self._runnable.append((None, (item, offset, offset), partition))
             self._nulls += 1
             return
-        k = self._keys.get((partition, key))
+        pk = (partition, key)
+        k = self._keys.get(pk)
         if k is None:
-            k = self._keys[(partition, key)] = _Key()
-        if origin is not None and origin in (k.awaiting, k.busy_origin):
-            k.queue.appendleft(entry)  # the copy of the failed (or failing) message goes first
-            if k.runnable:  # the head that was runnable must wait behind the copy
-                self._unrun(partition, key)
-        else:
-            k.queue.append(entry)
+            k = self._keys[pk] = _Key(pk)
         self._queued += 1
-        self._maybe_run(partition, key, k)
+        if origin is None:
+            k.queue.append((item, offset, offset))
+        elif origin == k.awaiting or origin == k.busy_origin:
+            k.queue.appendleft((item, offset, origin))  # the copy of the failed (or failing) message goes first
+            if k.runnable:  # the head that was runnable must wait behind the copy
+                self._runnable = deque(r for r in self._runnable if r[0] is not k)
+                k.runnable = False
+        else:
+            k.queue.append((item, offset, origin))
+        if not k.runnable and k.busy is None:
+            self._maybe_run(k)
 
     def take(self, n: int) -> list[T]:
         """Up to ``n`` messages that may go to user code now, in arrival order; their keys are busy
         until :meth:`settled`."""
         out: list[T] = []
-        runnable = self._runnable
+        runnable, outs = self._runnable, self._out
         while runnable and len(out) < n:
-            partition, key, entry = runnable.popleft()
-            out.append(entry.item)
-            self._out[(partition, entry.offset)] = key
-            if key is None:
+            k, (item, offset, origin), partition = runnable.popleft()
+            out.append(item)
+            if k is None:  # a null key: nothing to release when it is settled
                 self._nulls -= 1
-            else:
-                k = self._keys[(partition, key)]
-                k.queue.popleft()
-                k.runnable = False
-                k.busy, k.busy_origin = entry.offset, entry.origin
-                self._queued -= 1
+                continue
+            outs[(partition, offset)] = k
+            k.queue.popleft()
+            k.runnable = False
+            k.busy, k.busy_origin = offset, origin
+            self._queued -= 1
         return out
 
     def settled(self, partition: int, offset: int, final: bool, deadline: float = 0.0) -> bool:
         """The message at ``offset`` (handed out by :meth:`take`) was settled. ``final``: for good
         (acked, rejected, dead-lettered): its key is released. Otherwise a copy will come: the key
-        waits for it until ``deadline``. False when the message was not out (e.g. never handed)."""
-        if (partition, offset) not in self._out:
+        waits for it until ``deadline``. True when that lets a message of the key go now."""
+        k = self._out.pop((partition, offset), None)
+        if k is None or k.busy != offset:
             return False
-        key = self._out.pop((partition, offset))
-        if key is None:
-            return True
-        k = self._keys[(partition, key)]
-        if k.busy != offset:
-            return True
         origin, k.busy, k.busy_origin = k.busy_origin, None, None
         if final:
             k.awaiting = None
         else:
             k.awaiting, k.deadline = origin, deadline
-        self._maybe_run(partition, key, k)
-        return True
+        return self._maybe_run(k)
 
     def settled_late(self, partition: int, key: bytes | None, origin: int) -> bool:
         """A message whose lease had run out (its key awaits the copy of ``origin``) was settled for
@@ -145,17 +142,17 @@ class KeyOrder(Generic[T]):
         if k is None or k.awaiting != origin or k.busy is not None or self._head_is_copy(k):
             return False
         k.awaiting = None
-        self._maybe_run(partition, key, k)
+        self._maybe_run(k)
         return True
 
     def expire(self, now: float) -> list[Released]:
         """Release every key whose copy did not come by its deadline (O(keys))."""
         released: list[Released] = []
-        for (partition, key), k in list(self._keys.items()):
+        for k in list(self._keys.values()):
             if k.awaiting is not None and k.busy is None and k.deadline <= now and not self._head_is_copy(k):
-                released.append(Released(partition, key, k.awaiting))
+                released.append(Released(k.pk[0], k.pk[1], k.awaiting))
                 k.awaiting = None
-                self._maybe_run(partition, key, k)
+                self._maybe_run(k)
         return released
 
     def revoke(self, partitions: set[int]) -> list[T]:
@@ -163,17 +160,16 @@ class KeyOrder(Generic[T]):
         states dropped; messages of theirs out in user code may still be settled (ignored)."""
         back: list[T] = []
         keep: deque = deque()
-        for p, key, entry in self._runnable:
-            if p in partitions:
-                if key is None:
-                    back.append(entry.item)
-                    self._nulls -= 1
-            else:
-                keep.append((p, key, entry))
+        for k, entry, p in self._runnable:
+            if p not in partitions:
+                keep.append((k, entry, p))
+            elif k is None:  # a keyed one is in its key's queue too: returned below
+                back.append(entry[0])
+                self._nulls -= 1
         self._runnable = keep
         for pk in [pk for pk in self._keys if pk[0] in partitions]:
             k = self._keys.pop(pk)
-            back.extend(e.item for e in k.queue)
+            back.extend(e[0] for e in k.queue)
             self._queued -= len(k.queue)
         for out in [o for o in self._out if o[0] in partitions]:
             del self._out[out]
@@ -195,13 +191,14 @@ class KeyOrder(Generic[T]):
         return sum(1 for k in self._keys.values() if k.queue and not k.runnable)
 
     def waiting(self) -> Iterator[T]:
-        """Every message not handed out: runnable first, then held (for renewal and closing)."""
-        for _p, key, entry in self._runnable:
-            if key is None:
-                yield entry.item
+        """Every message not handed out: runnable null-key ones first, then those of keys (for
+        renewal and closing)."""
+        for k, entry, _p in self._runnable:
+            if k is None:
+                yield entry[0]
         for k in self._keys.values():
             for e in k.queue:
-                yield e.item
+                yield e[0]
 
     def state_of(self, partition: int, key: bytes) -> tuple[int | None, int | None]:
         """``(busy offset, awaited origin)`` of a key (tests, diagnostics)."""
@@ -210,26 +207,26 @@ class KeyOrder(Generic[T]):
 
     # ------------------------------------------------------------ the gate
     @staticmethod
-    def _head_is_copy(k: _Key[T]) -> bool:
-        return bool(k.queue) and k.awaiting is not None and k.queue[0].origin == k.awaiting \
-            and k.queue[0].offset != k.awaiting
+    def _head_is_copy(k: _Key) -> bool:
+        """The key's first waiting message is the awaited copy (not the original itself)."""
+        if not k.queue or k.awaiting is None:
+            return False
+        _item, offset, origin = k.queue[0]
+        return origin == k.awaiting and offset != k.awaiting
 
-    def _maybe_run(self, partition: int, key: bytes, k: _Key[T]) -> None:
+    def _maybe_run(self, k: _Key) -> bool:
         """Make the key's head runnable if the key is free (or the head is the awaited copy);
-        forget a key with nothing left to remember."""
+        forget a key with nothing left to remember. True when its head became runnable."""
         if k.runnable or k.busy is not None:
-            return
+            return False
         if not k.queue:
             if k.awaiting is None:
-                del self._keys[(partition, key)]
-            return
-        if k.awaiting is None or self._head_is_copy(k):
-            if k.awaiting is not None:
-                k.awaiting = None  # the copy goes now: from here it is the busy message
-            k.runnable = True
-            self._runnable.append((partition, key, k.queue[0]))
-
-    def _unrun(self, partition: int, key: bytes) -> None:
-        k = self._keys[(partition, key)]
-        self._runnable = deque(r for r in self._runnable if not (r[0] == partition and r[1] == key))
-        k.runnable = False
+                del self._keys[k.pk]
+            return False
+        if k.awaiting is not None:
+            if not self._head_is_copy(k):
+                return False
+            k.awaiting = None  # the copy goes now: from here it is the busy message
+        k.runnable = True
+        self._runnable.append((k, k.queue[0], k.pk[0]))
+        return True
