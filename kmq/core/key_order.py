@@ -17,8 +17,9 @@ key: it is never held and holds nothing back. Per key:
   may go;
 * a message that failed and will be redelivered (nack, abandon, lease run
   out) keeps the key blocked (``awaiting`` its origin offset) until its copy
-  arrives: the copy, recognised by its origin (the ``kmq-origin`` header),
-  goes ahead of the messages held behind it;
+  arrives: a copy, recognised by its origin (the ``kmq-origin`` header),
+  takes its origin's place in the key's order, ahead of the later messages
+  waiting there;
 * the wait for a copy is bounded: past ``deadline`` (:meth:`KeyOrder.expire`)
   the key is released and the caller warns: the copy may come later, after
   messages of its key (ordering given up for that one message, nothing lost).
@@ -91,15 +92,17 @@ class KeyOrder(Generic[T]):
         if k is None:
             k = self._keys[pk] = _Key(pk)
         self._queued += 1
-        if origin is None:
-            k.queue.append((item, offset, offset))
-        elif origin == k.awaiting or origin == k.busy_origin:
-            k.queue.appendleft((item, offset, origin))  # the copy of the failed (or failing) message goes first
-            if k.runnable:  # the head that was runnable must wait behind the copy
+        queue = k.queue
+        if origin is None or not queue or queue[-1][2] <= origin:
+            queue.append((item, offset, offset if origin is None else origin))
+        else:  # a copy goes by its origin: before the later messages of its key already here
+            at = len(queue) - 1
+            while at > 0 and queue[at - 1][2] > origin:
+                at -= 1
+            queue.insert(at, (item, offset, origin))
+            if at == 0 and k.runnable:  # the head that was runnable must wait behind the copy
                 self._runnable = deque(r for r in self._runnable if r[0] is not k)
                 k.runnable = False
-        else:
-            k.queue.append((item, offset, origin))
         if not k.runnable and k.busy is None:
             self._maybe_run(k)
 

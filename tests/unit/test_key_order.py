@@ -193,3 +193,21 @@ def test_model_per_key_order_and_nothing_lost(script):
     for key, origins in done.items():
         if key not in released:
             assert origins == sorted(origins), f"{key!r} settled out of order: {origins}"
+
+
+def test_a_copy_that_arrives_before_its_original_was_handed_goes_right_after_it():
+    o = order_with((0, b"a"), (1, b"a"))
+    o.add("copy", 0, 9, b"a", origin=0)  # e.g. the original was given back and its START's lease ran out
+    assert o.take(5) == [0]
+    o.settled(0, 0, final=False, deadline=50.0)
+    assert o.take(5) == ["copy"]
+    o.settled(0, 9, final=True)
+    assert o.take(5) == [1]
+
+
+def test_a_late_copy_goes_before_the_later_messages_still_waiting():
+    o = order_with((0, b"a"), (5, b"a"), (6, b"a"))
+    assert o.take(5) == [0]
+    o.settled(0, 0, final=True)  # 5 is runnable now
+    o.add("late copy of 2", 0, 9, b"a", origin=2)
+    assert o.take(5) == ["late copy of 2"]
