@@ -103,3 +103,46 @@ def test_per_key_completion_order_through_nacks_and_rejects(queue_topics, bootst
         assert most_at_once[0] == 1
     else:
         assert out_of_order, "ordering: none completed every key in order: the scenario cannot tell them apart"
+
+
+def test_asyncio_run_keeps_key_order_and_runs_keys_in_parallel(queue_topics, bootstrap):
+    import asyncio
+
+    from kmq.aio import AsyncKmqConsumer
+
+    cfg, q = queue_topics(partitions=1, queue=QUEUE, consumer={"ack_flush_interval": "50ms", "ordering": "key"})
+    p = clients.producer(cfg.kafka)
+    for i in range(6):
+        for k in range(4):
+            p.send(q.name, key=b"k%d" % k, value=b"k%d/%d" % (k, i))
+    p.flush()
+    p.close()
+
+    async def scenario() -> tuple[dict[bytes, list[int]], int, int]:
+        completed: dict[bytes, list[int]] = {}
+        out: dict[bytes, int] = {}
+        most_per_key = most_at_once = 0
+        async with AsyncKmqConsumer(cfg, queue=q.name) as c:
+
+            async def handler(msg) -> None:
+                nonlocal most_per_key, most_at_once
+                out[msg.key] = out.get(msg.key, 0) + 1
+                most_per_key = max(most_per_key, out[msg.key])
+                most_at_once = max(most_at_once, sum(out.values()))
+                try:
+                    await asyncio.sleep(0.005)  # let other keys' handlers start meanwhile
+                    if msg.value == b"k1/2" and msg.delivery_count == 1:
+                        raise RuntimeError("try again")  # nacked: its copy must come before k1/3
+                    completed.setdefault(msg.key, []).append(int(msg.value.split(b"/")[1]))
+                    if sum(map(len, completed.values())) == 24:
+                        c.stop()
+                finally:
+                    out[msg.key] -= 1
+
+            await asyncio.wait_for(c.run(handler, concurrency=8), 60)
+        return completed, most_per_key, most_at_once
+
+    with running_tracker(cfg):
+        completed, most_per_key, most_at_once = asyncio.run(scenario())
+    assert completed == {b"k%d" % k: list(range(6)) for k in range(4)}
+    assert most_per_key == 1 and most_at_once > 1
