@@ -493,7 +493,7 @@ class KmqConsumer:
             r = released[0]
             log.warning("%s: %d key(s) (first %r of partition %d) waited longer than %gs for the copy of a failed "
                         "message (first %s/%d/%d): released, their later messages go on and that copy, if it comes, "
-                        "is handled after them", name, len(released), r.key, r.partition, self._copy_wait, name,
+                        "may be handled after some of them", name, len(released), r.key, r.partition, self._copy_wait, name,
                         r.partition, r.origin)
         self.metrics.ordering_held.labels(name).set(keyed.held)
         self.metrics.ordering_keys_blocked.labels(name).set(keyed.blocked_keys())
