@@ -211,3 +211,91 @@ def test_a_late_copy_goes_before_the_later_messages_still_waiting():
     o.settled(0, 0, final=True)  # 5 is runnable now
     o.add("late copy of 2", 0, 9, b"a", origin=2)
     assert o.take(5) == ["late copy of 2"]
+
+
+ops_with_zombies = st.lists(st.tuples(
+    st.sampled_from(["add", "take", "ack", "nack", "copy", "early_copy", "lapse", "late_ack", "expire"]),
+    st.integers(0, 2), st.integers(0, 50)), max_size=150)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops_with_zombies)
+def test_model_with_early_copies_and_late_acks_keeps_first_completions_in_order(script):
+    """Also: copies of messages not handed yet (a give-back whose START lapsed), leases that run out
+    in user code (the handler goes on: a zombie) and late acks. Duplicates are allowed; per key the
+    first final settlement of each origin comes in origin order (no deadline release here) and
+    every origin is settled for good."""
+    o: KeyOrder = KeyOrder()
+    log: list[tuple[bytes, int]] = []
+    out: dict[int, tuple[bytes, int]] = {}
+    zombies: dict[int, tuple[bytes, int]] = {}
+    copies_due: list[tuple[bytes, int]] = []
+    first_done: dict[bytes, list[int]] = {}
+    done: set[int] = set()
+
+    def append(key: bytes, origin: int | None) -> None:
+        off = len(log)
+        log.append((key, off if origin is None else origin))
+        o.add(off, 0, off, key, origin)
+
+    def finish(key: bytes, origin: int) -> None:
+        if origin not in done:
+            done.add(origin)
+            first_done.setdefault(key, []).append(origin)
+
+    def pick(d: dict, i: int) -> int | None:
+        return sorted(d)[i % len(d)] if d else None
+
+    for op, k, n in script:
+        key = b"k%d" % k
+        if op == "add":
+            append(key, None)
+        elif op == "take":
+            for off in o.take(n):
+                assert log[off][0] not in {kk for kk, _ in out.values()}, "two of one key out at once"
+                out[off] = log[off]
+        elif op == "ack" and out:
+            off = pick(out, n)
+            kk, origin = out.pop(off)
+            o.settled(0, off, True)
+            finish(kk, origin)
+        elif op == "nack" and out:
+            off = pick(out, n)
+            kk, origin = out.pop(off)
+            o.settled(0, off, False, deadline=1e9)
+            copies_due.append((kk, origin))
+        elif op == "lapse" and out:  # the lease ran out; the handler goes on; the tracker copies it
+            off = pick(out, n)
+            zombies[off] = out.pop(off)
+            o.settled(0, off, False, deadline=1e9)
+            copies_due.append(zombies[off])
+        elif op == "late_ack" and zombies:
+            kk, origin = zombies.pop(pick(zombies, n))
+            o.settled_late(0, kk, origin)
+            finish(kk, origin)
+        elif op == "copy" and copies_due:
+            append(*copies_due.pop(n % len(copies_due)))
+        elif op == "early_copy":
+            waiting = [i for i in range(len(log)) if i not in out and log[i][1] not in done
+                       and log[i][0] == key and log[i][1] == i]
+            if waiting:
+                append(key, waiting[0])
+        elif op == "expire":
+            assert o.expire(0.0) == []  # deadlines are far: nothing released by time here
+    for _ in range(len(log) * 3 + 10):
+        while copies_due:
+            append(*copies_due.pop(0))
+        for off in o.take(10_000):
+            out[off] = log[off]
+        for off in sorted(out):
+            kk, origin = out.pop(off)
+            o.settled(0, off, True)
+            finish(kk, origin)
+        for off in sorted(zombies):
+            kk, origin = zombies.pop(off)
+            o.settled_late(0, kk, origin)
+            finish(kk, origin)
+    assert o.held == 0 and o.ready == 0
+    assert done == {i for i, (_, origin) in enumerate(log) if origin == i}, "an origin never settled for good"
+    for key, origins in first_done.items():
+        assert origins == sorted(origins), f"{key!r}: first completions out of order: {origins}"
