@@ -190,7 +190,10 @@ class KmqConsumer:
         if self._extended:
             self._extended.pop((p, msg.offset), None)
         if self._keyed is not None:
-            self._key_settled(msg, outcome, arg)
+            if outcome is ACK:  # the common case, kept short
+                self._keyed.settled(msg, True, 0.0)
+            else:
+                self._key_settled(msg, outcome, arg)
 
     def _key_settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
         """ordering: key: an ack or reject releases the message's key; a nack or abandon keeps it

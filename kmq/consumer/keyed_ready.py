@@ -8,13 +8,17 @@ before the messages held behind it. Held messages stay here with their
 batch's lease time, so :meth:`due_for_renewal` keeps renewing them: holding
 never turns into a timeout. The consumer reports every settlement of a
 handed message (:meth:`settled`) and every lease that ran out in user code
-(:meth:`failed`).
+(:meth:`settled`, :meth:`settled_late`): they are queued without a lock (a
+settlement runs under the consumer's lock, which the fetcher's hand-over of a
+whole batch must not hold up) and applied by the next take, or at once when
+a taker waits.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import Callable
 
 from kmq.core.key_order import KeyOrder, Released
@@ -41,16 +45,21 @@ class KeyedReadyQueue:
     """Ready messages handed out in key order (fetcher -> application), thread-safe."""
 
     def __init__(self) -> None:
-        self.cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly on the per-message paths (cheaper than the Condition's)
+        self.cond = threading.Condition(self._lock)
         self._order: KeyOrder[tuple[KmqMessage, list]] = KeyOrder()
         self._taken: list[list] = []
-        self._waiters = 0  # takers waiting on cond: a settlement wakes them only if there are any
+        self._waiters = 0  # takers in a take (under the lock or waiting): a settlement wakes them
+        #: Settlements not applied yet: (partition, offset, final, deadline), or (partition, None, key,
+        #: origin) for a late one; appended without the lock (deque appends are atomic).
+        self._settled: deque[tuple] = deque()
         self.error: BaseException | None = None
 
     # ------------------------------------------------------------ fetcher side
     def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
         cell = [leased_at, gen]
         with self.cond:
+            self._apply_settled()
             add = self._order.add
             for m in messages:
                 add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m.headers else None)
@@ -59,6 +68,7 @@ class KeyedReadyQueue:
     def expire(self, now: float) -> list[Released]:
         """Release the keys whose copy did not come in time (the consumer warns and counts them)."""
         with self.cond:
+            self._apply_settled()
             released = self._order.expire(now)
             if released:
                 self.cond.notify_all()
@@ -67,50 +77,70 @@ class KeyedReadyQueue:
     def revoke(self, partitions: set[int]) -> list[KmqMessage]:
         """Take the waiting messages of ``partitions`` out (they were revoked); returns them."""
         with self.cond:
+            self._apply_settled()
             return [m for m, _cell in self._order.revoke(partitions)]
 
     # ------------------------------------------------------------ settlements (under the consumer's lock)
     def settled(self, msg: KmqMessage, final: bool, deadline: float) -> None:
         """A handed message was settled (``final``: for good) or its lease ran out (not final)."""
-        with self.cond:
-            if self._order.settled(msg.partition, msg.offset, final, deadline) and self._waiters:
-                self.cond.notify_all()  # the key's next message may go: wake a taker
+        self._settled.append((msg.partition, msg.offset, final, deadline))
+        if self._waiters:  # read after the append: a taker that missed it was counted first (_wait)
+            with self._lock:
+                self.cond.notify_all()
 
     def settled_late(self, msg: KmqMessage) -> None:
         """A message whose lease had run out was acked or rejected after all: its key goes on."""
         origin = copy_origin(msg)
-        with self.cond:
-            if self._order.settled_late(msg.partition, msg.key, msg.offset if origin is None else origin):
+        self._settled.append((msg.partition, None, msg.key, msg.offset if origin is None else origin))
+        if self._waiters:
+            with self._lock:
                 self.cond.notify_all()
+
+    def _apply_settled(self) -> None:
+        """Apply the queued settlements to the key order (with the lock held)."""
+        pending, order = self._settled, self._order
+        while pending:
+            p, offset, a, b = pending.popleft()
+            if offset is None:
+                order.settled_late(p, a, b)
+            else:
+                order.settled(p, offset, a, b)
 
     # ------------------------------------------------------------ application side
     def _wait(self, timeout: float, stopped: Callable[[], bool]) -> bool:
+        """Whether a message may be taken (with the lock held), waiting up to ``timeout``. Counted
+        as a waiter before the queued settlements are applied, so one appended meanwhile wakes it."""
         deadline = time.monotonic() + timeout
-        while not self._order.ready:
-            if self.error is not None:
-                raise self.error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or stopped():
-                return False
-            self._waiters += 1
-            try:
+        self._waiters += 1
+        try:
+            while True:
+                self._apply_settled()
+                if self._order.ready:
+                    return True
+                if self.error is not None:
+                    raise self.error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or stopped():
+                    return False
                 self.cond.wait(remaining)
-            finally:
-                self._waiters -= 1
-        return True
+        finally:
+            self._waiters -= 1
 
     def _took(self, items: list[tuple[KmqMessage, list]]) -> list[KmqMessage]:
         """Record what user code took, per batch lease time (for the fetcher's lease expiry)."""
-        by_cell: dict[int, list] = {}
+        out: list[KmqMessage] = []
+        last: list | None = None
+        rec: list = []
         for m, cell in items:
-            rec = by_cell.get(id(cell))
-            if rec is None:
-                rec = by_cell[id(cell)] = [[], 0, 0, cell[_LEASED_AT]]
+            out.append(m)
+            if cell is not last:  # items of one batch mostly come together: one record per run
+                last = cell
+                rec = [[], 0, 0, cell[_LEASED_AT]]
                 self._taken.append(rec)
             rec[0].append(m)
             rec[2] += 1
         self.cond.notify_all()
-        return [m for m, _cell in items]
+        return out
 
     def take(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[KmqMessage]:
         """Up to ``max_records`` (0: all) messages whose keys are free; as ``ReadyQueue.take``."""
@@ -141,6 +171,7 @@ class KeyedReadyQueue:
     def raise_error(self) -> None:
         """Raise :attr:`error` if nothing may be taken any more."""
         with self.cond:
+            self._apply_settled()
             if self.error is not None and not self._order.ready:
                 raise self.error
 
@@ -151,6 +182,7 @@ class KeyedReadyQueue:
     def drain(self) -> list[tuple[list[KmqMessage], int]]:
         """Take every waiting message out, held ones too (closing): ``(messages, generation)`` groups."""
         with self.cond:
+            self._settled.clear()
             groups: dict[int, list[KmqMessage]] = {}
             for m, cell in self._order.waiting():
                 groups.setdefault(cell[_GEN], []).append(m)
@@ -164,6 +196,7 @@ class KeyedReadyQueue:
         due: list[KmqMessage] = []
         renewed: set[int] = set()
         with self.cond:
+            self._apply_settled()
             for m, cell in self._order.waiting():
                 if cell[_LEASED_AT] <= older_than or id(cell) in renewed:
                     if id(cell) not in renewed:
@@ -175,9 +208,11 @@ class KeyedReadyQueue:
     # ------------------------------------------------------------ observing
     @property
     def held(self) -> int:
-        """Messages waiting behind a busy or blocked key (read without the lock: a gauge)."""
+        """Messages waiting behind a busy or blocked key (read without the lock, settlements not
+        applied yet not counted: for the gauges and flow control, which look again soon)."""
         return self._order.held
 
     def blocked_keys(self) -> int:
         with self.cond:
+            self._apply_settled()
             return self._order.blocked_keys()
