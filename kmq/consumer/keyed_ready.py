@@ -74,12 +74,6 @@ class KeyedReadyQueue:
                 self.cond.notify_all()
         return released
 
-    def revoke(self, partitions: set[int]) -> list[KmqMessage]:
-        """Take the waiting messages of ``partitions`` out (they were revoked); returns them."""
-        with self.cond:
-            self._apply_settled()
-            return [m for m, _cell in self._order.revoke(partitions)]
-
     # ------------------------------------------------------------ settlements (under the consumer's lock)
     def settled(self, msg: KmqMessage, final: bool, deadline: float) -> None:
         """A handed message was settled (``final``: for good) or its lease ran out (not final)."""

@@ -22,17 +22,19 @@ key: it is never held and holds nothing back. Per key:
   waiting there;
 * the wait for a copy is bounded: past ``deadline`` (:meth:`KeyOrder.expire`)
   the key is released and the caller warns: the copy may come later, after
-  messages of its key (ordering given up for that one message, nothing lost).
+  messages of its key already handed out (ordering given up for that one
+  message, nothing lost).
 
-Everything is O(1) per message except :meth:`KeyOrder.expire` (O(blocked
-keys)) and :meth:`KeyOrder.revoke` / :meth:`KeyOrder.waiting` (O(waiting)).
+Everything is O(1) per message except a copy (O(messages waiting for its
+key)), :meth:`KeyOrder.expire` and :meth:`KeyOrder.blocked_keys` (O(keys))
+and :meth:`KeyOrder.waiting` (O(waiting)).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Generic, Hashable, Iterator, TypeVar
+from typing import Generic, Iterator, TypeVar
 
 __all__ = ["KeyOrder", "Released"]
 
@@ -157,26 +159,6 @@ class KeyOrder(Generic[T]):
                 k.awaiting = None
                 self._maybe_run(k)
         return released
-
-    def revoke(self, partitions: set[int]) -> list[T]:
-        """Forget ``partitions``: their waiting messages are returned (to be given back), their keys'
-        states dropped; messages of theirs out in user code may still be settled (ignored)."""
-        back: list[T] = []
-        keep: deque = deque()
-        for k, entry, p in self._runnable:
-            if p not in partitions:
-                keep.append((k, entry, p))
-            elif k is None:  # a keyed one is in its key's queue too: returned below
-                back.append(entry[0])
-                self._nulls -= 1
-        self._runnable = keep
-        for pk in [pk for pk in self._keys if pk[0] in partitions]:
-            k = self._keys.pop(pk)
-            back.extend(e[0] for e in k.queue)
-            self._queued -= len(k.queue)
-        for out in [o for o in self._out if o[0] in partitions]:
-            del self._out[out]
-        return back
 
     # ------------------------------------------------------------ reading
     @property

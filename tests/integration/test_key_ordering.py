@@ -41,7 +41,8 @@ def test_per_key_completion_order_through_nacks_and_rejects(queue_topics, bootst
             p.send(q.name, key=b"k%d" % k, value=b"k%d/%d" % (k, i))
     p.flush()
     p.close()
-    rejected = {b"k%d/%d" % (k, i) for k in range(KEYS) for i in range(PER_KEY) if fate(b"k%d/%d" % (k, i), 1) == "reject"}
+    values = [b"k%d/%d" % (k, i) for k in range(KEYS) for i in range(PER_KEY)]
+    rejected = {v for v in values if fate(v, 1) == "reject"}
     lock = threading.Lock()
     completed: dict[bytes, list[int]] = {}  # key -> sequence numbers in the order handlers completed them
     out: dict[bytes, int] = {}  # key -> messages of it in a handler right now

@@ -104,17 +104,6 @@ def test_a_key_with_nothing_left_is_forgotten():
     assert o._keys == {} and o._out == {}
 
 
-def test_revoke_returns_what_waits_and_forgets_the_keys():
-    o: KeyOrder = KeyOrder()
-    for off, (p, key) in enumerate([(0, b"a"), (0, b"a"), (1, b"a"), (0, None)]):
-        o.add(off, p, off, key)
-    assert o.take(1) == [0]
-    assert sorted(o.revoke({0})) == [1, 3]
-    assert o.held == 0
-    assert not o.settled(0, 0, final=True)  # settling a revoked partition's message is ignored
-    assert o.take(5) == [2]
-
-
 def test_settling_a_message_never_taken_is_ignored():
     o = order_with((0, b"a"))
     assert not o.settled(0, 0, final=True)
