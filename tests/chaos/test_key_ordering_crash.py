@@ -4,7 +4,9 @@ the dead worker held, handed out and left unsettled.
 
 Per-key order across the change of owner is not guaranteed in this release (docs/protocol.md,
 "Per-key ordering"): the test counts the keys completed out of order and prints them, it does not
-assert on them."""
+assert on them. With a backlog longer than one fetch, the new owner hands later messages of a key
+before the copies of the dead worker's messages are fetched (a few keys of 30 in the runs so far);
+copies fetched together with later messages take their origin's place and keep the order."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from tests.integration.tracker_util import running_tracker
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
-KEYS, PER_KEY = 30, 20
+KEYS, PER_KEY = 30, 150
 
 
 class Completions:

@@ -47,7 +47,7 @@ def _main() -> None:
 
     def handle(msg) -> None:
         with lock:
-            pause = rng.random() * 0.02
+            pause = rng.random() * 0.004
         threading.Event().wait(pause)
         if int(msg.value.split(b"/")[1]) % 7 == 3 and msg.delivery_count == 1:
             raise RuntimeError("first delivery fails")
