@@ -23,6 +23,11 @@ plain/kmq ``--rounds`` times:
 Throughput is measured from the first record handed to the handler to the
 last one settled (group join excluded). Reported: msg/s of each run, the
 median ratio kmq/plain (and share/kmq), marker records per message and peak RSS.
+
+``--ordering key`` compares ``consumer.ordering: key`` with ``none`` instead
+(both KmqConsumer, records keyed ``k0 .. k{--keys - 1}`` round robin): the
+ratio is key/none, and the most messages of one key handed out at once is
+reported (1 is the contract).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import sys
 import time
 import uuid
 import zlib
+from collections import Counter
 from typing import Any
 
 import click
@@ -52,7 +58,8 @@ CLIENTS = ("kafka-python", "confluent")
 DEFAULT_MESSAGES = {"kafka-python": 200_000, "confluent": 1_000_000}
 
 
-def _config(bootstrap: str, queue: str, group: str, flush_interval: str, client: str = "kafka-python") -> Any:
+def _config(bootstrap: str, queue: str, group: str, flush_interval: str, client: str = "kafka-python",
+            ordering: str = "none") -> Any:
     from kmq.config import Config
 
     return Config.from_dict({
@@ -60,7 +67,7 @@ def _config(bootstrap: str, queue: str, group: str, flush_interval: str, client:
                   "client": client},
         "queues": [{"name": queue}],
         # Default consumer settings (flow control and in-flight cap): what a user gets.
-        "consumer": {"group_id": group, "ack_flush_interval": flush_interval},
+        "consumer": {"group_id": group, "ack_flush_interval": flush_interval, "ordering": ordering},
     })
 
 
@@ -133,12 +140,15 @@ def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) ->
     n = 0
     t0 = None
     acc = 0
+    most_per_key = 0  # most messages of one key in one poll (all of a poll are out at once)
     while n < messages:
         msgs = c.poll(timeout=0.5, max_records=batch)
         if not msgs:
             continue
         if t0 is None:
             t0, c0 = time.perf_counter(), _cpu()
+        if msgs[0].key is not None:
+            most_per_key = max(most_per_key, max(Counter((m.partition, m.key) for m in msgs).values()))
         for m in msgs:
             acc ^= handler(m.value)
             m.ack()
@@ -146,7 +156,8 @@ def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) ->
     c.writer.flush()
     took, cpu = time.perf_counter() - t0, _cpu() - c0
     c.close()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent,
+            "most_per_key": most_per_key}
 
 
 def _child_share(cfg: Any, messages: int, batch: int, flush_interval: str) -> dict:
@@ -183,7 +194,8 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     import logging
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval, client)
+    ordering = "key" if variant == "kmq-key" else "none"
+    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval, client, ordering)
     if variant == "plain":
         out = _child_plain(cfg, messages, batch)
     elif variant == "share":
@@ -202,7 +214,7 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
         f"{client!r})"
     )
     cmd = [sys.executable, "-c", code]
-    if profile and variant == "kmq":
+    if profile and variant.startswith("kmq"):
         import shutil
 
         spy = shutil.which("py-spy")
@@ -216,7 +228,8 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     raise click.ClickException(f"{variant} run failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
 
-def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: int, client: str) -> None:
+def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: int, client: str,
+             keys: int = 0) -> None:
     from kmq import client as client_api
     from kmq.client.topics import ensure_topics
 
@@ -225,7 +238,8 @@ def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: i
     p = client_api.producer(cfg.kafka, linger_ms=20, batch_size=512 * 1024, compression_type=None)
     value = b"x" * size
     for i in range(messages):
-        p.send(queue, value=value, partition=i % partitions)
+        key = b"k%d" % (i % keys) if keys else None
+        p.send(queue, key=key, value=value, partition=(i % keys if keys else i) % partitions)
     p.flush()
     client_api.close_producer(p)
 
@@ -233,7 +247,8 @@ def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: i
 def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: int = 3, partitions: int = 1,
         flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
         fetch: int | None = None, echo: Any = None, client: str = "kafka-python",
-        clients: tuple[str, ...] | None = None, share: bool = False) -> dict:
+        clients: tuple[str, ...] | None = None, share: bool = False, ordering: str = "none",
+        keys: int = 1000) -> dict:
     """Run the A/B benchmark on ``client``; returns the figures (also printed through ``echo``).
     With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
     to :data:`DEFAULT_MESSAGES` of the client."""
@@ -246,7 +261,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
                 both[c] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
                 continue
             both[c] = run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c,
-                          share=share)
+                          None, share, ordering, keys)
         return both
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
@@ -259,11 +274,19 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         t = time.perf_counter()
-        _produce(bootstrap, queue, messages, size, partitions, client)
+        keyed = ordering == "key"
+        _produce(bootstrap, queue, messages, size, partitions, client, keys if keyed else 0)
         say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
             f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
             f"{fetch or 4 * batch} per START (default settings)")
-        variants = ("plain", "kmq", "share") if share else ("plain", "kmq")
+        if keyed and share:
+            raise click.ClickException("--share and --ordering key are separate comparisons: run them one at a time")
+        if keyed:
+            base, test = "kmq", "kmq-key"
+            say(f"ordering: key ({keys} key(s)) against ordering: none, both KmqConsumer")
+            variants: tuple[str, ...] = (base, test)
+        else:
+            variants = ("plain", "kmq", "share") if share else ("plain", "kmq")
         runs: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(rounds):
             for variant in variants:
@@ -271,8 +294,10 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
                              profile if r == rounds - 1 else None, fetch, client)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
-                say(f"round {r + 1} {variant:5s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, cpu {res['cpu_seconds']:.2f}s, "
+                say(f"round {r + 1} {variant:7s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, cpu {res['cpu_seconds']:.2f}s, "
                     f"markers {res['markers']}, peak RSS {res['rss_mb']:.0f} MB)")
+        if keyed:
+            return _ordering_result(runs, client, messages, keys, partitions, say)
         plain = [x["rate"] for x in runs["plain"]]
         kmq = [x["rate"] for x in runs["kmq"]]
         ratios = [k / p for k, p in zip(kmq, plain)]
@@ -313,6 +338,25 @@ def _share_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
             "share_markers_per_message": statistics.median(x["markers"] / x["messages"] for x in runs["share"])}
 
 
+def _ordering_result(runs: dict[str, list[dict]], client: str, messages: int, keys: int, partitions: int,
+                     say: Any) -> dict:
+    """The figures of ``--ordering key``: key/none throughput, the most of one key out at once."""
+    none = [x["rate"] for x in runs["kmq"]]
+    key = [x["rate"] for x in runs["kmq-key"]]
+    ratios = [k / n for k, n in zip(key, none)]
+    most = max(x.get("most_per_key", 0) for x in runs["kmq-key"])
+    result = {"client": client, "messages": messages, "keys": keys, "partitions": partitions,
+              "none_msgs_per_s": none, "key_msgs_per_s": key, "ratio_per_round": ratios,
+              "ratio_median": statistics.median(ratios), "most_per_key_at_once": most,
+              "most_per_key_at_once_unordered": max(x.get("most_per_key", 0) for x in runs["kmq"])}
+    say(f"[{client}] ordering none median {statistics.median(none):,.0f} msg/s, key median "
+        f"{statistics.median(key):,.0f} msg/s; ratio key/none per round {', '.join(f'{x:.3f}' for x in ratios)}; "
+        f"median {result['ratio_median']:.3f} (target >= 0.8 with 1,000 keys)")
+    say(f"most messages of one key handed out at once: {most} with ordering: key (contract: 1), "
+        f"{result['most_per_key_at_once_unordered']} with ordering: none")
+    return result
+
+
 @click.command("consumer")
 @click.option("--client", type=click.Choice(CLIENTS), default="kafka-python", show_default=True,
               help="Kafka client of both variants (kafka.client).")
@@ -330,6 +374,10 @@ def _share_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
 @click.option("--profile", default=None, help="Write a py-spy flame graph (SVG) of the last kmq run here.")
 @click.option("--share", is_flag=True,
               help="Also run kmq.share.ShareConsumer (the share-consumer API) each round; reports share/kmq.")
+@click.option("--ordering", type=click.Choice(("none", "key")), default="none", show_default=True,
+              help="key: compare consumer.ordering key with none (keyed records) instead of plain with kmq.")
+@click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="With --ordering key: distinct record keys, round robin.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
 def command(as_json: bool, **opts: Any) -> None:
     """Plain consumer group loop vs KmqConsumer (and with --share the share-consumer API) on one

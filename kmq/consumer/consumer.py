@@ -37,6 +37,7 @@ from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBa
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close
 from kmq.consumer.handler_pool import run_handlers
+from kmq.consumer.keyed_ready import KeyedReadyQueue
 from kmq.consumer.lease_expiry import LeaseExpiry
 from kmq.consumer.leases import AutoRenewal, HeldLeases, LateSettler, auto_renewal
 from kmq.consumer.ready_queue import ReadyQueue
@@ -44,7 +45,7 @@ from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields
-from kmq.core.message import ABANDON, KmqMessage
+from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
 
@@ -103,7 +104,10 @@ class KmqConsumer:
         self.fetch_size = fetch_size or 4 * batch_size
         self._hook = stage_hook
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
-        self._ready = ReadyQueue()  # committed batches waiting for user code, and the fetcher's error
+        #: Committed batches waiting for user code, and the fetcher's error; with ``consumer.ordering: key``
+        #: handed out one message per key at a time (:mod:`kmq.consumer.keyed_ready`).
+        self._keyed: KeyedReadyQueue | None = KeyedReadyQueue() if cfg.consumer.ordering == "key" else None
+        self._ready: Any = self._keyed or ReadyQueue()
         self._inflight: dict[int, int] = defaultdict(int)
         self._stop = threading.Event()
         self._stop_run = threading.Event()
@@ -151,7 +155,10 @@ class KmqConsumer:
         #: Handed-over messages until settled or past their lease (then they leave flow control).
         self._expiry = LeaseExpiry(self.queue.lease)
         self._extended = self._expiry.extended  # read per settlement: the dict itself, one lookup less
-        self._late = LateSettler(self.queue.name, self.queue.lease, self.writer.buffer)
+        self._late = LateSettler(self.queue.name, self.queue.lease, self.writer.buffer, self._settled_late)
+        #: ordering: key: how long a key waits for a failed message's copy before it is released
+        #: (every delivery left, each a lease and the longest backoff).
+        self._copy_wait = self.queue.max_deliveries * (self.queue.lease + self.queue.backoff.max)
         self._expired_logged = False
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
@@ -176,6 +183,24 @@ class KmqConsumer:
             self._extended.pop((p, msg.offset), None)
         if self._tracing is not None:
             self._tracing.settled(msg, outcome)
+        if self._keyed is not None:
+            if outcome is ACK:  # the common case, kept short
+                self._keyed.settled(msg, True, 0.0)
+            else:
+                self._key_settled(msg, outcome, arg)
+
+    def _key_settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
+        """ordering: key: an ack or reject releases the message's key; a nack or abandon keeps it
+        blocked until the copy comes, unless this was the last delivery (the tracker dead-letters it)."""
+        final = outcome is ACK or outcome is REJECT or msg.delivery_count >= self.queue.max_deliveries
+        delay = float(arg) if outcome is NACK else 0.0
+        self._keyed.settled(msg, final, 0.0 if final else time.monotonic() + delay + self._copy_wait)
+
+    def _settled_late(self, msg: KmqMessage, outcome: str) -> None:
+        """A message settled after its lease ran out (its key awaits the copy): an ack or reject
+        releases the key; the copy, if the tracker made one, is then handed in offset order."""
+        if self._keyed is not None and (outcome is ACK or outcome is REJECT):
+            self._keyed.settled_late(msg)
 
     def _fold_settlements(self, now: float) -> None:
         """Move the settlement counts into the flow state (under self._lock)."""
@@ -286,7 +311,8 @@ class KmqConsumer:
             reject_on: type[BaseException] | tuple[type[BaseException], ...] = ()) -> None:
         """Call ``handler(msg)`` on a pool of ``workers`` threads until :meth:`stop`.
 
-        Out of order, no head-of-line blocking inside a partition. A message is
+        Out of order, no head-of-line blocking inside a partition; with ``consumer.ordering: key``
+        one message per key at a time, in offset order (docs/protocol.md). A message is
         taken from the consumer only when a worker is free to start it, so no
         lease runs in a pool queue. A handler that returns acks the message
         (unless it settled it itself); an exception of ``reject_on`` rejects it
@@ -442,16 +468,36 @@ class KmqConsumer:
     def _room(self, now: float) -> int:
         """Records the next poll may ask for (flow control, the per-partition cap); publishes the
         in-flight gauge twice a second."""
+        held = self._keyed.held if self._keyed is not None else 0
         with self._lock:
             self._fold_settlements(now)
             part_room = self.cap - max(self._inflight.values(), default=0)
+            self.flow.held = held
             room = self.flow.fetchable(now, part_room, self.fetch_size, self.cap)
             snapshot = dict(self._inflight) if now >= self._gauge_at else None  # zeros kept: a drained partition shows 0
+        if held >= self.cfg.consumer.max_outstanding_messages:
+            room = 0  # ordering: key: held messages have a bound of their own
         if snapshot is not None:
             self._gauge_at = now + 0.5
             for p, n in snapshot.items():
                 self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
+            if self._keyed is not None:
+                self._key_gauges(now)
         return room
+
+    def _key_gauges(self, now: float) -> None:
+        """ordering: key: release keys whose copy did not come in time; publish the held gauges."""
+        keyed, name = self._keyed, self.queue.name
+        released = keyed.expire(now)
+        if released:
+            self.metrics.ordering_released.labels(name).inc(len(released))
+            r = released[0]
+            log.warning("%s: %d key(s) (first %r of partition %d) waited longer than %gs for the copy of a failed "
+                        "message (first %s/%d/%d): released, their later messages go on and that copy, if it comes, "
+                        "may be handled after some of them", name, len(released), r.key, r.partition, self._copy_wait, name,
+                        r.partition, r.origin)
+        self.metrics.ordering_held.labels(name).set(keyed.held)
+        self.metrics.ordering_keys_blocked.labels(name).set(keyed.blocked_keys())
 
     def _expire_leases(self, now: float) -> None:
         """Messages whose lease ended in user code unsettled leave flow control and the in-flight
@@ -469,6 +515,8 @@ class KmqConsumer:
                 m._settler = self._late  # its settlement is written, nothing counted twice
                 self._inflight[m.partition] -= 1
                 nbytes += m._nbytes
+                if self._keyed is not None:  # its key waits for the copy (or is released at its last delivery)
+                    self._key_settled(m, ABANDON, None)
             if expired:
                 self.flow.expired(len(expired), nbytes, now)
         if expired:

@@ -77,6 +77,9 @@ class FlowControl:
         self.outstanding = 0
         self.outstanding_bytes = 0
         self.available = 0  # handed to user code, not settled: what keeps handlers busy
+        #: Of the outstanding, messages held back for their key (``consumer.ordering: key``): they
+        #: wait for their key, not for a handler, so they are outside the bounds (the consumer bounds them).
+        self.held = 0
         self._rate: float | None = None  # settlements per busy second, smoothed
         self._busy = 0.0  # busy seconds since the last rate update
         self._done = 0  # settlements since the last rate update
@@ -157,9 +160,10 @@ class FlowControl:
         """How many more messages (and bytes) may be fetched now. A consumer with
         nothing outstanding always gets room for at least one message, so one
         message larger than ``max_bytes`` cannot block it for ever."""
-        messages = self.limit(now) - self.outstanding
+        counted = max(0, self.outstanding - self.held)
+        messages = self.limit(now) - counted
         nbytes = self.limits.max_bytes - self.outstanding_bytes
-        if self.outstanding == 0:
+        if counted == 0:
             return Room(max(1, messages), max(1, nbytes))
         return Room(max(0, messages), max(0, nbytes))
 
@@ -173,7 +177,7 @@ class FlowControl:
             return 0
         n = min(fetch_size, room.messages, partition_room)
         step = max(1, min(fetch_size, self.limit(now) // 4, partition_cap // 4))
-        if n < step and self.outstanding > 0:
+        if n < step and self.outstanding > self.held:
             return 0
         return max(0, n)
 

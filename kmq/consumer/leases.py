@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kmq.consumer.ack_buffer import AckBuffer
 from kmq.consumer.lease_expiry import LeaseExpiry
@@ -112,13 +112,17 @@ class LateSettler:
     count and flow control): the marker is still written, nothing else is counted. To the tracker
     it is a late ack if it redelivered the message meanwhile, else a normal settlement."""
 
-    def __init__(self, name: str, lease: float, buffer: AckBuffer) -> None:
+    def __init__(self, name: str, lease: float, buffer: AckBuffer,
+                 on_settled: Callable[[KmqMessage, str], None] | None = None) -> None:
         self.name, self.lease, self._buffer = name, lease, buffer
+        self._on_settled = on_settled  # e.g. per-key ordering: a late ack releases the key
         self.settled_late = 0
 
     def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
         self._buffer.settle(msg.partition, msg.offset, outcome, arg)
         self.settled_late += 1
+        if self._on_settled is not None:
+            self._on_settled(msg, outcome)
         log.debug("%s/%d/%d settled (%s) after its lease ended; marker written", self.name, msg.partition,
                   msg.offset, outcome)
 

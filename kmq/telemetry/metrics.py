@@ -80,6 +80,23 @@ class ConsumerMetrics:
             "or at close); the tracker redelivers them when their leases end",
             ["queue", "type"], registry=r,
         )
+        # consumer.ordering: key (kmq/consumer/keyed_ready.py): what per-key ordering holds back.
+        self.ordering_held = Gauge(
+            "kmq_consumer_ordering_held_messages",
+            "Messages ready but held back because an earlier message of their key is in user code or awaits its "
+            "redelivered copy (consumer.ordering: key)",
+            ["queue"], registry=r,
+        )
+        self.ordering_keys_blocked = Gauge(
+            "kmq_consumer_ordering_keys_blocked",
+            "Keys with messages held back (consumer.ordering: key)", ["queue"], registry=r,
+        )
+        self.ordering_released = Counter(
+            "kmq_consumer_ordering_released_total",
+            "Keys released without the redelivered copy of their failed message, after waiting for it longer than "
+            "max_deliveries x (lease + backoff.max): that copy is handled after later messages of its key",
+            ["queue"], registry=r,
+        )
         self.markers_awaiting_retry = Gauge(
             "kmq_consumer_markers_awaiting_retry",
             "Messages whose settlement marker failed and is not written yet (waiting for a retry or being resent)",

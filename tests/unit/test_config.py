@@ -169,3 +169,10 @@ def test_backoff_never_overflows_and_retention_default_matches_topics_create():
     assert MARKERS_RETENTION_S * 1000 == MARKERS_RETENTION_MS
     q = Config.from_dict({"queues": [{"name": "q"}]}).queues[0]
     assert q.max_hold == MARKERS_RETENTION_S / 2 and Config.from_dict({}).tracker.max_request_size == 1_048_576
+
+
+def test_consumer_ordering_is_none_by_default_key_on_request_and_anything_else_is_named():
+    assert Config.from_dict({}).consumer.ordering == "none"
+    assert Config.from_dict({"consumer": {"ordering": "KEY"}}).consumer.ordering == "key"
+    with pytest.raises(ConfigError, match=r"consumer\.ordering"):
+        Config.from_dict({"consumer": {"ordering": "partition"}})

@@ -1,0 +1,133 @@
+"""KmqConsumer with ``consumer.ordering: key`` against the fake Kafka client of test_consumer_shell:
+what poll hands out, what a settlement releases, what closing gives back. No broker."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from kmq.config import Config
+from kmq.consumer import consumer as consumer_module
+from kmq.consumer.consumer import KmqConsumer
+from kmq.core.message import HEADER_DELIVERY_COUNT, HEADER_ORIGIN
+from tests.helpers.kafka import wait_until
+from tests.unit.test_consumer_shell import TOPIC, FakeKafka, FakeWriter
+
+
+class KeyedKafka(FakeKafka):
+    """The fake's one partition with keyed records: ``records`` is a list of (key, headers)."""
+
+    def __init__(self, records: list[tuple[bytes | None, list]]) -> None:
+        super().__init__(len(records))
+        self.keyed = records
+        self.paused = False
+
+    def pause(self, partitions) -> None:
+        self.paused = True
+
+    def resume(self, partitions) -> None:
+        self.paused = False
+
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None) -> list:
+        if self.paused and self._on_assigned is None:  # a paused partition returns nothing (as Kafka)
+            self._idle.wait(timeout)
+            return []
+        plain = super().fetch(timeout, max_records, lambda t, p, o, k, v, h, ts: o)
+        return [build(TOPIC, 0, o, self.keyed[o][0], b"v%d" % o, self.keyed[o][1], 0) for o in plain]
+
+
+def copy_of(offset: int, delivery: int = 2) -> list:
+    return [(HEADER_ORIGIN, f"{TOPIC}/0/{offset}".encode()), (HEADER_DELIVERY_COUNT, b"%d" % delivery)]
+
+
+@pytest.fixture
+def keyed_consumer(monkeypatch):
+    made: list[KmqConsumer] = []
+
+    def make(kafka: FakeKafka, ordering: str = "key", **queue: Any) -> KmqConsumer:
+        cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
+                                "queues": [{"name": TOPIC, **queue}],
+                                "consumer": {"group_id": "g", "ordering": ordering}})
+        monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
+        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a: kafka)
+        c = KmqConsumer(cfg)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close(timeout=5)
+
+
+def take_all(consumer: KmqConsumer, want: int) -> list[int]:
+    """Offsets polled until ``want`` came (waits on the fetcher, not a sleep)."""
+    got: list[int] = []
+    wait_until(lambda: got.extend(m.offset for m in consumer.poll(timeout=0.1)) or len(got) >= want, 10,
+               what=f"{want} message(s)")
+    return got
+
+
+def test_poll_hands_one_message_per_key_and_an_ack_releases_the_next(keyed_consumer):
+    consumer = keyed_consumer(KeyedKafka([(b"a", []), (b"b", []), (b"a", []), (None, []), (None, [])]))
+    first = {}
+    wait_until(lambda: first.update({m.offset: m for m in consumer.poll(timeout=0.1)}) or len(first) >= 4, 10,
+               what="the first of each key and the null keys")
+    assert sorted(first) == [0, 1, 3, 4]  # 2 waits for 0 (same key); null keys are their own key
+    assert consumer.poll(timeout=0.05) == []
+    first[0].ack()
+    assert [m.offset for m in consumer.poll(timeout=5)] == [2]
+
+
+def test_a_nacked_message_holds_its_key_until_its_copy_which_goes_before_the_later_ones(keyed_consumer):
+    kafka = KeyedKafka([(b"a", []), (b"a", []), (b"b", []), (b"a", copy_of(0))])
+    consumer = keyed_consumer(kafka, max_deliveries=5)
+    msgs = {}
+    wait_until(lambda: msgs.update({m.offset: m for m in consumer.poll(timeout=0.1)}) or len(msgs) >= 2, 10,
+               what="0 and 2")
+    assert sorted(msgs) == [0, 2]
+    wait_until(lambda: consumer._keyed.held >= 2, 10, what="1 and the copy held")
+    msgs[0].nack()
+    copy = consumer.poll(timeout=5)
+    assert [m.offset for m in copy] == [3]  # the copy of 0 goes before 1, though it came after it
+    copy[0].ack()
+    assert [m.offset for m in consumer.poll(timeout=5)] == [1]
+
+
+def test_a_nack_at_the_last_delivery_releases_the_key_the_tracker_dead_letters_it(keyed_consumer):
+    consumer = keyed_consumer(KeyedKafka([(b"a", copy_of(99, delivery=3)), (b"a", [])]), max_deliveries=3)
+    [m] = consumer.poll(timeout=5)
+    m.nack()
+    assert [x.offset for x in consumer.poll(timeout=5)] == [1]
+
+
+def test_a_reject_releases_the_key(keyed_consumer):
+    consumer = keyed_consumer(KeyedKafka([(b"a", []), (b"a", [])]))
+    [m] = consumer.poll(timeout=5)
+    m.reject("bad")
+    assert [x.offset for x in consumer.poll(timeout=5)] == [1]
+
+
+def test_closing_gives_held_messages_back_to_the_group(keyed_consumer):
+    kafka = KeyedKafka([(b"a", [])] * 5)
+    consumer = keyed_consumer(kafka)
+    [m] = consumer.poll(timeout=5)
+    wait_until(lambda: consumer._keyed.held == 4, 10, what="the other four held")
+    m.ack()
+    consumer.close(timeout=5)
+    assert kafka.commits[-1] == {(TOPIC, 0): 1}  # committed back to the first never-handed message
+
+
+def test_held_messages_leave_flow_controls_bound_so_other_keys_are_still_fetched(keyed_consumer):
+    # 1,500 messages of key a, then one of key b; the flow bound before a rate is measured is 500:
+    # were the held ones counted, b would never be fetched while a's first is out.
+    kafka = KeyedKafka([(b"a", [])] * 1500 + [(b"b", [])])
+    consumer = keyed_consumer(kafka)
+    assert consumer.flow.limit(0.0) < 1500
+    got = take_all(consumer, 2)
+    assert got == [0, 1500]
+
+
+def test_ordering_none_hands_the_same_records_out_at_once(keyed_consumer):
+    consumer = keyed_consumer(KeyedKafka([(b"a", [])] * 3), ordering="none")
+    assert sorted(take_all(consumer, 3)) == [0, 1, 2]
