@@ -27,10 +27,12 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
     faults drawn from the seed) and check that no message is lost. Exit 1 on a violation; a
     failing seed prints its fault plan and the history of the messages concerned."""
     workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop)
-    # The tracker's warnings (sends retried under the faults) are expected here; -v shows them.
+    # The tracker's and the workers' warnings (sends and commits retried under the faults) are
+    # expected here; -v shows them.
     root = click.get_current_context().find_root()
     if not root.params.get("verbose"):
-        logging.getLogger("tracker").setLevel(logging.ERROR)
+        for name in ("tracker", "kmq.consumer"):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
     def show(r: SeedResult) -> None:
         if not r.ok:
