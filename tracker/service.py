@@ -16,12 +16,10 @@ the open leases.
 * Due partitions are served least recently served first, within a time
   budget per step: a slow partition (an unreachable leader, a slow broker)
   delays the others by one step at most and keeps its own retry backoff.
-* A step costs nothing for a partition that is neither due nor changed: a
-  :class:`~kmq.core.due_schedule.DueSchedule` holds each caught-up partition's
-  next due time (the main loop sleeps until the earliest, at most a tick), and
-  commits and gauges visit only the partitions whose state changed (and, for
-  the gauges that age, those with messages in flight). So an idle tracker's
-  cost does not grow with its partitions.
+* A step costs nothing for a partition neither due nor changed (so idle cost does
+  not grow with the partitions): a :class:`~kmq.core.due_schedule.DueSchedule`
+  holds the next due times; commits and gauges visit the partitions whose state
+  changed (gauges also those with messages in flight, whose age grows).
 * The view is dropped (every partition re-read from its committed offset
   before acting) only when the group may have moved partitions without the
   listener being told: after a whole-process pause past the session timeout
@@ -72,8 +70,7 @@ log = logging.getLogger(__name__)
 
 _COMMIT_INTERVAL_S = 1.0
 _METRICS_INTERVAL_S = 1.0
-# Offsets handed to the redeliverer per partition and step: bounds one step's work (the redeliverer
-# reads and sends them in chunks, and holds a bounded amount of their records: tracker/redeliver.py).
+# Offsets handed to the redeliverer per partition and step: bounds one step's work.
 _DUE_LIMIT = 20_000
 # Redelivery time of one step after which no further partition is started: the step returns to
 # poll (markers, commits, metrics, stop) and the partitions not served yet go first next step.
