@@ -20,7 +20,7 @@ Pure: no clock, times are passed in (milliseconds, any epoch).
 from __future__ import annotations
 
 import heapq
-from typing import Generic, Hashable, Iterator, TypeVar
+from typing import Generic, Hashable, TypeVar
 
 __all__ = ["DueSchedule"]
 
@@ -46,9 +46,6 @@ class DueSchedule(Generic[K]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._at
-
-    def __iter__(self) -> Iterator[K]:
-        return iter(list(self._at))
 
     def get(self, key: K) -> int | None:
         """The time ``key`` is due at (None: not scheduled)."""
