@@ -64,9 +64,11 @@ from kmq.core.redelivery_plan import (
     Settled,
     closed_chunks,
     closed_ranges_limit,
+    chunk_offsets,
     plan,
     retry_at_ms,
     settle,
+    take_chunk,
     wanted_ranges,
 )
 from kmq.client import LogReader, LogReadError
@@ -84,6 +86,13 @@ _DLQ_RECHECK_S = 10.0
 _REFERENCE_KEY_MAX = 1024
 # The tracker waits this much longer for a send than its producer tries to deliver it.
 _WAIT_MARGIN_S = 5.0
+# Most offsets read at once: the next chunk is read while the sends of the one before are on their way.
+_READ_CHUNK = 10_000
+# About this many bytes of originals a read brings (chunks are sized by the records seen so far in
+# the queue; before any, by the largest record the producer takes), and at most this many are held
+# for sends not judged yet: past it, the sends started are judged (flush, settle, CLOSED) first.
+_CHUNK_BYTES = 8 * 1024 * 1024
+_ROUND_BYTES = 32 * 1024 * 1024
 
 
 def delivery_timeout_s(kafka: KafkaConfig) -> float:
@@ -160,6 +169,30 @@ class RedeliveryReport:
         return self.redelivered + self.dead_lettered
 
 
+@dataclass
+class _Started:
+    """Sends started together (one chunk's, or a round's fallbacks), not judged yet."""
+
+    sends: list[Send]
+    records: dict[int, Any]  # the originals by offset (a refused copy is dead-lettered from it)
+    now_ms: int  # when they were started (the redelivery delay metric)
+    batch: Any  # the producer's SendBatch of the records that left (None: none did)
+    at: list[int]  # index in ``sends`` of each record of ``batch``
+    refused: dict[int, SendResult]  # index in ``sends`` -> result, for records refused before they left
+
+
+@dataclass
+class _Round:
+    """The chunks started since the sends were last judged, and the payload bytes they hold."""
+
+    started: list[_Started] = field(default_factory=list)
+    bytes: int = 0
+
+    def add(self, started: _Started) -> None:
+        self.started.append(started)
+        self.bytes += sum(len(r.value or b"") + len(r.key or b"") for r in started.records.values())
+
+
 class Redeliverer:
     """Turns due items of one markers partition into copies, dead letters and CLOSED markers.
 
@@ -172,6 +205,8 @@ class Redeliverer:
         self._producer = producer
         self._new_producer = new_producer
         self._max_ranges = closed_ranges_limit(max_request_size)  # CLOSED markers must fit the producer too
+        self._max_request_size = max_request_size
+        self._record_bytes: dict[str, float] = {}  # queue -> average size of the originals read last
         self._reader = reader
         self._metrics = metrics
         self._clock_ms = clock_ms
@@ -199,7 +234,34 @@ class Redeliverer:
     # ------------------------------------------------------------ the step
     def _step(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
               report: RedeliveryReport) -> None:
+        """Read and start sending chunk after chunk (a read waits on the broker while the sends of the
+        chunk before are on their way), then judge every send at once; a round is judged early when
+        the records it holds reach :data:`_ROUND_BYTES` (memory stays bounded)."""
+        pending = _Round()
+        rest = list(items)
+        while rest:
+            size = self._record_bytes.get(queue.name, self._max_request_size)
+            chunk, rest = take_chunk(rest, chunk_offsets(size, _CHUNK_BYTES, _READ_CHUNK))
+            try:
+                self._read_and_start(queue, partition, state, chunk, pending, report)
+            except (LogReadError, OSError, *client_api.produce_errors()) as exc:
+                # What was started is judged and closed first; only the offsets not yet planned are retried.
+                self._finish(queue, partition, state, pending, report)
+                self._retry_all(queue, partition, state, chunk + rest, exc, report)
+                if isinstance(exc, client_api.producer_state_errors()):
+                    self._replace_producer(f"its producer id was refused ({type(exc).__name__})")
+                return
+            if pending.bytes >= _ROUND_BYTES:
+                self._finish(queue, partition, state, pending, report)
+                pending = _Round()
+        self._finish(queue, partition, state, pending, report)
+
+    def _read_and_start(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
+                        pending: "_Round", report: RedeliveryReport) -> None:
         read = self._reader.read(queue.name, partition, wanted_ranges(items))
+        if read.records:
+            self._record_bytes[queue.name] = sum(len(r.value or b"") + len(r.key or b"")
+                                                 for r in read.records.values()) / len(read.records)
         now = self._clock_ms()
         step = plan(state, items, read.records, read.missing, read.log_end, now)
         if step.missing:
@@ -214,29 +276,43 @@ class Redeliverer:
             log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
                         "they stay open and are retried", n, queue.name, partition)
         if step.sends:
-            self._send_and_close(queue, partition, state, read.records, step.sends, now, report)
+            pending.add(self._start_all(queue, partition, read.records, step.sends, now))
 
-    def _send_and_close(self, queue: QueueConfig, partition: int, state: PartitionState, records: Mapping[int, Any],
-                        sends: list[Send], now: int, report: RedeliveryReport) -> None:
-        """Send, settle and send the fallbacks until nothing is left; then write the outcomes."""
+    def _finish(self, queue: QueueConfig, partition: int, state: PartitionState, pending: "_Round",
+                report: RedeliveryReport) -> None:
+        """Wait once for the producer's verdicts on every started send, settle them, send the fallbacks
+        until nothing is left; then write the outcomes (CLOSED only for what Kafka acknowledged)."""
+        if not pending.started:
+            return
+        self._flush(f"redeliveries of {queue.name}[{partition}]")
+        rounds = [(s, self._judge(queue, s)) for s in pending.started]
         closed: dict[Outcome, list[int]] = defaultdict(list)
         retry: list[int] = []
         retry_at, first_failure = 0, ""
-        while sends:
-            results = self._send_all(queue, partition, records, sends, now)
-            settled = settle(sends, results, now)
-            self._account(queue, partition, records, sends, results, settled, now, report)
-            for outcome, done in settled.closed.items():
-                closed[outcome].extend(s.offset for s in done)
-            if settled.retry:
-                if not first_failure:
-                    detail = {s.offset: r.detail for s, r in zip(sends, results)}
-                    first_failure = f"offset {settled.retry[0].offset}, {detail[settled.retry[0].offset]}"
-                retry.extend(s.offset for s in settled.retry)
-                retry_at = max(retry_at, settled.retry_at_ms or 0)
-            sends = settled.fallbacks
+        while rounds:
+            fallbacks: list[Send] = []
+            for started, results in rounds:
+                sends, records, now = started.sends, started.records, started.now_ms
+                settled = settle(sends, results, self._clock_ms())
+                self._account(queue, partition, records, sends, results, settled, now, report)
+                for outcome, done in settled.closed.items():
+                    closed[outcome].extend(s.offset for s in done)
+                if settled.retry:
+                    if not first_failure:
+                        detail = {s.offset: r.detail for s, r in zip(sends, results)}
+                        first_failure = f"offset {settled.retry[0].offset}, {detail[settled.retry[0].offset]}"
+                    retry.extend(s.offset for s in settled.retry)
+                    retry_at = max(retry_at, settled.retry_at_ms or 0)
+                fallbacks.extend(settled.fallbacks)
+            rounds = []
+            if fallbacks:  # rare: records a topic refused for good; sent and judged on their own
+                records = {off: rec for st in pending.started for off, rec in st.records.items()}
+                started = self._start_all(queue, partition, records, fallbacks, self._clock_ms())
+                self._flush(f"dead letters of {queue.name}[{partition}]")
+                rounds = [(started, self._judge(queue, started))]
         self._write_outcomes(queue, partition, state, closed)
         if retry:
+            now = self._clock_ms()
             state.retry(coalesce(retry), retry_at)
             report.failed += len(retry)
             self._metrics.redelivery_failures.labels(queue.name).inc(len(retry))
@@ -280,31 +356,39 @@ class Redeliverer:
                             "message(s) once more", queue.name, partition, exc, len(offs))
 
     # ------------------------------------------------------------ producing
-    def _send_all(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
-                  now: int) -> list[SendResult]:
-        """Start every send, wait once for the producer's verdicts, then return each one's result."""
-        results: list[SendResult | None] = [None] * len(sends)
-        started = []
+    def _start_all(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
+                   now: int) -> "_Started":
+        """Start every send without waiting (one batch to the producer); a record refused before it
+        left is judged at once, the others after the next flush (:meth:`_judge`)."""
+        out: list[client_api.OutRecord] = []
+        at: list[int] = []  # index in ``sends`` of each record in ``out``
+        refused: dict[int, SendResult] = {}
         for i, s in enumerate(sends):
             try:
-                started.append((i, self._start(queue, partition, records[s.offset], s, now)))
+                out.append(self._out_record(queue, partition, records[s.offset], s, now))
+                at.append(i)
             except Exception as exc:  # noqa: BLE001 - refused before it left: this record only
-                results[i] = self._failed(queue, s.step, exc)
-        if started:
-            self._flush(f"redeliveries of {queue.name}[{partition}]")
+                refused[i] = self._failed(queue, s.step, exc)
+        batch = client_api.send_many(self._producer, out) if out else None
+        return _Started(sends, {s.offset: records[s.offset] for s in sends}, now, batch, at, refused)
+
+    def _judge(self, queue: QueueConfig, started: "_Started") -> list[SendResult]:
+        """Each send's result once the producer was flushed: acknowledged, failed, or undecided past
+        the producer's delivery timeout (then the producer is replaced, failing what it holds)."""
+        results: list[SendResult | None] = [started.refused.get(i) for i in range(len(started.sends))]
         undecided = fenced = 0
-        for i, fut in started:
-            if not fut.is_done:
+        batch = started.batch
+        for j, i in enumerate(started.at):
+            verdict = batch.verdict(j)
+            if verdict is None:
+                results[i] = SENT
+            elif verdict is client_api.UNDECIDED:
                 undecided += 1
                 results[i] = SendResult("send_failed", False, f"the producer did not decide within "
                                                               f"{self._send_timeout_s:g}s")
-                continue
-            try:
-                fut.get(timeout=0)
-                results[i] = SENT
-            except Exception as exc:  # noqa: BLE001 - any send failure: decided per record by settle()
-                results[i] = self._failed(queue, sends[i].step, exc)
-                fenced += isinstance(exc, client_api.producer_state_errors())
+            else:  # any send failure: decided per record by settle()
+                results[i] = self._failed(queue, started.sends[i].step, verdict)
+                fenced += isinstance(verdict, client_api.producer_state_errors())
         if undecided:
             # Closing it fails what it holds, so none of them can be delivered after its retry.
             self._replace_producer(f"it left {undecided} send(s) undecided past its delivery timeout")
@@ -317,16 +401,15 @@ class Redeliverer:
             self._dlq_unavailable(queue.dlq_topic, f"{type(exc).__name__}: {exc}")
         return _result_of(step, exc)
 
-    def _start(self, queue: QueueConfig, partition: int, rec: Any, s: Send, now_ms: int) -> Any:
-        """Start producing ``s`` for record ``rec``; returns the send's future."""
+    def _out_record(self, queue: QueueConfig, partition: int, rec: Any, s: Send, now_ms: int) -> client_api.OutRecord:
+        """The record to produce for ``s`` (the original record ``rec``): a copy, a dead letter or a reference."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
             headers = copy_headers(rec.headers, origin, s.count)
             if self._tracing is not None:
                 headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, s.count + 1,
                                                rec.headers)
-            return self._producer.send(queue.name, value=rec.value, key=rec.key, partition=partition,
-                                       headers=headers)
+            return client_api.OutRecord(queue.name, partition, rec.key, rec.value, headers)
         dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
         if s.step is Step.DEAD_LETTER:
             headers = dead_letter_headers(rec.headers, origin, s.count, s.reason, s.error, now_ms)
@@ -334,11 +417,11 @@ class Redeliverer:
                 headers = self._tracing.traced(headers, "dead_letter", queue.dlq_topic, dlq_p, origin, s.count,
                                                rec.headers)
             value = b"" if rec.key is None and rec.value is None else rec.value  # kafka-python: no tombstone
-            return self._producer.send(queue.dlq_topic, value=value, key=rec.key, headers=headers, partition=dlq_p)
+            return client_api.OutRecord(queue.dlq_topic, dlq_p, rec.key, value, headers)
         headers = reference_headers(origin, f"{queue.name}/{partition}/{rec.offset}",
                                     record_size(rec.key, rec.value, rec.headers), s.count, s.reason, s.error, now_ms)
         key = rec.key if rec.key is not None and len(rec.key) <= _REFERENCE_KEY_MAX else None
-        return self._producer.send(queue.dlq_topic, value=b"", key=key, headers=headers, partition=dlq_p)
+        return client_api.OutRecord(queue.dlq_topic, dlq_p, key, b"", headers)
 
     def _flush(self, what: str) -> None:
         try:
@@ -370,8 +453,11 @@ class Redeliverer:
     # ------------------------------------------------------------ accounting
     def _account(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
                  results: list[SendResult], settled: Settled, now: int, report: RedeliveryReport) -> None:
-        """Metrics, report and log lines for one round of sends."""
+        """Metrics, report and log lines for one round of sends (counters added to once per label set)."""
         m = self._metrics
+        produced: dict[tuple[Step, str], int] = defaultdict(int)
+        observe = m.redelivery_delay_seconds.observe
+        debug = log.isEnabledFor(logging.DEBUG)
         for s, res in zip(sends, results):
             if res.cause is not None:
                 m.record_failures.labels(queue.name, res.cause).inc()
@@ -379,22 +465,18 @@ class Redeliverer:
                 if res.permanent and s.step is Step.DEAD_LETTER:  # the payload is in neither topic
                     m.undeliverable.labels(queue.name, res.cause).inc()
                 continue
-            report.reasons[s.reason] += 1
-            m.redelivery_delay_seconds.observe(max(0.0, (now - s.due_ms) / 1000.0))
-            rec = records[s.offset]
-            if s.step is Step.COPY:
-                m.redelivered.labels(queue.name, s.reason).inc()
-                report.redelivered += 1
-                if log.isEnabledFor(logging.DEBUG):  # one line per copy: its fields only when shown
-                    log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
-                              s.reason, s.count + 1, extra=log_fields(queue.name, partition, s.offset,
-                                                                      headers=rec.headers, outcome="redeliver",
-                                                                      reason=s.reason))
-            elif s.step is Step.DEAD_LETTER:
-                m.dead_lettered.labels(queue.name, s.reason).inc()
-                report.dead_lettered += 1
-                fields = log_fields(queue.name, partition, s.offset, headers=rec.headers, outcome="dead_letter",
-                                    reason=s.reason)
+            observe(max(0.0, (now - s.due_ms) / 1000.0))
+            if s.step is not Step.REFERENCE:
+                produced[(s.step, s.reason)] += 1
+                if s.step is Step.COPY:
+                    if debug:  # one line per copy: its fields only when shown
+                        log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
+                                  s.reason, s.count + 1,
+                                  extra=log_fields(queue.name, partition, s.offset, headers=records[s.offset].headers,
+                                                   outcome="redeliver", reason=s.reason))
+                    continue
+                fields = log_fields(queue.name, partition, s.offset, headers=records[s.offset].headers,
+                                    outcome="dead_letter", reason=s.reason)
                 if s.reason == REASON_UNDELIVERABLE:
                     log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error,
                                 extra=fields)
@@ -402,7 +484,9 @@ class Redeliverer:
                     log.info("%s[%d] offset %d dead-lettered to %s (%s after %d deliveries)", queue.name,
                              partition, s.offset, queue.dlq_topic, s.reason, s.count, extra=fields)
             else:
+                report.reasons[s.reason] += 1
                 report.undeliverable += 1
+                rec = records[s.offset]
                 log.error("%s[%d] offset %d (%d bytes) is undeliverable: neither the queue nor the DLQ %s accepts "
                           "it (%s). Closed with outcome 4; a reference dead letter without the payload names it "
                           "(kmq-dlq-reference %s/%d/%d): redrive it from the queue log before retention deletes "
@@ -411,6 +495,14 @@ class Redeliverer:
                           record_size(rec.key, rec.value, rec.headers), queue.dlq_topic, s.error, queue.name,
                           partition, s.offset, extra=log_fields(queue.name, partition, s.offset, headers=rec.headers,
                                                                 outcome="undeliverable"))
+        for (step, reason), n in produced.items():
+            report.reasons[reason] += n
+            if step is Step.COPY:
+                m.redelivered.labels(queue.name, reason).inc(n)
+                report.redelivered += n
+            else:
+                m.dead_lettered.labels(queue.name, reason).inc(n)
+                report.dead_lettered += n
         for s in settled.unreferenced:
             report.undeliverable += 1
             log.error("%s[%d] offset %d is undeliverable and the DLQ %s refused even a reference to it (%s); closed "

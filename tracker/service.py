@@ -16,6 +16,10 @@ the open leases.
 * Due partitions are served least recently served first, within a time
   budget per step: a slow partition (an unreachable leader, a slow broker)
   delays the others by one step at most and keeps its own retry backoff.
+* A step costs nothing for a partition neither due nor changed (so idle cost does
+  not grow with the partitions): a :class:`~kmq.core.due_schedule.DueSchedule`
+  holds the next due times; commits and gauges visit the partitions whose state
+  changed (gauges also those with messages in flight, whose age grows).
 * The view is dropped (every partition re-read from its committed offset
   before acting) only when the group may have moved partitions without the
   listener being told: after a whole-process pause past the session timeout
@@ -40,7 +44,6 @@ import signal
 import threading
 import time
 from collections import Counter as Tally
-from dataclasses import dataclass
 from typing import Callable
 
 from prometheus_client import CollectorRegistry
@@ -49,14 +52,16 @@ from kmq import client as client_api
 from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, Partition, Record
 from kmq.client.topics import require_aligned
 from kmq.config import Config, QueueConfig
+from kmq.core.due_schedule import DueSchedule
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import BadMarker, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
-from kmq.core.retention import BELOW_LOG_START, resume_gap, retention_used
+from kmq.core.retention import BELOW_LOG_START, resume_gap
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.http import HealthServer
 from tracker.membership import MembershipCheck, PauseWatch
+from tracker.partition import OwnedPartition, publish_gauges
 from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
 
 __all__ = ["Tracker"]
@@ -66,7 +71,7 @@ log = logging.getLogger(__name__)
 _COMMIT_INTERVAL_S = 1.0
 _METRICS_INTERVAL_S = 1.0
 # Offsets handed to the redeliverer per partition and step: bounds one step's work.
-_DUE_LIMIT = 5000
+_DUE_LIMIT = 20_000
 # Redelivery time of one step after which no further partition is started: the step returns to
 # poll (markers, commits, metrics, stop) and the partitions not served yet go first next step.
 _STEP_BUDGET_S = 1.0
@@ -74,31 +79,6 @@ _STEP_BUDGET_S = 1.0
 _MAX_POLL_INTERVAL_S = 300.0
 # Markers read per poll (also kafka-python's max_poll_records).
 _POLL_RECORDS = 5000
-
-
-@dataclass
-class _Owned:
-    """One assigned markers partition."""
-
-    queue: QueueConfig
-    tp: Partition  # (markers topic, partition)
-    state: PartitionState
-    target: int | None = None  # high-water mark seen at assignment
-    caught_up: bool = False
-    committed: int | None = None
-    bad_logged: bool = False
-    positioned: bool = False  # sought to the committed offset after assignment
-    resume_from: int | None = None  # committed offset sought to; checked against the first record read
-    retention_warned: bool = False
-    served: float = 0.0  # monotonic time its due messages were last handed to the redeliverer
-
-    @property
-    def topic(self) -> str:
-        return self.tp[0]
-
-    @property
-    def partition(self) -> int:
-        return self.tp[1]
 
 
 class Tracker:
@@ -117,7 +97,13 @@ class Tracker:
         self._clock = clock
         self._http_host = http_host
         self._queues = {q.markers_topic: q for q in cfg.queues}
-        self._owned: dict[Partition, _Owned] = {}
+        self._owned: dict[Partition, OwnedPartition] = {}
+        # The per-step work visits these, not every owned partition (see the module docstring).
+        self._schedule: DueSchedule[Partition] = DueSchedule()  # caught-up partitions: next due time
+        self._pending: set[Partition] = set()  # not positioned or not caught up yet
+        self._to_commit: set[Partition] = set()  # state changed since the last commit
+        self._to_publish: set[Partition] = set()  # state changed since the last metrics update
+        self._published_open: set[Partition] = set()  # had messages in flight at the last metrics update
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._joined = False
@@ -291,6 +277,7 @@ class Tracker:
             owned = self._owned.get(tp)
             if owned is not None and owned.positioned and tp not in just_positioned:
                 self._apply(owned, batch, tally)
+                self._touched(owned)
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
         self._update_catch_up()
@@ -310,21 +297,33 @@ class Tracker:
         first, until the step's budget is spent: a slow partition delays the others by one step at
         most, and is itself served again when its own retry backoff ends."""
         began = self._mono()
-        for owned in sorted(self._owned.values(), key=lambda o: o.served):
+        due = [self._owned[tp] for tp in self._schedule.pop_due(self._now_ms()) if tp in self._owned]
+        due.sort(key=lambda o: o.served)
+        for i, owned in enumerate(due):
             if self._stopping.is_set() or self._mono() - began >= _STEP_BUDGET_S:
+                for later in due[i:]:
+                    self._touched(later)  # still due: served first next step
                 return
-            if not owned.caught_up:
-                continue
-            items = owned.state.due(self._now_ms(), limit=_DUE_LIMIT)
-            if not items:
-                continue
-            copies = self._redeliver(owned, items)
-            owned.served = self._mono()
-            if self._membership_in_doubt(f"while {owned.topic}[{owned.partition}] was redelivered",
-                                         owned.queue, copies):
+            items = owned.state.due(self._now_ms(), limit=_DUE_LIMIT) if owned.caught_up else []
+            copies = self._redeliver(owned, items) if items else 0
+            if items:
+                owned.served = self._mono()
+            self._touched(owned)
+            if items and self._membership_in_doubt(f"while {owned.topic}[{owned.partition}] was redelivered",
+                                                   owned.queue, copies):
                 return
 
-    def _redeliver(self, owned: _Owned, items) -> int:
+    def _touched(self, owned: OwnedPartition) -> None:
+        """``owned``'s state may have changed: schedule it at its next due time (once caught up), and
+        commit and publish it at the next chance. Every change of a partition's state is followed by
+        this call; a partition not touched is not visited by the step."""
+        tp = owned.tp
+        self._to_commit.add(tp)
+        self._to_publish.add(tp)
+        if owned.caught_up:
+            self._schedule.set(tp, owned.state.next_due_ms())
+
+    def _redeliver(self, owned: OwnedPartition, items) -> int:
         """One partition's due items; returns the records produced. Nothing raised here stops the
         service or the other partitions."""
         try:
@@ -366,25 +365,23 @@ class Tracker:
             owned.state = self._new_state(owned.queue)
             owned.positioned = owned.caught_up = False
             owned.target = owned.committed = None
+        self._schedule.clear()
+        self._pending = set(self._owned)
+        self._to_publish |= self._pending
 
     def _new_state(self, q: QueueConfig) -> PartitionState:
         return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
     def _next_delay(self) -> float:
         tick = self.cfg.tracker.tick
-        now = self._now_ms()
-        soonest = None
-        for owned in self._owned.values():
-            if not owned.caught_up:
-                return tick  # poll returns as soon as markers arrive
-            due = owned.state.next_due_ms()
-            if due is not None and (soonest is None or due < soonest):
-                soonest = due
+        if self._pending:
+            return tick  # poll returns as soon as markers arrive
+        soonest = self._schedule.next_ms()
         if soonest is None:
             return tick
-        return max(0.0, min(tick, (soonest - now) / 1000.0))
+        return max(0.0, min(tick, (soonest - self._now_ms()) / 1000.0))
 
-    def _apply(self, owned: _Owned, batch: list[Record], tally: Tally) -> None:
+    def _apply(self, owned: OwnedPartition, batch: list[Record], tally: Tally) -> None:
         state, qname, p = owned.state, owned.queue.name, owned.partition
         if batch and owned.resume_from is not None:
             self._check_resume(owned, batch[0].offset)
@@ -419,7 +416,7 @@ class Tracker:
         are a partition's records until it is positioned (the committed
         offsets may not be read: tried again next step).
         """
-        new = [o for o in self._owned.values() if not o.positioned]
+        new = [o for o in map(self._owned.get, self._pending) if o is not None and not o.positioned]
         if not new:
             return set()
         try:
@@ -438,9 +435,10 @@ class Tracker:
             owned.state.position = off
             owned.committed = off
             owned.resume_from = off
+            self._touched(owned)
         return {o.tp for o in new}
 
-    def _check_resume(self, owned: _Owned, resumed_at: int) -> None:
+    def _check_resume(self, owned: OwnedPartition, resumed_at: int) -> None:
         """The first offset read after resuming should be the committed one; if the consumer's offset
         reset moved elsewhere, the committed offset is not in the log any more (see kmq.core.retention)."""
         gap = resume_gap(owned.resume_from, resumed_at)
@@ -462,7 +460,8 @@ class Tracker:
 
     def _update_catch_up(self) -> None:
         """Fetch the catch-up targets still missing, then enable redelivery where the position reached them."""
-        fresh = {o.tp: o.committed for o in self._owned.values() if o.positioned and not o.caught_up and o.target is None}
+        behind = [o for o in map(self._owned.get, self._pending) if o is not None and o.positioned]
+        fresh = {o.tp: o.committed for o in behind if o.target is None}
         if fresh:
             # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
             # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
@@ -471,11 +470,11 @@ class Tracker:
                     self._owned[tp].target = hw
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
-        for owned in self._owned.values():
-            if not owned.caught_up and owned.positioned and owned.target is not None:
+        for owned in behind:
+            if owned.target is not None:
                 self._catch_up(owned)
 
-    def _catch_up(self, owned: _Owned) -> None:
+    def _catch_up(self, owned: OwnedPartition) -> None:
         if owned.resume_from is not None and owned.state.position == owned.resume_from:
             self._check_resume_position(owned)
         pos = owned.state.position
@@ -483,11 +482,13 @@ class Tracker:
             pos = owned.state.position = self._consumer.position(owned.topic, owned.partition)
         if pos is not None and pos >= owned.target:
             owned.caught_up = True
+            self._pending.discard(owned.tp)
+            self._touched(owned)
             self._next_metrics = 0.0  # publish the replayed state at once
             log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
                      owned.topic, owned.partition, pos, owned.state.in_flight)
 
-    def _check_resume_position(self, owned: _Owned) -> None:
+    def _check_resume_position(self, owned: OwnedPartition) -> None:
         """Nothing read yet since resuming: check where the consumer actually is."""
         cur = self._consumer.position(owned.topic, owned.partition)
         if cur is not None and cur != owned.resume_from:
@@ -503,12 +504,15 @@ class Tracker:
             owned.state.position = start
 
     def _commit(self, force: bool = False) -> None:
+        """Commit the partitions whose committable offset moved (``force``: every owned one)."""
         offsets = {}
-        for tp, owned in self._owned.items():
-            c = owned.state.committable_offset()
+        for tp in list(self._owned) if force else self._to_commit:
+            owned = self._owned.get(tp)
+            c = owned.state.committable_offset() if owned is not None else None
             if c is not None and (force or c != owned.committed):
                 offsets[tp] = (owned, c)
         if not offsets:
+            self._to_commit.clear()
             return
         try:
             self._consumer.commit({tp: c for tp, (_, c) in offsets.items()})
@@ -524,30 +528,19 @@ class Tracker:
             return
         for owned, c in offsets.values():
             owned.committed = c
+        self._to_commit.clear()
 
     def _update_metrics(self) -> None:
+        """Publish the per-partition gauges of the partitions whose state changed since the last
+        update, and of those with messages in flight (their age and retention use grow with time);
+        the others' gauges still hold what they show."""
         now = self._now_ms()
-        m = self.metrics
-        for owned in self._owned.values():
-            labels = (owned.queue.name, str(owned.partition))
-            m.in_flight.labels(*labels).set(owned.state.in_flight)
-            m.oldest_in_flight_seconds.labels(*labels).set(owned.state.oldest_age_s(now))
-            m.failing_offsets.labels(*labels).set(owned.state.failing)
-            used = retention_used(owned.state.oldest_started_ms(), now, int(owned.queue.markers_retention * 1000))
-            m.retention_used_ratio.labels(*labels).set(used)
-            if used >= 0.5 and not owned.retention_warned:
-                owned.retention_warned = True
-                log.warning("%s[%d]: an open START has used %.0f%% of the markers retention (START marker offset %s); "
-                            "if it is not closed before the retention (%gh: queues[].markers_retention, default "
-                            "topics.markers_retention) deletes it, its messages are lost. See docs/operations.md "
-                            "(KmqOpenStartNearRetention)", owned.topic, owned.partition, used * 100,
-                            owned.state.committable_offset(), owned.queue.markers_retention / 3600)
-            elif used < 0.5:
-                owned.retention_warned = False
-            hw = self._consumer.highwater(owned.topic, owned.partition)
-            pos = owned.state.position
-            if hw is not None and pos is not None:
-                m.marker_lag.labels(*labels).set(max(0, hw - pos))
+        visit, self._to_publish = self._to_publish | self._published_open, set()
+        self._published_open = set()
+        for tp in visit:
+            owned = self._owned.get(tp)
+            if owned is not None and publish_gauges(owned, self.metrics, self._consumer.highwater, now):
+                self._published_open.add(tp)
 
     # ------------------------------------------------------------ rebalance
     def _join_group(self) -> None:
@@ -562,7 +555,9 @@ class Tracker:
             if tp in self._owned:
                 continue
             q = self._queues[tp[0]]
-            self._owned[tp] = _Owned(q, tp, self._new_state(q))
+            self._owned[tp] = OwnedPartition(q, tp, self._new_state(q))
+            self._pending.add(tp)
+            self._to_publish.add(tp)
         log.info("assigned markers partitions: %s", _names(assigned) or "none")
 
     def _revoke_offsets(self, revoked: set[Partition]) -> dict[Partition, int]:
@@ -588,6 +583,8 @@ class Tracker:
         m = self.metrics
         for tp in revoked:
             owned = self._owned.pop(tp, None)
+            for held in (self._schedule, self._pending, self._to_commit, self._to_publish, self._published_open):
+                held.discard(tp)
             if owned is None:
                 continue
             labels = (owned.queue.name, str(owned.partition))

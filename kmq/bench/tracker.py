@@ -11,7 +11,10 @@
   open START sits behind many acked markers;
 * **redelivery throughput**: copies produced per second for a large backlog
   that is all due at once, per client (``kafka.client``: kafka-python and
-  confluent, side by side in one run).
+  confluent, side by side in one run);
+* **idle cost** (``--idle-partitions N``, a mode of its own): CPU share of one
+  core, CPU time per step and RSS per partition of a tracker that owns ``N``
+  partitions with no traffic (:mod:`kmq.bench.tracker_idle`).
 
 Targets (docs): >= 100,000 msg/s, <= 50 MB, p99 <= 200 ms.
 """
@@ -262,13 +265,14 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
     try:
         t_first = t_last = None
         n_first = 0
+        cpu_first = cpu_last = 0.0
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             n = copies()
             if n and t_first is None:
-                t_first, n_first = time.monotonic(), n
+                t_first, n_first, cpu_first = time.monotonic(), n, time.process_time()
             if n >= messages:
-                t_last = time.monotonic()
+                t_last, cpu_last = time.monotonic(), time.process_time()
                 break
             time.sleep(0.005)
         done = copies()
@@ -277,8 +281,10 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
     if t_first is None or t_last is None or t_last <= t_first:
         return {"client": client, "messages": messages, "redelivered": done, "copies_per_s": None,
                 "note": "not all copies within 300 s"}
+    cpu = cpu_last - cpu_first  # this process: the tracker's threads (the broker is another process)
     return {"client": client, "messages": messages, "redelivered": done,
-            "copies_per_s": int((done - n_first) / (t_last - t_first)), "seconds": round(t_last - t_first, 2)}
+            "copies_per_s": int((done - n_first) / (t_last - t_first)), "seconds": round(t_last - t_first, 2),
+            "copies_per_cpu_s": int((done - n_first) / cpu) if cpu > 0 else None}
 
 
 def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, messages: int = 50_000,
@@ -313,12 +319,32 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
 @click.option("--bootstrap", help="Kafka to measure redelivery and recovery on (default: an embedded broker).")
 @click.option("--batches", default=2000, show_default=True, help="START batches of 500 for the throughput run.")
 @click.option("--no-broker", is_flag=True, help="Only the pure figures (throughput, memory).")
+@click.option("--messages", default=50_000, show_default=True, help="Backlog of the redelivery-throughput run.")
+@click.option("--idle-partitions", type=click.IntRange(min=1), default=None,
+              help="Measure only the idle cost of a tracker owning this many partitions (no broker).")
+@click.option("--idle-tick", default=0.1, show_default=True, type=click.FloatRange(min=0.001),
+              help="tracker.tick of the idle-cost run, seconds.")
+@click.option("--idle-seconds", default=10.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="Measured wall time of the idle-cost run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def command(bootstrap: str | None, batches: int, no_broker: bool, as_json: bool) -> None:
-    """Tracker throughput (pure path), memory, redelivery delay and recovery."""
-    figures = run(bootstrap=bootstrap, batches=batches, broker=not no_broker)
+def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int, idle_partitions: int | None,
+            idle_tick: float, idle_seconds: float, as_json: bool) -> None:
+    """Tracker throughput (pure path), memory, redelivery delay and recovery; or, with
+    --idle-partitions, the idle cost per partition."""
+    if idle_partitions is not None:
+        from kmq.bench.tracker_idle import idle_cost
+
+        figures = {"idle": idle_cost(idle_partitions, idle_tick, idle_seconds)}
+    else:
+        figures = run(bootstrap=bootstrap, batches=batches, broker=not no_broker, messages=messages)
     if as_json:
         click.echo(json.dumps(figures, indent=2))
+        return
+    if "idle" in figures:
+        i = figures["idle"]
+        click.echo(f"idle cost   {i['cpu_pct_of_core']}% of a core with {i['partitions']:,} partitions, no traffic, tick "
+                   f"{i['tick_ms']} ms ({i['cpu_ms_per_step']} ms CPU per step, {i['steps']} steps in {i['seconds']}s); "
+                   f"RSS {i['rss_mb']} MB, {i['rss_kb_per_partition']} KB per partition   target <= 5% at 10,000")
         return
     t = figures["throughput"]
     click.echo(f"throughput  {t['messages_per_s']:,} messages/s ({t['messages']:,} messages, "
@@ -334,5 +360,6 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, as_json: bool)
         click.echo(f"recovery    replayed {r['replayed']:,} of {r['markers_total']:,} markers, ready in {r['ready_s']}s "
                    f"({r['note']})")
         for rt in figures["redelivery_throughput"].values():
-            click.echo(f"redelivery throughput ({rt['client']})  {rt['copies_per_s'] or 0:,} copies/s "
+            per_cpu = f", {rt['copies_per_cpu_s']:,} per CPU-second of the tracker" if rt.get("copies_per_cpu_s") else ""
+            click.echo(f"redelivery throughput ({rt['client']})  {rt['copies_per_s'] or 0:,} copies/s{per_cpu} "
                        f"({rt['redelivered']:,} of {rt['messages']:,} due at once)")

@@ -26,10 +26,13 @@ from kmq.client.api import (
     Delivery,
     GroupConsumerAdapter,
     LogReader,
+    OutRecord,
     Partition,
     ProduceFailed,
     ReadResult,
     Record,
+    SendBatch,
+    UNDECIDED,
     client_of,
     coordinates,
     delivered_at,
@@ -50,6 +53,7 @@ from kmq.client.factory import (
     producer_state_errors,
     SendFailure,
     send_failure,
+    send_many,
 )
 from kmq.core.errors import LogReadError
 
@@ -60,4 +64,5 @@ __all__ = [
     "produce_errors", "Partition", "ReadResult", "Deleted", "LogReader", "LogReadError", "delivered_at", "open_log_reader",
     "refused_record_errors",
     "produce_errors", "producer_state_errors", "SendFailure", "send_failure",
+    "OutRecord", "SendBatch", "UNDECIDED", "send_many",
 ]

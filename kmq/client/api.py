@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from kmq.core.errors import ClientNotInstalled, KmqError
 from kmq.core.ranges import OffsetRange
@@ -33,6 +33,7 @@ __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
     "is_confluent_consumer", "Partition", "ReadResult", "Deleted", "LogReader", "delivered_at",
+    "OutRecord", "SendBatch", "FutureBatch", "ReportedBatch", "UNDECIDED",
 ]
 
 KAFKA_PYTHON = "kafka-python"
@@ -330,6 +331,74 @@ class Delivery:
         if self.exception is not None:
             raise self.exception
         return self.value
+
+
+# ---------------------------------------------------------------- many sends at once
+
+
+class OutRecord(NamedTuple):
+    """One record to produce to an explicit partition (a batch of them:
+    :func:`kmq.client.factory.send_many`). A tuple: one is made per record sent."""
+
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None = None
+
+
+#: The verdict of a send the producer has not decided yet.
+UNDECIDED: Any = type("Undecided", (), {"__repr__": lambda self: "UNDECIDED"})()
+
+
+class SendBatch(Protocol):
+    """Sends started together (:func:`kmq.client.factory.send_many`); once the producer is flushed,
+    ``verdict(i)`` is the verdict on the ``i``-th: None (acknowledged), the exception that failed it
+    (refused before it left, or by the broker), or :data:`UNDECIDED`."""
+
+    def __len__(self) -> int: ...
+
+    def verdict(self, i: int) -> Any: ...
+
+
+class FutureBatch:
+    """A :class:`SendBatch` over one future per send (any producer whose ``send`` returns one)."""
+
+    __slots__ = ("_futures",)
+
+    def __init__(self, futures: list[Any]) -> None:
+        self._futures = futures  # a future, or the exception ``send`` raised
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def verdict(self, i: int) -> Any:
+        fut = self._futures[i]
+        if isinstance(fut, BaseException):
+            return fut
+        if not fut.is_done:
+            return UNDECIDED
+        try:
+            fut.get(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - the send's failure is its verdict
+            return exc
+        return None
+
+
+class ReportedBatch:
+    """A :class:`SendBatch` whose verdicts a producer writes into a list as its delivery reports
+    come in (no future per send: a list slot, filled from the client's report thread)."""
+
+    __slots__ = ("verdicts",)
+
+    def __init__(self, n: int) -> None:
+        self.verdicts: list[Any] = [UNDECIDED] * n
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def verdict(self, i: int) -> Any:
+        return self.verdicts[i]
 
 
 # ---------------------------------------------------------------- choosing the client

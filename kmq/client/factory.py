@@ -10,7 +10,7 @@ import :mod:`kmq.client.api`, never this module).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from kafka import errors as kafka_errors
 from kafka.errors import KafkaError
@@ -18,9 +18,12 @@ from kafka.errors import KafkaError
 from kmq.client.api import (
     CONFLUENT,
     ConsumerAdapter,
+    FutureBatch,
     GroupConsumerAdapter,
     LogReader,
+    OutRecord,
     ProduceFailed,
+    SendBatch,
     client_of,
     is_confluent_consumer,
     require_client,
@@ -30,7 +33,7 @@ from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
-__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "close_producer", "produce_errors",
+__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "send_many", "close_producer", "produce_errors",
            "refused_record_errors", "open_log_reader", "producer_state_errors", "SendFailure", "send_failure"]
 
 
@@ -109,6 +112,23 @@ def producer(kafka: Any, timeout_s: float | None = None, **overrides: Any) -> An
 
         return confluent_producer(kafka, timeout_s, **overrides)
     return clients.producer(kafka, timeout_s, **overrides)
+
+
+def send_many(prod: Any, records: Sequence[OutRecord]) -> SendBatch:
+    """Start producing ``records`` on a producer from :func:`producer`, without waiting; after the
+    producer's ``flush``, the batch tells each one's verdict. On confluent-kafka without a future per
+    record (the delivery reports fill the batch); on kafka-python, one future each. A record refused
+    before it left (too large, unknown partition) has its exception as its verdict."""
+    many = getattr(prod, "send_many", None)
+    if many is not None:
+        return many(records)
+    futures: list[Any] = []
+    for r in records:
+        try:
+            futures.append(prod.send(r.topic, value=r.value, key=r.key, partition=r.partition, headers=r.headers))
+        except Exception as exc:  # noqa: BLE001 - refused before it left: this record only
+            futures.append(exc)
+    return FutureBatch(futures)
 
 
 def close_producer(prod: Any, timeout: float = 5.0) -> None:

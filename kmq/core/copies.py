@@ -195,6 +195,8 @@ def copy_request_size(configured: int, limits: Mapping[str, int | None]) -> tupl
 
 
 def _kept(original: Headers | None) -> list[tuple[str, bytes]]:
+    if not original:
+        return []
     return producible_headers([(k, v) for k, v in original or () if k not in _REPLACED])
 
 

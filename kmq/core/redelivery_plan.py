@@ -38,15 +38,15 @@ from typing import Iterable, Mapping, Protocol, Sequence
 
 from kmq.core.backoff import backoff_delay
 from kmq.core.copies import MAX_ERROR_CHARS, REASON_UNDELIVERABLE, Fallback, Step, copy_problem, fallback
-from kmq.core.lease_state import Action, DueItem, PartitionState
+from kmq.core.lease_state import Action, DueItem, PartitionState, Plan
 from kmq.core.markers import MAX_U32, Outcome
 from kmq.core.message import delivery_count_of
 from kmq.core.ranges import OffsetRange, RangeSet, coalesce
 
 __all__ = [
     "RecordLike", "Send", "SendResult", "SENT", "Defer", "StepPlan", "Settled",
-    "plan", "settle", "retry_at_ms", "retry_delay_s", "wanted_ranges", "closed_chunks", "closed_ranges_limit",
-    "MAX_CLOSED_RANGES",
+    "plan", "settle", "retry_at_ms", "retry_delay_s", "wanted_ranges", "take_chunk", "chunk_offsets", "closed_chunks",
+    "closed_ranges_limit", "MAX_CLOSED_RANGES",
 ]
 
 # Failed attempts are retried after 0.5 s, 1 s, 2 s, ... at most 30 s.
@@ -144,6 +144,46 @@ def wanted_ranges(items: Iterable[DueItem]) -> list[OffsetRange]:
     return RangeSet(r for i in items for r in i.ranges).ranges()
 
 
+def take_chunk(items: Sequence[DueItem], max_offsets: int) -> tuple[list[DueItem], list[DueItem]]:
+    """The first ``max_offsets`` offsets of ``items`` (at least one) and the rest, in order: what the
+    shell reads and sends at once. An item is cut where the chunk ends; both parts keep its lease
+    fields, so every decision about an offset is the same as for the whole item."""
+    chunk: list[DueItem] = []
+    room = max(1, max_offsets)
+    for i, item in enumerate(items):
+        size = item.offset_count
+        if size <= room:
+            chunk.append(item)
+            room -= size
+            if room == 0:
+                return chunk, list(items[i + 1:])
+            continue
+        head, tail = _cut_ranges(item.ranges, room)
+        chunk.append(replace(item, ranges=head))
+        return chunk, [replace(item, ranges=tail), *items[i + 1:]]
+    return chunk, []
+
+
+def chunk_offsets(record_bytes: float, chunk_bytes: int, most: int) -> int:
+    """How many offsets to read at once when records are about ``record_bytes`` each: about
+    ``chunk_bytes`` of them, at least one, at most ``most``."""
+    return max(1, min(most, int(chunk_bytes // max(1.0, record_bytes))))
+
+
+def _cut_ranges(ranges: Sequence[OffsetRange], n: int) -> tuple[tuple[OffsetRange, ...], tuple[OffsetRange, ...]]:
+    """``ranges`` split after their first ``n`` offsets (0 < n < their count)."""
+    head: list[OffsetRange] = []
+    for i, r in enumerate(ranges):
+        if r.count < n:
+            head.append(r)
+            n -= r.count
+            continue
+        if r.count == n:
+            return (*head, r), tuple(ranges[i + 1:])
+        return (*head, OffsetRange(r.first, n)), (OffsetRange(r.first + n, r.count - n), *ranges[i + 1:])
+    return tuple(head), ()
+
+
 def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, RecordLike],
          missing: Iterable[tuple[int, int]], log_end: int | None, now_ms: int) -> StepPlan:
     """Decide for every offset of ``items`` given what the read found (``records`` by offset),
@@ -152,7 +192,10 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
     out = StepPlan(missing=_missing(state, gone, log_end))
     deferred: dict[tuple[int, int], list[int]] = defaultdict(list)
     unread: list[int] = []
+    sends = out.sends
     for item in items:
+        # By delivery count: the decision and the send's fields, the same for every record of the item.
+        decided: dict[int, tuple[Plan, tuple]] = {}
         for r in item.ranges:
             for off in r.offsets():
                 rec = records.get(off)
@@ -161,11 +204,17 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
                         unread.append(off)
                     continue
                 count = delivery_count_of(rec.headers)
-                decision = state.plan(item, count, now_ms)
+                entry = decided.get(count)
+                if entry is None:
+                    decision = state.plan(item, count, now_ms)
+                    entry = decided[count] = (decision, _send_fields(item, count, decision))
+                decision, fields = entry
                 if decision.action is Action.WAIT:
                     deferred[(decision.until_ms, count)].append(off)
+                elif decision.action is Action.DEAD_LETTER or copy_problem(rec.key, rec.value) is None:
+                    sends.append(Send(off, *fields))
                 else:
-                    out.sends.append(_first_send(item, off, rec, count, decision.action, decision.dlq_reason))
+                    sends.append(_first_send(item, off, rec, count, decision.action, decision.dlq_reason))
     out.defer = [Defer(tuple(coalesce(offs)), until, count) for (until, count), offs in deferred.items()]
     out.unread = state.open_within(coalesce(unread)) if unread else []
     if out.unread:
@@ -206,6 +255,14 @@ def _missing(state: PartitionState, missing: RangeSet, log_end: int | None) -> l
     if log_end is not None:
         gone += state.open_from(log_end)
     return state.open_within(RangeSet(gone)) if gone else []
+
+
+def _send_fields(item: DueItem, count: int, decision: Plan) -> tuple:
+    """The fields after the offset of the :class:`Send` a record of ``item`` gets (as
+    :func:`_first_send` makes it for a record that can be copied as it is)."""
+    if decision.action is Action.DEAD_LETTER:
+        return (Step.DEAD_LETTER, count, decision.dlq_reason or "timeout", item.error, item.due_ms, item.failures)
+    return (Step.COPY, count, item.reason.value, "", item.due_ms, item.failures)
 
 
 def _first_send(item: DueItem, offset: int, rec: RecordLike, count: int, action: Action,

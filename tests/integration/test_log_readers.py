@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -103,3 +104,34 @@ def test_a_broker_pause_during_a_read_delays_it_and_never_reports_offsets_missin
             reader.close()
     finally:
         p.close()
+
+
+def test_confluent_reads_of_a_partition_read_before_fetch_at_once_without_probing_the_log_start(queue_topics):
+    """The tracker reads a backlog chunk after chunk, producing copies in between. librdkafka fetched
+    nothing for a partition resumed after its new assignment until the read probed the log start
+    (0.6 s later): it then assigned the partition at the log start (a probe) on most reads."""
+    cfg, q = queue_topics(partitions=1)
+    p = clients.producer(cfg.kafka, linger_ms=20)
+    for i in range(20_000):
+        p.send(q.name, value=b"x" * 100, partition=0)
+    p.flush()
+    p.close()
+    reader = _reader(cfg, "confluent")
+    import confluent_kafka
+
+    assigned: list[int] = []
+    real_assign = reader._assign
+
+    def assign(at, active, fresh):
+        assigned.extend(at.values())
+        real_assign(at, active, fresh)
+
+    reader._assign = assign
+    try:
+        for first in range(0, 20_000, 2000):
+            got = reader.read(q.name, 0, [(first, 2000)])
+            assert sorted(got.records) == list(range(first, first + 2000))
+            time.sleep(0.05)  # the tracker produces the chunk's copies before it reads the next one
+    finally:
+        reader.close()
+    assert confluent_kafka.OFFSET_BEGINNING not in assigned, assigned

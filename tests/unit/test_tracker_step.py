@@ -238,3 +238,26 @@ def test_a_pause_after_which_the_client_already_revoked_everything_drops_no_view
     h.steps(1)
     assert h.metric("stale_views") == 0 and not h.tracker._owned
     assert "the process stood still for 30.0s" in caplog.text and "no partition is held any more" in caplog.text
+
+
+def test_an_idle_step_visits_no_partition_and_a_due_one_is_served_alone(monkeypatch):
+    from kmq.core.lease_state import PartitionState
+
+    asked: list[tuple[str, int]] = []  # (what, partition) for every question put to a partition's state
+    h = Harness(monkeypatch)
+    h.steps(2)  # positioned and caught up on empty partitions
+    partition_of = {id(o.state): o.partition for o in h.tracker._owned.values()}
+    for name in ("due", "committable_offset", "next_due_ms", "oldest_age_s"):
+        def asking(self, *args, _name=name, _real=getattr(PartitionState, name), **kwargs):
+            asked.append((_name, partition_of[id(self)]))
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(PartitionState, name, asking)
+    h.steps(40)  # two seconds: two commit intervals, two metrics updates
+    assert asked == []
+    m, now_ms = h.q.markers_topic, int(h.time.wall * 1000)
+    h.kafka.append(h.q.name, 1, b"k", b"v")
+    h.kafka.marker(m, 1, Start([(0, 1)], lease_ms=1000, owner="w"), ts_ms=now_ms)
+    h.steps(40)
+    assert h.copies()[1] == 1 and len(h.closed(1)) == 1
+    assert {p for _, p in asked} == {1}, asked
+    assert [what for what, _ in asked].count("due") == 1  # asked once: when it was due

@@ -16,11 +16,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kafka import errors as kp_errors
 
-from kmq.client.api import CONFLUENT, ClientCommitFailed, Delivery, Partition, Record, require_client
+from kmq.client.api import (
+    CONFLUENT,
+    ClientCommitFailed,
+    Delivery,
+    OutRecord,
+    Partition,
+    Record,
+    ReportedBatch,
+    require_client,
+)
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
@@ -154,6 +164,27 @@ class ConfluentProducer:
             except KafkaException as exc:  # refused before it left (too large, unknown partition)
                 raise as_kafka_python_error(exc.args[0], f"{topic}: ") from exc
 
+    def send_many(self, records: Sequence[OutRecord]) -> ReportedBatch:
+        """Start producing ``records``; their verdicts arrive in the returned batch (see
+        :class:`~kmq.client.api.ReportedBatch`): one list slot a record, no future, no lock."""
+        batch = ReportedBatch(len(records))
+        verdicts, produce, poll = batch.verdicts, self.raw.produce, self.raw.poll
+        for i, r in enumerate(records):
+            report = partial(_report_into, verdicts, i, r.topic)
+            while True:
+                try:
+                    if r.headers:
+                        produce(r.topic, r.value, r.key, r.partition, on_delivery=report, headers=r.headers)
+                    else:
+                        produce(r.topic, r.value, r.key, r.partition, on_delivery=report)
+                    break
+                except BufferError:  # local queue full: wait for deliveries to drain it
+                    poll(0.05)
+                except KafkaException as exc:  # refused before it left (too large, unknown partition)
+                    verdicts[i] = as_kafka_python_error(exc.args[0], f"{r.topic}: ")
+                    break
+        return batch
+
     def flush(self, timeout: float | None = None) -> None:
         left = self.raw.flush(-1 if timeout is None else max(0.0, timeout))
         if left:
@@ -177,6 +208,10 @@ class ConfluentProducer:
                 if not self._poller.is_alive():  # never under a poll() of the serving thread
                     self.raw.close()
             _flush_logs(self._log_bridge)
+
+
+def _report_into(verdicts: list, i: int, topic: str, err: Any, _msg: Any) -> None:
+    verdicts[i] = None if err is None else as_kafka_python_error(err, f"{topic}: ")
 
 
 def _flush_logs(bridge: Any) -> None:

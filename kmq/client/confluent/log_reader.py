@@ -77,7 +77,7 @@ class ConfluentLogReader:
             for m in batch:
                 off = m.offset()
                 if off in wanted:
-                    found[off] = _record(m)
+                    found[off] = Record(topic, partition, off, m.key(), m.value(), m.headers() or [], m.timestamp()[1])
         return read_result(wanted, found, done[(topic, partition)])
 
     def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
@@ -202,8 +202,8 @@ class ConfluentLogReader:
         # A new assignment: librdkafka drops the responses of the old one, but keeps their marks cached,
         # and a partition paused by an earlier read stays paused.
         tps = [TopicPartition(t, p, at[(t, p)]) for t, p in sorted(active)]
-        self._consumer.assign(tps)
         self._consumer.resume(tps)
+        self._consumer.assign(tps)
         fresh.clear()
 
     def _cached_mark(self, tp: Partition) -> int | None:

@@ -1,0 +1,146 @@
+"""``kmq bench tracker --idle-partitions N``: what an idle tracker costs per partition.
+
+The real :class:`~tracker.service.Tracker` and its real main loop
+(:meth:`~tracker.service.Tracker.step`, metrics and commits included) over
+``N`` markers partitions with no traffic, at a given tick. Only the edges are
+stand-ins: a markers consumer whose fetch waits out its timeout and returns
+nothing (what a poll of an idle topic does), log readers that report every
+partition at its committed offset, and a producer that is never used. So the
+figure is the tracker's own cost; the Kafka client's cost of fetching ``N``
+idle partitions comes on top (librdkafka's threads are cheap at idle,
+kafka-python's fetch loop is not).
+
+Printed: CPU time of the process as a share of one core over the measured
+wall time, CPU time per step, and the RSS the partitions add (per partition).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+__all__ = ["idle_cost", "IdleConsumer", "IdleReader"]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0  # pragma: no cover - no /proc
+
+
+class IdleConsumer:
+    """A markers consumer of idle partitions: ``fetch`` waits out its timeout and returns nothing."""
+
+    def __init__(self) -> None:
+        self._wake = threading.Event()
+        self._positions: dict[tuple[str, int], int] = {}
+        self.commits = 0
+
+    def fetch(self, timeout: float, max_records: int) -> list:
+        self._wake.wait(timeout)
+        return []
+
+    def committed(self, tps: list) -> dict:
+        return {tp: 0 for tp in tps}
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._positions[(topic, partition)] = offset
+
+    def seek_to_beginning(self, tps: list) -> None:
+        for tp in tps:
+            self._positions[tp] = 0
+
+    def position(self, topic: str, partition: int) -> int | None:
+        return self._positions.get((topic, partition), 0)
+
+    def highwater(self, topic: str, partition: int) -> int | None:
+        return 0
+
+    def commit(self, offsets: dict) -> None:
+        self.commits += 1
+
+    def close(self) -> None:
+        self._wake.set()
+
+
+class IdleReader:
+    """A log reader of idle partitions: every log ends at offset 0."""
+
+    def high_waters(self, starts: dict) -> dict:
+        return {k: 0 for k in starts}
+
+    def partition_count(self, topic: str) -> int:
+        return 1
+
+    def close(self) -> None:
+        pass
+
+
+class _NoProducer:
+    def send(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - idle: nothing is due
+        raise AssertionError("an idle tracker produced something")
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    def close(self, timeout: float = 0.0) -> None:
+        pass
+
+
+def _tracker(partitions: int, tick_s: float) -> Any:
+    """A real Tracker on idle edges, ``partitions`` markers partitions assigned to it."""
+    from kmq.config import Config
+    from tracker.membership import MembershipCheck, PauseWatch
+    from tracker.redeliver import Redeliverer
+    from tracker.service import Tracker
+
+    cfg = Config.from_dict({
+        "kafka": {"bootstrap_servers": "127.0.0.1:9"},
+        "queues": [{"name": "idle"}],
+        "tracker": {"group_id": "idle-tracker", "tick": f"{tick_s}s", "http_port": 0},
+    })
+    t = Tracker(cfg, http_host="127.0.0.1")
+    kafka = cfg.kafka
+    t._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, 300.0, PauseWatch(), time.monotonic)
+    t._consumer = IdleConsumer()
+    t._reader = t._hw_reader = IdleReader()
+    t._producer = _NoProducer()
+    t._redeliverer = Redeliverer(t._producer, t._reader, t.metrics, t._now_ms)
+    t._next_commit = t._next_metrics = time.monotonic()
+    topic = cfg.queues[0].markers_topic
+    t._on_assigned({(topic, p) for p in range(partitions)})
+    return t
+
+
+def idle_cost(partitions: int = 10_000, tick_s: float = 0.1, seconds: float = 5.0) -> dict:
+    """CPU share of one core and RSS per partition of an idle tracker over ``partitions``."""
+    import tracker.service  # noqa: F401 - imported before the baseline: RSS per partition, not per import
+
+    base = _rss_mb()
+    t = _tracker(partitions, tick_s)
+    t._membership.pauses.start()
+    try:
+        deadline = time.monotonic() + 60
+        delay = 0.0
+        while not t.ready()[0]:  # positioning and catch-up are not idle cost
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"idle tracker not ready: {t.ready()[1]}")
+            delay = t.step(0.0)
+        delay = t.step(0.0)  # the first metrics pass creates every label child: not idle either
+        held = _rss_mb()
+        steps = 0
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        end = wall0 + seconds
+        while time.monotonic() < end:
+            delay = t.step(min(delay, max(0.0, end - time.monotonic())))
+            steps += 1
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    finally:
+        t._membership.pauses.stop()
+    rss = _rss_mb()
+    return {"partitions": partitions, "tick_ms": round(tick_s * 1000), "seconds": round(wall, 2), "steps": steps,
+            "cpu_pct_of_core": round(100 * cpu / wall, 2), "cpu_ms_per_step": round(1000 * cpu / max(1, steps), 3),
+            "rss_mb": round(rss, 1), "rss_kb_per_partition": round(1024 * (max(held, rss) - base) / partitions, 2)}

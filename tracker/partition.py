@@ -1,0 +1,86 @@
+"""One markers partition the tracker owns, and its per-partition gauges.
+
+:class:`OwnedPartition` is what the service (:mod:`tracker.service`) keeps per
+assigned partition beside its pure :class:`~kmq.core.lease_state.PartitionState`:
+where catch-up stands, the last commit, when it was last served. Its gauges'
+label children are made once and kept, so publishing a partition costs a few
+``set`` calls, not a label look-up each.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from kmq.client import Partition
+from kmq.config import QueueConfig
+from kmq.core.lease_state import PartitionState
+from kmq.core.retention import retention_used
+from kmq.telemetry.metrics import TrackerMetrics
+
+__all__ = ["OwnedPartition", "publish_gauges"]
+
+log = logging.getLogger(__name__)
+
+# Share of the markers retention an open START may use before the tracker warns.
+_RETENTION_WARN = 0.5
+
+
+@dataclass
+class OwnedPartition:
+    """One assigned markers partition."""
+
+    queue: QueueConfig
+    tp: Partition  # (markers topic, partition)
+    state: PartitionState
+    target: int | None = None  # high-water mark seen at assignment
+    caught_up: bool = False
+    committed: int | None = None
+    bad_logged: bool = False
+    positioned: bool = False  # sought to the committed offset after assignment
+    resume_from: int | None = None  # committed offset sought to; checked against the first record read
+    retention_warned: bool = False
+    served: float = 0.0  # monotonic time its due messages were last handed to the redeliverer
+    gauges: tuple | None = None  # its label children of the per-partition gauges (made at the first publish)
+
+    @property
+    def topic(self) -> str:
+        return self.tp[0]
+
+    @property
+    def partition(self) -> int:
+        return self.tp[1]
+
+
+def publish_gauges(owned: OwnedPartition, metrics: TrackerMetrics, highwater: Callable[[str, int], int | None],
+                   now_ms: int) -> bool:
+    """Set ``owned``'s gauges from its state (``highwater``: the markers consumer's mark of a
+    partition); warn once when an open START nears the markers retention. Returns whether it has
+    messages in flight (then its age and retention use keep changing)."""
+    m = metrics
+    if owned.gauges is None:
+        labels = (owned.queue.name, str(owned.partition))
+        owned.gauges = tuple(g.labels(*labels) for g in (m.in_flight, m.oldest_in_flight_seconds, m.failing_offsets,
+                                                         m.retention_used_ratio, m.marker_lag))
+    in_flight, oldest, failing, retention, lag = owned.gauges
+    state = owned.state
+    in_flight.set(state.in_flight)
+    oldest.set(state.oldest_age_s(now_ms))
+    failing.set(state.failing)
+    used = retention_used(state.oldest_started_ms(), now_ms, int(owned.queue.markers_retention * 1000))
+    retention.set(used)
+    if used >= _RETENTION_WARN and not owned.retention_warned:
+        owned.retention_warned = True
+        log.warning("%s[%d]: an open START has used %.0f%% of the markers retention (START marker offset %s); "
+                    "if it is not closed before the retention (%gh: queues[].markers_retention, default "
+                    "topics.markers_retention) deletes it, its messages are lost. See docs/operations.md "
+                    "(KmqOpenStartNearRetention)", owned.topic, owned.partition, used * 100,
+                    state.committable_offset(), owned.queue.markers_retention / 3600)
+    elif used < _RETENTION_WARN:
+        owned.retention_warned = False
+    hw = highwater(owned.topic, owned.partition)
+    pos = state.position
+    if hw is not None and pos is not None:
+        lag.set(max(0, hw - pos))
+    return state.in_flight > 0
