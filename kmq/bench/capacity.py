@@ -48,9 +48,10 @@ class Costs:
     markers_per_message: float = 0.022
     marker_bytes: float = 60.0  # a START/END record with a few ranges, key and headers included
     tracker_markers_per_s: float = 1_870_000.0  # kmq bench tracker: markers decoded + applied, one core
-    tracker_copies_per_s: float = 31_900.0  # kmq bench tracker: copies produced for a due backlog (confluent)
+    tracker_copies_per_s: float = 67_000.0  # kmq bench tracker: copies produced for a due backlog (confluent)
     tracker_bytes_per_in_flight: float = 8.0  # kmq bench tracker: 1M in flight with ack holes: 42.5 - 35.3 MB
     tracker_base_mb: float = 36.0  # a tracker process with nothing in flight (interpreter and imports)
+    tracker_bytes_per_partition: float = 5_000.0  # kmq bench tracker --idle-partitions: RSS per partition held
     spark_markers_per_core_s: float = 105_000.0  # kmq bench spark: 210,040 steady markers/s at local[2]
 
 
@@ -106,7 +107,8 @@ def plan(load: Load, costs: Costs = Costs()) -> Plan:
     replicas = min(replicas, load.partitions)
     in_flight = (load.msgs_per_s * (load.processing_s + load.ack_flush_s)
                  + load.msgs_per_s * load.failure_share * load.lease_s)
-    memory_each = costs.tracker_base_mb + in_flight / replicas * costs.tracker_bytes_per_in_flight / 1e6
+    memory_each = (costs.tracker_base_mb + in_flight / replicas * costs.tracker_bytes_per_in_flight / 1e6
+                   + math.ceil(load.partitions / replicas) * costs.tracker_bytes_per_partition / 1e6)
     spark = max(1, math.ceil(markers * spare / costs.spark_markers_per_core_s))
     notes.append(f"tracker replicas: {by_markers:.2f} by markers applied, {by_copies:.2f} by copies produced")
     notes.append(f"in flight: {load.msgs_per_s:,.0f}/s x {load.processing_s + load.ack_flush_s:g} s processing and "

@@ -31,11 +31,19 @@ def test_failures_drive_copies_markers_and_the_tracker_replicas():
 
 
 def test_tracker_memory_counts_in_flight_work_and_timed_out_leases():
-    costs = Costs(tracker_bytes_per_in_flight=40, tracker_base_mb=45)
+    costs = Costs(tracker_bytes_per_in_flight=40, tracker_base_mb=45, tracker_bytes_per_partition=0)
     p = plan(Load(msgs_per_s=100_000, failure_share=0.01, processing_s=0.4, ack_flush_s=0.1, lease_s=30), costs)
     assert p.tracker_in_flight == pytest.approx(100_000 * 0.5 + 1_000 * 30)
     assert p.tracker_memory_mb_each == pytest.approx(45 + p.tracker_in_flight / p.tracker_replicas * 40 / 1e6)
     assert p.crash_recovery_s == pytest.approx(p.tracker_in_flight / (p.tracker_replicas * costs.tracker_copies_per_s))
+
+
+def test_each_tracker_holds_its_share_of_the_partitions():
+    costs = Costs(tracker_bytes_per_in_flight=0, tracker_base_mb=30, tracker_bytes_per_partition=5_000,
+                  tracker_copies_per_s=1_000)
+    p = plan(Load(msgs_per_s=100_000, partitions=1000, failure_share=0.03, headroom=0.0), costs)
+    assert p.tracker_replicas == 3  # 3,000 copies/s at 1,000 each
+    assert p.tracker_memory_mb_each == pytest.approx(30 + 334 * 5_000 / 1e6)
 
 
 def test_a_load_without_messages_is_refused():
