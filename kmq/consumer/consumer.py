@@ -135,7 +135,7 @@ class KmqConsumer:
 
     def _init_fetcher(self, cfg: Config) -> None:
         """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
-        self._pipeline = FetchPipeline.for_kafka(cfg.kafka)
+        self._pipeline = FetchPipeline.for_kafka(cfg.kafka, self.queue.lease)
         self._do: dict[type, Callable[[Any], None]] = {
             WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
             GiveBack: self._give_back, SeekBack: self._seek_back}

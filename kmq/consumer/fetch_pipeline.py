@@ -136,11 +136,16 @@ class FetchPipeline:
         and fetched again (rather than stall their partitions).
     :param backpressure_poll: seconds without room before the fetcher polls with every
         partition paused (a rebalance needs every member to poll).
+    :param max_head_wait: seconds the oldest pending batch may wait for its START answer or
+        commit before the fetcher stops fetching (polls with every partition paused) until it
+        moves: batches fetched behind a stuck head cannot be handed over either, and each of
+        their STARTs is a lease that, run out unhanded, becomes a copy. None: no limit.
     """
 
     def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = MAX_COMMIT_TRIES,
-                 backpressure_poll: float = BACKPRESSURE_POLL) -> None:
+                 backpressure_poll: float = BACKPRESSURE_POLL, max_head_wait: float | None = None) -> None:
         self.start_timeout = start_timeout
+        self.max_head_wait = max_head_wait
         self.commit_timeout = commit_timeout
         self.max_commit_tries = max_commit_tries
         self.backpressure_poll = backpressure_poll
@@ -159,11 +164,13 @@ class FetchPipeline:
         self._blocked_since: float | None = None  # since when there is no room to fetch
 
     @classmethod
-    def for_kafka(cls, kafka: KafkaConfig) -> "FetchPipeline":
-        """The pipeline a consumer with these Kafka settings runs (its timeouts follow the client's)."""
+    def for_kafka(cls, kafka: KafkaConfig, lease: float | None = None) -> "FetchPipeline":
+        """The pipeline a consumer with these Kafka settings runs (its timeouts follow the client's);
+        with the queue's ``lease``, no fetching while the oldest batch has waited half of it."""
         # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
         return cls(start_timeout=kafka.connect_timeout + 2.0,
-                   commit_timeout=kafka.session_timeout + kafka.connect_timeout)
+                   commit_timeout=kafka.session_timeout + kafka.connect_timeout,
+                   max_head_wait=None if lease is None else lease / 2)
 
     # ------------------------------------------------------------ events
     def polled(self, messages: list[KmqMessage], now: float) -> list[Any]:
@@ -252,7 +259,14 @@ class FetchPipeline:
         # Short polls while batches are between START and hand-over, so they move on soon; long
         # ones while a commit is retried: that is what lets kafka-python complete the rebalance.
         timeout = 0.5 if self.commit_retrying else 0.005 if self.pending else 0.1 if room > 0 else 0.05
+        if self._head_stuck(now):
+            return PollStep(0.0, 1, timeout, True)
         return PollStep(0.0, room if room > 0 else 1, timeout, room <= 0)
+
+    def _head_stuck(self, now: float) -> bool:
+        """The oldest pending batch has waited past ``max_head_wait`` (see the constructor)."""
+        return (self.max_head_wait is not None and bool(self.pending)
+                and now - self.pending[0].fetched_at > self.max_head_wait)
 
     def stale(self, partition: int, gen: int) -> bool:
         """Whether ``partition`` was revoked after something was fetched at generation ``gen``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from kmq.config import Config
 from kmq.consumer.fetch_batch import GIVEN_BACK
 from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
 from kmq.core.message import KmqMessage
@@ -261,3 +262,21 @@ def test_without_room_a_pending_batch_is_waited_for_rather_than_polled_past():
     fetch(pipe, {0: range(0, 3)})
     pipe.next_poll(room=0, now=0.0)
     assert pipe.next_poll(room=0, now=5.0).wait > 0
+
+
+def test_behind_a_batch_stuck_longer_than_half_the_lease_nothing_more_is_fetched():
+    # A START whose answer is lost holds every later batch (commits go in fetch order). Batches
+    # fetched meanwhile got STARTs whose leases ran out unhanded: one copy each, and under a long
+    # stall those copies were fetched and STARTed too (the simulator's seed 11399).
+    pipe = FetchPipeline.for_kafka(Config.from_dict({}).kafka, lease=30.0)
+    pipe.assigned({0})
+    head = fetch(pipe, {0: range(0, 3)}, now=0.0)
+    assert not pipe.next_poll(room=100, now=14.9).pause_all
+    stuck = pipe.next_poll(room=100, now=15.1)
+    assert stuck.pause_all and stuck.max_records == 1 and stuck.wait == 0  # the membership is kept alive
+    out = pipe.start_answered(head, None, 15.2)
+    assert kinds(out) == ["Commit"]
+    assert pipe.next_poll(room=100, now=15.3).pause_all  # the commit in flight still holds the head
+    pipe.commit_answered(None, 15.4)
+    assert not pipe.next_poll(room=100, now=15.5).pause_all  # moved on: fetching again
+    assert FetchPipeline.for_kafka(Config.from_dict({}).kafka).max_head_wait is None

@@ -61,7 +61,7 @@ class Worker:
                                 on_revoked=lambda tps: self._rebalances.append((False, tps)))
         self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
         self.owner = f"{self.name}#{self.incarnation}"
-        self.pipeline = FetchPipeline.for_kafka(self.world.config.kafka)
+        self.pipeline = FetchPipeline.for_kafka(self.world.config.kafka, self.world.workload.lease)
         self._rebalances: list[tuple[bool, set]] = []  # callbacks that ran inside a poll, not reported yet
         self._commit: Any = None  # the commit in flight
         self._held = 0  # messages handed over, not settled
@@ -85,7 +85,8 @@ class Worker:
         poll = self.pipeline.next_poll(room, c.t())
         if poll.wait:
             return
-        records = self.consumer.fetch(0.0, poll.max_records if room else 0, self._message)
+        # pause_all: every partition paused (no room, or a commit retried): the poll only keeps the membership
+        records = self.consumer.fetch(0.0, 0 if poll.pause_all else poll.max_records, self._message)
         self._feed_rebalances()  # they ran inside that poll: its records belong to the assignment after them
         self._run(self.pipeline.polled(records, c.t()))
 
