@@ -239,11 +239,17 @@ class Redeliverer:
         the records it holds reach :data:`_ROUND_BYTES` (memory stays bounded)."""
         pending = _Round()
         rest = list(items)
+        log_end: int | None = None
         while rest:
             size = self._record_bytes.get(queue.name, self._max_request_size)
-            chunk, rest = take_chunk(rest, chunk_offsets(size, _CHUNK_BYTES, _READ_CHUNK))
+            most = chunk_offsets(size, _CHUNK_BYTES, _READ_CHUNK)
+            if log_end is not None and rest[0].ranges[0].first >= log_end:
+                # Past the log end everything is missing: one read closes it all (a START naming
+                # billions of offsets the queue never had must not be read 10,000 at a time).
+                most = sum(it.offset_count for it in rest)
+            chunk, rest = take_chunk(rest, most)
             try:
-                self._read_and_start(queue, partition, state, chunk, pending, report)
+                log_end = self._read_and_start(queue, partition, state, chunk, pending, report)
             except (LogReadError, OSError, *client_api.produce_errors()) as exc:
                 # What was started is judged and closed first; only the offsets not yet planned are retried.
                 self._finish(queue, partition, state, pending, report)
@@ -257,7 +263,9 @@ class Redeliverer:
         self._finish(queue, partition, state, pending, report)
 
     def _read_and_start(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-                        pending: "_Round", report: RedeliveryReport) -> None:
+                        pending: "_Round", report: RedeliveryReport) -> int | None:
+        """Read ``items``' originals, plan them and start their sends; returns the log end the read
+        ran into (None: it did not)."""
         read = self._reader.read(queue.name, partition, wanted_ranges(items))
         if read.records:
             self._record_bytes[queue.name] = sum(len(r.value or b"") + len(r.key or b"")
@@ -277,6 +285,7 @@ class Redeliverer:
                         "they stay open and are retried", n, queue.name, partition)
         if step.sends:
             pending.add(self._start_all(queue, partition, read.records, step.sends, now))
+        return read.log_end
 
     def _finish(self, queue: QueueConfig, partition: int, state: PartitionState, pending: "_Round",
                 report: RedeliveryReport) -> None:

@@ -124,6 +124,9 @@ class ShareSettings:
         """The kmq configuration of a consumer of ``topic`` (its queue settings from ``base``
         unless a ``kmq.*`` key overrides them). Raises :class:`ConfigError` for a bad value."""
         data = self.base.to_dict(redact=False) if self.base is not None else {}
+        # A share group's lock is not extended while a record is held (lock renewal, KIP-1222, is
+        # not in the Python client): no automatic renewal unless kmq.auto.renew or kmq.config asks.
+        data.setdefault("consumer", {}).setdefault("auto_renew", False)
         for section, values in self.sections.items():
             data.setdefault(section, {}).update(values)
         data.setdefault("consumer", {})["group_id"] = self.group_id

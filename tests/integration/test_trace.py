@@ -79,7 +79,9 @@ def _by_copy(t: dict) -> dict:
 
 
 def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
-    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, consumer={"ack_flush_interval": "50ms"})
+    # auto_renew off: the "timeout" message is left to let its lease lapse.
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"},
+                          consumer={"ack_flush_interval": "50ms", "auto_renew": False})
     from kafka import KafkaProducer
 
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
