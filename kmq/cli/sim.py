@@ -30,9 +30,10 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
     # The tracker's and the workers' warnings (sends and commits retried under the faults) are
     # expected here; -v shows them.
     root = click.get_current_context().find_root()
-    if not root.params.get("verbose"):
-        for name in ("tracker", "kmq.consumer"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+    quieted = [] if root.params.get("verbose") else [logging.getLogger(n) for n in ("tracker", "kmq.consumer")]
+    levels = [lg.level for lg in quieted]
+    for lg in quieted:
+        lg.setLevel(logging.ERROR)
 
     def show(r: SeedResult) -> None:
         if not r.ok:
@@ -40,7 +41,11 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
         elif not quiet:
             click.echo(r.summary())
 
-    report = search(range(start, start + seeds), workload, on_result=show)
+    try:
+        report = search(range(start, start + seeds), workload, on_result=show)
+    finally:  # the command may run inside another program (tests, a notebook): leave its logging as found
+        for lg, level in zip(quieted, levels):
+            lg.setLevel(level)
     failed = report.failures
     click.echo(f"{len(report.results)} seed(s) [{start}..{start + seeds - 1}], {len(failed)} with violations "
                f"({sum(len(r.violations) for r in failed)} in all), {report.rate:.1f} schedules/s")

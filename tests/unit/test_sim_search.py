@@ -107,8 +107,13 @@ def test_the_search_finds_a_planted_stale_high_water_in_the_tracker_reader(loop)
 
 
 def test_the_sim_command_prints_each_seed_and_a_summary():
+    import logging
+
+    levels = {n: logging.getLogger(n).level for n in ("tracker", "kmq.consumer")}
     res = CliRunner().invoke(cli, ["sim", "--seeds", "3", "--start", "5", "--messages", "10"])
     assert res.exit_code == 0, res.output
+    # It quiets the expected warnings while it runs, and leaves the process's logging as it found it.
+    assert {n: logging.getLogger(n).level for n in levels} == levels
     assert "seed 5: ok" in res.output and "seed 7: ok" in res.output
     assert "3 seed(s) [5..7], 0 with violations" in res.output and "schedules/s" in res.output
 
