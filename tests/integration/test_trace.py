@@ -71,11 +71,22 @@ def _trace_json(bootstrap, cfg, q, *args) -> list[dict]:
 
 
 def _by_copy(t: dict) -> dict:
-    """Kinds of each queue copy's events in order, the dead letters under "dlq"."""
+    """Kinds of each queue copy's events in order, the dead letters under "dlq".
+
+    RENEWs are checked and left out: a consumer renews what it fetched but has not yet
+    handed over once half a lease has passed, so a copy that waits in the prefetch
+    buffer on a loaded machine legitimately has one between its START and its
+    settlement, and a copy that does not wait has none."""
     out: dict = {}
     for e in t["events"]:
         out.setdefault("dlq" if e["kind"] == "dead-lettered" else e["offset"], []).append(e["kind"])
-    return out
+    for kinds in out.values():
+        renews = [i for i, k in enumerate(kinds) if k == "renew"]
+        if renews:
+            assert "start" in kinds and kinds.index("start") < renews[0], kinds
+            settled = [i for i, k in enumerate(kinds) if k in ("ack", "nack", "reject", "lease-expired")]
+            assert not settled or renews[-1] < settled[0], kinds
+    return {k: [kind for kind in kinds if kind != "renew"] for k, kinds in out.items()}
 
 
 def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
@@ -125,7 +136,7 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
 
     a = traces["ack"]
     assert (a["state"], a["key"], a["deliveries"]) == ("acked", "ack", 1)
-    assert [e["kind"] for e in a["events"]] == ["delivered", "start", "ack"]
+    assert _by_copy(a) == {0: ["delivered", "start", "ack"]}
     assert a["events"][0]["via"] == "first delivery" and a["events"][1]["lease_ms"] == 1000
     assert a["events"][1]["owner"]
 
@@ -144,9 +155,9 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     assert o["state"] == "acked"
     assert _by_copy(o) == {c0: ["delivered", "start", "lease-expired", "closed", "late-ack"],
                            c1: ["delivered", "start", "ack"]}
-    start = next(e for e in o["events"] if e["kind"] == "start")
     expired = next(e for e in o["events"] if e["kind"] == "lease-expired")
-    assert expired["ts_ms"] == start["ts_ms"] + 1000
+    last_lease = [e for e in o["events"] if e["kind"] in ("start", "renew") and e["offset"] == c0][-1]
+    assert expired["ts_ms"] == last_lease["ts_ms"] + last_lease["lease_ms"]
     assert next(e for e in o["events"] if e["kind"] == "late-ack")["closed_as"] == "redelivered"
 
     r = traces["reject"]
