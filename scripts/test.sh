@@ -12,4 +12,8 @@ ensure_redis
 ensure_promtool
 ensure_chromium
 ensure_stunnel
-exec .venv/bin/python -m pytest "$@"
+# Two test processes (pytest-xdist): most integration tests wait on the broker, not the CPU.
+# Each process starts its own embedded broker and Redis; the Spark tests share one process
+# (conftest.py groups them) so two JVMs never compete. KMQ_TEST_WORKERS=0 runs in one process;
+# a later -n in the arguments wins.
+exec .venv/bin/python -m pytest -n "${KMQ_TEST_WORKERS:-2}" --dist loadgroup "$@"
