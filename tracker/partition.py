@@ -35,6 +35,11 @@ class OwnedPartition:
     tp: Partition  # (markers topic, partition)
     state: PartitionState
     target: int | None = None  # high-water mark seen at assignment
+    target_ms: int = 0  # wall-clock time just before ``target`` was asked for
+    # Every marker appended before this wall-clock time (ms) has been applied: a lease is judged
+    # over only up to it, never on an END or RENEW still unread (0: nothing known yet).
+    read_through_ms: int = 0
+    recheck_ms: int = 0  # not behind its markers: ask again no sooner than this (ms)
     caught_up: bool = False
     committed: int | None = None
     bad_logged: bool = False

@@ -299,12 +299,14 @@ class Tracker:
         began = self._mono()
         due = [self._owned[tp] for tp in self._schedule.pop_due(self._now_ms()) if tp in self._owned]
         due.sort(key=lambda o: o.served)
+        self._read_through(due)
         for i, owned in enumerate(due):
             if self._stopping.is_set() or self._mono() - began >= _STEP_BUDGET_S:
                 for later in due[i:]:
                     self._touched(later)  # still due: served first next step
                 return
-            items = owned.state.due(self._now_ms(), limit=_DUE_LIMIT) if owned.caught_up else []
+            horizon = min(self._now_ms(), owned.read_through_ms)
+            items = owned.state.due(horizon, limit=_DUE_LIMIT) if owned.caught_up else []
             copies = self._redeliver(owned, items) if items else 0
             if items:
                 owned.served = self._mono()
@@ -312,6 +314,39 @@ class Tracker:
             if items and self._membership_in_doubt(f"while {owned.topic}[{owned.partition}] was redelivered",
                                                    owned.queue, copies):
                 return
+
+    def _read_through(self, due: list[OwnedPartition]) -> None:
+        """Move the read-through time of the ``due`` partitions that need it to now, where the
+        position has reached the log end: a tracker behind its markers (a slow fetch, a burst
+        larger than it reads per step) must not take an END or RENEW it has not read yet for a
+        lapsed lease. One batched log-end look-up, only when something is due past what is known."""
+        now = self._now_ms()
+        ask = []
+        for o in due:
+            nd = o.state.next_due_ms()
+            if o.caught_up and nd is not None and o.read_through_ms < min(now, nd) and o.recheck_ms <= now:
+                ask.append(o)
+        if not ask:
+            return
+        again = now + max(50, int(self.cfg.tracker.tick * 1000))
+        try:
+            ends = self._hw_reader.high_waters({o.tp: o.state.position for o in ask})
+        except LogReadError as exc:
+            for o in ask:
+                o.recheck_ms = again
+            log.warning("the end of %s was not read (%s): leases there are judged once it is",
+                        _names(o.tp for o in ask), exc)
+            return
+        behind = []
+        for o in ask:
+            end, pos = ends.get(o.tp), o.state.position
+            if end is not None and pos is not None and pos >= end:
+                o.read_through_ms = now
+            else:
+                o.recheck_ms = again
+                behind.append(f"{o.topic}[{o.partition}] at {pos} of {end}")
+        if behind:
+            log.debug("behind the markers, leases wait: %s", ", ".join(behind))
 
     def _touched(self, owned: OwnedPartition) -> None:
         """``owned``'s state may have changed: schedule it at its next due time (once caught up), and
@@ -321,7 +356,9 @@ class Tracker:
         self._to_commit.add(tp)
         self._to_publish.add(tp)
         if owned.caught_up:
-            self._schedule.set(tp, owned.state.next_due_ms())
+            nd = owned.state.next_due_ms()
+            # Behind its markers: looked at again after recheck_ms, not every step.
+            self._schedule.set(tp, nd if nd is None or nd > owned.read_through_ms else max(nd, owned.recheck_ms))
 
     def _redeliver(self, owned: OwnedPartition, items) -> int:
         """One partition's due items; returns the records produced. Nothing raised here stops the
@@ -465,9 +502,10 @@ class Tracker:
         if fresh:
             # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
             # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
+            asked_ms = self._now_ms()
             try:
                 for tp, hw in self._hw_reader.high_waters(fresh).items():
-                    self._owned[tp].target = hw
+                    self._owned[tp].target, self._owned[tp].target_ms = hw, asked_ms
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
         for owned in behind:
@@ -482,6 +520,7 @@ class Tracker:
             pos = owned.state.position = self._consumer.position(owned.topic, owned.partition)
         if pos is not None and pos >= owned.target:
             owned.caught_up = True
+            owned.read_through_ms = owned.target_ms
             self._pending.discard(owned.tp)
             self._touched(owned)
             self._next_metrics = 0.0  # publish the replayed state at once
