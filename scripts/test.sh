@@ -12,8 +12,16 @@ ensure_redis
 ensure_promtool
 ensure_chromium
 ensure_stunnel
-# Two test processes (pytest-xdist): most integration tests wait on the broker, not the CPU.
-# Each process starts its own embedded broker and Redis; the Spark tests share one process
-# (conftest.py groups them) so two JVMs never compete. KMQ_TEST_WORKERS=0 runs in one process;
-# a later -n in the arguments wins.
-exec .venv/bin/python -m pytest -n "${KMQ_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# Everything but Spark on two test processes (pytest-xdist; KMQ_TEST_WORKERS to change, 0 for one
+# process): most integration tests wait on the broker, not the CPU. Each process starts its own
+# embedded broker and Redis. Then the Spark tests on their own, in one process: their JVM needs
+# both cores for its micro-batches, and they share one SparkSession. With arguments, one pytest
+# run with them (a later -n in them wins).
+workers="${KMQ_TEST_WORKERS:-2}"
+if [ "$#" -gt 0 ]; then
+  exec .venv/bin/python -m pytest -n "$workers" "$@"
+fi
+rc=0
+.venv/bin/python -m pytest -n "$workers" -m "not spark" || rc=$?
+.venv/bin/python -m pytest -n 0 -m spark || { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
+exit "$rc"

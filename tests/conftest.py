@@ -44,17 +44,6 @@ class BrokerHandle:
         return self.kind == "tansu"
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (scripts/test.sh), every Spark test runs in one test process: they
-    share its SparkSession (about 1.8 GB), and two Spark JVMs on a 2-core machine would
-    starve each other's micro-batches."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if item.get_closest_marker("spark"):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 @pytest.fixture(scope="session")
 def kafka_broker():
     env = os.environ.get("KMQ_TEST_BOOTSTRAP")
