@@ -166,6 +166,27 @@ def test_a_paused_partition_is_not_fetched_until_resumed(seam):
     assert [(x.partition, x.offset) for x in again] == [(0, 0), (0, 1), (0, 2)]
 
 
+def test_a_partition_a_rebalance_assigns_again_arrives_unpaused(seam):
+    # Kafka's own consumer keeps the pause of a partition that stays assigned and drops it for
+    # one that moves. librdkafka keeps it on a partition that comes back: a consumer that paused
+    # everything for flow control, lost a partition in a rebalance and got it back never read
+    # it again (seen after a broker restart).
+    topic = seam.topic(2)
+    _produce(seam, topic, 6, partitions=2)
+    group = seam.unique("g")
+    a = seam.member(group, topic, "a")
+    seam.drive([a.adapter], lambda: len(a.adapter.assignment()) == 2, "the first member's assignment")
+    a.adapter.pause(a.adapter.assignment())
+    b = seam.member(group, topic, "b")
+    seam.drive([a.adapter, b.adapter], lambda: len(a.adapter.assignment()) == len(b.adapter.assignment()) == 1,
+               "the partitions split between the members")
+    moved = b.adapter.assignment()
+    seam.close_client(b.adapter)  # nothing committed: the partition comes back to a from its start
+    got = seam.fetch_until(a.adapter, 3, "the records of the partition assigned again")
+    assert len(a.adapter.assignment()) == 2
+    assert {(x.topic, x.partition) for x in got} == moved  # the one that stayed is still paused
+
+
 def test_seek_reads_again_from_the_offset(seam):
     topic = seam.topic(1)
     _produce(seam, topic, 5)

@@ -268,6 +268,9 @@ class ConfluentConsumer:
         # Where each partition's next fetch starts after a seek: librdkafka reports no position
         # until a record of the partition is consumed (see position()).
         self._sought: dict[Partition, int] = {}
+        # Assigned by the last rebalance: resumed once the assignment is applied, since librdkafka
+        # keeps the pause of a partition that was paused, revoked and then assigned again.
+        self._fresh: set[Partition] = set()
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         return self.fetch(timeout, max_records, Record)
@@ -287,7 +290,21 @@ class ConfluentConsumer:
                 continue
             out.append(build(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers() or [],
                              m.timestamp()[1]))
+        if self._fresh:
+            self._resume_fresh()
         return out
+
+    def _resume_fresh(self) -> None:
+        """The seam's contract (Kafka's own consumer's): a partition a rebalance assigns arrives
+        unpaused. librdkafka keeps the pause flag of a partition that comes back to the member that
+        paused it, so a consumer that paused everything for flow control and lost a partition
+        would never fetch it again. Runs after ``consume`` returned: confluent-kafka applies an
+        assignment after the callback, and only assigned partitions can be resumed."""
+        fresh, self._fresh = self._fresh, set()
+        assigned = {(tp.topic, tp.partition) for tp in self.raw.assignment()}
+        parts = [TopicPartition(t, p) for t, p in fresh & assigned]
+        if parts:
+            self.raw.resume(parts)
 
     def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
                   on_revoked: Callable[[set], None],
@@ -302,6 +319,7 @@ class ConfluentConsumer:
         def assigned(_c: Any, parts: list) -> None:
             moved = {(tp.topic, tp.partition) for tp in parts}
             self._forget_seeks(moved)
+            self._fresh |= moved
             on_assigned(moved)
 
         def revoked(_c: Any, parts: list) -> None:
