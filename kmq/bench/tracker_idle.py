@@ -225,10 +225,10 @@ def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds
             proc = subprocess.Popen([sys.executable, "-m", "kmq", "tracker", "run", "--config", path,
                                      "--http-host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=err)
 
-            def died() -> RuntimeError:
+            def died(why: str = "") -> RuntimeError:
                 err.seek(0)
                 tail = err.read()[-2000:]
-                return RuntimeError(f"the tracker exited with {proc.returncode}: {tail}")
+                return RuntimeError(f"{why or f'the tracker exited with {proc.returncode}'}; its log ends: {tail}")
 
             t0 = time.monotonic()
             while True:
@@ -237,7 +237,7 @@ def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds
                 if time.monotonic() - t0 > ready_timeout_s:
                     proc.kill()
                     proc.wait(10)
-                    raise died()
+                    raise died(f"the tracker was not ready within {ready_timeout_s:g}s")
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
                         if r.status == 200:
