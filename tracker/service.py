@@ -70,8 +70,9 @@ log = logging.getLogger(__name__)
 
 _COMMIT_INTERVAL_S = 1.0
 _METRICS_INTERVAL_S = 1.0
-# Offsets handed to the redeliverer per partition and step: bounds one step's work.
-_DUE_LIMIT = 20_000
+# Offsets handed to the redeliverer per partition and step: bounds one step's work (and memory). Each
+# step ends with a flush and its CLOSED markers: fewer, larger steps drain the pipeline less often.
+_DUE_LIMIT = 50_000
 # Redelivery time of one step after which no further partition is started: the step returns to
 # poll (markers, commits, metrics, stop) and the partitions not served yet go first next step.
 _STEP_BUDGET_S = 1.0

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["idle_cost", "IdleConsumer", "IdleReader"]
+__all__ = ["idle_cost", "process_idle_cost", "IdleConsumer", "IdleReader"]
 
 
 def _rss_mb() -> float:
@@ -144,3 +144,126 @@ def idle_cost(partitions: int = 10_000, tick_s: float = 0.1, seconds: float = 5.
     return {"partitions": partitions, "tick_ms": round(tick_s * 1000), "seconds": round(wall, 2), "steps": steps,
             "cpu_pct_of_core": round(100 * cpu / wall, 2), "cpu_ms_per_step": round(1000 * cpu / max(1, steps), 3),
             "rss_mb": round(rss, 1), "rss_kb_per_partition": round(1024 * (max(held, rss) - base) / partitions, 2)}
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (its threads included)."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of process ``pid`` (librdkafka names its threads: rdk:broker...)."""
+    import os
+
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _rss_mb_of(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0  # pragma: no cover - no /proc
+
+
+def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds: float = 10.0,
+                      bootstrap: str | None = None, ready_timeout_s: float = 240.0) -> dict:
+    """CPU share of one core of a whole ``kmq tracker run`` process (the Kafka client's threads
+    included) owning ``partitions`` idle markers partitions on a real broker (the embedded one when
+    ``bootstrap`` is None), measured for ``seconds`` after it is ready."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    import urllib.error
+    import urllib.request
+    import uuid
+
+    import yaml
+
+    from kmq.config import Config
+    from kmq.client.topics import ensure_topics
+
+    dev = None
+    if bootstrap is None:
+        from kmq.dev.broker import DevBroker
+
+        dev = DevBroker().start()
+        bootstrap = dev.bootstrap
+    proc = None
+    try:
+        name = f"idle-{uuid.uuid4().hex[:8]}"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        doc = {"kafka": {"bootstrap_servers": bootstrap, "client": client},
+               "queues": [{"name": name}],
+               "tracker": {"group_id": f"{name}-tracker", "tick": f"{tick_s}s", "http_port": port}}
+        cfg = Config.from_dict(doc)
+        ensure_topics(cfg.kafka, cfg.queues[0], partitions)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "kmq.yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f)
+            err = open(os.path.join(tmp, "stderr"), "w+")
+            proc = subprocess.Popen([sys.executable, "-m", "kmq", "tracker", "run", "--config", path,
+                                     "--http-host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=err)
+
+            def died(why: str = "") -> RuntimeError:
+                err.seek(0)
+                tail = err.read()[-2000:]
+                return RuntimeError(f"{why or f'the tracker exited with {proc.returncode}'}; its log ends: {tail}")
+
+            t0 = time.monotonic()
+            while True:
+                if proc.poll() is not None:
+                    raise died()
+                if time.monotonic() - t0 > ready_timeout_s:
+                    proc.kill()
+                    proc.wait(10)
+                    raise died(f"the tracker was not ready within {ready_timeout_s:g}s")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    pass
+                time.sleep(0.5)
+            ready_s = time.monotonic() - t0
+            time.sleep(2.0)  # the first metrics pass and commits after catch-up are not idle cost
+            cpu0, wall0, threads0 = _cpu_s(proc.pid), time.monotonic(), _thread_cpu_s(proc.pid)
+            time.sleep(seconds)
+            cpu, wall = _cpu_s(proc.pid) - cpu0, time.monotonic() - wall0
+            threads = {k: v - threads0.get(k, 0.0) for k, v in _thread_cpu_s(proc.pid).items()}
+            rss = _rss_mb_of(proc.pid)
+            if proc.poll() is not None:
+                raise died()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+            err.close()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if dev is not None:
+            dev.stop()
+    return {"partitions": partitions, "client": client, "tick_ms": round(tick_s * 1000), "seconds": round(wall, 2),
+            "cpu_pct_of_core": round(100 * cpu / wall, 2), "rss_mb": round(rss, 1), "ready_s": round(ready_s, 1),
+            "threads_pct_of_core": {k: round(100 * v / wall, 2) for k, v in sorted(threads.items(), key=lambda kv: -kv[1])
+                                    if v > 0}}

@@ -21,7 +21,7 @@ from prometheus_client.core import HistogramMetricFamily
 from kmq.version import __version__
 
 __all__ = ["ConsumerMetrics", "TrackerMetrics", "LagMetrics", "LATENCY_BUCKETS", "register_process_metrics",
-           "exported_metric_names"]
+           "exported_metric_names", "observe_many"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -253,6 +253,24 @@ class LagMetrics:
         self.window_end = Gauge("kmq_lag_window_end_timestamp_seconds", "End of the last closed window", qp, registry=r)
         self.last_batch = Gauge("kmq_lag_last_batch_id", "Last micro-batch written by the sinks", registry=r)
         register_process_metrics(r)
+
+
+def observe_many(histogram: Histogram, amount: float, n: int) -> None:
+    """``histogram.observe(amount)`` ``n`` times, in one update of the bucket and the sum where the
+    histogram's layout is the one prometheus_client has had for years (else one observe each): the
+    tracker observes one redelivery delay per copy, and copies of one START share their due time."""
+    buckets, bounds, total = (getattr(histogram, a, None) for a in ("_buckets", "_upper_bounds", "_sum"))
+    if n <= 0:
+        return
+    if buckets is None or bounds is None or total is None or len(buckets) != len(bounds):
+        for _ in range(n):
+            histogram.observe(amount)
+        return
+    total.inc(amount * n)
+    for i, bound in enumerate(bounds):
+        if amount <= bound:
+            buckets[i].inc(n)
+            break
 
 
 def register_process_metrics(registry: CollectorRegistry) -> None:

@@ -19,3 +19,31 @@ def test_the_command_prints_the_idle_cost_line():
                                                         "--idle-seconds", "1"])
     assert result.exit_code == 0, result.output
     assert "% of a core with 20 partitions" in result.output and "KB per partition" in result.output
+
+
+def test_idle_process_measures_a_whole_tracker_process_on_the_chosen_client(monkeypatch):
+    import kmq.bench.tracker_idle as tracker_idle
+
+    asked = {}
+
+    def fake(partitions, client, tick_s, seconds, bootstrap):
+        asked.update(partitions=partitions, client=client, tick_s=tick_s, seconds=seconds, bootstrap=bootstrap)
+        return {"partitions": partitions, "client": client, "tick_ms": 100, "seconds": seconds, "cpu_pct_of_core": 3.2,
+                "rss_mb": 80.0, "ready_s": 5.0, "threads_pct_of_core": {"rdk:broker1": 2.0, "python": 1.2}}
+
+    monkeypatch.setattr(tracker_idle, "process_idle_cost", fake)
+    result = CliRunner().invoke(bench_tracker.command, ["--idle-partitions", "300", "--idle-process", "confluent",
+                                                        "--bootstrap", "127.0.0.1:9092", "--idle-seconds", "2"])
+    assert result.exit_code == 0, result.output
+    assert asked == {"partitions": 300, "client": "confluent", "tick_s": 0.1, "seconds": 2.0,
+                     "bootstrap": "127.0.0.1:9092"}
+    assert "3.2% of a core" in result.output and "rdk:broker1 2.0%" in result.output
+
+
+def test_a_thread_cpu_reading_names_this_process_threads():
+    import os
+
+    from kmq.bench.tracker_idle import _thread_cpu_s
+
+    threads = _thread_cpu_s(os.getpid())
+    assert threads and all(v >= 0 for v in threads.values())

@@ -14,7 +14,7 @@ the log start, never silently reset.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from kmq.client.api import Deleted, Partition, ReadResult, Record
 from kmq.client.confluent.consumer import as_kafka_python_error, settings
@@ -28,10 +28,24 @@ from kmq.core.scan_cursor import Done, ScanCursor, Seek, Stalled
 import confluent_kafka as ck  # noqa: E402,I001 - after kmq.client.confluent.consumer: its import names the missing extra
 from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
 
-__all__ = ["ConfluentLogReader"]
+__all__ = ["ConfluentLogReader", "ReadRecord"]
 
 _BATCH = 2000
 _POLL_S = 0.2
+
+
+class ReadRecord(NamedTuple):
+    """A record :meth:`ConfluentLogReader.read` found: the fields of :class:`~kmq.client.api.Record`
+    as a tuple (kafka-python's reader hands out its ``ConsumerRecord`` tuples alike). A read of a
+    backlog makes one per original; a frozen dataclass cost about three times as much."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list
+    timestamp: int
 
 
 class ConfluentLogReader:
@@ -53,6 +67,13 @@ class ConfluentLogReader:
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 50,
+            # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s by default) once
+            # its prefetch queue is over the thresholds below. A read usually stops before the
+            # prefetch is used up, and the backoff outlived the read: the next read of that
+            # partition (the tracker's next chunk of originals) waited 0.6-0.7 s for its first fetch.
+            # The prefetch queue is bounded by size instead (memory stays bounded).
+            "fetch.queue.backoff.ms": 10,
+            "queued.max.messages.kbytes": 16 * 1024,
             **overrides,
         })
         self._groups: dict[str, Any] = {}
@@ -68,16 +89,25 @@ class ConfluentLogReader:
     def read(self, topic: str, partition: int, ranges: Iterable[tuple[int, int]]) -> ReadResult:
         """Records at exactly these offsets; raises :class:`LogReadError` when the broker does not answer."""
         wanted = RangeSet(ranges)
-        found: dict[int, Record] = {}
+        found: dict[int, ReadRecord] = {}
         if not wanted:
             return ReadResult(found, [])
         cursor = ScanCursor.ranges(wanted, time.monotonic(), self._timeout_s, what=f"{topic}[{partition}]")
         done: dict = {}
         for _tp, batch in self._walk({(topic, partition): cursor}, done):
+            first, last = batch[0].offset(), batch[-1].offset()
+            if wanted.intersection(first, last - first + 1) == [(first, last - first + 1)]:
+                # The whole batch is wanted (the usual case: a backlog's contiguous STARTs).
+                for m in batch:
+                    off = m.offset()
+                    found[off] = ReadRecord(topic, partition, off, m.key(), m.value(), m.headers() or [],
+                                            m.timestamp()[1])
+                continue
             for m in batch:
                 off = m.offset()
                 if off in wanted:
-                    found[off] = Record(topic, partition, off, m.key(), m.value(), m.headers() or [], m.timestamp()[1])
+                    found[off] = ReadRecord(topic, partition, off, m.key(), m.value(), m.headers() or [],
+                                            m.timestamp()[1])
         return read_result(wanted, found, done[(topic, partition)])
 
     def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
