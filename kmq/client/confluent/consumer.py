@@ -268,6 +268,7 @@ class ConfluentConsumer:
         # Where each partition's next fetch starts after a seek: librdkafka reports no position
         # until a record of the partition is consumed (see position()).
         self._sought: dict[Partition, int] = {}
+        self._member: str | None = None  # member_id(), until the next rebalance callback
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         return self.fetch(timeout, max_records, Record)
@@ -275,9 +276,16 @@ class ConfluentConsumer:
     # ------------------------------------------------------------ group consumer (KmqConsumer)
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
         """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers,
-        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call."""
+        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call.
+
+        Returns as soon as records are there, like kafka-python's poll: librdkafka's
+        ``consume(n, timeout)`` waits for ``n`` records or the timeout, which at a low rate holds
+        each record for up to ``timeout`` seconds. So wait for one record, then take what is
+        queued behind it."""
+        first = self.raw.consume(1, timeout)
+        msgs = first + self.raw.consume(max_records - 1, 0) if first and max_records > 1 else first
         out = []
-        for m in self.raw.consume(max_records, timeout):
+        for m in msgs:
             err = m.error()
             if err is not None:
                 if err.fatal():
@@ -302,11 +310,13 @@ class ConfluentConsumer:
         def assigned(_c: Any, parts: list) -> None:
             moved = {(tp.topic, tp.partition) for tp in parts}
             self._forget_seeks(moved)
+            self._member = None  # a (re)join may have given this member a new id
             on_assigned(moved)
 
         def revoked(_c: Any, parts: list) -> None:
             moved = {(tp.topic, tp.partition) for tp in parts}
             self._forget_seeks(moved)
+            self._member = None
             offsets = commit_on_revoke(moved) if commit_on_revoke is not None and moved else {}
             if offsets:
                 try:
@@ -342,11 +352,15 @@ class ConfluentConsumer:
         return fut
 
     def member_id(self) -> str | None:
-        """This member's id in the group (None before the first join)."""
-        try:
-            return self.raw.memberid() or None
-        except (KafkaException, RuntimeError):
-            return None
+        """This member's id in the group (None before the first join). Kept until the next
+        rebalance callback: librdkafka's look-up waits for its main thread, and the fetcher
+        asks once per fetch."""
+        if self._member is None:
+            try:
+                self._member = self.raw.memberid() or None
+            except (KafkaException, RuntimeError):
+                return None
+        return self._member
 
     def watch(self, stall_timeout: float, on_fatal: Callable[[str], None], name: str) -> None:
         """Nothing to watch: librdkafka's ``consume`` returns within its timeout."""
