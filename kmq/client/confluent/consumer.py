@@ -353,8 +353,8 @@ class ConfluentConsumer:
 
     def member_id(self) -> str | None:
         """This member's id in the group (None before the first join). Kept until the next
-        rebalance callback: librdkafka's look-up waits for its main thread, and the fetcher
-        asks once per fetch."""
+        rebalance callback: the fetcher asks once per fetch, and librdkafka's look-up showed
+        in its profile."""
         if self._member is None:
             try:
                 self._member = self.raw.memberid() or None
