@@ -178,8 +178,8 @@ def run_latency(rate: int, seconds: float, client: str, batch: int = 500, rounds
         for r in range(rounds):
             for variant in ("plain", "kmq"):
                 queue = f"lat-{uuid.uuid4().hex[:8]}"
-                ensure_topics(_config(bootstrap, queue, "unused", "100ms", client).kafka,
-                              _config(bootstrap, queue, "unused", "100ms", client).queues[0], 1)
+                cfg = _config(bootstrap, queue, "unused", "100ms", client)
+                ensure_topics(cfg.kafka, cfg.queues[0], 1)
                 res = _measure(variant, bootstrap, queue, rate, seconds, batch, client)
                 runs[variant].append(res)
                 say(f"[{client}] round {r + 1} {variant:5s}: p50 {res['p50_ms']:.1f} ms, p95 {res['p95_ms']:.1f} ms, "
