@@ -378,10 +378,21 @@ def _ordering_result(runs: dict[str, list[dict]], client: str, messages: int, ke
               help="key: compare consumer.ordering key with none (keyed records) instead of plain with kmq.")
 @click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True,
               help="With --ordering key: distinct record keys, round robin.")
+@click.option("--latency-rate", type=click.IntRange(min=1), default=None,
+              help="Measure delivery latency instead of throughput: records/s produced live while each variant "
+                   "consumes (p50/p95/p99, see kmq.bench.consumer_latency).")
+@click.option("--latency-seconds", type=click.FloatRange(min=1), default=10.0, show_default=True,
+              help="With --latency-rate: seconds of records measured per run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
-def command(as_json: bool, **opts: Any) -> None:
+def command(as_json: bool, latency_rate: int | None, latency_seconds: float, **opts: Any) -> None:
     """Plain consumer group loop vs KmqConsumer (and with --share the share-consumer API) on one
     embedded broker, side by side (either client)."""
-    result = run(echo=click.echo, **opts)
+    if latency_rate:
+        from kmq.bench.consumer_latency import run_latency
+
+        result = run_latency(latency_rate, latency_seconds, opts["client"], opts["batch"], opts["rounds"],
+                             opts["bootstrap"], click.echo)
+    else:
+        result = run(echo=click.echo, **opts)
     if as_json:
         click.echo(json.dumps(result))

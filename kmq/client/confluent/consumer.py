@@ -271,6 +271,7 @@ class ConfluentConsumer:
         # Assigned by the last rebalance: resumed once the assignment is applied, since librdkafka
         # keeps the pause of a partition that was paused, revoked and then assigned again.
         self._fresh: set[Partition] = set()
+        self._member: str | None = None  # member_id(), until the next rebalance callback
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         return self.fetch(timeout, max_records, Record)
@@ -278,9 +279,16 @@ class ConfluentConsumer:
     # ------------------------------------------------------------ group consumer (KmqConsumer)
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
         """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers,
-        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call."""
+        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call.
+
+        Returns as soon as records are there, like kafka-python's poll: librdkafka's
+        ``consume(n, timeout)`` waits for ``n`` records or the timeout, which at a low rate holds
+        each record for up to ``timeout`` seconds. So wait for one record, then take what is
+        queued behind it."""
+        first = self.raw.consume(1, timeout)
+        msgs = first + self.raw.consume(max_records - 1, 0) if first and max_records > 1 else first
         out = []
-        for m in self.raw.consume(max_records, timeout):
+        for m in msgs:
             err = m.error()
             if err is not None:
                 if err.fatal():
@@ -320,11 +328,13 @@ class ConfluentConsumer:
             moved = {(tp.topic, tp.partition) for tp in parts}
             self._forget_seeks(moved)
             self._fresh |= moved
+            self._member = None  # a (re)join may have given this member a new id
             on_assigned(moved)
 
         def revoked(_c: Any, parts: list) -> None:
             moved = {(tp.topic, tp.partition) for tp in parts}
             self._forget_seeks(moved)
+            self._member = None
             offsets = commit_on_revoke(moved) if commit_on_revoke is not None and moved else {}
             if offsets:
                 try:
@@ -360,11 +370,15 @@ class ConfluentConsumer:
         return fut
 
     def member_id(self) -> str | None:
-        """This member's id in the group (None before the first join)."""
-        try:
-            return self.raw.memberid() or None
-        except (KafkaException, RuntimeError):
-            return None
+        """This member's id in the group (None before the first join). Kept until the next
+        rebalance callback: the fetcher asks once per fetch, and librdkafka's look-up showed
+        in its profile."""
+        if self._member is None:
+            try:
+                self._member = self.raw.memberid() or None
+            except (KafkaException, RuntimeError):
+                return None
+        return self._member
 
     def watch(self, stall_timeout: float, on_fatal: Callable[[str], None], name: str) -> None:
         """Nothing to watch: librdkafka's ``consume`` returns within its timeout."""
