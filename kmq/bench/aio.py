@@ -77,7 +77,7 @@ def _child_threads(cfg: Any, messages: int, batch: int) -> dict:
     """The threaded variant is `kmq bench consumer`'s KmqConsumer loop, as it is."""
     out = _child_kmq(cfg, messages, batch)
     return {"messages": out["messages"], "seconds": out["seconds"], "cpu_seconds": out["cpu_seconds"],
-            "loop_gap_ms": None}
+            "loop_cpu_seconds": None, "loop_gap_ms": None}
 
 
 async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
@@ -90,7 +90,7 @@ async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
                          max_poll_records=batch, session_timeout_ms=int(cfg.kafka.session_timeout * 1000),
                          heartbeat_interval_ms=int(cfg.kafka.heartbeat_interval * 1000))
     gap = LoopGap()
-    n, t0, c0, acc = 0, 0.0, 0.0, 0
+    n, t0, c0, l0, acc = 0, 0.0, 0.0, 0.0, 0
     await c.start()
     try:
         while n < messages:
@@ -98,30 +98,30 @@ async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
             if not records:
                 continue
             if n == 0:
-                t0, c0 = time.perf_counter(), _cpu()
+                t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
                 gap.start()
             for recs in records.values():
                 for r in recs:
                     acc ^= await work(r.value)
                 n += len(recs)
             await c.commit()
-        took, cpu = time.perf_counter() - t0, _cpu() - c0
+        took, cpu, loop_cpu = time.perf_counter() - t0, _cpu() - c0, time.thread_time() - l0
         worst = gap.stop()
     finally:
         await c.stop()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_gap_ms": worst}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst}
 
 
 async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int) -> dict:
     from kmq.consumer.aio import AsyncKmqConsumer
 
     gap = LoopGap()
-    n, t0, c0, acc = 0, 0.0, 0.0, 0
+    n, t0, c0, l0, acc = 0, 0.0, 0.0, 0.0, 0
     async with AsyncKmqConsumer(cfg, batch_size=batch) as c:
         if variant == "aio-for":
             async for msg in c:
                 if n == 0:
-                    t0, c0 = time.perf_counter(), _cpu()
+                    t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
                     gap.start()
                 acc ^= await work(msg.value)
                 await msg.ack()
@@ -130,9 +130,9 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
                     break
         else:
             async def handle(msg: Any) -> None:
-                nonlocal n, t0, c0, acc
+                nonlocal n, t0, c0, l0, acc
                 if n == 0:
-                    t0, c0 = time.perf_counter(), _cpu()
+                    t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
                     gap.start()
                 acc ^= await work(msg.value)
                 n += 1
@@ -140,10 +140,11 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
                     c.stop()
 
             await c.run(handle, concurrency=concurrency)
+        loop_cpu = time.thread_time() - l0
         await asyncio.get_running_loop().run_in_executor(None, c.consumer.writer.flush)
         took, cpu = time.perf_counter() - t0, _cpu() - c0
         worst = gap.stop()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_gap_ms": worst}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst}
 
 
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int) -> None:
@@ -191,7 +192,8 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 res = _spawn(variant, bootstrap, queue, messages, batch, concurrency)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
-                gap = "" if res["loop_gap_ms"] is None else f", largest loop gap {res['loop_gap_ms']:.1f} ms"
+                gap = "" if res["loop_gap_ms"] is None else (f", loop thread cpu {res['loop_cpu_seconds']:.2f}s, "
+                                                              f"largest loop gap {res['loop_gap_ms']:.1f} ms")
                 say(f"round {r + 1} {variant:8s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
                     f"cpu {res['cpu_seconds']:.2f}s, peak RSS {res['rss_mb']:.0f} MB{gap})")
         medians = {v: statistics.median(x["rate"] for x in runs[v]) for v in VARIANTS}

@@ -341,61 +341,103 @@ class AsyncKmqConsumer:
         re-raises; messages not taken yet are given back to the group by :meth:`close`.
         """
         consumer = self.consumer
-        rule = OutcomeRule(consumer.queue.backoff.delay, reject_on)
+        pool = _HandlerPool(handler, OutcomeRule(consumer.queue.backoff.delay, reject_on), max(1, concurrency),
+                            self.stop)
         ended = asyncio.get_running_loop().create_future()
         self._runs[ended] = asyncio.current_task()
-        slots = max(1, concurrency)
-        free = slots
-        freed = asyncio.Event()
-        tasks: set[asyncio.Task] = set()
-
-        async def call(msg: AsyncKmqMessage) -> None:
-            m = msg.message
-            try:
-                await handler(msg)
-            except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
-                outcome = rule.failed(exc, m.delivery_count)
-            else:
-                outcome = rule.returned(m.outcome is not None)
-            settle(m, outcome)
-
-        fatal: list[BaseException] = []
-
-        def done(task: asyncio.Task) -> None:
-            nonlocal free
-            tasks.discard(task)
-            free += 1
-            freed.set()
-            # SystemExit, KeyboardInterrupt and the like from a handler end run() (after the drain),
-            # as they would end a plain loop; ordinary exceptions were settled by call().
-            if not task.cancelled() and task.exception() is not None:
-                fatal.append(task.exception())
-                self.stop()
-
         try:
             while not self.stopping:
-                if free == 0:
-                    freed.clear()
-                    try:
-                        await asyncio.wait_for(freed.wait(), self.poll_timeout)
-                    except asyncio.TimeoutError:
+                if pool.idle == 0:
+                    if not await pool.until_idle(self.poll_timeout):
                         consumer.raise_error()  # every slot busy: still surface a failed fetcher
                     continue
-                msgs = await self._take(min(free, consumer.batch_size))
-                for m in msgs:
-                    free -= 1
-                    task = asyncio.create_task(call(AsyncKmqMessage(m)), name=f"kmq-handler-{m.partition}-{m.offset}")
-                    tasks.add(task)
-                    task.add_done_callback(done)
+                pool.hand(await self._take(min(pool.idle, consumer.batch_size)))
         finally:
             try:
-                await _drain(tasks, consumer.queue.lease if drain_timeout is None else drain_timeout,
+                pool.close()
+                await _drain(pool.workers, consumer.queue.lease if drain_timeout is None else drain_timeout,
                              consumer.queue.name)
             finally:
                 del self._runs[ended]
                 ended.set_result(None)
-        if fatal:
-            raise fatal[0]
+        if pool.fatal:
+            raise pool.fatal[0]
+
+
+class _HandlerPool:
+    """``size`` worker coroutines, each awaiting the handler for one message at a time.
+
+    Long-lived workers rather than a task per message: creating, registering and finishing a
+    task cost about as much loop time as a light handler itself. :meth:`hand` gives messages
+    to idle workers only (a message never waits for a worker with its lease running)."""
+
+    def __init__(self, handler: AsyncHandler, rule: OutcomeRule, size: int,
+                 stop: Callable[[], None]) -> None:
+        self._handler = handler
+        self._rule = rule
+        self._stop = stop
+        self._inbox: asyncio.Queue[KmqMessage | None] = asyncio.Queue()
+        #: Workers neither running a handler nor holding a handed message.
+        self.idle = size
+        self._idle_waiter: asyncio.Future | None = None
+        #: SystemExit, KeyboardInterrupt and the like raised by a handler (they end run()).
+        self.fatal: list[BaseException] = []
+        self.workers: set[asyncio.Task] = {asyncio.create_task(self._work(), name=f"kmq-handler-{i}")
+                                           for i in range(size)}
+        for task in self.workers:
+            task.add_done_callback(self._ended)
+
+    def hand(self, msgs: list[KmqMessage]) -> None:
+        self.idle -= len(msgs)
+        for m in msgs:
+            self._inbox.put_nowait(m)
+
+    async def until_idle(self, timeout: float) -> bool:
+        """Wait until a worker is idle (True) or ``timeout`` seconds passed (False)."""
+        loop = asyncio.get_running_loop()
+        waiter = self._idle_waiter = loop.create_future()
+        timer = loop.call_later(timeout, _resolve, waiter, False)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._idle_waiter = None
+
+    def close(self) -> None:
+        """Let every worker end once the messages handed to them are done."""
+        for _ in self.workers:
+            self._inbox.put_nowait(None)
+
+    async def _work(self) -> None:
+        inbox, handler, rule = self._inbox, self._handler, self._rule
+        while True:
+            m = await inbox.get()
+            if m is None:
+                return
+            try:
+                await handler(AsyncKmqMessage(m))
+            except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
+                outcome = rule.failed(exc, m.delivery_count)
+            else:
+                outcome = rule.returned(m._outcome is not None)
+            settle(m, outcome)
+            self.idle += 1
+            if self._idle_waiter is not None:
+                _resolve(self._idle_waiter, True)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        # A handler's BaseException ends its worker and run() (after the drain), as it would end a
+        # plain loop; ordinary exceptions were settled by _work.
+        if not task.cancelled() and task.exception() is not None:
+            self.fatal.append(task.exception())
+            self._stop()
+            if self._idle_waiter is not None:
+                _resolve(self._idle_waiter, True)
+
+
+def _resolve(fut: asyncio.Future, value: bool) -> None:
+    if not fut.done():
+        fut.set_result(value)
 
 
 def _log_close_failure(fut: asyncio.Future) -> None:
