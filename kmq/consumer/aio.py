@@ -316,6 +316,11 @@ class AsyncKmqConsumer:
         if now - self._yielded_at >= self.YIELD_EVERY:
             await asyncio.sleep(0)
             self._yielded_at = time.monotonic()
+        consumer = self.consumer
+        if not (self._late or self._closed or consumer.stopping):
+            ready = consumer.poll(timeout=0, max_records=1)  # a backlog: no coroutine of _take's per message
+            if ready:
+                return AsyncKmqMessage(ready[0])
         while not self.stopping:
             got = await self._take(1)
             if got:
