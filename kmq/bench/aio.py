@@ -1,17 +1,22 @@
-"""``kmq bench aio``: the asyncio API against the threaded one, side by side in one run.
+"""``kmq bench aio``: the asyncio API against a plain aiokafka loop and the threaded API,
+side by side in one run.
 
 All variants read the same pre-produced messages of one queue, each run in a
 fresh consumer group and a fresh process, alternating ``--rounds`` times, with
-the handler of ``kmq bench consumer`` (a crc32 of the value):
+the handler of ``kmq bench consumer`` (a crc32 of the value), awaited as a
+coroutine by the asyncio variants:
 
 * threads:   ``KmqConsumer.poll(max_records=batch)``, the handler, ``msg.ack()`` each;
-* aio-for:   ``async for msg in AsyncKmqConsumer``: the handler, ``await msg.ack()``;
+* aiokafka:  a plain aiokafka loop (no kmq): ``getmany(max_records=batch)``, the
+  coroutine handler per record, ``await commit()`` per batch;
+* aio-for:   ``async for msg in AsyncKmqConsumer``: the coroutine handler, ``await msg.ack()``;
 * aio-run:   ``AsyncKmqConsumer.run(handler, concurrency=--concurrency)`` (return = ack).
 
 Throughput is measured from the first message to the last one settled and the
-final flush (group join excluded). The asyncio variants also run a ticker
-coroutine (every 5 ms) and report the largest gap between its ticks: how long
-the event loop was kept from other work while consuming at full speed.
+final flush or commit (group join excluded). The asyncio variants also run a
+ticker coroutine (every 5 ms) and report the largest gap between its ticks: how
+long the event loop was kept from other work while consuming at full speed
+(the plain aiokafka loop's own gap is the reference).
 """
 
 from __future__ import annotations
@@ -31,58 +36,115 @@ from kmq.bench.consumer import _child_kmq, _config, _cpu, _produce, _rss_mb, han
 
 __all__ = ["command", "run"]
 
-VARIANTS = ("threads", "aio-for", "aio-run")
+VARIANTS = ("threads", "aiokafka", "aio-for", "aio-run")
+#: What the asyncio variants are compared with.
+BASELINES = ("threads", "aiokafka")
+TICK = 0.005
+
+
+async def work(value: bytes) -> int:
+    """The handler as a coroutine (what an asyncio application awaits per message)."""
+    return handler(value)
+
+
+class LoopGap:
+    """The largest gap between the ticks of a coroutine that sleeps :data:`TICK` seconds."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(TICK)
+            now = time.perf_counter()
+            self.worst = max(self.worst, now - last)
+            last = now
+
+    def stop(self) -> float:
+        """Stop ticking; the largest gap in ms."""
+        if self._task is not None:
+            self._task.cancel()
+        return self.worst * 1000
 
 
 def _child_threads(cfg: Any, messages: int, batch: int) -> dict:
     """The threaded variant is `kmq bench consumer`'s KmqConsumer loop, as it is."""
     out = _child_kmq(cfg, messages, batch)
     return {"messages": out["messages"], "seconds": out["seconds"], "cpu_seconds": out["cpu_seconds"],
-            "loop_gap_ms": None}
+            "loop_cpu_seconds": None, "loop_gap_ms": None}
+
+
+async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
+    """The reference: a plain aiokafka consumer loop, commit per batch, no kmq."""
+    # aiokafka is not one of kmq's clients (kafka.client): only this comparison uses it.
+    from aiokafka import AIOKafkaConsumer
+
+    c = AIOKafkaConsumer(cfg.queues[0].name, bootstrap_servers=cfg.kafka.bootstrap_servers,
+                         group_id=cfg.consumer.group_id, enable_auto_commit=False, auto_offset_reset="earliest",
+                         max_poll_records=batch, session_timeout_ms=int(cfg.kafka.session_timeout * 1000),
+                         heartbeat_interval_ms=int(cfg.kafka.heartbeat_interval * 1000))
+    gap = LoopGap()
+    n, t0, c0, l0, acc = 0, 0.0, 0.0, 0.0, 0
+    await c.start()
+    try:
+        while n < messages:
+            records = await c.getmany(timeout_ms=500, max_records=batch)
+            if not records:
+                continue
+            if n == 0:
+                t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
+                gap.start()
+            for recs in records.values():
+                for r in recs:
+                    acc ^= await work(r.value)
+                n += len(recs)
+            await c.commit()
+        took, cpu, loop_cpu = time.perf_counter() - t0, _cpu() - c0, time.thread_time() - l0
+        worst = gap.stop()
+    finally:
+        await c.stop()
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst}
 
 
 async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int) -> dict:
     from kmq.consumer.aio import AsyncKmqConsumer
 
-    worst = 0.0
-
-    async def tick() -> None:
-        nonlocal worst
-        last = time.perf_counter()
-        while True:
-            await asyncio.sleep(0.005)
-            now = time.perf_counter()
-            worst = max(worst, now - last)
-            last = now
-
-    n, t0, c0, acc = 0, 0.0, 0.0, 0
+    gap = LoopGap()
+    n, t0, c0, l0, acc = 0, 0.0, 0.0, 0.0, 0
     async with AsyncKmqConsumer(cfg, batch_size=batch) as c:
-        ticker = None
         if variant == "aio-for":
             async for msg in c:
                 if n == 0:
-                    t0, c0, ticker = time.perf_counter(), _cpu(), asyncio.create_task(tick())
-                acc ^= handler(msg.value)
+                    t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
+                    gap.start()
+                acc ^= await work(msg.value)
                 await msg.ack()
                 n += 1
                 if n == messages:
                     break
         else:
             async def handle(msg: Any) -> None:
-                nonlocal n, t0, c0, ticker, acc
+                nonlocal n, t0, c0, l0, acc
                 if n == 0:
-                    t0, c0, ticker = time.perf_counter(), _cpu(), asyncio.create_task(tick())
-                acc ^= handler(msg.value)
+                    t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
+                    gap.start()
+                acc ^= await work(msg.value)
                 n += 1
                 if n == messages:
                     c.stop()
 
             await c.run(handle, concurrency=concurrency)
+        loop_cpu = time.thread_time() - l0
         await asyncio.get_running_loop().run_in_executor(None, c.consumer.writer.flush)
         took, cpu = time.perf_counter() - t0, _cpu() - c0
-        if ticker is not None:
-            ticker.cancel()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_gap_ms": worst * 1000}
+        worst = gap.stop()
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst}
 
 
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int) -> None:
@@ -92,6 +154,8 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms")
     if variant == "threads":
         out = _child_threads(cfg, messages, batch)
+    elif variant == "aiokafka":
+        out = asyncio.run(_child_aiokafka(cfg, messages, batch))
     else:
         out = asyncio.run(_child_aio(cfg, messages, batch, variant, concurrency))
     out["rss_mb"] = _rss_mb()
@@ -110,7 +174,7 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
 def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency: int = 16, rounds: int = 3,
         partitions: int = 1, bootstrap: str | None = None, echo: Any = None) -> dict:
-    """Run the three variants ``rounds`` times; returns the figures (also printed through ``echo``)."""
+    """Run the variants ``rounds`` times; returns the figures (also printed through ``echo``)."""
     say = echo or (lambda *_: None)
     broker = None
     if bootstrap is None:
@@ -128,22 +192,35 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 res = _spawn(variant, bootstrap, queue, messages, batch, concurrency)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
-                gap = "" if res["loop_gap_ms"] is None else f", largest loop gap {res['loop_gap_ms']:.1f} ms"
-                say(f"round {r + 1} {variant:7s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
+                gap = "" if res["loop_gap_ms"] is None else (f", loop thread cpu {res['loop_cpu_seconds']:.2f}s, "
+                                                              f"largest loop gap {res['loop_gap_ms']:.1f} ms")
+                say(f"round {r + 1} {variant:8s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
                     f"cpu {res['cpu_seconds']:.2f}s, peak RSS {res['rss_mb']:.0f} MB{gap})")
         medians = {v: statistics.median(x["rate"] for x in runs[v]) for v in VARIANTS}
-        ratios = {v: statistics.median(a["rate"] / t["rate"] for a, t in zip(runs[v], runs["threads"]))
-                  for v in VARIANTS[1:]}
+        ratios = {base: _ratios(runs, base) for base in BASELINES}
         gaps = {v: max(x["loop_gap_ms"] for x in runs[v]) for v in VARIANTS[1:]}
         say("medians: " + ", ".join(f"{v} {m:,.0f} msg/s" for v, m in medians.items()))
-        say("ratio to threads (median of rounds): " + ", ".join(f"{v} {x:.3f}" for v, x in ratios.items()))
+        for base in BASELINES:
+            say(f"ratio to {base} (per round; median): " + ", ".join(
+                f"{v} {' '.join(f'{x:.3f}' for x in per_round)}; {statistics.median(per_round):.3f}"
+                for v, per_round in ratios[base].items()))
         say("largest event-loop gap: " + ", ".join(f"{v} {g:.1f} ms" for v, g in gaps.items()))
         return {"messages": messages, "size": size, "batch": batch, "concurrency": concurrency, "rounds": rounds,
                 "partitions": partitions, "msgs_per_s": {v: [x["rate"] for x in runs[v]] for v in VARIANTS},
-                "median_msgs_per_s": medians, "ratio_to_threads": ratios, "max_loop_gap_ms": gaps}
+                "median_msgs_per_s": medians,
+                "ratio_to_threads": {v: statistics.median(x) for v, x in ratios["threads"].items()},
+                "ratio_to_aiokafka": {v: statistics.median(x) for v, x in ratios["aiokafka"].items()},
+                "ratios_per_round": ratios, "max_loop_gap_ms": gaps,
+                "loop_gap_ms_per_round": {v: [x["loop_gap_ms"] for x in runs[v]] for v in VARIANTS[1:]}}
     finally:
         if broker is not None:
             broker.stop()
+
+
+def _ratios(runs: dict[str, list[dict]], base: str) -> dict[str, list[float]]:
+    """Each variant's rate over ``base``'s of the same round (the variants after ``base``)."""
+    return {v: [a["rate"] / b["rate"] for a, b in zip(runs[v], runs[base])]
+            for v in VARIANTS[VARIANTS.index(base) + 1:]}
 
 
 @click.command("aio")
@@ -156,7 +233,7 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
 @click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
 def command(as_json: bool, **opts: Any) -> None:
-    """KmqConsumer (threads) vs AsyncKmqConsumer (async for, run) on one embedded broker."""
+    """AsyncKmqConsumer (async for, run) vs a plain aiokafka loop and KmqConsumer (threads), one broker."""
     result = run(echo=click.echo, **opts)
     if as_json:
         click.echo(json.dumps(result))

@@ -300,6 +300,15 @@ class AsyncKmqConsumer:
             fut.add_done_callback(self._keep_late)
             raise
 
+    def _ready_one(self) -> KmqMessage | None:
+        """A message ready now (memory only, no wait), None when none is or once stopping."""
+        if self.stopping:
+            return None
+        if self._late:
+            return self._late.popleft()
+        ready = self.consumer.poll(timeout=0, max_records=1)
+        return ready[0] if ready else None
+
     def _keep_late(self, fut: concurrent.futures.Future) -> None:
         if not fut.cancelled() and fut.exception() is None:
             self._late.extend(fut.result())
@@ -316,6 +325,9 @@ class AsyncKmqConsumer:
         if now - self._yielded_at >= self.YIELD_EVERY:
             await asyncio.sleep(0)
             self._yielded_at = time.monotonic()
+        m = self._ready_one()  # a backlog: no coroutine of _take's per message
+        if m is not None:
+            return AsyncKmqMessage(m)
         while not self.stopping:
             got = await self._take(1)
             if got:
@@ -341,61 +353,130 @@ class AsyncKmqConsumer:
         re-raises; messages not taken yet are given back to the group by :meth:`close`.
         """
         consumer = self.consumer
-        rule = OutcomeRule(consumer.queue.backoff.delay, reject_on)
+        pool = _HandlerPool(handler, OutcomeRule(consumer.queue.backoff.delay, reject_on), max(1, concurrency),
+                            self._ready_one, self.stop)
         ended = asyncio.get_running_loop().create_future()
         self._runs[ended] = asyncio.current_task()
-        slots = max(1, concurrency)
-        free = slots
-        freed = asyncio.Event()
-        tasks: set[asyncio.Task] = set()
-
-        async def call(msg: AsyncKmqMessage) -> None:
-            m = msg.message
-            try:
-                await handler(msg)
-            except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
-                outcome = rule.failed(exc, m.delivery_count)
-            else:
-                outcome = rule.returned(m.outcome is not None)
-            settle(m, outcome)
-
-        fatal: list[BaseException] = []
-
-        def done(task: asyncio.Task) -> None:
-            nonlocal free
-            tasks.discard(task)
-            free += 1
-            freed.set()
-            # SystemExit, KeyboardInterrupt and the like from a handler end run() (after the drain),
-            # as they would end a plain loop; ordinary exceptions were settled by call().
-            if not task.cancelled() and task.exception() is not None:
-                fatal.append(task.exception())
-                self.stop()
-
         try:
+            # Workers take ready messages themselves; this loop waits (off the loop) for the
+            # messages that were not ready when workers went idle, and hands them over.
             while not self.stopping:
-                if free == 0:
-                    freed.clear()
-                    try:
-                        await asyncio.wait_for(freed.wait(), self.poll_timeout)
-                    except asyncio.TimeoutError:
+                if not pool.idle:
+                    if not await pool.until_idle(self.poll_timeout):
                         consumer.raise_error()  # every slot busy: still surface a failed fetcher
                     continue
-                msgs = await self._take(min(free, consumer.batch_size))
-                for m in msgs:
-                    free -= 1
-                    task = asyncio.create_task(call(AsyncKmqMessage(m)), name=f"kmq-handler-{m.partition}-{m.offset}")
-                    tasks.add(task)
-                    task.add_done_callback(done)
+                pool.hand(await self._take(min(pool.idle, consumer.batch_size)))
         finally:
             try:
-                await _drain(tasks, consumer.queue.lease if drain_timeout is None else drain_timeout,
+                pool.close()
+                await _drain(pool.workers, consumer.queue.lease if drain_timeout is None else drain_timeout,
                              consumer.queue.name)
             finally:
                 del self._runs[ended]
                 ended.set_result(None)
-        if fatal:
-            raise fatal[0]
+        if pool.fatal:
+            raise pool.fatal[0]
+
+
+class _HandlerPool:
+    """``size`` worker coroutines, each awaiting the handler for one message at a time.
+
+    Long-lived workers rather than a task per message (creating, registering and finishing a
+    task cost about as much loop time as a light handler itself). A worker that is free takes
+    the next ready message itself, without suspending; when none is ready it goes idle and
+    :meth:`hand` gives it one that :meth:`AsyncKmqConsumer.run` waited for. Either way a message
+    is taken only by a free worker: it never waits for one with its lease running."""
+
+    def __init__(self, handler: AsyncHandler, rule: OutcomeRule, size: int,
+                 ready_one: Callable[[], KmqMessage | None], stop: Callable[[], None]) -> None:
+        self._handler = handler
+        self._rule = rule
+        self._ready_one = ready_one
+        self._stop = stop
+        #: Idle workers, each waiting on its future for a message (None: end).
+        self._idle: deque[asyncio.Future] = deque()
+        self._idle_waiter: asyncio.Future | None = None
+        self._closing = False
+        self._yielded_at = 0.0
+        #: SystemExit, KeyboardInterrupt and the like raised by a handler, or the fetcher's error
+        #: met by a worker taking a message (they end run()).
+        self.fatal: list[BaseException] = []
+        self.workers: set[asyncio.Task] = {asyncio.create_task(self._work(), name=f"kmq-handler-{i}")
+                                           for i in range(size)}
+        for task in self.workers:
+            task.add_done_callback(self._ended)
+
+    @property
+    def idle(self) -> int:
+        """Workers waiting for :meth:`hand`."""
+        return len(self._idle)
+
+    def hand(self, msgs: list[KmqMessage]) -> None:
+        """Give each message to an idle worker (at most :attr:`idle` of them)."""
+        for m in msgs:
+            self._idle.popleft().set_result(m)
+
+    async def until_idle(self, timeout: float) -> bool:
+        """Wait until a worker is idle (True) or ``timeout`` seconds passed (False)."""
+        loop = asyncio.get_running_loop()
+        waiter = self._idle_waiter = loop.create_future()
+        timer = loop.call_later(timeout, _resolve, waiter, False)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._idle_waiter = None
+
+    def close(self) -> None:
+        """Take nothing more: idle workers end now, busy ones after their handler."""
+        self._closing = True
+        while self._idle:
+            self._idle.popleft().set_result(None)
+
+    async def _next(self) -> KmqMessage | None:
+        """This worker's next message: a ready one taken now, else one handed to it; None: end."""
+        if time.monotonic() - self._yielded_at >= AsyncKmqConsumer.YIELD_EVERY:
+            # Handlers that never suspend over a backlog would starve every other task.
+            await asyncio.sleep(0)
+            self._yielded_at = time.monotonic()
+        if self._closing:
+            return None
+        m = self._ready_one()
+        if m is not None:
+            return m
+        fut = asyncio.get_running_loop().create_future()
+        self._idle.append(fut)
+        if self._idle_waiter is not None:
+            _resolve(self._idle_waiter, True)
+        return await fut
+
+    async def _work(self) -> None:
+        handler, rule = self._handler, self._rule
+        while True:
+            m = await self._next()
+            if m is None:
+                return
+            try:
+                await handler(AsyncKmqMessage(m))
+            except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
+                outcome = rule.failed(exc, m.delivery_count)
+            else:
+                outcome = rule.returned(m._outcome is not None)
+            settle(m, outcome)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        # A handler's BaseException (or the fetcher's error) ends its worker and run() (after the
+        # drain), as it would end a plain loop; a handler's ordinary exceptions were settled by _work.
+        if not task.cancelled() and task.exception() is not None:
+            self.fatal.append(task.exception())
+            self._stop()
+            if self._idle_waiter is not None:
+                _resolve(self._idle_waiter, True)
+
+
+def _resolve(fut: asyncio.Future, value: bool) -> None:
+    if not fut.done():
+        fut.set_result(value)
 
 
 def _log_close_failure(fut: asyncio.Future) -> None:
