@@ -12,6 +12,11 @@ handed message (:meth:`settled`) and every lease that ran out in user code
 settlement runs under the consumer's lock, which the fetcher's hand-over of a
 whole batch must not hold up) and applied by the next take, or at once when
 a taker waits.
+
+A newly assigned partition is held (:meth:`hold`) until
+:mod:`kmq.consumer.key_recovery` learned which of its keys an earlier owner
+left unsettled (:meth:`inherit`); the offset it starts at is the first one
+handed over for it after the assignment (:attr:`on_start` is told).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections import deque
 from typing import Callable
 
 from kmq.core.key_order import KeyOrder, Released
-from kmq.core.message import KmqMessage, header_text, HEADER_ORIGIN, parse_origin
+from kmq.core.message import KmqMessage, origin_offset
 
 __all__ = ["KeyedReadyQueue", "copy_origin"]
 
@@ -32,13 +37,8 @@ _LEASED_AT, _GEN = 0, 1  # a batch's cell: [lease (re)started at, generation], s
 def copy_origin(msg: KmqMessage) -> int | None:
     """The offset of ``msg``'s first delivery when it is the tracker's copy of a record of the same
     partition (``kmq-origin`` names this topic and partition), else None."""
-    text = header_text(msg.headers, HEADER_ORIGIN) if msg.headers else None
-    if text is None:
-        return None
-    parsed = parse_origin(text)
-    if parsed is None or parsed[0] != msg.topic or parsed[1] != msg.partition or parsed[2] == msg.offset:
-        return None
-    return parsed[2]
+    origin = origin_offset(msg.headers, msg.topic, msg.partition, msg.offset)
+    return None if origin == msg.offset else origin
 
 
 class KeyedReadyQueue:
@@ -54,16 +54,32 @@ class KeyedReadyQueue:
         #: origin) for a late one; appended without the lock (deque appends are atomic).
         self._settled: deque[tuple] = deque()
         self.error: BaseException | None = None
+        #: Held partitions whose start offset is not known yet -> the pipeline generation they were
+        #: assigned at (a batch fetched before that is from an earlier ownership).
+        self._starting: dict[int, int] = {}
+        #: ``on_start(partition, offset)``: the first offset handed over for a held partition.
+        self.on_start: Callable[[int, int], None] | None = None
+        self._start_of: dict[int, int] = {}  # partition -> the start offset of its latest assignment
 
     # ------------------------------------------------------------ fetcher side
     def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
         cell = [leased_at, gen]
+        starts: dict[int, int] = {}
         with self.cond:
             self._apply_settled()
             add = self._order.add
             for m in messages:
                 add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m.headers else None)
+            if self._starting:
+                for m in messages:
+                    g = self._starting.get(m.partition)
+                    if g is not None and gen >= g:
+                        del self._starting[m.partition]
+                        starts[m.partition] = self._start_of[m.partition] = m.offset
             self.cond.notify_all()
+        if starts and self.on_start is not None:
+            for p, offset in starts.items():
+                self.on_start(p, offset)
 
     def expire(self, now: float) -> list[Released]:
         """Release the keys whose copy did not come in time (the consumer warns and counts them)."""
@@ -181,6 +197,7 @@ class KeyedReadyQueue:
             for m, cell in self._order.waiting():
                 groups.setdefault(cell[_GEN], []).append(m)
             self._order = KeyOrder()
+            self._starting.clear()
             self.cond.notify_all()
         return list((msgs, gen) for gen, msgs in groups.items())
 
@@ -198,6 +215,43 @@ class KeyedReadyQueue:
                         cell[_LEASED_AT] = now
                     due.append(m)
         return due
+
+    # ------------------------------------------------------------ a change of owner
+    def hold(self, partitions: set[int], gen: int) -> None:
+        """``partitions`` were assigned at pipeline generation ``gen``: hold their messages."""
+        with self.cond:
+            for p in partitions:
+                self._order.hold(p)
+                self._starting[p] = gen
+
+    def inherit(self, partition: int, keys: dict[bytes, list[int]], deadline: float, start: int) -> bool:
+        """End the hold of ``partition`` (learned from its ``start`` offset), its keys waiting for
+        these origins until ``deadline``. False (nothing done) when the partition was assigned again
+        since: that assignment's own start decides."""
+        with self.cond:
+            if partition in self._starting or self._start_of.get(partition) != start:
+                return False
+            self._apply_settled()
+            self._order.inherit(partition, keys, deadline)
+            self.cond.notify_all()
+        return True
+
+    def inherited_settled(self, partition: int, released: list[tuple[bytes, int]]) -> int:
+        """``(key, origin)`` pairs settled for good at the earlier owner; how many released a key."""
+        with self.cond:
+            n = sum(self._order.inherited_settled(partition, key, origin) for key, origin in released)
+            if n:
+                self.cond.notify_all()
+        return n
+
+    def inherited_origins(self, partition: int) -> set[int]:
+        with self.cond:
+            self._apply_settled()
+            return self._order.inherited_origins(partition)
+
+    def inherited_keys(self) -> int:
+        with self.cond:
+            return self._order.inherited_keys()
 
     # ------------------------------------------------------------ observing
     @property
