@@ -8,8 +8,9 @@ after the assignment). Through the client seam's :class:`~kmq.client.LogReader`,
 
 1. the tracker group's committed offset of the markers partition (as ``kmq trace`` reads it);
 2. the markers from there to the end, folded (:class:`~kmq.core.inherited_keys.MarkerFold`);
-3. the queue records from the lowest unsettled offset below the start to the start (their keys
-   and ``kmq-origin``): :func:`~kmq.core.inherited_keys.inherit` decides which keys wait.
+3. the queue records from the lowest unsettled offset below the start on, into the backlog (their
+   keys and ``kmq-origin``: a copy of an earlier message waiting in the backlog is one too):
+   :func:`~kmq.core.inherited_keys.inherit` decides which keys wait.
 
 Then, while any key waits, it reads the new markers of that partition every
 :data:`TAIL_INTERVAL` and releases an origin whose delivery was settled for good. A copy handed
@@ -128,7 +129,7 @@ class KeyRecovery:
         """Hold ``p``'s keys for what the earlier owner left unsettled below ``start``, or give up."""
         name, began = self.queue.name, time.monotonic()
         try:
-            fold, records, committed = self._read(p, start, began + self.budget.seconds)
+            fold, records, committed, cut = self._read(p, start, began + self.budget.seconds)
         except Exception as exc:  # noqa: BLE001 - a failed read must not stop the partition for ever
             self.keyed.inherit(p, {}, 0.0, start)
             self.metrics.ordering_recoveries.labels(name, "given_up").inc()
@@ -145,12 +146,14 @@ class KeyRecovery:
         level = logging.INFO if result.keys else logging.DEBUG
         first = min(((o, k) for k, os in result.keys.items() for o in os), default=None)
         log.log(level, "%s[%d]: new owner from offset %d: read %d marker(s) from the tracker's committed offset %s "
-                "and %d queue record(s) in %.3fs; %d key(s) wait for %d message(s) an earlier owner left unsettled%s",
+                "and %d queue record(s) in %.3fs; %d key(s) wait for %d message(s) an earlier owner left unsettled%s%s",
                 name, p, start, fold.records, committed, len(records), time.monotonic() - began, len(result.keys),
-                result.origins, "" if first is None else f" (first {name}/{p}/{first[0]}, key {first[1]!r})")
+                result.origins, "" if first is None else f" (first {name}/{p}/{first[0]}, key {first[1]!r})",
+                f"; copies past offset {records[-1].offset} not looked for (over the budget)" if cut else "")
 
-    def _read(self, p: int, start: int, deadline: float) -> tuple[MarkerFold, list[QueueRecord], int | None]:
-        """The folded markers from the tracker's committed offset, the queue records below ``start``."""
+    def _read(self, p: int, start: int, deadline: float) -> tuple[MarkerFold, list[QueueRecord], int | None, bool]:
+        """The folded markers from the tracker's committed offset; the queue records from the lowest
+        unsettled offset below ``start`` into the backlog (True: the backlog read was cut by the budget)."""
         if self._reader is None:
             self._reader = self._open_reader()
         reader, q, budget = self._reader, self.queue, self.budget
@@ -160,21 +163,25 @@ class KeyRecovery:
         for _tp, batch in reader.scan({mtp: committed}):
             self._fold(fold, p, batch)
             if fold.records > budget.markers or time.monotonic() > deadline:
-                raise _OverBudget(f"over the budget: {fold.records} markers read from offset {committed} "
-                                  f"(at most {budget.markers} in {budget.seconds:g}s)")
+                raise _OverBudget(f"over the budget: more than {budget.markers} markers from offset {committed}, "
+                                  f"or longer than {budget.seconds:g}s")
         self.metrics.ordering_recovery_records.labels(q.name, "markers").inc(fold.records)
-        span = fold.read_range(start)
-        if span is None:
-            return fold, [], committed
-        first, end = span
-        if end - first > budget.queue:
-            raise _OverBudget(f"over the budget: {end - first} queue records below offset {start} to read "
-                              f"(at most {budget.queue})")
-        found = reader.read(q.name, p, [(first, end - first)]).records
-        self.metrics.ordering_recovery_records.labels(q.name, "queue").inc(len(found))
-        if time.monotonic() > deadline:
-            raise _OverBudget(f"over the budget: reading took longer than {budget.seconds:g}s")
-        return fold, [QueueRecord(o, r.key, origin_offset(r.headers, q.name, p, o)) for o, r in found.items()], committed
+        lowest = fold.lowest_unsettled(start)
+        records: list[QueueRecord] = []
+        cut = False
+        try:
+            for _tp, batch in reader.scan({(q.name, p): start if lowest is None else lowest}):
+                records.extend(QueueRecord(r.offset, r.key, origin_offset(r.headers, q.name, p, r.offset))
+                               for r in batch)
+                if len(records) >= budget.queue or time.monotonic() > deadline:
+                    if records[-1].offset < start:
+                        raise _OverBudget(f"over the budget: more than {budget.queue} queue records below offset "
+                                          f"{start} from {lowest}, or longer than {budget.seconds:g}s")
+                    cut = True
+                    break
+        finally:
+            self.metrics.ordering_recovery_records.labels(q.name, "queue").inc(len(records))
+        return fold, records, committed, cut
 
     def _fold(self, fold: MarkerFold, p: int, batch: list) -> None:
         for rec in batch:

@@ -5,8 +5,8 @@ Pure: no Kafka import, no clock. The consumer's edge (:mod:`kmq.consumer.key_rec
 for queue partition p, the markers of markers partition p from the tracker group's committed
 offset (the oldest START that still had open offsets when the tracker committed: every offset
 unsettled now was STARTed at or after it) and feeds them to a :class:`MarkerFold`; then it reads
-the queue records ``first..start-1`` named by :meth:`MarkerFold.read_range` and asks
-:func:`inherit` which keys wait for which origins. The contract is in docs/protocol.md
+the queue records from :meth:`MarkerFold.lowest_unsettled` (or the start offset) on, into the
+backlog, and asks :func:`inherit` which keys wait for which origins. The contract is in docs/protocol.md
 ("Per-key ordering", "Across a change of owner").
 
 A delivery ``d`` below the start offset (the original or an earlier copy of origin ``o``, its
@@ -17,6 +17,9 @@ the start offset and ``d`` is
   the tracker will copy it; or
 * CLOSED as redelivered: its copy was appended at or after the start offset, so the new owner
   fetches it itself (after, maybe, later messages of its key).
+
+A copy found in the backlog (at or after the start offset) of an origin below it leaves that
+origin pending too, even when its markers are older than the window read.
 
 A pending origin holds its key until a copy of it is handed out by the new owner, until the
 markers show its delivery settled for good (END, REJECT, CLOSED other than redelivered:
@@ -43,7 +46,10 @@ class RecoveryBudget:
     go on without what the earlier owner left unsettled: logged and counted)."""
 
     markers: int = 200_000  # markers records read from the tracker's committed offset
-    queue: int = 100_000  # queue records read below the start offset
+    #: queue records read from the lowest unsettled offset below the start: all of those below it
+    #: (else given up), then the backlog after it as far as the budget goes (copies further on are
+    #: not looked for)
+    queue: int = 100_000
     seconds: float = 30.0  # wall time, reads included
 
 
@@ -99,12 +105,12 @@ class MarkerFold:
         """Whether the delivery at ``offset`` is settled for good (the opposite of :meth:`pending`)."""
         return not self.pending(offset)
 
-    def read_range(self, start: int) -> tuple[int, int] | None:
-        """``(first, start)``: the queue records to read, from the lowest open or copied offset
-        below ``start`` (None: nothing below ``start`` is unsettled)."""
+    def lowest_unsettled(self, start: int) -> int | None:
+        """The lowest open or copied offset below ``start`` (None: nothing below it is unsettled):
+        where the read of the queue records starts."""
         lows = [r.first for r in self._open.open_ranges()[:1]] + [x for x in (self._copied.min(),) if x is not None]
         first = min(lows, default=None)
-        return None if first is None or first >= start else (first, start)
+        return None if first is None or first >= start else first
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,19 +138,29 @@ class Inheritance:
 
 def inherit(fold: MarkerFold, records: Iterable[QueueRecord], start: int) -> Inheritance:
     """The keys the owner starting at ``start`` inherits blocked, from the folded markers and the
-    queue records of :meth:`MarkerFold.read_range` (any order; a missing one is skipped: its
-    offsets were deleted, and the tracker closes them as missing)."""
+    queue records read from :meth:`MarkerFold.lowest_unsettled` (or ``start``) on, in any order.
+    A record missing below ``start`` is skipped (deleted: the tracker closes it as missing). A copy
+    at or after ``start`` of a message below it (its origin) blocks that origin too, whatever the
+    markers say: it was appended after the earlier owner's last offset and nobody has handled it
+    yet (its CLOSED marker may be older than the tracker's committed offset)."""
     latest: dict[int, QueueRecord] = {}  # origin -> its latest delivery below start
+    backlog: list[QueueRecord] = []  # copies at or after start of origins below it
     for rec in records:
-        if rec.offset >= start or rec.key is None:  # a null key holds nothing back
+        if rec.key is None:  # a null key holds nothing back
+            continue
+        if rec.offset >= start:
+            if rec.origin < start:
+                backlog.append(rec)
             continue
         seen = latest.get(rec.origin)
         if seen is None or seen.offset < rec.offset:
             latest[rec.origin] = rec
-    keys: dict[bytes, list[int]] = {}
+    pending: dict[bytes, set[int]] = {}
     watch: dict[int, tuple[bytes, int]] = {}
-    for origin, rec in sorted(latest.items()):
+    for origin, rec in latest.items():
         if fold.pending(rec.offset):
-            keys.setdefault(rec.key, []).append(origin)
+            pending.setdefault(rec.key, set()).add(origin)
             watch[rec.offset] = (rec.key, origin)
-    return Inheritance(keys, watch)
+    for rec in backlog:
+        pending.setdefault(rec.key, set()).add(rec.origin)  # type: ignore[arg-type]
+    return Inheritance({key: sorted(origins) for key, origins in pending.items()}, watch)

@@ -12,9 +12,9 @@ import zlib
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.keyed import produce_keyed
 from tests.integration.tracker_util import running_tracker
 
 pytestmark = pytest.mark.integration
@@ -35,13 +35,7 @@ def fate(value: bytes, delivery: int) -> str:
 def test_per_key_completion_order_through_nacks_and_rejects(queue_topics, bootstrap, ordering):
     cfg, q = queue_topics(partitions=2, queue=QUEUE,
                           consumer={"ack_flush_interval": "50ms", "ordering": ordering})
-    p = clients.producer(cfg.kafka)
-    for i in range(PER_KEY):
-        for k in range(KEYS):
-            p.send(q.name, key=b"k%d" % k, value=b"k%d/%d" % (k, i))
-    p.flush()
-    p.close()
-    values = [b"k%d/%d" % (k, i) for k in range(KEYS) for i in range(PER_KEY)]
+    values = produce_keyed(cfg.kafka, q.name, KEYS, PER_KEY)
     rejected = {v for v in values if fate(v, 1) == "reject"}
     lock = threading.Lock()
     completed: dict[bytes, list[int]] = {}  # key -> sequence numbers in the order handlers completed them
@@ -112,12 +106,7 @@ def test_asyncio_run_keeps_key_order_and_runs_keys_in_parallel(queue_topics, boo
     from kmq.aio import AsyncKmqConsumer
 
     cfg, q = queue_topics(partitions=1, queue=QUEUE, consumer={"ack_flush_interval": "50ms", "ordering": "key"})
-    p = clients.producer(cfg.kafka)
-    for i in range(6):
-        for k in range(4):
-            p.send(q.name, key=b"k%d" % k, value=b"k%d/%d" % (k, i))
-    p.flush()
-    p.close()
+    produce_keyed(cfg.kafka, q.name, 4, 6)
 
     async def scenario() -> tuple[dict[bytes, list[int]], int, int]:
         completed: dict[bytes, list[int]] = {}
