@@ -3,11 +3,14 @@
 When a partition is assigned, :class:`KeyRecovery` holds its messages in the
 :class:`~kmq.consumer.keyed_ready.KeyedReadyQueue` until it learned which of its keys an earlier
 owner (a crashed worker, or one that lost the partition in a rebalance and still runs its
-handlers) left unsettled below the offset this consumer starts at (the first offset handed over
-after the assignment). Through the client seam's :class:`~kmq.client.LogReader`, no group joined:
+handlers) left unsettled below the offset this consumer starts at. Through the client seam's
+:class:`~kmq.client.LogReader`, no group joined:
 
-1. the tracker group's committed offset of the markers partition (as ``kmq trace`` reads it);
-2. the markers from there to the end, folded (:class:`~kmq.core.inherited_keys.MarkerFold`);
+1. the workers group's committed offset of the partition: where this consumer starts (read after
+   the assignment; if this consumer committed meanwhile it is later, and its own messages in
+   between, held in offset order here, pass as their own origins);
+2. the tracker group's committed offset of the markers partition (as ``kmq trace`` reads it), and
+   the markers from there to the end, folded (:class:`~kmq.core.inherited_keys.MarkerFold`);
 3. the queue records from the lowest unsettled offset below the start on, into the backlog (their
    keys and ``kmq-origin``: a copy of an earlier message waiting in the backlog is one too):
    :func:`~kmq.core.inherited_keys.inherit` decides which keys wait.
@@ -31,6 +34,7 @@ from typing import Callable
 from kmq.client import LogReader
 from kmq.config import Config, QueueConfig
 from kmq.consumer.keyed_ready import KeyedReadyQueue
+from kmq.core.errors import KmqError
 from kmq.core.inherited_keys import DEFAULT_BUDGET, MarkerFold, QueueRecord, RecoveryBudget, inherit
 from kmq.core.markers import BadMarker, decode_record
 from kmq.core.message import origin_offset
@@ -44,8 +48,8 @@ log = logging.getLogger(__name__)
 TAIL_INTERVAL = 0.5
 
 
-class _OverBudget(Exception):
-    pass
+class _OverBudget(KmqError):
+    """The lookup would cost more than its budget (the partition then goes on without)."""
 
 
 @dataclass
@@ -68,27 +72,24 @@ class KeyRecovery:
                  copy_wait: float, open_reader: Callable[[], LogReader],
                  budget: RecoveryBudget = DEFAULT_BUDGET) -> None:
         self.queue, self.keyed, self.metrics = queue, keyed, metrics
-        self.tracker_group = cfg.tracker.group_id
+        self.tracker_group, self.group = cfg.tracker.group_id, cfg.consumer.group_id
         self.copy_wait, self.budget = copy_wait, budget
         self._open_reader = open_reader
         self._reader: LogReader | None = None
-        self._jobs: deque[tuple[int, int]] = deque()  # (partition, start offset)
+        self._jobs: deque[tuple[int, int]] = deque()  # (partition, hold number)
         self._watched: dict[int, _Watched] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        keyed.on_start = self._started
 
     # ------------------------------------------------------------ the consumer's side
-    def assigned(self, partitions: set[int], gen: int) -> None:
-        """Hold the messages of newly assigned ``partitions`` (fetcher thread, in the rebalance order)."""
-        if partitions:
-            self.keyed.hold(partitions, gen)
-
-    def _started(self, partition: int, offset: int) -> None:
-        """The first offset handed over for a held partition: learn what lies below it."""
-        self._jobs.append((partition, offset))
+    def assigned(self, partitions: set[int]) -> None:
+        """Hold the messages of newly assigned ``partitions`` and look up what lies below their start
+        (called on the fetcher thread, in the rebalance order)."""
+        if not partitions:
+            return
+        self._jobs.extend(sorted(self.keyed.hold(partitions).items()))
         with self._lock:
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._loop, name=f"kmq-key-recovery-{self.queue.name}",
@@ -108,38 +109,46 @@ class KeyRecovery:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                while self._jobs and not self._stop.is_set():
-                    self._recover(*self._jobs.popleft())
-                if self._watched:
-                    self._tail()
-                self.metrics.ordering_inherited_keys.labels(self.queue.name).set(self.keyed.inherited_keys())
+                try:
+                    while self._jobs and not self._stop.is_set():
+                        self._recover(*self._jobs.popleft())
+                    if self._watched:
+                        self._tail()
+                    self.metrics.ordering_inherited_keys.labels(self.queue.name).set(self.keyed.inherited_keys())
+                except Exception:  # a bug: keys still wait at most their bounded wait
+                    log.exception("%s: looking up what earlier partition owners left unsettled failed", self.queue.name)
                 self._wake.wait(TAIL_INTERVAL if self._watched else 5.0)
                 self._wake.clear()
         finally:
             while self._jobs:  # closing: let nothing stay held
-                p, start = self._jobs.popleft()
-                self.keyed.inherit(p, {}, 0.0, start)
+                p, hold = self._jobs.popleft()
+                self.keyed.inherit(p, {}, 0.0, hold)
             if self._reader is not None:
                 try:
                     self._reader.close()
                 except Exception as exc:  # noqa: BLE001 - closing is best effort
                     log.debug("closing the key-recovery reader of %s: %s", self.queue.name, exc)
 
-    def _recover(self, p: int, start: int) -> None:
-        """Hold ``p``'s keys for what the earlier owner left unsettled below ``start``, or give up."""
+    def _recover(self, p: int, hold: int) -> None:
+        """Hold ``p``'s keys for what the earlier owner left unsettled below the start, or give up."""
         name, began = self.queue.name, time.monotonic()
         try:
+            start = self._start(p)
+            if start is None:  # nothing committed: no earlier owner handed anything out
+                self.keyed.inherit(p, {}, 0.0, hold)
+                self.metrics.ordering_recoveries.labels(name, "clean").inc()
+                return
             fold, records, committed, cut = self._read(p, start, began + self.budget.seconds)
         except Exception as exc:  # noqa: BLE001 - a failed read must not stop the partition for ever
-            self.keyed.inherit(p, {}, 0.0, start)
+            self.keyed.inherit(p, {}, 0.0, hold)
             self.metrics.ordering_recoveries.labels(name, "given_up").inc()
             log.warning("%s[%d]: could not learn which messages an earlier owner left unsettled (%s): the "
                         "partition goes on without, so a later message of a key may be handled before an earlier "
-                        "one that is redelivered (the markers topic needs Read and the tracker group %r Describe "
-                        "for this consumer)", name, p, exc, self.tracker_group)
+                        "one that is redelivered (this consumer needs Read on the markers topic and Describe on the "
+                        "tracker group %r)", name, p, exc, self.tracker_group)
             return
         result = inherit(fold, records, start)
-        applied = self.keyed.inherit(p, result.keys, time.monotonic() + self.copy_wait, start)
+        applied = self.keyed.inherit(p, result.keys, time.monotonic() + self.copy_wait, hold)
         self.metrics.ordering_recoveries.labels(name, "inherited" if result.keys else "clean").inc()
         if result.watch and applied:
             self._watched[p] = _Watched(fold, dict(result.watch))
@@ -151,11 +160,16 @@ class KeyRecovery:
                 result.origins, "" if first is None else f" (first {name}/{p}/{first[0]}, key {first[1]!r})",
                 f"; copies past offset {records[-1].offset} not looked for (over the budget)" if cut else "")
 
+    def _start(self, p: int) -> int | None:
+        """Where this consumer starts in ``p``: the workers group's committed offset (None: none)."""
+        if self._reader is None:
+            self._reader = self._open_reader()
+        tp = (self.queue.name, p)
+        return self._reader.committed(self.group, [tp]).get(tp)
+
     def _read(self, p: int, start: int, deadline: float) -> tuple[MarkerFold, list[QueueRecord], int | None, bool]:
         """The folded markers from the tracker's committed offset; the queue records from the lowest
         unsettled offset below ``start`` into the backlog (True: the backlog read was cut by the budget)."""
-        if self._reader is None:
-            self._reader = self._open_reader()
         reader, q, budget = self._reader, self.queue, self.budget
         mtp = (q.markers_topic, p)
         committed = reader.committed(self.tracker_group, [mtp]).get(mtp)

@@ -15,8 +15,7 @@ a taker waits.
 
 A newly assigned partition is held (:meth:`hold`) until
 :mod:`kmq.consumer.key_recovery` learned which of its keys an earlier owner
-left unsettled (:meth:`inherit`); the offset it starts at is the first one
-handed over for it after the assignment (:attr:`on_start` is told).
+left unsettled (:meth:`inherit`).
 """
 
 from __future__ import annotations
@@ -54,32 +53,17 @@ class KeyedReadyQueue:
         #: origin) for a late one; appended without the lock (deque appends are atomic).
         self._settled: deque[tuple] = deque()
         self.error: BaseException | None = None
-        #: Held partitions whose start offset is not known yet -> the pipeline generation they were
-        #: assigned at (a batch fetched before that is from an earlier ownership).
-        self._starting: dict[int, int] = {}
-        #: ``on_start(partition, offset)``: the first offset handed over for a held partition.
-        self.on_start: Callable[[int, int], None] | None = None
-        self._start_of: dict[int, int] = {}  # partition -> the start offset of its latest assignment
+        self._holds: dict[int, int] = {}  # partition -> how many times it was held (its latest hold)
 
     # ------------------------------------------------------------ fetcher side
     def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
         cell = [leased_at, gen]
-        starts: dict[int, int] = {}
         with self.cond:
             self._apply_settled()
             add = self._order.add
             for m in messages:
                 add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m.headers else None)
-            if self._starting:
-                for m in messages:
-                    g = self._starting.get(m.partition)
-                    if g is not None and gen >= g:
-                        del self._starting[m.partition]
-                        starts[m.partition] = self._start_of[m.partition] = m.offset
             self.cond.notify_all()
-        if starts and self.on_start is not None:
-            for p, offset in starts.items():
-                self.on_start(p, offset)
 
     def expire(self, now: float) -> list[Released]:
         """Release the keys whose copy did not come in time (the consumer warns and counts them)."""
@@ -197,7 +181,6 @@ class KeyedReadyQueue:
             for m, cell in self._order.waiting():
                 groups.setdefault(cell[_GEN], []).append(m)
             self._order = KeyOrder()
-            self._starting.clear()
             self.cond.notify_all()
         return list((msgs, gen) for gen, msgs in groups.items())
 
@@ -217,19 +200,20 @@ class KeyedReadyQueue:
         return due
 
     # ------------------------------------------------------------ a change of owner
-    def hold(self, partitions: set[int], gen: int) -> None:
-        """``partitions`` were assigned at pipeline generation ``gen``: hold their messages."""
+    def hold(self, partitions: set[int]) -> dict[int, int]:
+        """``partitions`` were assigned: hold their messages; returns each one's hold number."""
         with self.cond:
             for p in partitions:
                 self._order.hold(p)
-                self._starting[p] = gen
+                self._holds[p] = self._holds.get(p, 0) + 1
+            return {p: self._holds[p] for p in partitions}
 
-    def inherit(self, partition: int, keys: dict[bytes, list[int]], deadline: float, start: int) -> bool:
-        """End the hold of ``partition`` (learned from its ``start`` offset), its keys waiting for
-        these origins until ``deadline``. False (nothing done) when the partition was assigned again
-        since: that assignment's own start decides."""
+    def inherit(self, partition: int, keys: dict[bytes, list[int]], deadline: float, hold: int) -> bool:
+        """End hold number ``hold`` of ``partition``, its keys waiting for these origins until
+        ``deadline``. False (nothing done) when the partition was held again since: that
+        assignment's own lookup decides."""
         with self.cond:
-            if partition in self._starting or self._start_of.get(partition) != start:
+            if self._holds.get(partition) != hold:
                 return False
             self._apply_settled()
             self._order.inherit(partition, keys, deadline)

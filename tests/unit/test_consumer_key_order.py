@@ -10,6 +10,7 @@ import pytest
 from kmq.config import Config
 from kmq.consumer import consumer as consumer_module
 from kmq.consumer.consumer import KmqConsumer
+from kmq.core.errors import LogReadError
 from kmq.core.markers import End, Start
 from kmq.core.message import HEADER_DELIVERY_COUNT, HEADER_ORIGIN
 from tests.helpers.fake_kafka import FakeKafka as Log, FakeLogReader, FakeTime
@@ -137,9 +138,11 @@ def test_ordering_none_hands_the_same_records_out_at_once(keyed_consumer):
     assert sorted(take_all(consumer, 3)) == [0, 1, 2]
 
 
-def earlier_owner(keys: list[bytes | None], *markers) -> Log:
-    """The log an earlier owner of partition 0 left: queue records with ``keys``, then ``markers``."""
+def earlier_owner(keys: list[bytes | None], start: int, *markers) -> Log:
+    """The log an earlier owner of partition 0 left: queue records with ``keys``, ``markers``, the
+    workers group committed at ``start``."""
     log = Log(FakeTime())
+    log.committed[("g", TOPIC, 0)] = start
     for k in keys:
         log.append(TOPIC, 0, k, b"v")
     for m in markers:
@@ -153,7 +156,7 @@ def test_a_new_owner_holds_a_key_whose_earlier_message_is_unsettled_until_its_co
     keys = [b"a", b"b", b"a", b"b", b"c", b"a"]
     kafka = KeyedKafka([(k, copy_of(0) if o == 5 else []) for o, k in enumerate(keys)])
     kafka._position = 2
-    consumer = keyed_consumer(kafka, log=earlier_owner(keys, Start(((0, 2),), 3000), End(((1, 1),))))
+    consumer = keyed_consumer(kafka, log=earlier_owner(keys, 2, Start(((0, 2),), 3000), End(((1, 1),))))
     got = {}
     wait_until(lambda: got.update({m.offset: m for m in consumer.poll(timeout=0.1)}) or len(got) >= 3, 10,
                what="b, c and the copy of 0")
@@ -165,7 +168,7 @@ def test_a_new_owner_holds_a_key_whose_earlier_message_is_unsettled_until_its_co
 
 def test_a_new_owner_releases_a_key_when_the_markers_show_the_earlier_message_settled(keyed_consumer):
     keys = [b"a", b"b", b"a", b"b"]
-    log = earlier_owner(keys, Start(((0, 2),), 3000), End(((1, 1),)))
+    log = earlier_owner(keys, 2, Start(((0, 2),), 3000), End(((1, 1),)))
     kafka = KeyedKafka([(k, []) for k in keys])
     kafka._position = 2
     consumer = keyed_consumer(kafka, log=log)
@@ -173,3 +176,33 @@ def test_a_new_owner_releases_a_key_when_the_markers_show_the_earlier_message_se
     assert consumer.poll(timeout=0.2) == []  # 2 waits: 0 is still open at the earlier owner
     log.marker(f"{TOPIC}__markers", 0, End(((0, 1),)), 2_000)  # the earlier owner acked it after all
     assert [m.offset for m in consumer.poll(timeout=5)] == [2]
+
+
+def test_a_partition_whose_lookup_fails_goes_on_without_it(keyed_consumer, monkeypatch, caplog):
+    keys = [b"a", b"b", b"a"]
+    log = earlier_owner(keys, 2, Start(((0, 2),), 3000))
+
+    def refused(group, partitions):
+        raise LogReadError("not authorized to describe group")
+
+    reader = FakeLogReader(log)
+    monkeypatch.setattr(reader, "committed", refused)
+    kafka = KeyedKafka([(k, []) for k in keys])
+    kafka._position = 2
+    consumer = keyed_consumer(kafka, log=log)
+    monkeypatch.setattr(consumer._recovery, "_open_reader", lambda: reader)
+    assert [m.offset for m in consumer.poll(timeout=5)] == [2]
+    assert "could not learn which messages an earlier owner left unsettled" in caplog.text
+    assert consumer.metrics.ordering_recoveries.labels(TOPIC, "given_up")._value.get() == 1
+
+
+def test_messages_held_before_the_partition_came_back_are_not_stuck_without_new_records(keyed_consumer):
+    # The lookup does not wait for a record fetched in the new assignment: with none, the keys
+    # held before still go once it is done.
+    keys = [b"a", b"a"]
+    kafka = KeyedKafka([(k, []) for k in keys])
+    consumer = keyed_consumer(kafka, log=earlier_owner(keys, 2))
+    [m] = consumer.poll(timeout=5)
+    consumer._recovery.assigned({0})  # a rebalance gives the partition back to this member
+    m.ack()
+    assert [x.offset for x in consumer.poll(timeout=5)] == [1]
