@@ -589,7 +589,7 @@ class KmqConsumer:
             if assigned:
                 self._pipeline.assigned(parts)
                 if self._recovery is not None:
-                    self._recovery.assigned(parts)
+                    self._recovery.assigned(parts, self._pipeline.gen)
             else:
                 self._run(self._pipeline.revoked(parts))
 

@@ -6,9 +6,9 @@ owner (a crashed worker, or one that lost the partition in a rebalance and still
 handlers) left unsettled below the offset this consumer starts at. Through the client seam's
 :class:`~kmq.client.LogReader`, no group joined:
 
-1. the workers group's committed offset of the partition: where this consumer starts (read after
-   the assignment; if this consumer committed meanwhile it is later, and its own messages in
-   between, held in offset order here, pass as their own origins);
+1. where this consumer starts: the workers group's committed offset of the partition, or the
+   first offset handed over since the assignment when that is lower (this consumer committed
+   before the read);
 2. the tracker group's committed offset of the markers partition (as ``kmq trace`` reads it), and
    the markers from there to the end, folded (:class:`~kmq.core.inherited_keys.MarkerFold`);
 3. the queue records from the lowest unsettled offset below the start on, into the backlog (their
@@ -84,12 +84,12 @@ class KeyRecovery:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the consumer's side
-    def assigned(self, partitions: set[int]) -> None:
-        """Hold the messages of newly assigned ``partitions`` and look up what lies below their start
-        (called on the fetcher thread, in the rebalance order)."""
+    def assigned(self, partitions: set[int], gen: int) -> None:
+        """Hold the messages of ``partitions``, assigned at pipeline generation ``gen``, and look up
+        what lies below their start (called on the fetcher thread, in the rebalance order)."""
         if not partitions:
             return
-        self._jobs.extend(sorted(self.keyed.hold(partitions).items()))
+        self._jobs.extend(sorted(self.keyed.hold(partitions, gen).items()))
         with self._lock:
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._loop, name=f"kmq-key-recovery-{self.queue.name}",
@@ -161,11 +161,16 @@ class KeyRecovery:
                 f"; copies past offset {records[-1].offset} not looked for (over the budget)" if cut else "")
 
     def _start(self, p: int) -> int | None:
-        """Where this consumer starts in ``p``: the workers group's committed offset (None: none)."""
+        """Where this consumer starts in ``p`` (None: the group committed nothing, so no earlier owner
+        handed anything out). If this consumer committed before the look-up, the committed offset is
+        past its own first messages: the first offset it handed over since the assignment is lower
+        (looked at after the read, as the commit comes before the hand-over)."""
         if self._reader is None:
             self._reader = self._open_reader()
         tp = (self.queue.name, p)
-        return self._reader.committed(self.group, [tp]).get(tp)
+        committed = self._reader.committed(self.group, [tp]).get(tp)
+        first = self.keyed.first_offset(p)
+        return committed if committed is None or first is None else min(committed, first)
 
     def _read(self, p: int, start: int, deadline: float) -> tuple[MarkerFold, list[QueueRecord], int | None, bool]:
         """The folded markers from the tracker's committed offset; the queue records from the lowest

@@ -54,6 +54,10 @@ class KeyedReadyQueue:
         self._settled: deque[tuple] = deque()
         self.error: BaseException | None = None
         self._holds: dict[int, int] = {}  # partition -> how many times it was held (its latest hold)
+        #: Held partitions -> the pipeline generation of the hold; the first offset handed over for
+        #: one from a batch fetched since (an earlier batch is from an earlier ownership) -> _first.
+        self._first_due: dict[int, int] = {}
+        self._first: dict[int, int] = {}
 
     # ------------------------------------------------------------ fetcher side
     def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
@@ -63,6 +67,11 @@ class KeyedReadyQueue:
             add = self._order.add
             for m in messages:
                 add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m.headers else None)
+            if self._first_due:
+                for m in messages:
+                    if self._first_due.get(m.partition, gen + 1) <= gen:
+                        del self._first_due[m.partition]
+                        self._first[m.partition] = m.offset
             self.cond.notify_all()
 
     def expire(self, now: float) -> list[Released]:
@@ -200,13 +209,21 @@ class KeyedReadyQueue:
         return due
 
     # ------------------------------------------------------------ a change of owner
-    def hold(self, partitions: set[int]) -> dict[int, int]:
-        """``partitions`` were assigned: hold their messages; returns each one's hold number."""
+    def hold(self, partitions: set[int], gen: int) -> dict[int, int]:
+        """``partitions`` were assigned at pipeline generation ``gen``: hold their messages; returns
+        each one's hold number."""
         with self.cond:
             for p in partitions:
                 self._order.hold(p)
                 self._holds[p] = self._holds.get(p, 0) + 1
+                self._first_due[p] = gen
+                self._first.pop(p, None)
             return {p: self._holds[p] for p in partitions}
+
+    def first_offset(self, partition: int) -> int | None:
+        """The first offset handed over for ``partition`` since its latest hold (None: none yet)."""
+        with self.cond:
+            return self._first.get(partition)
 
     def inherit(self, partition: int, keys: dict[bytes, list[int]], deadline: float, hold: int) -> bool:
         """End hold number ``hold`` of ``partition``, its keys waiting for these origins until

@@ -203,6 +203,6 @@ def test_messages_held_before_the_partition_came_back_are_not_stuck_without_new_
     kafka = KeyedKafka([(k, []) for k in keys])
     consumer = keyed_consumer(kafka, log=earlier_owner(keys, 2))
     [m] = consumer.poll(timeout=5)
-    consumer._recovery.assigned({0})  # a rebalance gives the partition back to this member
+    consumer._recovery.assigned({0}, consumer._pipeline.gen)  # a rebalance gives the partition back to this member
     m.ack()
     assert [x.offset for x in consumer.poll(timeout=5)] == [1]
