@@ -37,6 +37,7 @@ from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBa
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close
 from kmq.consumer.handler_pool import run_handlers
+from kmq.consumer.key_recovery import KeyRecovery
 from kmq.consumer.keyed_ready import KeyedReadyQueue
 from kmq.consumer.lease_expiry import LeaseExpiry
 from kmq.consumer.leases import AutoRenewal, HeldLeases, LateSettler, auto_renewal
@@ -130,6 +131,9 @@ class KmqConsumer:
             self.writer.close()
             raise
         self._init_leases(cfg)
+        #: ordering: key: what an earlier owner of an assigned partition left unsettled (kmq.consumer.key_recovery).
+        self._recovery = None if self._keyed is None else KeyRecovery(
+            cfg, self.queue, self._keyed, self.metrics, self._copy_wait, lambda: client_api.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
         self._tracing = delivery_tracing(cfg.consumer.group_id)
 
@@ -259,6 +263,8 @@ class KmqConsumer:
             self._fetcher.join(timeout if timeout is not None else self.cfg.kafka.session_timeout + 10)
         if self._fetcher is None:
             self._close_kafka_consumer()
+        if self._recovery is not None:
+            self._recovery.close()
         self._kc.unwatch()
         if self._keeper is not None:
             self._keeper.stop()
@@ -582,6 +588,8 @@ class KmqConsumer:
             assigned, parts = self._rebalances.popleft()
             if assigned:
                 self._pipeline.assigned(parts)
+                if self._recovery is not None:
+                    self._recovery.assigned(parts, self._pipeline.gen)
             else:
                 self._run(self._pipeline.revoked(parts))
 

@@ -12,6 +12,10 @@ handed message (:meth:`settled`) and every lease that ran out in user code
 settlement runs under the consumer's lock, which the fetcher's hand-over of a
 whole batch must not hold up) and applied by the next take, or at once when
 a taker waits.
+
+A newly assigned partition is held (:meth:`hold`) until
+:mod:`kmq.consumer.key_recovery` learned which of its keys an earlier owner
+left unsettled (:meth:`inherit`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections import deque
 from typing import Callable
 
 from kmq.core.key_order import KeyOrder, Released
-from kmq.core.message import KmqMessage, header_text, HEADER_ORIGIN, parse_origin
+from kmq.core.message import KmqMessage, origin_offset
 
 __all__ = ["KeyedReadyQueue", "copy_origin"]
 
@@ -32,13 +36,8 @@ _LEASED_AT, _GEN = 0, 1  # a batch's cell: [lease (re)started at, generation], s
 def copy_origin(msg: KmqMessage) -> int | None:
     """The offset of ``msg``'s first delivery when it is the tracker's copy of a record of the same
     partition (``kmq-origin`` names this topic and partition), else None."""
-    text = header_text(msg.headers, HEADER_ORIGIN) if msg.headers else None
-    if text is None:
-        return None
-    parsed = parse_origin(text)
-    if parsed is None or parsed[0] != msg.topic or parsed[1] != msg.partition or parsed[2] == msg.offset:
-        return None
-    return parsed[2]
+    origin = origin_offset(msg.headers, msg.topic, msg.partition, msg.offset)
+    return None if origin == msg.offset else origin
 
 
 class KeyedReadyQueue:
@@ -54,6 +53,11 @@ class KeyedReadyQueue:
         #: origin) for a late one; appended without the lock (deque appends are atomic).
         self._settled: deque[tuple] = deque()
         self.error: BaseException | None = None
+        self._holds: dict[int, int] = {}  # partition -> how many times it was held (its latest hold)
+        #: Held partitions -> the pipeline generation of the hold; the first offset handed over for
+        #: one from a batch fetched since (an earlier batch is from an earlier ownership) -> _first.
+        self._first_due: dict[int, int] = {}
+        self._first: dict[int, int] = {}
 
     # ------------------------------------------------------------ fetcher side
     def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
@@ -63,6 +67,11 @@ class KeyedReadyQueue:
             add = self._order.add
             for m in messages:
                 add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m.headers else None)
+            if self._first_due:
+                for m in messages:
+                    if self._first_due.get(m.partition, gen + 1) <= gen:
+                        del self._first_due[m.partition]
+                        self._first[m.partition] = m.offset
             self.cond.notify_all()
 
     def expire(self, now: float) -> list[Released]:
@@ -198,6 +207,52 @@ class KeyedReadyQueue:
                         cell[_LEASED_AT] = now
                     due.append(m)
         return due
+
+    # ------------------------------------------------------------ a change of owner
+    def hold(self, partitions: set[int], gen: int) -> dict[int, int]:
+        """``partitions`` were assigned at pipeline generation ``gen``: hold their messages; returns
+        each one's hold number."""
+        with self.cond:
+            for p in partitions:
+                self._order.hold(p)
+                self._holds[p] = self._holds.get(p, 0) + 1
+                self._first_due[p] = gen
+                self._first.pop(p, None)
+            return {p: self._holds[p] for p in partitions}
+
+    def first_offset(self, partition: int) -> int | None:
+        """The first offset handed over for ``partition`` since its latest hold (None: none yet)."""
+        with self.cond:
+            return self._first.get(partition)
+
+    def inherit(self, partition: int, keys: dict[bytes, list[int]], deadline: float, hold: int) -> bool:
+        """End hold number ``hold`` of ``partition``, its keys waiting for these origins until
+        ``deadline``. False (nothing done) when the partition was held again since: that
+        assignment's own lookup decides."""
+        with self.cond:
+            if self._holds.get(partition) != hold:
+                return False
+            self._apply_settled()
+            self._order.inherit(partition, keys, deadline)
+            self.cond.notify_all()
+        return True
+
+    def inherited_settled(self, partition: int, released: list[tuple[bytes, int]]) -> int:
+        """``(key, origin)`` pairs settled for good at the earlier owner; how many released a key."""
+        with self.cond:
+            n = sum(self._order.inherited_settled(partition, key, origin) for key, origin in released)
+            if n:
+                self.cond.notify_all()
+        return n
+
+    def inherited_origins(self, partition: int) -> set[int]:
+        with self.cond:
+            self._apply_settled()
+            return self._order.inherited_origins(partition)
+
+    def inherited_keys(self) -> int:
+        with self.cond:
+            return self._order.inherited_keys()
 
     # ------------------------------------------------------------ observing
     @property

@@ -23,7 +23,15 @@ key: it is never held and holds nothing back. Per key:
 * the wait for a copy is bounded: past ``deadline`` (:meth:`KeyOrder.expire`)
   the key is released and the caller warns: the copy may come later, after
   messages of its key already handed out (ordering given up for that one
-  message, nothing lost).
+  message, nothing lost);
+* across a change of owner: a newly assigned partition is *held*
+  (:meth:`KeyOrder.hold`: its messages wait) until the consumer learned what
+  the earlier owner left unsettled (:mod:`kmq.core.inherited_keys`);
+  :meth:`KeyOrder.inherit` then seeds each such key with the origins it waits
+  for (``inherited``): a message goes only when its origin is not after the
+  first of them, and the copy of that origin (or its settlement in the
+  markers, :meth:`KeyOrder.inherited_settled`, or the bounded wait) lets the
+  key go on.
 
 Everything is O(1) per message except a copy (O(messages waiting for its
 key)), :meth:`KeyOrder.expire` and :meth:`KeyOrder.blocked_keys` (O(keys))
@@ -38,6 +46,8 @@ from typing import Generic, Iterator, TypeVar
 
 __all__ = ["KeyOrder", "Released"]
 
+_NO_ORIGINS: tuple[int, ...] = ()
+
 T = TypeVar("T")
 
 
@@ -48,7 +58,8 @@ _Entry = tuple
 class _Key:
     """One key's state: the message out in user code, the copy awaited, the messages waiting."""
 
-    __slots__ = ("pk", "queue", "busy", "busy_origin", "awaiting", "deadline", "runnable")
+    __slots__ = ("pk", "queue", "busy", "busy_origin", "awaiting", "deadline", "runnable", "inherited",
+                 "inherited_deadline")
 
     def __init__(self, pk: tuple[int, bytes]) -> None:
         self.pk = pk  # (partition, key)
@@ -58,6 +69,9 @@ class _Key:
         self.awaiting: int | None = None  # origin offset whose copy must go before anything else
         self.deadline = 0.0  # when the wait for the copy ends
         self.runnable = False  # its head is in KeyOrder._runnable
+        #: Origins (ascending) an earlier owner of the partition left unsettled (KeyOrder.inherit).
+        self.inherited: tuple[int, ...] = _NO_ORIGINS
+        self.inherited_deadline = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +94,8 @@ class KeyOrder(Generic[T]):
         self._out: dict[tuple[int, int], _Key | None] = {}
         self._queued = 0  # messages of non-null keys not handed out (runnable heads included)
         self._nulls = 0  # null-key messages in _runnable
+        #: Partitions whose messages wait until what an earlier owner left unsettled is known.
+        self._holding: set[int] = set()
 
     # ------------------------------------------------------------ events
     def add(self, item: T, partition: int, offset: int, key: bytes | None, origin: int | None = None) -> None:
@@ -123,6 +139,8 @@ class KeyOrder(Generic[T]):
             k.queue.popleft()
             k.runnable = False
             k.busy, k.busy_origin = offset, origin
+            if k.inherited and origin in k.inherited:  # from here on it is this owner's to settle
+                k.inherited = tuple(o for o in k.inherited if o != origin)
             self._queued -= 1
         return out
 
@@ -136,6 +154,8 @@ class KeyOrder(Generic[T]):
         origin, k.busy, k.busy_origin = k.busy_origin, None, None
         if final:
             k.awaiting = None
+            if k.inherited and origin in k.inherited:  # this owner's own message, inherited from itself
+                k.inherited = tuple(o for o in k.inherited if o != origin)
         else:
             k.awaiting, k.deadline = origin, deadline
         return self._maybe_run(k)
@@ -151,14 +171,61 @@ class KeyOrder(Generic[T]):
         return True
 
     def expire(self, now: float) -> list[Released]:
-        """Release every key whose copy did not come by its deadline (O(keys))."""
+        """Release every key whose copy did not come by its deadline, or whose inherited origins
+        were not settled by theirs (O(keys))."""
         released: list[Released] = []
         for k in list(self._keys.values()):
+            if k.inherited and k.inherited_deadline <= now:
+                released.append(Released(k.pk[0], k.pk[1], k.inherited[0]))
+                k.inherited = _NO_ORIGINS
+                self._maybe_run(k)
             if k.awaiting is not None and k.busy is None and k.deadline <= now and not self._head_is_copy(k):
                 released.append(Released(k.pk[0], k.pk[1], k.awaiting))
                 k.awaiting = None
                 self._maybe_run(k)
         return released
+
+    # ------------------------------------------------------------ a change of owner
+    def hold(self, partition: int) -> None:
+        """``partition`` was assigned: its messages wait until :meth:`inherit` (messages already
+        runnable stay so: they were fetched before, below anything an interim owner handled)."""
+        self._holding.add(partition)
+
+    def inherit(self, partition: int, keys: dict[bytes, list[int]], deadline: float) -> int:
+        """What the earlier owner of ``partition`` left unsettled: per key, the origins it waits for
+        until ``deadline``. Ends the hold; returns how many keys were seeded."""
+        self._holding.discard(partition)
+        for key, origins in keys.items():
+            pk = (partition, key)
+            k = self._keys.get(pk)
+            if k is None:
+                k = self._keys[pk] = _Key(pk)
+            k.inherited = tuple(sorted(set(k.inherited).union(origins)))
+            k.inherited_deadline = deadline
+            if k.runnable and k.queue[0][2] > k.inherited[0]:  # its head must now wait
+                self._runnable = deque(r for r in self._runnable if r[0] is not k)
+                k.runnable = False
+        for k in [k for k in self._keys.values() if k.pk[0] == partition]:
+            self._maybe_run(k)
+        return len(keys)
+
+    def inherited_settled(self, partition: int, key: bytes, origin: int) -> bool:
+        """The markers show ``origin``'s delivery settled for good at the earlier owner (END,
+        REJECT, dead-lettered): the key no longer waits for it. True when it did."""
+        k = self._keys.get((partition, key))
+        if k is None or origin not in k.inherited:
+            return False
+        k.inherited = tuple(o for o in k.inherited if o != origin)
+        self._maybe_run(k)
+        return True
+
+    def inherited_origins(self, partition: int) -> set[int]:
+        """The origins keys of ``partition`` still wait for (O(keys))."""
+        return {o for k in self._keys.values() if k.pk[0] == partition for o in k.inherited}
+
+    def inherited_keys(self) -> int:
+        """Keys waiting for a message an earlier owner of their partition left unsettled."""
+        return sum(1 for k in self._keys.values() if k.inherited)
 
     # ------------------------------------------------------------ reading
     @property
@@ -205,12 +272,16 @@ class KeyOrder(Generic[T]):
         if k.runnable or k.busy is not None:
             return False
         if not k.queue:
-            if k.awaiting is None:
+            if k.awaiting is None and not k.inherited:
                 del self._keys[k.pk]
             return False
+        if self._holding and k.pk[0] in self._holding:
+            return False
+        if k.awaiting is not None and not self._head_is_copy(k):
+            return False
+        if k.inherited and k.queue[0][2] > k.inherited[0]:  # an earlier owner's message goes first
+            return False
         if k.awaiting is not None:
-            if not self._head_is_copy(k):
-                return False
             k.awaiting = None  # the copy goes now: from here it is the busy message
         k.runnable = True
         self._runnable.append((k, k.queue[0], k.pk[0]))

@@ -37,6 +37,7 @@ __all__ = [
     "header_text",
     "delivery_count_of",
     "origin_of",
+    "origin_offset",
     "parse_origin",
     "MAX_DELIVERY_COUNT",
 ]
@@ -120,6 +121,16 @@ def parse_origin(text: str) -> tuple[str, int, int] | None:
     if p > _I32_MAX or o > _I64_MAX:
         return None
     return topic, p, o
+
+
+def origin_offset(headers: Headers | None, topic: str, partition: int, offset: int) -> int:
+    """The offset of a record's first delivery when it is the tracker's copy of a record of the same
+    partition (``kmq-origin`` names this topic and partition), else the record's own offset."""
+    text = header_text(headers, HEADER_ORIGIN) if headers else None
+    parsed = parse_origin(text) if text is not None else None
+    if parsed is None or parsed[0] != topic or parsed[1] != partition:
+        return offset
+    return parsed[2]
 
 
 def origin_of(headers: Headers | None, topic: str, partition: int, offset: int) -> str:

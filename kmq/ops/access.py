@@ -11,7 +11,8 @@ offsets), so a least-privilege user can be built from the table.
 component    what it does
 ===========  =========================================================================
 worker       KmqConsumer / MarkerWriter: reads the queue in consumer.group_id, writes
-             markers, checks the three topics are aligned
+             markers, checks the three topics are aligned; with consumer.ordering: key
+             also reads markers (no group) and the tracker group's committed offsets
 tracker      reads markers in tracker.group_id; reads originals from the queue (no
              group); re-produces to the queue or the DLQ; writes CLOSED markers
 topic-init   ``kmq topics create``: creates the three topics, grows partitions
@@ -65,6 +66,10 @@ def required_grants(cfg: Config, queue: str, component: str) -> list[Grant]:
     q = cfg.queue(queue)
     topics = (q.name, q.markers_topic, q.dlq_topic)
     if component == "worker":
+        if cfg.consumer.ordering == "key":  # a new partition owner reads what the earlier one left unsettled
+            return [_g("topic", q.name, "Read", "Describe"), _g("topic", q.markers_topic, "Read", "Write", "Describe"),
+                    _g("topic", q.dlq_topic, "Describe"), _g("group", cfg.consumer.group_id, "Read"),
+                    _g("group", cfg.tracker.group_id, "Describe")]
         return [_g("topic", q.name, "Read", "Describe"), _g("topic", q.markers_topic, "Write", "Describe"),
                 _g("topic", q.dlq_topic, "Describe"), _g("group", cfg.consumer.group_id, "Read")]
     if component == "tracker":

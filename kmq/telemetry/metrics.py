@@ -97,6 +97,25 @@ class ConsumerMetrics:
             "max_deliveries x (lease + backoff.max): that copy is handled after later messages of its key",
             ["queue"], registry=r,
         )
+        # consumer.ordering: key across a change of partition owner (kmq/consumer/key_recovery.py).
+        self.ordering_inherited_keys = Gauge(
+            "kmq_consumer_ordering_inherited_keys",
+            "Keys waiting for a message an earlier owner of their partition left unsettled (its copy, or its "
+            "settlement in the markers) before their next message goes (consumer.ordering: key)",
+            ["queue"], registry=r,
+        )
+        self.ordering_recoveries = Counter(
+            "kmq_consumer_ordering_recoveries_total",
+            "Assigned partitions whose earlier owner's unsettled messages were looked up, by result: inherited "
+            "(keys held for them), clean (none), given_up (over the budget or a failed read: the partition's keys "
+            "go on without them)",
+            ["queue", "result"], registry=r,
+        )
+        self.ordering_recovery_records = Counter(
+            "kmq_consumer_ordering_recovery_records_total",
+            "Records read to learn what an earlier partition owner left unsettled, by topic (markers, queue)",
+            ["queue", "topic"], registry=r,
+        )
         self.markers_awaiting_retry = Gauge(
             "kmq_consumer_markers_awaiting_retry",
             "Messages whose settlement marker failed and is not written yet (waiting for a retry or being resent)",

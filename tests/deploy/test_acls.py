@@ -88,3 +88,11 @@ def test_the_charts_pods_run_as_the_kmq_user_with_the_groups_it_is_granted():
         for g in required_grants(cfg, QUEUE, component):
             for op in g.operations:
                 assert any(d.covers(g.resource, g.name, op) for d in grants), (component, g, op)
+
+
+def test_workers_with_key_ordering_may_read_markers_and_the_tracker_groups_offsets():
+    cfg = Config.from_dict({"queues": [{"name": QUEUE}], "consumer": {"group_id": "orders-workers", "ordering": "key"}})
+    grants = required_grants(cfg, QUEUE, "worker")
+    assert any(g.covers("topic", f"{QUEUE}__markers", "Read") for g in grants)
+    assert any(g.covers("group", cfg.tracker.group_id, "Describe") for g in grants)
+    assert not any(g.covers("topic", f"{QUEUE}__markers", "Read") for g in required_grants(CFG, QUEUE, "worker"))

@@ -57,6 +57,7 @@ class FakeKafka:
         self.clock = clock
         self.logs: dict[tuple[str, int], list[FakeRecord]] = defaultdict(list)
         self.partitions: dict[str, int] = {}
+        self.committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> offset
 
     def create(self, topic: str, partitions: int) -> None:
         self.partitions[topic] = partitions
@@ -216,6 +217,16 @@ class FakeLogReader:
 
     def high_waters(self, starts) -> dict:
         return {tp: len(self.kafka.records(*tp)) for tp in starts}
+
+    def committed(self, group: str, partitions) -> dict:
+        """``kafka.committed[(group, topic, partition)]`` (None: nothing committed)."""
+        return {tp: self.kafka.committed.get((group, *tp)) for tp in partitions}
+
+    def scan(self, starts):
+        for tp, start in starts.items():
+            log = self.kafka.records(*tp)
+            if start is None or start < len(log):
+                yield tp, list(log[start or 0:])
 
     def partition_count(self, topic: str) -> int:
         return self.kafka.partitions.get(topic, 0)

@@ -18,10 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn(bootstrap: str, queue: str, group: str) -> subprocess.Popen:
+def spawn(bootstrap: str, queue: str, group: str, tracker_group: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.helpers.ordered_worker", "--bootstrap", bootstrap, "--queue", queue,
-         "--group", group],
+         "--group", group, "--tracker-group", tracker_group],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
 
@@ -31,6 +31,7 @@ def _main() -> None:
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--queue", required=True)
     ap.add_argument("--group", required=True)
+    ap.add_argument("--tracker-group", required=True)
     args = ap.parse_args()
 
     from kmq.config import Config
@@ -41,6 +42,7 @@ def _main() -> None:
         "queues": [{"name": args.queue, "lease": "3s", "max_deliveries": 10,
                     "backoff": {"initial": "100ms", "max": "300ms"}}],
         "consumer": {"group_id": args.group, "ordering": "key", "ack_flush_interval": "50ms"},
+        "tracker": {"group_id": args.tracker_group},
     })
     lock = threading.Lock()
     rng = random.Random()

@@ -9,12 +9,13 @@ from __future__ import annotations
 import random
 import threading
 import zlib
+from typing import Callable
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.keyed import keys_out_of_order, produce_keyed
 from tests.integration.tracker_util import running_tracker
 
 pytestmark = pytest.mark.integration
@@ -35,13 +36,7 @@ def fate(value: bytes, delivery: int) -> str:
 def test_per_key_completion_order_through_nacks_and_rejects(queue_topics, bootstrap, ordering):
     cfg, q = queue_topics(partitions=2, queue=QUEUE,
                           consumer={"ack_flush_interval": "50ms", "ordering": ordering})
-    p = clients.producer(cfg.kafka)
-    for i in range(PER_KEY):
-        for k in range(KEYS):
-            p.send(q.name, key=b"k%d" % k, value=b"k%d/%d" % (k, i))
-    p.flush()
-    p.close()
-    values = [b"k%d/%d" % (k, i) for k in range(KEYS) for i in range(PER_KEY)]
+    values = produce_keyed(cfg.kafka, q.name, KEYS, PER_KEY)
     rejected = {v for v in values if fate(v, 1) == "reject"}
     lock = threading.Lock()
     completed: dict[bytes, list[int]] = {}  # key -> sequence numbers in the order handlers completed them
@@ -112,12 +107,7 @@ def test_asyncio_run_keeps_key_order_and_runs_keys_in_parallel(queue_topics, boo
     from kmq.aio import AsyncKmqConsumer
 
     cfg, q = queue_topics(partitions=1, queue=QUEUE, consumer={"ack_flush_interval": "50ms", "ordering": "key"})
-    p = clients.producer(cfg.kafka)
-    for i in range(6):
-        for k in range(4):
-            p.send(q.name, key=b"k%d" % k, value=b"k%d/%d" % (k, i))
-    p.flush()
-    p.close()
+    produce_keyed(cfg.kafka, q.name, 4, 6)
 
     async def scenario() -> tuple[dict[bytes, list[int]], int, int]:
         completed: dict[bytes, list[int]] = {}
@@ -147,3 +137,63 @@ def test_asyncio_run_keeps_key_order_and_runs_keys_in_parallel(queue_topics, boo
         completed, most_per_key, most_at_once = asyncio.run(scenario())
     assert completed == {b"k%d" % k: list(range(6)) for k in range(4)}
     assert most_per_key == 1 and most_at_once > 1
+
+
+def test_per_key_order_holds_when_a_rebalance_moves_a_partition_to_a_second_consumer(queue_topics):
+    """The first consumer is in a handler of message 30 of some keys, with later messages of those
+    keys committed and waiting for it, when the second one joins and takes a partition: the second
+    starts after them and must not hand a later message of such a key until the first one settled
+    the earlier ones (it still hands them out after the revocation). The first consumer's gated
+    handlers finish once the second one completed a message of another key."""
+    cfg, q = queue_topics(partitions=2, queue=QUEUE, consumer={
+        "ack_flush_interval": "50ms", "ordering": "key", "max_outstanding_messages": 100})
+    keys, per_key = 24, 60
+    gated = {b"k%d/30" % k for k in range(6)}
+    values = produce_keyed(cfg.kafka, q.name, keys, per_key)
+    lock = threading.Lock()
+    done: list[bytes] = []
+    errors: list[BaseException] = []
+    in_gate = threading.Semaphore(0)
+    second_completed = threading.Event()
+
+    def handler(second: bool) -> Callable:
+        def handle(msg) -> None:
+            if not second and msg.value in gated:
+                in_gate.release()
+                second_completed.wait(30)  # bounded: the test fails on order, not on a hang
+            with lock:
+                done.append(msg.value)
+            if second:
+                second_completed.set()
+        return handle
+
+    def run(consumer: KmqConsumer, second: bool) -> None:
+        try:
+            consumer.run(handler(second), workers=8)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    def all_done() -> bool:
+        if errors:
+            raise errors[0]
+        with lock:
+            return len(set(done)) >= len(values)
+
+    with running_tracker(cfg), KmqConsumer(cfg, queue=q.name) as first, KmqConsumer(cfg, queue=q.name) as second:
+        runners = [threading.Thread(target=run, args=(c, i == 1), daemon=True) for i, c in enumerate((first, second))]
+        runners[0].start()
+        try:
+            assert in_gate.acquire(timeout=60), "the first consumer never reached a gated message"
+            runners[1].start()  # joins the group: one partition moves to it
+            wait_until(all_done, 120, what="every message completed")
+        finally:
+            second_completed.set()
+            first.stop()
+            second.stop()
+            for r in runners:
+                r.join(30)
+    assert not errors
+    with lock:
+        completed = list(done)
+    assert set(completed) == set(values)
+    assert keys_out_of_order(completed) == []

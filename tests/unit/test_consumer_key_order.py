@@ -10,7 +10,10 @@ import pytest
 from kmq.config import Config
 from kmq.consumer import consumer as consumer_module
 from kmq.consumer.consumer import KmqConsumer
+from kmq.core.errors import LogReadError
+from kmq.core.markers import End, Start
 from kmq.core.message import HEADER_DELIVERY_COUNT, HEADER_ORIGIN
+from tests.helpers.fake_kafka import FakeKafka as Log, FakeLogReader, FakeTime
 from tests.helpers.kafka import wait_until
 from tests.unit.test_consumer_shell import TOPIC, FakeKafka, FakeWriter
 
@@ -45,12 +48,14 @@ def copy_of(offset: int, delivery: int = 2) -> list:
 def keyed_consumer(monkeypatch):
     made: list[KmqConsumer] = []
 
-    def make(kafka: FakeKafka, ordering: str = "key", **queue: Any) -> KmqConsumer:
+    def make(kafka: FakeKafka, ordering: str = "key", log: Log | None = None, **queue: Any) -> KmqConsumer:
+        log = log or Log(FakeTime())
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
                                 "queues": [{"name": TOPIC, **queue}],
                                 "consumer": {"group_id": "g", "ordering": ordering}})
         monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
         monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a: kafka)
+        monkeypatch.setattr(consumer_module.client_api, "open_log_reader", lambda *a, **k: FakeLogReader(log))
         c = KmqConsumer(cfg)
         made.append(c)
         return c
@@ -131,3 +136,73 @@ def test_held_messages_leave_flow_controls_bound_so_other_keys_are_still_fetched
 def test_ordering_none_hands_the_same_records_out_at_once(keyed_consumer):
     consumer = keyed_consumer(KeyedKafka([(b"a", [])] * 3), ordering="none")
     assert sorted(take_all(consumer, 3)) == [0, 1, 2]
+
+
+def earlier_owner(keys: list[bytes | None], start: int, *markers) -> Log:
+    """The log an earlier owner of partition 0 left: queue records with ``keys``, ``markers``, the
+    workers group committed at ``start``."""
+    log = Log(FakeTime())
+    log.committed[("g", TOPIC, 0)] = start
+    for k in keys:
+        log.append(TOPIC, 0, k, b"v")
+    for m in markers:
+        log.marker(f"{TOPIC}__markers", 0, m, 1_000)
+    return log
+
+
+def test_a_new_owner_holds_a_key_whose_earlier_message_is_unsettled_until_its_copy(keyed_consumer):
+    # Offsets 0 (a) and 1 (b) were STARTed by an earlier owner, which settled 1 and left 0 open;
+    # this consumer starts at 2. The tracker's copy of 0 sits at 5.
+    keys = [b"a", b"b", b"a", b"b", b"c", b"a"]
+    kafka = KeyedKafka([(k, copy_of(0) if o == 5 else []) for o, k in enumerate(keys)])
+    kafka._position = 2
+    consumer = keyed_consumer(kafka, log=earlier_owner(keys, 2, Start(((0, 2),), 3000), End(((1, 1),))))
+    got = {}
+    wait_until(lambda: got.update({m.offset: m for m in consumer.poll(timeout=0.1)}) or len(got) >= 3, 10,
+               what="b, c and the copy of 0")
+    assert sorted(got) == [3, 4, 5]  # 2 (a) waits for the copy of the earlier owner's 0
+    assert consumer.poll(timeout=0.05) == []
+    got[5].ack()
+    assert [m.offset for m in consumer.poll(timeout=5)] == [2]
+
+
+def test_a_new_owner_releases_a_key_when_the_markers_show_the_earlier_message_settled(keyed_consumer):
+    keys = [b"a", b"b", b"a", b"b"]
+    log = earlier_owner(keys, 2, Start(((0, 2),), 3000), End(((1, 1),)))
+    kafka = KeyedKafka([(k, []) for k in keys])
+    kafka._position = 2
+    consumer = keyed_consumer(kafka, log=log)
+    assert [m.offset for m in consumer.poll(timeout=5)] == [3]
+    assert consumer.poll(timeout=0.2) == []  # 2 waits: 0 is still open at the earlier owner
+    log.marker(f"{TOPIC}__markers", 0, End(((0, 1),)), 2_000)  # the earlier owner acked it after all
+    assert [m.offset for m in consumer.poll(timeout=5)] == [2]
+
+
+def test_a_partition_whose_lookup_fails_goes_on_without_it(keyed_consumer, monkeypatch, caplog):
+    keys = [b"a", b"b", b"a"]
+    log = earlier_owner(keys, 2, Start(((0, 2),), 3000))
+
+    def refused(group, partitions):
+        raise LogReadError("not authorized to describe group")
+
+    reader = FakeLogReader(log)
+    monkeypatch.setattr(reader, "committed", refused)
+    kafka = KeyedKafka([(k, []) for k in keys])
+    kafka._position = 2
+    consumer = keyed_consumer(kafka, log=log)
+    monkeypatch.setattr(consumer._recovery, "_open_reader", lambda: reader)
+    assert [m.offset for m in consumer.poll(timeout=5)] == [2]
+    assert "could not learn which messages an earlier owner left unsettled" in caplog.text
+    assert consumer.metrics.ordering_recoveries.labels(TOPIC, "given_up")._value.get() == 1
+
+
+def test_messages_held_before_the_partition_came_back_are_not_stuck_without_new_records(keyed_consumer):
+    # The lookup does not wait for a record fetched in the new assignment: with none, the keys
+    # held before still go once it is done.
+    keys = [b"a", b"a"]
+    kafka = KeyedKafka([(k, []) for k in keys])
+    consumer = keyed_consumer(kafka, log=earlier_owner(keys, 2))
+    [m] = consumer.poll(timeout=5)
+    consumer._recovery.assigned({0}, consumer._pipeline.gen)  # a rebalance gives the partition back to this member
+    m.ack()
+    assert [x.offset for x in consumer.poll(timeout=5)] == [1]

@@ -288,3 +288,70 @@ def test_model_with_early_copies_and_late_acks_keeps_first_completions_in_order(
     assert done == {i for i, (_, origin) in enumerate(log) if origin == i}, "an origin never settled for good"
     for key, origins in first_done.items():
         assert origins == sorted(origins), f"{key!r}: first completions out of order: {origins}"
+
+
+def test_a_held_partition_hands_nothing_of_a_key_until_it_is_inherited():
+    o: KeyOrder = KeyOrder()
+    o.hold(0)
+    o.add(10, 0, 10, b"a")
+    o.add(11, 0, 11, b"b")
+    o.add("n", 0, 12, None)
+    o.add("p1", 1, 10, b"a")
+    assert o.take(10) == ["n", "p1"]  # null keys and other partitions are not held
+    assert o.held == 2
+    assert o.inherit(0, {b"a": [3]}, deadline=50.0) == 1
+    assert o.take(10) == [11]  # b inherited nothing; a waits for the copy of 3
+    assert o.inherited_keys() == 1 and o.inherited_origins(0) == {3}
+    o.add("copy-of-3", 0, 13, b"a", origin=3)
+    assert o.take(10) == ["copy-of-3"]  # the earlier owner's message first
+    assert o.inherited_keys() == 0
+    o.settled(0, 13, final=True)
+    assert o.take(10) == [10]
+
+
+def test_an_inherited_origin_settled_in_the_markers_releases_its_key():
+    o: KeyOrder = KeyOrder()
+    o.hold(0)
+    o.add(10, 0, 10, b"a")
+    o.inherit(0, {b"a": [3, 5]}, deadline=50.0)
+    assert o.take(10) == []
+    assert o.inherited_settled(0, b"a", 5) and o.take(10) == []  # 3 still open
+    assert not o.inherited_settled(0, b"a", 5)
+    assert o.inherited_settled(0, b"a", 3)
+    assert o.take(10) == [10]
+
+
+def test_copies_of_inherited_origins_go_in_origin_order():
+    o: KeyOrder = KeyOrder()
+    o.hold(0)
+    o.inherit(0, {b"a": [3, 5]}, deadline=50.0)
+    o.add(10, 0, 10, b"a")
+    o.add("copy-of-5", 0, 11, b"a", origin=5)
+    assert o.take(10) == []  # 3 first
+    o.add("copy-of-3", 0, 12, b"a", origin=3)
+    assert o.take(10) == ["copy-of-3"]
+    o.settled(0, 12, final=True)
+    assert o.take(10) == ["copy-of-5"]
+    o.settled(0, 11, final=True)
+    assert o.take(10) == [10]
+
+
+def test_the_wait_for_an_inherited_origin_is_bounded():
+    o: KeyOrder = KeyOrder()
+    o.hold(0)
+    o.add(10, 0, 10, b"a")
+    o.inherit(0, {b"a": [3], b"z": [4]}, deadline=50.0)
+    assert o.expire(49.0) == [] and o.take(10) == []
+    assert sorted(o.expire(50.0), key=lambda r: r.key) == [Released(0, b"a", 3), Released(0, b"z", 4)]
+    assert o.take(10) == [10]
+    assert o.inherited_keys() == 0 and o.blocked_keys() == 0
+
+
+def test_a_message_of_this_owner_inherited_from_itself_is_released_by_its_own_ack():
+    o = order_with((3, b"a"), (4, b"a"))
+    assert o.take(1) == [3]  # out in user code when the partition is assigned again
+    o.hold(0)
+    o.inherit(0, {b"a": [3, 4]}, deadline=50.0)
+    o.settled(0, 3, final=True)
+    assert o.take(10) == [4]  # its own held message is origin 4 itself
+    assert o.inherited_keys() == 0
