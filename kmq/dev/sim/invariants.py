@@ -21,7 +21,9 @@ retention faults, so they are complete) and checked:
 * ``tracker-state``: the tracker's open offsets of a partition never exceeded
   the records of that queue partition, and nothing is left open at the end;
 * ``not-quiet``: the world went quiet (every delivery settled, every partition
-  consumed, nothing open in the tracker) within the step bound.
+  consumed, nothing open in the tracker) within the step bound;
+* ``overdue`` and ``view-dropped``: liveness while the faults happen
+  (:mod:`kmq.dev.sim.liveness`).
 """
 
 from __future__ import annotations
@@ -33,20 +35,13 @@ from kmq.core.markers import BadMarker, Closed, End, Nack, Reject, Renew, Start,
 from kmq.core.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, parse_origin
 from kmq.core.copies import reference_of
 from kmq.dev.sim.clock import EPOCH_S
+from kmq.dev.sim.liveness import overdue, view_drops
+from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.world import GROUP, QUEUE, World, message_id
 
 __all__ = ["Violation", "Scan", "scan", "check", "COPY_BOUND_FACTOR"]
 
 COPY_BOUND_FACTOR = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken invariant; ``message`` names the message concerned, when there is one."""
-
-    invariant: str
-    detail: str
-    message: str | None = None
 
 
 @dataclass
@@ -161,6 +156,8 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
             mid = s.where.get((p, unstarted[0]))
             out.append(Violation("commit-without-start", f"{QUEUE}[{p}] committed at {committed} past offset(s) "
                                  f"{unstarted[:10]} without a START", mid))
+    out += overdue(world, s.where)
+    out += view_drops(world)
     return out, s
 
 

@@ -15,12 +15,13 @@ SHA-256 of the cluster's history, in which the actors write too.
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from kmq.dev.sim.cluster import SimCluster
-from kmq.dev.sim.faults import FaultPlan, Retention
+from kmq.dev.sim.faults import FaultPlan, Retention, SlowRead
 from kmq.dev.sim.invariants import Violation, check, history
 from kmq.dev.sim.workload import Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
@@ -30,6 +31,9 @@ __all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search"]
 # Faults start within this many seconds; the world then runs on, quiet or not, for QUIET_BOUND_S more.
 FAULT_HORIZON_S = 40.0
 FAULT_COUNT = 6
+# Seeds whose plan stalls one queue partition's reads, and how long (past the readers' 10 s timeout).
+SLOW_READ_SHARE = 0.3
+SLOW_READ_SPAN_S = (15.0, 60.0)
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -85,12 +89,23 @@ class SearchReport:
 
 
 def fault_plan(seed: int, workload: Workload) -> FaultPlan:
-    """The seed's faults over the world's topics, workers and tracker, retention left out."""
+    """The seed's faults over the world's topics, workers and tracker, retention left out.
+
+    In :data:`SLOW_READ_SHARE` of the seeds (drawn from the seed on a stream of its own, so the
+    other seeds keep their plans) one queue partition's reads stall for a long while
+    (:class:`SlowRead`, past the readers' timeout) and at most two other faults happen: the
+    partitions around it stay clean long enough for the liveness check to bite."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
                              horizon=FAULT_HORIZON_S, count=FAULT_COUNT)
-    return FaultPlan(f for f in drawn.faults if not isinstance(f, Retention))
+    faults = [f for f in drawn.faults if not isinstance(f, Retention)]
+    rng = random.Random(f"slow-read-{seed}")
+    if rng.random() < SLOW_READ_SHARE:
+        at = round(rng.uniform(0.0, workload.produce_over / 2), 3)
+        slow = SlowRead(at, round(at + rng.uniform(*SLOW_READ_SPAN_S), 3), QUEUE, rng.randrange(parts))
+        faults = [slow, *faults[:rng.randint(0, 2)]]
+    return FaultPlan(faults)
 
 
 def run_seed(seed: int, workload: Workload = Workload(), *, reader: Callable[[SimCluster], Any] | None = None,
