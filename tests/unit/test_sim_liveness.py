@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from click.testing import CliRunner
 
+from kmq.cli import cli
 from kmq.dev.sim import FaultPlan, SimCluster, SlowRead
 from kmq.dev.sim.liveness import serve_bound
 from kmq.dev.sim.search import run_seed
@@ -88,3 +90,15 @@ def test_the_old_rule_alone_is_caught_dropping_the_view_for_a_slow_step(monkeypa
 def test_the_old_order_alone_is_caught_serving_a_partition_twice_behind_a_stalled_one(monkeypatch):
     plant_earliest_due_first(monkeypatch)
     assert first_violation("overdue") is not None, f"the late partition went unnoticed over seeds {BUDGET}"
+
+
+def test_the_sim_command_shrinks_a_starved_partition_to_the_slow_read_alone(monkeypatch):
+    plant_drop_after_a_long_step(monkeypatch)
+    plant_earliest_due_first(monkeypatch)
+    res = CliRunner().invoke(cli, ["sim", "--start", "61", "--seeds", "1"])
+    assert res.exit_code == 1, res.output
+    assert "violation overdue:" in res.output and "history of m" in res.output
+    shrunk = res.output.split("shrunk: ", 1)[1]
+    assert shrunk.startswith("1 of 1 fault(s) still break overdue")
+    plan = shrunk.split("fault plan:\n", 1)[1].split("violation ", 1)[0].strip().splitlines()
+    assert len(plan) == 1 and plan[0].startswith("SlowRead(at=5.274, until=")

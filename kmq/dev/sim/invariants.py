@@ -31,10 +31,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from kmq.core.markers import BadMarker, Closed, End, Nack, Reject, Renew, Start, decode_record
+from kmq.core.markers import BadMarker, End, Reject, Start, decode_record
 from kmq.core.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, parse_origin
 from kmq.core.copies import reference_of
-from kmq.dev.sim.clock import EPOCH_S
 from kmq.dev.sim.liveness import overdue, view_drops
 from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.world import GROUP, QUEUE, World, message_id
@@ -55,11 +54,6 @@ class Scan:
     ended: set[str] = field(default_factory=set)
     rejected: set[str] = field(default_factory=set)
     dead: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # message -> DLQ reasons
-    events: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # time-stamped lines
-
-
-def _t(ts_ms: int) -> str:
-    return f"{ts_ms / 1000.0 - EPOCH_S:.6f}"
 
 
 def scan(world: World) -> Scan:
@@ -76,8 +70,6 @@ def scan(world: World) -> Scan:
             origin = header_text(rec.headers, HEADER_ORIGIN)
             if origin is not None:
                 s.copies[mid] += 1
-            s.events[mid].append(f"{_t(rec.timestamp)} record {QUEUE}[{p}]@{rec.offset}"
-                                 + (f" (copy of {origin})" if origin else " (original)"))
     for p in range(parts):
         plog = c.log(q.markers_topic, p)
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
@@ -91,19 +83,12 @@ def scan(world: World) -> Scan:
                     mid = s.where.get((p, off))
                     if mid is None:
                         continue
-                    kind = type(marker).__name__.upper()
-                    extra = (f" owner {marker.owner}" if isinstance(marker, Start)
-                             else f" outcome {marker.outcome.name}" if isinstance(marker, Closed) else "")
-                    s.events[mid].append(f"{_t(rec.timestamp)} {kind} {QUEUE}[{p}]@{off}{extra} "
-                                         f"(marker {q.markers_topic}[{p}]@{rec.offset})")
                     if isinstance(marker, Start):
                         s.starts[mid] += 1
                     elif isinstance(marker, End):
                         s.ended.add(mid)
                     elif isinstance(marker, Reject):
                         s.rejected.add(mid)
-                    elif isinstance(marker, (Nack, Renew)):
-                        pass
     for p in range(parts):
         plog = c.log(q.dlq_topic, p)
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
@@ -115,7 +100,6 @@ def scan(world: World) -> Scan:
                 continue
             reason = header_text(rec.headers, HEADER_DLQ_REASON) or "?"
             s.dead[mid].append(reason)
-            s.events[mid].append(f"{_t(rec.timestamp)} DEAD LETTER {q.dlq_topic}[{p}]@{rec.offset} reason {reason}")
     return s
 
 
@@ -160,8 +144,3 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
     out += view_drops(world)
     return out, s
 
-
-def history(world: World, s: Scan, mid: str) -> list[str]:
-    """A message's history in time order: what the actors did and what the logs hold."""
-    lines = world.notes.get(mid, []) + s.events.get(mid, [])
-    return sorted(lines, key=lambda line: float(line.split(" ", 1)[0]))

@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import FaultPlan, Retention, SlowRead
-from kmq.dev.sim.invariants import Violation, check, history
+from kmq.dev.sim.invariants import Violation, check
+from kmq.dev.sim.timeline import timeline
 from kmq.dev.sim.workload import Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
 
@@ -50,6 +51,7 @@ class SeedResult:
     sim_seconds: float
     plan: str
     histories: dict[str, list[str]] = field(default_factory=dict)
+    faults: FaultPlan = field(default_factory=FaultPlan)  # the plan itself (``plan`` is its description)
 
     @property
     def ok(self) -> bool:
@@ -116,9 +118,9 @@ def run_seed(seed: int, workload: Workload = Workload(), *, reader: Callable[[Si
     world = World(cluster, workload, seed, reader=reader)
     faults_end = max([getattr(f, "until", f.at) for f in plan.faults] + [workload.produce_over])
     quiet, steps = world.run(until=faults_end + QUIET_BOUND_S, quiet_after=faults_end, max_steps=MAX_STEPS)
-    violations, s = check(world, quiet)
-    histories = {v.message: history(world, s, v.message) for v in violations if v.message is not None}
-    return SeedResult(seed, violations, cluster.digest(), steps, quiet, cluster.t(), plan.describe(), histories)
+    violations, _ = check(world, quiet)
+    histories = {v.message: timeline(world, v.message) for v in violations if v.message is not None}
+    return SeedResult(seed, violations, cluster.digest(), steps, quiet, cluster.t(), plan.describe(), histories, plan)
 
 
 def search(seeds: Iterable[int], workload: Workload = Workload(), *,
