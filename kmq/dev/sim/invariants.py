@@ -23,7 +23,12 @@ retention faults, so they are complete) and checked:
 * ``not-quiet``: the world went quiet (every delivery settled, every partition
   consumed, nothing open in the tracker) within the step bound;
 * ``overdue`` and ``view-dropped``: liveness while the faults happen
-  (:mod:`kmq.dev.sim.liveness`).
+  (:mod:`kmq.dev.sim.liveness`);
+* ``key-order``: with ``consumer.ordering: key``, within one owner of a
+  partition, handlers ack the messages of a key in offset order, a copy at
+  its origin's place. Not judged: a key the consumer released (its copy did
+  not come in time: ordering given up, as documented), a copy whose first
+  delivery went to another owner, and an ack of a message acked before.
 """
 
 from __future__ import annotations
@@ -140,7 +145,32 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
             mid = s.where.get((p, unstarted[0]))
             out.append(Violation("commit-without-start", f"{QUEUE}[{p}] committed at {committed} past offset(s) "
                                  f"{unstarted[:10]} without a START", mid))
+    out += key_order(world, s.where)
     out += overdue(world, s.where)
     out += view_drops(world)
     return out, s
+
+
+def key_order(world: World, where: dict[tuple[int, int], str]) -> list[Violation]:
+    """The ``key-order`` invariant (module docstring), over the workers' acks in the order they came."""
+    out: list[Violation] = []
+    acked: set[tuple[int, int]] = set()
+    last: dict[tuple[str, int, bytes | None], tuple[int, int]] = {}  # (owner, partition, key) -> (origin, offset)
+    broken: set[tuple[str, int, bytes | None]] = set()
+    for a in world.acks:
+        k = (a.owner, a.partition, a.key)
+        if a.key is None or (a.partition, a.origin) in acked:
+            continue
+        acked.add((a.partition, a.origin))
+        if not a.own_origin or k in world.released or k in broken:
+            continue
+        before = last.get(k)
+        if before is not None and a.origin < before[0]:
+            broken.add(k)
+            out.append(Violation("key-order", f"{a.owner} acked {QUEUE}[{a.partition}]@{a.offset} (origin "
+                                 f"@{a.origin}) of key {a.key!r} after @{before[1]} (origin @{before[0]})",
+                                 where.get((a.partition, a.offset))))
+        else:
+            last[k] = (a.origin, a.offset)
+    return out
 
