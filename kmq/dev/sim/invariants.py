@@ -25,10 +25,12 @@ retention faults, so they are complete) and checked:
 * ``overdue`` and ``view-dropped``: liveness while the faults happen
   (:mod:`kmq.dev.sim.liveness`);
 * ``key-order``: with ``consumer.ordering: key``, within one owner of a
-  partition, handlers ack the messages of a key in offset order, a copy at
-  its origin's place. Not judged: a key the consumer released (its copy did
-  not come in time: ordering given up, as documented), a copy whose first
-  delivery went to another owner, and an ack of a message acked before.
+  partition, handlers settle the messages of a key for good (ack, reject)
+  in offset order, a copy at its origin's place. Not judged: a key the
+  consumer released (its copy did not come in time: ordering given up, as
+  documented), a copy whose first delivery went to another owner, and a copy
+  of a message settled for good before (the tracker copied it when its lease
+  ran out; the late ack or reject released the key, as documented).
 """
 
 from __future__ import annotations
@@ -152,23 +154,24 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
 
 
 def key_order(world: World, where: dict[tuple[int, int], str]) -> list[Violation]:
-    """The ``key-order`` invariant (module docstring), over the workers' acks in the order they came."""
+    """The ``key-order`` invariant (module docstring), over the workers' acks and rejects in the order
+    they came."""
     out: list[Violation] = []
-    acked: set[tuple[int, int]] = set()
+    done: set[tuple[int, int]] = set()
     last: dict[tuple[str, int, bytes | None], tuple[int, int]] = {}  # (owner, partition, key) -> (origin, offset)
     broken: set[tuple[str, int, bytes | None]] = set()
-    for a in world.acks:
+    for a in world.done:
         k = (a.owner, a.partition, a.key)
-        if a.key is None or (a.partition, a.origin) in acked:
+        if a.key is None or (a.partition, a.origin) in done:
             continue
-        acked.add((a.partition, a.origin))
+        done.add((a.partition, a.origin))
         if not a.own_origin or k in world.released or k in broken:
             continue
         before = last.get(k)
         if before is not None and a.origin < before[0]:
             broken.add(k)
-            out.append(Violation("key-order", f"{a.owner} acked {QUEUE}[{a.partition}]@{a.offset} (origin "
-                                 f"@{a.origin}) of key {a.key!r} after @{before[1]} (origin @{before[0]})",
+            out.append(Violation("key-order", f"{a.owner} settled {QUEUE}[{a.partition}]@{a.offset} (origin "
+                                 f"@{a.origin}, {a.kind}) of key {a.key!r} after @{before[1]} (origin @{before[0]})",
                                  where.get((a.partition, a.offset))))
         else:
             last[k] = (a.origin, a.offset)

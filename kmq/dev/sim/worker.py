@@ -18,7 +18,7 @@ it lets go, every settlement and every lease that ran out in a handler is
 reported to it (an ack or reject after the lease as a late settlement),
 keys whose copy did not come in time are released, and held messages are
 renewed half a lease after their lease (re)started (RENEW markers). Each ack
-is noted (:class:`KeyedAck`) for the ``key-order`` invariant.
+and reject is noted (:class:`KeyedDone`) for the ``key-order`` invariant.
 """
 
 from __future__ import annotations
@@ -42,15 +42,16 @@ from kmq.dev.sim.workload import ACK, CRASH, GROUP, HANG, NACK, QUEUE, REJECT, F
 if TYPE_CHECKING:
     from kmq.dev.sim.world import World
 
-__all__ = ["Worker", "KeyedAck"]
+__all__ = ["Worker", "KeyedDone"]
 
 
 @dataclass(frozen=True, slots=True)
-class KeyedAck:
-    """A handler acked a message under ``consumer.ordering: key``; ``origin`` is the offset of its
-    first delivery (a copy counts at its origin's place); ``own_origin``: this owner took the
-    origin itself (else the first delivery went to another owner)."""
+class KeyedDone:
+    """A handler settled a message for good (``kind``: ack or reject) under ``consumer.ordering: key``;
+    ``origin`` is the offset of its first delivery (a copy counts at its origin's place);
+    ``own_origin``: this owner took the origin itself (else the first delivery went to another owner)."""
 
+    kind: str
     owner: str
     partition: int
     key: bytes | None
@@ -195,7 +196,7 @@ class Worker:
     def _hand_over(self, action: HandOver) -> None:
         if self.keyed is not None:
             self._held += len(action.batch.messages)
-            self.keyed.put(list(action.batch.messages), self.world.cluster.t())
+            self.keyed.put(list(action.batch.messages), action.batch.leased_at)
             return
         for m in action.batch.messages:
             self._held += 1
@@ -261,11 +262,11 @@ class Worker:
         tp = (m.partition, m.offset)
         if tp in self._taken and self._taken[tp][1] <= at:
             self._lapse(m)  # the lease ran out first
-        if kind == ACK:
+        if kind in (ACK, REJECT):
             origin = copy_origin(m)
             origin = m.offset if origin is None else origin
-            self.world.acks.append(KeyedAck(self.owner, m.partition, m.key, origin, m.offset,
-                                            (m.partition, origin) in self._origins))
+            self.world.done.append(KeyedDone(kind, self.owner, m.partition, m.key, origin, m.offset,
+                                             (m.partition, origin) in self._origins))
         if tp in self._lapsed:
             self._lapsed.discard(tp)
             if kind in (ACK, REJECT):

@@ -35,7 +35,7 @@ from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.producer import SimDelivery, SimProducer
 from kmq.dev.sim.reader import SimLogReader
 from kmq.dev.sim.tracker_loop import ServiceTrackerActor
-from kmq.dev.sim.worker import KeyedAck, Worker
+from kmq.dev.sim.worker import KeyedDone, Worker
 from kmq.dev.sim.workload import GROUP, QUEUE, SERVICE, Workload, message_id
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.redeliver import Redeliverer, delivery_timeout_s, send_wait_s
@@ -174,7 +174,7 @@ class World:
         self.notes: dict[str, list[str]] = {}
         # consumer.ordering: key in this schedule (drawn on a stream of its own: other seeds keep their runs)
         self.ordered = random.Random(f"ordering-{seed}").random() < workload.ordering_share
-        self.acks: list[KeyedAck] = []  # what handlers acked, in order (ordering: key)
+        self.done: list[KeyedDone] = []  # what handlers acked or rejected, in order (ordering: key)
         self.released: set[tuple[str, int, bytes | None]] = set()  # (owner, partition, key) given up on
         self.started: dict[int, set[int]] = {p: set() for p in range(workload.partitions)}
         self.producer = Producer(self, workload.send_times(self.rng))
