@@ -7,7 +7,7 @@ import logging
 import click
 
 from kmq.cli.common import fail
-from kmq.dev.sim.search import SeedResult, search
+from kmq.dev.sim.search import ORDERED_SHARE, SeedResult, search
 from kmq.dev.sim.shrink import shrink as shrink_plan
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 
@@ -30,7 +30,8 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
     the seed) and check that no message is lost and nothing waits too long. Exit 1 on a violation;
     a failing seed prints its fault plan, the history of the messages concerned (the timeline
     ``kmq trace`` shows) and, shrunk, the fewest and shortest faults that still fail."""
-    workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop)
+    workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop,
+                        ordering_share=ORDERED_SHARE)
     # The tracker's and the workers' warnings (sends and commits retried under the faults) are
     # expected here; -v shows them.
     root = click.get_current_context().find_root()

@@ -10,8 +10,7 @@ import pytest
 
 from kmq.core.key_order import KeyOrder
 from kmq.dev.sim import SimCluster
-from kmq.dev.sim.search import run_seed, search
-from kmq.dev.sim.workload import Workload
+from kmq.dev.sim.search import SEARCH_WORKLOAD, run_seed, search
 from kmq.dev.sim.world import World
 
 # Seeds within which each planted defect is found (the first at seed 7 for both).
@@ -30,10 +29,10 @@ def _quiet_tracker():
 
 
 def test_about_a_third_of_the_seeds_run_with_ordering_key_and_find_nothing_wrong():
-    ordered = [seed for seed in range(40) if World(SimCluster(seed), Workload(), seed).ordered]
+    ordered = [seed for seed in range(40) if World(SimCluster(seed), SEARCH_WORKLOAD, seed).ordered]
     assert 5 <= len(ordered) <= 20
     for seed in ordered[:3]:
-        r = run_seed(seed, Workload())
+        r = run_seed(seed, SEARCH_WORKLOAD)
         assert r.ok, r.describe()
 
 
@@ -42,7 +41,7 @@ def test_a_failed_message_that_releases_its_key_at_once_is_caught(monkeypatch):
     # The planted defect: every settlement counts as final, so a nacked message's later messages go
     # ahead of its copy.
     monkeypatch.setattr(KeyOrder, "settled", lambda self, p, off, final, deadline=0.0: real(self, p, off, True, deadline))
-    report = search(BUDGET, Workload(), stop_at_first=True)
+    report = search(BUDGET, SEARCH_WORKLOAD, stop_at_first=True)
     assert report.failures, f"the broken key order went unnoticed over seeds {BUDGET}"
     failed = report.failures[0]
     v = next(v for v in failed.violations if v.invariant == "key-order")
@@ -52,5 +51,5 @@ def test_a_failed_message_that_releases_its_key_at_once_is_caught(monkeypatch):
 def test_a_key_order_that_ignores_keys_is_caught(monkeypatch):
     real = KeyOrder.add
     monkeypatch.setattr(KeyOrder, "add", lambda self, item, p, off, key, origin=None: real(self, item, p, off, None, origin))
-    report = search(BUDGET, Workload(), stop_at_first=True)
+    report = search(BUDGET, SEARCH_WORKLOAD, stop_at_first=True)
     assert report.failures and any(v.invariant == "key-order" for v in report.failures[0].violations)

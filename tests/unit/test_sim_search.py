@@ -15,7 +15,7 @@ from kmq.cli import cli
 from kmq.client.api import ReadResult
 from kmq.core.ranges import RangeSet, missing
 from kmq.dev.sim import SimCluster, SimLogReader
-from kmq.dev.sim.search import run_seed, search
+from kmq.dev.sim.search import ORDERED_SHARE, SEARCH_WORKLOAD, run_seed, search
 from kmq.dev.sim.shrink import ddmin, shrink
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 from tracker import service as tracker_service
@@ -80,14 +80,14 @@ def test_the_same_seed_gives_the_same_history_and_another_seed_another(loop):
 
 @pytest.mark.parametrize("loop", [SERVICE, STEP])
 def test_a_few_seeds_find_no_violation(loop):
-    report = search(range(20), Workload(tracker_loop=loop))
+    report = search(range(20), Workload(tracker_loop=loop, ordering_share=ORDERED_SHARE))
     assert not report.failures, report.failures[0].describe()
     assert all(r.quiet for r in report.results)
 
 
 @pytest.mark.slow
 def test_a_long_search_finds_no_violation():
-    report = search(LONG_SEEDS, Workload())
+    report = search(LONG_SEEDS, SEARCH_WORKLOAD)
     assert not report.failures, "\n\n".join(r.describe() for r in report.failures[:3])
 
 

@@ -27,7 +27,7 @@ from kmq.dev.sim.timeline import timeline
 from kmq.dev.sim.workload import Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
 
-__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search"]
+__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE"]
 
 # Faults start within this many seconds; the world then runs on, quiet or not, for QUIET_BOUND_S more.
 FAULT_HORIZON_S = 40.0
@@ -35,6 +35,10 @@ FAULT_COUNT = 6
 # Seeds whose plan stalls one queue partition's reads, and how long (past the readers' 10 s timeout).
 SLOW_READ_SHARE = 0.3
 SLOW_READ_SPAN_S = (15.0, 60.0)
+# Seeds whose workers run with consumer.ordering: key (Workload.ordering_share).
+ORDERED_SHARE = 0.3
+#: The workload the search runs unless given another.
+SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE)
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -110,7 +114,7 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     return FaultPlan(faults)
 
 
-def run_seed(seed: int, workload: Workload = Workload(), *, reader: Callable[[SimCluster], Any] | None = None,
+def run_seed(seed: int, workload: Workload = SEARCH_WORKLOAD, *, reader: Callable[[SimCluster], Any] | None = None,
              faults: FaultPlan | None = None) -> SeedResult:
     """Run one schedule and check it (``reader`` replaces the tracker's log reader, to plant a defect)."""
     plan = fault_plan(seed, workload) if faults is None else faults
@@ -123,7 +127,7 @@ def run_seed(seed: int, workload: Workload = Workload(), *, reader: Callable[[Si
     return SeedResult(seed, violations, cluster.digest(), steps, quiet, cluster.t(), plan.describe(), histories, plan)
 
 
-def search(seeds: Iterable[int], workload: Workload = Workload(), *,
+def search(seeds: Iterable[int], workload: Workload = SEARCH_WORKLOAD, *,
            reader: Callable[[SimCluster], Any] | None = None, stop_at_first: bool = False,
            on_result: Callable[[SeedResult], None] | None = None) -> SearchReport:
     """Run every seed (or up to the first violation); ``on_result`` sees each result as it comes."""

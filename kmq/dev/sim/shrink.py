@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import Fault, FaultPlan
-from kmq.dev.sim.search import SeedResult, run_seed
+from kmq.dev.sim.search import SEARCH_WORKLOAD, SeedResult, run_seed
 from kmq.dev.sim.workload import Workload
 
 __all__ = ["Shrunk", "shrink", "ddmin"]
@@ -87,7 +87,7 @@ def _shorter(f: Fault) -> Fault | None:
     return dataclasses.replace(f, until=round(f.at + max(MIN_SPAN_S, (until - f.at) / 2), 3))  # type: ignore[type-var]
 
 
-def shrink(failed: SeedResult, workload: Workload = Workload(), *,
+def shrink(failed: SeedResult, workload: Workload = SEARCH_WORKLOAD, *,
            reader: Callable[[SimCluster], Any] | None = None, max_runs: int = MAX_RUNS) -> Shrunk:
     """Shrink ``failed``'s plan (see the module docstring); ``reader`` as the failing run had it."""
     began = time.perf_counter()
