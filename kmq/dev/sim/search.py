@@ -24,7 +24,7 @@ from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import FaultPlan, Retention, SlowRead
 from kmq.dev.sim.invariants import Violation, check
 from kmq.dev.sim.timeline import timeline
-from kmq.dev.sim.workload import Workload
+from kmq.dev.sim.workload import SERVICE, Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
 
 __all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE"]
@@ -100,14 +100,18 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     In :data:`SLOW_READ_SHARE` of the seeds (drawn from the seed on a stream of its own, so the
     other seeds keep their plans) one queue partition's reads stall for a long while
     (:class:`SlowRead`, past the readers' timeout) and at most two other faults happen: the
-    partitions around it stay clean long enough for the liveness check to bite."""
+    partitions around it stay clean long enough for the liveness check to bite. With the service
+    loop only: the order of partitions is the service's, and the simulator's loop around the
+    redelivery step alone, serving them in partition order, holds every actor up (the world runs
+    one actor at a time) for a stuck read after another, long enough for the workers' sessions to
+    expire, which real workers, heartbeating from their own processes, would not see."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
                              horizon=FAULT_HORIZON_S, count=FAULT_COUNT)
     faults = [f for f in drawn.faults if not isinstance(f, Retention)]
     rng = random.Random(f"slow-read-{seed}")
-    if rng.random() < SLOW_READ_SHARE:
+    if workload.tracker_loop == SERVICE and rng.random() < SLOW_READ_SHARE:
         at = round(rng.uniform(0.0, workload.produce_over / 2), 3)
         slow = SlowRead(at, round(at + rng.uniform(*SLOW_READ_SPAN_S), 3), QUEUE, rng.randrange(parts))
         faults = [slow, *faults[:rng.randint(0, 2)]]
