@@ -7,7 +7,8 @@ import logging
 import click
 
 from kmq.cli.common import fail
-from kmq.dev.sim.search import SeedResult, search
+from kmq.dev.sim.search import ORDERED_SHARE, SeedResult, search
+from kmq.dev.sim.shrink import shrink as shrink_plan
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 
 __all__ = ["sim"]
@@ -21,12 +22,16 @@ __all__ = ["sim"]
               help="Messages the producer sends per schedule.")
 @click.option("--tracker-loop", type=click.Choice([SERVICE, STEP]), default=SERVICE, show_default=True,
               help="service: the tracker service's whole loop; step: its redelivery step alone.")
+@click.option("--shrink/--no-shrink", default=True, show_default=True,
+              help="Replay a failing seed with fewer and shorter faults and print the smallest plan that still fails.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failing seeds and the summary.")
-def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: str, quiet: bool) -> None:
-    """Run one simulated schedule per seed (producer, kmq workers, the tracker's redelivery step,
-    faults drawn from the seed) and check that no message is lost. Exit 1 on a violation; a
-    failing seed prints its fault plan and the history of the messages concerned."""
-    workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop)
+def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: str, shrink: bool, quiet: bool) -> None:
+    """Run one simulated schedule per seed (producer, kmq workers, the tracker, faults drawn from
+    the seed) and check that no message is lost and nothing waits too long. Exit 1 on a violation;
+    a failing seed prints its fault plan, the history of the messages concerned (the timeline
+    ``kmq trace`` shows) and, shrunk, the fewest and shortest faults that still fail."""
+    workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop,
+                        ordering_share=ORDERED_SHARE)
     # The tracker's and the workers' warnings (sends and commits retried under the faults) are
     # expected here; -v shows them.
     root = click.get_current_context().find_root()
@@ -38,6 +43,8 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
     def show(r: SeedResult) -> None:
         if not r.ok:
             click.echo(r.describe())
+            if shrink:
+                click.echo(shrink_plan(r, workload).describe())
         elif not quiet:
             click.echo(r.summary())
 

@@ -10,7 +10,9 @@ from kmq.client.kafka_python.log_reader import LogReadError
 from kmq.core.ranges import OffsetRange
 from kmq.dev.sim import (
     LOST, BrokerPause, FaultPlan, ProduceFault, SimCluster, SimConsumer, SimLogReader, SimProducer, SimulationError,
+    SlowRead,
 )
+from kmq.dev.sim.reader import POLL_S
 
 
 def _cluster(*faults, partitions: int = 1) -> SimCluster:
@@ -101,7 +103,20 @@ def test_the_log_reader_gives_up_on_a_paused_broker_after_its_timeout():
     c = _cluster(BrokerPause(0.0, 60.0))
     with pytest.raises(LogReadError, match="timed out"):
         SimLogReader(c, timeout_s=5.0).read("q", 0, [(0, 1)])
-    assert c.t() == 5.0
+    assert c.t() == pytest.approx(5.0 + POLL_S)  # as the real readers: at the end of the first poll past it
+
+
+def test_a_slow_read_stalls_reads_of_its_partition_only_and_ends_when_the_fault_does():
+    c = _cluster(SlowRead(0.0, 30.0, "q", 0), partitions=2)
+    for p in (0, 1):
+        c.append("q", p, None, b"v")
+    reader = SimLogReader(c, timeout_s=5.0)
+    assert list(reader.read("q", 1, [(0, 1)]).records) == [0] and c.t() < 1.0  # the other partition answers
+    with pytest.raises(LogReadError, match="timed out"):
+        reader.read("q", 0, [(0, 1)])
+    c.clock.run_until(c.clock.now() + (29.0 - c.t()))
+    assert list(reader.read("q", 0, [(0, 1)]).records) == [0]  # answered when the fault ends, within the timeout
+    assert c.t() == pytest.approx(30.0, abs=0.01)
 
 
 def test_a_lost_ack_makes_flush_report_the_record_it_could_not_confirm():

@@ -15,7 +15,8 @@ from kmq.cli import cli
 from kmq.client.api import ReadResult
 from kmq.core.ranges import RangeSet, missing
 from kmq.dev.sim import SimCluster, SimLogReader
-from kmq.dev.sim.search import run_seed, search
+from kmq.dev.sim.search import ORDERED_SHARE, SEARCH_WORKLOAD, run_seed, search
+from kmq.dev.sim.shrink import ddmin, shrink
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 from tracker import service as tracker_service
 
@@ -79,14 +80,14 @@ def test_the_same_seed_gives_the_same_history_and_another_seed_another(loop):
 
 @pytest.mark.parametrize("loop", [SERVICE, STEP])
 def test_a_few_seeds_find_no_violation(loop):
-    report = search(range(20), Workload(tracker_loop=loop))
+    report = search(range(20), Workload(tracker_loop=loop, ordering_share=ORDERED_SHARE))
     assert not report.failures, report.failures[0].describe()
     assert all(r.quiet for r in report.results)
 
 
 @pytest.mark.slow
 def test_a_long_search_finds_no_violation():
-    report = search(LONG_SEEDS, Workload())
+    report = search(LONG_SEEDS, SEARCH_WORKLOAD)
     assert not report.failures, "\n\n".join(r.describe() for r in report.failures[:3])
 
 
@@ -100,10 +101,40 @@ def test_the_search_finds_a_planted_stale_high_water_in_the_tracker_reader(loop)
     text = failed.describe()
     # What a failure prints: the seed, the fault plan, and the lost message's history with the MISSING close.
     assert f"seed {failed.seed}:" in text and "fault plan:" in text
-    assert f"history of {lost[0].message}:" in text and "outcome MISSING" in text
+    assert f"history of {lost[0].message}:" in text and "CLOSED by the tracker: missing" in text
     # Deterministic: the same seed fails the same way again.
     again = run_seed(failed.seed, Workload(tracker_loop=loop), reader=StaleEndReader)
     assert again.digest == failed.digest and [v.message for v in again.violations] == [v.message for v in failed.violations]
+
+
+def test_a_failing_plan_is_shrunk_to_the_fewest_faults_that_still_fail():
+    w = Workload()
+    failed = next(r for r in (run_seed(seed, w, reader=StaleEndReader) for seed in PLANTED_BUDGET) if not r.ok)
+    assert len(failed.faults) > 1
+    shrunk = shrink(failed, w, reader=StaleEndReader)
+    r = shrunk.result
+    # The stale reader loses messages without any fault: nothing of the plan is needed.
+    assert len(r.faults) == 0 and {v.invariant for v in r.violations} == {"lost"}
+    assert 1 <= shrunk.runs <= 10
+    text = shrunk.describe()
+    assert text.startswith(f"shrunk: 0 of {len(failed.faults)} fault(s) still break lost")
+    lost = next(v.message for v in r.violations if v.invariant == "lost")
+    # The message's history is kmq trace's timeline: its copies, STARTs and the tracker's CLOSED.
+    assert f"history of {lost}:" in text and "START by w" in text and "final state: missing" in text
+    # The shrunk plan replays to the same run.
+    assert run_seed(failed.seed, w, reader=StaleEndReader, faults=r.faults).digest == r.digest
+
+
+def test_ddmin_finds_the_faults_that_together_make_the_failure():
+    calls = []
+
+    def fails(sub):
+        calls.append(list(sub))
+        return {3, 7} <= set(sub)
+
+    assert ddmin(list(range(10)), fails) == [3, 7]
+    assert list(range(10)) not in calls
+    assert ddmin([1, 2], lambda sub: True) == []  # fails with nothing at all
 
 
 def test_the_sim_command_prints_each_seed_and_a_summary():

@@ -31,7 +31,7 @@ from kmq.dev.sim.clock import EPOCH_S, VirtualClock
 from kmq.dev.sim.errors import SimulationError
 from kmq.dev.sim.faults import (
     BAD_KMQ_HEADERS, HUGE_VALUE, LOST, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan,
-    MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, UnexpectedRecord,
+    MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, SlowRead, UnexpectedRecord,
 )
 from kmq.dev.sim.groups import GroupCoordinator
 from kmq.dev.sim.log import PartitionLog
@@ -229,7 +229,7 @@ class SimCluster:
                 self._at(f.at, lambda f=f: self._log_fault(f))
             elif isinstance(f, MemberJoinsAndLeaves):
                 self._at(f.at, lambda f=f: self._phantom_joins(f))
-            elif isinstance(f, (SlowFetch, BrokerPause, MemberPause)):
+            elif isinstance(f, (SlowFetch, SlowRead, BrokerPause, MemberPause)):
                 # Nothing happens then, but a wait re-checks: a fetch returns as soon as the fault ends.
                 self._at(f.until, lambda: None)
                 if isinstance(f, MemberPause) and f.until - f.at > self.groups.session_timeout:

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Union
 from kmq.dev.sim.errors import FaultPlanError
 
 __all__ = [
-    "SlowFetch", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
+    "SlowFetch", "SlowRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
     "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
     "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS",
 ]
@@ -52,6 +52,23 @@ class SlowFetch:
     at: float
     until: float
     consumer: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class SlowRead:
+    """The partition's leader answers no log read of it in ``[at, until)`` (a stuck disk, a cold
+    tiered-storage fetch of old offsets): a read of ``reader`` (None: any) waits until ``until`` or
+    its timeout. Group consumers' fetches at the head of the log and produce requests are answered
+    as usual; the tracker, which reads the originals of expired messages back, is what waits."""
+
+    at: float
+    until: float
+    topic: str
+    partition: int
+    reader: str | None = None
 
     def __post_init__(self) -> None:
         _check_window(self)
@@ -178,7 +195,7 @@ class MemberJoinsAndLeaves:
         _check_window(self)
 
 
-Fault = Union[SlowFetch, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
+Fault = Union[SlowFetch, SlowRead, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
               UnexpectedRecord, MemberJoinsAndLeaves]
 
 
@@ -203,6 +220,12 @@ class FaultPlan:
     def fetch_blocked_until(self, consumer: str, now: float) -> float | None:
         """When a fetch of ``consumer`` at ``now`` may return records again (None: now)."""
         ends = [f.until for f in self.of(SlowFetch) if _named(f.consumer, consumer) and _during(f, now)]
+        return max(ends) if ends else None
+
+    def read_blocked_until(self, reader: str, topic: str, partition: int, now: float) -> float | None:
+        """When a log read of ``topic[partition]`` by ``reader`` at ``now`` is answered (None: now)."""
+        ends = [f.until for f in self.of(SlowRead)
+                if _named(f.reader, reader) and f.topic == topic and f.partition == partition and _during(f, now)]
         return max(ends) if ends else None
 
     def high_water_stale(self, consumer: str, topic: str, partition: int, now: float) -> bool:

@@ -21,7 +21,16 @@ retention faults, so they are complete) and checked:
 * ``tracker-state``: the tracker's open offsets of a partition never exceeded
   the records of that queue partition, and nothing is left open at the end;
 * ``not-quiet``: the world went quiet (every delivery settled, every partition
-  consumed, nothing open in the tracker) within the step bound.
+  consumed, nothing open in the tracker) within the step bound;
+* ``overdue`` and ``view-dropped``: liveness while the faults happen
+  (:mod:`kmq.dev.sim.liveness`);
+* ``key-order``: with ``consumer.ordering: key``, within one owner of a
+  partition, handlers settle the messages of a key for good (ack, reject)
+  in offset order, a copy at its origin's place. Not judged: a key the
+  consumer released (its copy did not come in time: ordering given up, as
+  documented), a copy whose first delivery went to another owner, and a copy
+  of a message settled for good before (the tracker copied it when its lease
+  ran out; the late ack or reject released the key, as documented).
 """
 
 from __future__ import annotations
@@ -29,24 +38,16 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from kmq.core.markers import BadMarker, Closed, End, Nack, Reject, Renew, Start, decode_record
+from kmq.core.markers import BadMarker, End, Reject, Start, decode_record
 from kmq.core.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, parse_origin
 from kmq.core.copies import reference_of
-from kmq.dev.sim.clock import EPOCH_S
+from kmq.dev.sim.liveness import overdue, view_drops
+from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.world import GROUP, QUEUE, World, message_id
 
 __all__ = ["Violation", "Scan", "scan", "check", "COPY_BOUND_FACTOR"]
 
 COPY_BOUND_FACTOR = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken invariant; ``message`` names the message concerned, when there is one."""
-
-    invariant: str
-    detail: str
-    message: str | None = None
 
 
 @dataclass
@@ -60,11 +61,6 @@ class Scan:
     ended: set[str] = field(default_factory=set)
     rejected: set[str] = field(default_factory=set)
     dead: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # message -> DLQ reasons
-    events: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # time-stamped lines
-
-
-def _t(ts_ms: int) -> str:
-    return f"{ts_ms / 1000.0 - EPOCH_S:.6f}"
 
 
 def scan(world: World) -> Scan:
@@ -81,8 +77,6 @@ def scan(world: World) -> Scan:
             origin = header_text(rec.headers, HEADER_ORIGIN)
             if origin is not None:
                 s.copies[mid] += 1
-            s.events[mid].append(f"{_t(rec.timestamp)} record {QUEUE}[{p}]@{rec.offset}"
-                                 + (f" (copy of {origin})" if origin else " (original)"))
     for p in range(parts):
         plog = c.log(q.markers_topic, p)
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
@@ -96,19 +90,12 @@ def scan(world: World) -> Scan:
                     mid = s.where.get((p, off))
                     if mid is None:
                         continue
-                    kind = type(marker).__name__.upper()
-                    extra = (f" owner {marker.owner}" if isinstance(marker, Start)
-                             else f" outcome {marker.outcome.name}" if isinstance(marker, Closed) else "")
-                    s.events[mid].append(f"{_t(rec.timestamp)} {kind} {QUEUE}[{p}]@{off}{extra} "
-                                         f"(marker {q.markers_topic}[{p}]@{rec.offset})")
                     if isinstance(marker, Start):
                         s.starts[mid] += 1
                     elif isinstance(marker, End):
                         s.ended.add(mid)
                     elif isinstance(marker, Reject):
                         s.rejected.add(mid)
-                    elif isinstance(marker, (Nack, Renew)):
-                        pass
     for p in range(parts):
         plog = c.log(q.dlq_topic, p)
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
@@ -120,7 +107,6 @@ def scan(world: World) -> Scan:
                 continue
             reason = header_text(rec.headers, HEADER_DLQ_REASON) or "?"
             s.dead[mid].append(reason)
-            s.events[mid].append(f"{_t(rec.timestamp)} DEAD LETTER {q.dlq_topic}[{p}]@{rec.offset} reason {reason}")
     return s
 
 
@@ -161,10 +147,33 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
             mid = s.where.get((p, unstarted[0]))
             out.append(Violation("commit-without-start", f"{QUEUE}[{p}] committed at {committed} past offset(s) "
                                  f"{unstarted[:10]} without a START", mid))
+    out += key_order(world, s.where)
+    out += overdue(world, s.where)
+    out += view_drops(world)
     return out, s
 
 
-def history(world: World, s: Scan, mid: str) -> list[str]:
-    """A message's history in time order: what the actors did and what the logs hold."""
-    lines = world.notes.get(mid, []) + s.events.get(mid, [])
-    return sorted(lines, key=lambda line: float(line.split(" ", 1)[0]))
+def key_order(world: World, where: dict[tuple[int, int], str]) -> list[Violation]:
+    """The ``key-order`` invariant (module docstring), over the workers' acks and rejects in the order
+    they came."""
+    out: list[Violation] = []
+    done: set[tuple[int, int]] = set()
+    last: dict[tuple[str, int, bytes | None], tuple[int, int]] = {}  # (owner, partition, key) -> (origin, offset)
+    broken: set[tuple[str, int, bytes | None]] = set()
+    for a in world.done:
+        k = (a.owner, a.partition, a.key)
+        if a.key is None or (a.partition, a.origin) in done:
+            continue
+        done.add((a.partition, a.origin))
+        if not a.own_origin or k in world.released or k in broken:
+            continue
+        before = last.get(k)
+        if before is not None and a.origin < before[0]:
+            broken.add(k)
+            out.append(Violation("key-order", f"{a.owner} settled {QUEUE}[{a.partition}]@{a.offset} (origin "
+                                 f"@{a.origin}, {a.kind}) of key {a.key!r} after @{before[1]} (origin @{before[0]})",
+                                 where.get((a.partition, a.offset))))
+        else:
+            last[k] = (a.origin, a.offset)
+    return out
+

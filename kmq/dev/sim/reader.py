@@ -23,6 +23,9 @@ __all__ = ["SimLogReader"]
 
 K = TypeVar("K")
 
+#: The real readers' poll slice (kafka-python's reader polls 200 ms at a time).
+POLL_S = 0.2
+
 
 class SimLogReader:
     """Reads given offsets of one partition at a time, straight from the simulated logs."""
@@ -35,16 +38,18 @@ class SimLogReader:
     def close(self) -> None:
         """Nothing to release."""
 
-    def _wait_until_answered(self, what: str) -> None:
+    def _wait_until_answered(self, what: str, tp: tuple[str, int] | None = None) -> None:
         c = self.cluster
-        deadline = c.t() + self._timeout_s
 
         def answered() -> bool:
             t = c.t()
-            return c.faults.broker_paused_until(t) is None and c.faults.fetch_blocked_until(self.name, t) is None
+            return (c.faults.broker_paused_until(t) is None and c.faults.fetch_blocked_until(self.name, t) is None
+                    and (tp is None or c.faults.read_blocked_until(self.name, tp[0], tp[1], t) is None))
 
-        if not c.clock.run_until(c.clock.now() + self._timeout_s, answered):
-            raise LogReadError(f"timed out reading {what} (simulated {self._timeout_s:g}s, until t={deadline:g}s)")
+        given_up = c.clock.now() + self._timeout_s + POLL_S  # the end of the first poll past the timeout
+        if not c.clock.run_until(given_up, answered):
+            raise LogReadError(f"timed out reading {what} (simulated {self._timeout_s:g}s, "
+                               f"given up at t={c.t():g}s)")
 
     def read(self, topic: str, partition: int, ranges: Iterable[tuple[int, int]]) -> ReadResult:
         """Records at exactly these offsets (``(first, count)`` ranges); raises ``LogReadError`` on timeout."""
@@ -52,7 +57,7 @@ class SimLogReader:
         found: dict[int, Record] = {}
         if not wanted:
             return ReadResult(found, [])
-        self._wait_until_answered(f"{topic}[{partition}]")
+        self._wait_until_answered(f"{topic}[{partition}]", (topic, partition))
         plog = self.cluster.log(topic, partition)
         for r in wanted.ranges():
             lo, hi = max(r.first, plog.log_start), min(r.end, plog.high_water)

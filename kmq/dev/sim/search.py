@@ -15,21 +15,30 @@ SHA-256 of the cluster's history, in which the actors write too.
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from kmq.dev.sim.cluster import SimCluster
-from kmq.dev.sim.faults import FaultPlan, Retention
-from kmq.dev.sim.invariants import Violation, check, history
-from kmq.dev.sim.workload import Workload
+from kmq.dev.sim.faults import FaultPlan, Retention, SlowRead
+from kmq.dev.sim.invariants import Violation, check
+from kmq.dev.sim.timeline import timeline
+from kmq.dev.sim.workload import SERVICE, Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
 
-__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search"]
+__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE"]
 
 # Faults start within this many seconds; the world then runs on, quiet or not, for QUIET_BOUND_S more.
 FAULT_HORIZON_S = 40.0
 FAULT_COUNT = 6
+# Seeds whose plan stalls one queue partition's reads, and how long (past the readers' 10 s timeout).
+SLOW_READ_SHARE = 0.3
+SLOW_READ_SPAN_S = (15.0, 60.0)
+# Seeds whose workers run with consumer.ordering: key (Workload.ordering_share).
+ORDERED_SHARE = 0.3
+#: The workload the search runs unless given another.
+SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE)
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -46,6 +55,7 @@ class SeedResult:
     sim_seconds: float
     plan: str
     histories: dict[str, list[str]] = field(default_factory=dict)
+    faults: FaultPlan = field(default_factory=FaultPlan)  # the plan itself (``plan`` is its description)
 
     @property
     def ok(self) -> bool:
@@ -85,15 +95,30 @@ class SearchReport:
 
 
 def fault_plan(seed: int, workload: Workload) -> FaultPlan:
-    """The seed's faults over the world's topics, workers and tracker, retention left out."""
+    """The seed's faults over the world's topics, workers and tracker, retention left out.
+
+    In :data:`SLOW_READ_SHARE` of the seeds (drawn from the seed on a stream of its own, so the
+    other seeds keep their plans) one queue partition's reads stall for a long while
+    (:class:`SlowRead`, past the readers' timeout) and at most two other faults happen: the
+    partitions around it stay clean long enough for the liveness check to bite. With the service
+    loop only: the order of partitions is the service's, and the simulator's loop around the
+    redelivery step alone, serving them in partition order, holds every actor up (the world runs
+    one actor at a time) for a stuck read after another, long enough for the workers' sessions to
+    expire, which real workers, heartbeating from their own processes, would not see."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
                              horizon=FAULT_HORIZON_S, count=FAULT_COUNT)
-    return FaultPlan(f for f in drawn.faults if not isinstance(f, Retention))
+    faults = [f for f in drawn.faults if not isinstance(f, Retention)]
+    rng = random.Random(f"slow-read-{seed}")
+    if workload.tracker_loop == SERVICE and rng.random() < SLOW_READ_SHARE:
+        at = round(rng.uniform(0.0, workload.produce_over / 2), 3)
+        slow = SlowRead(at, round(at + rng.uniform(*SLOW_READ_SPAN_S), 3), QUEUE, rng.randrange(parts))
+        faults = [slow, *faults[:rng.randint(0, 2)]]
+    return FaultPlan(faults)
 
 
-def run_seed(seed: int, workload: Workload = Workload(), *, reader: Callable[[SimCluster], Any] | None = None,
+def run_seed(seed: int, workload: Workload = SEARCH_WORKLOAD, *, reader: Callable[[SimCluster], Any] | None = None,
              faults: FaultPlan | None = None) -> SeedResult:
     """Run one schedule and check it (``reader`` replaces the tracker's log reader, to plant a defect)."""
     plan = fault_plan(seed, workload) if faults is None else faults
@@ -101,12 +126,12 @@ def run_seed(seed: int, workload: Workload = Workload(), *, reader: Callable[[Si
     world = World(cluster, workload, seed, reader=reader)
     faults_end = max([getattr(f, "until", f.at) for f in plan.faults] + [workload.produce_over])
     quiet, steps = world.run(until=faults_end + QUIET_BOUND_S, quiet_after=faults_end, max_steps=MAX_STEPS)
-    violations, s = check(world, quiet)
-    histories = {v.message: history(world, s, v.message) for v in violations if v.message is not None}
-    return SeedResult(seed, violations, cluster.digest(), steps, quiet, cluster.t(), plan.describe(), histories)
+    violations, _ = check(world, quiet)
+    histories = {v.message: timeline(world, v.message) for v in violations if v.message is not None}
+    return SeedResult(seed, violations, cluster.digest(), steps, quiet, cluster.t(), plan.describe(), histories, plan)
 
 
-def search(seeds: Iterable[int], workload: Workload = Workload(), *,
+def search(seeds: Iterable[int], workload: Workload = SEARCH_WORKLOAD, *,
            reader: Callable[[SimCluster], Any] | None = None, stop_at_first: bool = False,
            on_result: Callable[[SeedResult], None] | None = None) -> SearchReport:
     """Run every seed (or up to the first violation); ``on_result`` sees each result as it comes."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from kmq.client.api import Partition
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.cluster import SimCluster
@@ -103,6 +105,8 @@ class ServiceTrackerActor:
         self.downtime = Downtime()
         self.incarnation = 0
         self.max_in_flight: dict[int, int] = {}
+        self.crashes: list[float] = []  # simulated times it was killed
+        self.view_drops = 0  # kmq_tracker_stale_views_total, summed over its incarnations
         self._build()
 
     def _build(self) -> None:
@@ -110,7 +114,8 @@ class ServiceTrackerActor:
         world, c = self.world, self.world.cluster
         reader, hw_reader, new_producer, new_redeliverer = self._parts
         self.incarnation += 1
-        self.tracker = t = service.Tracker(world.config, clock=lambda: c.clock.now_ms() / 1000.0)
+        self.tracker = t = service.Tracker(world.config, registry=CollectorRegistry(),
+                                           clock=lambda: c.clock.now_ms() / 1000.0)
         t._mono = c.clock.monotonic
         kafka = world.config.kafka
         t._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, _MAX_POLL_INTERVAL_S,
@@ -133,6 +138,8 @@ class ServiceTrackerActor:
         """SIGKILL: what the producer holds is lost (unwritten sends never happen), the state is gone."""
         c = self.world.cluster
         c.record(f"world tracker#{self.incarnation} crashes")
+        self.crashes.append(c.t())
+        self.view_drops += self._view_drops()
         self.producer.close(timeout=0.0)
         self.crash_at = None
         self.downtime.crashed(c.t(), self.down_for)
@@ -152,6 +159,13 @@ class ServiceTrackerActor:
         self.tracker.step(0.0)
         for p, state in self.states.items():
             self.max_in_flight[p] = max(self.max_in_flight.get(p, 0), state.in_flight)
+
+    def _view_drops(self) -> int:
+        return int(self.tracker.metrics.registry.get_sample_value("kmq_tracker_stale_views_total") or 0)
+
+    def views_dropped(self) -> int:
+        """Times the tracker dropped its view so far (the metric, over every incarnation)."""
+        return self.view_drops + (0 if self.downtime.down else self._view_drops())
 
     def busy(self) -> bool:
         if self.downtime.down or self.crash_at is not None:

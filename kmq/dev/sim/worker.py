@@ -10,17 +10,28 @@ hand-over to the handlers, giving back, seeking back. What differs is the
 I/O: simulated clients on the virtual clock, handlers whose fates the
 workload draws (END, NACK, REJECT, a lapsed lease, a crash of the whole
 process), and no flow control beyond a bound on what the handlers hold.
+
+In a schedule with ``consumer.ordering: key`` the hand-over goes through
+the consumer's real :class:`~kmq.consumer.keyed_ready.KeyedReadyQueue`, as
+``KmqConsumer`` uses it: committed batches are put in, handlers take what
+it lets go, every settlement and every lease that ran out in a handler is
+reported to it (an ack or reject after the lease as a late settlement),
+keys whose copy did not come in time are released, and held messages are
+renewed half a lease after their lease (re)started (RENEW markers). Each ack
+and reject is noted (:class:`KeyedDone`) for the ``key-order`` invariant.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kmq.client.api import ClientCommitFailed, ProduceFailed
 from kmq.consumer.fetch_batch import STARTING
 from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
-from kmq.core.markers import End, Nack, Reject, Start, encode, encode_key
+from kmq.consumer.keyed_ready import KeyedReadyQueue, copy_origin
+from kmq.core.markers import End, Nack, Reject, Renew, Start, encode, encode_key
 from kmq.core.message import KmqMessage
 from kmq.core.ranges import coalesce
 from kmq.dev.sim.consumer import SimConsumer
@@ -31,7 +42,22 @@ from kmq.dev.sim.workload import ACK, CRASH, GROUP, HANG, NACK, QUEUE, REJECT, F
 if TYPE_CHECKING:
     from kmq.dev.sim.world import World
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "KeyedDone"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedDone:
+    """A handler settled a message for good (``kind``: ack or reject) under ``consumer.ordering: key``;
+    ``origin`` is the offset of its first delivery (a copy counts at its origin's place);
+    ``own_origin``: this owner took the origin itself (else the first delivery went to another owner)."""
+
+    kind: str
+    owner: str
+    partition: int
+    key: bytes | None
+    origin: int
+    offset: int
+    own_origin: bool
 
 
 class Worker:
@@ -65,6 +91,12 @@ class Worker:
         self._rebalances: list[tuple[bool, set]] = []  # callbacks that ran inside a poll, not reported yet
         self._commit: Any = None  # the commit in flight
         self._held = 0  # messages handed over, not settled
+        # ordering: key: the consumer's keyed hand-over; taken messages -> (message, lease end), those
+        # whose lease ran out in a handler, and the first deliveries (partition, offset) this owner took
+        self.keyed = KeyedReadyQueue() if self.world.ordered else None
+        self._taken: dict[tuple[int, int], tuple[KmqMessage, float]] = {}
+        self._lapsed: set[tuple[int, int]] = set()
+        self._origins: set[tuple[int, int]] = set()
 
     def _restart(self) -> None:
         self._start()
@@ -80,6 +112,8 @@ class Worker:
             return
         if self._settle_due():
             return  # crashed
+        if self.keyed is not None:
+            self._keyed_turn()
         self._feed_answers()
         room = max(0, min(self.MAX_RECORDS, self.MAX_HELD - self._held - self._unhanded()))
         poll = self.pipeline.next_poll(room, c.t())
@@ -160,17 +194,87 @@ class Worker:
         return []
 
     def _hand_over(self, action: HandOver) -> None:
-        w, c = self.world, self.world.cluster
+        if self.keyed is not None:
+            self._held += len(action.batch.messages)
+            self.keyed.put(list(action.batch.messages), action.batch.leased_at)
+            return
         for m in action.batch.messages:
-            self._seq += 1
             self._held += 1
-            fate = w.workload.handle(w.rng)
-            w.note(message_id(m.value), f"{self.owner} took {QUEUE}[{m.partition}]@{m.offset} (START acked, committed); "
-                   f"will {fate.kind} after {fate.after:g}s")
-            if fate.kind == HANG:
-                self._held -= 1  # its lease lapses; the handler thread is lost to it, not the flow bound
-            else:
-                self.pending.append((c.t() + fate.after, self._seq, fate, m))
+            self._handle(m)
+
+    def _handle(self, m: KmqMessage) -> None:
+        """A handler takes ``m``: its fate is drawn."""
+        w, c = self.world, self.world.cluster
+        self._seq += 1
+        fate = w.workload.handle(w.rng)
+        w.note(message_id(m.value), f"{self.owner} took {QUEUE}[{m.partition}]@{m.offset} (START acked, committed); "
+               f"will {fate.kind} after {fate.after:g}s")
+        if fate.kind == HANG:
+            self._held -= 1  # its lease lapses; the handler thread is lost to it, not the flow bound
+        else:
+            self.pending.append((c.t() + fate.after, self._seq, fate, m))
+
+    # ------------------------------------------------------------ ordering: key
+    def _keyed_turn(self) -> None:
+        """Release keys whose copy is overdue, end the leases that ran out in handlers, renew the
+        held messages, and hand out what the key order lets go."""
+        w, keyed, now = self.world, self.keyed, self.world.cluster.t()
+        assert keyed is not None
+        for r in keyed.expire(now):
+            w.released.add((self.owner, r.partition, r.key))
+            w.cluster.record(f"world {self.owner} releases key {r.key!r} of {QUEUE}[{r.partition}]: no copy of "
+                             f"@{r.origin} in time")
+        for tp, (m, lease_end) in sorted(self._taken.items()):
+            if lease_end <= now:
+                self._lapse(m)
+        lease = w.workload.lease
+        renew: dict[int, list[int]] = {}
+        for m in keyed.due_for_renewal(now - lease / 2, now):
+            renew.setdefault(m.partition, []).append(m.offset)
+        for p, offs in sorted(renew.items()):
+            marker = Renew([(r.first, r.count) for r in coalesce(offs)], int(lease * 1000))
+            self.markers.send(w.queue.markers_topic, value=encode(marker), key=encode_key(p), partition=p)
+        taken = keyed.take(0.0, 0, lambda: True)
+        for msgs, _first, _end, leased_at in keyed.taken():
+            for m in msgs:
+                self._taken[(m.partition, m.offset)] = (m, leased_at + lease)
+        for m in taken:
+            if copy_origin(m) is None:
+                self._origins.add((m.partition, m.offset))
+            self._handle(m)
+
+    def _copy_wait(self) -> float:
+        q = self.world.queue
+        return q.max_deliveries * (q.lease + q.backoff.max)
+
+    def _lapse(self, m: KmqMessage) -> None:
+        """``m``'s lease ran out in its handler: its key waits for the copy (unless it was the last delivery)."""
+        assert self.keyed is not None
+        tp = (m.partition, m.offset)
+        del self._taken[tp]
+        self._lapsed.add(tp)
+        final = m.delivery_count >= self.world.queue.max_deliveries
+        self.keyed.settled(m, final, 0.0 if final else self.world.cluster.t() + self._copy_wait())
+
+    def _key_settled(self, m: KmqMessage, kind: str, at: float) -> None:
+        """A handler settled ``m`` at ``at`` (as ``KmqConsumer.settled`` and its late settler report it)."""
+        assert self.keyed is not None
+        tp = (m.partition, m.offset)
+        if tp in self._taken and self._taken[tp][1] <= at:
+            self._lapse(m)  # the lease ran out first
+        if kind in (ACK, REJECT):
+            origin = copy_origin(m)
+            origin = m.offset if origin is None else origin
+            self.world.done.append(KeyedDone(kind, self.owner, m.partition, m.key, origin, m.offset,
+                                             (m.partition, origin) in self._origins))
+        if tp in self._lapsed:
+            self._lapsed.discard(tp)
+            if kind in (ACK, REJECT):
+                self.keyed.settled_late(m)
+            return
+        self._taken.pop(tp, None)
+        final = kind in (ACK, REJECT) or m.delivery_count >= self.world.queue.max_deliveries
+        self.keyed.settled(m, final, 0.0 if final else self.world.cluster.t() + self._copy_wait())
 
     def _seek_back(self, action: SeekBack) -> None:
         assigned = {p for t, p in self.consumer.assignment() if t == QUEUE}
@@ -193,11 +297,13 @@ class Worker:
         now = c.t()
         self.pending.sort(key=lambda x: (x[0], x[1]))
         while self.pending and self.pending[0][0] <= now:
-            _, _, fate, m = self.pending.pop(0)
+            due, _, fate, m = self.pending.pop(0)
             if fate.kind == CRASH:
                 self._crash(m)
                 return True
             self._held -= 1
+            if self.keyed is not None:
+                self._key_settled(m, fate.kind, due)
             marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], 0),
                       REJECT: lambda: Reject([(m.offset, 1)], "sim handler rejected it")}.get(fate.kind)
             self.world.note(message_id(m.value), f"{self.owner} settles {QUEUE}[{m.partition}]@{m.offset}: {fate.kind}")

@@ -62,6 +62,10 @@ class Workload:
     restart_after: float = 3.0  # a crashed worker comes back after this long
     tracker_loop: str = SERVICE
     tracker_crash_chance: float = 0.3  # the service tracker is killed once, at a random time, in this share of seeds
+    # In this share of seeds the workers run with consumer.ordering: key and the messages share `keys` keys
+    # (otherwise each message is its own key); the search runs 0.3 (kmq.dev.sim.search.ORDERED_SHARE).
+    ordering_share: float = 0.0
+    keys: int = 5
 
     def __post_init__(self) -> None:
         if not 1 <= self.messages <= MAX_MESSAGES:
@@ -69,13 +73,17 @@ class Workload:
                                   f"not {self.messages}")
         if self.tracker_loop not in (SERVICE, STEP):
             raise SimulationError(f"tracker_loop must be {SERVICE!r} or {STEP!r}, not {self.tracker_loop!r}")
-        if self.partitions < 1 or self.workers < 1 or self.max_deliveries < 1:
-            raise SimulationError("a workload needs at least one partition, one worker and max_deliveries >= 1")
+        if self.partitions < 1 or self.workers < 1 or self.max_deliveries < 1 or self.keys < 1:
+            raise SimulationError("a workload needs at least one partition, one worker, one key and max_deliveries >= 1")
 
     def handle(self, rng: random.Random) -> Fate:
         kinds = [k for k, _ in self.weights]
         kind = rng.choices(kinds, [w for _, w in self.weights])[0]
         return Fate(kind, round(rng.uniform(*self.processing), 6))
+
+    def key_of(self, mid: str, ordered: bool) -> bytes:
+        """The record key of message ``mid``: shared by every ``keys``-th message when ``ordered``."""
+        return f"k{int(mid[1:]) % self.keys}".encode() if ordered else mid.encode()
 
     def send_times(self, rng: random.Random) -> list[float]:
         """When the producer sends each message (sorted)."""

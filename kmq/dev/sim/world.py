@@ -35,7 +35,7 @@ from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.producer import SimDelivery, SimProducer
 from kmq.dev.sim.reader import SimLogReader
 from kmq.dev.sim.tracker_loop import ServiceTrackerActor
-from kmq.dev.sim.worker import Worker
+from kmq.dev.sim.worker import KeyedDone, Worker
 from kmq.dev.sim.workload import GROUP, QUEUE, SERVICE, Workload, message_id
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.redeliver import Redeliverer, delivery_timeout_s, send_wait_s
@@ -103,7 +103,7 @@ class Producer(_Actor):
         self._sent = unsettled
 
     def _send(self, mid: str, into: list | None = None) -> None:
-        fut = self.client.send(QUEUE, value=mid.encode(), key=mid.encode())
+        fut = self.client.send(QUEUE, value=mid.encode(), key=self.world.workload.key_of(mid, self.world.ordered))
         (self._sent if into is None else into).append((mid, fut))
 
     def busy(self) -> bool:
@@ -172,6 +172,10 @@ class World:
         for topic in (QUEUE, self.queue.markers_topic, self.queue.dlq_topic):
             cluster.create_topic(topic, workload.partitions)
         self.notes: dict[str, list[str]] = {}
+        # consumer.ordering: key in this schedule (drawn on a stream of its own: other seeds keep their runs)
+        self.ordered = random.Random(f"ordering-{seed}").random() < workload.ordering_share
+        self.done: list[KeyedDone] = []  # what handlers acked or rejected, in order (ordering: key)
+        self.released: set[tuple[str, int, bytes | None]] = set()  # (owner, partition, key) given up on
         self.started: dict[int, set[int]] = {p: set() for p in range(workload.partitions)}
         self.producer = Producer(self, workload.send_times(self.rng))
         self.workers = [Worker(self, f"w{i}") for i in range(workload.workers)]
