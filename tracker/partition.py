@@ -39,7 +39,9 @@ class OwnedPartition:
     # Every marker appended before this wall-clock time (ms) has been applied: a lease is judged
     # over only up to it, never on an END or RENEW still unread (0: nothing known yet).
     read_through_ms: int = 0
-    recheck_ms: int = 0  # not behind its markers: ask again no sooner than this (ms)
+    # (asked at ms, log end then): once the position reaches that end, read_through_ms = asked at.
+    mark: tuple[int, int] | None = None
+    recheck_ms: int = 0  # a look-up failed: ask again no sooner than this (ms)
     caught_up: bool = False
     committed: int | None = None
     bad_logged: bool = False

@@ -317,37 +317,41 @@ class Tracker:
                 return
 
     def _read_through(self, due: list[OwnedPartition]) -> None:
-        """Move the read-through time of the ``due`` partitions that need it to now, where the
-        position has reached the log end: a tracker behind its markers (a slow fetch, a burst
-        larger than it reads per step) must not take an END or RENEW it has not read yet for a
-        lapsed lease. One batched log-end look-up, only when something is due past what is known."""
+        """Move the read-through time of the ``due`` partitions on: a tracker behind its markers
+        (a slow fetch, a burst larger than it reads per step) must not take an END or RENEW it has
+        not read yet for a lapsed lease. The log end is looked up (batched) when something is due
+        past what is known; once the position reaches that end, everything written before the
+        look-up has been applied. Markers written meanwhile do not matter: the mark stays put.
+        At most one look-up per step, for the partitions with something due."""
         now = self._now_ms()
         ask = []
         for o in due:
+            if not o.caught_up:
+                continue
+            if o.mark is not None and o.state.position is not None and o.state.position >= o.mark[1]:
+                o.read_through_ms, o.mark = max(o.read_through_ms, o.mark[0]), None
             nd = o.state.next_due_ms()
-            if o.caught_up and nd is not None and o.read_through_ms < min(now, nd) and o.recheck_ms <= now:
+            # Something is due and the horizon is behind now: items due past it would wait a step.
+            if nd is not None and nd <= now and o.read_through_ms < now and o.mark is None and o.recheck_ms <= now:
                 ask.append(o)
         if not ask:
             return
-        again = now + max(50, int(self.cfg.tracker.tick * 1000))
         try:
             ends = self._hw_reader.high_waters({o.tp: o.state.position for o in ask})
         except LogReadError as exc:
             for o in ask:
-                o.recheck_ms = again
+                o.recheck_ms = now + max(50, int(self.cfg.tracker.tick * 1000))
             log.warning("the end of %s was not read (%s): leases there are judged once it is",
                         _names(o.tp for o in ask), exc)
             return
-        behind = []
         for o in ask:
             end, pos = ends.get(o.tp), o.state.position
-            if end is not None and pos is not None and pos >= end:
+            if end is None:
+                continue
+            if pos is not None and pos >= end:
                 o.read_through_ms = now
             else:
-                o.recheck_ms = again
-                behind.append(f"{o.topic}[{o.partition}] at {pos} of {end}")
-        if behind:
-            log.debug("behind the markers, leases wait: %s", ", ".join(behind))
+                o.mark = (now, end)
 
     def _touched(self, owned: OwnedPartition) -> None:
         """``owned``'s state may have changed: schedule it at its next due time (once caught up), and
@@ -358,8 +362,10 @@ class Tracker:
         self._to_publish.add(tp)
         if owned.caught_up:
             nd = owned.state.next_due_ms()
-            # Behind its markers: looked at again after recheck_ms, not every step.
-            self._schedule.set(tp, nd if nd is None or nd > owned.read_through_ms else max(nd, owned.recheck_ms))
+            if nd is not None and nd > owned.read_through_ms and (owned.mark is not None or owned.recheck_ms > nd):
+                # Behind its markers: looked at again a tick later (markers applied touch it anyway).
+                nd = max(nd, owned.recheck_ms, self._now_ms() + int(self.cfg.tracker.tick * 1000))
+            self._schedule.set(tp, nd)
 
     def _redeliver(self, owned: OwnedPartition, items) -> int:
         """One partition's due items; returns the records produced. Nothing raised here stops the
