@@ -33,6 +33,7 @@ from typing import Any
 import click
 
 from kmq.bench.consumer import _child_kmq, _config, _cpu, _produce, _rss_mb, handler
+from kmq.dev.broker import broker_unless
 
 __all__ = ["command", "run"]
 
@@ -176,12 +177,7 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
         partitions: int = 1, bootstrap: str | None = None, echo: Any = None) -> dict:
     """Run the variants ``rounds`` times; returns the figures (also printed through ``echo``)."""
     say = echo or (lambda *_: None)
-    broker = None
-    if bootstrap is None:
-        from kmq.dev.broker import DevBroker
-
-        broker = DevBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = broker_unless(bootstrap)
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         _produce(bootstrap, queue, messages, size, partitions, "kafka-python")

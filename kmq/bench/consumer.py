@@ -44,6 +44,8 @@ from typing import Any
 
 import click
 
+from kmq.dev.broker import broker_unless
+
 __all__ = ["command", "run"]
 
 
@@ -265,12 +267,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         return both
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
-    broker = None
-    if bootstrap is None:
-        from kmq.dev.broker import DevBroker
-
-        broker = DevBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = broker_unless(bootstrap)
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         t = time.perf_counter()

@@ -22,6 +22,8 @@ from typing import Any
 
 import click
 
+from kmq.dev.broker import broker_unless
+
 __all__ = ["run_latency"]
 
 #: Records sent this long after the first one a variant received are measured (join and backlog excluded).
@@ -167,12 +169,7 @@ def run_latency(rate: int, seconds: float, client: str, batch: int = 500, rounds
     from kmq.client.topics import ensure_topics
 
     say = echo or (lambda *_: None)
-    broker = None
-    if bootstrap is None:
-        from kmq.dev.broker import DevBroker
-
-        broker = DevBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = broker_unless(bootstrap)
     try:
         runs: dict[str, list[dict]] = {"plain": [], "kmq": []}
         for r in range(rounds):

@@ -28,6 +28,8 @@ from typing import Any
 import click
 import yaml
 
+from kmq.dev.broker import broker_unless
+
 __all__ = ["command", "run"]
 
 
@@ -67,12 +69,7 @@ def run(messages: int = 3000, lease: str = "5s", processing_ms: float = 20.0, wo
     capacity = processes * workers * 1000.0 / processing_ms
     work_s = messages / capacity
     timeout = timeout or max(120.0, 4 * work_s + 3 * lease_s)
-    broker = None
-    if bootstrap is None:
-        from kmq.dev.broker import DevBroker
-
-        broker = DevBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = broker_unless(bootstrap)
     procs: list[subprocess.Popen] = []
     logs: list = []
     tmp = Path(tempfile.mkdtemp(prefix="kmq-overload-"))

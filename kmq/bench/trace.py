@@ -16,6 +16,8 @@ import time
 import click
 from kafka import TopicPartition
 
+from kmq.dev.broker import broker_unless
+
 __all__ = ["run", "command"]
 
 
@@ -46,15 +48,11 @@ def run(bootstrap: str | None = None, markers: int = 200_000, queue: int = 20_00
     from kafka import KafkaProducer
 
     from kmq.config import Config
-    from kmq.dev.broker import DevBroker
     from kmq.core.markers import End, Start, encode, encode_key
     from kmq.client.topics import ensure_topics
     from kmq.ops.trace_reader import trace
 
-    broker = None
-    if bootstrap is None:
-        broker = DevBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = broker_unless(bootstrap)
     try:
         name = f"bench-trace-{int(time.time())}"
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap}, "queues": [{"name": name}]})

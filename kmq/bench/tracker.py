@@ -33,6 +33,8 @@ import uuid
 
 import click
 
+from kmq.dev.broker import broker_unless
+
 __all__ = ["command", "run", "throughput", "memory", "redelivery_throughput"]
 
 BATCH = 500
@@ -300,12 +302,7 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
     out: dict = {"throughput": throughput(batches), "memory": memory()}
     if not broker:
         return out
-    dev = None
-    if bootstrap is None:
-        from kmq.dev.broker import DevBroker
-
-        dev = DevBroker().start()
-        bootstrap = dev.bootstrap
+    bootstrap, dev = broker_unless(bootstrap)
     try:
         out["redelivery_delay"] = redelivery_delay(bootstrap, delay_messages)
         out["recovery"] = recovery(bootstrap, acked_pairs)

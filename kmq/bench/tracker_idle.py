@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from kmq.dev.broker import broker_unless
+
 __all__ = ["idle_cost", "process_idle_cost", "IdleConsumer", "IdleReader"]
 
 
@@ -200,12 +202,7 @@ def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds
     from kmq.config import Config
     from kmq.client.topics import ensure_topics
 
-    dev = None
-    if bootstrap is None:
-        from kmq.dev.broker import DevBroker
-
-        dev = DevBroker().start()
-        bootstrap = dev.bootstrap
+    bootstrap, dev = broker_unless(bootstrap)
     proc = None
     try:
         name = f"idle-{uuid.uuid4().hex[:8]}"

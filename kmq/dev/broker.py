@@ -232,3 +232,12 @@ class DevBroker:
             aws_secret_access_key="kmq-dev", region_name=_S3_REGION,
         )
         s3.create_bucket(Bucket=_S3_BUCKET, CreateBucketConfiguration={"LocationConstraint": _S3_REGION})
+
+
+def broker_unless(bootstrap: str | None) -> tuple[str, "DevBroker | None"]:
+    """``bootstrap`` when given; otherwise an embedded broker started now, and its address. The
+    caller stops the broker it gets back (None when ``bootstrap`` was given)."""
+    if bootstrap is not None:
+        return bootstrap, None
+    broker = DevBroker().start()
+    return broker.bootstrap, broker
