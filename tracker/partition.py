@@ -55,6 +55,36 @@ class OwnedPartition:
     def topic(self) -> str:
         return self.tp[0]
 
+    # ---------------------------------------------------------- read-through (see Tracker._read_through)
+    def wants_end(self, now_ms: int) -> bool:
+        """Whether to look up the log end: something is due and the read-through time is behind
+        now (once the position passed the last mark), and no look-up failed a moment ago."""
+        if self.mark is not None and self.state.position is not None and self.state.position >= self.mark[1]:
+            self.read_through_ms, self.mark = max(self.read_through_ms, self.mark[0]), None
+        nd = self.state.next_due_ms()
+        return (self.caught_up and nd is not None and nd <= now_ms and self.read_through_ms < now_ms
+                and self.mark is None and self.recheck_ms <= now_ms)
+
+    def end_read(self, asked_ms: int, end: int) -> None:
+        """The log end was ``end`` when looked up at ``asked_ms``."""
+        pos = self.state.position
+        if pos is not None and pos >= end:
+            self.read_through_ms = asked_ms
+        else:
+            self.mark = (asked_ms, end)
+
+    def horizon(self, now_ms: int) -> int:
+        """The latest due time whose messages may be judged now."""
+        return min(now_ms, self.read_through_ms)
+
+    def next_visit_ms(self, now_ms: int, tick_ms: int) -> int | None:
+        """When the service looks at this partition again: its next due time, or a tick later
+        while it is behind its markers (markers applied touch it sooner anyway)."""
+        nd = self.state.next_due_ms()
+        if nd is not None and nd > self.read_through_ms and (self.mark is not None or self.recheck_ms > nd):
+            return max(nd, self.recheck_ms, now_ms + tick_ms)
+        return nd
+
     @property
     def partition(self) -> int:
         return self.tp[1]

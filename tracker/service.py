@@ -306,8 +306,7 @@ class Tracker:
                 for later in due[i:]:
                     self._touched(later)  # still due: served first next step
                 return
-            horizon = min(self._now_ms(), owned.read_through_ms)
-            items = owned.state.due(horizon, limit=_DUE_LIMIT) if owned.caught_up else []
+            items = owned.state.due(owned.horizon(self._now_ms()), limit=_DUE_LIMIT) if owned.caught_up else []
             copies = self._redeliver(owned, items) if items else 0
             if items:
                 owned.served = self._mono()
@@ -324,34 +323,23 @@ class Tracker:
         look-up has been applied. Markers written meanwhile do not matter: the mark stays put.
         At most one look-up per step, for the partitions with something due."""
         now = self._now_ms()
-        ask = []
-        for o in due:
-            if not o.caught_up:
-                continue
-            if o.mark is not None and o.state.position is not None and o.state.position >= o.mark[1]:
-                o.read_through_ms, o.mark = max(o.read_through_ms, o.mark[0]), None
-            nd = o.state.next_due_ms()
-            # Something is due and the horizon is behind now: items due past it would wait a step.
-            if nd is not None and nd <= now and o.read_through_ms < now and o.mark is None and o.recheck_ms <= now:
-                ask.append(o)
+        ask = [o for o in due if o.wants_end(now)]
         if not ask:
             return
         try:
             ends = self._hw_reader.high_waters({o.tp: o.state.position for o in ask})
         except LogReadError as exc:
             for o in ask:
-                o.recheck_ms = now + max(50, int(self.cfg.tracker.tick * 1000))
+                o.recheck_ms = now + self._tick_ms()
             log.warning("the end of %s was not read (%s): leases there are judged once it is",
                         _names(o.tp for o in ask), exc)
             return
         for o in ask:
-            end, pos = ends.get(o.tp), o.state.position
-            if end is None:
-                continue
-            if pos is not None and pos >= end:
-                o.read_through_ms = now
-            else:
-                o.mark = (now, end)
+            if ends.get(o.tp) is not None:
+                o.end_read(now, ends[o.tp])
+
+    def _tick_ms(self) -> int:
+        return max(50, int(self.cfg.tracker.tick * 1000))
 
     def _touched(self, owned: OwnedPartition) -> None:
         """``owned``'s state may have changed: schedule it at its next due time (once caught up), and
@@ -361,11 +349,7 @@ class Tracker:
         self._to_commit.add(tp)
         self._to_publish.add(tp)
         if owned.caught_up:
-            nd = owned.state.next_due_ms()
-            if nd is not None and nd > owned.read_through_ms and (owned.mark is not None or owned.recheck_ms > nd):
-                # Behind its markers: looked at again a tick later (markers applied touch it anyway).
-                nd = max(nd, owned.recheck_ms, self._now_ms() + int(self.cfg.tracker.tick * 1000))
-            self._schedule.set(tp, nd)
+            self._schedule.set(tp, owned.next_visit_ms(self._now_ms(), self._tick_ms()))
 
     def _redeliver(self, owned: OwnedPartition, items) -> int:
         """One partition's due items; returns the records produced. Nothing raised here stops the

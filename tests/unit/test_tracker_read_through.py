@@ -10,11 +10,14 @@ duplicate each time, and a message acked on every delivery can even be dead-lett
 
 from __future__ import annotations
 
+from kmq.config import Config
+from kmq.core.lease_state import PartitionState
 from kmq.core.markers import End, Start, encode, encode_key
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import FaultPlan, SlowFetch
 from kmq.dev.sim.workload import QUEUE, Workload
 from kmq.dev.sim.world import World
+from tracker.partition import OwnedPartition
 
 LEASE = 1.0
 
@@ -40,12 +43,18 @@ def _copies(world: World) -> int:
     return world.cluster.log(QUEUE, 0).high_water - 1
 
 
-def test_an_end_written_in_time_but_not_yet_read_is_not_taken_for_a_lapsed_lease():
-    # The tracker's markers fetch is stuck from 1 s to 6 s; its other reader answers.
-    world = _world([SlowFetch(at=1.0, until=6.0, consumer="tracker#1")])
+def _started(faults) -> World:
+    """One queue record whose START (lease 1 s) the tracker read at about 0.5 s."""
+    world = _world(faults)
     world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
     _run(world, 0.5)
     _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
+    return world
+
+
+def test_an_end_written_in_time_but_not_yet_read_is_not_taken_for_a_lapsed_lease():
+    # The tracker's markers fetch is stuck from 1 s to 6 s; its other reader answers.
+    world = _started([SlowFetch(at=1.0, until=6.0, consumer="tracker#1")])
     _run(world, 0.4)
     assert world.tracker.states[0].in_flight == 1  # read the START before the fetch got stuck
     _run(world, 0.3)
@@ -57,23 +66,43 @@ def test_an_end_written_in_time_but_not_yet_read_is_not_taken_for_a_lapsed_lease
 
 
 def test_a_lapsed_lease_is_still_redelivered_while_the_tracker_is_caught_up():
-    world = _world([])
-    world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
-    _run(world, 0.5)
-    _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
+    world = _started([])
     _run(world, 3.0)
     assert _copies(world) == 1 and world.tracker.states[0].in_flight == 0
 
 
 def test_a_lapsed_lease_waits_while_the_markers_cannot_be_read_then_is_redelivered():
     # No END at all: once the fetch answers again and shows none, the message is redelivered.
-    world = _world([SlowFetch(at=1.0, until=6.0, consumer="tracker#1")])
-    world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
-    _run(world, 0.5)
-    _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
+    world = _started([SlowFetch(at=1.0, until=6.0, consumer="tracker#1")])
     _run(world, 0.7)
     _marker(world, Start([(5, 1)], lease_ms=60_000, owner="w"))  # another marker the stuck fetch does not bring
     _run(world, 3.0)
     assert _copies(world) == 0  # not judged while the log holds markers it has not read
     _run(world, 3.0)
     assert _copies(world) == 1
+
+
+# ------------------------------------------------------------ the partition's rule, pure
+
+
+def _owned(position: int) -> OwnedPartition:
+    q = Config.from_dict({"queues": [{"name": "q", "lease": "1s"}]}).queues[0]
+    state = PartitionState(q.backoff.delay, q.max_deliveries)
+    o = OwnedPartition(q, ("q__markers", 0), state, caught_up=True)
+    state.position = position
+    return o
+
+
+def test_a_busy_partition_moves_on_once_its_position_passes_the_mark():
+    o = _owned(10)
+    o.end_read(1_000, 12)  # two markers unread at 1.0 s
+    assert o.horizon(5_000) == 0 and o.mark == (1_000, 12)
+    o.state.position = 15  # read past the mark; newer markers keep coming, that does not matter
+    o.wants_end(5_000)
+    assert o.horizon(5_000) == 1_000 and o.mark is None
+
+
+def test_a_partition_read_to_the_end_is_read_through_at_the_look_up():
+    o = _owned(12)
+    o.end_read(2_000, 12)
+    assert o.horizon(5_000) == 2_000 and o.horizon(1_500) == 1_500
