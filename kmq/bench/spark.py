@@ -168,7 +168,16 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 2_000_
         seen_batches = {p["batchId"] for p in query.recentProgress}
         th = threading.Thread(target=writer, daemon=True)
         th.start()
-        time.sleep(latency_seconds)
+        # At least latency_seconds; longer while no live window was written yet (up to a minute):
+        # on a loaded machine the first live batch can outlast a short run, and a run without a
+        # single window measures nothing.
+        until, give_up = time.monotonic() + latency_seconds, time.monotonic() + latency_seconds + 60
+
+        def measured() -> bool:
+            return any(ws / 1000 >= start_live + 2 for _, ws, _ in list(written))
+
+        while time.monotonic() < until or (time.monotonic() < give_up and not measured()):
+            time.sleep(0.2)
         stop.set()
         th.join(30)
         live_batches = [p for p in query.recentProgress if p["batchId"] not in seen_batches and batch_markers(p) > 0]

@@ -216,7 +216,8 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
                 break
             assert time.monotonic() < deadline, (
                 f"not settled: {len(wanted - set(acked))} non-poison unacked "
-                f"(e.g. {sorted(wanted - set(acked))[:5]}), {len(poison_dead - dead_origins)} poison not in the DLQ")
+                f"(e.g. {sorted(wanted - set(acked))[:5]}), {len(poison_dead - dead_origins)} poison not in the DLQ"
+                + _timelines(cfg, q.name, sorted(wanted - set(acked))[:3]))
             time.sleep(1)
         for w in workers:
             w.stop()
@@ -289,3 +290,18 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         for t in trackers:
             t.close()
         out.close()
+
+
+def _timelines(cfg: Config, queue: str, origins: list[str]) -> str:
+    """What ``kmq trace`` shows of each message, for a failure message (the broker is still up)."""
+    from kmq.core.trace import describe_event
+    from kmq.ops.trace_reader import trace
+
+    out = []
+    for origin in origins:
+        try:
+            (t,) = trace(cfg, queue, origin=origin, timeout_s=20)
+            out.append(f"\n{origin}: {t.state}\n" + "\n".join(f"  {e.ts_ms} {describe_event(e)}" for e in t.events))
+        except Exception as exc:  # noqa: BLE001 - a diagnosis only: the assertion above is the verdict
+            out.append(f"\n{origin}: no timeline ({exc})")
+    return "".join(out)
