@@ -520,6 +520,10 @@ class KmqConsumer:
             for m in expired:
                 m._settler = self._late  # its settlement is written, nothing counted twice
                 self._inflight[m.partition] -= 1
+                if self._schedule is not None:
+                    # Left to the tracker now: a RENEW from consumer.auto_renew would keep it from
+                    # redelivering (after an abandon, until max_lease), so none is written any more.
+                    self._schedule.forget((m.partition, m.offset))
                 nbytes += m._nbytes
                 if self._keyed is not None:  # its key waits for the copy (or is released at its last delivery)
                     self._key_settled(m, ABANDON, None)

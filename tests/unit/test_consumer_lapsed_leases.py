@@ -1,0 +1,50 @@
+"""A message whose lease ended in user code is left to the tracker: consumer.auto_renew stops
+renewing it. Before, the keeper went on renewing it after the consumer had given it up, so
+after an abandon (a handler that gave up, ``kmq work --hang-rate``) the tracker saw a RENEW
+every few seconds and redelivered nothing until consumer.max_lease (10 minutes by default).
+
+The consumer's own step (``KmqConsumer._expire_leases``) over its real parts, without Kafka.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from types import SimpleNamespace
+
+from prometheus_client import CollectorRegistry
+
+from kmq.consumer.ack_buffer import AckBuffer
+from kmq.consumer.consumer import KmqConsumer
+from kmq.consumer.flow import FlowControl, FlowLimits
+from kmq.consumer.lease_expiry import LeaseExpiry
+from kmq.consumer.leases import LateSettler
+from kmq.consumer.ready_queue import ReadyQueue
+from kmq.core.lease import LeaseSchedule
+from kmq.core.message import KmqMessage
+from kmq.telemetry.metrics import ConsumerMetrics
+
+LEASE = 1.0
+
+
+def _consumer(schedule: LeaseSchedule) -> SimpleNamespace:
+    buffer = AckBuffer()
+    return SimpleNamespace(
+        _ready=ReadyQueue(), _expiry=LeaseExpiry(LEASE), _lock=threading.Lock(), _inflight=defaultdict(int),
+        _late=LateSettler("q", LEASE, buffer), _schedule=schedule, _keyed=None, _tracing=None,
+        _expired_logged=False, flow=FlowControl(FlowLimits(lease=LEASE), now=0.0),
+        metrics=ConsumerMetrics(CollectorRegistry()), queue=SimpleNamespace(name="q"), buffer=buffer)
+
+
+def test_a_message_whose_lease_ended_in_user_code_is_no_longer_renewed_automatically():
+    schedule = LeaseSchedule(LEASE, 600.0, 0.25)
+    c = _consumer(schedule)
+    msg = KmqMessage("q", 0, 7, None, b"v", [], 0, None, c._lock)
+    schedule.track((0, 7), 0.0)
+    c._inflight[0] = 1
+    c._ready.put([msg], leased_at=0.0)
+    assert c._ready.take_one(0.0, lambda: False) is msg  # handed over; its lease started at 0.0
+    KmqConsumer._expire_leases(c, 0.1)  # the fetcher records what was taken
+    KmqConsumer._expire_leases(c, 5.0)  # nobody renewed it in time: the consumer gives it up
+    assert c._inflight[0] == 0 and msg._settler is c._late
+    assert (0, 7) not in schedule  # so the keeper renews it no more
