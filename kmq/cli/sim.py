@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
+import contextlib
 
 import click
 
 from kmq.cli.common import fail
-from kmq.dev.sim.search import ORDERED_SHARE, SeedResult, search
+from kmq.dev.sim.search import ORDERED_SHARE, SeedResult, quiet_actors, search
 from kmq.dev.sim.shrink import shrink as shrink_plan
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 
@@ -32,14 +32,7 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
     ``kmq trace`` shows) and, shrunk, the fewest and shortest faults that still fail."""
     workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop,
                         ordering_share=ORDERED_SHARE)
-    # The tracker's and the workers' warnings (sends and commits retried under the faults) are
-    # expected here; -v shows them.
     root = click.get_current_context().find_root()
-    quieted = [] if root.params.get("verbose") else [logging.getLogger(n) for n in ("tracker", "kmq.consumer")]
-    levels = [lg.level for lg in quieted]
-    for lg in quieted:
-        lg.setLevel(logging.ERROR)
-
     def show(r: SeedResult) -> None:
         if not r.ok:
             click.echo(r.describe())
@@ -48,11 +41,8 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
         elif not quiet:
             click.echo(r.summary())
 
-    try:
+    with contextlib.nullcontext() if root.params.get("verbose") else quiet_actors():  # -v shows them
         report = search(range(start, start + seeds), workload, on_result=show)
-    finally:  # the command may run inside another program (tests, a notebook): leave its logging as found
-        for lg, level in zip(quieted, levels):
-            lg.setLevel(level)
     failed = report.failures
     click.echo(f"{len(report.results)} seed(s) [{start}..{start + seeds - 1}], {len(failed)} with violations "
                f"({sum(len(r.violations) for r in failed)} in all), {report.rate:.1f} schedules/s")

@@ -35,6 +35,8 @@ import yaml
 
 from kmq.config import Config
 from kmq.core.markers import Outcome, decode
+from kmq.core.trace import describe_event
+from kmq.ops.trace_reader import trace
 from tests.helpers.kafka import read_all
 from tests.integration.tracker_util import TrackerProcess, headers, metric
 
@@ -294,9 +296,6 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
 
 def _timelines(cfg: Config, queue: str, origins: list[str]) -> str:
     """What ``kmq trace`` shows of each message, for a failure message (the broker is still up)."""
-    from kmq.core.trace import describe_event
-    from kmq.ops.trace_reader import trace
-
     out = []
     for origin in origins:
         try:

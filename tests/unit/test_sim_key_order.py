@@ -4,13 +4,12 @@ key order (``kmq.core.key_order.KeyOrder``) is broken on purpose."""
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 
 from kmq.core.key_order import KeyOrder
 from kmq.dev.sim import SimCluster
-from kmq.dev.sim.search import SEARCH_WORKLOAD, run_seed, search
+from kmq.dev.sim.search import SEARCH_WORKLOAD, quiet_actors, run_seed, search
 from kmq.dev.sim.world import World
 
 # Seeds within which each planted defect is found (the first at seed 7 for both).
@@ -19,13 +18,8 @@ BUDGET = range(0, 40)
 
 @pytest.fixture(autouse=True)
 def _quiet_tracker():
-    loggers = [logging.getLogger(n) for n in ("tracker", "kmq.consumer")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    yield
-    for lg, level in zip(loggers, levels):
-        lg.setLevel(level)
+    with quiet_actors():
+        yield
 
 
 def test_about_a_third_of_the_seeds_run_with_ordering_key_and_find_nothing_wrong():

@@ -4,7 +4,6 @@ put back for the test only (monkeypatched), which the search must find."""
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 from click.testing import CliRunner
@@ -12,7 +11,7 @@ from click.testing import CliRunner
 from kmq.cli import cli
 from kmq.dev.sim import FaultPlan, SimCluster, SlowRead
 from kmq.dev.sim.liveness import serve_bound
-from kmq.dev.sim.search import run_seed
+from kmq.dev.sim.search import quiet_actors, run_seed
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 from kmq.dev.sim.world import World
 from tracker import service
@@ -24,11 +23,8 @@ BUDGET = range(0, 100)
 
 @pytest.fixture(autouse=True)
 def _quiet_tracker():
-    logger = logging.getLogger("tracker")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
+    with quiet_actors():
+        yield
 
 
 def plant_drop_after_a_long_step(monkeypatch) -> None:

@@ -15,7 +15,7 @@ from kmq.cli import cli
 from kmq.client.api import ReadResult
 from kmq.core.ranges import RangeSet, missing
 from kmq.dev.sim import SimCluster, SimLogReader
-from kmq.dev.sim.search import ORDERED_SHARE, SEARCH_WORKLOAD, run_seed, search
+from kmq.dev.sim.search import ORDERED_SHARE, SEARCH_WORKLOAD, quiet_actors, run_seed, search
 from kmq.dev.sim.shrink import ddmin, shrink
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 from tracker import service as tracker_service
@@ -28,12 +28,8 @@ PLANTED_BUDGET = range(0, 40)
 
 @pytest.fixture(autouse=True)
 def _quiet_tracker():
-    # The tracker warns about every send retried under the faults; that is expected here.
-    logger = logging.getLogger("tracker")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
+    with quiet_actors():
+        yield
 
 
 class StaleEndReader:

@@ -15,10 +15,12 @@ SHA-256 of the cluster's history, in which the actors write too.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import FaultPlan, Retention, SlowRead
@@ -27,7 +29,8 @@ from kmq.dev.sim.timeline import timeline
 from kmq.dev.sim.workload import SERVICE, Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
 
-__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE"]
+__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE",
+           "quiet_actors"]
 
 # Faults start within this many seconds; the world then runs on, quiet or not, for QUIET_BOUND_S more.
 FAULT_HORIZON_S = 40.0
@@ -145,3 +148,19 @@ def search(seeds: Iterable[int], workload: Workload = SEARCH_WORKLOAD, *,
         if stop_at_first and not r.ok:
             break
     return SearchReport(results, time.perf_counter() - began)
+
+
+@contextmanager
+def quiet_actors() -> Iterator[None]:
+    """The tracker's and the workers' warnings (sends and commits retried under the faults) are
+    expected in a search: at ERROR only inside the block, as they were found after it (a search
+    may run inside another program: tests, a notebook)."""
+    loggers = [logging.getLogger(n) for n in ("tracker", "kmq.consumer")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
