@@ -80,6 +80,8 @@ _STEP_BUDGET_S = 1.0
 _MAX_POLL_INTERVAL_S = 300.0
 # Markers read per poll (also kafka-python's max_poll_records).
 _POLL_RECORDS = 5000
+# How long the broker may hold a look-up's fetch of a markers partition's end.
+_LOOKUP_FETCH_WAIT_MS = 5
 
 
 class Tracker:
@@ -215,9 +217,11 @@ class Tracker:
         size = copy_request_size_for(self.cfg)
         self._producer = copy_producer(kafka, size)
         self._reader = client_api.open_log_reader(kafka)
-        # Catch-up targets come from their own reader, so a fetch of a markers partition never
-        # sits in front of the queue reads that redeliveries wait on.
-        self._hw_reader = client_api.open_log_reader(kafka)
+        # Catch-up targets and read-through marks come from their own reader, so a fetch of a markers
+        # partition never sits in front of the queue reads that redeliveries wait on. Its look-ups
+        # mostly find nothing new (the position is at the end): the broker answers them at once
+        # instead of holding the fetch, since every due message waits for its look-up.
+        self._hw_reader = client_api.open_log_reader(kafka, fetch_wait_ms=_LOOKUP_FETCH_WAIT_MS)
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
                                         send_timeout_s=send_wait_s(kafka),
                                         max_request_size=self.cfg.tracker.max_request_size,

@@ -184,15 +184,16 @@ def refused_record_errors() -> tuple[type[BaseException], ...]:
     return _PERMANENT_SENDS
 
 
-def open_log_reader(kafka: Any, timeout_s: float = 10.0, **overrides: Any) -> LogReader:
+def open_log_reader(kafka: Any, timeout_s: float = 10.0, fetch_wait_ms: int = 50, **overrides: Any) -> LogReader:
     """A :class:`~kmq.client.api.LogReader` on the client ``kafka.client`` names: partitions read
     without a group, each read ending where a fetch of its own saw the end of the log. ``timeout_s``:
-    how long a read waits for an answer from the broker; ``overrides``: the client's own consumer
-    settings (kafka-python names or librdkafka properties). Close it when done."""
+    how long a read waits for an answer from the broker; ``fetch_wait_ms``: how long the broker
+    holds a fetch that finds nothing new (what a look-up of an idle log's end waits); ``overrides``:
+    the client's own consumer settings (kafka-python names or librdkafka properties). Close it when done."""
     name = client_of(kafka)
     require_client(name)
     if name == CONFLUENT:
         from kmq.client.confluent.log_reader import ConfluentLogReader
 
-        return ConfluentLogReader(kafka, timeout_s, **overrides)
-    return KafkaPythonLogReader(kafka, timeout_s, **overrides)
+        return ConfluentLogReader(kafka, timeout_s, **{"fetch.wait.max.ms": fetch_wait_ms, **overrides})
+    return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms, **overrides})

@@ -167,7 +167,12 @@ class ConfluentLogReader:
                 self._act(tp, cur.start(), at, keep, active, done)
             self._assign(at, active, fresh)
             while active:
-                msgs = c.consume(self._batch, _POLL_S)
+                # consume(n, timeout) waits for n messages or the timeout: wait for one (a record or
+                # an end-of-partition event), then take what is queued behind it, so a look-up of an
+                # idle partition's end and the last chunk of a read do not wait out the timeout.
+                msgs = c.consume(1, _POLL_S)
+                if msgs and self._batch > 1:
+                    msgs += c.consume(self._batch - 1, 0)
                 now = time.monotonic() - held  # the reader's own waiting time
                 by_tp, eof, out_of_range = _sort(msgs, single, cursors)
                 seek = False

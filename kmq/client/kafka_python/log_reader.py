@@ -29,6 +29,12 @@ from kmq.core.scan_cursor import Done, ScanCursor, Seek, Stalled
 __all__ = ["LogReader", "ReadResult", "LogReadError"]
 
 _POLL_MS = 200
+# A poll of a small walk is cut into slices this long so that it returns once a needed high-water
+# mark arrived: kafka-python's poll() returns early for records only, and an empty fetch answer at
+# the log end (a read-through look-up of an idle partition) would otherwise cost the whole poll.
+_SLICE_MS = 5
+# Walks over more partitions than this poll whole: checking every mark each slice would cost more.
+_SLICED_UP_TO = 64
 
 
 class LogReader:
@@ -123,12 +129,12 @@ class LogReader:
                 self._act(tp, cur.start(), keep, active, done)
             while active:
                 try:
-                    polled = c.poll(timeout_ms=_POLL_MS)
+                    polled, marked = self._poll(cursors, active)
                 except OffsetOutOfRangeError as exc:
                     self._out_of_range(exc, cursors, keep, active, done, on_deleted, time.monotonic() - held)
                     continue
                 now = time.monotonic() - held  # the reader's own waiting time
-                anything = any(polled.get(tp) for tp in active)
+                anything = marked or any(polled.get(tp) for tp in active)
                 for tp in list(active):
                     cur = cursors[tp]
                     batch = polled.get(tp)
@@ -150,6 +156,21 @@ class LogReader:
                     self._act(tp, action, keep, active, done)
         except KafkaError as exc:
             raise classify(self._kafka, exc) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
+
+    def _poll(self, cursors: dict[TopicPartition, ScanCursor], active: set[TopicPartition]) -> tuple[dict, bool]:
+        """One poll of up to ``_POLL_MS``: (records by partition, whether it ended early because a
+        partition still without a mark got one). A small walk polls in slices (see ``_SLICE_MS``)."""
+        c = self._consumer
+        if len(active) > _SLICED_UP_TO:
+            return c.poll(timeout_ms=_POLL_MS), False
+        deadline = time.monotonic() + _POLL_MS / 1000.0
+        waiting = [tp for tp in active if cursors[tp].log_end is None]
+        while True:
+            polled = c.poll(timeout_ms=_SLICE_MS)
+            if polled or time.monotonic() >= deadline:
+                return polled, False
+            if any(c.highwater(tp) is not None for tp in waiting):
+                return polled, True
 
     def _act(self, tp: TopicPartition, action: Any, keep: dict, active: set, done: dict) -> None:
         if isinstance(action, Seek):
