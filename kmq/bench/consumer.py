@@ -44,6 +44,8 @@ from typing import Any
 
 import click
 
+from kmq.bench.consumer_config import consumer_config as _config
+from kmq.bench.consumer_latency import run_latency
 from kmq.dev.broker import broker_unless
 
 __all__ = ["command", "run"]
@@ -58,19 +60,6 @@ CLIENTS = ("kafka-python", "confluent")
 #: Default messages per client: confluent-kafka reads several times faster, so a run of the same
 #: size would last a fraction of a second, within the noise of process and group start-up.
 DEFAULT_MESSAGES = {"kafka-python": 200_000, "confluent": 1_000_000}
-
-
-def _config(bootstrap: str, queue: str, group: str, flush_interval: str, client: str = "kafka-python",
-            ordering: str = "none") -> Any:
-    from kmq.config import Config
-
-    return Config.from_dict({
-        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s",
-                  "client": client},
-        "queues": [{"name": queue}],
-        # Default consumer settings (flow control and in-flight cap): what a user gets.
-        "consumer": {"group_id": group, "ack_flush_interval": flush_interval, "ordering": ordering},
-    })
 
 
 def _rss_mb() -> float:
@@ -385,7 +374,6 @@ def command(as_json: bool, latency_rate: int | None, latency_seconds: float, **o
     """Plain consumer group loop vs KmqConsumer (and with --share the share-consumer API) on one
     embedded broker, side by side (either client)."""
     if latency_rate:
-        from kmq.bench.consumer_latency import run_latency
 
         result = run_latency(latency_rate, latency_seconds, opts["client"], opts["batch"], opts["rounds"],
                              opts["bootstrap"], click.echo)

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from kmq.bench.consumer_config import consumer_config as _config
 from kmq.dev.broker import broker_unless
 
 __all__ = ["run_latency"]
@@ -38,7 +39,6 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
     """One variant: consume until ``seconds`` of records after the warm-up were seen; print the latencies' percentiles."""
     import logging
 
-    from kmq.bench.consumer import _config
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     cfg = _config(bootstrap, queue, f"lat-{variant}-{uuid.uuid4().hex[:8]}", "100ms", client)
@@ -107,7 +107,6 @@ def _produce_at(bootstrap: str, queue: str, rate: int, client: str, stop: thread
     """Send ``rate`` records a second (in 1 ms steps), each carrying its send time, until ``stop``
     (``probe``: one record, flushed)."""
     from kmq import client as client_api
-    from kmq.bench.consumer import _config
 
     cfg = _config(bootstrap, queue, "unused", "100ms", client)
     p = client_api.producer(cfg.kafka, linger_ms=0, compression_type=None)
@@ -165,7 +164,6 @@ def _measure(variant: str, bootstrap: str, queue: str, rate: int, seconds: float
 def run_latency(rate: int, seconds: float, client: str, batch: int = 500, rounds: int = 1,
                 bootstrap: str | None = None, echo: Any = None) -> dict:
     """Latency percentiles of the plain loop and KmqConsumer at ``rate`` records/s (``rounds`` A/B pairs)."""
-    from kmq.bench.consumer import _config
     from kmq.client.topics import ensure_topics
 
     say = echo or (lambda *_: None)

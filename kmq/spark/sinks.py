@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 from kmq.config import Config
+from kmq.core.errors import KmqError
 from kmq.telemetry.metrics import LagMetrics
 from kmq.core.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES
 from kmq.spark.schema import OUTPUT_SCHEMA
@@ -162,12 +163,8 @@ class BatchSinks:
         self.sinks = tuple(sinks)
         unknown = set(self.sinks) - {"topic", "prometheus", "parquet"}
         if unknown:
-            from kmq.core.errors import KmqError
-
             raise KmqError(f"unknown sink(s) {', '.join(sorted(unknown))}: use topic, prometheus or parquet")
         if "parquet" in self.sinks and not parquet_path:
-            from kmq.core.errors import KmqError
-
             raise KmqError("the parquet sink needs --parquet-path DIR")
         self.parquet_path = parquet_path
         self.metrics = LagJobMetrics()
@@ -306,7 +303,6 @@ class BatchSinks:
         from kafka.errors import KafkaError
 
         from kmq.client.kafka_python.clients import producer
-        from kmq.core.errors import KmqError
 
         def send_all() -> None:
             if self._producer is None:

@@ -1,0 +1,21 @@
+"""The configuration every consumer benchmark runs with (``kmq bench consumer``, its latency
+run and ``kmq bench aio``): default consumer settings, what a user gets, on the broker's
+test timing."""
+
+from __future__ import annotations
+
+from kmq.config import Config
+
+__all__ = ["consumer_config"]
+
+
+def consumer_config(bootstrap: str, queue: str, group: str, flush_interval: str, client: str = "kafka-python",
+                    ordering: str = "none") -> Config:
+    """One queue ``queue`` consumed by ``group`` on ``client``."""
+    return Config.from_dict({
+        "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s",
+                  "client": client},
+        "queues": [{"name": queue}],
+        # Default consumer settings (flow control and in-flight cap): what a user gets.
+        "consumer": {"group_id": group, "ack_flush_interval": flush_interval, "ordering": ordering},
+    })
