@@ -34,22 +34,17 @@ __all__ = ["command", "run"]
 
 
 def _count(bootstrap: str, topic: str, with_header: str | None = None) -> int:
-    from kafka import KafkaConsumer, TopicPartition
+    """Records of ``topic`` (with the header ``with_header``), read to the end of each partition."""
+    from kmq.client import open_log_reader
+    from kmq.config import KafkaConfig
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    reader = open_log_reader(KafkaConfig(bootstrap_servers=bootstrap))
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        n, idle = 0, 0
-        while idle < 3:
-            batch = c.poll(timeout_ms=300)
-            got = [r for rs in batch.values() for r in rs]
-            idle = 0 if got else idle + 1
-            n += sum(1 for r in got if with_header is None or any(k == with_header for k, _ in (r.headers or [])))
-        return n
+        starts = {(topic, p): None for p in range(reader.partition_count(topic))}
+        return sum(1 for _tp, batch in reader.scan(starts) for r in batch
+                   if with_header is None or any(k == with_header for k, _ in (r.headers or [])))
     finally:
-        c.close()
+        reader.close()
 
 
 def _acks(path: Path) -> list[str]:
