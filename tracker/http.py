@@ -61,11 +61,15 @@ class HealthServer:
                 self._send(200 if ok else 503, (detail or (yes if ok else no)).encode() + b"\n")
 
             def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The prober gave up before the answer (its timeout): not the service's failure.
+                    log.debug("http client left before the answer to %s", self.path)
 
             def log_message(self, fmt: str, *args) -> None:  # probes every few seconds: keep them out of the log
                 log.debug("http %s", fmt % args)

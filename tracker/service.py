@@ -82,6 +82,14 @@ _MAX_POLL_INTERVAL_S = 300.0
 _POLL_RECORDS = 5000
 # How long the broker may hold a look-up's fetch of a markers partition's end.
 _LOOKUP_FETCH_WAIT_MS = 5
+# Partitions positioned, or asked for their log end, in one step. A tracker given thousands of
+# partitions at once catches up over several steps: each stays short (a client's assign or seek of
+# thousands of partitions can hold the interpreter for seconds, which the pause watch must take for
+# a frozen process), a look-up that fails loses only its own partitions' answers, and SIGTERM is
+# served between steps.
+_PARTITIONS_PER_LOOKUP = 500
+# Partitions still catching up that the readiness answer names (the rest are counted).
+_NAMED_BEHIND = 10
 
 
 class Tracker:
@@ -171,9 +179,11 @@ class Tracker:
         """(ready, detail): joined the group and every assigned partition caught up."""
         if not self._joined:
             return False, "not ready: joining the tracker group"
-        behind = [f"{o.topic}[{o.partition}]" for o in list(self._owned.values()) if not o.caught_up]
+        behind = sorted(o.tp for o in list(self._owned.values()) if not o.caught_up)
         if behind:
-            return False, "not ready: catching up " + ", ".join(sorted(behind))
+            more = f" and {len(behind) - _NAMED_BEHIND} more" if len(behind) > _NAMED_BEHIND else ""
+            return False, (f"not ready: catching up {len(behind)} of {len(self._owned)} partition(s): "
+                           f"{_names(behind[:_NAMED_BEHIND])}{more}")
         return True, f"ready: {len(self._owned)} partition(s)"
 
     def alive(self) -> tuple[bool, str]:
@@ -327,7 +337,7 @@ class Tracker:
         look-up has been applied. Markers written meanwhile do not matter: the mark stays put.
         At most one look-up per step, for the partitions with something due."""
         now = self._now_ms()
-        ask = [o for o in due if o.wants_end(now)]
+        ask = [o for o in due if o.wants_end(now)][:_PARTITIONS_PER_LOOKUP]  # the others: next step
         if not ask:
             return
         try:
@@ -451,6 +461,7 @@ class Tracker:
         new = [o for o in map(self._owned.get, self._pending) if o is not None and not o.positioned]
         if not new:
             return set()
+        new = sorted(new, key=lambda o: o.tp)[:_PARTITIONS_PER_LOOKUP]
         try:
             committed = self._consumer.committed([o.tp for o in new])
         except BrokerUnavailable as exc:
@@ -493,7 +504,7 @@ class Tracker:
     def _update_catch_up(self) -> None:
         """Fetch the catch-up targets still missing, then enable redelivery where the position reached them."""
         behind = [o for o in map(self._owned.get, self._pending) if o is not None and o.positioned]
-        fresh = {o.tp: o.committed for o in behind if o.target is None}
+        fresh = dict(sorted((o.tp, o.committed) for o in behind if o.target is None)[:_PARTITIONS_PER_LOOKUP])
         if fresh:
             # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
             # assigned again to the same member, and catch-up would end before ENDs written meanwhile.

@@ -186,7 +186,7 @@ def test_a_revoked_partition_commits_what_changed_before_its_state_is_dropped(mo
     h.tracker._owned[(m, 0)].state.apply(End([(1, 1)]), 3, now_ms)  # partition 0: nothing open any more
     h.consumer.assign([(m, 1)])  # an eager rebalance: all three revoked, partition 1 given back
     assert h.consumer.commits == {(m, 0): 4}  # the others' commits had not changed
-    assert set(h.tracker._owned) == {(m, 1)} and h.tracker.ready() == (False, f"not ready: catching up {m}[1]")
+    assert set(h.tracker._owned) == {(m, 1)} and h.tracker.ready() == (False, f"not ready: catching up 1 of 1 partition(s): {m}[1]")
     h.steps(2)  # re-read from its commit: its START is open again
     assert h.tracker._owned[(m, 1)].state.in_flight == 1 and h.tracker.ready() == (True, "ready: 1 partition(s)")
 
@@ -261,3 +261,42 @@ def test_an_idle_step_visits_no_partition_and_a_due_one_is_served_alone(monkeypa
     assert h.copies()[1] == 1 and len(h.closed(1)) == 1
     assert {p for _, p in asked} == {1}, asked
     assert [what for what, _ in asked].count("due") == 1  # asked once: when it was due
+
+
+def test_thousands_of_partitions_catch_up_in_bounded_look_ups_and_a_failed_one_loses_only_its_own(monkeypatch):
+    """A tracker given many partitions at once positions them and reads their log ends a bounded
+    number per step (each step short, so SIGTERM and the pause watch are served), and a look-up that
+    fails costs only its own partitions a retry, never the answers already read."""
+    h = Harness(monkeypatch)
+    many = service._PARTITIONS_PER_LOOKUP * 2 + 100
+    h.kafka.create("big__markers", many)
+    asked: list[int] = []
+    real = h.tracker._hw_reader.high_waters
+    fail_once = [True]
+
+    def high_waters(starts):
+        asked.append(len(starts))
+        if fail_once[0] and len(asked) == 2:
+            fail_once[0] = False
+            raise service.LogReadError("no answer from the broker for 10s")
+        return real(starts)
+
+    h.tracker._hw_reader.high_waters = high_waters
+    h.tracker._queues["big__markers"] = h.q
+    h.consumer.assign([(h.q.markers_topic, p) for p in range(PARTITIONS)] + [("big__markers", p) for p in range(many)])
+    h.steps(12)
+    assert max(asked) <= service._PARTITIONS_PER_LOOKUP
+    assert h.tracker.ready()[0], h.tracker.ready()[1]
+    # Every partition's end was asked for once, the failed look-up's partitions twice.
+    assert sum(asked) == many + PARTITIONS + service._PARTITIONS_PER_LOOKUP
+
+
+def test_the_readiness_answer_names_a_few_partitions_and_counts_the_rest(monkeypatch):
+    h = Harness(monkeypatch)
+    h.kafka.create("big__markers", 50)
+    h.tracker._queues["big__markers"] = h.q
+    h.consumer.assign([("big__markers", p) for p in range(50)])
+    ok, detail = h.tracker.ready()
+    assert not ok
+    assert detail.startswith("not ready: catching up 50 of 50 partition(s): big__markers[0], ")
+    assert detail.endswith(" and 40 more")
