@@ -514,14 +514,25 @@ class Tracker:
                     self._owned[tp].target, self._owned[tp].target_ms = hw, asked_ms
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
+        unread: list[Partition] = []
         for owned in behind:
             if owned.target is not None:
-                self._catch_up(owned)
+                try:
+                    self._catch_up(owned)
+                except BrokerUnavailable as exc:  # the position was not read: next step, like a target
+                    unread.append(owned.tp)
+                    cause = exc
+        if unread:
+            log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
+                        len(unread), cause, _names(unread[:3]))
 
     def _catch_up(self, owned: OwnedPartition) -> None:
         if owned.resume_from is not None and owned.state.position == owned.resume_from:
             self._check_resume_position(owned)
         pos = owned.state.position
+        if pos is None and owned.target == 0:
+            # An empty log (its end is 0, so its start too): nothing to replay, no position to ask for.
+            pos = owned.state.position = 0
         if pos is None:
             pos = owned.state.position = self._consumer.position(owned.topic, owned.partition)
         if pos is not None and pos >= owned.target:

@@ -300,3 +300,27 @@ def test_the_readiness_answer_names_a_few_partitions_and_counts_the_rest(monkeyp
     assert not ok
     assert detail.startswith("not ready: catching up 50 of 50 partition(s): big__markers[0], ")
     assert detail.endswith(" and 40 more")
+
+
+def test_a_position_the_broker_does_not_answer_during_catch_up_is_asked_again_and_stops_nothing(monkeypatch):
+    """A partition without a committed offset catches up from the log start, whose offset the client
+    may have to ask the broker for; a broker too busy to answer delays that partition's catch-up
+    (the service goes on, the others catch up), it does not stop the tracker."""
+    h = Harness(monkeypatch)
+    for p in range(PARTITIONS):  # not empty: the position must be known to judge the catch-up
+        h.kafka.append(h.q.markers_topic, p, b"x", b"not a marker")
+    real = h.consumer.position
+    refusals = []
+
+    def position(topic, partition):
+        if partition == 1 and not refusals:
+            refusals.append(partition)
+            raise service.BrokerUnavailable("log start of q__markers[1] not read: timed out")
+        return real(topic, partition)
+
+    h.consumer.position = position
+    h.tracker.step(0.0)  # positions, looks the ends up, asks partition 1's position: refused, no exception
+    assert refusals == [1]
+    assert not h.tracker._owned[(h.q.markers_topic, 1)].caught_up
+    h.steps(10)
+    assert h.tracker.ready()[0]
