@@ -6,8 +6,10 @@
 #   scripts/release.sh [--out DIR] [--image REGISTRY/NAME] [--push] [--require-image]
 #
 # The version is written in one place, kmq/version.py (__version__); pyproject.toml reads it
-# (dynamic version) and helm/kmq/Chart.yaml's version and appVersion must equal it (the
-# script stops and names the file to fix otherwise). Without a running container engine (docker or
+# (dynamic version); helm/kmq/Chart.yaml's version and appVersion, and every tag of kmq's own
+# images (kmq, kmq-spark) written under deploy/ and helm/ (kustomize newTag, image: kmq-spark:<tag>,
+# values.yaml image tags, docker build -t examples) must equal it (the script stops and names
+# the file to fix otherwise). Without a running container engine (docker or
 # podman) the images are skipped with a clear note and everything else is
 # still built; --require-image makes that an error (CI with an engine).
 # With --push the images are pushed and their digests recorded, and the
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
     --image) IMAGE="$2"; shift 2 ;;
     --push) PUSH=1; shift ;;
     --require-image) REQUIRE_IMAGE=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "release.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +43,11 @@ VERSION=$("$PY" - <<'EOF'
 import re, sys, tomllib
 from pathlib import Path
 
+try:
+    import yaml
+except ImportError:
+    sys.exit("release.sh: PyYAML is needed to check the image tags (pip install pyyaml)")
+
 # The one source: kmq/version.py. pyproject.toml must read it rather than state a version of its own.
 version = re.search(r'^__version__ = "([^"]+)"', Path("kmq/version.py").read_text(), re.M).group(1)
 project = tomllib.loads(Path("pyproject.toml").read_text())
@@ -52,8 +59,38 @@ if "version" in project["project"] or "version" not in project["project"].get("d
 chart = Path("helm/kmq/Chart.yaml").read_text()
 chart_version = re.search(r"^version:\s*\"?([^\"\s]+)", chart, re.M).group(1)
 app_version = re.search(r"^appVersion:\s*\"?([^\"\s]+)", chart, re.M).group(1)
-found = {"helm/kmq/Chart.yaml version": chart_version, "helm/kmq/Chart.yaml appVersion": app_version}
-wrong = [f"{where} is {v}" for where, v in found.items() if v != version]
+found = [("helm/kmq/Chart.yaml version", chart_version), ("helm/kmq/Chart.yaml appVersion", app_version)]
+
+# Every tag of kmq's own images (kmq, kmq-spark) written under deploy/ and helm/, found by
+# pattern rather than listed: "<registry/>kmq-spark:<tag>" anywhere (manifests, Dockerfile
+# examples), kustomize "images:" entries and the chart's values.yaml image tags when set.
+OWN = ("kmq", "kmq-spark")
+REF = re.compile(r"(?<![\w.-])(kmq(?:-spark)?):([A-Za-z0-9_][\w.+-]*)")
+for path in sorted(p for top in ("deploy", "helm") for p in Path(top).rglob("*") if p.is_file()):
+    try:
+        text = path.read_text()
+    except (UnicodeDecodeError, OSError):
+        continue
+    for n, line in enumerate(text.splitlines(), 1):
+        for m in REF.finditer(line):
+            found.append((f"{path}:{n} {m.group(0)} tag", m.group(2)))
+    if path.suffix not in (".yaml", ".yml"):
+        continue
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    except yaml.YAMLError:  # a chart template: not YAML until rendered (its tags come from values/Chart)
+        continue
+    for d in docs:
+        if d.get("kind") == "Kustomization":
+            for img in d.get("images") or []:
+                if img.get("name") in OWN and "newTag" in img:
+                    found.append((f"{path} images {img['name']} newTag", str(img["newTag"])))
+        if path.name == "values.yaml":
+            for key in ("image", "sparkImage"):
+                tag = (d.get(key) or {}).get("tag")
+                if tag:
+                    found.append((f"{path} {key}.tag", str(tag)))
+wrong = [f"{where} is {v}" for where, v in found if v != version]
 if wrong:
     sys.exit(f"release.sh: versions differ: kmq/version.py says {version} but " + "; ".join(wrong)
              + ": make them equal, then run again")

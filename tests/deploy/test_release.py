@@ -64,9 +64,11 @@ def test_release_builds_python_packages_and_chart_with_one_version(tmp_path):
 
 def _repo_copy(tmp_path):
     repo = tmp_path / "repo"
-    for rel in ("pyproject.toml", "kmq/version.py", "helm/kmq/Chart.yaml", "scripts/release.sh"):
+    for rel in ("pyproject.toml", "kmq/version.py", "scripts/release.sh"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, repo / rel)
+    for tree in ("deploy", "helm"):  # the script checks the image tags written there
+        shutil.copytree(ROOT / tree, repo / tree)
     return repo
 
 
@@ -84,6 +86,17 @@ MISMATCHES = {
                          "helm/kmq/Chart.yaml appVersion is 9.9.9"),
     "kmq/version.py": ("kmq/version.py", '__version__ = "', '__version__ = "9.9.9"\nold = "',
                        "kmq/version.py says 9.9.9 but helm/kmq/Chart.yaml version is"),
+    # kmq's image tags in the manifests (all of them are found by pattern: tests/deploy/test_image_tags.py)
+    "kustomize tracker image": ("deploy/k8s/kustomization.yaml", 'newTag: "', 'newTag: "9.9.9"\n# was: "',
+                                "deploy/k8s/kustomization.yaml images kmq newTag is 9.9.9"),
+    "kustomize lag job image": ("deploy/k8s/lag-job-local/kustomization.yaml", 'newTag: "',
+                                'newTag: "9.9.9"\n# was: "',
+                                "deploy/k8s/lag-job-local/kustomization.yaml images kmq-spark newTag is 9.9.9"),
+    "SparkApplication image": ("deploy/k8s/lag-job-operator/sparkapplication.yaml", "image: kmq-spark:",
+                               "image: kmq-spark:9.9.9\n# was: ",
+                               "deploy/k8s/lag-job-operator/sparkapplication.yaml:18 kmq-spark:9.9.9 tag is 9.9.9"),
+    "a tag written in another manifest": ("deploy/k8s/tracker-deployment.yaml", "image: kmq\n", "image: registry.example.com/kmq:0.0.9\n",
+                       "deploy/k8s/tracker-deployment.yaml:47 kmq:0.0.9 tag is 0.0.9"),
 }
 
 

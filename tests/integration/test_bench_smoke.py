@@ -3,7 +3,11 @@
 ``kmq bench aio`` once broke silently after a merge because no test ran the
 bench commands. This runs the real command as a user would (a subprocess,
 against the session broker) and checks that each section produced its
-figures: present, finite and positive. Their values are not judged here
+figures: present, finite and positive, and that its output (stdout and
+stderr, the Spark JVM's included: it inherits them) carries no Java stack
+trace and no Python traceback (a normal stop of the Spark benchmark once
+printed about a thousand lines of them: kmq/spark/stopping.py). Their values
+are not judged here
 (timings are not pass/fail on a shared 2-core machine; the README's figures
 come from full runs). About 100-115 s here (2 cores shared), most of it group joins
 and Spark's start.
@@ -43,6 +47,23 @@ FIGURES: dict[str, list[tuple[str, ...]]] = {
 }
 
 
+# What a normal run must never print: a Java stack trace (frames, an uncaught exception, the
+# cancelled-job error of a query stopped mid-batch, the overflow of a deep trace) or a Python traceback.
+NOISE = ("\tat org.apache", "Exception in thread", "SPARK_JOB_CANCELLED", "StackOverflowError", "Traceback")
+
+
+def _noise(name: str, text: str) -> list[str]:
+    """Each NOISE marker found in ``text``, with the lines around its first occurrence."""
+    found = []
+    lines = text.splitlines()
+    for marker in NOISE:
+        at = next((i for i, line in enumerate(lines) if marker in line), None)
+        if at is not None:
+            context = "\n".join(lines[max(0, at - 3):at + 8])
+            found.append(f"{name} has {marker!r} (line {at + 1}):\n{context}")
+    return found
+
+
 def _at(result: dict, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(result, dict) or key not in result:
@@ -64,6 +85,8 @@ def test_bench_all_quick_reports_a_figure_for_every_section(bootstrap, tmp_path)
                           "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
     took = time.monotonic() - t0
     assert res.returncode == 0, f"rc {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-4000:]}"
+    noise = _noise("stdout", res.stdout) + _noise("stderr", res.stderr)
+    assert not noise, "kmq bench all --quick printed a stack trace:\n\n" + "\n\n".join(noise)
     report = json.loads(out.read_text())
     assert report["quick"] is True
     assert report["skipped"] == {}, report["skipped"]  # every extra is in the dev install

@@ -76,6 +76,20 @@ def test_a_delivery_span_follows_the_messaging_conventions_and_its_parent():
     assert spans[9].attributes["kmq.delivery_count"] == 3 and len(t) == 0
 
 
+def test_a_rejected_delivery_ends_its_span_with_outcome_reject_and_an_error_status():
+    exporter = span_exporter()
+    t = tracing.delivery_tracing("workers")
+    a, b = _msg(7, [("traceparent", TRACEPARENT)]), _msg(8)
+    t.handed([a, b])
+    t.settled(a, "reject")
+    t.settled(b, "ack")
+    spans = {s.attributes["messaging.kafka.offset"]: s for s in exporter.get_finished_spans()}
+    assert spans[7].attributes["kmq.outcome"] == "reject" and spans[8].attributes["kmq.outcome"] == "ack"
+    assert spans[7].status.status_code.name == "ERROR" and spans[7].status.description == "reject"
+    assert spans[8].status.status_code.name == "UNSET"
+    assert format(spans[7].parent.span_id, "016x") == PRODUCER_SPAN_ID and len(t) == 0
+
+
 def test_a_copy_carries_the_context_of_the_trackers_span_linked_to_the_earlier_attempt():
     exporter = span_exporter()
     t = tracing.redelivery_tracing()
