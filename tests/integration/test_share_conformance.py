@@ -69,7 +69,7 @@ class KmqBackend:
 
     def config(self, group: str, mode: str) -> dict:
         return {"bootstrap.servers": self.bootstrap, "group.id": group, "share.acknowledgement.mode": mode,
-                "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "kmq.kafka.client": self.client,
+                "kmq.session.timeout.ms": 6000, "kmq.heartbeat.interval.ms": 1000, "kmq.kafka.client": self.client,
                 "kmq.lease.ms": LEASE_MS, "kmq.ack.flush.interval.ms": 50}
 
     def produce(self, topic: str, values: list[bytes]) -> None:

@@ -15,7 +15,7 @@ from kmq.core.errors import ConfigError, InvalidSettlement, KmqError, MarkerWrit
 from kmq.core.message import KmqMessage
 from kmq.share import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
 from kmq.share.acknowledgements import due, unacknowledged
-from kmq.share.settings import AckMode, read_settings
+from kmq.share.settings import REFUSED_KEYS, AckMode, read_settings
 from kmq.share.types import Message
 
 BASE = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}
@@ -41,12 +41,23 @@ def test_an_unknown_key_is_named_and_a_native_network_key_is_ignored():
 def test_kmq_keys_set_the_subscribed_queue_and_the_clients():
     s = read_settings({**BASE, "share.acknowledgement.mode": "EXPLICIT", "max.poll.records": "50",
                        "kmq.lease.ms": 1500, "kmq.dlq.topic": "orders-dead",
-                       "kmq.kafka.client": "confluent", "session.timeout.ms": 6000})
+                       "kmq.kafka.client": "confluent", "kmq.session.timeout.ms": 6000,
+                       "kmq.heartbeat.interval.ms": "1000"})
     cfg = s.config_for("orders")
     q = cfg.queue("orders")
     assert (s.mode, s.max_poll_records) == (AckMode.EXPLICIT, 50)
     assert (q.lease, q.dlq_topic, q.markers_topic) == (1.5, "orders-dead", "orders__markers")
-    assert (cfg.kafka.client, cfg.kafka.session_timeout, cfg.consumer.group_id) == ("confluent", 6.0, "g")
+    assert (cfg.kafka.client, cfg.kafka.session_timeout, cfg.kafka.heartbeat_interval, cfg.consumer.group_id) == (
+        "confluent", 6.0, 1.0, "g")
+
+
+@pytest.mark.parametrize("key, instead", [("session.timeout.ms", "kmq.session.timeout.ms"),
+                                          ("heartbeat.interval.ms", "kmq.heartbeat.interval.ms")])
+def test_the_group_timing_keys_native_refuses_are_refused_and_name_the_kmq_key(key, instead):
+    # Natively: ValueError "... is not supported for ... share consumer. It is defined broker side".
+    with pytest.raises(ValueError, match="defined broker side") as err:
+        ShareConsumer({**BASE, key: 6000})
+    assert not isinstance(err.value, ConfigError) and instead in str(err.value)
 
 
 def test_a_base_config_keeps_its_queue_settings_under_the_dict():
@@ -350,3 +361,13 @@ def test_native_signatures_have_the_same_defaults():
 def test_exports_are_what_all_names():
     assert sorted(share.__all__) == sorted(n for n in share.__all__ if hasattr(share, n))
     assert issubclass(share.IllegalStateException, RuntimeError) and issubclass(share.KafkaException, KmqError)
+
+
+NATIVE_BASE = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED_KEYS))
+def test_a_key_kmq_refuses_as_native_is_refused_by_native(key):
+    with pytest.raises(ValueError, match="defined broker side"):
+        ck.ShareConsumer({**NATIVE_BASE, key: 1000})
+
