@@ -210,6 +210,7 @@ def test_calls_in_the_wrong_state_raise_illegal_state():
     c = FakeShareConsumer(BASE)
     with pytest.raises(IllegalStateException, match="not subscribed"):
         c.poll(0)
+    assert c.commit_sync(1) == {} and c.commit_async() is None  # nothing to commit, as natively
     c.subscribe(["orders"])
     c.queues[0].give(1)
     (m,) = c.poll(0)
@@ -371,3 +372,12 @@ def test_a_key_kmq_refuses_as_native_is_refused_by_native(key):
     with pytest.raises(ValueError, match="defined broker side"):
         ck.ShareConsumer({**NATIVE_BASE, key: 1000})
 
+
+def test_commits_before_subscribe_answer_as_natively():
+    native = ck.ShareConsumer(NATIVE_BASE)
+    try:
+        expected = (native.commit_sync(), native.commit_async())
+    finally:
+        native.close()
+    c = FakeShareConsumer(BASE)
+    assert (c.commit_sync(), c.commit_async()) == expected == ({}, None)
