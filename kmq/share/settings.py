@@ -6,9 +6,11 @@ takes (``bootstrap.servers``, ``group.id``, ``share.acknowledgement.mode``,
 ``max.poll.records``, the usual security keys) plus a few ``kmq.*`` keys for
 what a share group keeps on the broker (the lock duration, the group's session
 timing) and kmq keeps in its own configuration (docs/share-consumer.md lists
-them). ``session.timeout.ms`` and ``heartbeat.interval.ms`` are refused with a
-``ValueError``, as natively (a share group's timing is the broker's): on kmq
-they are ``kmq.session.timeout.ms`` and ``kmq.heartbeat.interval.ms``.
+them). Keys the native share consumer refuses with a ``ValueError`` are refused
+the same way (:data:`REFUSED_KEYS`): ``session.timeout.ms`` and
+``heartbeat.interval.ms`` (a share group's timing is the broker's; on kmq they
+are ``kmq.session.timeout.ms`` and ``kmq.heartbeat.interval.ms``),
+``group.protocol`` and ``fetch.error.backoff.ms``.
 
 Keys that tune librdkafka's network behaviour and have no meaning for kmq
 (``socket.timeout.ms``, ``fetch.*``, ...) are accepted and ignored, so code
@@ -98,19 +100,23 @@ KMQ_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
     "kmq.auto.renew": ("consumer", "auto_renew", _flag),
 }
 
-#: Keys the native share consumer refuses (ValueError: a share group's member timing is the
-#: broker's, ``group.share.session.timeout.ms`` and ``group.share.heartbeat.interval.ms``), refused
-#: the same way, so a dict that runs on kmq runs natively; kmq's members are consumer-group members
-#: whose timing is client-side: the ``kmq.*`` key named.
+#: Keys the native share consumer refuses with a ValueError, refused the same way (with why), so a
+#: dict that runs on kmq runs natively. A share group's member timing is the broker's
+#: (``group.share.session.timeout.ms``, ``group.share.heartbeat.interval.ms``); kmq's members are
+#: consumer-group members whose timing is client-side: the ``kmq.*`` keys named.
 REFUSED_KEYS: dict[str, str] = {
-    "session.timeout.ms": "kmq.session.timeout.ms",
-    "heartbeat.interval.ms": "kmq.heartbeat.interval.ms",
+    "session.timeout.ms": "is not supported for the share consumer: it is defined broker side "
+                          "(group.share.session.timeout.ms); on kmq set the group timing with kmq.session.timeout.ms",
+    "heartbeat.interval.ms": "is not supported for the share consumer: it is defined broker side "
+                             "(group.share.heartbeat.interval.ms); on kmq set it with kmq.heartbeat.interval.ms",
+    "group.protocol": "is not applicable for the share consumer",
+    "fetch.error.backoff.ms": "is not applicable for the share consumer",
 }
 
 #: librdkafka keys a native share consumer may carry that mean nothing to kmq: accepted, ignored.
 IGNORED_KEYS = frozenset({
     "socket.timeout.ms", "socket.keepalive.enable", "max.poll.interval.ms", "fetch.min.bytes",
-    "fetch.max.bytes", "fetch.wait.max.ms", "fetch.error.backoff.ms", "max.partition.fetch.bytes",
+    "fetch.max.bytes", "fetch.wait.max.ms", "max.partition.fetch.bytes",
     "reconnect.backoff.ms", "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
     "topic.metadata.refresh.interval.ms", "statistics.interval.ms", "debug", "log_level", "log.connection.close",
     "api.version.request", "broker.address.family", "client.rack", "logger", "error_cb", "stats_cb",
@@ -156,10 +162,9 @@ def read_settings(conf: Mapping[str, Any]) -> ShareSettings:
     group = conf.get("group.id")
     if not group:
         raise ValueError("group.id must be set")
-    for key, instead in REFUSED_KEYS.items():
+    for key, why in REFUSED_KEYS.items():
         if key in conf:
-            raise ValueError(f"`{key}` is not supported for the share consumer: it is defined broker side "
-                             f"(as natively); on kmq set the group timing with `{instead}`")
+            raise ValueError(f"`{key}` {why}")
     if "on_commit" in conf:
         raise ValueError("on_commit is not supported by the share consumer: use set_acknowledgement_commit_callback")
     mode_text = str(conf.get("share.acknowledgement.mode", "implicit")).lower()

@@ -5,6 +5,7 @@ surface held against confluent_kafka's (names, values, methods)."""
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 
 import pytest
@@ -15,7 +16,7 @@ from kmq.core.errors import ConfigError, InvalidSettlement, KmqError, MarkerWrit
 from kmq.core.message import KmqMessage
 from kmq.share import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
 from kmq.share.acknowledgements import due, unacknowledged
-from kmq.share.settings import REFUSED_KEYS, AckMode, read_settings
+from kmq.share.settings import IGNORED_KEYS, KAFKA_KEYS, REFUSED_KEYS, AckMode, read_settings
 from kmq.share.types import Message
 
 BASE = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}
@@ -60,12 +61,10 @@ def test_the_group_timing_keys_native_refuses_are_refused_and_name_the_kmq_key(k
     assert not isinstance(err.value, ConfigError) and instead in str(err.value)
 
 
-def test_a_base_config_keeps_its_queue_settings_under_the_dict():
-    base = Config.from_dict({"queues": [{"name": "orders", "lease": "45s", "max_deliveries": 7}],
-                             "consumer": {"auto_renew": True}})
-    cfg = read_settings({**BASE, "kmq.config": base, "kmq.lease.ms": 2000}).config_for("orders")
-    assert (cfg.queue("orders").lease, cfg.queue("orders").max_deliveries, cfg.consumer.auto_renew) == (2.0, 7, True)
-    assert cfg.kafka.bootstrap_servers == "127.0.0.1:9"
+@pytest.mark.parametrize("key", ["group.protocol", "fetch.error.backoff.ms"])
+def test_keys_native_finds_not_applicable_are_value_errors(key):
+    with pytest.raises(ValueError, match="not applicable"):
+        read_settings({**BASE, key: "consumer" if key == "group.protocol" else 500})
 
 
 @pytest.mark.parametrize("conf, key", [({"share.acknowledgement.mode": "auto"}, "share.acknowledgement.mode"),
@@ -369,8 +368,21 @@ NATIVE_BASE = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
 
 @pytest.mark.parametrize("key", sorted(REFUSED_KEYS))
 def test_a_key_kmq_refuses_as_native_is_refused_by_native(key):
-    with pytest.raises(ValueError, match="defined broker side"):
-        ck.ShareConsumer({**NATIVE_BASE, key: 1000})
+    value = "consumer" if key == "group.protocol" else 1000
+    with pytest.raises(ValueError, match="defined broker side|not applicable"):
+        ck.ShareConsumer({**NATIVE_BASE, key: value})
+
+
+@pytest.mark.parametrize("key", sorted(IGNORED_KEYS | set(KAFKA_KEYS)))
+def test_every_native_key_kmq_accepts_is_accepted_by_native(key):
+    samples = {"security.protocol": "plaintext", "sasl.mechanism": "PLAIN", "sasl.mechanisms": "PLAIN",
+               "debug": "generic", "broker.address.family": "v4", "socket.keepalive.enable": True,
+               "log.connection.close": True, "api.version.request": True,
+               "enable.sasl.oauthbearer.unsecure.jwt": False, "error_cb": print, "stats_cb": print,
+               "throttle_cb": print, "statistics.interval.ms": 0, "log_level": 6,
+               "logger": logging.getLogger("native-share-consumer")}
+    value = samples.get(key, 1000 if key.endswith((".ms", ".bytes")) else "x")
+    ck.ShareConsumer({**NATIVE_BASE, key: value}).close()
 
 
 def test_commits_before_subscribe_answer_as_natively():
