@@ -157,7 +157,9 @@ def _child_share(cfg: Any, messages: int, batch: int, flush_interval: str) -> di
 
     c = ShareConsumer({
         "bootstrap.servers": cfg.kafka.bootstrap_servers, "group.id": cfg.consumer.group_id,
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "kmq.kafka.client": cfg.kafka.client,
+        # The group timing of the other variants (kmq keys: natively it is the broker's).
+        "kmq.session.timeout.ms": cfg.kafka.session_timeout * 1000,
+        "kmq.heartbeat.interval.ms": cfg.kafka.heartbeat_interval * 1000, "kmq.kafka.client": cfg.kafka.client,
         "max.poll.records": batch, "kmq.ack.flush.interval.ms": parse_duration(flush_interval) * 1000,
     })
     c.subscribe([cfg.queues[0].name])

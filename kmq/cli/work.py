@@ -14,11 +14,18 @@ Deterministic by design, so demos and chaos tests can predict outcomes:
 * ``kmq work --asyncio`` runs the same decisions as a coroutine handler on
   :meth:`kmq.aio.AsyncKmqConsumer.run` (``--workers`` = its concurrency), so a
   fleet can mix threaded and asyncio workers.
+* ``kmq work --share`` runs them through :class:`kmq.share.ShareConsumer` (the
+  share-consumer API) in explicit acknowledgement mode: a batch's deliveries on
+  ``--workers`` threads, each acknowledged on the polling thread as it ends
+  (``ACCEPT`` for ok and slow, ``RELEASE`` for the fail band, ``REJECT`` for
+  poison); the hang band is never acknowledged (left to the lock's end, as a
+  crashed share consumer's record would be).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import signal
 import threading
@@ -133,11 +140,15 @@ async def _await_steps(steps: Generator[_Wait, Any, None]) -> None:
 @click.option("--asyncio", "use_asyncio", is_flag=True, default=False,
               help="Run coroutine handlers on kmq.aio.AsyncKmqConsumer.run(concurrency=--workers) instead of threads "
                    "(same handler behaviour and flags).")
+@click.option("--share", "use_share", is_flag=True, default=False,
+              help="Consume through kmq.share.ShareConsumer (the share-consumer API) in explicit acknowledgement "
+                   "mode: ACCEPT, RELEASE for the fail band, REJECT for poison, nothing for the hang band "
+                   "(same handler behaviour and flags; --workers threads per batch).")
 @config_options
 def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate: float, poison_rate: float | None,
          processing_ms: float,
          ack_log: str | None, max_messages: int, metrics_port: int | None, redis_url: str | None, use_asyncio: bool,
-         cfg: Config) -> None:
+         use_share: bool, cfg: Config) -> None:
     """Consume QUEUE with failure injection until SIGTERM/SIGINT (drain, flush, close).
 
     Deterministic per delivery: fate = blake2b-64("origin#delivery_count")/2^64;
@@ -150,6 +161,8 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     from kmq.consumer.consumer import KmqConsumer
     from kmq.telemetry.metrics import ConsumerMetrics
 
+    if use_asyncio and use_share:
+        raise click.BadParameter("--asyncio and --share are two ways to run the worker: choose one")
     if fail_rate + hang_rate + slow_rate > 1:
         raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
     lease = cfg.queue(queue).lease
@@ -167,7 +180,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
         from kmq.consumer.guard import IdempotencyGuard
 
         guard = IdempotencyGuard(redis_url or cfg.redis.url)
-    consumer: Any = None  # KmqConsumer, or AsyncKmqConsumer with --asyncio
+    consumer: Any = None  # KmqConsumer, AsyncKmqConsumer with --asyncio, _ShareWorker with --share
 
     def count(kind: str) -> None:
         with log_lock:
@@ -234,10 +247,15 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
             c.stop()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    click.echo(f"working on {queue} with {workers} {'asyncio handlers' if use_asyncio else 'workers'}", err=True)
+    kind_of = "asyncio handlers" if use_asyncio else "share-API workers" if use_share else "workers"
+    click.echo(f"working on {queue} with {workers} {kind_of}", err=True)
     try:
         if use_asyncio:
             asyncio.run(_run_async(cfg, queue, metrics, async_handler, workers, started))
+        elif use_share:
+            worker = _ShareWorker(cfg, queue, delivery, workers)
+            started(worker)
+            worker.run()
         else:
             started(KmqConsumer(cfg, queue=queue, metrics=metrics))
             try:
@@ -262,3 +280,118 @@ async def _run_async(cfg: Config, queue: str, metrics: Any, handler: Any, concur
     async with AsyncKmqConsumer(cfg, queue=queue, metrics=metrics) as consumer:
         started(consumer)
         await consumer.run(handler, concurrency=concurrency)
+
+
+class _ShareDelivery:
+    """A share-API record seen by :func:`work`'s ``delivery``: the reads it makes, and its
+    settlement recorded as the acknowledgement the polling thread sends (not applied here: the
+    share consumer is not thread-safe)."""
+
+    __slots__ = ("record", "kmq", "outcome", "delay")
+
+    def __init__(self, record: Any) -> None:
+        self.record = record  # a kmq.share.Message
+        self.kmq = record.kmq_message
+        #: "accept", "release" (``delay`` seconds), "reject", "abandon"; None: not settled (it raised).
+        self.outcome: str | None = None
+        self.delay = 0.0
+
+    @property
+    def value(self) -> bytes | None:
+        return self.kmq.value
+
+    @property
+    def origin(self) -> str:
+        return self.kmq.origin
+
+    @property
+    def delivery_count(self) -> int:
+        return self.record.delivery_count()
+
+    @property
+    def topic(self) -> str:
+        return self.kmq.topic
+
+    @property
+    def partition(self) -> int:
+        return self.kmq.partition
+
+    @property
+    def offset(self) -> int:
+        return self.kmq.offset
+
+    def ack(self) -> None:
+        self.outcome = "accept"
+
+    def nack(self, delay: float = 0.0) -> None:
+        self.outcome, self.delay = "release", delay
+
+    def reject(self, reason: str = "") -> None:
+        self.outcome = "reject"
+
+    def abandon(self) -> None:
+        self.outcome = "abandon"
+
+
+class _ShareWorker:
+    """``kmq work --share``: the demo worker on :class:`kmq.share.ShareConsumer`, explicit mode.
+
+    Each poll's records run on ``workers`` threads; the polling thread acknowledges each one as it
+    ends and sends what is acknowledged (``commit_async``) while the rest still run, so a slow
+    record does not hold its batch's acknowledgements back. A delivery that raises (the fail band)
+    is released; one never settled (the hang band) is not acknowledged at all: kmq leaves it to
+    the lock's end (``kmq_message.abandon()``, a kmq extra: the native consumer cannot poll on in
+    explicit mode past a record it never acknowledges)."""
+
+    def __init__(self, cfg: Config, queue: str, delivery: Callable[[Any], Generator[_Wait, Any, None]],
+                 workers: int) -> None:
+        self.cfg = cfg
+        self.queue = queue
+        self.delivery = delivery
+        self.workers = workers
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _handle(self, record: Any) -> _ShareDelivery:
+        msg = _ShareDelivery(record)
+        try:
+            _run_steps(self.delivery(msg))
+        except Exception as exc:  # noqa: BLE001 - a failing handler: released, as run() nacks it
+            log.debug("%r failed: %s; released", record, exc)
+            msg.nack(0.0)
+        return msg
+
+    def _settle(self, consumer: Any, msg: _ShareDelivery) -> None:
+        from kmq.share import AcknowledgeType
+
+        outcome = msg.outcome or "abandon"
+        if outcome == "release" and msg.delay > 0:
+            consumer.kmq_release(msg.record, msg.delay)  # the guard's "running elsewhere": later
+        elif outcome == "abandon":
+            # Left to the lock's end: no marker; the RELEASE recorded after it finds the record
+            # settled and is dropped (it only lets explicit mode poll on).
+            msg.kmq.abandon()
+            consumer.acknowledge(msg.record, AcknowledgeType.RELEASE)
+        else:
+            kind = {"accept": AcknowledgeType.ACCEPT, "release": AcknowledgeType.RELEASE,
+                    "reject": AcknowledgeType.REJECT}[outcome]
+            consumer.acknowledge(msg.record, kind)
+
+    def run(self) -> None:
+        from kmq.share import ShareConsumer
+
+        conf = {"bootstrap.servers": self.cfg.kafka.bootstrap_servers, "group.id": self.cfg.consumer.group_id,
+                "share.acknowledgement.mode": "explicit", "max.poll.records": 4 * self.workers,
+                "kmq.config": self.cfg}
+        with ShareConsumer(conf) as consumer, \
+                concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="kmq-share-work") as pool:
+            consumer.subscribe([self.queue])
+            while not self._stop.is_set():
+                pending = {pool.submit(self._handle, record) for record in consumer.poll(timeout=0.5)}
+                while pending:
+                    done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                    for future in done:
+                        self._settle(consumer, future.result())
+                    consumer.commit_async()

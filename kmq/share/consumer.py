@@ -309,10 +309,12 @@ class ShareConsumer:
         at most ``timeout`` seconds (-1: the writer's own limit), until their markers are in Kafka.
         Returns ``{TopicPartition: None}`` on success, a :class:`KafkaException` per partition
         whose markers were not acknowledged in time (they are retried; if they never arrive the
-        tracker redelivers those records); ``{}`` when nothing was pending."""
+        tracker redelivers those records); ``{}`` when nothing was pending (also when not
+        subscribed, as natively)."""
         with self._call("commit_sync"):
             wait = _seconds(timeout, "timeout")
-            self._subscribed()
+            if self._queue is None:
+                return {}
             applied = self._apply(due(self._batch, self._mode), results=True)
             if not applied and not self._unreported:
                 return {}
@@ -322,9 +324,11 @@ class ShareConsumer:
 
     def commit_async(self) -> None:
         """Apply the pending acknowledgements and send their markers without waiting; the
-        commit callback reports them from a later call."""
+        commit callback reports them from a later call. Does nothing when not subscribed (as natively)."""
         with self._call("commit_async"):
-            queue = self._subscribed()
+            queue = self._queue
+            if queue is None:
+                return
             self._apply(due(self._batch, self._mode))
             queue.writer.flush_buffer()
             self._report(wait=False)

@@ -4,8 +4,13 @@ Pure apart from :class:`~kmq.config.Config` validation: no Kafka, no I/O.
 ``kmq.share.ShareConsumer`` takes the dict ``confluent_kafka.ShareConsumer``
 takes (``bootstrap.servers``, ``group.id``, ``share.acknowledgement.mode``,
 ``max.poll.records``, the usual security keys) plus a few ``kmq.*`` keys for
-what a share group keeps on the broker (the lock duration) and kmq keeps in
-its own configuration (docs/share-consumer.md lists them).
+what a share group keeps on the broker (the lock duration, the group's session
+timing) and kmq keeps in its own configuration (docs/share-consumer.md lists
+them). Keys the native share consumer refuses with a ``ValueError`` are refused
+the same way (:data:`REFUSED_KEYS`): ``session.timeout.ms`` and
+``heartbeat.interval.ms`` (a share group's timing is the broker's; on kmq they
+are ``kmq.session.timeout.ms`` and ``kmq.heartbeat.interval.ms``),
+``group.protocol`` and ``fetch.error.backoff.ms``.
 
 Keys that tune librdkafka's network behaviour and have no meaning for kmq
 (``socket.timeout.ms``, ``fetch.*``, ...) are accepted and ignored, so code
@@ -23,7 +28,7 @@ from typing import Any, Callable, Mapping
 from kmq.config import Config
 from kmq.core.errors import ConfigError
 
-__all__ = ["AckMode", "ShareSettings", "read_settings", "KAFKA_KEYS", "KMQ_KEYS", "IGNORED_KEYS"]
+__all__ = ["AckMode", "ShareSettings", "read_settings", "KAFKA_KEYS", "KMQ_KEYS", "IGNORED_KEYS", "REFUSED_KEYS"]
 
 
 class AckMode(str, Enum):
@@ -70,8 +75,6 @@ def _int(value: Any) -> int:
 KAFKA_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
     "bootstrap.servers": ("kafka", "bootstrap_servers", _text),
     "client.id": ("kafka", "client_id", _text),
-    "session.timeout.ms": ("kafka", "session_timeout", _ms),
-    "heartbeat.interval.ms": ("kafka", "heartbeat_interval", _ms),
     "security.protocol": ("kafka", "security_protocol", lambda v: str(v).upper()),
     "sasl.mechanism": ("kafka", "sasl_mechanism", lambda v: str(v).upper()),
     "sasl.mechanisms": ("kafka", "sasl_mechanism", lambda v: str(v).upper()),
@@ -92,13 +95,28 @@ KMQ_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
     "kmq.markers.topic": ("queue", "markers_topic", _text),
     "kmq.dlq.topic": ("queue", "dlq_topic", _text),
     "kmq.ack.flush.interval.ms": ("consumer", "ack_flush_interval", _ms),
+    "kmq.session.timeout.ms": ("kafka", "session_timeout", _ms),
+    "kmq.heartbeat.interval.ms": ("kafka", "heartbeat_interval", _ms),
     "kmq.auto.renew": ("consumer", "auto_renew", _flag),
+}
+
+#: Keys the native share consumer refuses with a ValueError, refused the same way (with why), so a
+#: dict that runs on kmq runs natively. A share group's member timing is the broker's
+#: (``group.share.session.timeout.ms``, ``group.share.heartbeat.interval.ms``); kmq's members are
+#: consumer-group members whose timing is client-side: the ``kmq.*`` keys named.
+REFUSED_KEYS: dict[str, str] = {
+    "session.timeout.ms": "is not supported for the share consumer: it is defined broker side "
+                          "(group.share.session.timeout.ms); on kmq set the group timing with kmq.session.timeout.ms",
+    "heartbeat.interval.ms": "is not supported for the share consumer: it is defined broker side "
+                             "(group.share.heartbeat.interval.ms); on kmq set it with kmq.heartbeat.interval.ms",
+    "group.protocol": "is not applicable for the share consumer",
+    "fetch.error.backoff.ms": "is not applicable for the share consumer",
 }
 
 #: librdkafka keys a native share consumer may carry that mean nothing to kmq: accepted, ignored.
 IGNORED_KEYS = frozenset({
     "socket.timeout.ms", "socket.keepalive.enable", "max.poll.interval.ms", "fetch.min.bytes",
-    "fetch.max.bytes", "fetch.wait.max.ms", "fetch.error.backoff.ms", "max.partition.fetch.bytes",
+    "fetch.max.bytes", "fetch.wait.max.ms", "max.partition.fetch.bytes",
     "reconnect.backoff.ms", "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
     "topic.metadata.refresh.interval.ms", "statistics.interval.ms", "debug", "log_level", "log.connection.close",
     "api.version.request", "broker.address.family", "client.rack", "logger", "error_cb", "stats_cb",
@@ -137,13 +155,16 @@ class ShareSettings:
 
 
 def read_settings(conf: Mapping[str, Any]) -> ShareSettings:
-    """Read a share-consumer dict. Raises :class:`ValueError` without ``group.id`` (as the
-    native consumer does) and :class:`ConfigError` naming an unknown key or a bad value."""
+    """Read a share-consumer dict. Raises :class:`ValueError` without ``group.id`` or with a key
+    the native consumer refuses (:data:`REFUSED_KEYS`), as the native consumer does, and :class:`ConfigError` naming an unknown key or a bad value."""
     if not isinstance(conf, Mapping):
         raise TypeError(f"expected configuration dict, got {type(conf).__name__}")
     group = conf.get("group.id")
     if not group:
         raise ValueError("group.id must be set")
+    for key, why in REFUSED_KEYS.items():
+        if key in conf:
+            raise ValueError(f"`{key}` {why}")
     if "on_commit" in conf:
         raise ValueError("on_commit is not supported by the share consumer: use set_acknowledgement_commit_callback")
     mode_text = str(conf.get("share.acknowledgement.mode", "implicit")).lower()

@@ -316,11 +316,14 @@ def test_readme_quickstart_runs_as_written(tmp_path):
             res = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
             assert res.returncode == 0, f"{line}\n{res.stdout}\n{res.stderr}"
 
-        # The two Python examples, against the topics the commands above made.
+        # The Python examples, against the topics the commands above made.
         # (The asyncio example runs in tests/integration/test_aio.py.)
-        examples = [b for b in _blocks(ROOT / "README.md", "python") if "AsyncKmqConsumer" not in b]
+        blocks = _blocks(ROOT / "README.md", "python")
+        (share_example,) = [b for b in blocks if "kmq.share" in b]
+        examples = [b for b in blocks if "AsyncKmqConsumer" not in b and b is not share_example]
         assert len(examples) == 3 and "KmqConsumer" in examples[0] and "MarkerWriter" in examples[1]
         assert "confluent_kafka" in examples[2] and "MarkerWriter" in examples[2]
+        assert "ShareConsumer" in share_example and "kmq." not in share_example.replace("kmq.share", "")
         seen: list[bytes] = []
 
         def until(n):
@@ -360,11 +363,17 @@ def test_readme_quickstart_runs_as_written(tmp_path):
                              .replace('"orders-workers"', '"orders-workers-confluent"'), "README-confluent", "exec"),
                      space(process=until(second + 300)))
             third = len(seen)
+            # The share-API example (its own group, from the start of the queue): no kmq-only key in its
+            # dict, the tracker and the queue's topics from above.
+            with pytest.raises(Done):
+                exec(compile(share_example.replace("localhost:9092", f"127.0.0.1:{port}"), "README-share", "exec"),
+                     space(process=until(third + 300), TemporaryError=TemporaryError, BadPayload=BadPayload))
+            fourth = len(seen)
             # The KmqConsumer example unchanged on confluent-kafka (kafka.client from the env), own group.
             os.environ.update(KMQ_KAFKA__CLIENT="confluent", KMQ_CONSUMER__GROUP_ID="orders-workers-kmq-confluent")
             with pytest.raises(Done):
                 exec(compile(examples[0], "README-KmqConsumer-confluent", "exec"),
-                     space(handle=until(third + 300), TemporaryError=TemporaryError, BadPayload=BadPayload))
+                     space(handle=until(fourth + 300), TemporaryError=TemporaryError, BadPayload=BadPayload))
         finally:
             os.environ.pop("KMQ_KAFKA__CLIENT", None)
             os.environ.pop("KMQ_CONSUMER__GROUP_ID", None)
@@ -377,7 +386,7 @@ def test_readme_quickstart_runs_as_written(tmp_path):
                     if obj is not None:
                         with contextlib.suppress(Exception):
                             obj.close()
-        assert len(seen) >= 1200 and all(v for v in seen)
+        assert len(seen) >= 1500 and all(v for v in seen)
     finally:
         for proc in reversed(background):
             proc.send_signal(signal.SIGTERM)

@@ -69,7 +69,7 @@ class KmqBackend:
 
     def config(self, group: str, mode: str) -> dict:
         return {"bootstrap.servers": self.bootstrap, "group.id": group, "share.acknowledgement.mode": mode,
-                "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "kmq.kafka.client": self.client,
+                "kmq.session.timeout.ms": 6000, "kmq.heartbeat.interval.ms": 1000, "kmq.kafka.client": self.client,
                 "kmq.lease.ms": LEASE_MS, "kmq.ack.flush.interval.ms": 50}
 
     def produce(self, topic: str, values: list[bytes]) -> None:
@@ -322,6 +322,26 @@ def test_a_record_held_past_its_lock_comes_back(queue):
     queue.wait_lock_expired(b"slow")
     again = poll_until(c, lambda s: len(s) >= 1)
     assert (first.delivery_count(), [(m.value(), m.delivery_count()) for m in again]) == (1, [(b"slow", 2)])
+
+
+def test_acknowledge_offset_settles_a_record_by_its_coordinates(queue):
+    A = queue.api.AcknowledgeType
+    queue.produce(b"keep", b"again")
+    c = queue.consumer("explicit")
+
+    def settle(m) -> None:  # by coordinates only: ACCEPT (the default) and RELEASE
+        if m.value() == b"again" and m.delivery_count() == 1:
+            c.acknowledge_offset(m.topic(), m.partition(), m.offset(), A.RELEASE)
+        else:
+            c.acknowledge_offset(m.topic(), m.partition(), m.offset())
+
+    seen = poll_until(c, lambda s: sum(m.value() == b"again" for m in s) >= 2, settle)
+    assert sorted((m.value(), m.delivery_count()) for m in seen) == [(b"again", 1), (b"again", 2), (b"keep", 1)]
+    with pytest.raises(queue.api.IllegalStateException):  # not in flight: no record of this poll there
+        c.acknowledge_offset(queue.topic, 0, 10_000, A.ACCEPT)
+    assert list(c.commit_sync(10).values()) == [None]
+    c.close()
+    queue.assert_never_redelivered(b"keep")
 
 
 # ------------------------------------------------------------------ commits and close

@@ -31,7 +31,7 @@ def test_the_share_service_example_accepts_retries_and_dead_letters(queue_topics
         p.send(q.name, value=v)
     p.flush()
     p.close()
-    extra = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "kmq.lease.ms": 2000,
+    extra = {"kmq.session.timeout.ms": 6000, "kmq.heartbeat.interval.ms": 1000, "kmq.lease.ms": 2000,
              "kmq.ack.flush.interval.ms": 50}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SHARE_BOOTSTRAP": bootstrap, "SHARE_GROUP": cfg.consumer.group_id,
            "SHARE_TOPIC": q.name, "SHARE_CONFIG": json.dumps(extra)}

@@ -5,6 +5,7 @@ surface held against confluent_kafka's (names, values, methods)."""
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 
 import pytest
@@ -15,7 +16,7 @@ from kmq.core.errors import ConfigError, InvalidSettlement, KmqError, MarkerWrit
 from kmq.core.message import KmqMessage
 from kmq.share import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
 from kmq.share.acknowledgements import due, unacknowledged
-from kmq.share.settings import AckMode, read_settings
+from kmq.share.settings import IGNORED_KEYS, KAFKA_KEYS, REFUSED_KEYS, AckMode, read_settings
 from kmq.share.types import Message
 
 BASE = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}
@@ -41,20 +42,29 @@ def test_an_unknown_key_is_named_and_a_native_network_key_is_ignored():
 def test_kmq_keys_set_the_subscribed_queue_and_the_clients():
     s = read_settings({**BASE, "share.acknowledgement.mode": "EXPLICIT", "max.poll.records": "50",
                        "kmq.lease.ms": 1500, "kmq.dlq.topic": "orders-dead",
-                       "kmq.kafka.client": "confluent", "session.timeout.ms": 6000})
+                       "kmq.kafka.client": "confluent", "kmq.session.timeout.ms": 6000,
+                       "kmq.heartbeat.interval.ms": "1000"})
     cfg = s.config_for("orders")
     q = cfg.queue("orders")
     assert (s.mode, s.max_poll_records) == (AckMode.EXPLICIT, 50)
     assert (q.lease, q.dlq_topic, q.markers_topic) == (1.5, "orders-dead", "orders__markers")
-    assert (cfg.kafka.client, cfg.kafka.session_timeout, cfg.consumer.group_id) == ("confluent", 6.0, "g")
+    assert (cfg.kafka.client, cfg.kafka.session_timeout, cfg.kafka.heartbeat_interval, cfg.consumer.group_id) == (
+        "confluent", 6.0, 1.0, "g")
 
 
-def test_a_base_config_keeps_its_queue_settings_under_the_dict():
-    base = Config.from_dict({"queues": [{"name": "orders", "lease": "45s", "max_deliveries": 7}],
-                             "consumer": {"auto_renew": True}})
-    cfg = read_settings({**BASE, "kmq.config": base, "kmq.lease.ms": 2000}).config_for("orders")
-    assert (cfg.queue("orders").lease, cfg.queue("orders").max_deliveries, cfg.consumer.auto_renew) == (2.0, 7, True)
-    assert cfg.kafka.bootstrap_servers == "127.0.0.1:9"
+@pytest.mark.parametrize("key, instead", [("session.timeout.ms", "kmq.session.timeout.ms"),
+                                          ("heartbeat.interval.ms", "kmq.heartbeat.interval.ms")])
+def test_the_group_timing_keys_native_refuses_are_refused_and_name_the_kmq_key(key, instead):
+    # Natively: ValueError "... is not supported for ... share consumer. It is defined broker side".
+    with pytest.raises(ValueError, match="defined broker side") as err:
+        ShareConsumer({**BASE, key: 6000})
+    assert not isinstance(err.value, ConfigError) and instead in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["group.protocol", "fetch.error.backoff.ms"])
+def test_keys_native_finds_not_applicable_are_value_errors(key):
+    with pytest.raises(ValueError, match="not applicable"):
+        read_settings({**BASE, key: "consumer" if key == "group.protocol" else 500})
 
 
 @pytest.mark.parametrize("conf, key", [({"share.acknowledgement.mode": "auto"}, "share.acknowledgement.mode"),
@@ -199,6 +209,7 @@ def test_calls_in_the_wrong_state_raise_illegal_state():
     c = FakeShareConsumer(BASE)
     with pytest.raises(IllegalStateException, match="not subscribed"):
         c.poll(0)
+    assert c.commit_sync(1) == {} and c.commit_async() is None  # nothing to commit, as natively
     c.subscribe(["orders"])
     c.queues[0].give(1)
     (m,) = c.poll(0)
@@ -350,3 +361,35 @@ def test_native_signatures_have_the_same_defaults():
 def test_exports_are_what_all_names():
     assert sorted(share.__all__) == sorted(n for n in share.__all__ if hasattr(share, n))
     assert issubclass(share.IllegalStateException, RuntimeError) and issubclass(share.KafkaException, KmqError)
+
+
+NATIVE_BASE = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED_KEYS))
+def test_a_key_kmq_refuses_as_native_is_refused_by_native(key):
+    value = "consumer" if key == "group.protocol" else 1000
+    with pytest.raises(ValueError, match="defined broker side|not applicable"):
+        ck.ShareConsumer({**NATIVE_BASE, key: value})
+
+
+@pytest.mark.parametrize("key", sorted(IGNORED_KEYS | set(KAFKA_KEYS)))
+def test_every_native_key_kmq_accepts_is_accepted_by_native(key):
+    samples = {"security.protocol": "plaintext", "sasl.mechanism": "PLAIN", "sasl.mechanisms": "PLAIN",
+               "debug": "generic", "broker.address.family": "v4", "socket.keepalive.enable": True,
+               "log.connection.close": True, "api.version.request": True,
+               "enable.sasl.oauthbearer.unsecure.jwt": False, "error_cb": print, "stats_cb": print,
+               "throttle_cb": print, "statistics.interval.ms": 0, "log_level": 6,
+               "logger": logging.getLogger("native-share-consumer")}
+    value = samples.get(key, 1000 if key.endswith((".ms", ".bytes")) else "x")
+    ck.ShareConsumer({**NATIVE_BASE, key: value}).close()
+
+
+def test_commits_before_subscribe_answer_as_natively():
+    native = ck.ShareConsumer(NATIVE_BASE)
+    try:
+        expected = (native.commit_sync(), native.commit_async())
+    finally:
+        native.close()
+    c = FakeShareConsumer(BASE)
+    assert (c.commit_sync(), c.commit_async()) == expected == ({}, None)
