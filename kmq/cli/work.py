@@ -134,6 +134,8 @@ async def _await_steps(steps: Generator[_Wait, Any, None]) -> None:
               help='Append "topic/partition/offset origin" per ack to this file (flushed each line).')
 @click.option("--max-messages", type=click.IntRange(min=0), default=0, help="Stop after settling this many (0 = run until SIGTERM).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the --metrics-port server binds (0.0.0.0 in a container, for Prometheus to scrape it).")
 @click.option("--redis-url", default=None,
               help="Guard the effect (the ack and its --ack-log line) with IdempotencyGuard on this Redis, so a "
                    "message whose copy was already processed is acked without effect (default: redis.url).")
@@ -147,8 +149,8 @@ async def _await_steps(steps: Generator[_Wait, Any, None]) -> None:
 @config_options
 def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate: float, poison_rate: float | None,
          processing_ms: float,
-         ack_log: str | None, max_messages: int, metrics_port: int | None, redis_url: str | None, use_asyncio: bool,
-         use_share: bool, cfg: Config) -> None:
+         ack_log: str | None, max_messages: int, metrics_port: int | None, metrics_host: str, redis_url: str | None,
+         use_asyncio: bool, use_share: bool, cfg: Config) -> None:
     """Consume QUEUE with failure injection until SIGTERM/SIGINT (drain, flush, close).
 
     Deterministic per delivery: fate = blake2b-64("origin#delivery_count")/2^64;
@@ -171,7 +173,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
-        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
+        start_http_server(metrics_port, addr=metrics_host, registry=metrics.registry)
     log_file = open(ack_log, "a", buffering=1) if ack_log else None  # noqa: SIM115 - closed below
     log_lock = threading.Lock()
     counts = {"ok": 0, "fail": 0, "hang": 0, "poison": 0, "slow": 0, "duplicate": 0}

@@ -71,10 +71,11 @@ def test_work_drains_and_flushes_on_sigterm(queue_topics, bootstrap, tmp_path, k
     res = CliRunner().invoke(cli, ["produce", q.name, "--count", "300", "--config", str(conf)])
     assert res.exit_code == 0, res.output
     ack_log = tmp_path / "acks.log"
-    port = free_port()
+    port = free_port("127.0.0.2")  # --metrics-host: served where it is told, not on 127.0.0.1 only
     proc = subprocess.Popen(
         [sys.executable, "-c", "from kmq.cli import main; main()", "work", q.name, "--config", str(conf), "--workers", "2",
-         "--processing-ms", "20", "--ack-log", str(ack_log), "--metrics-port", str(port)],
+         "--processing-ms", "20", "--ack-log", str(ack_log), "--metrics-port", str(port),
+         "--metrics-host", "127.0.0.2"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -83,7 +84,7 @@ def test_work_drains_and_flushes_on_sigterm(queue_topics, bootstrap, tmp_path, k
             return ack_log.exists() and len(ack_log.read_text().splitlines()) >= 30
 
         wait_until(thirty_acks, 60, what="30 acks")
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        metrics = urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5).read().decode()
         assert f'kmq_consumer_messages_total{{outcome="received",queue="{q.name}"}}' in metrics
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
