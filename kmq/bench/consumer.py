@@ -188,7 +188,8 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     ordering = "key" if variant == "kmq-key" else "none"
-    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval, client, ordering)
+    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval, client, ordering,
+                  auto_renew=variant != "kmq-no-renew")
     if variant == "plain":
         out = _child_plain(cfg, messages, batch)
     elif variant == "share":
@@ -207,7 +208,7 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
         f"{client!r})"
     )
     cmd = [sys.executable, "-c", code]
-    if profile and variant.startswith("kmq"):
+    if profile and variant in ("kmq", "kmq-key"):
         import shutil
 
         spy = shutil.which("py-spy")
@@ -241,7 +242,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
         fetch: int | None = None, echo: Any = None, client: str = "kafka-python",
         clients: tuple[str, ...] | None = None, share: bool = False, ordering: str = "none",
-        keys: int = 1000) -> dict:
+        keys: int = 1000, no_renew: bool = False) -> dict:
     """Run the A/B benchmark on ``client``; returns the figures (also printed through ``echo``).
     With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
     to :data:`DEFAULT_MESSAGES` of the client."""
@@ -254,7 +255,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
                 both[c] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
                 continue
             both[c] = run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c,
-                          None, share, ordering, keys)
+                          None, share, ordering, keys, no_renew)
         return both
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
@@ -267,14 +268,15 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
             f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
             f"{fetch or 4 * batch} per START (default settings)")
-        if keyed and share:
-            raise click.ClickException("--share and --ordering key are separate comparisons: run them one at a time")
+        if keyed and (share or no_renew):
+            raise click.ClickException("--ordering key is a comparison of its own: run it without --share and "
+                                       "--no-renew")
         if keyed:
             base, test = "kmq", "kmq-key"
             say(f"ordering: key ({keys} key(s)) against ordering: none, both KmqConsumer")
             variants: tuple[str, ...] = (base, test)
         else:
-            variants = ("plain", "kmq", "share") if share else ("plain", "kmq")
+            variants = ("plain", "kmq") + (("share",) if share else ()) + (("kmq-no-renew",) if no_renew else ())
         runs: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(rounds):
             for variant in variants:
@@ -308,6 +310,14 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
                 f"{', '.join(f'{x:.3f}' for x in result['share_ratio_per_round'])}; median "
                 f"{result['share_ratio_median']:.3f} (target >= 0.9); CPU per message share/kmq "
                 f"{result['share_cpu_per_message_ratio_median']:.3f}")
+        if no_renew:
+            off = [x["rate"] for x in runs["kmq-no-renew"]]
+            on_off = [k / o for k, o in zip(kmq, off)]
+            result.update({"no_renew_msgs_per_s": off, "no_renew_median": statistics.median(off),
+                           "renew_ratio_per_round": on_off, "renew_ratio_median": statistics.median(on_off)})
+            say(f"[{client}] consumer.auto_renew false median {result['no_renew_median']:,.0f} msg/s; ratio "
+                f"auto_renew on/off per round {', '.join(f'{x:.3f}' for x in on_off)}; median "
+                f"{result['renew_ratio_median']:.3f}")
         return result
     finally:
         if broker is not None:
@@ -362,6 +372,9 @@ def _ordering_result(runs: dict[str, list[dict]], client: str, messages: int, ke
 @click.option("--profile", default=None, help="Write a py-spy flame graph (SVG) of the last kmq run here.")
 @click.option("--share", is_flag=True,
               help="Also run kmq.share.ShareConsumer (the share-consumer API) each round; reports share/kmq.")
+@click.option("--no-renew", is_flag=True,
+              help="Also run KmqConsumer with consumer.auto_renew false each round; reports auto_renew on/off "
+                   "(the default, on, against the earlier default).")
 @click.option("--ordering", type=click.Choice(("none", "key")), default="none", show_default=True,
               help="key: compare consumer.ordering key with none (keyed records) instead of plain with kmq.")
 @click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True,

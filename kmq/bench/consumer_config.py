@@ -10,12 +10,13 @@ __all__ = ["consumer_config"]
 
 
 def consumer_config(bootstrap: str, queue: str, group: str, flush_interval: str, client: str = "kafka-python",
-                    ordering: str = "none") -> Config:
+                    ordering: str = "none", auto_renew: bool = True) -> Config:
     """One queue ``queue`` consumed by ``group`` on ``client``."""
     return Config.from_dict({
         "kafka": {"bootstrap_servers": bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s",
                   "client": client},
         "queues": [{"name": queue}],
         # Default consumer settings (flow control and in-flight cap): what a user gets.
-        "consumer": {"group_id": group, "ack_flush_interval": flush_interval, "ordering": ordering},
+        "consumer": {"group_id": group, "ack_flush_interval": flush_interval, "ordering": ordering,
+                     "auto_renew": auto_renew},
     })
