@@ -182,7 +182,7 @@ class KmqConsumer:
         c[0] += 1
         c[1] += msg._nbytes
         if self._schedule is not None:
-            self._schedule.forget((p, msg.offset))
+            self._schedule.forget(msg)
         if self._extended:
             self._extended.pop((p, msg.offset), None)
         if self._tracing is not None:
@@ -221,7 +221,7 @@ class KmqConsumer:
         self.writer.buffer.renew(msg.partition, msg.offset, _ms(lease))
         now = time.monotonic()
         if self._schedule is not None:
-            self._schedule.renewed(key, now, lease)
+            self._schedule.renewed(msg, now, lease)
         self._expiry.extend(key, now + lease)
 
     @property
@@ -441,8 +441,7 @@ class KmqConsumer:
         with self._lock:
             self.flow.handed(len(messages), time.monotonic())
             if self._schedule is not None:
-                self._schedule.track_many([(m.partition, m.offset) for m in messages if m._outcome is None],
-                                          b.leased_at)
+                self._schedule.track_many([m for m in messages if m._outcome is None], b.leased_at)
         self.writer._c_received.inc(len(messages))
         if self._tracing is not None:
             self._tracing.handed(messages)
@@ -523,7 +522,7 @@ class KmqConsumer:
                 if self._schedule is not None:
                     # Left to the tracker now: a RENEW from consumer.auto_renew would keep it from
                     # redelivering (after an abandon, until max_lease), so none is written any more.
-                    self._schedule.forget((m.partition, m.offset))
+                    self._schedule.forget(m)
                 nbytes += m._nbytes
                 if self._keyed is not None:  # its key waits for the copy (or is released at its last delivery)
                     self._key_settled(m, ABANDON, None)

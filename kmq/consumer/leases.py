@@ -75,16 +75,17 @@ class AutoRenewal:
         self.name, self.max_lease, self._buffer, self._expiry = name, max_lease, buffer, expiry
         self.exhausted = 0  # messages that reached max_lease unsettled
 
-    def renew(self, lease: float, keys: list) -> None:
+    def renew(self, lease: float, messages: list) -> None:
+        keys = [(m.partition, m.offset) for m in messages]
         _renew(self._buffer, keys, lease)
         if self._expiry is not None:  # their leases go on: they keep their room in flow control
             deadline = time.monotonic() + lease
             for key in keys:
                 self._expiry.extend(key, deadline)
 
-    def exhausted_leases(self, keys: list) -> None:
-        self.exhausted += len(keys)
-        first = min(keys)
+    def exhausted_leases(self, messages: list) -> None:
+        self.exhausted += len(messages)
+        first = min((m.partition, m.offset) for m in messages)
         log.warning(
             "%d message(s) of %s (first %s/%d/%d) reached consumer.max_lease (%gs) without being settled; "
             "no more automatic renewals: the tracker will redeliver them when their current lease ends",

@@ -41,17 +41,30 @@ class Due:
     next_in: float | None = None  # seconds until the next check is needed (None: nothing tracked)
 
 
+class _Group:
+    """Keys handed over or renewed together: one heap entry, one START time, one deadline."""
+
+    __slots__ = ("started", "deadline", "keys")
+
+    def __init__(self, started: float, deadline: float, keys: list[Hashable]) -> None:
+        self.started = started
+        self.deadline = deadline
+        self.keys = keys
+
+
 class LeaseSchedule:
     """Deadlines of unsettled messages; pure (``now`` is always passed in).
 
     ``track(key, now)`` (or ``track_many(keys, now)`` for a batch) when a message's
     START was written, ``renewed(key, now, lease)`` after an explicit renew,
-    ``forget(key)`` when it is settled.
+    ``forget(key)`` when it is settled. A key is any hashable; the consumer uses its
+    messages themselves (no key object is built per message).
 
-    Keys that share a deadline share one heap entry (a batch handed over together,
-    the messages renewed together), so tracking and settling a message is a dict
-    operation, not a heap push: automatic renewal costs the hot path nothing
-    measurable. A group whose keys were all settled is dropped when it comes up.
+    Keys that share a START time and a deadline share one group (a batch handed over
+    together, the messages renewed together) and one heap entry: tracking a batch is one
+    dict update at C speed and settling a message one dict removal, so automatic renewal
+    costs the hot path next to nothing. A group whose keys were all settled is dropped
+    when it comes up.
     """
 
     def __init__(self, lease: float, max_lease: float, margin: float) -> None:
@@ -60,9 +73,10 @@ class LeaseSchedule:
         self.lease = lease
         self.max_lease = max_lease
         self.margin = min(margin, lease / 2.0)
-        self._entries: dict[Hashable, list[float]] = {}  # key -> [started, deadline]
-        # (renew_at, seq, keys): keys whose deadline was that when pushed; settled or moved ones are skipped.
-        self._heap: list[tuple[float, int, list[Hashable]]] = []
+        self._entries: dict[Hashable, _Group] = {}  # key -> the group it is in now
+        # (renew_at, seq, group); a key whose entry points to another group (renewed since) or to
+        # none (settled) is skipped when its old group comes up.
+        self._heap: list[tuple[float, int, _Group]] = []
         self._seq = 0
 
     def __len__(self) -> int:
@@ -72,32 +86,30 @@ class LeaseSchedule:
         return key in self._entries
 
     def deadline(self, key: Hashable) -> float | None:
-        e = self._entries.get(key)
-        return e[1] if e else None
+        g = self._entries.get(key)
+        return g.deadline if g is not None else None
 
-    def _push(self, keys: list[Hashable], deadline: float) -> None:
+    def _push(self, started: float, deadline: float, keys: list[Hashable]) -> _Group:
         self._seq += 1
-        heapq.heappush(self._heap, (deadline - self.margin, self._seq, keys))
+        group = _Group(started, deadline, keys)
+        heapq.heappush(self._heap, (deadline - self.margin, self._seq, group))
+        return group
 
     def track(self, key: Hashable, now: float, lease: float | None = None) -> None:
         self.track_many([key], now, lease)
 
     def track_many(self, keys: list[Hashable], now: float, lease: float | None = None) -> None:
-        """Track ``keys`` (one batch), all started at ``now``: one heap entry for all of them."""
+        """Track ``keys`` (one batch), all started at ``now``: one group for all of them."""
         if not keys:
             return
-        deadline = now + (lease or self.lease)
-        entries = self._entries
-        for key in keys:
-            entries[key] = [now, deadline]
-        self._push(list(keys), deadline)
+        group = self._push(now, now + (lease or self.lease), list(keys))
+        self._entries.update(dict.fromkeys(group.keys, group))
 
     def renewed(self, key: Hashable, now: float, lease: float | None = None) -> None:
-        e = self._entries.get(key)
-        if e is None:
+        g = self._entries.get(key)
+        if g is None:
             return
-        e[1] = now + (lease or self.lease)
-        self._push([key], e[1])
+        self._entries[key] = self._push(g.started, now + (lease or self.lease), [key])
 
     def forget(self, key: Hashable) -> None:
         self._entries.pop(key, None)
@@ -106,30 +118,28 @@ class LeaseSchedule:
         """Renewals due at ``now``. Each returned key is treated as renewed at ``now``."""
         out = Due()
         heap, entries = self._heap, self._entries
-        later: dict[float, list[Hashable]] = {}  # new deadline -> keys, pushed after the loop (looked at once)
+        # (started, new deadline) -> keys, grouped after the loop (each group looked at once)
+        later: dict[tuple[float, float], list[Hashable]] = {}
         while heap and heap[0][0] <= now:
-            renew_at, _, keys = heapq.heappop(heap)
-            for key in keys:
-                e = entries.get(key)
-                if e is None or abs((e[1] - self.margin) - renew_at) > 1e-9:
-                    continue  # settled, or superseded by a later deadline
-                started, deadline = e
-                budget_end = started + self.max_lease
-                # 1 ms tolerance: leases are whole milliseconds on the wire.
-                if deadline >= budget_end - 1e-3 or now >= budget_end:
+            group = heapq.heappop(heap)[2]
+            budget_end = group.started + self.max_lease
+            # 1 ms tolerance: leases are whole milliseconds on the wire.
+            exhausted = group.deadline >= budget_end - 1e-3 or now >= budget_end
+            lease = max(0.001, round(min(self.lease, budget_end - now), 3))  # ms, like the wire: leases coalesce
+            for key in group.keys:
+                if entries.get(key) is not group:
+                    continue  # settled, or renewed since (in a later group)
+                if exhausted:
                     del entries[key]
                     out.exhausted.append(key)
                     continue
-                lease = min(self.lease, budget_end - now)
-                # Round to ms like the wire format does, so equal leases coalesce.
-                lease = max(0.001, round(lease, 3))
-                e[1] = now + lease
                 out.renew.setdefault(lease, []).append(key)
-                later.setdefault(e[1], []).append(key)
-        for deadline, keys in later.items():
-            self._push(keys, deadline)
-        while heap and not any(k in entries for k in heap[0][2]):  # every key settled: drop the group
-            heapq.heappop(heap)
+                later.setdefault((group.started, now + lease), []).append(key)
+        for (started, deadline), keys in later.items():
+            group = self._push(started, deadline, keys)
+            entries.update(dict.fromkeys(keys, group))
+        while heap and not any(entries.get(k) is heap[0][2] for k in heap[0][2].keys):
+            heapq.heappop(heap)  # every key settled or moved: drop the group
         if heap:
             out.next_in = max(0.0, heap[0][0] - now)
         return out

@@ -100,3 +100,41 @@ def test_a_group_whose_keys_were_all_settled_is_dropped_without_a_wake_up():
     for k in range(1000):
         s.forget(k)
     assert s.due(0.0).next_in == pytest.approx(14.0)  # the live key's renewal, not the settled batch's
+
+
+class _Key:
+    """A hashable key a weak reference can watch."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __hash__(self) -> int:
+        return self.n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and other.n == self.n
+
+
+def test_settled_keys_are_not_kept_alive_until_their_renewal_time():
+    """A busy consumer settles each batch long before its renewal is due: the schedule must let go
+    of those keys (the consumer's messages) at its next look, not hold a lease's worth of them."""
+    import gc
+    import weakref
+
+    s = LeaseSchedule(lease=30.0, max_lease=600.0, margin=5.0)
+    batch = [_Key(i) for i in range(100)]
+    s.track_many(batch, 0.0)
+    other = [_Key(1000 + i) for i in range(3)]
+    s.track_many(other, 0.1)
+    refs = [weakref.ref(k) for k in batch]
+    for k in batch:
+        s.forget(k)
+    del batch, k
+    assert s.due(0.5).renew == {}  # the keeper's next look, long before the renewal time
+    gc.collect()
+    assert all(r() is None for r in refs)
+    s.renewed(other[0], 1.0)  # moved to a group of its own; the rest stay in theirs
+    s.forget(other[1])
+    due = s.due(25.1)  # the group's renewal time: only the one still tracked in it
+    assert due.renew == {30.0: [other[2]]}
+    assert s.due(26.0).renew == {30.0: [other[0]]}
