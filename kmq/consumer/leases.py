@@ -89,8 +89,8 @@ class AutoRenewal:
         log.warning(
             "%d message(s) of %s (first %s/%d/%d) reached consumer.max_lease (%gs) without being settled; "
             "no more automatic renewals: the tracker will redeliver them when their current lease ends",
-            len(keys), self.name, self.name, first[0], first[1], self.max_lease,
-            extra=log_fields(self.name, first[0], first[1], count=len(keys)),
+            len(messages), self.name, self.name, first[0], first[1], self.max_lease,
+            extra=log_fields(self.name, first[0], first[1], count=len(messages)),
         )
 
 
