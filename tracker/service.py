@@ -179,11 +179,9 @@ class Tracker:
         """(ready, detail): joined the group and every assigned partition caught up."""
         if not self._joined:
             return False, "not ready: joining the tracker group"
-        behind = sorted(o.tp for o in list(self._owned.values()) if not o.caught_up)
+        behind = [o.tp for o in list(self._owned.values()) if not o.caught_up]
         if behind:
-            more = f" and {len(behind) - _NAMED_BEHIND} more" if len(behind) > _NAMED_BEHIND else ""
-            return False, (f"not ready: catching up {len(behind)} of {len(self._owned)} partition(s): "
-                           f"{_names(behind[:_NAMED_BEHIND])}{more}")
+            return False, f"not ready: catching up {len(behind)} of {len(self._owned)} partition(s): {_names(behind)}"
         return True, f"ready: {len(self._owned)} partition(s)"
 
     def alive(self) -> tuple[bool, str]:
@@ -515,18 +513,29 @@ class Tracker:
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
         unread: list[Partition] = []
+        caught: list[OwnedPartition] = []
         for owned in behind:
             if owned.target is not None:
                 try:
-                    self._catch_up(owned)
+                    if self._catch_up(owned):
+                        caught.append(owned)
                 except BrokerUnavailable as exc:  # the position was not read: next step, like a target
                     unread.append(owned.tp)
                     cause = exc
+        if len(caught) > _NAMED_BEHIND:  # thousands of partitions at start-up: one line a step, not one each
+            log.info("%d markers partition(s) caught up (%s ...): %d message(s) in flight; redelivery enabled; "
+                     "%d still catching up", len(caught), _names((o.tp for o in caught), 3),
+                     sum(o.state.in_flight for o in caught), len(self._pending))
+        else:
+            for owned in caught:
+                log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
+                         owned.topic, owned.partition, owned.state.position, owned.state.in_flight)
         if unread:
             log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
-                        len(unread), cause, _names(unread[:3]))
+                        len(unread), cause, _names(unread, 3))
 
-    def _catch_up(self, owned: OwnedPartition) -> None:
+    def _catch_up(self, owned: OwnedPartition) -> bool:
+        """Enable redelivery once the position reached the target; True if it did just now."""
         if owned.resume_from is not None and owned.state.position == owned.resume_from:
             self._check_resume_position(owned)
         pos = owned.state.position
@@ -541,8 +550,8 @@ class Tracker:
             self._pending.discard(owned.tp)
             self._touched(owned)
             self._next_metrics = 0.0  # publish the replayed state at once
-            log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
-                     owned.topic, owned.partition, pos, owned.state.in_flight)
+            return True
+        return False
 
     def _check_resume_position(self, owned: OwnedPartition) -> None:
         """Nothing read yet since resuming: check where the consumer actually is."""
@@ -660,5 +669,9 @@ def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
     return out
 
 
-def _names(tps) -> str:
-    return ", ".join(f"{t}[{p}]" for t, p in sorted(tps))
+def _names(tps, most: int = _NAMED_BEHIND) -> str:
+    """``topic[partition]`` of each, in order; past ``most`` the rest are counted, not named (a
+    tracker given 10,000 partitions would write them all into one line)."""
+    tps = sorted(tps)
+    named = ", ".join(f"{t}[{p}]" for t, p in tps[:most])
+    return named + (f" and {len(tps) - most} more" if len(tps) > most else "")
