@@ -20,6 +20,7 @@ from kafka.structs import OffsetAndMetadata
 
 from kmq.client.api import Deleted, Partition, ReadResult
 from kmq.client.kafka_python.clients import classify, consumer as make_consumer
+from kmq.client.kafka_python.watchdog import unstrand_records
 from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
 from kmq.core.errors import LogReadError
@@ -161,11 +162,17 @@ class LogReader:
         """One poll of up to ``_POLL_MS``: (records by partition, whether it ended early because a
         partition still without a mark got one). A small walk polls in slices (see ``_SLICE_MS``)."""
         c = self._consumer
+        # A partition paused by an earlier read (done) keeps its fetched records parked, and
+        # kafka-python may never put them back: without this the partition is never fetched
+        # again, and a later read of it waits out its whole timeout (the Spark job's planner
+        # stalled a micro-batch that way).
+        unstrand_records(c)
         if len(active) > _SLICED_UP_TO:
             return c.poll(timeout_ms=_POLL_MS), False
         deadline = time.monotonic() + _POLL_MS / 1000.0
         waiting = [tp for tp in active if cursors[tp].log_end is None]
         while True:
+            unstrand_records(c)
             polled = c.poll(timeout_ms=_SLICE_MS)
             if polled or time.monotonic() >= deadline:
                 return polled, False
