@@ -46,7 +46,6 @@ stream reader on the driver, one cached per Python worker process for the tasks.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -300,12 +299,14 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     # -- helpers
     def _log(self):
-        """The driver's :class:`~kmq.client.api.LogReader` (kafka-python: it only plans)."""
+        """The driver's :class:`~kmq.client.api.LogReader`, on the source's client (it only plans:
+        its fetches are for high-water marks, so they ask for the least data a fetch may bring)."""
         if self._reader is None:
-            kafka = dataclasses.replace(self.kafka, client="kafka-python")
-            self._reader = open_log_reader(kafka, self.poll_timeout_ms / 1000, fetch_max_wait_ms=50,
-                                           max_partition_fetch_bytes=1,  # the driver only wants high-water marks
-                                           metadata_max_age_ms=self.metadata_max_age_ms)
+            if self.client == "confluent":
+                settings = {"max.partition.fetch.bytes": 1, "topic.metadata.refresh.interval.ms": self.metadata_max_age_ms}
+            else:
+                settings = {"max_partition_fetch_bytes": 1, "metadata_max_age_ms": self.metadata_max_age_ms}
+            self._reader = open_log_reader(self.kafka, self.poll_timeout_ms / 1000, fetch_wait_ms=50, **settings)
         return self._reader
 
     def _partitions(self) -> list[tuple[str, int]]:
