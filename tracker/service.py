@@ -522,17 +522,20 @@ class Tracker:
                 except BrokerUnavailable as exc:  # the position was not read: next step, like a target
                     unread.append(owned.tp)
                     cause = exc
+        self._log_caught_up(caught)
+        if unread:
+            log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
+                        len(unread), cause, _names(unread, 3))
+
+    def _log_caught_up(self, caught: list[OwnedPartition]) -> None:
         if len(caught) > _NAMED_BEHIND:  # thousands of partitions at start-up: one line a step, not one each
             log.info("%d markers partition(s) caught up (%s ...): %d message(s) in flight; redelivery enabled; "
                      "%d still catching up", len(caught), _names((o.tp for o in caught), 3),
                      sum(o.state.in_flight for o in caught), len(self._pending))
-        else:
-            for owned in caught:
-                log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
-                         owned.topic, owned.partition, owned.state.position, owned.state.in_flight)
-        if unread:
-            log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
-                        len(unread), cause, _names(unread, 3))
+            return
+        for owned in caught:
+            log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
+                     owned.topic, owned.partition, owned.state.position, owned.state.in_flight)
 
     def _catch_up(self, owned: OwnedPartition) -> bool:
         """Enable redelivery once the position reached the target; True if it did just now."""
