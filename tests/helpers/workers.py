@@ -31,6 +31,12 @@ def spawn(bootstrap: str, queue: str, group: str, pause_at: str) -> subprocess.P
     )
 
 
+def acked_origins(ack_log: Path) -> set[str]:
+    """Origins (``queue/partition/offset`` of the first delivery) a ``kmq work --ack-log`` file
+    says were acked so far."""
+    return {line.split()[1] for line in ack_log.read_text().splitlines() if len(line.split()) == 2}
+
+
 def markers_by_partition(bootstrap: str, topic: str) -> dict[int, list]:
     """Decoded markers of ``topic`` per queue partition, in log order."""
     out: dict[int, list] = {}

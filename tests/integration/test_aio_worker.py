@@ -20,6 +20,7 @@ from kmq.client.kafka_python import clients
 from kmq.dev.workload import is_poison_index, payload
 from kmq.core.message import origin_of
 from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.workers import acked_origins
 from tests.integration.test_aio import running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -36,9 +37,6 @@ def _worker(conf: Path, queue: str, ack_log: Path, log: Path) -> subprocess.Pope
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 
-
-def _acked(ack_log: Path) -> set[str]:
-    return {line.split()[1] for line in ack_log.read_text().splitlines() if len(line.split()) == 2}
 
 
 def test_asyncio_worker_sigkilled_mid_backlog_loses_nothing(queue_topics, bootstrap, tmp_path):
@@ -60,16 +58,16 @@ def test_asyncio_worker_sigkilled_mid_backlog_loses_nothing(queue_topics, bootst
     with running_tracker(cfg):
         try:
             workers.append(_worker(conf, q.name, ack_log, tmp_path / "worker1.log"))
-            wait_until(lambda: len(_acked(ack_log)) >= 100, 60, what="the asyncio worker under way")
+            wait_until(lambda: len(acked_origins(ack_log)) >= 100, 60, what="the asyncio worker under way")
             workers[0].send_signal(signal.SIGKILL)
             workers[0].wait(10)
-            killed_at = len(_acked(ack_log))
+            killed_at = len(acked_origins(ack_log))
             assert killed_at < MESSAGES, "the backlog was done before the kill: nothing tested"
             workers.append(_worker(conf, q.name, ack_log, tmp_path / "worker2.log"))
 
             def settled() -> bool:
                 dead = {origin_of(r.headers, q.name, r.partition, r.offset) for r in read_all(bootstrap, q.dlq_topic, 2)}
-                return originals <= _acked(ack_log) | dead
+                return originals <= acked_origins(ack_log) | dead
 
             wait_until(settled, 120, interval=0.5, what="every message acked or dead-lettered after the SIGKILL")
             workers[1].terminate()

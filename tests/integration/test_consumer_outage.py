@@ -24,6 +24,7 @@ from kmq.dev.broker import DevBroker
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.workers import acked_origins
 from tests.integration.tracker_util import TrackerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -39,10 +40,6 @@ def _produce(conf: Path, queue: str, count: int, start: int) -> None:
     subprocess.run([sys.executable, "-m", "kmq", "produce", queue, "--count", str(count), "--start", str(start),
                     "--config", str(conf)], check=True, cwd=ROOT, capture_output=True, timeout=60)
 
-
-def _acked(ack_log: Path) -> set[str]:
-    """Origins (``queue/partition/offset`` of the first delivery) acked so far."""
-    return {line.split()[1] for line in ack_log.read_text().splitlines() if len(line.split()) == 2}
 
 
 def test_broker_down_30s_mid_backlog_nothing_lost_and_work_resumes(tmp_path, kafka_client):
@@ -71,7 +68,7 @@ def test_broker_down_30s_mid_backlog_nothing_lost_and_work_resumes(tmp_path, kaf
         )
         tracker = TrackerProcess(cfg, tmp_path)
         tracker.wait_ready()
-        wait_until(lambda: len(_acked(ack_log)) >= 500, 60, what="the worker under way")
+        wait_until(lambda: len(acked_origins(ack_log)) >= 500, 60, what="the worker under way")
 
         broker.kill()
         time.sleep(OUTAGE_S)  # the outage itself: its length is what the test is about
@@ -88,10 +85,10 @@ def test_broker_down_30s_mid_backlog_nothing_lost_and_work_resumes(tmp_path, kaf
         assert len(origin_of) == BACKLOG + AFTER
         after = {origin_of[i] for i in range(BACKLOG, BACKLOG + AFTER)}
         left = 15.0 - (time.monotonic() - produced_at)
-        wait_until(lambda: after <= _acked(ack_log), max(0.1, left), what="messages produced after the restart consumed within 15 s")
+        wait_until(lambda: after <= acked_origins(ack_log), max(0.1, left), what="messages produced after the restart consumed within 15 s")
         took = time.monotonic() - produced_at
         everything = set(origin_of.values())
-        wait_until(lambda: everything <= _acked(ack_log), 90, what="the whole backlog consumed: nothing lost")
+        wait_until(lambda: everything <= acked_origins(ack_log), 90, what="the whole backlog consumed: nothing lost")
         assert worker.poll() is None, "the worker exited"
         lines = ack_log.read_text().splitlines()
         print(f"outage {OUTAGE_S:.0f}s: post-restart messages consumed {took:.1f}s after production; "

@@ -19,6 +19,7 @@ from kmq.client.kafka_python import clients
 from kmq.core.message import origin_of
 from kmq.dev.workload import is_poison_index, payload
 from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.workers import acked_origins
 from tests.integration.tracker_util import running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -27,9 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 200
 POISON_RATE = 0.02  # 4 poison payloads
 
-
-def _acked(ack_log: Path) -> set[str]:
-    return {line.split()[1] for line in ack_log.read_text().splitlines() if len(line.split()) == 2}
 
 
 def test_share_worker_acks_every_message_and_dead_letters_the_poison(queue_topics, bootstrap, tmp_path):
@@ -61,7 +59,7 @@ def test_share_worker_acks_every_message_and_dead_letters_the_poison(queue_topic
              "--ack-log", str(ack_log)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            wait_until(lambda: proc.poll() is None and good <= _acked(ack_log) and poison <= dead(), 120,
+            wait_until(lambda: proc.poll() is None and good <= acked_origins(ack_log) and poison <= dead(), 120,
                        interval=0.5, what="every message acked or (poison) dead-lettered")
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(60) == 0, log.read_text()[-3000:]
