@@ -140,12 +140,13 @@ class KeyRecovery:
                 return
             fold, records, committed, cut = self._read(p, start, began + self.budget.seconds)
         except Exception as exc:  # noqa: BLE001 - a failed read must not stop the partition for ever
-            self.keyed.inherit(p, {}, 0.0, hold)
+            # Counted and said before the partition is let go: whoever sees its messages can see why.
             self.metrics.ordering_recoveries.labels(name, "given_up").inc()
             log.warning("%s[%d]: could not learn which messages an earlier owner left unsettled (%s): the "
                         "partition goes on without, so a later message of a key may be handled before an earlier "
                         "one that is redelivered (this consumer needs Read on the markers topic and Describe on the "
                         "tracker group %r)", name, p, exc, self.tracker_group)
+            self.keyed.inherit(p, {}, 0.0, hold)
             return
         result = inherit(fold, records, start)
         applied = self.keyed.inherit(p, result.keys, time.monotonic() + self.copy_wait, hold)
