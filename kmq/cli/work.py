@@ -365,9 +365,7 @@ class _ShareWorker:
             msg.nack(0.0)
         return msg
 
-    def _settle(self, consumer: Any, msg: _ShareDelivery) -> None:
-        from kmq.share import AcknowledgeType
-
+    def _settle(self, consumer: Any, msg: _ShareDelivery, kinds: dict[str, Any]) -> None:
         outcome = msg.outcome or "abandon"
         if outcome == "release" and msg.delay > 0:
             consumer.kmq_release(msg.record, msg.delay)  # the guard's "running elsewhere": later
@@ -375,14 +373,15 @@ class _ShareWorker:
             # Left to the lock's end: no marker; the RELEASE recorded after it finds the record
             # settled and is dropped (it only lets explicit mode poll on).
             msg.kmq.abandon()
-            consumer.acknowledge(msg.record, AcknowledgeType.RELEASE)
+            consumer.acknowledge(msg.record, kinds["release"])
         else:
-            kind = {"accept": AcknowledgeType.ACCEPT, "release": AcknowledgeType.RELEASE,
-                    "reject": AcknowledgeType.REJECT}[outcome]
-            consumer.acknowledge(msg.record, kind)
+            consumer.acknowledge(msg.record, kinds[outcome])
 
     def run(self) -> None:
-        from kmq.share import ShareConsumer
+        from kmq.share import AcknowledgeType, ShareConsumer
+
+        kinds = {"accept": AcknowledgeType.ACCEPT, "release": AcknowledgeType.RELEASE,
+                 "reject": AcknowledgeType.REJECT}
 
         conf = {"bootstrap.servers": self.cfg.kafka.bootstrap_servers, "group.id": self.cfg.consumer.group_id,
                 "share.acknowledgement.mode": "explicit", "max.poll.records": 4 * self.workers,
@@ -395,5 +394,5 @@ class _ShareWorker:
                 while pending:
                     done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
                     for future in done:
-                        self._settle(consumer, future.result())
+                        self._settle(consumer, future.result(), kinds)
                     consumer.commit_async()

@@ -166,8 +166,8 @@ class LogReader:
         # kafka-python may never put them back: without this the partition is never fetched
         # again, and a later read of it waits out its whole timeout (the Spark job's planner
         # stalled a micro-batch that way).
-        unstrand_records(c)
         if len(active) > _SLICED_UP_TO:
+            unstrand_records(c)
             return c.poll(timeout_ms=_POLL_MS), False
         deadline = time.monotonic() + _POLL_MS / 1000.0
         waiting = [tp for tp in active if cursors[tp].log_end is None]
