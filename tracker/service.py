@@ -80,8 +80,10 @@ _STEP_BUDGET_S = 1.0
 _MAX_POLL_INTERVAL_S = 300.0
 # Markers read per poll (also kafka-python's max_poll_records).
 _POLL_RECORDS = 5000
-# How long the broker may hold a look-up's fetch of a markers partition's end.
-_LOOKUP_FETCH_WAIT_MS = 5
+# How long the broker may hold a look-up's fetch of a markers partition's end. Not lower: with
+# librdkafka's fetch.wait.max.ms at 5 ms, reads at the log start went unanswered for good after a
+# broker restart (every catch-up look-up stalled; measured on the embedded broker).
+_LOOKUP_FETCH_WAIT_MS = 50
 # Partitions positioned, or asked for their log end, in one step. A tracker given thousands of
 # partitions at once catches up over several steps: each stays short (a client's assign or seek of
 # thousands of partitions can hold the interpreter for seconds, which the pause watch must take for
