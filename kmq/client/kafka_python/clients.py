@@ -24,6 +24,7 @@ from kafka.errors import (
 
 from kmq.config import PASSWORD_MECHANISMS, KafkaConfig
 from kmq.client.diagnose import diagnose, unreachable
+from kmq.client.kafka_python.group_join import keep_finished_joins
 from kmq.client.kafka_python.settings import client_kwargs
 from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavailable
 
@@ -149,7 +150,10 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         kw["heartbeat_interval_ms"] = int(kafka.heartbeat_interval * 1000)
     kw.update(overrides)
     with broker_errors(kafka, timeout_s):
-        return KafkaConsumer(*topics, **kw)
+        made = KafkaConsumer(*topics, **kw)
+    if kw.get("group_id"):
+        keep_finished_joins(made)
+    return made
 
 
 def assignors(name: str) -> tuple:

@@ -17,6 +17,7 @@ from kafka.errors import CommitFailedError, IllegalStateError, KafkaError, Kafka
 from kafka.structs import OffsetAndMetadata
 
 from kmq.client.api import KAFKA_PYTHON, ClientCommitFailed, Partition, Record
+from kmq.client.kafka_python.group_join import COORDINATOR_ATTRIBUTES, keep_finished_joins
 from kmq.client.kafka_python.watchdog import FetchWatchdog, lagging_partitions, unstrand_records
 from kmq.core.errors import BrokerUnavailable
 
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 #: installed version by a test.
 PRIVATE_ATTRIBUTES = {
     "KafkaConsumer": ("_coordinator",),
-    "ConsumerCoordinator": ("_generation", "_commit_offsets_sync_async"),
+    "ConsumerCoordinator": ("_generation", "_commit_offsets_sync_async", *COORDINATOR_ATTRIBUTES),
     "KafkaProducer": ("_sender",),
 }
 
@@ -99,12 +100,14 @@ class KafkaPythonConsumer:
 
     Also the group-consumer side :class:`~kmq.consumer.consumer.KmqConsumer` uses (:meth:`subscribe`,
     :meth:`fetch`, :meth:`commit_async`, :meth:`member_id`, :meth:`watch`, :meth:`recover_starved`),
-    which carries kmq's workarounds for kafka-python 3.0 (:mod:`kmq.client.kafka_python.watchdog`)."""
+    which carries kmq's workarounds for kafka-python 3.0 (:mod:`kmq.client.kafka_python.watchdog`,
+    :mod:`kmq.client.kafka_python.group_join`)."""
 
     client = KAFKA_PYTHON
 
     def __init__(self, consumer: KafkaConsumer) -> None:
         self.raw = consumer
+        keep_finished_joins(consumer)  # also a user's own consumer handed to MarkerWriter
         self._watchdog: FetchWatchdog | None = None
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
@@ -239,8 +242,8 @@ class KafkaPythonConsumer:
 
 def installed_private_attributes() -> dict[str, bool]:
     """Whether each attribute in :data:`PRIVATE_ATTRIBUTES` exists in the installed kafka-python
-    (an attribute set in ``__init__``, so checked in the constructors' source; a method kmq awaits,
-    checked to be a coroutine function)."""
+    (an attribute set in ``__init__``, so checked in the constructors' source; a method kmq calls or
+    awaits, checked to be a function or a coroutine function)."""
     import inspect
 
     from kafka import KafkaProducer
@@ -255,5 +258,5 @@ def installed_private_attributes() -> dict[str, bool]:
         for attr in attrs:
             method = getattr(cls, attr, None)
             found[f"{cls_name}.{attr}"] = (f"self.{attr} =" in src or f"self.{attr}=" in src
-                                           or inspect.iscoroutinefunction(method))
+                                           or inspect.isfunction(method) or inspect.iscoroutinefunction(method))
     return found

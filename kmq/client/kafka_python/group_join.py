@@ -1,0 +1,63 @@
+"""Keep a group join that finished between two polls (a kafka-python 3.0 workaround).
+
+kafka-python 3.0 runs JoinGroup -> SyncGroup as a task on its I/O thread. A
+``poll(timeout_ms=N)`` shorter than the join (a broker holds a first JoinGroup
+for ``group.initial.rebalance.delay.ms``, 3 s by default) gives up and leaves
+the task running. When the task succeeds while no poll waits for it, the next
+poll sees a finished task and a member still marked "rejoin needed", and sends
+a fresh JoinGroup: the assignment the broker just gave is thrown away and the
+join starts over (``BaseCoordinator.join_group_async``; still so in 3.1.0.dev).
+A loop of short polls with work in between can lose every round this way:
+reproduced as a consumer without an assignment after 30 s of 100 ms polls on a
+loaded machine, each round costing a full join.
+
+:func:`keep_finished_joins` completes such a task the way kafka-python does
+when a poll is waiting for it (member stable, heartbeats on, the assignment
+handed to the rebalance listener), before the next poll decides to rejoin.
+The consumer must be polled from one thread, as kafka-python requires anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.structs import MemberState
+
+__all__ = ["keep_finished_joins", "COORDINATOR_ATTRIBUTES"]
+
+log = logging.getLogger(__name__)
+
+#: ``BaseCoordinator`` internals this workaround reads, writes or calls.
+COORDINATOR_ATTRIBUTES = ("_join_task", "_lock", "_generation", "_enable_heartbeat", "_on_join_complete_async",
+                          "join_group_async", "rejoining", "rejoin_needed", "state")
+
+
+def keep_finished_joins(consumer: Any) -> None:
+    """Make ``consumer`` (a group ``kafka.KafkaConsumer``) keep a join that succeeded between polls.
+
+    Installed on this one consumer's coordinator; other consumers of the process are untouched."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or getattr(coordinator, "_kmq_keeps_joins", False):
+        return
+    join_group_async = coordinator.join_group_async
+
+    async def join_keeping_a_finished_one(timeout_ms: Any = None) -> bool:
+        task = coordinator._join_task
+        if task is not None and task.succeeded():
+            generation = coordinator._generation
+            log.debug("group %s: keeping the join (generation %s) that finished between polls",
+                      coordinator.group_id, generation.generation_id)
+            coordinator._join_task = None
+            with coordinator._lock:
+                coordinator.rejoining = False
+                coordinator.rejoin_needed = False
+                coordinator.state = MemberState.STABLE
+                coordinator._enable_heartbeat()
+            await coordinator._on_join_complete_async(generation.generation_id, generation.member_id,
+                                                      generation.protocol, task.value)
+        # A subscription or metadata change during the join still asks for a new one here.
+        return await join_group_async(timeout_ms=timeout_ms)
+
+    coordinator.join_group_async = join_keeping_a_finished_one
+    coordinator._kmq_keeps_joins = True
