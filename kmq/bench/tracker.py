@@ -347,6 +347,11 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int,
         click.echo(f"idle process  {p['cpu_pct_of_core']}% of a core: `kmq tracker run` on {p['client']} owning "
                    f"{p['partitions']:,} idle partitions, tick {p['tick_ms']} ms, {p['seconds']}s measured "
                    f"(busiest threads: {top}); RSS {p['rss_mb']} MB   target <= 5% at 10,000")
+        floor = p["client_floor"]
+        top = ", ".join(f"{k} {v}%" for k, v in list(floor["threads_pct_of_core"].items())[:4])
+        click.echo(f"client floor  {floor['cpu_pct_of_core']}% of a core: a plain {p['client']} consumer of the same "
+                   f"idle partitions with the same fetch wait, same run (busiest threads: {top}); "
+                   f"kmq over the floor {p['kmq_over_floor_pct_of_core']}% of a core")
         return
     if idle_partitions is not None:
         from kmq.bench.tracker_idle import idle_cost

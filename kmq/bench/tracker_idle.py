@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from kmq.dev.broker import broker_unless
 
-__all__ = ["idle_cost", "process_idle_cost", "IdleConsumer", "IdleReader"]
+__all__ = ["idle_cost", "process_idle_cost", "plain_markers_consumer", "IdleConsumer", "IdleReader"]
 
 
 def _rss_mb() -> float:
@@ -182,15 +182,59 @@ def _rss_mb_of(pid: int) -> float:
     return 0.0  # pragma: no cover - no /proc
 
 
+def _measure_process(cmd: list[str], ready: Callable[[Any], bool], seconds: float, ready_timeout_s: float,
+                     what: str) -> dict:
+    """Start ``cmd``, wait until ``ready(proc)``, let it settle 2 s, then measure its CPU over ``seconds``;
+    SIGTERM it after. ``what`` names it in errors (with the end of its stderr)."""
+    import signal
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            def died(why: str = "") -> RuntimeError:
+                err.seek(0)
+                return RuntimeError(f"{why or f'{what} exited with {proc.returncode}'}; its log ends: "
+                                    f"{err.read()[-2000:]}")
+
+            t0 = time.monotonic()
+            while not ready(proc):
+                if proc.poll() is not None:
+                    raise died()
+                if time.monotonic() - t0 > ready_timeout_s:
+                    raise died(f"{what} was not ready within {ready_timeout_s:g}s")
+                time.sleep(0.5)
+            ready_s = time.monotonic() - t0
+            time.sleep(2.0)  # the first metrics pass and commits after catch-up are not idle cost
+            cpu0, wall0, threads0 = _cpu_s(proc.pid), time.monotonic(), _thread_cpu_s(proc.pid)
+            time.sleep(seconds)
+            cpu, wall = _cpu_s(proc.pid) - cpu0, time.monotonic() - wall0
+            threads = {k: v - threads0.get(k, 0.0) for k, v in _thread_cpu_s(proc.pid).items()}
+            rss = _rss_mb_of(proc.pid)
+            if proc.poll() is not None:
+                raise died()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    return {"seconds": round(wall, 2), "cpu_pct_of_core": round(100 * cpu / wall, 2), "rss_mb": round(rss, 1),
+            "ready_s": round(ready_s, 1),
+            "threads_pct_of_core": {k: round(100 * v / wall, 2) for k, v in sorted(threads.items(), key=lambda kv: -kv[1])
+                                    if v > 0}}
+
+
 def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds: float = 10.0,
                       bootstrap: str | None = None, ready_timeout_s: float = 240.0) -> dict:
     """CPU share of one core of a whole ``kmq tracker run`` process (the Kafka client's threads
     included) owning ``partitions`` idle markers partitions on a real broker (the embedded one when
-    ``bootstrap`` is None), measured for ``seconds`` after it is ready."""
+    ``bootstrap`` is None), measured for ``seconds`` after it is ready; then, in the same run, the
+    floor under it: a plain consumer of the same client in the same group settings fetching the same
+    idle partitions with the same fetch wait and nothing else (``client_floor``)."""
     import os
-    import signal
     import socket
-    import subprocess
     import sys
     import tempfile
     import urllib.error
@@ -203,7 +247,6 @@ def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds
     from kmq.client.topics import ensure_topics
 
     bootstrap, dev = broker_unless(bootstrap)
-    proc = None
     try:
         name = f"idle-{uuid.uuid4().hex[:8]}"
         with socket.socket() as s:
@@ -218,49 +261,63 @@ def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds
             path = os.path.join(tmp, "kmq.yaml")
             with open(path, "w") as f:
                 yaml.safe_dump(doc, f)
-            err = open(os.path.join(tmp, "stderr"), "w+")
-            proc = subprocess.Popen([sys.executable, "-m", "kmq", "tracker", "run", "--config", path,
-                                     "--http-host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=err)
 
-            def died(why: str = "") -> RuntimeError:
-                err.seek(0)
-                tail = err.read()[-2000:]
-                return RuntimeError(f"{why or f'the tracker exited with {proc.returncode}'}; its log ends: {tail}")
-
-            t0 = time.monotonic()
-            while True:
-                if proc.poll() is not None:
-                    raise died()
-                if time.monotonic() - t0 > ready_timeout_s:
-                    proc.kill()
-                    proc.wait(10)
-                    raise died(f"the tracker was not ready within {ready_timeout_s:g}s")
+            def tracker_ready(_proc: Any) -> bool:
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                        if r.status == 200:
-                            break
+                        return r.status == 200
                 except (urllib.error.URLError, OSError):
-                    pass
-                time.sleep(0.5)
-            ready_s = time.monotonic() - t0
-            time.sleep(2.0)  # the first metrics pass and commits after catch-up are not idle cost
-            cpu0, wall0, threads0 = _cpu_s(proc.pid), time.monotonic(), _thread_cpu_s(proc.pid)
-            time.sleep(seconds)
-            cpu, wall = _cpu_s(proc.pid) - cpu0, time.monotonic() - wall0
-            threads = {k: v - threads0.get(k, 0.0) for k, v in _thread_cpu_s(proc.pid).items()}
-            rss = _rss_mb_of(proc.pid)
-            if proc.poll() is not None:
-                raise died()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-            err.close()
+                    return False
+
+            tracker = _measure_process([sys.executable, "-m", "kmq", "tracker", "run", "--config", path,
+                                        "--http-host", "127.0.0.1"], tracker_ready, seconds, ready_timeout_s,
+                                       "the tracker")
+
+            def floor_ready(proc: Any) -> bool:
+                import select
+
+                return bool(select.select([proc.stdout], [], [], 0.5)[0]) and proc.stdout.readline().strip() == "ready"
+
+            floor = _measure_process([sys.executable, "-m", "kmq.bench.tracker_idle", path, f"{tick_s}",
+                                      str(partitions)],
+                                     floor_ready, seconds, ready_timeout_s, "the plain consumer")
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
         if dev is not None:
             dev.stop()
-    return {"partitions": partitions, "client": client, "tick_ms": round(tick_s * 1000), "seconds": round(wall, 2),
-            "cpu_pct_of_core": round(100 * cpu / wall, 2), "rss_mb": round(rss, 1), "ready_s": round(ready_s, 1),
-            "threads_pct_of_core": {k: round(100 * v / wall, 2) for k, v in sorted(threads.items(), key=lambda kv: -kv[1])
-                                    if v > 0}}
+    return {"partitions": partitions, "client": client, "tick_ms": round(tick_s * 1000), **tracker,
+            "client_floor": {k: floor[k] for k in ("cpu_pct_of_core", "rss_mb", "threads_pct_of_core")},
+            "kmq_over_floor_pct_of_core": round(tracker["cpu_pct_of_core"] - floor["cpu_pct_of_core"], 2)}
+
+
+def plain_markers_consumer(config_path: str, tick_s: float, partitions: int) -> None:
+    """The floor under an idle tracker: the tracker's markers consumer without the tracker (same client,
+    same group settings, same fetch wait), fetching until SIGTERM. Prints ``ready`` once it holds all
+    ``partitions`` markers partitions."""
+    import signal
+
+    from kmq import client as client_api
+    from kmq.config import Config
+
+    cfg = Config.load(config_path)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    consumer = client_api.group_consumer(cfg.kafka, group_id=f"{cfg.tracker.group_id}-floor", assignor="RANGE",
+                                         max_records=10_000,
+                                         fetch_max_wait_ms=max(10, min(500, int(tick_s * 1000))))
+    held: set = set()
+    consumer.subscribe([cfg.queues[0].markers_topic], on_assigned=held.update, on_revoked=held.difference_update)
+    told = False
+    try:
+        while not stop.is_set():
+            consumer.fetch(timeout=tick_s, max_records=10_000)
+            if not told and len(held) >= partitions:
+                print("ready", flush=True)
+                told = True
+    finally:
+        consumer.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    plain_markers_consumer(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]))

@@ -29,7 +29,9 @@ def test_idle_process_measures_a_whole_tracker_process_on_the_chosen_client(monk
     def fake(partitions, client, tick_s, seconds, bootstrap):
         asked.update(partitions=partitions, client=client, tick_s=tick_s, seconds=seconds, bootstrap=bootstrap)
         return {"partitions": partitions, "client": client, "tick_ms": 100, "seconds": seconds, "cpu_pct_of_core": 3.2,
-                "rss_mb": 80.0, "ready_s": 5.0, "threads_pct_of_core": {"rdk:broker1": 2.0, "python": 1.2}}
+                "rss_mb": 80.0, "ready_s": 5.0, "threads_pct_of_core": {"rdk:broker1": 2.0, "python": 1.2},
+                "client_floor": {"cpu_pct_of_core": 2.5, "rss_mb": 40.0, "threads_pct_of_core": {"rdk:broker1": 2.1}},
+                "kmq_over_floor_pct_of_core": 0.7}
 
     monkeypatch.setattr(tracker_idle, "process_idle_cost", fake)
     result = CliRunner().invoke(bench_tracker.command, ["--idle-partitions", "300", "--idle-process", "confluent",
@@ -38,6 +40,7 @@ def test_idle_process_measures_a_whole_tracker_process_on_the_chosen_client(monk
     assert asked == {"partitions": 300, "client": "confluent", "tick_s": 0.1, "seconds": 2.0,
                      "bootstrap": "127.0.0.1:9092"}
     assert "3.2% of a core" in result.output and "rdk:broker1 2.0%" in result.output
+    assert "client floor  2.5% of a core" in result.output and "kmq over the floor 0.7% of a core" in result.output
 
 
 def test_a_thread_cpu_reading_names_this_process_threads():
