@@ -121,7 +121,7 @@ def close_producer(producer: KafkaProducer, timeout: float = 5.0) -> None:
     """Close ``producer`` within about ``timeout`` seconds even when records are still
     pending (broker down). kafka-python's ``close(timeout)`` raises from its flush in
     that case and leaves its I/O thread running; this force-closes it instead (the
-    pending records fail, and their callbacks say so)."""
+    pending records fail, and their callbacks say so) and leaves it closed for good."""
     try:
         producer.close(timeout=timeout)
         return
@@ -133,6 +133,11 @@ def close_producer(producer: KafkaProducer, timeout: float = 5.0) -> None:
         sender.join(timeout)
     with contextlib.suppress(Exception):
         producer.close(timeout=0)
+    if getattr(producer, "_closed", True) is False:
+        # close(0) raised from its flush before marking the producer closed (the sender was still
+        # stopping); left so, kafka-python's __del__ would flush it again for 1 s and print the
+        # timeout as an "Exception ignored" traceback. The stopped sender fails what is pending.
+        producer._closed = True
 
 
 def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> KafkaConsumer:

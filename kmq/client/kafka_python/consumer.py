@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 PRIVATE_ATTRIBUTES = {
     "KafkaConsumer": ("_coordinator",),
     "ConsumerCoordinator": ("_generation", "_commit_offsets_sync_async", *COORDINATOR_ATTRIBUTES),
-    "KafkaProducer": ("_sender",),
+    "KafkaProducer": ("_sender", "_closed"),
 }
 
 #: How long a commit before a revoke may take (kafka-python retries it within this bound).

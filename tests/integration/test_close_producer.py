@@ -1,0 +1,43 @@
+"""Closing a kafka-python producer whose broker is gone leaves nothing for its finalizer.
+
+kafka-python's ``KafkaProducer.__del__`` closes a producer not marked closed with a
+1 s flush, which raises while records are still pending: Python prints that as an
+"Exception ignored in KafkaProducer.__del__" traceback on stderr, in the middle of a
+worker's log, whenever the garbage collector gets to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmq.client.kafka_python import clients
+from kmq.config import Config
+from kmq.dev.broker import DevBroker
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own_broker():
+    broker = DevBroker().start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_a_producer_given_up_on_a_dead_broker_is_closed_for_good(own_broker):
+    kafka = Config.from_dict({"kafka": {"bootstrap_servers": own_broker.bootstrap}, "queues": [{"name": "q"}]}).kafka
+    producer = clients.producer(kafka)
+    producer.send("q", b"before").get(10)
+    own_broker.kill()
+    pending = [producer.send("q", b"after") for _ in range(50)]
+    clients.close_producer(producer, timeout=0)  # what a marker writer does with a producer it replaces
+
+    def flush(timeout=None):
+        raise AssertionError("the producer was flushed again after close_producer gave up on it")
+
+    producer.flush = flush
+    producer.__del__()  # what the garbage collector runs
+    for fut in pending:
+        with pytest.raises(Exception):
+            fut.get(10)  # every pending send fails, and says so
