@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from kmq.client import Partition
 from kmq.config import QueueConfig
@@ -19,7 +19,7 @@ from kmq.core.lease_state import PartitionState
 from kmq.core.retention import retention_used
 from kmq.telemetry.metrics import TrackerMetrics
 
-__all__ = ["OwnedPartition", "publish_gauges"]
+__all__ = ["OwnedPartition", "partition_names", "publish_gauges"]
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +121,11 @@ def publish_gauges(owned: OwnedPartition, metrics: TrackerMetrics, highwater: Ca
     if hw is not None and pos is not None:
         lag.set(max(0, hw - pos))
     return state.in_flight > 0
+
+
+def partition_names(tps: Iterable[Partition], most: int = 10) -> str:
+    """``topic[partition]`` of each, in order; past ``most`` the rest are counted, not named (a
+    tracker given 10,000 partitions would write them all into one line)."""
+    tps = sorted(tps)
+    named = ", ".join(f"{t}[{p}]" for t, p in tps[:most])
+    return named + (f" and {len(tps) - most} more" if len(tps) > most else "")

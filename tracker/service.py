@@ -1,18 +1,14 @@
-"""The redelivery tracker service: group membership, catch-up, commit, main loop.
+"""The redelivery tracker service: group membership, commit, main loop.
 
 One consumer group (``tracker.group_id``) reads the markers topics of all
 configured queues; any number of instances share the partitions. Per owned
 markers partition the pure :class:`~kmq.core.lease_state.PartitionState` holds
 the open leases.
 
-* On assignment a partition resumes from its committed marker offset and is
-  *catching up* until its position reaches a high-water mark fetched after the
-  assignment (by the log reader: the group consumer keeps an old mark for a
-  partition assigned again to the same member); only then are its due
-  messages redelivered, so a restart never redelivers something whose END is
-  still unread. Where reading actually resumed is checked against the
-  committed offset: markers deleted by retention are logged and counted
-  (:mod:`kmq.core.retention`).
+* On assignment a partition catches up (:mod:`tracker.catch_up`): it resumes
+  from its committed marker offset, and its due messages are redelivered only
+  once its position reached a log end read after the assignment, so a restart
+  never redelivers something whose END is still unread.
 * Due partitions are served least recently served first, within a time
   budget per step: a slow partition (an unreachable leader, a slow broker)
   delays the others by one step at most and keeps its own retry backoff.
@@ -57,11 +53,11 @@ from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import BadMarker, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
-from kmq.core.retention import BELOW_LOG_START, resume_gap
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.http import HealthServer
 from tracker.membership import MembershipCheck, PauseWatch
-from tracker.partition import OwnedPartition, publish_gauges
+from tracker.catch_up import CatchUp
+from tracker.partition import OwnedPartition, partition_names, publish_gauges
 from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
 
 __all__ = ["Tracker"]
@@ -90,8 +86,6 @@ _LOOKUP_FETCH_WAIT_MS = 50
 # a frozen process), a look-up that fails loses only its own partitions' answers, and SIGTERM is
 # served between steps.
 _PARTITIONS_PER_LOOKUP = 500
-# Partitions still catching up that the readiness answer names (the rest are counted).
-_NAMED_BEHIND = 10
 
 
 class Tracker:
@@ -113,10 +107,10 @@ class Tracker:
         self._owned: dict[Partition, OwnedPartition] = {}
         # The per-step work visits these, not every owned partition (see the module docstring).
         self._schedule: DueSchedule[Partition] = DueSchedule()  # caught-up partitions: next due time
-        self._pending: set[Partition] = set()  # not positioned or not caught up yet
         self._to_commit: set[Partition] = set()  # state changed since the last commit
         self._to_publish: set[Partition] = set()  # state changed since the last metrics update
         self._published_open: set[Partition] = set()  # had messages in flight at the last metrics update
+        self._catch_up = CatchUp(self.metrics, self._touched, self._now_ms, _PARTITIONS_PER_LOOKUP)
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._joined = False
@@ -183,7 +177,8 @@ class Tracker:
             return False, "not ready: joining the tracker group"
         behind = [o.tp for o in list(self._owned.values()) if not o.caught_up]
         if behind:
-            return False, f"not ready: catching up {len(behind)} of {len(self._owned)} partition(s): {_names(behind)}"
+            return False, (f"not ready: catching up {len(behind)} of {len(self._owned)} partition(s): "
+                           f"{partition_names(behind)}")
         return True, f"ready: {len(self._owned)} partition(s)"
 
     def alive(self) -> tuple[bool, str]:
@@ -287,7 +282,7 @@ class Tracker:
             records = []  # read before the pause: act on nothing of it, re-read from the commits
         self._membership.polled()
         tally: Tally = Tally()
-        just_positioned = self._position_new()
+        just_positioned = self._catch_up.position_new(self._owned, self._consumer)
         for tp, batch in _by_partition(records).items():
             owned = self._owned.get(tp)
             if owned is not None and owned.positioned and tp not in just_positioned:
@@ -295,7 +290,8 @@ class Tracker:
                 self._touched(owned)
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
-        self._update_catch_up()
+        if self._catch_up.update(self._owned, self._consumer, self._hw_reader):
+            self._next_metrics = 0.0  # publish the replayed state at once
         self._redeliver_due()
         mono = self._mono()
         if mono >= self._next_commit:
@@ -346,7 +342,7 @@ class Tracker:
             for o in ask:
                 o.recheck_ms = now + self._tick_ms()
             log.warning("the end of %s was not read (%s): leases there are judged once it is",
-                        _names(o.tp for o in ask), exc)
+                        partition_names(o.tp for o in ask), exc)
             return
         for o in ask:
             if ends.get(o.tp) is not None:
@@ -408,15 +404,15 @@ class Tracker:
             owned.positioned = owned.caught_up = False
             owned.target = owned.committed = None
         self._schedule.clear()
-        self._pending = set(self._owned)
-        self._to_publish |= self._pending
+        self._catch_up.pending = set(self._owned)
+        self._to_publish |= self._catch_up.pending
 
     def _new_state(self, q: QueueConfig) -> PartitionState:
         return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
     def _next_delay(self) -> float:
         tick = self.cfg.tracker.tick
-        if self._pending:
+        if self._catch_up.pending:
             return tick  # poll returns as soon as markers arrive
         soonest = self._schedule.next_ms()
         if soonest is None:
@@ -426,7 +422,7 @@ class Tracker:
     def _apply(self, owned: OwnedPartition, batch: list[Record], tally: Tally) -> None:
         state, qname, p = owned.state, owned.queue.name, owned.partition
         if batch and owned.resume_from is not None:
-            self._check_resume(owned, batch[0].offset)
+            self._catch_up.check_resume(owned, batch[0].offset)
         late = 0
         for rec in batch:
             try:
@@ -447,131 +443,6 @@ class Tracker:
             tally[(qname, marker.TYPE.name.lower())] += 1
         if late:
             self.metrics.late_acks.labels(qname).inc(late)
-
-    def _position_new(self) -> set[Partition]:
-        """Seek newly assigned partitions to their committed marker offset.
-
-        kafka-python keeps the fetch position of a partition that is revoked
-        and assigned again to the same member; its state was dropped at the
-        revoke, so it must be replayed from the commit. Records fetched for it
-        in the same poll came from the old position and are discarded, and so
-        are a partition's records until it is positioned (the committed
-        offsets may not be read: tried again next step).
-        """
-        new = [o for o in map(self._owned.get, self._pending) if o is not None and not o.positioned]
-        if not new:
-            return set()
-        new = sorted(new, key=lambda o: o.tp)[:_PARTITIONS_PER_LOOKUP]
-        try:
-            committed = self._consumer.committed([o.tp for o in new])
-        except BrokerUnavailable as exc:
-            log.warning("committed marker offsets of %s not read (%s); trying again", _names(o.tp for o in new), exc)
-            return set()
-        for owned in new:
-            off = committed.get(owned.tp)
-            if off is None:
-                self._consumer.seek_to_beginning([owned.tp])
-            else:
-                self._consumer.seek(owned.topic, owned.partition, off)
-            owned.positioned = True
-            owned.target = None
-            owned.state.position = off
-            owned.committed = off
-            owned.resume_from = off
-            self._touched(owned)
-        return {o.tp for o in new}
-
-    def _check_resume(self, owned: OwnedPartition, resumed_at: int) -> None:
-        """The first offset read after resuming should be the committed one; if the consumer's offset
-        reset moved elsewhere, the committed offset is not in the log any more (see kmq.core.retention)."""
-        gap = resume_gap(owned.resume_from, resumed_at)
-        owned.resume_from = None
-        if gap is None:
-            return
-        q = owned.queue
-        self.metrics.marker_offset_resets.labels(q.name, gap.kind).inc()
-        if gap.kind == BELOW_LOG_START and gap.lost is not None:
-            self.metrics.markers_lost.labels(q.name).inc(gap.lost.count)
-            log.error("%s[%d]: committed marker offset %d is below the log start %d: markers %d..%d were deleted by "
-                      "retention before the tracker closed them. Messages whose START was among them and that were "
-                      "not acked will NOT be redelivered. See docs/operations.md (markers lost to retention)",
-                      owned.topic, owned.partition, gap.committed, gap.resumed_at, gap.lost.first, gap.lost.last)
-        else:
-            log.warning("%s[%d]: committed marker offset %d is past the end of the markers log (topic recreated or "
-                        "truncated?); replaying from offset %d", owned.topic, owned.partition, gap.committed,
-                        gap.resumed_at)
-
-    def _update_catch_up(self) -> None:
-        """Fetch the catch-up targets still missing, then enable redelivery where the position reached them."""
-        behind = [o for o in map(self._owned.get, self._pending) if o is not None and o.positioned]
-        fresh = dict(sorted((o.tp, o.committed) for o in behind if o.target is None)[:_PARTITIONS_PER_LOOKUP])
-        if fresh:
-            # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
-            # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
-            asked_ms = self._now_ms()
-            try:
-                for tp, hw in self._hw_reader.high_waters(fresh).items():
-                    self._owned[tp].target, self._owned[tp].target_ms = hw, asked_ms
-            except LogReadError as exc:
-                log.warning("catch-up target not read (%s); trying again", exc)
-        unread: list[Partition] = []
-        caught: list[OwnedPartition] = []
-        for owned in behind:
-            if owned.target is not None:
-                try:
-                    if self._catch_up(owned):
-                        caught.append(owned)
-                except BrokerUnavailable as exc:  # the position was not read: next step, like a target
-                    unread.append(owned.tp)
-                    cause = exc
-        self._log_caught_up(caught)
-        if unread:
-            log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
-                        len(unread), cause, _names(unread, 3))
-
-    def _log_caught_up(self, caught: list[OwnedPartition]) -> None:
-        if len(caught) > _NAMED_BEHIND:  # thousands of partitions at start-up: one line a step, not one each
-            log.info("%d markers partition(s) caught up (%s ...): %d message(s) in flight; redelivery enabled; "
-                     "%d still catching up", len(caught), _names((o.tp for o in caught), 3),
-                     sum(o.state.in_flight for o in caught), len(self._pending))
-            return
-        for owned in caught:
-            log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
-                     owned.topic, owned.partition, owned.state.position, owned.state.in_flight)
-
-    def _catch_up(self, owned: OwnedPartition) -> bool:
-        """Enable redelivery once the position reached the target; True if it did just now."""
-        if owned.resume_from is not None and owned.state.position == owned.resume_from:
-            self._check_resume_position(owned)
-        pos = owned.state.position
-        if pos is None and owned.target == 0:
-            # An empty log (its end is 0, so its start too): nothing to replay, no position to ask for.
-            pos = owned.state.position = 0
-        if pos is None:
-            pos = owned.state.position = self._consumer.position(owned.topic, owned.partition)
-        if pos is not None and pos >= owned.target:
-            owned.caught_up = True
-            owned.read_through_ms = owned.target_ms
-            self._pending.discard(owned.tp)
-            self._touched(owned)
-            self._next_metrics = 0.0  # publish the replayed state at once
-            return True
-        return False
-
-    def _check_resume_position(self, owned: OwnedPartition) -> None:
-        """Nothing read yet since resuming: check where the consumer actually is."""
-        cur = self._consumer.position(owned.topic, owned.partition)
-        if cur is not None and cur != owned.resume_from:
-            # The consumer's offset reset moved the position before anything was read.
-            self._check_resume(owned, cur)
-            owned.state.position = cur
-        elif owned.resume_from > owned.target:
-            # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
-            # reset to the log start on its own; do it explicitly rather than rely on the broker.
-            self._consumer.seek_to_beginning([owned.tp])
-            start = self._consumer.position(owned.topic, owned.partition)
-            self._check_resume(owned, start)
-            owned.state.position = start
 
     def _commit(self, force: bool = False) -> None:
         """Commit the partitions whose committable offset moved (``force``: every owned one)."""
@@ -626,9 +497,9 @@ class Tracker:
                 continue
             q = self._queues[tp[0]]
             self._owned[tp] = OwnedPartition(q, tp, self._new_state(q))
-            self._pending.add(tp)
+            self._catch_up.pending.add(tp)
             self._to_publish.add(tp)
-        log.info("assigned markers partitions: %s", _names(assigned) or "none")
+        log.info("assigned markers partitions: %s", partition_names(assigned) or "none")
 
     def _revoke_offsets(self, revoked: set[Partition]) -> dict[Partition, int]:
         """What to commit before ``revoked`` go (the client commits it): each one's committable
@@ -653,7 +524,8 @@ class Tracker:
         m = self.metrics
         for tp in revoked:
             owned = self._owned.pop(tp, None)
-            for held in (self._schedule, self._pending, self._to_commit, self._to_publish, self._published_open):
+            for held in (self._schedule, self._catch_up.pending, self._to_commit, self._to_publish,
+                         self._published_open):
                 held.discard(tp)
             if owned is None:
                 continue
@@ -663,7 +535,7 @@ class Tracker:
                     g.remove(*labels)
                 except KeyError:
                     pass
-        log.info("revoked markers partitions: %s (offsets committed, state dropped)", _names(revoked))
+        log.info("revoked markers partitions: %s (offsets committed, state dropped)", partition_names(revoked))
 
 
 def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
@@ -672,11 +544,3 @@ def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
     for rec in records:
         out.setdefault((rec.topic, rec.partition), []).append(rec)
     return out
-
-
-def _names(tps, most: int = _NAMED_BEHIND) -> str:
-    """``topic[partition]`` of each, in order; past ``most`` the rest are counted, not named (a
-    tracker given 10,000 partitions would write them all into one line)."""
-    tps = sorted(tps)
-    named = ", ".join(f"{t}[{p}]" for t, p in tps[:most])
-    return named + (f" and {len(tps) - most} more" if len(tps) > most else "")

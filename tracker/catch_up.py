@@ -1,0 +1,173 @@
+"""Catch-up: a newly owned markers partition, from its assignment until redelivery may start.
+
+A partition resumes from its committed marker offset and is *catching up* until its position
+reaches a high-water mark read after the assignment (by the log reader: the group consumer keeps
+an old mark for a partition assigned again to the same member); only then are its due messages
+redelivered, so a restart never redelivers something whose END is still unread. Where reading
+actually resumed is checked against the committed offset: markers deleted by retention are logged
+and counted (:mod:`kmq.core.retention`).
+
+A tracker given thousands of partitions at once positions them and reads their ends at most
+``per_step`` at a time, over several steps; a look-up that fails costs only its own partitions a
+retry, and a position the broker does not answer is asked again next step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from kmq.client import GroupConsumerAdapter, LogReadError, Partition
+from kmq.core.errors import BrokerUnavailable
+from kmq.core.retention import BELOW_LOG_START, resume_gap
+from kmq.telemetry.metrics import TrackerMetrics
+from tracker.partition import OwnedPartition, partition_names
+
+__all__ = ["CatchUp"]
+
+log = logging.getLogger(__name__)
+
+# Caught-up partitions named one by one in the log; more in one step are summed up in one line.
+_NAMED_ONE_BY_ONE = 10
+
+
+class CatchUp:
+    """The partitions not caught up yet (:attr:`pending`) and the steps that bring them there.
+
+    ``touched(owned)`` is the service's "this partition's state changed" (schedule, commit,
+    publish); ``now_ms()`` its clock."""
+
+    def __init__(self, metrics: TrackerMetrics, touched: Callable[[OwnedPartition], None],
+                 now_ms: Callable[[], int], per_step: int) -> None:
+        self.metrics = metrics
+        self._touched = touched
+        self._now_ms = now_ms
+        self.per_step = per_step
+        #: Owned partitions not positioned or not caught up yet.
+        self.pending: set[Partition] = set()
+
+    def position_new(self, owned: dict[Partition, OwnedPartition], consumer: GroupConsumerAdapter) -> set[Partition]:
+        """Seek newly assigned partitions to their committed marker offset; returns those positioned.
+
+        kafka-python keeps the fetch position of a partition that is revoked and assigned again to
+        the same member; its state was dropped at the revoke, so it must be replayed from the commit.
+        Records fetched for it in the same poll came from the old position and are discarded, and so
+        are a partition's records until it is positioned (the committed offsets may not be read:
+        tried again next step)."""
+        new = [o for o in map(owned.get, self.pending) if o is not None and not o.positioned]
+        if not new:
+            return set()
+        new = sorted(new, key=lambda o: o.tp)[:self.per_step]
+        try:
+            committed = consumer.committed([o.tp for o in new])
+        except BrokerUnavailable as exc:
+            log.warning("committed marker offsets of %s not read (%s); trying again",
+                        partition_names(o.tp for o in new), exc)
+            return set()
+        for o in new:
+            off = committed.get(o.tp)
+            if off is None:
+                consumer.seek_to_beginning([o.tp])
+            else:
+                consumer.seek(o.topic, o.partition, off)
+            o.positioned = True
+            o.target = None
+            o.state.position = off
+            o.committed = off
+            o.resume_from = off
+            self._touched(o)
+        return {o.tp for o in new}
+
+    def check_resume(self, owned: OwnedPartition, resumed_at: int) -> None:
+        """The first offset read after resuming should be the committed one; if the consumer's offset
+        reset moved elsewhere, the committed offset is not in the log any more (see kmq.core.retention)."""
+        gap = resume_gap(owned.resume_from, resumed_at)
+        owned.resume_from = None
+        if gap is None:
+            return
+        q = owned.queue
+        self.metrics.marker_offset_resets.labels(q.name, gap.kind).inc()
+        if gap.kind == BELOW_LOG_START and gap.lost is not None:
+            self.metrics.markers_lost.labels(q.name).inc(gap.lost.count)
+            log.error("%s[%d]: committed marker offset %d is below the log start %d: markers %d..%d were deleted by "
+                      "retention before the tracker closed them. Messages whose START was among them and that were "
+                      "not acked will NOT be redelivered. See docs/operations.md (markers lost to retention)",
+                      owned.topic, owned.partition, gap.committed, gap.resumed_at, gap.lost.first, gap.lost.last)
+        else:
+            log.warning("%s[%d]: committed marker offset %d is past the end of the markers log (topic recreated or "
+                        "truncated?); replaying from offset %d", owned.topic, owned.partition, gap.committed,
+                        gap.resumed_at)
+
+    def update(self, owned: dict[Partition, OwnedPartition], consumer: GroupConsumerAdapter,
+               hw_reader) -> list[OwnedPartition]:
+        """Read the catch-up targets still missing, then enable redelivery where the position reached
+        them; returns the partitions caught up just now."""
+        behind = [o for o in map(owned.get, self.pending) if o is not None and o.positioned]
+        fresh = dict(sorted((o.tp, o.committed) for o in behind if o.target is None)[:self.per_step])
+        if fresh:
+            # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
+            # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
+            asked_ms = self._now_ms()
+            try:
+                for tp, hw in hw_reader.high_waters(fresh).items():
+                    owned[tp].target, owned[tp].target_ms = hw, asked_ms
+            except LogReadError as exc:
+                log.warning("catch-up target not read (%s); trying again", exc)
+        unread: list[Partition] = []
+        caught: list[OwnedPartition] = []
+        for o in behind:
+            if o.target is not None:
+                try:
+                    if self._reached(o, consumer):
+                        caught.append(o)
+                except BrokerUnavailable as exc:  # the position was not read: next step, like a target
+                    unread.append(o.tp)
+                    cause = exc
+        self._log_caught_up(caught)
+        if unread:
+            log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
+                        len(unread), cause, partition_names(unread, 3))
+        return caught
+
+    def _log_caught_up(self, caught: list[OwnedPartition]) -> None:
+        if len(caught) > _NAMED_ONE_BY_ONE:  # thousands of partitions at start-up: one line a step, not one each
+            log.info("%d markers partition(s) caught up (%s ...): %d message(s) in flight; redelivery enabled; "
+                     "%d still catching up", len(caught), partition_names((o.tp for o in caught), 3),
+                     sum(o.state.in_flight for o in caught), len(self.pending))
+            return
+        for o in caught:
+            log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
+                     o.topic, o.partition, o.state.position, o.state.in_flight)
+
+    def _reached(self, owned: OwnedPartition, consumer: GroupConsumerAdapter) -> bool:
+        """Enable redelivery once the position reached the target; True if it did just now."""
+        if owned.resume_from is not None and owned.state.position == owned.resume_from:
+            self._check_resume_position(owned, consumer)
+        pos = owned.state.position
+        if pos is None and owned.target == 0:
+            # An empty log (its end is 0, so its start too): nothing to replay, no position to ask for.
+            pos = owned.state.position = 0
+        if pos is None:
+            pos = owned.state.position = consumer.position(owned.topic, owned.partition)
+        if pos is not None and pos >= owned.target:
+            owned.caught_up = True
+            owned.read_through_ms = owned.target_ms
+            self.pending.discard(owned.tp)
+            self._touched(owned)
+            return True
+        return False
+
+    def _check_resume_position(self, owned: OwnedPartition, consumer: GroupConsumerAdapter) -> None:
+        """Nothing read yet since resuming: check where the consumer actually is."""
+        cur = consumer.position(owned.topic, owned.partition)
+        if cur is not None and cur != owned.resume_from:
+            # The consumer's offset reset moved the position before anything was read.
+            self.check_resume(owned, cur)
+            owned.state.position = cur
+        elif owned.resume_from > owned.target:
+            # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
+            # reset to the log start on its own; do it explicitly rather than rely on the broker.
+            consumer.seek_to_beginning([owned.tp])
+            start = consumer.position(owned.topic, owned.partition)
+            self.check_resume(owned, start)
+            owned.state.position = start
