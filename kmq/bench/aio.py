@@ -148,11 +148,12 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst}
 
 
-def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int) -> None:
+def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int,
+           client: str = "kafka-python") -> None:
     import logging
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms")
+    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms", client)
     if variant == "threads":
         out = _child_threads(cfg, messages, batch)
     elif variant == "aiokafka":
@@ -163,9 +164,10 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int) -> dict:
+def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int,
+           client: str = "kafka-python") -> dict:
     code = ("from kmq.bench.aio import _child; "
-            f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {concurrency})")
+            f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {concurrency}, {client!r})")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -174,18 +176,20 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
 
 def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency: int = 16, rounds: int = 3,
-        partitions: int = 1, bootstrap: str | None = None, echo: Any = None) -> dict:
-    """Run the variants ``rounds`` times; returns the figures (also printed through ``echo``)."""
+        partitions: int = 1, bootstrap: str | None = None, echo: Any = None, client: str = "kafka-python") -> dict:
+    """Run the variants ``rounds`` times; returns the figures (also printed through ``echo``). ``client``:
+    the Kafka client of the kmq variants (``kafka.client``); the aiokafka loop is the reference either way."""
     say = echo or (lambda *_: None)
     bootstrap, broker = broker_unless(bootstrap)
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         _produce(bootstrap, queue, messages, size, partitions, "kafka-python")
-        say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)); aio-run concurrency {concurrency}")
+        say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)); aio-run concurrency {concurrency}; "
+            f"kmq variants on {client}")
         runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
         for r in range(rounds):
             for variant in VARIANTS:
-                res = _spawn(variant, bootstrap, queue, messages, batch, concurrency)
+                res = _spawn(variant, bootstrap, queue, messages, batch, concurrency, client)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
                 gap = "" if res["loop_gap_ms"] is None else (f", loop thread cpu {res['loop_cpu_seconds']:.2f}s, "
@@ -201,7 +205,8 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 f"{v} {' '.join(f'{x:.3f}' for x in per_round)}; {statistics.median(per_round):.3f}"
                 for v, per_round in ratios[base].items()))
         say("largest event-loop gap: " + ", ".join(f"{v} {g:.1f} ms" for v, g in gaps.items()))
-        return {"messages": messages, "size": size, "batch": batch, "concurrency": concurrency, "rounds": rounds,
+        return {"client": client, "messages": messages, "size": size, "batch": batch, "concurrency": concurrency,
+                "rounds": rounds,
                 "partitions": partitions, "msgs_per_s": {v: [x["rate"] for x in runs[v]] for v in VARIANTS},
                 "median_msgs_per_s": medians,
                 "ratio_to_threads": {v: statistics.median(x) for v, x in ratios["threads"].items()},
@@ -227,6 +232,8 @@ def _ratios(runs: dict[str, list[dict]], base: str) -> dict[str, list[float]]:
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
+@click.option("--client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python", show_default=True,
+              help="Kafka client of the kmq variants (kafka.client); the aiokafka loop is the reference either way.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
 def command(as_json: bool, **opts: Any) -> None:
     """AsyncKmqConsumer (async for, run) vs a plain aiokafka loop and KmqConsumer (threads), one broker."""

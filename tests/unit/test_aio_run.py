@@ -117,6 +117,45 @@ def test_run_over_a_ready_backlog_lets_other_tasks_run(monkeypatch):
     assert ticks_seen[-1] > 50  # the ticker kept running while the backlog was handled
 
 
+def test_the_workers_share_one_turn_so_other_tasks_wait_one_budget_not_one_per_worker(monkeypatch):
+    """16 workers over a ready backlog, handlers that never suspend: once YIELD_EVERY is spent, all
+    workers yield until the loop ran its other tasks, so another task waits one budget, not one
+    budget per worker (80 ms with 16 workers and 5 ms). Time is a counter: each handler call is 1 ms."""
+    import kmq.consumer.aio as aio_module
+
+    clock = [0.0]
+    monkeypatch.setattr(aio_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(AsyncKmqConsumer, "YIELD_EVERY", 0.005)
+    fake = ReadyConsumer(2000)
+    c = _consumer(fake)
+    calls_between_ticks: list[int] = []
+
+    async def scenario():
+        calls = 0
+
+        async def ticker():
+            nonlocal calls
+            while True:
+                calls_between_ticks.append(calls)
+                calls = 0
+                await asyncio.sleep(0)
+
+        async def handler(msg):
+            nonlocal calls
+            calls += 1
+            clock[0] += 0.001
+            if msg.offset == 1999:
+                c.stop()
+
+        t = asyncio.create_task(ticker())
+        await c.run(handler, concurrency=16)
+        t.cancel()
+
+    asyncio.run(scenario())
+    assert sum(calls_between_ticks) >= 1990
+    assert max(calls_between_ticks) <= 6, max(calls_between_ticks)  # one 5 ms budget (+ the call that spent it)
+
+
 def test_a_fetcher_error_met_by_a_worker_ends_run_with_it():
     fake = ReadyConsumer(10)
     fake.ready.fail(RuntimeError("fetcher failed"))
