@@ -183,15 +183,16 @@ def _rss_mb_of(pid: int) -> float:
 
 
 def _measure_process(cmd: list[str], ready: Callable[[Any], bool], seconds: float, ready_timeout_s: float,
-                     what: str) -> dict:
+                     what: str, stdout: Any = None) -> dict:
     """Start ``cmd``, wait until ``ready(proc)``, let it settle 2 s, then measure its CPU over ``seconds``;
-    SIGTERM it after. ``what`` names it in errors (with the end of its stderr)."""
+    SIGTERM it after. ``what`` names it in errors (with the end of its stderr); ``stdout``: where its
+    standard output goes (default: nowhere; ``subprocess.PIPE`` when ``ready`` reads it)."""
     import signal
     import subprocess
     import tempfile
 
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if stdout is None else stdout, stderr=err, text=True)
         try:
             def died(why: str = "") -> RuntimeError:
                 err.seek(0)
@@ -235,6 +236,7 @@ def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds
     idle partitions with the same fetch wait and nothing else (``client_floor``)."""
     import os
     import socket
+    import subprocess
     import sys
     import tempfile
     import urllib.error
@@ -280,7 +282,7 @@ def process_idle_cost(partitions: int, client: str, tick_s: float = 0.1, seconds
 
             floor = _measure_process([sys.executable, "-m", "kmq.bench.tracker_idle", path, f"{tick_s}",
                                       str(partitions)],
-                                     floor_ready, seconds, ready_timeout_s, "the plain consumer")
+                                     floor_ready, seconds, ready_timeout_s, "the plain consumer", subprocess.PIPE)
     finally:
         if dev is not None:
             dev.stop()
