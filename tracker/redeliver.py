@@ -29,15 +29,28 @@ appended; its copy then exists twice with the same ``kmq-origin``.
 
 One record never stops the service, never blocks the records behind it, and
 what was already copied is closed, not copied again.
+
+**The cyclic garbage collector waits during a large step.** A crash-sized
+backlog makes several objects per copy (the original read, its send, the
+copy's headers), almost none of them in a reference cycle and all freed by
+reference counting; with the collector running, its collections of these
+young objects and its full passes over everything they keep alive (a round
+holds up to :data:`_ROUND_BYTES` of originals) took about a third of the
+tracker's time. A step of at least :data:`_GC_PAUSE_OFFSETS` offsets pauses
+automatic collection for its duration (process-wide: other threads of the
+process allocate without it meanwhile) and restores it after, exception or
+not; a process that disabled it itself keeps it disabled.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from kmq import client as client_api
 from kmq.client.topics import max_message_bytes
@@ -46,6 +59,7 @@ from kmq.core.copies import (
     REASON_UNDELIVERABLE,
     Step,
     copy_headers,
+    copy_headers_for,
     copy_request_size,
     dead_letter_headers,
     record_size,
@@ -93,7 +107,22 @@ _READ_CHUNK = 25_000
 # for sends not judged yet: past it, the sends started are judged (flush, settle, CLOSED) first.
 _CHUNK_BYTES = 8 * 1024 * 1024
 _ROUND_BYTES = 32 * 1024 * 1024
+# A step of this many offsets or more runs with the cyclic garbage collector paused (module docstring).
+_GC_PAUSE_OFFSETS = 5_000
 _COPY = Step.COPY  # an enum member looked up through its class costs a few hundred ns each time
+
+
+@contextmanager
+def _collector_paused(pause: bool) -> Iterator[None]:
+    """Automatic cyclic garbage collection off for the block when ``pause`` (and it is on)."""
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def delivery_timeout_s(kafka: KafkaConfig) -> float:
@@ -175,7 +204,7 @@ class _Started:
     """Sends started together (one chunk's, or a round's fallbacks), not judged yet."""
 
     sends: list[Send]
-    records: dict[int, Any]  # the originals by offset (a refused copy is dead-lettered from it)
+    records: Mapping[int, Any]  # the originals by offset, at least the sends' (a refused copy is dead-lettered from it)
     now_ms: int  # when they were started (the redelivery delay metric)
     batch: Any  # the producer's SendBatch of the records that left (None: none did)
     at: list[int]  # index in ``sends`` of each record of ``batch``
@@ -189,9 +218,10 @@ class _Round:
     started: list[_Started] = field(default_factory=list)
     bytes: int = 0
 
-    def add(self, started: _Started) -> None:
+    def add(self, started: _Started, size: int) -> None:
+        """Add ``started``, whose originals hold ``size`` payload bytes."""
         self.started.append(started)
-        self.bytes += sum(len(r.value or b"") + len(r.key or b"") for r in started.records.values())
+        self.bytes += size
 
 
 class Redeliverer:
@@ -225,7 +255,8 @@ class Redeliverer:
         report = RedeliveryReport()
         if items:
             try:
-                self._step(queue, partition, state, items, report)
+                with _collector_paused(sum(it.offset_count for it in items) >= _GC_PAUSE_OFFSETS):
+                    self._step(queue, partition, state, items, report)
             except (LogReadError, OSError, *client_api.produce_errors()) as exc:
                 self._retry_all(queue, partition, state, items, exc, report)
                 if isinstance(exc, client_api.producer_state_errors()):
@@ -268,9 +299,9 @@ class Redeliverer:
         """Read ``items``' originals, plan them and start their sends; returns the log end the read
         ran into (None: it did not)."""
         read = self._reader.read(queue.name, partition, wanted_ranges(items))
+        size = sum([len(r.value or b"") + len(r.key or b"") for r in read.records.values()])
         if read.records:
-            self._record_bytes[queue.name] = sum(len(r.value or b"") + len(r.key or b"")
-                                                 for r in read.records.values()) / len(read.records)
+            self._record_bytes[queue.name] = size / len(read.records)
         now = self._clock_ms()
         step = plan(state, items, read.records, read.missing, read.log_end, now)
         if step.missing:
@@ -285,7 +316,7 @@ class Redeliverer:
             log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
                         "they stay open and are retried", n, queue.name, partition)
         if step.sends:
-            pending.add(self._start_all(queue, partition, read.records, step.sends, now))
+            pending.add(self._start_all(queue, partition, read.records, step.sends, now), size)
         return read.log_end
 
     def _finish(self, queue: QueueConfig, partition: int, state: PartitionState, pending: "_Round",
@@ -376,21 +407,22 @@ class Redeliverer:
         # A backlog is copies, one per offset: their records are built inline here (names looked up
         # once, not per record); dead letters, references and traced copies go through _out_record.
         fast = self._tracing is None
-        name, copy, out_record, add, mark = queue.name, _COPY, client_api.OutRecord, out.append, at.append
+        name, copy, add, mark = queue.name, _COPY, out.append, at.append
+        out_record, new = client_api.OutRecord, tuple.__new__  # OutRecord(...) without its Python-level __new__
         for i, s in enumerate(sends):
             try:
                 rec = records[s.offset]
                 if fast and s.step is copy:
-                    headers = rec.headers
-                    add(out_record(name, partition, rec.key, rec.value,
-                                   copy_headers(headers, origin_of(headers, name, partition, rec.offset), s.count)))
+                    add(new(out_record, (name, partition, rec.key, rec.value,
+                                         copy_headers_for(rec.headers, name, partition, rec.offset, s.count))))
                 else:
                     add(self._out_record(queue, partition, rec, s, now))
                 mark(i)
             except Exception as exc:  # noqa: BLE001 - refused before it left: this record only
                 refused[i] = self._failed(queue, s.step, exc)
         batch = client_api.send_many(self._producer, out) if out else None
-        return _Started(sends, {s.offset: records[s.offset] for s in sends}, now, batch, at, refused)
+        # ``records`` as it is (a chunk's read, or a round's originals): sends are looked up in it
+        return _Started(sends, records, now, batch, at, refused)
 
     def _judge(self, queue: QueueConfig, started: "_Started") -> list[SendResult]:
         """Each send's result once the producer was flushed: acknowledged, failed, or undecided past

@@ -39,6 +39,7 @@ from kmq.core.message import (
     HEADER_DLQ_TS,
     HEADER_ORIGIN,
     header_text,
+    origin_of,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "restore_null_headers",
     "copy_problem",
     "copy_headers",
+    "copy_headers_for",
     "dead_letter_headers",
     "reference_headers",
     "reference_of",
@@ -146,6 +148,16 @@ def copy_headers(original: Headers | None, origin: str, count: int) -> list[tupl
     headers.append((HEADER_DELIVERY_COUNT, str(count + 1).encode()))
     headers.append((HEADER_ORIGIN, origin.encode()))
     return headers
+
+
+def copy_headers_for(original: Headers | None, topic: str, partition: int, offset: int,
+                     count: int) -> list[tuple[str, bytes]]:
+    """``copy_headers(original, origin_of(original, topic, partition, offset), count)``: the
+    headers of the copy of the record at ``topic/partition/offset``. A record without headers
+    (a backlog's usual first redelivery) takes a path without a header scan."""
+    if not original:
+        return [(HEADER_DELIVERY_COUNT, str(count + 1).encode()), (HEADER_ORIGIN, f"{topic}/{partition}/{offset}".encode())]
+    return copy_headers(original, origin_of(original, topic, partition, offset), count)
 
 
 def dead_letter_headers(original: Headers | None, origin: str, count: int, reason: str, error: str,

@@ -206,7 +206,8 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
                     if off not in gone and (log_end is None or off < log_end):
                         unread.append(off)
                     continue
-                count = delivery_count_of(rec.headers)
+                headers = rec.headers
+                count = delivery_count_of(headers) if headers else 1  # no headers: a first delivery
                 entry = decided.get(count)
                 if entry is None:
                     decision = state.plan(item, count, now_ms)

@@ -94,20 +94,16 @@ class ConfluentLogReader:
             return ReadResult(found, [])
         cursor = ScanCursor.ranges(wanted, time.monotonic(), self._timeout_s, what=f"{topic}[{partition}]")
         done: dict = {}
+        new = tuple.__new__  # ReadRecord(...) without its Python-level __new__: one per original of a backlog
         for _tp, batch in self._walk({(topic, partition): cursor}, done):
             first, last = batch[0].offset(), batch[-1].offset()
-            if wanted.intersection(first, last - first + 1) == [(first, last - first + 1)]:
-                # The whole batch is wanted (the usual case: a backlog's contiguous STARTs).
-                for m in batch:
-                    off = m.offset()
-                    found[off] = ReadRecord(topic, partition, off, m.key(), m.value(), m.headers() or [],
-                                            m.timestamp()[1])
-                continue
+            whole = wanted.intersection(first, last - first + 1) == [(first, last - first + 1)]
+            # Usually the whole batch is wanted (a backlog's contiguous STARTs): no test per record.
             for m in batch:
                 off = m.offset()
-                if off in wanted:
-                    found[off] = ReadRecord(topic, partition, off, m.key(), m.value(), m.headers() or [],
-                                            m.timestamp()[1])
+                if whole or off in wanted:
+                    found[off] = new(ReadRecord, (topic, partition, off, m.key(), m.value(), m.headers() or [],
+                                                  m.timestamp()[1]))
         return read_result(wanted, found, done[(topic, partition)])
 
     def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
