@@ -190,6 +190,10 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     ordering = "key" if variant == "kmq-key" else "none"
     cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", flush_interval, client, ordering,
                   auto_renew=variant != "kmq-no-renew")
+    if variant == "kmq-gc":  # KmqConsumer in a process tuned as kmq's own are (kmq work)
+        from kmq.config.process import tune_collector
+
+        tune_collector()
     if variant == "plain":
         out = _child_plain(cfg, messages, batch)
     elif variant == "share":
@@ -242,7 +246,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
         fetch: int | None = None, echo: Any = None, client: str = "kafka-python",
         clients: tuple[str, ...] | None = None, share: bool = False, ordering: str = "none",
-        keys: int = 1000, no_renew: bool = False) -> dict:
+        keys: int = 1000, no_renew: bool = False, tuned_gc: bool = False) -> dict:
     """Run the A/B benchmark on ``client``; returns the figures (also printed through ``echo``).
     With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
     to :data:`DEFAULT_MESSAGES` of the client."""
@@ -255,7 +259,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
                 both[c] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
                 continue
             both[c] = run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c,
-                          None, share, ordering, keys, no_renew)
+                          None, share, ordering, keys, no_renew, tuned_gc)
         return both
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
@@ -268,15 +272,16 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
             f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
             f"{fetch or 4 * batch} per START (default settings)")
-        if keyed and (share or no_renew):
-            raise click.ClickException("--ordering key is a comparison of its own: run it without --share and "
-                                       "--no-renew")
+        if keyed and (share or no_renew or tuned_gc):
+            raise click.ClickException("--ordering key is a comparison of its own: run it without --share, "
+                                       "--no-renew and --tuned-gc")
         if keyed:
             base, test = "kmq", "kmq-key"
             say(f"ordering: key ({keys} key(s)) against ordering: none, both KmqConsumer")
             variants: tuple[str, ...] = (base, test)
         else:
-            variants = ("plain", "kmq") + (("share",) if share else ()) + (("kmq-no-renew",) if no_renew else ())
+            variants = (("plain", "kmq") + (("share",) if share else ()) + (("kmq-no-renew",) if no_renew else ())
+                        + (("kmq-gc",) if tuned_gc else ()))
         runs: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(rounds):
             for variant in variants:
@@ -318,10 +323,28 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
             say(f"[{client}] consumer.auto_renew false median {result['no_renew_median']:,.0f} msg/s; ratio "
                 f"auto_renew on/off per round {', '.join(f'{x:.3f}' for x in on_off)}; median "
                 f"{result['renew_ratio_median']:.3f}")
+        if tuned_gc:
+            result.update(_tuned_gc_figures(runs, kmq))
+            say(f"[{client}] KmqConsumer with the collector tuned (as in kmq work) median {result['gc_median']:,.0f} "
+                f"msg/s; ratio tuned/default per round {', '.join(f'{x:.3f}' for x in result['gc_ratio_per_round'])}; "
+                f"median {result['gc_ratio_median']:.3f}; CPU per message tuned/default "
+                f"{result['gc_cpu_per_message_ratio_median']:.3f}")
         return result
     finally:
         if broker is not None:
             broker.stop()
+
+
+def _tuned_gc_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
+    """KmqConsumer in a process with :func:`kmq.config.process.tune_collector` against the default
+    KmqConsumer runs of the same rounds (throughput and CPU seconds per message)."""
+    rates = [x["rate"] for x in runs["kmq-gc"]]
+    cpu = [g["cpu_seconds"] / g["messages"] / (d["cpu_seconds"] / d["messages"])
+           for g, d in zip(runs["kmq-gc"], runs["kmq"])]
+    return {"gc_msgs_per_s": rates, "gc_median": statistics.median(rates),
+            "gc_ratio_per_round": [g / d for g, d in zip(rates, kmq)],
+            "gc_ratio_median": statistics.median(g / d for g, d in zip(rates, kmq)),
+            "gc_cpu_per_message_ratio_median": statistics.median(cpu)}
 
 
 def _share_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
@@ -375,6 +398,9 @@ def _ordering_result(runs: dict[str, list[dict]], client: str, messages: int, ke
 @click.option("--no-renew", is_flag=True,
               help="Also run KmqConsumer with consumer.auto_renew false each round; reports auto_renew on/off "
                    "(the default, on, against the earlier default).")
+@click.option("--tuned-gc", is_flag=True,
+              help="Also run KmqConsumer in a process whose garbage collector is tuned as kmq work's is "
+                   "(kmq.config.process.tune_collector); reports tuned/default and CPU per message.")
 @click.option("--ordering", type=click.Choice(("none", "key")), default="none", show_default=True,
               help="key: compare consumer.ordering key with none (keyed records) instead of plain with kmq.")
 @click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True,

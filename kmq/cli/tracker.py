@@ -28,7 +28,9 @@ def run(http_host: str, cfg: Config) -> None:
     for h in logging.getLogger().handlers:
         h.setLevel(logging.NOTSET)
     from kmq.client.kafka_python.clients import broker_errors
+    from kmq.config.process import tune_collector
     from tracker import Tracker
 
+    tune_collector()
     with broker_errors(cfg.kafka):  # a refused login or an ACL denial mid-run: one line naming it
         Tracker(cfg, http_host=http_host).run()

@@ -160,6 +160,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     a copy whose origin already took effect is acked without effect, and one being
     processed elsewhere is nacked for later. Prints one summary line on exit.
     """
+    from kmq.config.process import tune_collector
     from kmq.consumer.consumer import KmqConsumer
     from kmq.telemetry.metrics import ConsumerMetrics
 
@@ -167,6 +168,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
         raise click.BadParameter("--asyncio and --share are two ways to run the worker: choose one")
     if fail_rate + hang_rate + slow_rate > 1:
         raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
+    tune_collector()
     lease = cfg.queue(queue).lease
     slow_s = 1.5 * lease
     metrics = ConsumerMetrics.shared()
