@@ -149,8 +149,13 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
 
 
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int,
-           client: str = "kafka-python") -> None:
+           client: str = "kafka-python", tuned_gc: bool = False) -> None:
     import logging
+
+    if tuned_gc:  # every variant alike, as kmq work tunes its process
+        from kmq.config.process import tune_collector
+
+        tune_collector()
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms", client)
@@ -165,9 +170,10 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
 
 def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int,
-           client: str = "kafka-python") -> dict:
+           client: str = "kafka-python", tuned_gc: bool = False) -> dict:
     code = ("from kmq.bench.aio import _child; "
-            f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {concurrency}, {client!r})")
+            f"_child({variant!r}, {bootstrap!r}, {queue!r}, {messages}, {batch}, {concurrency}, {client!r}, "
+            f"{tuned_gc!r})")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -176,20 +182,22 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
 
 def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency: int = 16, rounds: int = 3,
-        partitions: int = 1, bootstrap: str | None = None, echo: Any = None, client: str = "kafka-python") -> dict:
+        partitions: int = 1, bootstrap: str | None = None, echo: Any = None, client: str = "kafka-python",
+        tuned_gc: bool = False) -> dict:
     """Run the variants ``rounds`` times; returns the figures (also printed through ``echo``). ``client``:
-    the Kafka client of the kmq variants (``kafka.client``); the aiokafka loop is the reference either way."""
+    the Kafka client of the kmq variants (``kafka.client``); the aiokafka loop is the reference either way.
+    ``tuned_gc``: every variant's process tunes its garbage collector as ``kmq work`` does."""
     say = echo or (lambda *_: None)
     bootstrap, broker = broker_unless(bootstrap)
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         _produce(bootstrap, queue, messages, size, partitions, "kafka-python")
         say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)); aio-run concurrency {concurrency}; "
-            f"kmq variants on {client}")
+            f"kmq variants on {client}" + ("; garbage collector tuned in every variant" if tuned_gc else ""))
         runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
         for r in range(rounds):
             for variant in VARIANTS:
-                res = _spawn(variant, bootstrap, queue, messages, batch, concurrency, client)
+                res = _spawn(variant, bootstrap, queue, messages, batch, concurrency, client, tuned_gc)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
                 gap = "" if res["loop_gap_ms"] is None else (f", loop thread cpu {res['loop_cpu_seconds']:.2f}s, "
@@ -205,7 +213,7 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 f"{v} {' '.join(f'{x:.3f}' for x in per_round)}; {statistics.median(per_round):.3f}"
                 for v, per_round in ratios[base].items()))
         say("largest event-loop gap: " + ", ".join(f"{v} {g:.1f} ms" for v, g in gaps.items()))
-        return {"client": client, "messages": messages, "size": size, "batch": batch, "concurrency": concurrency,
+        return {"client": client, "tuned_gc": tuned_gc, "messages": messages, "size": size, "batch": batch, "concurrency": concurrency,
                 "rounds": rounds,
                 "partitions": partitions, "msgs_per_s": {v: [x["rate"] for x in runs[v]] for v in VARIANTS},
                 "median_msgs_per_s": medians,
@@ -234,6 +242,8 @@ def _ratios(runs: dict[str, list[dict]], base: str) -> dict[str, list[float]]:
 @click.option("--bootstrap", default=None, help="Use this broker instead of an embedded one.")
 @click.option("--client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python", show_default=True,
               help="Kafka client of the kmq variants (kafka.client); the aiokafka loop is the reference either way.")
+@click.option("--tuned-gc", is_flag=True,
+              help="Tune every variant's garbage collector as kmq work does (kmq.config.process.tune_collector).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
 def command(as_json: bool, **opts: Any) -> None:
     """AsyncKmqConsumer (async for, run) vs a plain aiokafka loop and KmqConsumer (threads), one broker."""
