@@ -9,6 +9,7 @@ a missing Redis fails instead of skipping.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -20,6 +21,16 @@ from kmq.config import Config
 from kmq.dev.broker import DevBroker
 
 TEST_GROUP_TIMING = {"session_timeout": "6s", "heartbeat_interval": "1s"}
+
+
+@pytest.fixture(autouse=True)
+def _collector_thresholds_restored():
+    """A test that runs `kmq work` or `kmq tracker run` in-process tunes the garbage collector
+    (kmq.config.process); the tests after it keep the interpreter's thresholds."""
+    before = gc.get_threshold()
+    yield
+    if gc.get_threshold() != before:
+        gc.set_threshold(*before)
 
 
 def _docker_engine_running() -> bool:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import gc
 import subprocess
 import sys
 import time
@@ -201,6 +202,7 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     else:
         out = _child_kmq(cfg, messages, batch, fetch)
     out["rss_mb"] = _rss_mb()
+    out["gc_gen0"] = gc.get_threshold()[0]  # the collector's threshold the run had (--tuned-gc)
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -341,7 +343,8 @@ def _tuned_gc_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
     rates = [x["rate"] for x in runs["kmq-gc"]]
     cpu = [g["cpu_seconds"] / g["messages"] / (d["cpu_seconds"] / d["messages"])
            for g, d in zip(runs["kmq-gc"], runs["kmq"])]
-    return {"gc_msgs_per_s": rates, "gc_median": statistics.median(rates),
+    return {"gc_gen0": {"kmq": runs["kmq"][0]["gc_gen0"], "kmq-gc": runs["kmq-gc"][0]["gc_gen0"]},
+            "gc_msgs_per_s": rates, "gc_median": statistics.median(rates),
             "gc_ratio_per_round": [g / d for g, d in zip(rates, kmq)],
             "gc_ratio_median": statistics.median(g / d for g, d in zip(rates, kmq)),
             "gc_cpu_per_message_ratio_median": statistics.median(cpu)}

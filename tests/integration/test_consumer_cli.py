@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from kmq.cli import cli
+from kmq.config.process import GEN0_THRESHOLD
 from kmq.dev.workload import fate, is_poison
 from kmq.dev.broker import free_port
 from kmq.core.markers import End, Nack, Reject
@@ -44,6 +46,7 @@ def test_work_settles_each_message_as_its_injected_fate_says(queue_topics, boots
     res = CliRunner().invoke(cli, ["work", q.name, "--config", str(conf), "--workers", "3", "--fail-rate", "0.3",
                                    "--hang-rate", "0.2", "--max-messages", "40", "--ack-log", str(ack_log)])
     assert res.exit_code == 0, res.output
+    assert gc.get_threshold()[0] == GEN0_THRESHOLD  # kmq work tunes its process's collector
     # What the fates predict, from the payloads and origins alone.
     records = read_all(bootstrap, q.name)
     expect = {"ok": set(), "fail": set(), "hang": set(), "poison": set()}
