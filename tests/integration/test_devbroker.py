@@ -28,7 +28,10 @@ def _alive(pid: int) -> bool:
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        text = (task / "children").read_text().split()
+        try:
+            text = (task / "children").read_text().split()
+        except FileNotFoundError:  # that thread ended after the listing: it has no children now
+            continue
         out.extend(int(x) for x in text)
     return out
 
