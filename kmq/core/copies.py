@@ -152,11 +152,8 @@ def copy_headers(original: Headers | None, origin: str, count: int) -> list[tupl
 
 def copy_headers_for(original: Headers | None, topic: str, partition: int, offset: int,
                      count: int) -> list[tuple[str, bytes]]:
-    """``copy_headers(original, origin_of(original, topic, partition, offset), count)``: the
-    headers of the copy of the record at ``topic/partition/offset``. A record without headers
-    (a backlog's usual first redelivery) takes a path without a header scan."""
-    if not original:
-        return [(HEADER_DELIVERY_COUNT, str(count + 1).encode()), (HEADER_ORIGIN, f"{topic}/{partition}/{offset}".encode())]
+    """The headers of the copy of the record at ``topic/partition/offset`` delivered ``count``
+    times: :func:`copy_headers` with the record's origin (:func:`~kmq.core.message.origin_of`)."""
     return copy_headers(original, origin_of(original, topic, partition, offset), count)
 
 
