@@ -8,6 +8,8 @@ CLOSED marker. Here that window is hit for real:
 
 * SIGKILL: the tracker dies mid-step; a second tracker replays the markers and
   redelivers whatever the first did not close;
+* a broker restart: the step's copies, CLOSED markers and commit fail part-way and
+  are retried (a dev broker with durable storage);
 * SIGSTOP: the tracker freezes mid-step (a VM pause, a debugger), a second tracker
   takes its partition when the session times out, and then the first one resumes
   its step as a zombie: it writes the rest of its copies, notices it stood still
@@ -23,13 +25,19 @@ import collections
 import os
 import signal
 import time
+from typing import Callable
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from kmq.bench.consumer import _produce
-from kmq.core.markers import Start
-from tests.helpers.kafka import wait_until
+from kmq.client.topics import ensure_topics
+from kmq.config import Config
+from kmq.dev.broker import DevBroker
+from kmq.core.markers import Closed, Start, decode
+from kmq.core.ranges import coalesce
+from tests.conftest import TEST_GROUP_TIMING, unique
+from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import MarkerProducer, TrackerProcess, headers, metric
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -39,6 +47,26 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(30
 #: more on either client) for the interruption to land inside the step.
 N = 40_000
 LEASE_MS = 2_000
+QUEUE = {"lease": f"{LEASE_MS}ms", "max_deliveries": 5}
+
+
+class CopiesSeen:
+    """How many copies the queue partition holds so far, counted by reading them: the end
+    offset (ListOffsets) of a dev broker on durable storage lags behind its records."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        tp = TopicPartition(topic, 0)
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10)
+        self.consumer.assign([tp])
+        self.consumer.seek(tp, N)
+        self.count = 0
+
+    def __call__(self) -> int:
+        self.count += sum(len(recs) for recs in self.consumer.poll(timeout_ms=5, max_records=10_000).values())
+        return self.count
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 class QueueEnd:
@@ -55,23 +83,28 @@ class QueueEnd:
         self.consumer.close()
 
 
-def _interrupt_mid_step(tracker: TrackerProcess, end: QueueEnd, sig: int, timeout: float = 120.0) -> int:
-    """Send ``sig`` to ``tracker`` once a tenth, not all, of the backlog's copies are written;
-    return how many were. Fails (rather than pass without testing the window) when the
-    step was never seen in progress."""
+def _interrupt_mid_step(tracker: TrackerProcess, bootstrap: str, topic: str, interrupt: Callable[[], None],
+                        timeout: float = 120.0) -> int:
+    """Call ``interrupt()`` once a tenth, not all, of the backlog's copies are written by
+    ``tracker``; return how many were. Fails (rather than pass without testing the window)
+    when the step was never seen in progress."""
+    seen = CopiesSeen(bootstrap, topic)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        copies = end() - N
-        if copies >= N:
-            raise AssertionError(f"the tracker copied all {N} before the test could interrupt it: "
-                                 "raise N so the step lasts longer than one end-offset look-up")
-        if copies >= N // 10:
-            os.kill(tracker.proc.pid, sig)
-            return copies
-        if tracker.proc.poll() is not None:
-            raise AssertionError(f"tracker exited with {tracker.proc.returncode}: {tracker.log_path.read_text()[-2000:]}")
-        time.sleep(0.005)
-    raise AssertionError(f"no copy within {timeout}s: {tracker.log_path.read_text()[-2000:]}")
+    try:
+        while time.monotonic() < deadline:
+            copies = seen()
+            if copies >= N:
+                raise AssertionError(f"the tracker copied all {N} before the test could interrupt it: "
+                                     "raise N so the step lasts longer than one poll")
+            if copies >= N // 10:
+                interrupt()
+                return copies
+            if tracker.proc.poll() is not None:
+                raise AssertionError(f"tracker exited with {tracker.proc.returncode}: "
+                                     f"{tracker.log_path.read_text()[-2000:]}")
+    finally:
+        seen.close()
+    raise AssertionError(f"{seen.count} copies within {timeout}s: {tracker.log_path.read_text()[-2000:]}")
 
 
 def _copies_by_origin(bootstrap: str, topic: str, timeout: float, upto: int | None = None) -> collections.Counter:
@@ -94,9 +127,17 @@ def _copies_by_origin(bootstrap: str, topic: str, timeout: float, upto: int | No
     return copies
 
 
-def _setup(queue_topics, kafka_client):
-    cfg, q = queue_topics(1, queue={"lease": f"{LEASE_MS}ms", "max_deliveries": 5}, tracker={"tick": "50ms"},
-                          kafka={"client": kafka_client})
+def _setup(queue_topics, kafka_client, broker: DevBroker | None = None):
+    if broker is None:
+        cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
+    else:
+        cfg = Config.from_dict({
+            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "client": kafka_client},
+            "queues": [{"name": unique("q"), **QUEUE}],
+            "tracker": {"group_id": unique("tracker"), "http_port": 0, "tick": "50ms"},
+        })
+        q = cfg.queues[0]
+        ensure_topics(cfg.kafka, q, 1)
     bootstrap = cfg.kafka.bootstrap_servers
     _produce(bootstrap, q.name, N, 20, 1, kafka_client)
     markers = MarkerProducer(bootstrap, q.markers_topic)
@@ -105,9 +146,25 @@ def _setup(queue_topics, kafka_client):
     return cfg, q, bootstrap
 
 
-def _assert_nothing_lost(copies: collections.Counter, q, interrupted_at: int, how: str) -> None:
+def _markers_of(bootstrap: str, topic: str, offset: int) -> list[str]:
+    """Every marker of partition 0 covering queue ``offset``, as ``marker offset:TYPE[/OUTCOME]``."""
+    out = []
+    for r in read_all(bootstrap, topic, timeout=30):
+        m = decode(r.value)
+        if any(offset in rg for rg in m.ranges):
+            outcome = f"/{m.outcome.name}" if isinstance(m, Closed) else ""
+            out.append(f"{r.offset}:{m.TYPE.name}{outcome}")
+    return out
+
+
+def _assert_nothing_lost(copies: collections.Counter, q, interrupted_at: int, how: str, bootstrap: str,
+                         tracker: TrackerProcess) -> None:
     missing = N - len(copies)
-    assert missing == 0, f"{missing} of {N} originals never redelivered after the {how}"
+    if missing:
+        lost = coalesce(i for i in range(N) if copies[f"{q.name}/0/{i}"] == 0)
+        log = tracker.log_path.read_text()[-4000:]
+        raise AssertionError(f"{missing} of {N} originals never redelivered after the {how}: offsets {lost[:10]}; "
+                             f"markers covering {lost[0].first}: {_markers_of(bootstrap, q.markers_topic, lost[0].first)}\n{log}")
     assert set(copies) == {f"{q.name}/0/{i}" for i in range(N)}
     most = max(copies.values())
     dups = sum(copies.values()) - N
@@ -119,19 +176,17 @@ def _assert_nothing_lost(copies: collections.Counter, q, interrupted_at: int, ho
 # kafka_client: both trackers' reads of originals, copies and CLOSED markers on each client.
 def test_a_tracker_sigkilled_mid_way_through_a_crash_sized_step_loses_nothing(queue_topics, tmp_path, kafka_client):
     cfg, q, bootstrap = _setup(queue_topics, kafka_client)
-    end = QueueEnd(bootstrap, q.name)
     a = TrackerProcess(cfg, tmp_path)
     b = None
     try:
         a.wait_port()
-        at = _interrupt_mid_step(a, end, signal.SIGKILL)
+        at = _interrupt_mid_step(a, bootstrap, q.name, lambda: os.kill(a.proc.pid, signal.SIGKILL))
         a.proc.wait(10)
         b = TrackerProcess(cfg, tmp_path)
         b.wait_port()
         copies = _copies_by_origin(bootstrap, q.name, timeout=120)
-        _assert_nothing_lost(copies, q, at, "SIGKILL")
+        _assert_nothing_lost(copies, q, at, "SIGKILL", bootstrap, b)
     finally:
-        end.close()
         a.close()
         if b is not None:
             b.close()
@@ -144,17 +199,17 @@ def test_a_tracker_frozen_mid_step_then_resumed_as_a_zombie_loses_nothing(queue_
     b = None
     try:
         a_port = a.wait_port()
-        at = _interrupt_mid_step(a, end, signal.SIGSTOP)
+        at = _interrupt_mid_step(a, bootstrap, q.name, lambda: os.kill(a.proc.pid, signal.SIGSTOP))
         b = TrackerProcess(cfg, tmp_path)  # joins; gets the partition once the frozen one's session ends
         b.wait_ready(60)
-        _assert_nothing_lost(_copies_by_origin(bootstrap, q.name, timeout=120), q, at, "SIGSTOP")
+        _assert_nothing_lost(_copies_by_origin(bootstrap, q.name, timeout=120), q, at, "SIGSTOP", bootstrap, b)
         # The zombie wakes up, finishes its step (more copies, never fewer), notices it stood
         # still past its session and drops its state instead of trusting it.
         os.kill(a.proc.pid, signal.SIGCONT)
         wait_until(lambda: metric(a_port, "kmq_tracker_stale_copies_total", queue=q.name) > 0, 60,
                    what="the resumed tracker counting its stale copies")
         everything = _copies_by_origin(bootstrap, q.name, timeout=120, upto=end())
-        _assert_nothing_lost(everything, q, at, "SIGSTOP and SIGCONT")
+        _assert_nothing_lost(everything, q, at, "SIGSTOP and SIGCONT", bootstrap, a)
         assert a.proc.poll() is None, a.log_path.read_text()[-2000:]  # no crash over its fenced step
     finally:
         if a.proc.poll() is None:
@@ -163,3 +218,31 @@ def test_a_tracker_frozen_mid_step_then_resumed_as_a_zombie_loses_nothing(queue_
         a.close()
         if b is not None:
             b.close()
+
+
+# kafka_client: each client's producer and group membership through the outage.
+def test_a_broker_restart_mid_way_through_a_crash_sized_step_loses_nothing(tmp_path, kafka_client):
+    if kafka_client == "kafka-python":
+        # Seen in most runs here (a client's debug log shows it): the retry of the batch in flight
+        # at the SIGKILL is answered DUPLICATE_SEQUENCE_NUMBER (error 46, which Kafka's clients
+        # count as delivered) while the restarted broker holds none of its records, only a hole
+        # in the offsets it had assigned them. Kafka rebuilds an idempotent producer's sequence
+        # state from the log itself, so there a duplicate is always in the log. librdkafka's
+        # producer was not seen to hit it.
+        pytest.skip("tansu gap: after a SIGKILL, an idempotent producer's retry of the batch being "
+                    "written is answered DUPLICATE_SEQUENCE_NUMBER though the batch is not in the log")
+    broker = DevBroker(storage="s3", workdir=str(tmp_path))
+    broker.start()
+    try:
+        cfg, q, bootstrap = _setup(None, kafka_client, broker)
+        a = TrackerProcess(cfg, tmp_path)
+        try:
+            a.wait_port()
+            at = _interrupt_mid_step(a, bootstrap, q.name, broker.restart)
+            copies = _copies_by_origin(bootstrap, q.name, timeout=180)
+            _assert_nothing_lost(copies, q, at, "broker restart", bootstrap, a)
+            assert a.proc.poll() is None, a.log_path.read_text()[-2000:]
+        finally:
+            a.close()
+    finally:
+        broker.stop()
