@@ -312,21 +312,23 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"marker records per message {result['markers_per_message']:.4f} (target <= 0.05 at batch 500)")
         say(f"peak RSS plain {result['peak_rss_mb']['plain']:.0f} MB, kmq {result['peak_rss_mb']['kmq']:.0f} MB")
         if share:
-            result.update(_share_figures(runs, kmq))
+            result.update(_against_kmq(runs, "share", "share"))
+            result["share_markers_per_message"] = statistics.median(x["markers"] / x["messages"] for x in runs["share"])
             say(f"[{client}] share API median {result['share_median']:,.0f} msg/s; ratio share/kmq per round "
                 f"{', '.join(f'{x:.3f}' for x in result['share_ratio_per_round'])}; median "
                 f"{result['share_ratio_median']:.3f} (target >= 0.9); CPU per message share/kmq "
                 f"{result['share_cpu_per_message_ratio_median']:.3f}")
         if no_renew:
-            off = [x["rate"] for x in runs["kmq-no-renew"]]
-            on_off = [k / o for k, o in zip(kmq, off)]
-            result.update({"no_renew_msgs_per_s": off, "no_renew_median": statistics.median(off),
+            off = _against_kmq(runs, "kmq-no-renew", "no_renew")
+            on_off = [1 / r for r in off["no_renew_ratio_per_round"]]  # reported as on/off: the default against the old one
+            result.update({"no_renew_msgs_per_s": off["no_renew_msgs_per_s"], "no_renew_median": off["no_renew_median"],
                            "renew_ratio_per_round": on_off, "renew_ratio_median": statistics.median(on_off)})
             say(f"[{client}] consumer.auto_renew false median {result['no_renew_median']:,.0f} msg/s; ratio "
                 f"auto_renew on/off per round {', '.join(f'{x:.3f}' for x in on_off)}; median "
                 f"{result['renew_ratio_median']:.3f}")
         if tuned_gc:
-            result.update(_tuned_gc_figures(runs, kmq))
+            result.update(_against_kmq(runs, "kmq-gc", "gc"))
+            result["gc_gen0"] = {"kmq": runs["kmq"][0]["gc_gen0"], "kmq-gc": runs["kmq-gc"][0]["gc_gen0"]}
             say(f"[{client}] KmqConsumer with the collector tuned (as in kmq work) median {result['gc_median']:,.0f} "
                 f"msg/s; ratio tuned/default per round {', '.join(f'{x:.3f}' for x in result['gc_ratio_per_round'])}; "
                 f"median {result['gc_ratio_median']:.3f}; CPU per message tuned/default "
@@ -337,29 +339,16 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
             broker.stop()
 
 
-def _tuned_gc_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
-    """KmqConsumer in a process with :func:`kmq.config.process.tune_collector` against the default
-    KmqConsumer runs of the same rounds (throughput and CPU seconds per message)."""
-    rates = [x["rate"] for x in runs["kmq-gc"]]
-    cpu = [g["cpu_seconds"] / g["messages"] / (d["cpu_seconds"] / d["messages"])
-           for g, d in zip(runs["kmq-gc"], runs["kmq"])]
-    return {"gc_gen0": {"kmq": runs["kmq"][0]["gc_gen0"], "kmq-gc": runs["kmq-gc"][0]["gc_gen0"]},
-            "gc_msgs_per_s": rates, "gc_median": statistics.median(rates),
-            "gc_ratio_per_round": [g / d for g, d in zip(rates, kmq)],
-            "gc_ratio_median": statistics.median(g / d for g, d in zip(rates, kmq)),
-            "gc_cpu_per_message_ratio_median": statistics.median(cpu)}
-
-
-def _share_figures(runs: dict[str, list[dict]], kmq: list[float]) -> dict:
-    """The share-API runs against the KmqConsumer runs of the same rounds (throughput, and CPU
-    seconds per message: steadier than wall time on a loaded machine)."""
-    rates = [x["rate"] for x in runs["share"]]
-    ratios = [s / k for s, k in zip(rates, kmq)]
-    cpu = [(s["cpu_seconds"] / s["messages"]) / (k["cpu_seconds"] / k["messages"])
-           for s, k in zip(runs["share"], runs["kmq"])]
-    return {"share_msgs_per_s": rates, "share_median": statistics.median(rates), "share_ratio_per_round": ratios,
-            "share_ratio_median": statistics.median(ratios), "share_cpu_per_message_ratio_median": statistics.median(cpu),
-            "share_markers_per_message": statistics.median(x["markers"] / x["messages"] for x in runs["share"])}
+def _against_kmq(runs: dict[str, list[dict]], variant: str, prefix: str) -> dict:
+    """A second variant's runs against the default KmqConsumer runs of the same rounds, as
+    ``{prefix}_...`` figures: throughput, its ratio per round, and the CPU seconds per message
+    ratio (steadier than wall time on a loaded machine)."""
+    rates = [x["rate"] for x in runs[variant]]
+    ratios = [v / k["rate"] for v, k in zip(rates, runs["kmq"])]
+    cpu = [(v["cpu_seconds"] / v["messages"]) / (k["cpu_seconds"] / k["messages"]) for v, k in zip(runs[variant], runs["kmq"])]
+    return {f"{prefix}_msgs_per_s": rates, f"{prefix}_median": statistics.median(rates),
+            f"{prefix}_ratio_per_round": ratios, f"{prefix}_ratio_median": statistics.median(ratios),
+            f"{prefix}_cpu_per_message_ratio_median": statistics.median(cpu)}
 
 
 def _ordering_result(runs: dict[str, list[dict]], client: str, messages: int, keys: int, partitions: int,
