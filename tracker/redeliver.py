@@ -58,6 +58,7 @@ from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
 from kmq.core.copies import (
     REASON_UNDELIVERABLE,
     Step,
+    copy_headers,
     copy_headers_for,
     copy_request_size,
     dead_letter_headers,
@@ -456,7 +457,7 @@ class Redeliverer:
         """The record to produce for ``s`` (the original record ``rec``): a copy, a dead letter or a reference."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
-            headers = copy_headers_for(rec.headers, queue.name, partition, rec.offset, s.count)
+            headers = copy_headers(rec.headers, origin, s.count)  # the origin is needed below too
             if self._tracing is not None:
                 headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, s.count + 1,
                                                rec.headers)

@@ -38,7 +38,7 @@ from kmq.core.markers import Outcome, decode
 from kmq.core.trace import describe_event
 from kmq.ops.trace_reader import trace
 from tests.helpers.kafka import read_all
-from tests.integration.tracker_util import TrackerProcess, headers, metric
+from tests.integration.tracker_util import TrackerProcess, headers, markers_covering, metric
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -61,22 +61,6 @@ def _produce_hostile(bootstrap: str, topic: str) -> None:
     for i, rec in enumerate(HOSTILE):
         p.produce(topic, partition=i % PARTITIONS, **rec)
     assert p.flush(10) == 0
-
-
-def _markers_covering(bootstrap: str, topic: str, origin: str) -> list:
-    """(marker offset, type, owner, timestamp ms) of every marker covering ``origin``'s offset."""
-    partition, offset = (int(x) for x in origin.split("/")[-2:])
-    out = []
-    for r in read_all(bootstrap, topic, timeout=30):
-        if int.from_bytes(r.key, "big") != partition:
-            continue
-        try:
-            m = decode(r.value)
-        except Exception:  # noqa: BLE001 - a diagnostic: hostile markers are not ours to judge here
-            continue
-        if any(offset in rg for rg in m.ranges):
-            out.append((r.offset, m.TYPE.name, getattr(m, "owner", ""), r.timestamp))
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +240,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             first_ts[o] = min(first_ts.get(o, ts), ts)
         twice = [o for o, c in by_origin.items() if c > 1]
         after_kill = [o for o in twice if first_ts[o] > tracker_killed_ms + 1000]
-        covering = {o: _markers_covering(bootstrap, q.markers_topic, o) for o in after_kill}
+        covering = {o: markers_covering(bootstrap, q.markers_topic, o) for o in after_kill}
         unexplained = [o for o in after_kill if sum(m[1] == "START" for m in covering[o]) < by_origin[o]]
         assert not unexplained, [
             (o, [{k: v for k, v in headers(d).items() if k.startswith("kmq-")} for d in dead if headers(d)["kmq-origin"] == o],

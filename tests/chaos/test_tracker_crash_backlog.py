@@ -34,11 +34,11 @@ from kmq.bench.consumer import _produce
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
 from kmq.dev.broker import DevBroker
-from kmq.core.markers import Closed, Start, decode
+from kmq.core.markers import Start
 from kmq.core.ranges import coalesce
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import read_all, wait_until
-from tests.integration.tracker_util import MarkerProducer, TrackerProcess, headers, metric
+from tests.helpers.kafka import wait_until
+from tests.integration.tracker_util import MarkerProducer, TrackerProcess, headers, markers_covering, metric
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -146,17 +146,6 @@ def _setup(queue_topics, kafka_client, broker: DevBroker | None = None):
     return cfg, q, bootstrap
 
 
-def _markers_of(bootstrap: str, topic: str, offset: int) -> list[str]:
-    """Every marker of partition 0 covering queue ``offset``, as ``marker offset:TYPE[/OUTCOME]``."""
-    out = []
-    for r in read_all(bootstrap, topic, timeout=30):
-        m = decode(r.value)
-        if any(offset in rg for rg in m.ranges):
-            outcome = f"/{m.outcome.name}" if isinstance(m, Closed) else ""
-            out.append(f"{r.offset}:{m.TYPE.name}{outcome}")
-    return out
-
-
 def _assert_nothing_lost(copies: collections.Counter, q, interrupted_at: int, how: str, bootstrap: str,
                          tracker: TrackerProcess) -> None:
     missing = N - len(copies)
@@ -164,7 +153,7 @@ def _assert_nothing_lost(copies: collections.Counter, q, interrupted_at: int, ho
         lost = coalesce(i for i in range(N) if copies[f"{q.name}/0/{i}"] == 0)
         log = tracker.log_path.read_text()[-4000:]
         raise AssertionError(f"{missing} of {N} originals never redelivered after the {how}: offsets {lost[:10]}; "
-                             f"markers covering {lost[0].first}: {_markers_of(bootstrap, q.markers_topic, lost[0].first)}\n{log}")
+                             f"markers covering {lost[0].first}: {markers_covering(bootstrap, q.markers_topic, f'{q.name}/0/{lost[0].first}')}\n{log}")
     assert set(copies) == {f"{q.name}/0/{i}" for i in range(N)}
     most = max(copies.values())
     dups = sum(copies.values()) - N

@@ -10,7 +10,8 @@ import urllib.request
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from kmq.core.markers import encode, encode_key
+from kmq.core.markers import decode, encode, encode_key
+from tests.helpers.kafka import read_all, wait_until
 
 
 class Tail:
@@ -162,7 +163,6 @@ def committed(bootstrap: str, group: str, topic: str, partition: int = 0):
 @contextlib.contextmanager
 def running_tracker(cfg):
     """An in-process tracker, ready (its /readyz answers 200), stopped on exit."""
-    from tests.helpers.kafka import wait_until
     from tracker.service import Tracker
 
     t = Tracker(cfg, http_host="127.0.0.1").start()
@@ -171,3 +171,19 @@ def running_tracker(cfg):
         yield t
     finally:
         t.stop()
+
+
+def markers_covering(bootstrap: str, topic: str, origin: str) -> list:
+    """(marker offset, type, owner, timestamp ms) of every marker covering ``origin``'s offset."""
+    partition, offset = (int(x) for x in origin.split("/")[-2:])
+    out = []
+    for r in read_all(bootstrap, topic, timeout=30):
+        if int.from_bytes(r.key, "big") != partition:
+            continue
+        try:
+            m = decode(r.value)
+        except Exception:  # noqa: BLE001 - a diagnostic: hostile markers are not ours to judge here
+            continue
+        if any(offset in rg for rg in m.ranges):
+            out.append((r.offset, m.TYPE.name, getattr(m, "owner", ""), r.timestamp))
+    return out
