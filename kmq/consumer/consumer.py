@@ -110,6 +110,8 @@ class KmqConsumer:
         self._keyed: KeyedReadyQueue | None = KeyedReadyQueue() if cfg.consumer.ordering == "key" else None
         self._ready: Any = self._keyed or ReadyQueue()
         self._inflight: dict[int, int] = defaultdict(int)
+        #: Ready batches taken out for the commit back before a revocation (:meth:`_rewind_on_revoke`).
+        self._rewound: list[tuple[list[KmqMessage], float, int]] = []
         self._stop = threading.Event()
         self._stop_run = threading.Event()
         self._closed = False
@@ -147,7 +149,8 @@ class KmqConsumer:
         self._running = False  # carrying out actions
         self._commit: Any = None  # the commit in flight (the client's future)
         #: Rebalance callbacks not reported to the pipeline yet: (assigned?, partitions).
-        self._rebalances: deque[tuple[bool, set[int]]] = deque()
+        #: (assigned, partitions, partitions committed back before their revocation), in callback order.
+        self._rebalances: deque[tuple[bool, set[int], set[int]]] = deque()
         self._gauge_at = 0.0  # next in-flight gauge update
         self._paused = False  # every assigned partition paused (no room for a while)
         #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
@@ -342,7 +345,8 @@ class KmqConsumer:
         actions: this thread is the only one that touches the Kafka consumer."""
         kc = self._kc
         try:
-            kc.subscribe([self.queue.name], self._assigned, self._revoked)
+            kc.subscribe([self.queue.name], self._assigned, self._revoked,
+                         commit_on_revoke=self._rewind_on_revoke, on_commit_failed=self._rewind_failed)
             fed_at = time.monotonic()  # last poll that returned records (or had no room to)
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -573,28 +577,65 @@ class KmqConsumer:
                 kc.resume(assigned)
             self._paused = False
 
+    def _rewind_on_revoke(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Before ``partitions`` go, while this member still owns them: the offsets to commit back so
+        the group delivers their ready messages (committed, never handed) again, to the next owner
+        with the same delivery count. Kept, they would be handed over here, or NACKed (a copy with
+        a higher delivery count) if this member closed first, as a rolling restart does. Runs inside
+        the fetcher's poll (kafka-python: on its I/O thread); the messages are out of the ready
+        queue until :meth:`_revoked` gives them back, or :meth:`_rewind_failed` returns them."""
+        mine = {p for t, p in partitions if t == self.queue.name}
+        pipeline = self._pipeline
+        # A batch fetched before an earlier revocation of its partition is stale: an interim owner
+        # may have committed past it, and committing back below that would deliver its messages again.
+        groups = self._ready.take_out(mine, lambda p, gen: not pipeline.stale(p, gen)) if mine else []
+        if not groups:
+            return {}
+        self._rewound.extend(groups)
+        rewind: dict[int, int] = {}
+        for msgs, _, _ in groups:
+            for m in msgs:
+                if m.offset < rewind.get(m.partition, m.offset + 1):
+                    rewind[m.partition] = m.offset
+        return {(self.queue.name, p): o for p, o in rewind.items()}
+
+    def _rewind_failed(self, exc: Exception) -> None:
+        """The commit back before a revocation failed: the messages stay this member's (ready again)."""
+        groups, self._rewound = self._rewound, []
+        log.warning("%s: committing offsets back before a revocation failed (%s); %d ready message(s) of the "
+                    "revoked partitions stay with this member", self.queue.name, exc, sum(len(g[0]) for g in groups))
+        for msgs, leased_at, gen in groups:
+            self._ready.put(msgs, leased_at, gen)
+
     def _revoked(self, partitions: set[tuple[str, int]]) -> None:
         # Runs inside the fetcher's poll (kafka-python may run it on its own I/O thread): only queue it.
         mine = {p for t, p in partitions if t == self.queue.name}
+        groups, self._rewound = self._rewound, []
+        back = [m for msgs, _, _ in groups for m in msgs]
+        rewound = {m.partition for m in back}
+        if back:
+            give_back(back)
+            log.info("%s: %d ready message(s) of revoked partitions %s given back to the group (offsets "
+                     "committed back to their first)", self.queue.name, len(back), sorted(rewound))
         if mine:
-            self._rebalances.append((False, mine))
+            self._rebalances.append((False, mine, rewound))
             log.info("%s: partitions %s revoked", self.queue.name, sorted(mine))
 
     def _assigned(self, partitions: set[tuple[str, int]]) -> None:
         mine = {p for t, p in partitions if t == self.queue.name}
-        self._rebalances.append((True, mine))
+        self._rebalances.append((True, mine, set()))
         log.info("%s: assigned partitions %s", self.queue.name, sorted(mine))
 
     def _feed_rebalances(self) -> None:
         """Report the rebalance callbacks to the pipeline, in the order they ran (fetcher thread)."""
         while self._rebalances:
-            assigned, parts = self._rebalances.popleft()
+            assigned, parts, rewound = self._rebalances.popleft()
             if assigned:
                 self._pipeline.assigned(parts)
                 if self._recovery is not None:
                     self._recovery.assigned(parts, self._pipeline.gen)
             else:
-                self._run(self._pipeline.revoked(parts))
+                self._run(self._pipeline.revoked(parts, rewound))
 
     def _give_back_unhanded(self, kc: Any) -> None:
         """On close: never-handed messages go back to the group (:func:`kmq.consumer.give_back.give_back_on_close`)."""

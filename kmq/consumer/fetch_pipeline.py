@@ -218,10 +218,12 @@ class FetchPipeline:
         self._advance(now, out)
         return out
 
-    def revoked(self, partitions: Iterable[int]) -> list[Any]:
+    def revoked(self, partitions: Iterable[int], rewound: Iterable[int] = ()) -> list[Any]:
         """``partitions`` were taken from this member. Their records in batches not committed yet
         are given back (their new owner fetches them again; its START takes over the lease);
-        the commit in flight, if any, decides for its own batches (:meth:`commit_answered`)."""
+        the commit in flight, if any, decides for its own batches (:meth:`commit_answered`),
+        except for the partitions ``rewound``: committed back, before they went, to ready
+        messages older than anything in flight, so the new owner fetches those batches too."""
         parts = set(partitions)
         if not parts:
             return []
@@ -231,10 +233,12 @@ class FetchPipeline:
         self.owned -= parts
         out: list[Any] = []
         back: list[KmqMessage] = []
-        for batch in islice(self.pending, self._committing, None):
-            if parts.intersection(batch.spans):
-                back.extend(batch.drop(parts))
-                if not batch.messages:
+        again = parts.intersection(rewound)
+        for i, batch in enumerate(self.pending):
+            drop = again if i < self._committing else parts
+            if drop.intersection(batch.spans):
+                back.extend(batch.drop(drop))
+                if not batch.messages and i >= self._committing:
                     batch.state = GIVEN_BACK
         if back:
             kept = [b for i, b in enumerate(self.pending) if i < self._committing or b.state is not GIVEN_BACK]

@@ -193,6 +193,14 @@ class KeyedReadyQueue:
             self.cond.notify_all()
         return list((msgs, gen) for gen, msgs in groups.items())
 
+    def take_out(self, partitions: set[int], may: Callable[[int, int], bool]) -> list[tuple[list[KmqMessage], float, int]]:
+        """Nothing (the plain queue's :meth:`~kmq.consumer.ready_queue.ReadyQueue.take_out` gives a revoked
+        partition's waiting messages back): in key order they stay and are handed over here, and the
+        partition's new owner holds their keys until they settle (:mod:`kmq.consumer.key_recovery`).
+        Given back, their STARTs here would be unsettled leases to the new owner: it would hold
+        their keys until those leases ran out."""
+        return []
+
     def due_for_renewal(self, older_than: float, now: float) -> list[KmqMessage]:
         """Waiting messages (held ones too) whose lease (re)started before ``older_than``; their
         batches' times are reset to ``now``. O(waiting), called a few times per lease."""

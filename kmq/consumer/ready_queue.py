@@ -126,6 +126,27 @@ class ReadyQueue:
             self.cond.notify_all()
         return out
 
+    def take_out(self, partitions: set[int], may: Callable[[int, int], bool]) -> list[tuple[list[KmqMessage], float, int]]:
+        """Take the ready messages of ``partitions`` out (a revocation gives them back to the group),
+        where ``may(partition, generation)``: ``(messages, leased_at, generation)`` per batch, which
+        :meth:`put` takes back as they were. Each batch keeps the rest in its place."""
+        out: list[tuple[list[KmqMessage], float, int]] = []
+        with self.cond:
+            kept: deque[list] = deque()
+            for e in self._batches:
+                rest = e[_MSGS][e[_POS]:]
+                going = {p for p in partitions if may(p, e[_GEN])}
+                gone = [m for m in rest if m.partition in going]
+                if not gone:
+                    kept.append(e)
+                    continue
+                out.append((gone, e[_LEASED_AT], e[_GEN]))
+                if len(gone) < len(rest):
+                    # A new list: the records of what user code took from the old one stay valid.
+                    kept.append([[m for m in rest if m.partition not in going], 0, e[_LEASED_AT], e[_GEN]])
+            self._batches = kept
+        return out
+
     def due_for_renewal(self, older_than: float, now: float) -> list[KmqMessage]:
         """Messages of batches whose lease (re)started before ``older_than``; their time is reset to ``now``."""
         due: list[KmqMessage] = []

@@ -76,7 +76,7 @@ class FakeKafka:
         self.closed = threading.Event()
 
     # the group side
-    def subscribe(self, topics, on_assigned, on_revoked) -> None:
+    def subscribe(self, topics, on_assigned, on_revoked, commit_on_revoke=None, on_commit_failed=None) -> None:
         self._on_assigned = on_assigned
 
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None) -> list:

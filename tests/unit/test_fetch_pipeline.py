@@ -147,6 +147,29 @@ def test_the_commit_in_flight_decides_for_its_batches_a_success_hands_them_all_o
     assert len(handed.batch.messages) == 5
 
 
+def test_a_partition_committed_back_before_its_revoke_is_fetched_again_by_the_new_owner_in_flight_commit_too():
+    # Its ready messages were committed back (to offsets below the commit in flight, which lands
+    # first): the new owner fetches that commit's records of it too, so they are not handed here.
+    pipe = pipeline()
+    b = fetch(pipe, {0: range(0, 3), 1: range(5, 7)})
+    pipe.start_answered(b, None, 0.1)  # commit {0: 3, 1: 7} in flight
+    later = fetch(pipe, {1: range(7, 9)}, now=0.2)
+    [back] = pipe.revoked({1}, rewound={1})
+    assert offsets_of(back.messages) == {(1, 5), (1, 6), (1, 7), (1, 8)} and later.state is GIVEN_BACK
+    [handed] = pipe.commit_answered(None, 0.3)
+    assert offsets_of(handed.batch.messages) == {(0, 0), (0, 1), (0, 2)}
+    assert not pipe.pending
+
+
+def test_a_batch_of_the_commit_in_flight_emptied_by_a_rewound_revoke_is_handed_nowhere():
+    pipe = pipeline()
+    b = fetch(pipe, {1: range(5, 7)})
+    pipe.start_answered(b, None, 0.1)
+    [back] = pipe.revoked({1}, rewound={1})
+    assert offsets_of(back.messages) == {(1, 5), (1, 6)}
+    assert pipe.commit_answered(None, 0.2) == [] and not pipe.pending and not pipe.commit_in_flight
+
+
 def test_a_commit_failure_then_reassign_never_commits_the_stale_partition():
     pipe = pipeline()
     b = fetch(pipe, {0: range(0, 3), 1: range(0, 2)})

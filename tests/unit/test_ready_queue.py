@@ -76,3 +76,27 @@ def test_taken_records_what_user_code_took_with_its_lease_start_one_record_per_b
 
 def test_a_stopped_queue_returns_at_once():
     assert ReadyQueue().take(30, 5, lambda: True) == []
+
+
+def _on(partition: int, *offsets: int) -> list[KmqMessage]:
+    lock = threading.Lock()
+    return [KmqMessage("q", partition, o, None, b"x", [], 0, None, lock) for o in offsets]
+
+
+def test_take_out_removes_the_revoked_partitions_ready_messages_and_keeps_the_rest_in_place():
+    q = ReadyQueue()
+    q.put(_on(0, 1, 2) + _on(1, 7, 8), 10.0, gen=2)
+    assert [m.offset for m in q.take(0, 1, lambda: False)] == [1]  # handed over: not taken out
+    q.put(_on(1, 9), 11.0, gen=1)  # fetched before partition 1's last revocation: stale
+    q.put(_on(0, 3), 12.0, gen=2)
+    out = q.take_out({1}, lambda p, gen: gen >= 2)
+    assert [([m.offset for m in msgs], at, gen) for msgs, at, gen in out] == [([7, 8], 10.0, 2)]
+    assert [m.offset for m in q.take(0, 0, lambda: False)] == [2]  # the rest of the first batch, first in line
+    assert [m.offset for m in q.take(0, 0, lambda: False)] == [9]  # the stale one stays
+    for msgs, at, gen in out:  # put back as they were (the commit back failed)
+        q.put(msgs, at, gen)
+    assert [m.offset for m in q.take(0, 0, lambda: False)] == [3]
+    assert [m.offset for m in q.take(0, 0, lambda: False)] == [7, 8]
+    assert q.take_out({0, 1}, lambda p, gen: True) == []
+    records = q.taken()
+    assert [(r[0][r[1]].offset, r[2] - r[1], r[3]) for r in records][:2] == [(1, 1, 10.0), (2, 1, 10.0)]
