@@ -109,6 +109,7 @@ class DevBroker:
         self.advertised_port = advertised_port or self.port
         self.storage = storage
         self._workdir = Path(workdir or tempfile.mkdtemp(prefix="kmq-devbroker-"))
+        self._workdir.mkdir(parents=True, exist_ok=True)  # a workdir named by the caller may not exist yet
         self._proc: subprocess.Popen | None = None
         self._moto: subprocess.Popen | None = None
         self._moto_port: int | None = None

@@ -65,10 +65,11 @@ def test_dev_broker_round_trip_and_clean_exit(sig):
             proc.wait()
 
 
-def test_dev_broker_s3_storage_survives_a_broker_restart():
+def test_dev_broker_s3_storage_survives_a_broker_restart(tmp_path):
     from kmq.dev.broker import DevBroker
 
-    with DevBroker(storage="s3") as broker:
+    workdir = tmp_path / "not" / "made" / "yet"  # the broker makes it (it used to fail opening its logs)
+    with DevBroker(storage="s3", workdir=str(workdir)) as broker:
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
         producer.send("durable", b"kept").get(10)
         producer.close()
@@ -80,3 +81,4 @@ def test_dev_broker_s3_storage_survives_a_broker_restart():
         consumer.close()
         pids = broker.pids
     assert pids and not any(_alive(p) for p in pids)
+    assert (workdir / "tansu.log").exists()
