@@ -84,12 +84,18 @@ class QueueEnd:
 
 
 def _interrupt_mid_step(tracker: TrackerProcess, bootstrap: str, topic: str, interrupt: Callable[[], None],
-                        timeout: float = 120.0) -> int:
+                        timeout: float = 120.0, end: QueueEnd | None = None) -> int:
     """Call ``interrupt()`` once a tenth, not all, of the backlog's copies are written by
     ``tracker``; return how many were. Fails (rather than pass without testing the window)
-    when the step was never seen in progress."""
-    seen = CopiesSeen(bootstrap, topic)
+    when the step was never seen in progress.
+
+    With ``end`` (a broker whose end offset is current: in memory), progress is the end offset,
+    and after the interrupt it must still be short of every copy: the step's flush had not
+    finished, so the tracker was inside it. Without it (durable storage, whose end offset lags),
+    progress is counted by reading the copies, which can lag behind a fast tracker."""
+    seen = CopiesSeen(bootstrap, topic) if end is None else (lambda: end() - N)
     deadline = time.monotonic() + timeout
+    copies = 0
     try:
         while time.monotonic() < deadline:
             copies = seen()
@@ -98,13 +104,17 @@ def _interrupt_mid_step(tracker: TrackerProcess, bootstrap: str, topic: str, int
                                      "raise N so the step lasts longer than one poll")
             if copies >= N // 10:
                 interrupt()
+                if end is not None and end() - N >= N:
+                    raise AssertionError(f"every copy was written by the time the interrupt landed (seen at "
+                                         f"{copies}): it missed the step; raise N so the step lasts longer")
                 return copies
             if tracker.proc.poll() is not None:
                 raise AssertionError(f"tracker exited with {tracker.proc.returncode}: "
                                      f"{tracker.log_path.read_text()[-2000:]}")
     finally:
-        seen.close()
-    raise AssertionError(f"{seen.count} copies within {timeout}s: {tracker.log_path.read_text()[-2000:]}")
+        if isinstance(seen, CopiesSeen):
+            seen.close()
+    raise AssertionError(f"{copies} copies within {timeout}s: {tracker.log_path.read_text()[-2000:]}")
 
 
 def _copies_by_origin(bootstrap: str, topic: str, timeout: float, upto: int | None = None) -> collections.Counter:
@@ -165,17 +175,19 @@ def _assert_nothing_lost(copies: collections.Counter, q, interrupted_at: int, ho
 # kafka_client: both trackers' reads of originals, copies and CLOSED markers on each client.
 def test_a_tracker_sigkilled_mid_way_through_a_crash_sized_step_loses_nothing(queue_topics, tmp_path, kafka_client):
     cfg, q, bootstrap = _setup(queue_topics, kafka_client)
+    end = QueueEnd(bootstrap, q.name)
     a = TrackerProcess(cfg, tmp_path)
     b = None
     try:
         a.wait_port()
-        at = _interrupt_mid_step(a, bootstrap, q.name, lambda: os.kill(a.proc.pid, signal.SIGKILL))
+        at = _interrupt_mid_step(a, bootstrap, q.name, lambda: os.kill(a.proc.pid, signal.SIGKILL), end=end)
         a.proc.wait(10)
         b = TrackerProcess(cfg, tmp_path)
         b.wait_port()
         copies = _copies_by_origin(bootstrap, q.name, timeout=120)
         _assert_nothing_lost(copies, q, at, "SIGKILL", bootstrap, b)
     finally:
+        end.close()
         a.close()
         if b is not None:
             b.close()
@@ -188,14 +200,15 @@ def test_a_tracker_frozen_mid_step_then_resumed_as_a_zombie_loses_nothing(queue_
     b = None
     try:
         a_port = a.wait_port()
-        at = _interrupt_mid_step(a, bootstrap, q.name, lambda: os.kill(a.proc.pid, signal.SIGSTOP))
+        at = _interrupt_mid_step(a, bootstrap, q.name, lambda: os.kill(a.proc.pid, signal.SIGSTOP), end=end)
         b = TrackerProcess(cfg, tmp_path)  # joins; gets the partition once the frozen one's session ends
         b.wait_ready(60)
         _assert_nothing_lost(_copies_by_origin(bootstrap, q.name, timeout=120), q, at, "SIGSTOP", bootstrap, b)
         # The zombie wakes up, finishes its step (more copies, never fewer), notices it stood
         # still past its session and drops its state instead of trusting it.
         os.kill(a.proc.pid, signal.SIGCONT)
-        wait_until(lambda: metric(a_port, "kmq_tracker_stale_copies_total", queue=q.name) > 0, 60,
+        # Up to a delivery timeout (31 s) per chunk of the step, if its sends timed out while frozen.
+        wait_until(lambda: metric(a_port, "kmq_tracker_stale_copies_total", queue=q.name) > 0, 120,
                    what="the resumed tracker counting its stale copies")
         everything = _copies_by_origin(bootstrap, q.name, timeout=120, upto=end())
         _assert_nothing_lost(everything, q, at, "SIGSTOP and SIGCONT", bootstrap, a)
