@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 from kafka.errors import MemberIdRequiredError
@@ -12,14 +14,25 @@ from tests.helpers.kafka import wait_until
 pytestmark = pytest.mark.integration
 
 
+def _short_polls_until_a_join_is_in_flight(consumer: KafkaConsumer):
+    """10 ms polls until one leaves its JoinGroup in flight. On a loaded machine the first polls may
+    spend their 10 ms finding the group coordinator, before any JoinGroup is sent."""
+    coordinator = consumer._coordinator
+    deadline = time.monotonic() + 30
+    while True:
+        assert consumer.poll(timeout_ms=10, update_offsets=False) == {}
+        if coordinator._join_task is not None:
+            return coordinator._join_task
+        assert coordinator.need_rejoin(), "the join finished inside one 10 ms poll: nothing was left in flight"
+        assert time.monotonic() < deadline, "no 10 ms poll sent a JoinGroup in 30 s (coordinator never found?)"
+
+
 def _join_between_polls(consumer: KafkaConsumer) -> tuple[int, str]:
     """Start a join with short polls, then let it finish on the I/O thread with no poll waiting.
     (A first JoinGroup may only hand out a member id; the next poll sends the real one.)"""
     coordinator = consumer._coordinator
     for _ in range(3):
-        assert consumer.poll(timeout_ms=10, update_offsets=False) == {}
-        task = coordinator._join_task
-        assert task is not None, "a 10 ms poll did not leave its JoinGroup in flight"
+        task = _short_polls_until_a_join_is_in_flight(consumer)
         wait_until(lambda: task.is_done, timeout=30, what="the join to finish on the I/O thread")
         if task.succeeded():
             gen = coordinator._generation
