@@ -295,6 +295,10 @@ class ConsumerConfig:
     # none: handlers get messages in any order; key: one message per (partition, key) at a time, in
     # offset order, through failures (docs/protocol.md, "Per-key ordering").
     ordering: str = _f("none", "choice", choices=("NONE", "KEY"), lower=True)
+    # Messages given back to the group (a revocation, close) get a RENEW of this length (at least the
+    # queue's lease) before their offsets are committed back, so their old START does not time out
+    # while the group takes the partition to its next owner, whose START supersedes it.
+    handoff_lease: float = _f(300.0, "duration", min=1.0)
 
 
 @dataclass(frozen=True)
@@ -634,10 +638,12 @@ def _build_config(raw: dict) -> Config:
         seen[q.name] = i
     consumer: ConsumerConfig = kwargs["consumer"]
     hold = min([q.max_hold for q in queues] or [topics.markers_retention / 2])
-    if consumer.max_lease > hold or consumer.max_lease > _MAX_U32_MS_S:
-        raise ConfigError("consumer.max_lease", (
-            f"{_duration_text(consumer.max_lease)} must stay below half of the markers retention "
-            f"({_duration_text(hold * 2)}): a lease renewed past it outlives its START marker"))
+    for key in ("max_lease", "handoff_lease"):  # both lengthen a lease with RENEWs
+        value = getattr(consumer, key)
+        if value > hold or value > _MAX_U32_MS_S:
+            raise ConfigError(f"consumer.{key}", (
+                f"{_duration_text(value)} must stay below half of the markers retention "
+                f"({_duration_text(hold * 2)}): a lease renewed past it outlives its START marker"))
     _check_security_keys(kwargs["kafka"])
     if topics.replication_factor and topics.min_insync_replicas and topics.min_insync_replicas > topics.replication_factor:
         raise ConfigError("topics.min_insync_replicas", f"({topics.min_insync_replicas}) must not exceed "

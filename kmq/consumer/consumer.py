@@ -112,6 +112,9 @@ class KmqConsumer:
         self._inflight: dict[int, int] = defaultdict(int)
         #: Ready batches taken out for the commit back before a revocation (:meth:`_rewind_on_revoke`).
         self._rewound: list[tuple[list[KmqMessage], float, int]] = []
+        #: How long a rebalance callback waits for the hand-off RENEW (kafka-python runs it on the
+        #: client's I/O thread, which sends no heartbeat meanwhile).
+        self._handoff_wait = min(2.0, cfg.kafka.session_timeout / 4)
         self._stop = threading.Event()
         self._stop_run = threading.Event()
         self._closed = False
@@ -593,10 +596,14 @@ class KmqConsumer:
             return {}
         self._rewound.extend(groups)
         rewind: dict[int, int] = {}
+        offsets: dict[int, list[int]] = {}
         for msgs, _, _ in groups:
             for m in msgs:
+                offsets.setdefault(m.partition, []).append(m.offset)
                 if m.offset < rewind.get(m.partition, m.offset + 1):
                     rewind[m.partition] = m.offset
+        # Acknowledged before the commit back, so before any next owner can fetch them and START.
+        self.writer.hand_off(offsets, self._handoff_wait)
         return {(self.queue.name, p): o for p, o in rewind.items()}
 
     def _rewind_failed(self, exc: Exception) -> None:
@@ -646,6 +653,7 @@ class KmqConsumer:
             return self._pipeline.close_plan(ready, assigned)
 
         if give_back_on_close(kc, self.queue.name, plan, lambda: self._apply_pauses(kc, all_paused=True),
-                              self.cfg.kafka.session_timeout):
+                              self.cfg.kafka.session_timeout,
+                              lambda offsets: self.writer.hand_off(offsets, self._handoff_wait)):
             self.writer.flush_buffer()
         self._pipeline.closed()

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Iterable
 
@@ -97,11 +97,13 @@ class ClosePlan:
     """Closing: commit each partition in ``rewind`` back to its first never-handed offset (the
     group delivers those again), NACK ``nack`` (committed, never handed, of partitions this
     member no longer owns since they were fetched), then give back ``give_back`` (every
-    never-handed message)."""
+    never-handed message). ``handoff``: the offsets per partition that the commit back returns
+    to the group, whose leases are handed off first (a RENEW with ``consumer.handoff_lease``)."""
 
     rewind: dict[int, int]
     nack: list[KmqMessage]
     give_back: list[KmqMessage]
+    handoff: dict[int, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +295,7 @@ class FetchPipeline:
         again after more rebalance events, the plan follows them."""
         owned = self.owned & assigned
         rewind: dict[int, int] = {}
+        handoff: dict[int, list[int]] = {}
         nack: list[KmqMessage] = []
         back: list[KmqMessage] = []
         groups = [(msgs, gen, True) for msgs, gen in ready]
@@ -302,11 +305,12 @@ class FetchPipeline:
             for m in msgs:
                 p = m.partition
                 if p in owned and not self.stale(p, gen):
+                    handoff.setdefault(p, []).append(m.offset)
                     if m.offset < rewind.get(p, m.offset + 1):
                         rewind[p] = m.offset
                 elif committed:
                     nack.append(m)
-        return ClosePlan(rewind, nack, back)
+        return ClosePlan(rewind, nack, back, handoff)
 
     def closed(self) -> None:
         """Closing took everything out (after :meth:`close_plan` was carried out)."""

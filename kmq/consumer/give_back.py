@@ -48,7 +48,7 @@ def nack_all(messages: Iterable[KmqMessage]) -> None:
 
 
 def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan], pause_all: Callable[[], None],
-                       session_timeout: float) -> bool:
+                       session_timeout: float, hand_off: Callable[[dict[int, list[int]]], Any] | None = None) -> bool:
     """Carry out the close plan of the never-handed messages: commit each partition in its
     ``rewind`` back to its first never-handed offset, so the group delivers those messages again
     (no copy, same delivery count), NACK what only the tracker can redeliver, give back the rest.
@@ -58,16 +58,22 @@ def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan
     partitions ``kc`` (a :class:`~kmq.client.GroupConsumerAdapter`) still holds; it is asked
     again after each retry, since the polls that complete a rebalance can revoke partitions.
     Never raises for a Kafka error: if the commit cannot be made, the committed messages are
-    NACKed instead (copies with a higher delivery count) and the caller closes the client."""
+    NACKed instead (copies with a higher delivery count) and the caller closes the client.
+    ``hand_off(offsets)`` (:meth:`~kmq.consumer.writer.MarkerWriter.hand_off`) runs before each
+    commit back, for the offsets it returns to the group."""
     # A rebalance in progress refuses the commit until this member has rejoined: a cooperative
     # rebalance takes two rounds, and some brokers hold each join for up to half a session.
     if not plan(set()).give_back:
         return False
     deadline = time.monotonic() + 2 * session_timeout
+    handed: dict[int, list[int]] | None = None
     while True:
         try:
             current = plan({p for t, p in kc.assignment() if t == topic})
             if current.rewind:
+                if hand_off is not None and current.handoff != handed:
+                    hand_off(current.handoff)
+                    handed = current.handoff
                 kc.commit({(topic, p): o for p, o in current.rewind.items()})
             break
         except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry

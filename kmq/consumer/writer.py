@@ -44,7 +44,7 @@ from kmq.consumer.ack_waiters import AckWaiters
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
 from kmq.consumer.marker_sender import MarkerSender
-from kmq.core.markers import Start, clip_owner, encode
+from kmq.core.markers import Renew, Start, clip_owner, encode
 from kmq.core.message import ACK, delivery_count_of
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
@@ -226,6 +226,37 @@ class MarkerWriter:
         self.wait_starts(futures)
         self.metrics.marker_write_seconds.observe(time.perf_counter() - t0)
         return len(futures)
+
+    def hand_off(self, offsets: Mapping[int, Iterable[int]], timeout: float) -> set[int]:
+        """Before messages are given back to the group: one RENEW per partition for ``offsets``
+        with the hand-off lease (``consumer.handoff_lease``, at least the queue's lease), so their
+        START does not time out while the group moves the partition to its next owner, whose START
+        supersedes it. Buffered settlements go first (a lease-keeping RENEW sent after it would
+        shorten it again). Waits at most ``timeout`` seconds; returns the partitions whose RENEW
+        Kafka acknowledged. Never raises for a Kafka error: the hand-off is best effort (without
+        it a reassignment slower than the lease costs copies, not messages)."""
+        ms = _ms(max(self.cfg.consumer.handoff_lease, self.queue.lease))
+        self.flush_buffer()
+        futures = []
+        try:
+            for p, offs in offsets.items():
+                ranges = coalesce(offs)
+                if ranges:
+                    futures.append((p, self._sender.send_start(p, encode(Renew(tuple(ranges), ms)))))
+        except (*produce_errors(), BrokerUnavailable) as exc:
+            log.warning("%s: hand-off RENEW not sent (%s)", self.queue.name, exc)
+        self.markers_sent += len(futures)
+        done: set[int] = set()
+        deadline = time.monotonic() + timeout
+        for p, fut in futures:
+            try:
+                fut.get(timeout=max(0.0, deadline - time.monotonic()))
+                done.add(p)
+            except produce_errors() as exc:
+                log.warning("%s[%d]: hand-off RENEW not acknowledged within %.1fs (%s); if the next owner takes "
+                            "longer than the lease, its messages are also redelivered as copies",
+                            self.queue.name, p, timeout, exc)
+        return done
 
     def commit(self, consumer: Any, next_offsets: Mapping[int, int]) -> None:
         """Commit ``partition -> next offset`` of the queue topic synchronously (either client's consumer)."""

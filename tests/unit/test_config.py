@@ -153,6 +153,7 @@ def test_unconfigured_queue_gets_defaults_and_bad_names_fail():
     ({"queues": [{"name": "q", "backoff": {"multiplier": 1e9}}]}, "queues[0].backoff.multiplier"),
     ({"queues": [{"name": "q", "markers_retention": "10m"}]}, "queues[0].markers_retention"),
     ({"consumer": {"max_lease": "200h"}}, "consumer.max_lease"),
+    ({"consumer": {"handoff_lease": "200h"}}, "consumer.handoff_lease"),
     ({"tracker": {"max_request_size": 10}}, "tracker.max_request_size"),
 ])
 def test_bounds_that_keep_open_starts_inside_the_markers_retention(data, path):

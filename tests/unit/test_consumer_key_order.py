@@ -121,6 +121,7 @@ def test_closing_gives_held_messages_back_to_the_group(keyed_consumer):
     m.ack()
     consumer.close(timeout=5)
     assert kafka.commits[-1] == {(TOPIC, 0): 1}  # committed back to the first never-handed message
+    assert consumer.writer.handed_off == [{0: [1, 2, 3, 4]}]  # their leases handed off before it
 
 
 def test_held_messages_leave_flow_controls_bound_so_other_keys_are_still_fetched(keyed_consumer):

@@ -38,6 +38,7 @@ class FakeWriter:
         self.owner = "test"
         self._c_received = self.metrics.messages.labels(self.queue.name, "received")
         self.flushed: list = []
+        self.handed_off: list[dict[int, list[int]]] = []
 
     def send_starts(self, offsets: dict) -> list:
         return [(p, list(o), _done()) for p, o in offsets.items()]
@@ -53,6 +54,11 @@ class FakeWriter:
 
     def replace_producer(self, why: str) -> bool:
         return True
+
+    def hand_off(self, offsets: dict, timeout: float) -> set[int]:
+        self.flush_buffer()
+        self.handed_off.append({p: sorted(o) for p, o in offsets.items()})
+        return set(offsets)
 
     def close(self, timeout: float | None = None) -> None:
         self.flush_buffer()

@@ -225,6 +225,8 @@ def test_close_during_an_in_flight_start_commits_back_to_the_first_never_handed_
     plan = pipe.close_plan([(ready, 0)], assigned={0, 1})
     assert plan.rewind == {0: 5, 1: 3} and plan.nack == []
     assert offsets_of(plan.give_back) == offsets_of(ready + b.messages)
+    # Their leases are handed off before the commit back: every offset it returns to the group.
+    assert {p: sorted(o) for p, o in plan.handoff.items()} == {0: [5, 6, 7, 8, 9], 1: [3]}
     pipe.closed()
     assert not pipe.pending and b.state is GIVEN_BACK
 
@@ -248,6 +250,8 @@ def test_close_after_a_revoke_and_reassign_never_commits_back_below_the_interim_
     plan = pipe.close_plan([(ready_then, gen)], assigned={0})
     assert plan.rewind == {0: 300}  # not 100: that would hand 110..299 out a second time
     assert offsets_of(plan.nack) == offsets_of(ready_then)
+    # No hand-off for the stale ones: the interim owner's START may cover them now.
+    assert plan.handoff == {0: [300, 301, 302, 303, 304]}
 
 
 def test_the_close_plan_follows_revocations_reported_while_it_is_retried():

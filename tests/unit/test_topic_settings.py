@@ -63,6 +63,7 @@ def test_one_markers_retention_queues_inherit_topics_and_may_override_it():
     ({"topics": {"markers_retention": "1h"}, "queues": [{"name": "q", "markers_retention": "2h", "lease": "70m"}]},
      "queues[0].lease", "queues[0].markers_retention"),
     ({"topics": {"markers_retention": "1h"}, "consumer": {"max_lease": "40m"}}, "consumer.max_lease", "1h"),
+    ({"topics": {"markers_retention": "1h"}, "consumer": {"handoff_lease": "40m"}}, "consumer.handoff_lease", "1h"),
 ])
 def test_bounds_name_the_retention_key_they_came_from(data, path, key):
     with pytest.raises(ConfigError) as err:
