@@ -134,7 +134,7 @@ def test_an_asynchronous_commit_completes_while_the_member_polls(seam):
     assert fut.succeeded() and seam.committed(group, topic) == {0: 3}
 
 
-def test_a_second_member_takes_partitions_revoked_only_from_the_first_and_gives_them_back(seam):
+def test_a_second_member_takes_partitions_revoked_only_from_the_first_and_gives_them_back(seam, request):
     topic = seam.topic(2)
     group = seam.unique("g")
     a = seam.member(group, topic, "a")
@@ -143,6 +143,12 @@ def test_a_second_member_takes_partitions_revoked_only_from_the_first_and_gives_
     seam.drive([a.adapter, b.adapter], lambda: len(a.adapter.assignment()) == len(b.adapter.assignment()) == 1,
                "the partitions split between the members")
     moved = b.adapter.assignment()
+    if isinstance(seam, KafkaSeam) and b.events[0] == ("+", frozenset({(topic, 0), (topic, 1)})):
+        # A round that gave b everything was completed without a: seen once under CI load.
+        request.getfixturevalue("skip_on_tansu")(
+            "a join round completes after about half a session timeout without the members that have not "
+            "rejoined yet (Apache Kafka waits for them up to the rebalance timeout); the first member rejoined "
+            f"too late and the second got every partition first (events: a {a.events}, b {b.events})")
     assert a.events[0] == ("+", frozenset({(topic, 0), (topic, 1)}))
     # cooperative: only what moved was revoked (the events show a lost assignment if one came instead)
     assert a.revoked_all() == moved, f"first member's events: {a.events}; second's: {b.events}"
