@@ -591,9 +591,9 @@ class KmqConsumer:
         pipeline = self._pipeline
         # A batch fetched before an earlier revocation of its partition is stale: an interim owner
         # may have committed past it, and committing back below that would deliver its messages again.
-        groups = self._ready.take_out(mine, lambda p, gen: not pipeline.stale(p, gen)) if mine else []
-        if not groups:
+        if not mine:
             return {}
+        groups = self._ready.take_out(mine, lambda p, gen: not pipeline.stale(p, gen))
         self._rewound.extend(groups)
         rewind: dict[int, int] = {}
         offsets: dict[int, list[int]] = {}
@@ -602,8 +602,17 @@ class KmqConsumer:
                 offsets.setdefault(m.partition, []).append(m.offset)
                 if m.offset < rewind.get(m.partition, m.offset + 1):
                     rewind[m.partition] = m.offset
-        # Acknowledged before the commit back, so before any next owner can fetch them and START.
-        self.writer.hand_off(offsets, self._handoff_wait)
+        # Batches between START and commit go back too (the pipeline gives them back when it hears of
+        # the revocation): their leases are handed off as well. A snapshot, since on kafka-python the
+        # fetcher thread may move batches on meanwhile; one handed over after all keeps the hand-off
+        # lease only until lease keeping renews it.
+        for batch in list(pipeline.pending):
+            for p, offs in dict(batch.offsets).items():
+                if p in mine and not pipeline.stale(p, batch.gen):
+                    offsets.setdefault(p, []).extend(offs)
+        if offsets:
+            # Acknowledged before the commit back, so before any next owner can fetch them and START.
+            self.writer.hand_off(offsets, self._handoff_wait)
         return {(self.queue.name, p): o for p, o in rewind.items()}
 
     def _rewind_failed(self, exc: Exception) -> None:

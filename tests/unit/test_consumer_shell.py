@@ -184,3 +184,27 @@ def test_leaving_iteration_early_leaves_the_rest_ready_and_close_commits_it_back
     consumer.close(timeout=5)
     assert kafka.commits[-1] == {(TOPIC, 0): 20}  # nothing never-handed is left to give back
     assert consumer.in_flight() == {0: 18}  # taken and unsettled: user code's, until their leases end
+
+
+def test_a_revocation_hands_off_the_leases_of_ready_messages_and_of_a_batch_between_start_and_commit(consumer_on):
+    # The revoke callback (kafka-python: on the client's I/O thread) runs while the fetcher holds a
+    # second batch whose START was acknowledged and whose offsets are not committed yet.
+    kafka = FakeKafka(records=10)
+    hold, held = threading.Event(), threading.Event()
+
+    def hook(stage: str, spans: dict) -> None:
+        if stage == "started" and spans.get(0, (0, 0))[0] >= 5:
+            held.set()
+            hold.wait(10)
+
+    consumer = consumer_on(kafka, fetch_size=5, stage_hook=hook)
+    try:
+        assert [m.offset for m in consumer.poll(timeout=5, max_records=1)] == [0]
+        assert held.wait(5), "the second batch never reached its START"
+        rewind = consumer._rewind_on_revoke({(TOPIC, 0)})
+        assert rewind == {(TOPIC, 0): 1}  # committed back to the first ready message
+        # One hand-off, before that commit: the ready messages 1..4 and the pending batch 5..9.
+        assert [{p: sorted(o) for p, o in h.items()} for h in consumer.writer.handed_off] == [{0: list(range(1, 10))}]
+        consumer._revoked({(TOPIC, 0)})
+    finally:
+        hold.set()
