@@ -10,6 +10,7 @@ breaks the pin or loses one of them. Nothing outside the adapter modules and
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Iterable, Mapping
 
 from kafka import AsyncConsumerRebalanceListener, ConsumerRebalanceListener, KafkaConsumer, TopicPartition
@@ -24,6 +25,9 @@ from kmq.core.errors import BrokerUnavailable
 __all__ = ["KafkaPythonConsumer", "PRIVATE_ATTRIBUTES", "member_id"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds a poll that failed with a retriable error waits before it returns nothing.
+POLL_RETRY_WAIT = 0.1
 
 #: kafka-python internals kmq reads or calls (object path -> attribute or method), checked against the
 #: installed version by a test.
@@ -109,6 +113,7 @@ class KafkaPythonConsumer:
         self.raw = consumer
         keep_finished_joins(consumer)  # also a user's own consumer handed to MarkerWriter
         self._watchdog: FetchWatchdog | None = None
+        self._poll_failing = False  # logged once per run of failed polls
 
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         batches = self.raw.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
@@ -140,13 +145,24 @@ class KafkaPythonConsumer:
         unstrand_records(self.raw)
         try:
             batches = self.raw.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
-        except KafkaTimeoutError as exc:
+        except KafkaError as exc:
+            # A broker that refuses connections can surface through poll (seen: ECONNREFUSED from a
+            # reconnect, right after a broker was killed). kafka-python reconnects on its own; only a
+            # non-retriable error (authorization, a bug) fails the caller.
+            if not (isinstance(exc, KafkaTimeoutError) or exc.retriable):
+                raise
             if wd is not None:
                 wd.poll_returned(normally=False)
-            log.warning("Kafka poll failed (%s); polling again", exc)
+            log.log(logging.DEBUG if self._poll_failing else logging.WARNING,
+                    "Kafka poll failed (%s: %s); polling again", type(exc).__name__, exc)
+            self._poll_failing = True
+            time.sleep(max(timeout, POLL_RETRY_WAIT))  # the error may come back at once: do not spin
             return []
         if wd is not None:
             wd.poll_returned()
+        if self._poll_failing:
+            self._poll_failing = False
+            log.info("Kafka poll works again")
         return [build(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp)
                 for rs in batches.values() for r in rs]
 
