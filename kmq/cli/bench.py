@@ -14,6 +14,7 @@ BENCHMARKS = {
     "spark": "kmq.bench.spark",
     "trace": "kmq.bench.trace",
     "overload": "kmq.bench.overload",
+    "badday": "kmq.bench.badday",
     "aio": "kmq.bench.aio",
     "capacity": "kmq.bench.capacity",
     "all": "kmq.bench.all",

@@ -97,3 +97,21 @@ def test_bench_all_quick_reports_a_figure_for_every_section(bootstrap, tmp_path)
     assert not missing, f"figures missing or not finite and > 0: {missing}"
     walls = ", ".join(f"{name} {r['wall_seconds']}s" for name, r in results.items())
     print(f"kmq bench all --quick: {took:.0f} s ({walls})")
+
+
+def test_bench_badday_small_loses_nothing_and_every_process_survives(tmp_path):
+    """``kmq bench badday`` at a small scale, on its own durable broker (the broker-kill phase needs
+    one it may SIGKILL): every phase comes, nothing is lost, no process dies. About 30 s here."""
+    from kmq.bench.badday import run
+
+    lines: list[str] = []
+    result = run(messages=200, lease="3s", processing_ms=10, freeze="2s", outage="5s", timeout=120,
+                 workdir=str(tmp_path / "badday"), echo=lines.append)
+    report = "\n".join(lines)
+    assert [p["phase"] for p in result["phases"]][:7] == [
+        "worker a started", "worker b joined (rebalance)", "worker b frozen (SIGSTOP)", "worker b resumed (SIGCONT)",
+        "broker killed (SIGKILL)", "broker restarted", "worker a stopped (SIGTERM)"], report
+    assert result["originals"] == 200 + result["hostile"], report
+    assert result["lost"] == 0, report
+    assert all(result["alive"].values()) and result["replaced_exit_code"] == 0, report
+    assert result["ok"], report
