@@ -118,8 +118,9 @@ class MarkerSender:
             reconnect_backoff_max_ms=1000,
         )
 
-    def send_start(self, partition: int, value: bytes) -> Any:
-        """Send an encoded START record; returns its future (the caller waits on it)."""
+    def send_awaited(self, partition: int, value: bytes) -> Any:
+        """Send an encoded marker the caller waits for (a START, a hand-off RENEW); returns its
+        future. No retry store: the caller decides what a failure means."""
         return self._produce(partition, value, next(self._tokens))
 
     def _produce(self, partition: int, value: bytes, token: int) -> Any:

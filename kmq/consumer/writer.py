@@ -193,7 +193,7 @@ class MarkerWriter:
                 if not ranges:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
-                futures.append((p, ranges, self._sender.send_start(p, value)))
+                futures.append((p, ranges, self._sender.send_awaited(p, value)))
         except (*produce_errors(), BrokerUnavailable) as exc:
             raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
         finally:
@@ -242,7 +242,7 @@ class MarkerWriter:
             for p, offs in offsets.items():
                 ranges = coalesce(offs)
                 if ranges:
-                    futures.append((p, self._sender.send_start(p, encode(Renew(tuple(ranges), ms)))))
+                    futures.append((p, self._sender.send_awaited(p, encode(Renew(tuple(ranges), ms)))))
         except (*produce_errors(), BrokerUnavailable) as exc:
             log.warning("%s: hand-off RENEW not sent (%s)", self.queue.name, exc)
         self.markers_sent += len(futures)
