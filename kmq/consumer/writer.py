@@ -232,31 +232,42 @@ class MarkerWriter:
         with the hand-off lease (``consumer.handoff_lease``, at least the queue's lease), so their
         START does not time out while the group moves the partition to its next owner, whose START
         supersedes it. Buffered settlements go first (a lease-keeping RENEW sent after it would
-        shorten it again). Waits at most ``timeout`` seconds; returns the partitions whose RENEW
-        Kafka acknowledged. Never raises for a Kafka error: the hand-off is best effort (without
-        it a reassignment slower than the lease costs copies, not messages)."""
+        shorten it again). Returns within ``timeout`` seconds (a rebalance callback may run on the
+        client's I/O thread, and a send can block while the producer has no metadata): the
+        partitions whose RENEW Kafka acknowledged by then. Never raises for a Kafka error: the
+        hand-off is best effort (without it a reassignment slower than the lease costs copies,
+        not messages)."""
         ms = _ms(max(self.cfg.consumer.handoff_lease, self.queue.lease))
-        self.flush_buffer()
-        futures = []
-        try:
-            for p, offs in offsets.items():
-                ranges = coalesce(offs)
-                if ranges:
-                    futures.append((p, self._sender.send_awaited(p, encode(Renew(tuple(ranges), ms)))))
-        except (*produce_errors(), BrokerUnavailable) as exc:
-            log.warning("%s: hand-off RENEW not sent (%s)", self.queue.name, exc)
-        self.markers_sent += len(futures)
         done: set[int] = set()
         deadline = time.monotonic() + timeout
-        for p, fut in futures:
+
+        def send_and_wait() -> None:
+            self.flush_buffer()
+            futures = []
             try:
-                fut.get(timeout=max(0.0, deadline - time.monotonic()))
-                done.add(p)
-            except produce_errors() as exc:
-                log.warning("%s[%d]: hand-off RENEW not acknowledged within %.1fs (%s); if the next owner takes "
-                            "longer than the lease, its messages are also redelivered as copies",
-                            self.queue.name, p, timeout, exc)
-        return done
+                for p, offs in offsets.items():
+                    ranges = coalesce(offs)
+                    if ranges:
+                        futures.append((p, self._sender.send_awaited(p, encode(Renew(tuple(ranges), ms)))))
+            except (*produce_errors(), BrokerUnavailable) as exc:
+                log.warning("%s: hand-off RENEW not sent (%s)", self.queue.name, exc)
+            self.markers_sent += len(futures)
+            for p, fut in futures:
+                try:
+                    fut.get(timeout=max(0.0, deadline - time.monotonic()))
+                    done.add(p)
+                except produce_errors() as exc:
+                    log.warning("%s[%d]: hand-off RENEW not acknowledged within %.1fs (%s); if the next owner "
+                                "takes longer than the lease, its messages are also redelivered as copies",
+                                self.queue.name, p, timeout, exc)
+
+        sender = threading.Thread(target=send_and_wait, name=f"kmq-handoff-{self.queue.name}", daemon=True)
+        sender.start()
+        sender.join(timeout)
+        if sender.is_alive():
+            log.warning("%s: hand-off RENEW still being sent after %.1fs (the producer is blocked); giving the "
+                        "messages back without waiting for it", self.queue.name, timeout)
+        return set(done)
 
     def commit(self, consumer: Any, next_offsets: Mapping[int, int]) -> None:
         """Commit ``partition -> next offset`` of the queue topic synchronously (either client's consumer)."""
