@@ -153,11 +153,14 @@ class KeyOrder(Generic[T]):
             return False
         origin, k.busy, k.busy_origin = k.busy_origin, None, None
         if final:
-            k.awaiting = None
+            if k.awaiting is not None and origin >= k.awaiting:  # not when an earlier origin's copy went first
+                k.awaiting = None
             if k.inherited and origin in k.inherited:  # this owner's own message, inherited from itself
                 k.inherited = tuple(o for o in k.inherited if o != origin)
         else:
-            k.awaiting, k.deadline = origin, deadline
+            # An earlier origin's copy that failed again keeps the wait for the later one it went before.
+            k.awaiting = origin if k.awaiting is None or origin is None else max(k.awaiting, origin)
+            k.deadline = deadline
         return self._maybe_run(k)
 
     def settled_late(self, partition: int, key: bytes | None, origin: int) -> bool:
@@ -260,11 +263,12 @@ class KeyOrder(Generic[T]):
     # ------------------------------------------------------------ the gate
     @staticmethod
     def _head_is_copy(k: _Key) -> bool:
-        """The key's first waiting message is the awaited copy (not the original itself)."""
+        """The key's first waiting message is the awaited copy, or a copy of an earlier origin (one
+        whose wait a deadline gave up: it still goes before the awaited one, in origin order)."""
         if not k.queue or k.awaiting is None:
             return False
         _item, offset, origin = k.queue[0]
-        return origin == k.awaiting and offset != k.awaiting
+        return origin <= k.awaiting and offset != origin
 
     def _maybe_run(self, k: _Key) -> bool:
         """Make the key's head runnable if the key is free (or the head is the awaited copy);
@@ -281,8 +285,8 @@ class KeyOrder(Generic[T]):
             return False
         if k.inherited and k.queue[0][2] > k.inherited[0]:  # an earlier owner's message goes first
             return False
-        if k.awaiting is not None:
-            k.awaiting = None  # the copy goes now: from here it is the busy message
+        if k.awaiting is not None and k.queue[0][2] == k.awaiting:
+            k.awaiting = None  # the awaited copy goes now: from here it is the busy message
         k.runnable = True
         self._runnable.append((k, k.queue[0], k.pk[0]))
         return True
