@@ -42,6 +42,11 @@ class OwnedPartition:
     # (asked at ms, log end then): once the position reaches that end, read_through_ms = asked at.
     mark: tuple[int, int] | None = None
     recheck_ms: int = 0  # a look-up failed: ask again no sooner than this (ms)
+    # After the broker was unreachable from held_from_ms on: leases due since then are judged only on
+    # a read-through time of hold_until_ms or later (the markers their consumers retry once the broker
+    # is back are read first). 0, 0: no hold.
+    held_from_ms: int = 0
+    hold_until_ms: int = 0
     caught_up: bool = False
     committed: int | None = None
     bad_logged: bool = False
@@ -65,6 +70,11 @@ class OwnedPartition:
         return (self.caught_up and nd is not None and nd <= now_ms and self.read_through_ms < now_ms
                 and self.mark is None and self.recheck_ms <= now_ms)
 
+    def hold(self, held_from_ms: int, hold_until_ms: int) -> None:
+        """The broker was unreachable from ``held_from_ms`` on and is back: leases due since then
+        wait for a read-through time of ``hold_until_ms`` (see :meth:`horizon`)."""
+        self.held_from_ms, self.hold_until_ms = held_from_ms, hold_until_ms
+
     def end_read(self, asked_ms: int, end: int) -> None:
         """The log end was ``end`` when looked up at ``asked_ms``."""
         pos = self.state.position
@@ -75,12 +85,17 @@ class OwnedPartition:
 
     def horizon(self, now_ms: int) -> int:
         """The latest due time whose messages may be judged now."""
+        if self.read_through_ms < self.hold_until_ms:  # held: only what was due before the broker went away
+            return min(now_ms, self.read_through_ms, self.held_from_ms)
         return min(now_ms, self.read_through_ms)
 
     def next_visit_ms(self, now_ms: int, tick_ms: int) -> int | None:
         """When the service looks at this partition again: its next due time, or a tick later
-        while it is behind its markers (markers applied touch it sooner anyway)."""
+        while it is behind its markers (markers applied touch it sooner anyway), or the end of a
+        hold for what is due within it."""
         nd = self.state.next_due_ms()
+        if nd is not None and self.read_through_ms < self.hold_until_ms and nd > self.held_from_ms:
+            return max(nd, self.hold_until_ms, now_ms + tick_ms)
         if nd is not None and nd > self.read_through_ms and (self.mark is not None or self.recheck_ms > nd):
             return max(nd, self.recheck_ms, now_ms + tick_ms)
         return nd

@@ -86,6 +86,13 @@ _LOOKUP_FETCH_WAIT_MS = 50
 # a frozen process), a look-up that fails loses only its own partitions' answers, and SIGTERM is
 # served between steps.
 _PARTITIONS_PER_LOOKUP = 500
+# While leases are due and no look-up was needed for this long (ms), one partition's end is looked up
+# anyway: a broker that went away shows as a failed look-up.
+_PROBE_INTERVAL_MS = 2_000
+# After the markers' ends were unreadable for a while, leases that ran out meanwhile wait this long
+# (ms) for the ENDs and RENEWs their consumers retry once the broker is back (a consumer retries a
+# failed marker every second, its producer reconnects within a second or two).
+_OUTAGE_GRACE_MS = 10_000
 
 
 class Tracker:
@@ -105,6 +112,9 @@ class Tracker:
         self._http_host = http_host
         self._queues = {q.markers_topic: q for q in cfg.queues}
         self._owned: dict[Partition, OwnedPartition] = {}
+        self._looked_up_ms = 0  # last successful look-up of a markers partition's end
+        #: (last good look-up, first failed one) while look-ups fail: see _broker_back.
+        self._outage: tuple[int, int] | None = None
         # The per-step work visits these, not every owned partition (see the module docstring).
         self._schedule: DueSchedule[Partition] = DueSchedule()  # caught-up partitions: next due time
         self._to_commit: set[Partition] = set()  # state changed since the last commit
@@ -334,19 +344,42 @@ class Tracker:
         At most one look-up per step, for the partitions with something due."""
         now = self._now_ms()
         ask = [o for o in due if o.wants_end(now)][:_PARTITIONS_PER_LOOKUP]  # the others: next step
-        if not ask:
+        # With leases due and marks still being read, a look-up of one partition now and then tells
+        # whether the broker is there at all (a read that stopped is no error of its own).
+        probe = [] if ask or now - self._looked_up_ms < _PROBE_INTERVAL_MS else \
+            [o for o in due if o.caught_up and o.state.position is not None][:1]
+        if not ask and not probe:
             return
         try:
-            ends = self._hw_reader.high_waters({o.tp: o.state.position for o in ask})
+            ends = self._hw_reader.high_waters({o.tp: o.state.position for o in ask or probe})
         except LogReadError as exc:
             for o in ask:
                 o.recheck_ms = now + self._tick_ms()
+            if self._outage is None:  # leases due since the last good look-up were not judged yet
+                self._outage = (self._looked_up_ms, now)
             log.warning("the end of %s was not read (%s): leases there are judged once it is",
-                        partition_names(o.tp for o in ask), exc)
+                        partition_names(o.tp for o in ask or probe), exc)
             return
+        self._looked_up_ms = now
+        if self._outage is not None:
+            self._broker_back(*self._outage, now)
+            self._outage = None
         for o in ask:
             if ends.get(o.tp) is not None:
                 o.end_read(now, ends[o.tp])
+
+    def _broker_back(self, held_from_ms: int, failed_ms: int, now_ms: int) -> None:
+        """The markers' ends were unreadable from ``failed_ms`` and are readable again: the consumers
+        could not write their ENDs and RENEWs meanwhile either, and retry them now. Leases due since
+        the last good look-up (``held_from_ms``) are judged only once the markers written in the next
+        ``_OUTAGE_GRACE_MS`` were read, instead of copying messages whose END is on its way."""
+        until = now_ms + _OUTAGE_GRACE_MS
+        for o in self._owned.values():
+            o.hold(held_from_ms, until)
+            self._touched(o)
+        log.warning("the markers topic is readable again after %.1fs; leases that ran out meanwhile are judged "
+                    "%.0fs from now, once the ENDs and RENEWs their consumers retry were read",
+                    (now_ms - failed_ms) / 1000.0, _OUTAGE_GRACE_MS / 1000.0)
 
     def _tick_ms(self) -> int:
         return max(50, int(self.cfg.tracker.tick * 1000))

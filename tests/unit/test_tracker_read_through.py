@@ -14,7 +14,7 @@ from kmq.config import Config
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import End, Start, encode, encode_key
 from kmq.dev.sim.cluster import SimCluster
-from kmq.dev.sim.faults import FaultPlan, SlowFetch
+from kmq.dev.sim.faults import BrokerPause, FaultPlan, SlowFetch
 from kmq.dev.sim.workload import QUEUE, Workload
 from kmq.dev.sim.world import World
 from tracker.partition import OwnedPartition
@@ -82,6 +82,47 @@ def test_a_lapsed_lease_waits_while_the_markers_cannot_be_read_then_is_redeliver
     assert _copies(world) == 1
 
 
+# A broker that answers nothing from 1 s to 16 s: the tracker's look-ups give up after 10 s. Its
+# consumers could not write their ENDs meanwhile either; they retry them once it is back.
+OUTAGE = BrokerPause(at=1.0, until=16.0)
+
+
+def test_a_lease_that_ran_out_while_the_broker_was_away_waits_for_the_end_retried_after_it():
+    world = _started([OUTAGE])
+    _run(world, 17.0 - world.cluster.t())
+    assert world.tracker.states[0].in_flight == 1 and _copies(world) == 0, "copied before the retried END came"
+    _marker(world, End([(0, 1)]))  # the worker's END, written again a second after the broker is back
+    _run(world, 15.0)
+    assert world.tracker.states[0].in_flight == 0 and _copies(world) == 0
+
+
+def test_a_lease_that_ran_out_while_the_broker_was_away_is_redelivered_after_the_grace():
+    world = _started([OUTAGE])
+    _run(world, 17.0 - world.cluster.t())
+    assert _copies(world) == 0
+    _run(world, 15.0)  # no END came within the grace: redelivered
+    assert _copies(world) == 1 and world.tracker.states[0].in_flight == 0
+
+
+def test_an_outage_that_begins_while_a_look_up_mark_is_being_read_is_noticed_by_a_probe():
+    # The tracker looked up the end at 2.4 s (a lease of offset 5, past the queue's end, was due) and is
+    # still reading towards it when the broker goes away (its markers fetch stuck until 16.5 s): no
+    # look-up is needed then, so only a probe of one partition's end shows the outage.
+    world = _world([SlowFetch(at=2.0, until=16.5, consumer="tracker#1"), BrokerPause(at=3.0, until=16.0)])
+    world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
+    _run(world, 0.5)
+    _marker(world, Start([(0, 1)], lease_ms=3_000, owner="w"))  # due at about 3.5 s, inside the outage
+    _run(world, 0.1)
+    _marker(world, Start([(5, 1)], lease_ms=1_800, owner="w"))  # due at about 2.4 s
+    _run(world, 1.6)
+    _marker(world, End([(99, 1)]))  # unread at the look-up: the position stays behind its mark
+    _run(world, 17.5 - world.cluster.t())
+    assert _copies(world) == 0, "copied before the retried END came"
+    _marker(world, End([(0, 1)]))  # written again a second and a half after the broker is back
+    _run(world, 15.0)
+    assert world.tracker.states[0].in_flight == 0 and _copies(world) == 0
+
+
 # ------------------------------------------------------------ the partition's rule, pure
 
 
@@ -106,3 +147,17 @@ def test_a_partition_read_to_the_end_is_read_through_at_the_look_up():
     o = _owned(12)
     o.end_read(2_000, 12)
     assert o.horizon(5_000) == 2_000 and o.horizon(1_500) == 1_500
+
+
+def test_a_hold_keeps_what_fell_due_after_the_last_good_look_up_until_the_end_is_read_past_it():
+    o = _owned(12)
+    o.end_read(2_000, 12)  # read through at 2.0 s; then the broker went away, and came back at 20 s
+    o.hold(2_000, 30_000)
+    o.end_read(20_000, 12)
+    assert o.horizon(25_000) == 2_000  # what fell due before 2.0 s may be judged, nothing later
+    o.state.apply(Start([(5, 1)], lease_ms=1_000, owner="w"), marker_offset=12, ts_ms=3_000)
+    assert o.next_visit_ms(25_000, 50) == 30_000  # looked at again when the hold ends
+    o.end_read(30_000, 13)
+    o.state.position = 13
+    o.wants_end(30_000)
+    assert o.horizon(31_000) == 30_000
