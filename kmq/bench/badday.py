@@ -44,6 +44,12 @@ from typing import Any, Callable
 import click
 import yaml
 
+from kmq.client import open_log_reader
+from kmq.client.topics import ensure_topics
+from kmq.config import Config, parse_duration
+from kmq.dev.broker import DevBroker
+from kmq.dev.processes import stop_processes
+
 __all__ = ["command", "run"]
 
 # Phase triggers: acks so far (every ack-log line, duplicates included) as a fraction of the
@@ -74,8 +80,6 @@ def _origin(record: Any) -> str | None:
 
 def _read(kafka: Any, topic: str) -> list:
     """Every record of ``topic``, read without a group to the end of each partition."""
-    from kmq.client import open_log_reader
-
     reader = open_log_reader(kafka)
     try:
         starts = {(topic, p): None for p in range(reader.partition_count(topic))}
@@ -86,8 +90,6 @@ def _read(kafka: Any, topic: str) -> list:
 
 def _committed(kafka: Any, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed offset per partition (0 where it committed none)."""
-    from kmq.client import open_log_reader
-
     reader = open_log_reader(kafka)
     try:
         got = reader.committed(group, [(topic, p) for p in range(partitions)])
@@ -132,10 +134,6 @@ def run(messages: int = 1500, partitions: int = 4, lease: str = "5s", processing
         freeze: str = "10s", outage: str = "30s", timeout: float = 300.0, client: str = "kafka-python",
         bootstrap: str | None = None, workdir: str | None = None, echo: Any = None) -> dict:
     """Run the scenario once; returns the figures (also printed through ``echo``)."""
-    from kmq.client.topics import ensure_topics
-    from kmq.config import Config, parse_duration
-    from kmq.dev.broker import DevBroker
-    from kmq.dev.processes import stop_processes
 
     say = echo or (lambda *_: None)
     lease_s, freeze_s, outage_s = parse_duration(lease), parse_duration(freeze), parse_duration(outage)

@@ -595,13 +595,11 @@ class KmqConsumer:
             return {}
         groups = self._ready.take_out(mine, lambda p, gen: not pipeline.stale(p, gen))
         self._rewound.extend(groups)
-        rewind: dict[int, int] = {}
         offsets: dict[int, list[int]] = {}
         for msgs, _, _ in groups:
             for m in msgs:
                 offsets.setdefault(m.partition, []).append(m.offset)
-                if m.offset < rewind.get(m.partition, m.offset + 1):
-                    rewind[m.partition] = m.offset
+        rewind = {p: min(offs) for p, offs in offsets.items()}  # committed back to the first ready one
         # Batches between START and commit go back too (the pipeline gives them back when it hears of
         # the revocation): their leases are handed off as well. A snapshot, since on kafka-python the
         # fetcher thread may move batches on meanwhile; one handed over after all keeps the hand-off

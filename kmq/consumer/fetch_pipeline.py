@@ -294,7 +294,6 @@ class FetchPipeline:
         committing). ``assigned``: the partitions the Kafka client still holds. Pure: call it
         again after more rebalance events, the plan follows them."""
         owned = self.owned & assigned
-        rewind: dict[int, int] = {}
         handoff: dict[int, list[int]] = {}
         nack: list[KmqMessage] = []
         back: list[KmqMessage] = []
@@ -306,11 +305,9 @@ class FetchPipeline:
                 p = m.partition
                 if p in owned and not self.stale(p, gen):
                     handoff.setdefault(p, []).append(m.offset)
-                    if m.offset < rewind.get(p, m.offset + 1):
-                        rewind[p] = m.offset
                 elif committed:
                     nack.append(m)
-        return ClosePlan(rewind, nack, back, handoff)
+        return ClosePlan({p: min(offs) for p, offs in handoff.items()}, nack, back, handoff)
 
     def closed(self) -> None:
         """Closing took everything out (after :meth:`close_plan` was carried out)."""

@@ -48,7 +48,7 @@ def nack_all(messages: Iterable[KmqMessage]) -> None:
 
 
 def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan], pause_all: Callable[[], None],
-                       session_timeout: float, hand_off: Callable[[dict[int, list[int]]], Any] | None = None) -> bool:
+                       session_timeout: float, hand_off: Callable[[dict[int, list[int]]], Any]) -> bool:
     """Carry out the close plan of the never-handed messages: commit each partition in its
     ``rewind`` back to its first never-handed offset, so the group delivers those messages again
     (no copy, same delivery count), NACK what only the tracker can redeliver, give back the rest.
@@ -71,7 +71,7 @@ def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan
         try:
             current = plan({p for t, p in kc.assignment() if t == topic})
             if current.rewind:
-                if hand_off is not None and current.handoff != handed:
+                if current.handoff != handed:
                     hand_off(current.handoff)
                     handed = current.handoff
                 kc.commit({(topic, p): o for p, o in current.rewind.items()})

@@ -159,7 +159,7 @@ class KeyOrder(Generic[T]):
                 k.inherited = tuple(o for o in k.inherited if o != origin)
         else:
             # An earlier origin's copy that failed again keeps the wait for the later one it went before.
-            k.awaiting = origin if k.awaiting is None or origin is None else max(k.awaiting, origin)
+            k.awaiting = origin if k.awaiting is None else max(k.awaiting, origin)
             k.deadline = deadline
         return self._maybe_run(k)
 
