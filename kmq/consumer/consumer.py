@@ -112,6 +112,8 @@ class KmqConsumer:
         self._inflight: dict[int, int] = defaultdict(int)
         #: Ready batches taken out for the commit back before a revocation (:meth:`_rewind_on_revoke`).
         self._rewound: list[tuple[list[KmqMessage], float, int]] = []
+        #: Closing: the never-handed messages drained for the close plan (None before the close).
+        self._closing: list[tuple[list[KmqMessage], int]] | None = None
         #: How long a rebalance callback waits for the hand-off RENEW (kafka-python runs it on the
         #: client's I/O thread, which sends no heartbeat meanwhile).
         self._handoff_wait = min(2.0, cfg.kafka.session_timeout / 4)
@@ -594,6 +596,8 @@ class KmqConsumer:
         if not mine:
             return {}
         groups = self._ready.take_out(mine, lambda p, gen: not pipeline.stale(p, gen))
+        if self._closing and self._keyed is None:
+            groups += self._take_out_closing(mine)
         self._rewound.extend(groups)
         offsets: dict[int, list[int]] = {}
         for msgs, _, _ in groups:
@@ -613,13 +617,31 @@ class KmqConsumer:
             self.writer.hand_off(offsets, self._handoff_wait)
         return {(self.queue.name, p): o for p, o in rewind.items()}
 
+    def _take_out_closing(self, mine: set[int]) -> list[tuple[list[KmqMessage], float, int]]:
+        """A revocation while closing (the polls that let a rebalance complete): the never-handed
+        messages of ``mine`` already drained for the close are committed back now, as a revocation
+        does with the ready queue; left in the close plan they could only be NACKed (copies)."""
+        out, rest = [], []
+        for msgs, gen in self._closing:
+            gone = [m for m in msgs if m.partition in mine and not self._pipeline.stale(m.partition, gen)]
+            if gone:
+                out.append((gone, 0.0, gen))
+                msgs = [m for m in msgs if not (m.partition in mine and not self._pipeline.stale(m.partition, gen))]
+            if msgs:
+                rest.append((msgs, gen))
+        self._closing = rest
+        return out
+
     def _rewind_failed(self, exc: Exception) -> None:
         """The commit back before a revocation failed: the messages stay this member's (ready again)."""
         groups, self._rewound = self._rewound, []
         log.warning("%s: committing offsets back before a revocation failed (%s); %d ready message(s) of the "
                     "revoked partitions stay with this member", self.queue.name, exc, sum(len(g[0]) for g in groups))
         for msgs, leased_at, gen in groups:
-            self._ready.put(msgs, leased_at, gen)
+            if self._closing is not None:  # drained for the close: back into its plan
+                self._closing.append((msgs, gen))
+            else:
+                self._ready.put(msgs, leased_at, gen)
 
     def _revoked(self, partitions: set[tuple[str, int]]) -> None:
         # Runs inside the fetcher's poll (kafka-python may run it on its own I/O thread): only queue it.
@@ -653,11 +675,13 @@ class KmqConsumer:
 
     def _give_back_unhanded(self, kc: Any) -> None:
         """On close: never-handed messages go back to the group (:func:`kmq.consumer.give_back.give_back_on_close`)."""
-        ready = self._ready.drain()
+        # Drained first (user code takes nothing more); a revocation during the polls below still
+        # commits its partitions' share back (_take_out_closing).
+        self._closing = self._ready.drain()
 
         def plan(assigned: set[int]) -> ClosePlan:
             self._feed_rebalances()  # the polls that complete a rebalance can revoke partitions
-            return self._pipeline.close_plan(ready, assigned)
+            return self._pipeline.close_plan(self._closing or [], assigned)
 
         if give_back_on_close(kc, self.queue.name, plan, lambda: self._apply_pauses(kc, all_paused=True),
                               self.cfg.kafka.session_timeout,
