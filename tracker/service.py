@@ -249,7 +249,7 @@ class Tracker:
         # RANGE: the clients' classic eager assignors; a revoke hands every partition back at once.
         self._consumer = client_api.group_consumer(
             kafka, self.cfg.tracker.group_id, "RANGE", _POLL_RECORDS,
-            fetch_max_wait_ms=max(10, min(500, int(self.cfg.tracker.tick * 1000))),
+            fetch_max_wait_ms=self.cfg.tracker.markers_fetch_wait_ms(),
             metadata_max_age_ms=30_000, max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
         )
         self._join_group()

@@ -331,27 +331,38 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
 @click.option("--idle-process", "idle_client", type=click.Choice(["kafka-python", "confluent"]), default=None,
               help="With --idle-partitions: measure a whole `kmq tracker run` process on this client instead "
                    "(a real broker: --bootstrap or the embedded one; CPU per thread).")
+@click.option("--idle-settle", default=60.0, show_default=True, type=click.FloatRange(min=0.0),
+              help="With --idle-process: seconds after the process is ready before the idle cost is measured "
+                   "(the client's start after an assignment; its CPU is reported apart).")
+@click.option("--idle-fetch-wait", default=None, type=click.FloatRange(min=0.001, max=10.0),
+              help="With --idle-process: tracker.fetch_wait, seconds (default: the tracker's default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int, idle_partitions: int | None,
-            idle_tick: float, idle_seconds: float, idle_client: str | None, as_json: bool) -> None:
+            idle_tick: float, idle_seconds: float, idle_client: str | None, idle_settle: float, idle_fetch_wait: float | None,
+            as_json: bool) -> None:
     """Tracker throughput (pure path), memory, redelivery delay and recovery; or, with
     --idle-partitions, the idle cost per partition."""
     if idle_partitions is not None and idle_client is not None:
         from kmq.bench.tracker_idle import process_idle_cost
 
-        p = process_idle_cost(idle_partitions, idle_client, idle_tick, idle_seconds, bootstrap)
+        p = process_idle_cost(idle_partitions, idle_client, idle_tick, idle_seconds, bootstrap, settle_s=idle_settle,
+                              fetch_wait_s=idle_fetch_wait)
         if as_json:
             click.echo(json.dumps({"idle_process": p}, indent=2))
             return
         top = ", ".join(f"{k} {v}%" for k, v in list(p["threads_pct_of_core"].items())[:4])
         click.echo(f"idle process  {p['cpu_pct_of_core']}% of a core: `kmq tracker run` on {p['client']} owning "
-                   f"{p['partitions']:,} idle partitions, tick {p['tick_ms']} ms, {p['seconds']}s measured "
+                   f"{p['partitions']:,} idle partitions, tick {p['tick_ms']} ms, fetch wait {p['fetch_wait_ms']} ms, "
+                   f"{p['seconds']}s measured "
                    f"(busiest threads: {top}); RSS {p['rss_mb']} MB   target <= 5% at 10,000")
         floor = p["client_floor"]
         top = ", ".join(f"{k} {v}%" for k, v in list(floor["threads_pct_of_core"].items())[:4])
         click.echo(f"client floor  {floor['cpu_pct_of_core']}% of a core: a plain {p['client']} consumer of the same "
                    f"idle partitions with the same fetch wait, same run (busiest threads: {top}); "
                    f"kmq over the floor {p['kmq_over_floor_pct_of_core']}% of a core")
+        for who, start in (("tracker", p["start"]), ("floor", floor["start"])):
+            click.echo(f"{who} start   {start['cpu_s']} CPU-seconds in the {start['seconds']:g}s after it was ready, "
+                       f"% of a core per window: {start['pct_of_core_per_window']}")
         return
     if idle_partitions is not None:
         from kmq.bench.tracker_idle import idle_cost

@@ -305,6 +305,11 @@ class ConsumerConfig:
 class TrackerConfig:
     group_id: str = _f("kmq-tracker", "str")
     tick: float = _f(0.05, "duration", min=0.001)
+    # How long the broker may hold the markers consumer's fetch when no marker is there (Kafka's
+    # fetch.max.wait.ms). null: the tick, at least 10 ms and at most 500 ms. A broker answers as soon as
+    # a marker arrives, so a longer wait costs no latency there and fewer idle fetches of every owned
+    # partition: what a tracker owning thousands of partitions costs when idle.
+    fetch_wait: float | None = _f(None, "optduration", min=0.001, max=10.0)
     http_port: int = _f(9108, "int", min=0, max=65535)
     # /healthz fails when the main loop has not completed a step for this long
     # (a hung loop redelivers nothing; the liveness probe then restarts the pod).
@@ -316,6 +321,12 @@ class TrackerConfig:
     # The tracker producer's max_request_size: a copy larger than this is dead-lettered if it fits, else
     # closed as undeliverable (docs/protocol.md).
     max_request_size: int = _f(1_048_576, "int", min=1024, max=1_073_741_824)
+
+    def markers_fetch_wait_ms(self) -> int:
+        """The markers consumer's fetch wait in milliseconds: ``fetch_wait``, else the tick (10-500 ms)."""
+        if self.fetch_wait is not None:
+            return max(1, round(self.fetch_wait * 1000))
+        return max(10, min(500, int(self.tick * 1000)))
 
 
 @dataclass(frozen=True)

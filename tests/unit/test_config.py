@@ -73,6 +73,7 @@ redis: {url: null}
         ({"consumer": {"ack_flush_interval": -1}}, "consumer.ack_flush_interval: expected a non-negative duration"),
         ({"tracker": {"http_port": 70000}}, "tracker.http_port: expected at most 65535"),
         ({"tracker": {"tick": "0ms"}}, "tracker.tick: expected at least 1ms"),
+        ({"tracker": {"fetch_wait": "1m"}}, "tracker.fetch_wait: expected at most 10s"),
         ({"tracker": "fast"}, "tracker: expected a mapping"),
     ],
 )
@@ -177,3 +178,12 @@ def test_consumer_ordering_is_none_by_default_key_on_request_and_anything_else_i
     assert Config.from_dict({"consumer": {"ordering": "KEY"}}).consumer.ordering == "key"
     with pytest.raises(ConfigError, match=r"consumer\.ordering"):
         Config.from_dict({"consumer": {"ordering": "partition"}})
+
+
+@pytest.mark.parametrize("tracker, wait_ms", [
+    ({}, 50),  # the tick (50ms)
+    ({"tick": "1ms"}, 10), ({"tick": "2s"}, 500),  # the tick, kept within 10-500 ms
+    ({"fetch_wait": "500ms"}, 500), ({"tick": "1s", "fetch_wait": "2s"}, 2000), ({"fetch_wait": "1ms"}, 1),
+])
+def test_the_markers_fetch_wait_is_the_tick_unless_set(tracker, wait_ms):
+    assert Config.from_dict({"tracker": tracker}).tracker.markers_fetch_wait_ms() == wait_ms
