@@ -25,8 +25,9 @@ __all__ = ["command", "run", "machine_info", "format_table"]
 
 ORDER = ("consumer", "aio", "overload", "tracker", "spark")
 # docs/benchmarks.md's figures: 5 A/B rounds, since single consumer rounds on a 2-core machine swing by +-20%;
-# the consumer pair and the Spark lag job on each client (kafka.client).
+# the consumer pair and the Spark lag job on each client (kafka.client); an idle tracker at 10,000 partitions.
 FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")},
+        "tracker": {"idle_partitions": 10_000},
         "spark": {"clients": ("confluent", "kafka-python")}}
 # --quick: small enough for a smoke run (tests/integration/test_bench_smoke.py: 100-115 s on 2 cores, most of it
 # group joins, which tansu holds for half the session timeout, and Spark's start).

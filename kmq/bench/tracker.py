@@ -295,13 +295,22 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
 
 
 def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, messages: int = 50_000,
-        delay_messages: int = 400, acked_pairs: int = 20_000) -> dict:
+        delay_messages: int = 400, acked_pairs: int = 20_000, idle_partitions: int = 0) -> dict:
     """All tracker figures; starts an embedded broker when ``bootstrap`` is None. ``messages``:
     the redelivery-throughput backlog; ``delay_messages`` and ``acked_pairs``: the sizes of
-    the redelivery-delay and recovery runs (smaller for ``kmq bench all --quick``)."""
+    the redelivery-delay and recovery runs (smaller for ``kmq bench all --quick``);
+    ``idle_partitions``: when set (and confluent-kafka is installed), also the idle cost of a whole
+    tracker process owning that many partitions, with the default markers fetch wait and with 500 ms,
+    each beside a plain consumer of the same partitions (an embedded broker of its own each)."""
     out: dict = {"throughput": throughput(batches), "memory": memory()}
     if not broker:
         return out
+    if idle_partitions and importlib.util.find_spec("confluent_kafka") is not None:
+        from kmq.bench.tracker_idle import process_idle_cost
+
+        out["idle_process"] = {
+            wait: process_idle_cost(idle_partitions, "confluent", 0.1, 10.0, bootstrap, fetch_wait_s=fetch_wait_s)
+            for wait, fetch_wait_s in (("default_fetch_wait", None), ("fetch_wait_500ms", 0.5))}
     bootstrap, dev = broker_unless(bootstrap)
     try:
         out["redelivery_delay"] = redelivery_delay(bootstrap, delay_messages)
