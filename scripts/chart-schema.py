@@ -45,6 +45,7 @@ CHART_KEYS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     # The probes and the Service need a real port: 0 (any free port) is refused here.
     (("tracker", "httpPort"), "tracker.http_port", {"set": {"minimum": 1}}),
     (("tracker", "livenessTimeout"), "tracker.liveness_timeout", {}),
+    (("tracker", "fetchWait"), "tracker.fetch_wait", {}),
     (("topicInit", "replicationFactor"), "topics.replication_factor", {}),
     (("topicInit", "minInsyncReplicas"), "topics.min_insync_replicas", {}),
     (("topicInit", "markersRetention"), "topics.markers_retention", {}),

@@ -62,6 +62,7 @@ def test_values_map_onto_kmq_yaml():
     assert cfg.kafka.session_timeout == 12.0
     assert cfg.queues[0].lease == 0.25 and cfg.queues[0].max_deliveries == 2
     assert (cfg.tracker.group_id, cfg.tracker.tick, cfg.tracker.http_port) == ("g", 0.02, 9200)
+    assert cfg.tracker.fetch_wait == 0.5  # the chart's default: it runs next to a real Kafka
     assert cfg.redis.url == "redis://r:6379/0"
 
 

@@ -130,6 +130,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- range .Values.queues }}{{ $queues = append $queues (omit . "partitions") }}{{ end -}}
 {{- $tracker := dict "group_id" .Values.tracker.groupId "tick" .Values.tracker.tick "http_port" .Values.tracker.httpPort -}}
 {{- if .Values.tracker.livenessTimeout }}{{ $_ := set $tracker "liveness_timeout" .Values.tracker.livenessTimeout }}{{ end -}}
+{{- if .Values.tracker.fetchWait }}{{ $_ := set $tracker "fetch_wait" .Values.tracker.fetchWait }}{{ end -}}
 {{- $ti := .Values.topicInit -}}
 {{- $topics := dict "markers_retention" $ti.markersRetention -}}
 {{- with $ti.replicationFactor }}{{ $_ := set $topics "replication_factor" . }}{{ end -}}
