@@ -190,9 +190,9 @@ def _measure_process(cmd: list[str], ready: Callable[[Any], bool], seconds: floa
     goes (default: nowhere; ``subprocess.PIPE`` when ``ready`` reads it).
 
     Why a settle period: librdkafka keeps its broker thread busy for a while after an assignment
-    (20-25 s of a whole core at 10,000 partitions on this machine), then fetches idle partitions
-    at about 2 % of a core. That is a cost of every start and every rebalance, reported as such,
-    not the idle cost."""
+    (20-25 s of a whole core at 10,000 partitions on this machine) before it settles to what
+    fetching the idle partitions costs. That is a cost of every start and every rebalance, reported
+    as such, not the idle cost."""
     import signal
     import subprocess
     import tempfile
