@@ -33,6 +33,7 @@ import uuid
 
 import click
 
+from kmq.bench.tracker_idle import idle_cost, process_idle_cost
 from kmq.dev.broker import broker_unless
 
 __all__ = ["command", "run", "throughput", "memory", "redelivery_throughput"]
@@ -306,8 +307,6 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
     if not broker:
         return out
     if idle_partitions and importlib.util.find_spec("confluent_kafka") is not None:
-        from kmq.bench.tracker_idle import process_idle_cost
-
         out["idle_process"] = {
             wait: process_idle_cost(idle_partitions, "confluent", 0.1, 10.0, bootstrap, fetch_wait_s=fetch_wait_s)
             for wait, fetch_wait_s in (("default_fetch_wait", None), ("fetch_wait_500ms", 0.5))}
@@ -352,8 +351,6 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int,
     """Tracker throughput (pure path), memory, redelivery delay and recovery; or, with
     --idle-partitions, the idle cost per partition."""
     if idle_partitions is not None and idle_client is not None:
-        from kmq.bench.tracker_idle import process_idle_cost
-
         p = process_idle_cost(idle_partitions, idle_client, idle_tick, idle_seconds, bootstrap, settle_s=idle_settle,
                               fetch_wait_s=idle_fetch_wait)
         if as_json:
@@ -374,8 +371,6 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int,
                        f"% of a core per window: {start['pct_of_core_per_window']}")
         return
     if idle_partitions is not None:
-        from kmq.bench.tracker_idle import idle_cost
-
         figures = {"idle": idle_cost(idle_partitions, idle_tick, idle_seconds)}
     else:
         figures = run(bootstrap=bootstrap, batches=batches, broker=not no_broker, messages=messages)

@@ -623,12 +623,12 @@ class KmqConsumer:
         does with the ready queue; left in the close plan they could only be NACKed (copies)."""
         out, rest = [], []
         for msgs, gen in self._closing:
-            gone = [m for m in msgs if m.partition in mine and not self._pipeline.stale(m.partition, gen)]
-            if gone:
-                out.append((gone, 0.0, gen))
-                msgs = [m for m in msgs if not (m.partition in mine and not self._pipeline.stale(m.partition, gen))]
-            if msgs:
-                rest.append((msgs, gen))
+            gone = {p for p in mine if not self._pipeline.stale(p, gen)}
+            kept = [m for m in msgs if m.partition not in gone]
+            if len(kept) < len(msgs):
+                out.append(([m for m in msgs if m.partition in gone], 0.0, gen))
+            if kept:
+                rest.append((kept, gen))
         self._closing = rest
         return out
 

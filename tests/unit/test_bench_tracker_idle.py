@@ -22,8 +22,6 @@ def test_the_command_prints_the_idle_cost_line():
 
 
 def test_idle_process_measures_a_whole_tracker_process_on_the_chosen_client(monkeypatch):
-    import kmq.bench.tracker_idle as tracker_idle
-
     asked = {}
 
     def fake(partitions, client, tick_s, seconds, bootstrap, settle_s, fetch_wait_s):
@@ -37,7 +35,7 @@ def test_idle_process_measures_a_whole_tracker_process_on_the_chosen_client(monk
                                  "threads_pct_of_core": {"rdk:broker1": 2.1}},
                 "kmq_over_floor_pct_of_core": 0.7}
 
-    monkeypatch.setattr(tracker_idle, "process_idle_cost", fake)
+    monkeypatch.setattr(bench_tracker, "process_idle_cost", fake)
     result = CliRunner().invoke(bench_tracker.command, ["--idle-partitions", "300", "--idle-process", "confluent",
                                                         "--bootstrap", "127.0.0.1:9092", "--idle-seconds", "2",
                                                         "--idle-settle", "15", "--idle-fetch-wait", "0.5"])
