@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -184,17 +185,24 @@ class KafkaInputPartition(InputPartition):
 
 def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     """Records ``start..end-1`` of one partition as Arrow batches (runs in a task)."""
-    if getattr(part, "client", "kafka-python") == "confluent":
+    confluent = getattr(part, "client", "kafka-python") == "confluent"
+    if getattr(part, "marker_chunks", False):  # chunks carry only keys, values, offsets and times
+        if confluent:
+            from kmq.spark.source_confluent import append_marker_columns as append
+        else:
+            append = _append_kafka_python_markers
+    elif confluent:
         from kmq.spark.source_confluent import append_columns
+
+        append = partial(append_columns, with_headers=getattr(part, "include_headers", True))
     else:
-        append_columns = _append_kafka_python
+        append = partial(_append_kafka_python, with_headers=getattr(part, "include_headers", True))
     reader = _task_reader(part)
-    with_headers = getattr(part, "include_headers", True)
     cols: dict[str, list] = {n: [] for n in ARROW_SCHEMA.names}
     try:
         for batch in reader.batches(part.topic, part.partition, part.start, part.end,
                                     lambda deleted: _deleted(part, deleted)):
-            append_columns(cols, batch, with_headers)
+            append(cols, batch)
             if len(cols["offset"]) >= ROWS_PER_ARROW_BATCH:
                 yield _arrow(cols, part)
                 cols = {n: [] for n in ARROW_SCHEMA.names}
@@ -217,6 +225,14 @@ def _append_kafka_python(cols: dict[str, list], records: list, with_headers: boo
         kinds.append(r.timestamp_type)
         if with_headers:
             hdrs.append([{"key": k, "value": v} for k, v in (r.headers or [])])
+
+
+def _append_kafka_python_markers(cols: dict[str, list], records: list) -> None:
+    """Append only what the lag job's marker chunks use (key, value, offset, time)."""
+    cols["key"].extend([r.key for r in records])
+    cols["value"].extend([r.value for r in records])
+    cols["offset"].extend([r.offset for r in records])
+    cols["timestamp"].extend([r.timestamp * 1000 for r in records])
 
 
 def _deleted(part: KafkaInputPartition, deleted: Any) -> None:
