@@ -35,7 +35,7 @@ def _seconds(text: str, what: str) -> float:
 @click.option("--parquet-path", default=None, help="Directory of the parquet sink (one batch_id=N folder per batch).")
 @click.option("--prometheus-port", default=9109, show_default=True, type=int, help="Port of /metrics on the driver (0 = any).")
 @click.option("--starting-offsets", default="earliest", show_default=True, help="earliest, latest or Spark-style JSON.")
-@click.option("--max-offsets-per-trigger", default=500_000, show_default=True, type=int, help="0 = no cap.")
+@click.option("--max-offsets-per-trigger", default=1_000_000, show_default=True, type=int, help="0 = no cap.")
 @click.option("--fail-on-data-loss/--no-fail-on-data-loss", default=True, show_default=True,
               help="Fail (or skip) when markers were deleted by retention before the job read them.")
 @click.option("--queue", "queues", multiple=True, help="Queue(s) to watch (default: every configured queue).")

@@ -95,7 +95,7 @@ class JobOptions:
     prometheus_port: int = 9109
     prometheus_host: str = "0.0.0.0"
     starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = 500_000
+    max_offsets_per_trigger: int | None = 1_000_000
     fail_on_data_loss: bool = True
     queues: tuple[str, ...] = ()  # empty = every configured queue
     spark_conf: dict[str, str] = field(default_factory=dict)
