@@ -52,7 +52,7 @@ class Costs:
     tracker_bytes_per_in_flight: float = 8.0  # kmq bench tracker: 1M in flight with ack holes: 42.5 - 35.3 MB
     tracker_base_mb: float = 36.0  # a tracker process with nothing in flight (interpreter and imports)
     tracker_bytes_per_partition: float = 5_000.0  # kmq bench tracker --idle-partitions: RSS per partition held
-    spark_markers_per_core_s: float = 105_000.0  # kmq bench spark: 210,040 steady markers/s at local[2]
+    spark_markers_per_core_s: float = 100_000.0  # kmq bench spark: 200,938 markers/s at local[2] on kafka-python (confluent ~2x)
 
 
 @dataclass(frozen=True, slots=True)
