@@ -173,7 +173,7 @@ def test_a_paused_partition_is_not_fetched_until_resumed(seam):
     assert [(x.partition, x.offset) for x in again] == [(0, 0), (0, 1), (0, 2)]
 
 
-def test_a_partition_a_rebalance_assigns_again_arrives_unpaused(seam):
+def test_a_partition_a_rebalance_assigns_again_arrives_unpaused(seam, request):
     # Kafka's own consumer keeps the pause of a partition that stays assigned and drops it for
     # one that moves. librdkafka keeps it on a partition that comes back: a consumer that paused
     # everything for flow control, lost a partition in a rebalance and got it back never read
@@ -191,7 +191,16 @@ def test_a_partition_a_rebalance_assigns_again_arrives_unpaused(seam):
     seam.close_client(b.adapter)  # nothing committed: the partition comes back to a from its start
     got = seam.fetch_until(a.adapter, 3, "the records of the partition assigned again")
     assert len(a.adapter.assignment()) == 2
-    assert {(x.topic, x.partition) for x in got} == moved  # the one that stayed is still paused
+    stayed = {(topic, 0), (topic, 1)} - moved
+    if isinstance(seam, KafkaSeam) and a.revoked_all() & stayed:
+        # The partition that should have stayed was taken from the first member and given back:
+        # it then arrives unpaused, as the seam promises, and this test's premise is gone.
+        request.getfixturevalue("skip_on_tansu")(
+            "a join round completes after about half a session timeout without the members that have not "
+            "rejoined yet (Apache Kafka waits for them up to the rebalance timeout); the first member lost the "
+            f"partition it should have kept (events: a {a.events}, b {b.events})")
+    # the one that stayed is still paused
+    assert {(x.topic, x.partition) for x in got} == moved, f"events: a {a.events}, b {b.events}"
 
 
 def test_seek_reads_again_from_the_offset(seam):
