@@ -186,7 +186,9 @@ class KafkaInputPartition(InputPartition):
 def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     """Records ``start..end-1`` of one partition as Arrow batches (runs in a task)."""
     confluent = getattr(part, "client", "kafka-python") == "confluent"
-    if getattr(part, "marker_chunks", False):  # chunks carry only keys, values, offsets and times
+    chunks = getattr(part, "marker_chunks", False)
+    names = CHUNK_INPUTS if chunks else ARROW_SCHEMA.names
+    if chunks:
         if confluent:
             from kmq.spark.source_confluent import append_marker_columns as append
         else:
@@ -198,14 +200,14 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     else:
         append = partial(_append_kafka_python, with_headers=getattr(part, "include_headers", True))
     reader = _task_reader(part)
-    cols: dict[str, list] = {n: [] for n in ARROW_SCHEMA.names}
+    cols: dict[str, list] = {n: [] for n in names}
     try:
         for batch in reader.batches(part.topic, part.partition, part.start, part.end,
                                     lambda deleted: _deleted(part, deleted)):
             append(cols, batch)
             if len(cols["offset"]) >= ROWS_PER_ARROW_BATCH:
                 yield _arrow(cols, part)
-                cols = {n: [] for n in ARROW_SCHEMA.names}
+                cols = {n: [] for n in names}
     except LogReadError as exc:
         raise SourceError(f"{exc}; expected offsets up to {part.end - 1}. Is the broker reachable? A recreated "
                           "topic needs a restart with a new checkpoint") from exc
@@ -227,12 +229,16 @@ def _append_kafka_python(cols: dict[str, list], records: list, with_headers: boo
             hdrs.append([{"key": k, "value": v} for k, v in (r.headers or [])])
 
 
+#: The columns a task collects for a marker chunk (:func:`_chunk`): record times in ms, as chunks hold them.
+CHUNK_INPUTS = ("key", "value", "offset", "ts_ms")
+
+
 def _append_kafka_python_markers(cols: dict[str, list], records: list) -> None:
     """Append only what the lag job's marker chunks use (key, value, offset, time)."""
     cols["key"].extend([r.key for r in records])
     cols["value"].extend([r.value for r in records])
     cols["offset"].extend([r.offset for r in records])
-    cols["timestamp"].extend([r.timestamp * 1000 for r in records])
+    cols["ts_ms"].extend([r.timestamp for r in records])
 
 
 def _deleted(part: KafkaInputPartition, deleted: Any) -> None:
@@ -273,14 +279,13 @@ def _chunk(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
 
     n = len(cols["offset"])
     decoded = decode_records(cols["value"], cols["key"], np.full(n, part.partition, dtype=np.int64))
-    ts_ms = np.asarray(cols["timestamp"], dtype=np.int64) // 1000  # collected in us for the timestamp column
     return pa.RecordBatch.from_arrays(
         [
             pa.array([part.topic], pa.string()),
             pa.array([part.partition], pa.int32()),
             pa.array([cols["offset"][0]], pa.int64()),
             pa.array([n], pa.int32()),
-            pa.array([pack(cols["offset"], ts_ms, decoded)], pa.binary()),
+            pa.array([pack(cols["offset"], cols["ts_ms"], decoded)], pa.binary()),
         ],
         schema=ARROW_CHUNK_SCHEMA,
     )

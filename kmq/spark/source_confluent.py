@@ -51,4 +51,4 @@ def append_marker_columns(cols: dict[str, list], msgs: list) -> None:
     cols["key"].extend([m.key() for m in msgs])
     cols["value"].extend([m.value() for m in msgs])
     cols["offset"].extend([m.offset() for m in msgs])
-    cols["timestamp"].extend([m.timestamp()[1] * 1000 for m in msgs])
+    cols["ts_ms"].extend([m.timestamp()[1] for m in msgs])
