@@ -21,18 +21,23 @@ import click
 
 from kmq import __version__
 
-__all__ = ["command", "run", "machine_info", "format_table"]
+__all__ = ["command", "run", "machine_info", "format_table", "judged"]
 
-ORDER = ("consumer", "aio", "overload", "tracker", "spark")
+ORDER = ("consumer", "consumer_latency", "aio", "overload", "tracker", "spark")
 # docs/benchmarks.md's figures: 5 A/B rounds, since single consumer rounds on a 2-core machine swing by +-20%;
-# the consumer pair and the Spark lag job on each client (kafka.client); an idle tracker at 10,000 partitions.
+# the consumer pair, its latency and the Spark lag job on each client (kafka.client); asyncio on confluent
+# with every variant's collector tuned as `kmq work` tunes it; a crash-sized redelivery backlog; an idle
+# tracker at 10,000 partitions. These are the sizes kmq.bench.targets judges.
 FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")},
-        "tracker": {"idle_partitions": 10_000},
+        "consumer_latency": {"rate": 5000, "seconds": 10.0, "rounds": 3, "clients": ("kafka-python", "confluent")},
+        "aio": {"client": "confluent", "tuned_gc": True},
+        "tracker": {"idle_partitions": 10_000, "messages": 200_000},
         "spark": {"clients": ("confluent", "kafka-python")}}
 # --quick: small enough for a smoke run (tests/integration/test_bench_smoke.py: 100-115 s on 2 cores, most of it
 # group joins, which tansu holds for half the session timeout, and Spark's start).
 QUICK = {
     "consumer": {"messages": 20_000, "rounds": 1, "clients": ("kafka-python", "confluent")},
+    "consumer_latency": {"rate": 1000, "seconds": 2.0, "rounds": 1, "clients": ("kafka-python", "confluent")},
     "aio": {"messages": 20_000, "rounds": 1},
     "overload": {"messages": 1000, "lease": "2s"},
     "tracker": {"batches": 400, "messages": 10_000, "delay_messages": 100, "acked_pairs": 2_000},
@@ -94,6 +99,21 @@ def run(only: tuple[str, ...] = ORDER, quick: bool = False, bootstrap: str | Non
     return report
 
 
+def judged(report: dict[str, Any]) -> str:
+    """The targets table of ``report`` (kmq.bench.targets), stored in it under ``targets``; a
+    ``--quick`` report is not judged (its sizes are too small to mean anything)."""
+    from dataclasses import asdict
+
+    from kmq.bench.targets import format_verdicts, judge
+
+    if report.get("quick"):
+        report["targets"] = None
+        return "targets: not judged on a --quick run (sizes too small); run kmq bench all"
+    verdicts = judge(report)
+    report["targets"] = [asdict(v) for v in verdicts]
+    return format_verdicts(verdicts)
+
+
 def _flat(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
@@ -125,13 +145,28 @@ def format_table(report: dict[str, Any]) -> str:
 @click.option("--bootstrap", default=None, help="Use this broker instead of embedded ones.")
 @click.option("--out", type=click.Path(dir_okay=False), default="bench-report.json", show_default=True,
               help="Where to write the JSON report.")
-def command(only: tuple[str, ...], skip: tuple[str, ...], quick: bool, bootstrap: str | None, out: str) -> None:
-    """Run the consumer, tracker (incl. recovery) and Spark benchmarks; write JSON and a table."""
+@click.option("--judge", "judge_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Run nothing: judge the report at this path against the targets and print the verdicts.")
+def command(only: tuple[str, ...], skip: tuple[str, ...], quick: bool, bootstrap: str | None, out: str,
+            judge_path: str | None) -> None:
+    """Run the consumer, latency, asyncio, overload, tracker (incl. recovery) and Spark benchmarks;
+    write JSON, a table and each performance target's verdict."""
+    if judge_path is not None:
+        try:
+            report = json.loads(Path(judge_path).read_text())
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"cannot read the report {judge_path}: {exc}") from None
+        if not isinstance(report, dict) or not isinstance(report.get("results"), dict):
+            raise click.ClickException(f"{judge_path} is not a kmq bench all report (no 'results' object)")
+        click.echo(judged(report))
+        return
     selected = tuple(n for n in (only or ORDER) if n not in skip)
     report = run(selected, quick, bootstrap, progress=lambda line: click.echo(line, err=True))
     report["quick"] = quick
+    verdicts = judged(report)
     Path(out).write_text(json.dumps(report, indent=2, default=str))
     click.echo(format_table(report))
+    click.echo("\n" + verdicts)
     click.echo(f"\nreport written to {out}", err=True)
 
 

@@ -25,7 +25,7 @@ import click
 from kmq.bench.consumer_config import consumer_config as _config
 from kmq.dev.broker import broker_unless
 
-__all__ = ["run_latency"]
+__all__ = ["run", "run_latency"]
 
 #: Records sent this long after the first one a variant received are measured (join and backlog excluded).
 WARM_UP = 1.0
@@ -190,3 +190,18 @@ def run_latency(rate: int, seconds: float, client: str, batch: int = 500, rounds
     finally:
         if broker is not None:
             broker.stop()
+
+
+def run(rate: int = 5000, seconds: float = 10.0, clients: tuple[str, ...] = ("kafka-python", "confluent"),
+        batch: int = 500, rounds: int = 3, bootstrap: str | None = None, echo: Any = None) -> dict:
+    """:func:`run_latency` on each of ``clients`` (``kmq bench all``): ``{client: figures}``; a client
+    that is not installed is reported as skipped."""
+    import importlib.util
+
+    out: dict[str, Any] = {}
+    for client in clients:
+        if client == "confluent" and importlib.util.find_spec("confluent_kafka") is None:
+            out[client] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
+            continue
+        out[client] = run_latency(rate, seconds, client, batch, rounds, bootstrap, echo)
+    return out

@@ -37,6 +37,7 @@ CLIENTS = ("kafka-python", "confluent")
 # Per section, the figures the README and the report's readers use (paths into its result).
 FIGURES: dict[str, list[tuple[str, ...]]] = {
     "consumer": [(c, k) for c in CLIENTS for k in ("plain_median", "kmq_median", "ratio_median")],
+    "consumer_latency": [(c, "median", v, "p50_ms") for c in CLIENTS for v in ("plain", "kmq")],
     "aio": [(k, v) for k in ("median_msgs_per_s",) for v in ("threads", "aio-for", "aio-run")]
            + [("ratio_to_threads", v) for v in ("aio-for", "aio-run")],
     "overload": [("goodput_msgs_per_s",), ("goodput_ratio",), ("drain_seconds",)],
@@ -95,6 +96,7 @@ def test_bench_all_quick_reports_a_figure_for_every_section(bootstrap, tmp_path)
     missing = {f"{name}.{'.'.join(path)}": _at(results[name], path)
                for name, paths in FIGURES.items() for path in paths if not _is_figure(_at(results[name], path))}
     assert not missing, f"figures missing or not finite and > 0: {missing}"
+    assert report["targets"] is None and "targets: not judged on a --quick run" in res.stdout
     walls = ", ".join(f"{name} {r['wall_seconds']}s" for name, r in results.items())
     print(f"kmq bench all --quick: {took:.0f} s ({walls})")
 

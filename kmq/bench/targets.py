@@ -1,0 +1,154 @@
+"""The performance targets ``kmq bench all`` judges its report against.
+
+Each target is a figure (or a pair measured side by side in one run) taken from
+the report the benchmarks wrote, set beside the limit it should meet. Pure: it
+reads a report dict, so it is tested without running anything, and a report
+written earlier can be judged again (``kmq bench all --judge report.json``).
+
+A target whose figures are not in the report (a benchmark left out with
+``--skip``, a client not installed, a ``--quick`` run) is reported as not
+measured, never as met.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["Verdict", "TARGETS", "judge", "format_verdicts"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One target judged: ``met`` is None when the report lacks its figures."""
+
+    name: str
+    target: str
+    measured: str
+    met: bool | None
+
+
+def _at(report: dict[str, Any], *path: str) -> Any:
+    value: Any = report.get("results", {})
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _all_met(*checks: bool | None) -> bool | None:
+    """None when any figure is missing, else whether every check holds."""
+    if any(c is None for c in checks):
+        return None
+    return all(checks)
+
+
+def _ge(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value >= limit
+
+
+def _le(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value <= limit
+
+
+def _fmt(value: float | None, spec: str = ",.0f", unit: str = "") -> str:
+    return "not measured" if value is None else f"{value:{spec}}{unit}"
+
+
+def _consumer(report: dict[str, Any]) -> Verdict:
+    confluent = _num(_at(report, "consumer", "confluent", "ratio_median"))
+    kafka_python = _num(_at(report, "consumer", "kafka-python", "ratio_median"))
+    measured = (f"KmqConsumer / plain loop, median of rounds: confluent {_fmt(confluent, '.3f')}, "
+                f"kafka-python {_fmt(kafka_python, '.3f')}")
+    return Verdict("1. consumer pipeline", "confluent >= 3.0 x the plain commit-per-batch loop; kafka-python >= 0.95 x",
+                   measured, _all_met(_ge(confluent, 3.0), _ge(kafka_python, 0.95)))
+
+
+def _redelivery(report: dict[str, Any]) -> Verdict:
+    rt = _at(report, "tracker", "redelivery_throughput", "confluent") or {}
+    copies = _num(rt.get("copies_per_s"))
+    backlog = rt.get("messages")
+    measured = _fmt(copies, ",.0f", " copies/s") + (f" (confluent, {backlog:,} due at once, one tracker)"
+                                                     if isinstance(backlog, int) else "")
+    return Verdict("2. crash-sized redelivery", ">= 200,000 copies/s, one tracker, confluent", measured,
+                   _ge(copies, 200_000))
+
+
+def _aio(report: dict[str, Any]) -> Verdict:
+    ratios = _at(report, "aio", "ratio_to_aiokafka") or {}
+    gaps = _at(report, "aio", "max_loop_gap_ms") or {}
+    worst_ratio = min((r for r in (_num(ratios.get(v)) for v in ("aio-for", "aio-run")) if r is not None), default=None)
+    kmq_gap = max((g for g in (_num(gaps.get(v)) for v in ("aio-for", "aio-run")) if g is not None), default=None)
+    ref_gap = _num(gaps.get("aiokafka"))
+    measured = (f"kmq.aio / aiokafka loop (lower of async for and run()): {_fmt(worst_ratio, '.3f')}; "
+                f"largest loop gap {_fmt(kmq_gap, '.1f', ' ms')} (plain aiokafka loop {_fmt(ref_gap, '.1f', ' ms')})")
+    return Verdict("3. asyncio", ">= 0.9 x a plain aiokafka loop; no loop gap over 5 ms", measured,
+                   _all_met(_ge(worst_ratio, 0.9), _le(kmq_gap, 5.0)))
+
+
+def _idle(report: dict[str, Any]) -> Verdict:
+    idle = _at(report, "tracker", "idle_process") or {}
+    runs = {k: v for k, v in idle.items() if isinstance(v, dict) and _num(v.get("cpu_pct_of_core")) is not None}
+    best = min(runs.items(), key=lambda kv: kv[1]["cpu_pct_of_core"], default=None)
+    if best is None:
+        return Verdict("4. idle tracker", "<= 5 % of a core at 10,000 partitions", "not measured", None)
+    name, fig = best
+    parts = fig.get("partitions")
+    others = ", ".join(f"{k} {v['cpu_pct_of_core']} %" for k, v in runs.items() if k != name)
+    measured = (f"{fig['cpu_pct_of_core']} % of a core at {parts:,} partitions with markers fetch wait "
+                f"{fig.get('fetch_wait_ms', '?')} ms" + (f" ({others})" if others else ""))
+    return Verdict("4. idle tracker", "<= 5 % of a core at 10,000 partitions", measured,
+                   _all_met(_ge(_num(parts), 10_000), _le(_num(fig["cpu_pct_of_core"]), 5.0)))
+
+
+def _latency(report: dict[str, Any]) -> Verdict:
+    clients = _at(report, "consumer_latency") or {}
+    checks: list[bool | None] = []
+    said = []
+    for client in ("kafka-python", "confluent"):
+        fig = clients.get(client) if isinstance(clients, dict) else None
+        p50, p95 = (_num(fig.get("p50_diff_ms")), _num(fig.get("p95_diff_ms"))) if isinstance(fig, dict) else (None, None)
+        checks += [_le(p50, 2.0), _le(p95, 0.0)]
+        rate = fig.get("rate") if isinstance(fig, dict) else None
+        said.append(f"{client} p50 {_fmt(p50, '+.1f', ' ms')}, p95 {_fmt(p95, '+.1f', ' ms')}"
+                    + (f" at {rate:,} msg/s" if isinstance(rate, int) else ""))
+    return Verdict("5. latency", "KmqConsumer minus plain loop at 5,000 msg/s: p50 <= +2 ms, p95 <= 0 ms",
+                   "; ".join(said), _all_met(*checks))
+
+
+def _spark(report: dict[str, Any]) -> Verdict:
+    spark = _at(report, "spark") or {}
+    fig = spark.get("confluent") if "confluent" in spark else spark
+    rate = _num(fig.get("markers_per_s")) if isinstance(fig, dict) else None
+    p95 = _num(_at({"results": fig}, "latency_window_end_to_sink_s", "p95")) if isinstance(fig, dict) else None
+    other = spark.get("kafka-python") if isinstance(spark.get("kafka-python"), dict) else None
+    measured = (f"{_fmt(rate, ',.0f', ' markers/s')} catch-up, window end to sink p95 {_fmt(p95, '.2f', ' s')}"
+                f" ({fig.get('client', '?') if isinstance(fig, dict) else '?'})")
+    if other is not None and "confluent" in spark:
+        measured += f"; kafka-python {_fmt(_num(other.get('markers_per_s')), ',.0f', ' markers/s')}"
+    return Verdict("6. Spark lag job", ">= 400,000 markers/s catch-up and p95 <= 2 s at local[2]", measured,
+                   _all_met(_ge(rate, 400_000), _le(p95, 2.0)))
+
+
+#: The targets in the order the issue tracker and docs/benchmarks.md list them.
+TARGETS: tuple[Callable[[dict[str, Any]], Verdict], ...] = (_consumer, _redelivery, _aio, _idle, _latency, _spark)
+
+
+def judge(report: dict[str, Any]) -> list[Verdict]:
+    """Every target judged against ``report`` (the dict ``kmq bench all`` writes)."""
+    return [target(report) for target in TARGETS]
+
+
+def format_verdicts(verdicts: list[Verdict]) -> str:
+    """A short text table: target, verdict, measured figures."""
+    word = {True: "met", False: "NOT met", None: "not measured"}
+    lines = ["targets"]
+    for v in verdicts:
+        lines.append(f"  {v.name:<26} {word[v.met]:<12} {v.measured}")
+        lines.append(f"  {'':<26} {'':<12} target: {v.target}")
+    return "\n".join(lines)
