@@ -89,10 +89,6 @@ _PARTITIONS_PER_LOOKUP = 500
 # While leases are due and no look-up was needed for this long (ms), one partition's end is looked up
 # anyway: a broker that went away shows as a failed look-up.
 _PROBE_INTERVAL_MS = 2_000
-# After the markers' ends were unreadable for a while, leases that ran out meanwhile wait this long
-# (ms) for the ENDs and RENEWs their consumers retry once the broker is back (a consumer retries a
-# failed marker every second, its producer reconnects within a second or two).
-_OUTAGE_GRACE_MS = 10_000
 
 
 class Tracker:
@@ -372,14 +368,15 @@ class Tracker:
         """The markers' ends were unreadable from ``failed_ms`` and are readable again: the consumers
         could not write their ENDs and RENEWs meanwhile either, and retry them now. Leases due since
         the last good look-up (``held_from_ms``) are judged only once the markers written in the next
-        ``_OUTAGE_GRACE_MS`` were read, instead of copying messages whose END is on its way."""
-        until = now_ms + _OUTAGE_GRACE_MS
+        ``tracker.outage_grace`` were read, instead of copying messages whose END is on its way."""
+        grace_ms = round(self.cfg.tracker.outage_grace * 1000)
+        until = now_ms + grace_ms
         for o in self._owned.values():
             o.hold(held_from_ms, until)
             self._touched(o)
         log.warning("the markers topic is readable again after %.1fs; leases that ran out meanwhile are judged "
                     "%.0fs from now, once the ENDs and RENEWs their consumers retry were read",
-                    (now_ms - failed_ms) / 1000.0, _OUTAGE_GRACE_MS / 1000.0)
+                    (now_ms - failed_ms) / 1000.0, grace_ms / 1000.0)
 
     def _tick_ms(self) -> int:
         return max(50, int(self.cfg.tracker.tick * 1000))

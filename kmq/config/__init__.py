@@ -310,6 +310,11 @@ class TrackerConfig:
     # a marker arrives, so a longer wait costs no latency there and fewer idle fetches of every owned
     # partition: what a tracker owning thousands of partitions costs when idle.
     fetch_wait: float | None = _f(None, "optduration", min=0.001, max=10.0)
+    # After the markers' ends could not be read for a while (a broker outage), leases that ran out
+    # meanwhile wait this long once they can be read again, for the ENDs and RENEWs their consumers
+    # retry (a consumer retries a failed marker every second; its client reconnects within a few).
+    # Longer: fewer copies of messages whose END was late; each abandoned message comes that much later.
+    outage_grace: float = _f(10.0, "duration", min=0.0, max=3600.0)
     http_port: int = _f(9108, "int", min=0, max=65535)
     # /healthz fails when the main loop has not completed a step for this long
     # (a hung loop redelivers nothing; the liveness probe then restarts the pod).

@@ -74,6 +74,7 @@ redis: {url: null}
         ({"tracker": {"http_port": 70000}}, "tracker.http_port: expected at most 65535"),
         ({"tracker": {"tick": "0ms"}}, "tracker.tick: expected at least 1ms"),
         ({"tracker": {"fetch_wait": "1m"}}, "tracker.fetch_wait: expected at most 10s"),
+        ({"tracker": {"outage_grace": "2h"}}, "tracker.outage_grace: expected at most 1h"),
         ({"tracker": "fast"}, "tracker: expected a mapping"),
     ],
 )

@@ -10,7 +10,9 @@ duplicate each time, and a message acked on every delivery can even be dead-lett
 
 from __future__ import annotations
 
-from kmq.config import Config
+from dataclasses import replace
+
+from kmq.config import Config, parse_duration
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import End, Start, encode, encode_key
 from kmq.dev.sim.cluster import SimCluster
@@ -101,6 +103,42 @@ def test_a_lease_that_ran_out_while_the_broker_was_away_is_redelivered_after_the
     _run(world, 17.0 - world.cluster.t())
     assert _copies(world) == 0
     _run(world, 15.0)  # no END came within the grace: redelivered
+    assert _copies(world) == 1 and world.tracker.states[0].in_flight == 0
+
+
+def _with_grace(world: World, grace: str) -> World:
+    """``world`` whose tracker runs with ``tracker.outage_grace: grace`` (built again, before it ran)."""
+    tracker = world.config.tracker
+    world.config = replace(world.config, tracker=replace(tracker, outage_grace=parse_duration(grace)))
+    world.tracker._build()
+    return world
+
+
+def test_a_longer_outage_grace_waits_for_an_end_retried_late():
+    # The END comes 20 s after the broker is back: past the default grace, within a grace of 30 s.
+    world = _with_grace(_world([OUTAGE]), "30s")
+    world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
+    _run(world, 0.5)
+    _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
+    _run(world, 36.0 - world.cluster.t())
+    assert world.tracker.states[0].in_flight == 1 and _copies(world) == 0, "copied within the 30 s grace"
+    _marker(world, End([(0, 1)]))
+    _run(world, 30.0)
+    assert world.tracker.states[0].in_flight == 0 and _copies(world) == 0
+
+
+def test_the_default_grace_copies_a_message_whose_end_comes_after_it():
+    world = _started([OUTAGE])
+    _run(world, 36.0 - world.cluster.t())
+    assert _copies(world) == 1, "the default grace (10 s) held the lease for 20 s"
+
+
+def test_a_grace_of_zero_judges_the_lapsed_lease_as_soon_as_the_markers_are_read_again():
+    world = _with_grace(_world([OUTAGE]), "0s")
+    world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
+    _run(world, 0.5)
+    _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
+    _run(world, 19.0 - world.cluster.t())
     assert _copies(world) == 1 and world.tracker.states[0].in_flight == 0
 
 
