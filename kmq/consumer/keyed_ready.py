@@ -36,7 +36,7 @@ _LEASED_AT, _GEN = 0, 1  # a batch's cell: [lease (re)started at, generation], s
 def copy_origin(msg: KmqMessage) -> int | None:
     """The offset of ``msg``'s first delivery when it is the tracker's copy of a record of the same
     partition (``kmq-origin`` names this topic and partition), else None."""
-    origin = origin_offset(msg.headers, msg.topic, msg.partition, msg.offset)
+    origin = origin_offset(msg._headers, msg.topic, msg.partition, msg.offset)
     return None if origin == msg.offset else origin
 
 
@@ -66,7 +66,7 @@ class KeyedReadyQueue:
             self._apply_settled()
             add = self._order.add
             for m in messages:
-                add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m.headers else None)
+                add((m, cell), m.partition, m.offset, m.key, copy_origin(m) if m._headers else None)
             if self._first_due:
                 for m in messages:
                     if self._first_due.get(m.partition, gen + 1) <= gen:

@@ -99,3 +99,21 @@ def test_delivery_count_and_origin_from_headers(headers, count, origin):
     assert msg.origin == origin
     assert delivery_count_of(headers) == count
     assert origin_of(headers, "orders", 2, 5) == origin
+
+
+@pytest.mark.parametrize("given", [None, []])
+def test_a_message_without_headers_reads_as_an_empty_list_it_may_change(given):
+    msg = make(headers=given)
+    # No list is held until ``headers`` is read (one object less per message in flight).
+    assert msg._headers is None
+    assert msg.headers == [] and msg.delivery_count == 1 and msg.origin == "orders/2/5"
+    msg.headers.append(("trace", b"1"))  # the same list on every read, as before
+    assert msg.headers == [("trace", b"1")]
+    msg.headers = [("kmq-delivery-count", b"2")]
+    assert msg.delivery_count == 2
+
+
+def test_a_message_keeps_the_headers_it_was_given():
+    given = [("kmq-delivery-count", b"4")]
+    msg = make(headers=given)
+    assert msg.headers is given and msg.delivery_count == 4

@@ -296,7 +296,7 @@ class ConfluentConsumer:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer error from librdkafka: %s", err.str())
                 continue
-            out.append(build(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers() or [],
+            out.append(build(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers(),
                              m.timestamp()[1]))
         if self._fresh:
             self._resume_fresh()
