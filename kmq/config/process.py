@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 import logging
 
-__all__ = ["GEN0_THRESHOLD", "tune_collector"]
+__all__ = ["GEN0_THRESHOLD", "tune_collector", "untuned_collector_hint"]
 
 log = logging.getLogger(__name__)
 
@@ -42,3 +42,15 @@ def tune_collector(gen0: int = GEN0_THRESHOLD) -> None:
         return
     gc.set_threshold(gen0, *current[1:])
     log.debug("garbage collector: first-generation threshold %d (was %d)", gen0, current[0])
+
+
+def untuned_collector_hint() -> str | None:
+    """What to tell an application whose collector still runs at CPython's default youngest-generation
+    threshold (700) while it consumes; None once it is raised (or automatic collection is off).
+    Read-only: the setting stays the application's."""
+    gen0 = gc.get_threshold()[0]
+    if not gc.isenabled() or gen0 == 0 or gen0 > 700:
+        return None
+    return (f"Python's garbage collector runs at its default threshold ({gen0}): with messages in flight it "
+            f"takes a sixth to a third of a consumer's CPU. kmq.config.process.tune_collector() at start "
+            f"(what kmq work does) avoids most of that; see docs/capacity.md")

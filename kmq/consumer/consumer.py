@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator
 from kmq import client as client_api
 from kmq.client import ClientCommitFailed
 from kmq.config import Config
+from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import STARTING
 from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
 from kmq.consumer.flow import FlowControl, FlowLimits
@@ -245,6 +246,9 @@ class KmqConsumer:
             self._fetcher = threading.Thread(target=self._fetch_loop, name=f"kmq-fetcher-{self.queue.name}", daemon=True)
             self._fetcher.start()
             self._kc.watch(self.cfg.consumer.fetch_stall_timeout, self._stalled, self.queue.name)
+            hint = untuned_collector_hint()
+            if hint is not None:
+                log.info("%s: %s", self.queue.name, hint)
             if self._keeper is not None:
                 self._keeper.start()
 

@@ -490,3 +490,31 @@ def _logged(records: list, event: str) -> list[int]:
             inside = text[text.rindex("[") + 1:text.rindex("]")]
             out.extend(int(x) for x in inside.split(",") if x.strip())
     return out
+
+
+def test_a_consumer_in_a_process_with_the_default_collector_says_how_to_tune_it(queue_topics, caplog):
+    import gc
+    import logging
+
+    from kmq.config.process import tune_collector
+
+    cfg, q = queue_topics()
+    before = gc.get_threshold()
+    caplog.set_level(logging.INFO, logger="kmq.consumer.consumer")
+
+    def hints() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "tune_collector()" in r.getMessage()]
+
+    try:
+        gc.set_threshold(700, *before[1:])
+        with KmqConsumer(cfg, queue=q.name) as consumer:
+            consumer.poll(timeout=0.1)
+            consumer.poll(timeout=0.1)
+        assert len(hints()) == 1 and hints()[0].startswith(f"{q.name}: Python's garbage collector"), hints()
+        caplog.clear()
+        tune_collector()
+        with KmqConsumer(cfg, queue=q.name) as consumer:
+            consumer.poll(timeout=0.1)
+        assert hints() == []
+    finally:
+        gc.set_threshold(*before)

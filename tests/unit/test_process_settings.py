@@ -38,3 +38,22 @@ def test_a_collector_switched_off_by_threshold_stays_off(thresholds):
     gc.set_threshold(0, 10, 10)
     tune_collector()
     assert gc.get_threshold() == (0, 10, 10)
+
+
+def test_an_application_at_the_default_threshold_is_told_what_to_call(thresholds):
+    from kmq.config.process import untuned_collector_hint
+
+    gc.set_threshold(700, 10, 10)
+    hint = untuned_collector_hint()
+    assert hint is not None and "tune_collector()" in hint and "docs/capacity.md" in hint
+    assert gc.get_threshold() == (700, 10, 10)  # only read
+    tune_collector()
+    assert untuned_collector_hint() is None
+    gc.set_threshold(0, 10, 10)
+    assert untuned_collector_hint() is None
+    gc.set_threshold(700, 10, 10)
+    gc.disable()
+    try:
+        assert untuned_collector_hint() is None
+    finally:
+        gc.enable()
