@@ -14,12 +14,14 @@ import os
 import platform
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 
 from kmq import __version__
+from kmq.bench.targets import format_verdicts, judge
 
 __all__ = ["command", "run", "machine_info", "format_table", "judged"]
 
@@ -102,10 +104,6 @@ def run(only: tuple[str, ...] = ORDER, quick: bool = False, bootstrap: str | Non
 def judged(report: dict[str, Any]) -> str:
     """The targets table of ``report`` (kmq.bench.targets), stored in it under ``targets``; a
     ``--quick`` report is not judged (its sizes are too small to mean anything)."""
-    from dataclasses import asdict
-
-    from kmq.bench.targets import format_verdicts, judge
-
     if report.get("quick"):
         report["targets"] = None
         return "targets: not judged on a --quick run (sizes too small); run kmq bench all"

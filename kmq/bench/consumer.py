@@ -47,6 +47,7 @@ import click
 
 from kmq.bench.consumer_config import consumer_config as _config
 from kmq.bench.consumer_latency import run_latency
+from kmq.bench.per_client import per_client
 from kmq.dev.broker import broker_unless
 
 __all__ = ["command", "run"]
@@ -253,16 +254,9 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
     With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
     to :data:`DEFAULT_MESSAGES` of the client."""
     if clients:
-        import importlib.util
-
-        both: dict[str, Any] = {}
-        for c in clients:
-            if c == "confluent" and importlib.util.find_spec("confluent_kafka") is None:
-                both[c] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
-                continue
-            both[c] = run(messages, size, batch, rounds, partitions, flush_interval, bootstrap, profile, fetch, echo, c,
-                          None, share, ordering, keys, no_renew, tuned_gc)
-        return both
+        return per_client(clients, lambda c: run(messages, size, batch, rounds, partitions, flush_interval, bootstrap,
+                                                  profile, fetch, echo, c, None, share, ordering, keys, no_renew,
+                                                  tuned_gc))
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
     bootstrap, broker = broker_unless(bootstrap)

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from kmq.bench.consumer_config import consumer_config as _config
+from kmq.bench.per_client import per_client
 from kmq.dev.broker import broker_unless
 
 __all__ = ["run", "run_latency"]
@@ -196,12 +197,4 @@ def run(rate: int = 5000, seconds: float = 10.0, clients: tuple[str, ...] = ("ka
         batch: int = 500, rounds: int = 3, bootstrap: str | None = None, echo: Any = None) -> dict:
     """:func:`run_latency` on each of ``clients`` (``kmq bench all``): ``{client: figures}``; a client
     that is not installed is reported as skipped."""
-    import importlib.util
-
-    out: dict[str, Any] = {}
-    for client in clients:
-        if client == "confluent" and importlib.util.find_spec("confluent_kafka") is None:
-            out[client] = {"skipped": "confluent-kafka not installed: pip install 'kmq[confluent]'"}
-            continue
-        out[client] = run_latency(rate, seconds, client, batch, rounds, bootstrap, echo)
-    return out
+    return per_client(clients, lambda client: run_latency(rate, seconds, client, batch, rounds, bootstrap, echo))

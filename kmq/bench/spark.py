@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from kmq.bench.per_client import per_client
 from kmq.core import markers as mk
 
 __all__ = ["command", "run"]
@@ -83,8 +84,8 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_
     """Run both phases; returns the figures. With ``clients``, one run per client (the
     source's ``kafka.client``), one after the other: ``{client: figures}``."""
     if clients:
-        return {c: run(bootstrap, partitions, markers, rate, latency_seconds, trigger, window,
-                       max_offsets_per_trigger, c) for c in clients}
+        return per_client(clients, lambda c: run(bootstrap, partitions, markers, rate, latency_seconds, trigger, window,
+                                                  max_offsets_per_trigger, c))
     from kmq.config import Config, parse_duration
     from kmq.dev.broker import DevBroker
     from kmq.spark.job import JobOptions, spark_session, start

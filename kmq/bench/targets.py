@@ -28,13 +28,18 @@ class Verdict:
     met: bool | None
 
 
-def _at(report: dict[str, Any], *path: str) -> Any:
-    value: Any = report.get("results", {})
+def _get(value: Any, *path: str) -> Any:
+    """``value[path[0]][path[1]]...``, None where a key or a level is missing."""
     for key in path:
         if not isinstance(value, dict) or key not in value:
             return None
         value = value[key]
     return value
+
+
+def _at(report: dict[str, Any], *path: str) -> Any:
+    """A figure of the report's ``results`` (None when it is not there)."""
+    return _get(report.get("results", {}), *path)
 
 
 def _num(value: Any) -> float | None:
@@ -125,7 +130,7 @@ def _spark(report: dict[str, Any]) -> Verdict:
     spark = _at(report, "spark") or {}
     fig = spark.get("confluent") if "confluent" in spark else spark
     rate = _num(fig.get("markers_per_s")) if isinstance(fig, dict) else None
-    p95 = _num(_at({"results": fig}, "latency_window_end_to_sink_s", "p95")) if isinstance(fig, dict) else None
+    p95 = _num(_get(fig, "latency_window_end_to_sink_s", "p95"))
     other = spark.get("kafka-python") if isinstance(spark.get("kafka-python"), dict) else None
     measured = (f"{_fmt(rate, ',.0f', ' markers/s')} catch-up, window end to sink p95 {_fmt(p95, '.2f', ' s')}"
                 f" ({fig.get('client', '?') if isinstance(fig, dict) else '?'})")

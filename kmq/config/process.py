@@ -22,12 +22,14 @@ from __future__ import annotations
 import gc
 import logging
 
-__all__ = ["GEN0_THRESHOLD", "tune_collector", "untuned_collector_hint"]
+__all__ = ["GEN0_THRESHOLD", "CPYTHON_GEN0_DEFAULT", "tune_collector", "untuned_collector_hint"]
 
 log = logging.getLogger(__name__)
 
 #: New objects the collector waits for before its youngest generation (CPython's default: 700).
 GEN0_THRESHOLD = 50_000
+#: CPython's own youngest-generation threshold: a process still at it (or below) was not tuned.
+CPYTHON_GEN0_DEFAULT = 700
 
 
 def tune_collector(gen0: int = GEN0_THRESHOLD) -> None:
@@ -49,7 +51,7 @@ def untuned_collector_hint() -> str | None:
     threshold (700) while it consumes; None once it is raised (or automatic collection is off).
     Read-only: the setting stays the application's."""
     gen0 = gc.get_threshold()[0]
-    if not gc.isenabled() or gen0 == 0 or gen0 > 700:
+    if not gc.isenabled() or gen0 == 0 or gen0 > CPYTHON_GEN0_DEFAULT:
         return None
     return (f"Python's garbage collector runs at its default threshold ({gen0}): with messages in flight it "
             f"takes a sixth to a third of a consumer's CPU. kmq.config.process.tune_collector() at start "

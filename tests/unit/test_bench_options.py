@@ -25,3 +25,16 @@ def test_every_option_is_a_parameter_of_the_bench(sizes, name):
 
 def test_quick_makes_every_bench_smaller():
     assert set(bench_all.QUICK) == set(bench_all.ORDER)
+
+
+def test_a_client_that_is_not_installed_is_reported_skipped_and_the_others_still_run(monkeypatch):
+    import importlib.util
+
+    from kmq.bench.per_client import per_client
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "confluent_kafka" else real(name, *a))
+    ran: list[str] = []
+    out = per_client(("confluent", "kafka-python"), lambda c: ran.append(c) or {"client": c})
+    assert ran == ["kafka-python"] and out["kafka-python"] == {"client": "kafka-python"}
+    assert "pip install 'kmq[confluent]'" in out["confluent"]["skipped"]

@@ -45,9 +45,14 @@ def _copies(world: World) -> int:
     return world.cluster.log(QUEUE, 0).high_water - 1
 
 
-def _started(faults) -> World:
-    """One queue record whose START (lease 1 s) the tracker read at about 0.5 s."""
+def _started(faults, outage_grace: str | None = None) -> World:
+    """One queue record whose START (lease 1 s) the tracker read at about 0.5 s; with ``outage_grace``,
+    the tracker runs with that ``tracker.outage_grace``."""
     world = _world(faults)
+    if outage_grace is not None:
+        tracker = world.config.tracker
+        world.config = replace(world.config, tracker=replace(tracker, outage_grace=parse_duration(outage_grace)))
+        world.tracker._build()  # built again with it, before it ran
     world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
     _run(world, 0.5)
     _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
@@ -106,20 +111,9 @@ def test_a_lease_that_ran_out_while_the_broker_was_away_is_redelivered_after_the
     assert _copies(world) == 1 and world.tracker.states[0].in_flight == 0
 
 
-def _with_grace(world: World, grace: str) -> World:
-    """``world`` whose tracker runs with ``tracker.outage_grace: grace`` (built again, before it ran)."""
-    tracker = world.config.tracker
-    world.config = replace(world.config, tracker=replace(tracker, outage_grace=parse_duration(grace)))
-    world.tracker._build()
-    return world
-
-
 def test_a_longer_outage_grace_waits_for_an_end_retried_late():
     # The END comes 20 s after the broker is back: past the default grace, within a grace of 30 s.
-    world = _with_grace(_world([OUTAGE]), "30s")
-    world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
-    _run(world, 0.5)
-    _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
+    world = _started([OUTAGE], outage_grace="30s")
     _run(world, 36.0 - world.cluster.t())
     assert world.tracker.states[0].in_flight == 1 and _copies(world) == 0, "copied within the 30 s grace"
     _marker(world, End([(0, 1)]))
@@ -134,10 +128,7 @@ def test_the_default_grace_copies_a_message_whose_end_comes_after_it():
 
 
 def test_a_grace_of_zero_judges_the_lapsed_lease_as_soon_as_the_markers_are_read_again():
-    world = _with_grace(_world([OUTAGE]), "0s")
-    world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
-    _run(world, 0.5)
-    _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))
+    world = _started([OUTAGE], outage_grace="0s")
     _run(world, 19.0 - world.cluster.t())
     assert _copies(world) == 1 and world.tracker.states[0].in_flight == 0
 
