@@ -361,9 +361,21 @@ class LoggingConfig:
 
     level: str = _f("WARNING", "choice", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
     format: str = _f("text", "choice", choices=("TEXT", "JSON"), lower=True)
+    # Loggers shown at DEBUG whatever the level, comma-separated (e.g. kafka.producer.sender):
+    # one component's detail without every library's (DEBUG everywhere logs each record sent).
+    debug: str | None = _f(None, "optstr")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", self.format.lower())
+        for name in self.debug_loggers:
+            if not re.fullmatch(r"[\w.-]+", name):
+                raise ConfigError("logging.debug", f"expected logger names separated by commas "
+                                                   f"(like kafka.producer.sender,tracker.redeliver), got {name!r}")
+
+    @property
+    def debug_loggers(self) -> list[str]:
+        """The logger names of ``debug``."""
+        return [n.strip() for n in (self.debug or "").split(",") if n.strip()]
 
 
 _SECTIONS: dict[str, type] = {

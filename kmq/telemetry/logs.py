@@ -59,7 +59,8 @@ def configure_logging(cfg: LoggingConfig, verbose: int = 0, stream=None) -> None
     ``-v``/``-vv`` on the command line can only raise verbosity above the
     configured level (INFO, DEBUG). kafka-python's own loggers stay at
     CRITICAL unless the level is DEBUG: it logs every refused connection at
-    ERROR, and kmq's own one-line errors say what matters.
+    ERROR, and kmq's own one-line errors say what matters. The loggers named
+    in ``cfg.debug`` log at DEBUG whatever the level.
     """
     level = logging.getLevelName(cfg.level)
     if verbose >= 2:
@@ -78,3 +79,5 @@ def configure_logging(cfg: LoggingConfig, verbose: int = 0, stream=None) -> None
     root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("kafka").setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)
+    for name in cfg.debug_loggers:  # under a quieter parent ("kafka" at CRITICAL) too: their own level wins
+        logging.getLogger(name).setLevel(logging.DEBUG)

@@ -1,4 +1,4 @@
-"""``logging: {level, format}`` in kmq.yaml and env, applied by the CLI entry."""
+"""``logging: {level, format, debug}`` in kmq.yaml and env, applied by the CLI entry."""
 
 from __future__ import annotations
 
@@ -53,11 +53,30 @@ def test_verbose_flags_only_raise_the_configured_level():
     assert logging.getLogger("kafka").level == logging.CRITICAL
 
 
+def test_debug_shows_the_named_loggers_at_debug_and_no_other():
+    out = io.StringIO()
+    names = ("kafka.producer.sender", "kmq.test.one")
+    configure_logging(LoggingConfig(level="WARNING", debug=" kafka.producer.sender, kmq.test.one,"), stream=out)
+    try:
+        logging.getLogger("kafka.producer.sender").debug("a batch answered")
+        logging.getLogger("kafka.producer.kafka").debug("each record sent")  # its parent "kafka" stays quiet
+        logging.getLogger("kmq.test.one").debug("one")
+        logging.getLogger("kmq.test.two").debug("two")
+    finally:
+        for name in names:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+    assert [line.split(": ", 1)[1] for line in out.getvalue().splitlines()] == ["a batch answered", "one"]
+
+
 def test_logging_keys_from_file_and_env_and_bad_values():
     cfg = Config.from_dict({"logging": {"level": "info"}}, {"KMQ_LOGGING__FORMAT": "json"})
     assert (cfg.logging.level, cfg.logging.format) == ("INFO", "json")
     with pytest.raises(ConfigError, match="logging.level"):
         Config.from_dict({"logging": {"level": "loud"}})
+    cfg = Config.from_dict({}, {"KMQ_LOGGING__DEBUG": "kafka.producer.sender,tracker.redeliver"})
+    assert cfg.logging.debug_loggers == ["kafka.producer.sender", "tracker.redeliver"]
+    with pytest.raises(ConfigError, match="logging.debug.*logger names separated by commas"):
+        Config.from_dict({"logging": {"debug": "kafka producer"}})
 
 
 def test_cli_commands_apply_the_configured_logging(tmp_path, monkeypatch):
