@@ -110,6 +110,7 @@ _ROUND_BYTES = 32 * 1024 * 1024
 # A step of this many offsets or more runs with the cyclic garbage collector paused (module docstring).
 _GC_PAUSE_OFFSETS = 5_000
 _COPY = Step.COPY  # an enum member looked up through its class costs a few hundred ns each time
+_REFERENCE = Step.REFERENCE
 
 
 @contextmanager
@@ -510,6 +511,7 @@ class Redeliverer:
         produced: dict[tuple[Step, str], int] = defaultdict(int)
         delays: dict[int, int] = defaultdict(int)  # due time -> sends produced (one observe per due time)
         debug = log.isEnabledFor(logging.DEBUG)
+        copy, reference = _COPY, _REFERENCE
         for s, res in zip(sends, results):
             if res.cause is not None:
                 m.record_failures.labels(queue.name, res.cause).inc()
@@ -518,9 +520,10 @@ class Redeliverer:
                     m.undeliverable.labels(queue.name, res.cause).inc()
                 continue
             delays[s.due_ms] += 1
-            if s.step is not Step.REFERENCE:
-                produced[(s.step, s.reason)] += 1
-                if s.step is Step.COPY:
+            step = s.step
+            if step is not reference:
+                produced[(step, s.reason)] += 1
+                if step is copy:
                     if debug:  # one line per copy: its fields only when shown
                         log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
                                   s.reason, s.count + 1,

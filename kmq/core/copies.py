@@ -154,6 +154,8 @@ def copy_headers_for(original: Headers | None, topic: str, partition: int, offse
                      count: int) -> list[tuple[str, bytes]]:
     """The headers of the copy of the record at ``topic/partition/offset`` delivered ``count``
     times: :func:`copy_headers` with the record's origin (:func:`~kmq.core.message.origin_of`)."""
+    if not original:  # most originals of a backlog: no header to keep, no origin to honour
+        return [(HEADER_DELIVERY_COUNT, str(count + 1).encode()), (HEADER_ORIGIN, f"{topic}/{partition}/{offset}".encode())]
     return copy_headers(original, origin_of(original, topic, partition, offset), count)
 
 

@@ -9,6 +9,7 @@ from kmq.core.copies import (
     Fallback,
     Step,
     copy_headers,
+    copy_headers_for,
     copy_problem,
     copy_request_size,
     dead_letter_headers,
@@ -19,6 +20,7 @@ from kmq.core.copies import (
     reference_of,
     restore_null_headers,
 )
+from kmq.core.message import origin_of
 
 
 def test_null_header_values_become_empty_bytes_named_by_a_header_and_come_back():
@@ -53,6 +55,14 @@ def test_a_copy_keeps_the_application_headers_and_replaces_kmq_ones():
     assert copy_headers(original, "q/0/3", 2) == [
         ("app", b"1"), ("trace", b""), ("kmq-null-header", b"trace"),
         ("kmq-delivery-count", b"3"), ("kmq-origin", b"q/0/3")]
+
+
+@pytest.mark.parametrize("original", [None, [], [("app", b"1")], [("kmq-origin", b"q/2/9"), ("kmq-delivery-count", b"4")],
+                                      [("kmq-origin", b"other/0/1")]])
+def test_the_copy_headers_of_a_record_agree_with_its_origin_whether_it_has_headers_or_not(original):
+    # Records without headers take a shorter path: it must give what the general one gives.
+    assert copy_headers_for(original, "q", 0, 7, 3) == copy_headers(original, origin_of(original, "q", 0, 7), 3)
+    assert copy_headers_for(None, "q", 0, 7, 3) == [("kmq-delivery-count", b"4"), ("kmq-origin", b"q/0/7")]
 
 
 def test_a_dead_letter_carries_reason_error_and_time_and_cuts_a_long_error():
