@@ -115,6 +115,12 @@ def _f(default: Any, kind: str, **meta: Any) -> Any:
     return field(default=default, metadata={"kind": kind, **meta})
 
 
+#: librdkafka's debug contexts (its CONFIGURATION.md, ``debug``).
+LIBRDKAFKA_DEBUG_CONTEXTS = ("generic", "broker", "topic", "metadata", "feature", "queue", "msg", "protocol", "cgrp",
+                             "security", "fetch", "interceptor", "plugin", "consumer", "admin", "eos", "mock",
+                             "assignor", "conf", "telemetry", "all")
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
     bootstrap_servers: str = _f("localhost:9092", "str")
@@ -145,6 +151,20 @@ class KafkaConfig:
     # Which Python Kafka client every component uses (kmq.client): kafka-python (base
     # install) or confluent (librdkafka, pip install 'kmq[confluent]').
     client: str = _f("kafka-python", "choice", choices=("KAFKA-PYTHON", "CONFLUENT"), lower=True)
+    # librdkafka's own debug contexts (its `debug` property, e.g. eos,msg) for clients on
+    # confluent-kafka; their lines go to the logger kmq.librdkafka at DEBUG.
+    librdkafka_debug: str | None = _f(None, "optstr")
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.librdkafka_debug_contexts if c not in LIBRDKAFKA_DEBUG_CONTEXTS]
+        if unknown:
+            raise ConfigError("kafka.librdkafka_debug", f"unknown librdkafka debug context(s) {', '.join(unknown)}; "
+                                                        f"use some of {', '.join(LIBRDKAFKA_DEBUG_CONTEXTS)}")
+
+    @property
+    def librdkafka_debug_contexts(self) -> list[str]:
+        """The contexts of ``librdkafka_debug``."""
+        return [c.strip().lower() for c in (self.librdkafka_debug or "").split(",") if c.strip()]
 
     @property
     def servers(self) -> list[str]:

@@ -4,6 +4,7 @@ the kafka.client key, the missing-extra error, and the kafka-python pin."""
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import importlib.util
 import re
 import threading
@@ -13,7 +14,7 @@ import pytest
 
 from kmq import client as client_api
 from kmq.client import Delivery, ProduceFailed, Record, coordinates, headers_of, record_of
-from kmq.config import Config, ConfigError
+from kmq.config import LIBRDKAFKA_DEBUG_CONTEXTS, Config, ConfigError
 from kmq.core.errors import ClientNotInstalled, UnsupportedConsumer
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
@@ -103,6 +104,18 @@ def test_confluent_settings_map_the_security_keys(tmp_path):
         "ssl.endpoint.identification.algorithm": "none", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "kmq", "sasl.password": "s3cret",
     }
+
+
+def test_librdkafka_debug_contexts_reach_librdkafka_and_unknown_ones_are_named():
+    from kmq.client.confluent.settings import settings
+
+    assert "debug" not in settings(Config.from_dict({"kafka": {"client": "confluent"}}).kafka)
+    cfg = Config.from_dict({"kafka": {"client": "confluent"}}, {"KMQ_KAFKA__LIBRDKAFKA_DEBUG": " EOS,msg, "})
+    assert settings(cfg.kafka)["debug"] == "eos,msg"
+    # The installed librdkafka knows every context kmq accepts.
+    confluent_kafka.Producer({"debug": ",".join(LIBRDKAFKA_DEBUG_CONTEXTS), "logger": logging.getLogger("t")}).flush(0)
+    with pytest.raises(ConfigError, match=r"kafka.librdkafka_debug: unknown librdkafka debug context\(s\) bogus; use "):
+        Config.from_dict({"kafka": {"librdkafka_debug": "eos,bogus"}})
 
 
 def test_confluent_oauthbearer_uses_kmqs_token_provider(tmp_path):

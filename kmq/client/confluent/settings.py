@@ -29,6 +29,8 @@ def settings(kafka: KafkaConfig) -> dict[str, Any]:
         # ("kmq.librdkafka"), one bridge per handle: it demotes and collapses reconnect storms.
         "logger": LibrdkafkaLogBridge(),
     }
+    if kafka.librdkafka_debug_contexts:
+        conf["debug"] = ",".join(kafka.librdkafka_debug_contexts)
     if kafka.uses_tls:
         if kafka.ssl_cafile:
             conf["ssl.ca.location"] = kafka.ssl_cafile
