@@ -52,7 +52,9 @@ QUEUE = {"lease": f"{LEASE_MS}ms", "max_deliveries": 5}
 
 class CopiesSeen:
     """How many copies the queue partition holds so far, counted by reading them: the end
-    offset (ListOffsets) of a dev broker on durable storage lags behind its records."""
+    offset (ListOffsets) of a dev broker on durable storage lags behind its records (so do
+    its fetches: once the tracker stops writing, the last few thousand copies were seen to
+    stay unreadable for minutes)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         tp = TopicPartition(topic, 0)
@@ -84,15 +86,18 @@ class QueueEnd:
 
 
 def _interrupt_mid_step(tracker: TrackerProcess, bootstrap: str, topic: str, interrupt: Callable[[], None],
-                        timeout: float = 120.0, end: QueueEnd | None = None) -> int:
-    """Call ``interrupt()`` once a tenth, not all, of the backlog's copies are written by
-    ``tracker``; return how many were. Fails (rather than pass without testing the window)
+                        timeout: float = 120.0, end: QueueEnd | None = None, open_step: Callable[[], bool] | None = None,
+                        least: int = N // 10) -> int:
+    """Call ``interrupt()`` once ``least`` (a tenth), not all, of the backlog's copies are written
+    by ``tracker``; return how many were. Fails (rather than pass without testing the window)
     when the step was never seen in progress.
 
     With ``end`` (a broker whose end offset is current: in memory), progress is the end offset,
     and after the interrupt it must still be short of every copy: the step's flush had not
-    finished, so the tracker was inside it. Without it (durable storage, whose end offset lags),
-    progress is counted by reading the copies, which can lag behind a fast tracker."""
+    finished, so the tracker was inside it. Without it (durable storage, whose end offset and
+    fetches lag), progress is counted by reading the copies, which can lag far behind a fast
+    tracker: then ``open_step()`` must still say, just before the interrupt, that the step's
+    CLOSED markers are not written."""
     seen = CopiesSeen(bootstrap, topic) if end is None else (lambda: end() - N)
     deadline = time.monotonic() + timeout
     copies = 0
@@ -102,7 +107,10 @@ def _interrupt_mid_step(tracker: TrackerProcess, bootstrap: str, topic: str, int
             if copies >= N:
                 raise AssertionError(f"the tracker copied all {N} before the test could interrupt it: "
                                      "raise N so the step lasts longer than one poll")
-            if copies >= N // 10:
+            if copies >= least:
+                if open_step is not None and not open_step():
+                    raise AssertionError(f"the tracker closed the whole step before the test saw more than {copies} "
+                                         "copies (reading them lags): the interrupt would miss the step; raise N")
                 interrupt()
                 if end is not None and end() - N >= N:
                     raise AssertionError(f"every copy was written by the time the interrupt landed (seen at "
@@ -151,12 +159,12 @@ def _copies_by_origin(bootstrap: str, topic: str, timeout: float, upto: int | No
     return copies
 
 
-def _setup(queue_topics, kafka_client, broker: DevBroker | None = None, **sections):
+def _setup(queue_topics, kafka_client, broker: DevBroker | None = None, kafka: dict | None = None, **sections):
     if broker is None:
         cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     else:
         cfg = Config.from_dict({
-            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "client": kafka_client},
+            "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "client": kafka_client, **(kafka or {})},
             "queues": [{"name": unique("q"), **QUEUE}],
             "tracker": {"group_id": unique("tracker"), "http_port": 0, "tick": "50ms"},
             **sections,
@@ -248,13 +256,15 @@ DUPLICATE_SEQUENCE_GAP = ("after a SIGKILL, an idempotent producer's retry of th
                           "DUPLICATE_SEQUENCE_NUMBER (error 46, which Kafka's clients count as delivered) though the "
                           "batch is not in the log; Kafka rebuilds a producer's sequence state from the log itself, "
                           "so there a duplicate is always in the log")
-#: What kafka-python's producer logs at DEBUG (logging.debug: kafka.producer.sender) when a
-#: batch is answered so.
-_DUPLICATE_ANSWER_LINE = "Received DUPLICATE_SEQUENCE_NUMBER"
+#: What each client's producer logs when a batch is answered so, and the settings that show it:
+#: kafka-python's sender at DEBUG; librdkafka with its debug contexts (through kmq.librdkafka).
+_DUPLICATE_ANSWER = {"kafka-python": "Received DUPLICATE_SEQUENCE_NUMBER", "confluent": "DUPSEQ"}
+_PRODUCER_DEBUG = {"kafka-python": {"logging": {"debug": "kafka.producer.sender"}},
+                   "confluent": {"logging": {"debug": "kmq.librdkafka"}, "kafka": {"librdkafka_debug": "eos,msg"}}}
 
 
 def _skip_if_the_broker_dropped_a_batch_it_called_duplicate(copies: collections.Counter, offsets: list[int], q,
-                                                            tracker: TrackerProcess) -> None:
+                                                            tracker: TrackerProcess, kafka_client: str) -> None:
     """Skip, naming the gap, only when the loss is what the gap leaves and the gap is seen: the
     originals missing a copy are one run (one producer batch), and either the queue partition has a
     hole of that size where their copies were given offsets (the broker assigned them and kept no
@@ -270,28 +280,26 @@ def _skip_if_the_broker_dropped_a_batch_it_called_duplicate(copies: collections.
     if [h.count for h in holes] == [lost[0].count]:
         pytest.skip(f"tansu gap: {DUPLICATE_SEQUENCE_GAP} (seen here: the copies of originals {lost[0]} are "
                     f"missing and the queue partition's offsets {holes[0]} hold no record)")
-    if not holes and _DUPLICATE_ANSWER_LINE in tracker.log_path.read_text(errors="replace"):
+    if not holes and _DUPLICATE_ANSWER[kafka_client] in tracker.log_path.read_text(errors="replace"):
         pytest.skip(f"tansu gap: {DUPLICATE_SEQUENCE_GAP} (seen here: the copies of originals {lost[0]} are "
                     f"missing, and the tracker's producer was answered DUPLICATE_SEQUENCE_NUMBER)")
 
 
 # kafka_client: each client's producer and group membership through the outage.
 def test_a_broker_restart_mid_way_through_a_crash_sized_step_loses_nothing(tmp_path, kafka_client):
-    if kafka_client == "confluent":
-        # Seen here in about one run in four; librdkafka reports it only with its debug setting
-        # ("DUPSEQ ... marking the messages successfully delivered"), which kmq does not expose,
-        # so when the broker did not leave a hole either the gap cannot be told from a loss.
-        # kafka-python's producer logs the answer at DEBUG: that variant runs and names it.
-        pytest.skip(f"tansu gap: {DUPLICATE_SEQUENCE_GAP}")
     broker = DevBroker(storage="s3", workdir=str(tmp_path))
     broker.start()
     try:
-        # The producer's answers at DEBUG: the line that tells the gap from a loss.
-        cfg, q, bootstrap = _setup(None, kafka_client, broker, logging={"debug": "kafka.producer.sender"})
+        # The producer's answers in the tracker's log: the line that tells the gap from a loss.
+        cfg, q, bootstrap = _setup(None, kafka_client, broker, **_PRODUCER_DEBUG[kafka_client])
         a = TrackerProcess(cfg, tmp_path)
         try:
             port = a.wait_port()
-            at = _interrupt_mid_step(a, bootstrap, q.name, broker.restart)
+            # From the first copy seen: reading them lags on durable storage. The step is open until
+            # its copies are counted redelivered, which the tracker does just before writing their
+            # CLOSED markers (the in-flight gauge is published between steps, not during one).
+            at = _interrupt_mid_step(a, bootstrap, q.name, broker.restart, least=1,
+                                     open_step=lambda: metric(port, "kmq_tracker_redelivered_total", queue=q.name) < N)
 
             def settled() -> bool:
                 return (metric(port, "kmq_tracker_ready") == 1 and metric(port, "kmq_tracker_in_flight", queue=q.name) == 0
@@ -299,7 +307,7 @@ def test_a_broker_restart_mid_way_through_a_crash_sized_step_loses_nothing(tmp_p
 
             offsets: list[int] = []
             copies = _copies_by_origin(bootstrap, q.name, timeout=180, offsets=offsets, settled=settled)
-            _skip_if_the_broker_dropped_a_batch_it_called_duplicate(copies, offsets, q, a)
+            _skip_if_the_broker_dropped_a_batch_it_called_duplicate(copies, offsets, q, a, kafka_client)
             _assert_nothing_lost(copies, q, at, "broker restart", bootstrap, a, offsets)
             assert a.proc.poll() is None, a.log_path.read_text()[-2000:]
         finally:
