@@ -121,6 +121,16 @@ LIBRDKAFKA_DEBUG_CONTEXTS = ("generic", "broker", "topic", "metadata", "feature"
                              "assignor", "conf", "telemetry", "all")
 
 
+def _comma_list_pattern(item: str) -> str:
+    """A JSON Schema / Python pattern: ``item`` values separated by commas, blanks around them, empty allowed."""
+    return rf"^[\s,]*(({item})\s*(,[\s,]*({item})\s*)*,?[\s,]*)?$"
+
+
+#: ``kafka.librdkafka_debug`` and ``logging.debug`` as patterns (kmq and the chart's schema).
+LIBRDKAFKA_DEBUG_PATTERN = _comma_list_pattern("|".join(LIBRDKAFKA_DEBUG_CONTEXTS))
+LOGGER_NAMES_PATTERN = _comma_list_pattern(r"[A-Za-z0-9_.\-]+")
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
     bootstrap_servers: str = _f("localhost:9092", "str")
@@ -153,18 +163,18 @@ class KafkaConfig:
     client: str = _f("kafka-python", "choice", choices=("KAFKA-PYTHON", "CONFLUENT"), lower=True)
     # librdkafka's own debug contexts (its `debug` property, e.g. eos,msg) for clients on
     # confluent-kafka; their lines go to the logger kmq.librdkafka at DEBUG.
-    librdkafka_debug: str | None = _f(None, "optstr")
+    librdkafka_debug: str | None = _f(None, "optstr", pattern=LIBRDKAFKA_DEBUG_PATTERN)
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.librdkafka_debug_contexts if c not in LIBRDKAFKA_DEBUG_CONTEXTS]
-        if unknown:
+        if unknown or not re.match(LIBRDKAFKA_DEBUG_PATTERN, self.librdkafka_debug or ""):
             raise ConfigError("kafka.librdkafka_debug", f"unknown librdkafka debug context(s) {', '.join(unknown)}; "
                                                         f"use some of {', '.join(LIBRDKAFKA_DEBUG_CONTEXTS)}")
 
     @property
     def librdkafka_debug_contexts(self) -> list[str]:
         """The contexts of ``librdkafka_debug``."""
-        return [c.strip().lower() for c in (self.librdkafka_debug or "").split(",") if c.strip()]
+        return [c.strip() for c in (self.librdkafka_debug or "").split(",") if c.strip()]
 
     @property
     def servers(self) -> list[str]:
@@ -383,14 +393,13 @@ class LoggingConfig:
     format: str = _f("text", "choice", choices=("TEXT", "JSON"), lower=True)
     # Loggers shown at DEBUG whatever the level, comma-separated (e.g. kafka.producer.sender):
     # one component's detail without every library's (DEBUG everywhere logs each record sent).
-    debug: str | None = _f(None, "optstr")
+    debug: str | None = _f(None, "optstr", pattern=LOGGER_NAMES_PATTERN, numbers=True)  # "42" names a logger
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", self.format.lower())
-        for name in self.debug_loggers:
-            if not re.fullmatch(r"[\w.-]+", name):
-                raise ConfigError("logging.debug", f"expected logger names separated by commas "
-                                                   f"(like kafka.producer.sender,tracker.redeliver), got {name!r}")
+        if not re.match(LOGGER_NAMES_PATTERN, self.debug or ""):
+            raise ConfigError("logging.debug", f"expected logger names separated by commas "
+                                               f"(like kafka.producer.sender,tracker.redeliver), got {self.debug!r}")
 
     @property
     def debug_loggers(self) -> list[str]:

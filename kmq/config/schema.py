@@ -66,6 +66,8 @@ def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
     elif base == "str":
         # A number is read as its text; a required string must not be blank.
         schema = {"type": ["string", "number"]} if optional else {"type": ["string", "number"], "pattern": "\\S"}
+        if meta.get("pattern"):  # text of a given shape (a list of names); a number only where its text fits
+            schema = {"type": ["string", "number"] if meta.get("numbers") else "string", "pattern": meta["pattern"]}
     elif base == "choice":
         choices = [c.lower() for c in meta["choices"]] if meta.get("lower") else list(meta["choices"])
         schema = {"enum": choices}

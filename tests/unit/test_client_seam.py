@@ -110,12 +110,14 @@ def test_librdkafka_debug_contexts_reach_librdkafka_and_unknown_ones_are_named()
     from kmq.client.confluent.settings import settings
 
     assert "debug" not in settings(Config.from_dict({"kafka": {"client": "confluent"}}).kafka)
-    cfg = Config.from_dict({"kafka": {"client": "confluent"}}, {"KMQ_KAFKA__LIBRDKAFKA_DEBUG": " EOS,msg, "})
+    cfg = Config.from_dict({"kafka": {"client": "confluent"}}, {"KMQ_KAFKA__LIBRDKAFKA_DEBUG": " eos,msg, "})
     assert settings(cfg.kafka)["debug"] == "eos,msg"
     # The installed librdkafka knows every context kmq accepts.
     confluent_kafka.Producer({"debug": ",".join(LIBRDKAFKA_DEBUG_CONTEXTS), "logger": logging.getLogger("t")}).flush(0)
     with pytest.raises(ConfigError, match=r"kafka.librdkafka_debug: unknown librdkafka debug context\(s\) bogus; use "):
         Config.from_dict({"kafka": {"librdkafka_debug": "eos,bogus"}})
+    with pytest.raises(ConfigError, match=r"kafka.librdkafka_debug: unknown .* EOS"):  # librdkafka's are lower case
+        Config.from_dict({"kafka": {"librdkafka_debug": "EOS"}})
 
 
 def test_confluent_oauthbearer_uses_kmqs_token_provider(tmp_path):
