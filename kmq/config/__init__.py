@@ -126,6 +126,11 @@ def _comma_list_pattern(item: str) -> str:
     return rf"^[\s,]*(({item})\s*(,[\s,]*({item})\s*)*,?[\s,]*)?$"
 
 
+def _comma_list(text: str | None) -> list[str]:
+    """The items of a comma-separated setting, blanks and empty items dropped."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
 #: ``kafka.librdkafka_debug`` and ``logging.debug`` as patterns (kmq and the chart's schema).
 LIBRDKAFKA_DEBUG_PATTERN = _comma_list_pattern("|".join(LIBRDKAFKA_DEBUG_CONTEXTS))
 LOGGER_NAMES_PATTERN = _comma_list_pattern(r"[A-Za-z0-9_.\-]+")
@@ -166,20 +171,20 @@ class KafkaConfig:
     librdkafka_debug: str | None = _f(None, "optstr", pattern=LIBRDKAFKA_DEBUG_PATTERN)
 
     def __post_init__(self) -> None:
-        unknown = [c for c in self.librdkafka_debug_contexts if c not in LIBRDKAFKA_DEBUG_CONTEXTS]
-        if unknown or not re.match(LIBRDKAFKA_DEBUG_PATTERN, self.librdkafka_debug or ""):
+        if not re.match(LIBRDKAFKA_DEBUG_PATTERN, self.librdkafka_debug or ""):
+            unknown = [c for c in self.librdkafka_debug_contexts if c not in LIBRDKAFKA_DEBUG_CONTEXTS]
             raise ConfigError("kafka.librdkafka_debug", f"unknown librdkafka debug context(s) {', '.join(unknown)}; "
                                                         f"use some of {', '.join(LIBRDKAFKA_DEBUG_CONTEXTS)}")
 
     @property
     def librdkafka_debug_contexts(self) -> list[str]:
         """The contexts of ``librdkafka_debug``."""
-        return [c.strip() for c in (self.librdkafka_debug or "").split(",") if c.strip()]
+        return _comma_list(self.librdkafka_debug)
 
     @property
     def servers(self) -> list[str]:
         """``bootstrap_servers`` as a list of ``host:port``."""
-        return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+        return _comma_list(self.bootstrap_servers)
 
     def to_json(self) -> str:
         """Every field as JSON, secrets included: how a process hands its Kafka connection to
@@ -404,7 +409,7 @@ class LoggingConfig:
     @property
     def debug_loggers(self) -> list[str]:
         """The logger names of ``debug``."""
-        return [n.strip() for n in (self.debug or "").split(",") if n.strip()]
+        return _comma_list(self.debug)
 
 
 _SECTIONS: dict[str, type] = {
