@@ -262,6 +262,9 @@ class Redeliverer:
                 self._retry_all(queue, partition, state, items, exc, report)
                 if isinstance(exc, client_api.producer_state_errors()):
                     self._replace_producer(f"its producer id was refused ({type(exc).__name__})")
+            finally:
+                # Chunk after chunk of this partition was read on from one assignment; none follows now.
+                self._reader.release()
         return report
 
     # ------------------------------------------------------------ the step

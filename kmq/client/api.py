@@ -167,6 +167,11 @@ class LogReader(Protocol):
         """Partitions of ``topic``; 0 when it does not exist or this client may not see it."""
         ...
 
+    def release(self) -> None:
+        """Let go of what the last read kept for a read that continues where it stopped (an
+        assignment and records fetched ahead); a reader that keeps nothing does nothing."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -231,5 +231,8 @@ class FakeLogReader:
     def partition_count(self, topic: str) -> int:
         return self.kafka.partitions.get(topic, 0)
 
+    def release(self) -> None:
+        pass
+
     def close(self) -> None:
         pass

@@ -96,6 +96,9 @@ class Reader:
     def partition_count(self, topic):
         return 1
 
+    def release(self):
+        pass
+
 
 def run(reader, n, monkeypatch, chunk=4, **consts):
     monkeypatch.setattr(redeliver, "_READ_CHUNK", chunk)

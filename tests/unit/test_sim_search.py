@@ -62,6 +62,9 @@ class StaleEndReader:
     def partition_count(self, topic):
         return self.real.partition_count(topic)
 
+    def release(self):
+        pass
+
     def close(self):
         pass
 

@@ -58,6 +58,9 @@ class FakeReader:
                     missing.append(OffsetRange(o, 1))
         return ReadResult(found, missing)
 
+    def release(self):
+        pass
+
     def partition_count(self, topic):
         return 2
 

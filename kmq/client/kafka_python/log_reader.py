@@ -57,6 +57,9 @@ class LogReader:
         self._groups.clear()
         self._consumer.close()
 
+    def release(self) -> None:
+        """Nothing to let go: every read assigns anew and unassigns when it ends."""
+
     # ------------------------------------------------------------ reads
     def read(self, topic: str, partition: int, ranges: Iterable[tuple[int, int]]) -> ReadResult:
         """Records at exactly these offsets; raises :class:`LogReadError` when the broker does not answer."""

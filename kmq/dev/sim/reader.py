@@ -38,6 +38,9 @@ class SimLogReader:
     def close(self) -> None:
         """Nothing to release."""
 
+    def release(self) -> None:
+        """Nothing is kept between reads."""
+
     def _wait_until_answered(self, what: str, tp: tuple[str, int] | None = None) -> None:
         c = self.cluster
 
