@@ -169,19 +169,18 @@ class ConfluentProducer:
         :class:`~kmq.client.api.ReportedBatch`): one list slot a record, no future, no lock."""
         batch = ReportedBatch(len(records))
         verdicts, produce, poll = batch.verdicts, self.raw.produce, self.raw.poll
-        for i, r in enumerate(records):
-            report = partial(_report_into, verdicts, i, r.topic)
+        for i, (topic, partition, key, value, headers) in enumerate(records):
+            report = partial(_report_into, verdicts, i)
             while True:
                 try:
-                    if r.headers:
-                        produce(r.topic, r.value, r.key, r.partition, on_delivery=report, headers=r.headers)
-                    else:
-                        produce(r.topic, r.value, r.key, r.partition, on_delivery=report)
+                    # produce(topic, value, key, partition, callback, on_delivery, timestamp, headers):
+                    # positional, as keywords cost a sixth of the call (timestamp 0: now; headers None: none).
+                    produce(topic, value, key, partition, report, None, 0, headers)
                     break
                 except BufferError:  # local queue full: wait for deliveries to drain it
                     poll(0.05)
                 except KafkaException as exc:  # refused before it left (too large, unknown partition)
-                    verdicts[i] = as_kafka_python_error(exc.args[0], f"{r.topic}: ")
+                    verdicts[i] = as_kafka_python_error(exc.args[0], f"{topic}: ")
                     break
         return batch
 
@@ -210,8 +209,8 @@ class ConfluentProducer:
             _flush_logs(self._log_bridge)
 
 
-def _report_into(verdicts: list, i: int, topic: str, err: Any, _msg: Any) -> None:
-    verdicts[i] = None if err is None else as_kafka_python_error(err, f"{topic}: ")
+def _report_into(verdicts: list, i: int, err: Any, msg: Any) -> None:
+    verdicts[i] = None if err is None else as_kafka_python_error(err, f"{msg.topic()}: ")
 
 
 def _flush_logs(bridge: Any) -> None:
