@@ -243,6 +243,12 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         # A consumer without a group still needs a group.id in librdkafka; it never joins or commits.
         "group.id": f"{kafka.client_id}-nogroup",
         "enable.partition.eof": False,
+        # Once a partition's prefetch passes queued.min.messages, librdkafka stops fetching it for
+        # fetch.queue.backoff.ms, 1 s by default: a consumer that drains the prefetch faster than
+        # that (most do) then waits out the rest of the second. A plain loop with a commit per
+        # poll spent 6.2 of 6.9 s of a 1,000,000-message backlog in such waits (144,000 msg/s;
+        # 1,155,000 with 10 ms). The prefetch stays bounded by the same thresholds.
+        "fetch.queue.backoff.ms": 10,
     }
     if overrides.get("group_id"):
         conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)
