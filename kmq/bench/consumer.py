@@ -8,7 +8,12 @@ consumer group and a fresh process (so peak RSS is per variant), alternating
 plain/kmq ``--rounds`` times:
 
 * plain: ``poll(max_records=batch)`` (confluent: ``consume(batch)``), the handler
-  per record, a synchronous ``commit()`` per poll.
+  per record, a synchronous ``commit()`` per poll. On confluent-kafka with
+  librdkafka's fetch settings, as a plain loop has them unless its author changed
+  them: ``fetch.queue.backoff.ms`` 1 s, which stalls a loop that drains the
+  prefetch quickly (kmq's consumers use 10 ms).
+* plain-tuned (confluent only): the same loop with kmq's ``fetch.queue.backoff.ms``;
+  KmqConsumer is reported against it too.
 * kmq:   ``KmqConsumer.poll(max_records=batch)``, the same handler, ``msg.ack()`` each
   (the fetcher takes ``fetch_size`` records per Kafka poll, default 4 x batch,
   with one START per partition acknowledged before the commit; END ranges
@@ -77,10 +82,16 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _child_plain_confluent(cfg: Any, messages: int, batch: int) -> dict:
+#: librdkafka's default ``fetch.queue.backoff.ms`` (kmq's confluent consumers set 10 ms).
+LIBRDKAFKA_FETCH_QUEUE_BACKOFF_MS = 1000
+
+
+def _child_plain_confluent(cfg: Any, messages: int, batch: int, tuned: bool = False) -> dict:
     from kmq.client.confluent.consumer import consumer
 
-    c = consumer(cfg.kafka, cfg.queues[0].name, group_id=cfg.consumer.group_id).raw
+    # kmq's session timing either way; the fetch backoff is librdkafka's unless ``tuned``.
+    fetch = {} if tuned else {"fetch.queue.backoff.ms": LIBRDKAFKA_FETCH_QUEUE_BACKOFF_MS}
+    c = consumer(cfg.kafka, cfg.queues[0].name, group_id=cfg.consumer.group_id, **fetch).raw
     n = 0
     t0 = None
     acc = 0
@@ -198,6 +209,8 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
         tune_collector()
     if variant == "plain":
         out = _child_plain(cfg, messages, batch)
+    elif variant == "plain-tuned":
+        out = _child_plain_confluent(cfg, messages, batch, tuned=True)
     elif variant == "share":
         out = _child_share(cfg, messages, batch, flush_interval)
     else:
@@ -276,7 +289,8 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
             say(f"ordering: key ({keys} key(s)) against ordering: none, both KmqConsumer")
             variants: tuple[str, ...] = (base, test)
         else:
-            variants = (("plain", "kmq") + (("share",) if share else ()) + (("kmq-no-renew",) if no_renew else ())
+            variants = (("plain", "kmq") + (("plain-tuned",) if client == "confluent" else ())
+                        + (("share",) if share else ()) + (("kmq-no-renew",) if no_renew else ())
                         + (("kmq-gc",) if tuned_gc else ()))
         runs: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(rounds):
@@ -305,6 +319,15 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"ratio kmq/plain per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['ratio_median']:.3f} (target >= 0.9)")
         say(f"marker records per message {result['markers_per_message']:.4f} (target <= 0.05 at batch 500)")
         say(f"peak RSS plain {result['peak_rss_mb']['plain']:.0f} MB, kmq {result['peak_rss_mb']['kmq']:.0f} MB")
+        if "plain-tuned" in runs:
+            tuned = [x["rate"] for x in runs["plain-tuned"]]
+            against = [k / t for k, t in zip(kmq, tuned)]
+            result.update({"plain_tuned_msgs_per_s": tuned, "plain_tuned_median": statistics.median(tuned),
+                           "ratio_to_tuned_plain_per_round": against,
+                           "ratio_to_tuned_plain_median": statistics.median(against)})
+            say(f"[{client}] plain loop with kmq's fetch.queue.backoff.ms median {result['plain_tuned_median']:,.0f} "
+                f"msg/s; ratio kmq/that loop per round {', '.join(f'{x:.3f}' for x in against)}; median "
+                f"{result['ratio_to_tuned_plain_median']:.3f}")
         if share:
             result.update(_against_kmq(runs, "share", "share"))
             result["share_markers_per_message"] = statistics.median(x["markers"] / x["messages"] for x in runs["share"])

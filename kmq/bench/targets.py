@@ -68,8 +68,11 @@ def _fmt(value: float | None, spec: str = ",.0f", unit: str = "") -> str:
 def _consumer(report: dict[str, Any]) -> Verdict:
     confluent = _num(_at(report, "consumer", "confluent", "ratio_median"))
     kafka_python = _num(_at(report, "consumer", "kafka-python", "ratio_median"))
+    tuned = _num(_at(report, "consumer", "confluent", "ratio_to_tuned_plain_median"))
     measured = (f"KmqConsumer / plain loop, median of rounds: confluent {_fmt(confluent, '.3f')}, "
                 f"kafka-python {_fmt(kafka_python, '.3f')}")
+    if tuned is not None:
+        measured += f"; confluent against the plain loop with kmq's fetch.queue.backoff.ms {_fmt(tuned, '.3f')}"
     return Verdict("1. consumer pipeline", "confluent >= 3.0 x the plain commit-per-batch loop; kafka-python >= 0.95 x",
                    measured, _all_met(_ge(confluent, 3.0), _ge(kafka_python, 0.95)))
 
