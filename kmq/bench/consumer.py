@@ -316,7 +316,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
             "peak_rss_mb": {"plain": max(x["rss_mb"] for x in runs["plain"]), "kmq": max(x["rss_mb"] for x in runs["kmq"])},
         }
         say(f"[{client}] plain median {result['plain_median']:,.0f} msg/s, kmq median {result['kmq_median']:,.0f} msg/s")
-        say(f"ratio kmq/plain per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['ratio_median']:.3f} (target >= 0.9)")
+        say(f"ratio kmq/plain per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['ratio_median']:.3f}")
         say(f"marker records per message {result['markers_per_message']:.4f} (target <= 0.05 at batch 500)")
         say(f"peak RSS plain {result['peak_rss_mb']['plain']:.0f} MB, kmq {result['peak_rss_mb']['kmq']:.0f} MB")
         if "plain-tuned" in runs:

@@ -34,7 +34,7 @@ from kmq.client.api import (
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
-from kmq.client.confluent.settings import settings
+from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, settings
 
 require_client(CONFLUENT)  # the one clear error when the extra is missing
 
@@ -243,12 +243,7 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         # A consumer without a group still needs a group.id in librdkafka; it never joins or commits.
         "group.id": f"{kafka.client_id}-nogroup",
         "enable.partition.eof": False,
-        # Once a partition's prefetch passes queued.min.messages, librdkafka stops fetching it for
-        # fetch.queue.backoff.ms, 1 s by default: a consumer that drains the prefetch faster than
-        # that (most do) then waits out the rest of the second. A plain loop with a commit per
-        # poll spent 6.2 of 6.9 s of a 1,000,000-message backlog in such waits (144,000 msg/s;
-        # 1,155,000 with 10 ms). The prefetch stays bounded by the same thresholds.
-        "fetch.queue.backoff.ms": 10,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     if overrides.get("group_id"):
         conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)

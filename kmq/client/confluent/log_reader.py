@@ -27,7 +27,8 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from kmq.client.api import Deleted, Partition, ReadResult, Record
-from kmq.client.confluent.consumer import as_kafka_python_error, settings
+from kmq.client.confluent.consumer import as_kafka_python_error
+from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, settings
 from kmq.client.kafka_python.clients import classify
 from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
@@ -77,13 +78,8 @@ class ConfluentLogReader:
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 50,
-            # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s by default) once
-            # its prefetch queue is over the thresholds below. A read usually stops before the
-            # prefetch is used up, and the backoff outlived the read: the next read of that
-            # partition (the tracker's next chunk of originals) waited 0.6-0.7 s for its first fetch.
-            # The prefetch queue is bounded by size instead (memory stays bounded).
-            "fetch.queue.backoff.ms": 10,
-            "queued.max.messages.kbytes": 16 * 1024,
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+            "queued.max.messages.kbytes": 16 * 1024,  # the prefetch a read may leave unused
             **overrides,
         })
         self._groups: dict[str, Any] = {}
@@ -182,6 +178,7 @@ class ConfluentLogReader:
         fresh: set[Partition] = set()  # partitions whose assignment delivered a record or an end-of-partition
         active = set(cursors)
         single = next(iter(cursors)) if len(cursors) == 1 else None
+        pause = single is None  # a partition done stops fetching while others go on; a single one ends the walk
         held = 0.0
         parked, self._parked = self._parked, None
         queued: list = []  # messages the last read took from the queue but did not use
@@ -190,7 +187,7 @@ class ConfluentLogReader:
         events = False  # the last consume held an event
         try:
             for tp, cur in cursors.items():
-                self._act(tp, cur.start(), at, keep, active, done, single is None)
+                self._act(tp, cur.start(), at, keep, active, done, pause)
             if (parked is not None and single is not None and parked.tp == single and single in active
                     and keep.get(single) and at.get(single) == parked.position):
                 carried, queued = True, parked.queued
@@ -223,7 +220,7 @@ class ConfluentLogReader:
                         if on_deleted is not None:
                             for r in cur.deleted[before:]:
                                 on_deleted(Deleted(tp[0], tp[1], r))
-                        seek |= self._act(tp, action, at, keep, active, done, single is None)
+                        seek |= self._act(tp, action, at, keep, active, done, pause)
                         continue
                     batch = by_tp.get(tp)
                     nxt = mark = None
@@ -247,7 +244,7 @@ class ConfluentLogReader:
                             t = time.monotonic()
                             yield tp, batch
                             held += time.monotonic() - t  # the caller's time with the batch is no broker silence
-                    seek |= self._act(tp, action, at, keep, active, done, single is None)
+                    seek |= self._act(tp, action, at, keep, active, done, pause)
                 if seek and active:
                     self._assign(at, active, fresh)
                     carried = False
