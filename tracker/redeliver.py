@@ -362,7 +362,7 @@ class Redeliverer:
             report.failed += len(retry)
             self._metrics.redelivery_failures.labels(queue.name).inc(len(retry))
             log.warning("%d redelivery send(s) for %s[%d] failed (first: %s); they stay open and are retried in "
-                        "%.1fs", len(retry), queue.name, partition, first_failure, (retry_at - now) / 1000.0)
+                        "%.1fs", len(retry), queue.name, partition, first_failure, max(0.0, (retry_at - now) / 1000.0))
 
     def _retry_all(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
                    exc: BaseException, report: RedeliveryReport) -> None:
