@@ -40,7 +40,10 @@ class LeaseExpiry:
         if lease <= 0:
             raise ValueError("lease must be > 0")
         self.lease = lease
-        self.look_after = min(0.1, lease / 4) if look_after is None else look_after
+        # 10 ms: a busy consumer settles most of what it took by then, and every settled message
+        # held here stays alive for the cyclic collector to visit (at 0.1 s, 30,000 of them at
+        # 300,000 msg/s: kmq bench consumer on confluent-kafka).
+        self.look_after = min(0.01, lease / 4) if look_after is None else look_after
         self.extended: dict[tuple[int, int], float] = {}
         #: (next look, seq, messages, lease deadline, gap to the next look); a look at the deadline decides.
         self._heap: list[tuple[float, int, list[KmqMessage], float, float]] = []

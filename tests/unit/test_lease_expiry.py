@@ -102,3 +102,16 @@ def test_a_message_settled_after_its_lease_ended_still_gets_its_marker():
     assert [[tuple(r) for r in mk.ranges] for mk in markers if isinstance(mk, End)] == [[(5, 1)]]
     assert [(mk.delay_ms, [tuple(r) for r in mk.ranges]) for mk in markers if isinstance(mk, Nack)] == [(1500, [(6, 1)])]
     assert late.settled_late == 2
+
+
+def test_settled_messages_are_let_go_at_the_first_look_ten_milliseconds_on():
+    """What user code took is looked at 10 ms later: a busy consumer's settled messages are not
+    held (and visited by the cyclic collector) for a tenth of a second each."""
+    e = LeaseExpiry(lease=30.0)
+    taken = msgs(0, 1000)
+    e.handed(taken, 0, 1000, leased_at=0.0, now=0.0)
+    settle(taken[:990])
+    e.look(0.005)
+    assert len(e) == 1000  # not looked at yet
+    e.look(0.010)
+    assert len(e) == 10  # only the unsettled ones are kept

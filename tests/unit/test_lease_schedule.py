@@ -138,3 +138,34 @@ def test_settled_keys_are_not_kept_alive_until_their_renewal_time():
     due = s.due(25.1)  # the group's renewal time: only the one still tracked in it
     assert due.renew == {30.0: [other[2]]}
     assert s.due(26.0).renew == {30.0: [other[0]]}
+
+
+def test_a_group_lets_go_of_its_keys_when_its_last_key_is_settled_without_a_look():
+    """Keys are released the moment the last of their group is settled, wherever the group sits in
+    the heap: holding settled messages until the keeper's next look kept half a second of a busy
+    consumer's messages alive (and the cyclic collector visiting them)."""
+    import weakref
+
+    s = LeaseSchedule(lease=30.0, max_lease=600.0, margin=5.0)
+    head = [_Key(i) for i in range(3)]
+    s.track_many(head, 0.0)
+    behind = [_Key(100 + i) for i in range(50)]
+    s.track_many(behind, 0.1)
+    refs = [weakref.ref(k) for k in behind]
+    for k in behind:
+        s.forget(k)
+    del behind, k
+    assert all(r() is None for r in refs)  # no due(), no gc.collect(): nothing refers to them any more
+    assert s.due(25.0).renew == {30.0: head}
+
+
+def test_a_key_tracked_again_leaves_its_old_group():
+    s = LeaseSchedule(lease=10.0, max_lease=60.0, margin=1.0)
+    a, b = _Key(1), _Key(2)
+    s.track_many([a, b, b], 0.0)  # a key twice in one batch counts once
+    s.track_many([b], 2.0)
+    s.forget(a)
+    assert s._heap[0][2].keys == []  # the first group has no key left in it
+    assert s.due(9.0).renew == {}
+    assert s.due(11.0).renew == {10.0: [b]}
+    assert len(s) == 1
