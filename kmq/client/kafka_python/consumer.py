@@ -163,8 +163,16 @@ class KafkaPythonConsumer:
         if self._poll_failing:
             self._poll_failing = False
             log.info("Kafka poll works again")
-        return [build(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp)
-                for rs in batches.values() for r in rs]
+        out = []
+        for rs in batches.values():
+            # Each record is let go as soon as it was read, as in the confluent-kafka fetch: a
+            # batch held next to the messages built from it doubles the cyclic collector's runs.
+            rs.reverse()
+            take = rs.pop
+            while rs:
+                r = take()
+                out.append(build(r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp))
+        return out
 
     def commit_async(self, offsets: Mapping[tuple[str, int], int]) -> Any:
         """Send a commit of ``offsets`` (next offset to read); returns a future with ``is_done``,
