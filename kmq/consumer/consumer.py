@@ -452,9 +452,14 @@ class KmqConsumer:
             self._hook("committed", b.spans)
         messages = b.messages
         with self._lock:
-            self.flow.handed(len(messages), time.monotonic())
-            if self._schedule is not None:
-                self._schedule.track_many([m for m in messages if m._outcome is None], b.leased_at)
+            now = time.monotonic()
+            self.flow.handed(len(messages), now)
+            schedule = self._schedule
+            if schedule is not None:
+                # Tracked for renewal only if still unsettled 10 ms on: most messages of a busy
+                # consumer are settled by then and cost the schedule nothing.
+                schedule.track_soon(messages, b.leased_at, now)
+                schedule.look(now)
         self.writer._c_received.inc(len(messages))
         if self._tracing is not None:
             self._tracing.handed(messages)
@@ -535,7 +540,7 @@ class KmqConsumer:
                 if self._schedule is not None:
                     # Left to the tracker now: a RENEW from consumer.auto_renew would keep it from
                     # redelivering (after an abandon, until max_lease), so none is written any more.
-                    self._schedule.forget(m)
+                    self._schedule.untrack(m)
                 nbytes += m._nbytes
                 if self._keyed is not None:  # its key waits for the copy (or is released at its last delivery)
                     self._key_settled(m, ABANDON, None)

@@ -94,6 +94,10 @@ class AutoRenewal:
         )
 
 
+def _unsettled(messages: list[KmqMessage]) -> list[KmqMessage]:
+    return [m for m in messages if m._outcome is None]
+
+
 def auto_renewal(name: str, lease: float, max_lease: float, flush_interval: float, buffer: Any,
                  lock: threading.Lock, expiry: LeaseExpiry | None = None
                  ) -> tuple[LeaseSchedule, LeaseKeeper, AutoRenewal]:
@@ -101,7 +105,7 @@ def auto_renewal(name: str, lease: float, max_lease: float, flush_interval: floa
     # A RENEW's deadline counts from its marker time, which is up to a flush
     # interval after the keeper decided it: keep that much of max_lease in hand.
     budget = max(lease, max_lease - 2 * flush_interval)
-    schedule = LeaseSchedule(lease, budget, default_margin(lease, flush_interval))
+    schedule = LeaseSchedule(lease, budget, default_margin(lease, flush_interval), unsettled=_unsettled)
     renewal = AutoRenewal(name, max_lease, buffer, expiry)
     keeper = LeaseKeeper(schedule, lock, renewal.renew, renewal.exhausted_leases,
                          max_sleep=max(0.05, min(0.5, lease / 4)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import deque
 import threading
 import time
 from dataclasses import dataclass, field
@@ -78,27 +79,42 @@ class LeaseSchedule:
     dict update at C speed and settling a message one dict removal, so automatic renewal
     costs the hot path next to nothing. A group whose keys were all settled is dropped
     when it comes up.
+
+    With ``unsettled`` (a function returning the keys of a batch not settled yet), a batch can
+    be tracked *soon* (:meth:`track_soon`): it is looked at ``grace`` seconds later
+    (:meth:`look`), or before anything else reads the schedule, and only its keys unsettled
+    then are tracked. A busy consumer settles most messages within that time, so they never
+    cost an entry or a removal. A key tracked soon and settled meanwhile needs no
+    :meth:`forget`; one that stops being renewed unsettled needs :meth:`untrack`.
     """
 
-    def __init__(self, lease: float, max_lease: float, margin: float) -> None:
+    def __init__(self, lease: float, max_lease: float, margin: float,
+                 unsettled: Callable[[list], list] | None = None, grace: float = 0.01) -> None:
         if lease <= 0:
             raise ValueError("lease must be > 0")
         self.lease = lease
         self.max_lease = max_lease
         self.margin = min(margin, lease / 2.0)
+        self.grace = grace
+        self._unsettled = unsettled
         self._entries: dict[Hashable, _Group] = {}  # key -> the group it is in now
         # (renew_at, seq, group); a key whose entry points to another group (renewed since) or to
         # none (settled) is skipped when its old group comes up.
         self._heap: list[tuple[float, int, _Group]] = []
         self._seq = 0
+        #: Batches tracked soon, not looked at yet: (look at, started, deadline, keys), in look order.
+        self._soon: deque[tuple[float, float, float, list]] = deque()
 
     def __len__(self) -> int:
+        self._look_all()
         return len(self._entries)
 
     def __contains__(self, key: Hashable) -> bool:
+        self._look_all()
         return key in self._entries
 
     def deadline(self, key: Hashable) -> float | None:
+        self._look_all()
         g = self._entries.get(key)
         return g.deadline if g is not None else None
 
@@ -113,8 +129,10 @@ class LeaseSchedule:
 
     def track_many(self, keys: list[Hashable], now: float, lease: float | None = None) -> None:
         """Track ``keys`` (one batch), all started at ``now``: one group for all of them."""
-        if not keys:
-            return
+        if keys:
+            self._track(keys, now, now + (lease or self.lease))
+
+    def _track(self, keys: list[Hashable], started: float, deadline: float) -> None:
         fresh = dict.fromkeys(keys)  # each key once: ``live`` counts distinct keys
         entries = self._entries
         if not entries.keys().isdisjoint(fresh):  # tracked again: it leaves its old group
@@ -122,10 +140,45 @@ class LeaseSchedule:
                 old = entries.get(key)
                 if old is not None:
                     old.left()
-        group = self._push(now, now + (lease or self.lease), list(fresh))
+        group = self._push(started, deadline, list(fresh))
         entries.update(dict.fromkeys(group.keys, group))
 
+    def track_soon(self, keys: list[Hashable], started: float, now: float, lease: float | None = None) -> None:
+        """Track the keys of ``keys`` (one batch, started at ``started``) still unsettled at the
+        look ``grace`` seconds after ``now``. The list is kept as it is, not copied. Without
+        ``unsettled`` this is :meth:`track_many`."""
+        if not keys:
+            return
+        deadline = started + (lease or self.lease)
+        if self._unsettled is None:
+            self._track(keys, started, deadline)
+        else:
+            self._soon.append((now + self.grace, started, deadline, keys))
+
+    def look(self, now: float) -> None:
+        """Track what :meth:`track_soon` got at least ``grace`` seconds before ``now``."""
+        soon = self._soon
+        while soon and soon[0][0] <= now:
+            self._look_at(soon.popleft())
+
+    def _look_all(self) -> None:
+        soon = self._soon
+        while soon:
+            self._look_at(soon.popleft())
+
+    def _look_at(self, entry: tuple[float, float, float, list]) -> None:
+        _at, started, deadline, keys = entry
+        live = self._unsettled(keys)  # type: ignore[misc]
+        if live:
+            self._track(live, started, deadline)
+
+    def untrack(self, key: Hashable) -> None:
+        """Stop renewing ``key`` though it is not settled (its lease ended in user code)."""
+        self._look_all()
+        self.forget(key)
+
     def renewed(self, key: Hashable, now: float, lease: float | None = None) -> None:
+        self._look_all()
         g = self._entries.get(key)
         if g is None:
             return
@@ -141,6 +194,7 @@ class LeaseSchedule:
 
     def due(self, now: float) -> Due:
         """Renewals due at ``now``. Each returned key is treated as renewed at ``now``."""
+        self._look_all()
         out = Due()
         heap, entries = self._heap, self._entries
         # (started, new deadline) -> keys, grouped after the loop (each group looked at once)

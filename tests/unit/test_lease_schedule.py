@@ -169,3 +169,48 @@ def test_a_key_tracked_again_leaves_its_old_group():
     assert s.due(9.0).renew == {}
     assert s.due(11.0).renew == {10.0: [b]}
     assert len(s) == 1
+
+
+def _soon_schedule(settled: set, **kw) -> LeaseSchedule:
+    return LeaseSchedule(lease=10.0, max_lease=60.0, margin=1.0,
+                         unsettled=lambda keys: [k for k in keys if k not in settled], **kw)
+
+
+def test_a_batch_tracked_soon_costs_nothing_for_the_keys_settled_before_its_look():
+    settled: set = set()
+    s = _soon_schedule(settled)
+    batch = ["a", "b", "c", "d"]
+    s.track_soon(batch, started=0.0, now=0.5)  # handed over half a second after its START
+    settled.update({"a", "c"})  # settled by user code within the grace: no forget() needed
+    s.look(0.505)
+    assert s._entries == {}  # not looked at before its grace is over
+    s.look(0.51)
+    assert set(s._entries) == {"b", "d"}
+    assert s.due(8.9).renew == {}
+    assert s.due(9.0).renew == {10.0: ["b", "d"]}  # the START's deadline, not the hand-over's
+
+
+def test_due_looks_at_every_batch_tracked_soon_even_within_its_grace():
+    settled: set = set()
+    s = _soon_schedule(settled, grace=5.0)
+    s.track_soon(["a", "b"], started=0.0, now=0.0)
+    settled.add("a")
+    assert s.due(4.0).next_in == pytest.approx(5.0)  # b's renewal at 9.0: the keeper knows of it
+    assert s.due(9.0).renew == {10.0: ["b"]}
+
+
+def test_untrack_and_renewed_of_a_key_tracked_soon_take_effect_before_its_look():
+    settled: set = set()
+    s = _soon_schedule(settled)
+    s.track_soon(["a", "b", "c"], started=0.0, now=0.0)
+    s.untrack("a")  # its lease ended unsettled: never renewed again
+    s.renewed("b", 0.001, 10.0)  # an explicit renew: b's own deadline
+    assert s.due(9.0).renew == {10.0: ["c"]}
+    assert s.due(9.001).renew == {10.0: ["b"]}
+    assert "a" not in s and len(s) == 2
+
+
+def test_without_a_settled_check_track_soon_tracks_at_once():
+    s = LeaseSchedule(lease=10.0, max_lease=60.0, margin=1.0)
+    s.track_soon(["a"], started=0.0, now=0.0)
+    assert s._entries.keys() == {"a"}
