@@ -168,6 +168,7 @@ class KmqConsumer:
         #: Handed-over messages until settled or past their lease (then they leave flow control).
         self._expiry = LeaseExpiry(self.queue.lease)
         self._extended = self._expiry.extended  # read per settlement: the dict itself, one lookup less
+        self._acks = self.writer.buffer  # the writer's for its lifetime; read per settlement
         self._late = LateSettler(self.queue.name, self.queue.lease, self.writer.buffer, self._settled_late)
         #: ordering: key: how long a key waits for a failed message's copy before it is released
         #: (every delivery left, each a lease and the longest backoff).
@@ -184,7 +185,7 @@ class KmqConsumer:
     # ------------------------------------------------------------ Settler (called under self._lock)
     def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
         p = msg.partition
-        self.writer.buffer.settle(p, msg.offset, outcome, arg)
+        self._acks.settle(p, msg.offset, outcome, arg)
         self._inflight[p] -= 1
         # Counted here, folded into the flow state by the fetcher (no clock read per message).
         c = self._returned_counts if outcome is ABANDON and arg == RETURNED else self._settled_counts
