@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections import deque
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
