@@ -164,12 +164,13 @@ class KmqConsumer:
 
     def _init_leases(self, cfg: Config) -> None:
         """Renewal of held messages, the end of handed ones' leases, ``consumer.auto_renew``."""
-        self._held = HeldLeases(self.queue.name, self.queue.lease, self.writer.buffer, self._lock)
+        #: The writer's settlement buffer, one object for its lifetime (read per settlement).
+        self._acks = self.writer.buffer
+        self._held = HeldLeases(self.queue.name, self.queue.lease, self._acks, self._lock)
         #: Handed-over messages until settled or past their lease (then they leave flow control).
         self._expiry = LeaseExpiry(self.queue.lease)
         self._extended = self._expiry.extended  # read per settlement: the dict itself, one lookup less
-        self._acks = self.writer.buffer  # the writer's for its lifetime; read per settlement
-        self._late = LateSettler(self.queue.name, self.queue.lease, self.writer.buffer, self._settled_late)
+        self._late = LateSettler(self.queue.name, self.queue.lease, self._acks, self._settled_late)
         #: ordering: key: how long a key waits for a failed message's copy before it is released
         #: (every delivery left, each a lease and the longest backoff).
         self._copy_wait = self.queue.max_deliveries * (self.queue.lease + self.queue.backoff.max)
@@ -180,7 +181,7 @@ class KmqConsumer:
         if cfg.consumer.auto_renew:
             self._schedule, self._keeper, self._renewal = auto_renewal(
                 self.queue.name, self.queue.lease, cfg.consumer.max_lease, self.writer.flush_interval,
-                self.writer.buffer, self._lock, self._expiry)
+                self._acks, self._lock, self._expiry)
 
     # ------------------------------------------------------------ Settler (called under self._lock)
     def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
@@ -228,7 +229,7 @@ class KmqConsumer:
     def renewed(self, msg: KmqMessage, lease: float | None) -> None:
         lease = lease or self.queue.lease
         key = (msg.partition, msg.offset)
-        self.writer.buffer.renew(msg.partition, msg.offset, _ms(lease))
+        self._acks.renew(msg.partition, msg.offset, _ms(lease))
         now = time.monotonic()
         if self._schedule is not None:
             self._schedule.renewed(msg, now, lease)

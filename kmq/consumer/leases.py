@@ -24,7 +24,7 @@ from kmq.consumer.ack_buffer import AckBuffer
 from kmq.consumer.lease_expiry import LeaseExpiry
 from kmq.core.lease import LeaseKeeper, LeaseSchedule, default_margin
 from kmq.core.log_fields import log_fields
-from kmq.core.message import KmqMessage
+from kmq.core.message import KmqMessage, unsettled
 from kmq.consumer.writer import _ms
 
 __all__ = ["HeldLeases", "AutoRenewal", "auto_renewal", "LateSettler"]
@@ -94,10 +94,6 @@ class AutoRenewal:
         )
 
 
-def _unsettled(messages: list[KmqMessage]) -> list[KmqMessage]:
-    return [m for m in messages if m._outcome is None]
-
-
 def auto_renewal(name: str, lease: float, max_lease: float, flush_interval: float, buffer: Any,
                  lock: threading.Lock, expiry: LeaseExpiry | None = None
                  ) -> tuple[LeaseSchedule, LeaseKeeper, AutoRenewal]:
@@ -105,7 +101,7 @@ def auto_renewal(name: str, lease: float, max_lease: float, flush_interval: floa
     # A RENEW's deadline counts from its marker time, which is up to a flush
     # interval after the keeper decided it: keep that much of max_lease in hand.
     budget = max(lease, max_lease - 2 * flush_interval)
-    schedule = LeaseSchedule(lease, budget, default_margin(lease, flush_interval), unsettled=_unsettled)
+    schedule = LeaseSchedule(lease, budget, default_margin(lease, flush_interval), unsettled=unsettled)
     renewal = AutoRenewal(name, max_lease, buffer, expiry)
     keeper = LeaseKeeper(schedule, lock, renewal.renew, renewal.exhausted_leases,
                          max_sleep=max(0.05, min(0.5, lease / 4)))

@@ -40,6 +40,7 @@ __all__ = [
     "origin_offset",
     "parse_origin",
     "MAX_DELIVERY_COUNT",
+    "unsettled",
 ]
 
 ACK, NACK, REJECT, ABANDON = "ack", "nack", "reject", "abandon"
@@ -152,6 +153,11 @@ def origin_of(headers: Headers | None, topic: str, partition: int, offset: int) 
         if parsed is not None and parsed[0] == topic:
             return f"{parsed[0]}/{parsed[1]}/{parsed[2]}"
     return f"{topic}/{partition}/{offset}"
+
+
+def unsettled(messages: Sequence["KmqMessage"]) -> list["KmqMessage"]:
+    """The messages of ``messages`` not settled yet (a batch filtered once, at C speed)."""
+    return [m for m in messages if m._outcome is None]
 
 
 class KmqMessage:

@@ -115,21 +115,28 @@ class _Key:
         return isinstance(other, _Key) and other.n == self.n
 
 
+def _settle_all(s: LeaseSchedule, keys: list) -> list:
+    """Forget every key of ``keys`` (settled); weak references to watch them go by."""
+    import weakref
+
+    refs = [weakref.ref(k) for k in keys]
+    for k in keys:
+        s.forget(k)
+    return refs
+
+
 def test_settled_keys_are_not_kept_alive_until_their_renewal_time():
     """A busy consumer settles each batch long before its renewal is due: the schedule must let go
     of those keys (the consumer's messages) at its next look, not hold a lease's worth of them."""
     import gc
-    import weakref
 
     s = LeaseSchedule(lease=30.0, max_lease=600.0, margin=5.0)
     batch = [_Key(i) for i in range(100)]
     s.track_many(batch, 0.0)
     other = [_Key(1000 + i) for i in range(3)]
     s.track_many(other, 0.1)
-    refs = [weakref.ref(k) for k in batch]
-    for k in batch:
-        s.forget(k)
-    del batch, k
+    refs = _settle_all(s, batch)
+    del batch
     assert s.due(0.5).renew == {}  # the keeper's next look, long before the renewal time
     gc.collect()
     assert all(r() is None for r in refs)
@@ -144,17 +151,13 @@ def test_a_group_lets_go_of_its_keys_when_its_last_key_is_settled_without_a_look
     """Keys are released the moment the last of their group is settled, wherever the group sits in
     the heap: holding settled messages until the keeper's next look kept half a second of a busy
     consumer's messages alive (and the cyclic collector visiting them)."""
-    import weakref
-
     s = LeaseSchedule(lease=30.0, max_lease=600.0, margin=5.0)
     head = [_Key(i) for i in range(3)]
     s.track_many(head, 0.0)
     behind = [_Key(100 + i) for i in range(50)]
     s.track_many(behind, 0.1)
-    refs = [weakref.ref(k) for k in behind]
-    for k in behind:
-        s.forget(k)
-    del behind, k
+    refs = _settle_all(s, behind)
+    del behind
     assert all(r() is None for r in refs)  # no due(), no gc.collect(): nothing refers to them any more
     assert s.due(25.0).renew == {30.0: head}
 
