@@ -45,6 +45,8 @@ class CatchUp:
         self.per_step = per_step
         #: Owned partitions not positioned or not caught up yet.
         self.pending: set[Partition] = set()
+        #: When a catch-up target was last read (ms; 0: never): the broker answered then.
+        self.looked_up_ms = 0
 
     def position_new(self, owned: dict[Partition, OwnedPartition], consumer: GroupConsumerAdapter) -> set[Partition]:
         """Seek newly assigned partitions to their committed marker offset; returns those positioned.
@@ -111,6 +113,7 @@ class CatchUp:
             try:
                 for tp, hw in hw_reader.high_waters(fresh).items():
                     owned[tp].target, owned[tp].target_ms = hw, asked_ms
+                self.looked_up_ms = asked_ms
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
         unread: list[Partition] = []

@@ -61,14 +61,18 @@ class OwnedPartition:
         return self.tp[0]
 
     # ---------------------------------------------------------- read-through (see Tracker._read_through)
-    def wants_end(self, now_ms: int) -> bool:
-        """Whether to look up the log end: something is due and the read-through time is behind
-        now (once the position passed the last mark), and no look-up failed a moment ago."""
+    def wants_end(self, now_ms: int, step_offsets: int) -> bool:
+        """Whether to look up the log end: something is due, the read-through time is behind now
+        (once the position passed the last mark), no look-up failed a moment ago, and fewer than
+        ``step_offsets`` (what one step hands out) are due by the read-through time known. With a
+        step's worth due before it (a backlog), a look-up would change nothing the step hands out
+        (earliest due first) and only hold it up by a broker round trip."""
         if self.mark is not None and self.state.position is not None and self.state.position >= self.mark[1]:
             self.read_through_ms, self.mark = max(self.read_through_ms, self.mark[0]), None
         nd = self.state.next_due_ms()
         return (self.caught_up and nd is not None and nd <= now_ms and self.read_through_ms < now_ms
-                and self.mark is None and self.recheck_ms <= now_ms)
+                and self.mark is None and self.recheck_ms <= now_ms
+                and not self.state.due_at_least(self.horizon(now_ms), step_offsets))
 
     def hold(self, held_from_ms: int, hold_until_ms: int) -> None:
         """The broker was unreachable from ``held_from_ms`` on and is back: leases due since then

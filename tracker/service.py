@@ -298,6 +298,8 @@ class Tracker:
             self.metrics.markers.labels(queue, mtype).inc(n)
         if self._catch_up.update(self._owned, self._consumer, self._hw_reader):
             self._next_metrics = 0.0  # publish the replayed state at once
+        # A catch-up target read is a look-up too: the broker answered, no probe is due for it.
+        self._looked_up_ms = max(self._looked_up_ms, self._catch_up.looked_up_ms)
         self._redeliver_due()
         mono = self._mono()
         if mono >= self._next_commit:
@@ -339,7 +341,7 @@ class Tracker:
         look-up has been applied. Markers written meanwhile do not matter: the mark stays put.
         At most one look-up per step, for the partitions with something due."""
         now = self._now_ms()
-        ask = [o for o in due if o.wants_end(now)][:_PARTITIONS_PER_LOOKUP]  # the others: next step
+        ask = [o for o in due if o.wants_end(now, _DUE_LIMIT)][:_PARTITIONS_PER_LOOKUP]  # the others: next step
         # With leases due and marks still being read, a look-up of one partition now and then tells
         # whether the broker is there at all (a read that stopped is no error of its own).
         probe = [] if ask or now - self._looked_up_ms < _PROBE_INTERVAL_MS else \

@@ -224,6 +224,29 @@ class PartitionState:
             heapq.heappop(heap)
         return None
 
+    def due_at_least(self, now_ms: int, count: int) -> bool:
+        """Whether at least ``count`` offsets are due at ``now_ms`` and not handed out (without
+        handing them out: only the heap's entries due by then are visited, up to ``count``)."""
+        heap = self._heap
+        size = len(heap)
+        found = 0
+        look = [0] if size else []
+        while look:
+            i = look.pop()
+            due, _, token, seg = heap[i]
+            if due > now_ms:
+                continue  # nor anything below it
+            if token == seg.token and not seg.taken:
+                found += seg.end - seg.first
+                if found >= count:
+                    return True
+            child = 2 * i + 1
+            if child < size:
+                look.append(child)
+                if child + 1 < size:
+                    look.append(child + 1)
+        return False
+
     def due(self, now_ms: int, limit: int | None = None) -> list[DueItem]:
         """Hand out segments due at ``now_ms`` (at most about ``limit`` offsets).
 

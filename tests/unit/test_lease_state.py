@@ -215,7 +215,12 @@ def test_model_in_flight_and_commit_never_pass_an_open_start(ops):
                 model.pop(o, None)
         elif kind == "due":
             s.skip(moff)
-            for item in s.due(now):
+            counts = (1, 2, 7, 50, 500, 5_000)
+            at_least = {k: s.due_at_least(now, k) for k in counts}
+            items = s.due(now)
+            handed_out = sum(r.count for item in items for r in item.ranges)
+            assert at_least == {k: k <= handed_out for k in counts}
+            for item in items:
                 # every handed-out offset is open; send half back, close the rest
                 for r in item.ranges:
                     assert all(o in model for o in r.offsets())
@@ -252,6 +257,18 @@ def test_codec_round_trip_feeds_the_state():
     s.apply(decode(encode(Start(R(0, 5), lease_ms=100, owner="w"))), 0, 0)
     s.apply(decode(encode(End(R(1, 2)))), 1, 1)
     assert s.in_flight == 3
+
+
+def test_due_at_least_counts_what_due_would_hand_out_without_handing_it_out():
+    s = state()
+    s.apply(Start(R(0, 10), lease_ms=1_000), 0, 0)  # due at 2.0 s
+    s.apply(Start(R(10, 5), lease_ms=1_000), 1, 500)  # due at 2.5 s
+    s.apply(Renew(R(0, 4), lease_ms=5_000), 2, 600)  # 0-3 due at 6.6 s now; their old entry is stale
+    assert s.due_at_least(2_000, 6) and not s.due_at_least(2_000, 7)
+    assert s.due_at_least(2_500, 11) and not s.due_at_least(2_500, 12)
+    assert s.due_at_least(9_000, 15) and not s.due_at_least(1_999, 1)
+    assert s.in_flight == 15 and len(s.due(2_500)) == 2  # nothing was handed out by counting
+    assert not s.due_at_least(2_500, 1)  # handed out: no longer counted
 
 
 def test_due_honours_its_limit_inside_one_huge_segment():

@@ -168,7 +168,7 @@ def test_a_busy_partition_moves_on_once_its_position_passes_the_mark():
     o.end_read(1_000, 12)  # two markers unread at 1.0 s
     assert o.horizon(5_000) == 0 and o.mark == (1_000, 12)
     o.state.position = 15  # read past the mark; newer markers keep coming, that does not matter
-    o.wants_end(5_000)
+    o.wants_end(5_000, 100)
     assert o.horizon(5_000) == 1_000 and o.mark is None
 
 
@@ -188,5 +188,27 @@ def test_a_hold_keeps_what_fell_due_after_the_last_good_look_up_until_the_end_is
     assert o.next_visit_ms(25_000, 50) == 30_000  # looked at again when the hold ends
     o.end_read(30_000, 13)
     o.state.position = 13
-    o.wants_end(30_000)
+    o.wants_end(30_000, 100)
     assert o.horizon(31_000) == 30_000
+
+
+def test_no_look_up_is_made_while_a_steps_worth_is_due_by_the_read_through_time_known():
+    o = _owned(2)
+    o.state.apply(Start([(0, 10)], lease_ms=1_000, owner="w"), marker_offset=0, ts_ms=1_000)  # due at 2.0 s
+    o.state.apply(Start([(10, 5)], lease_ms=1_000, owner="w"), marker_offset=1, ts_ms=4_000)  # due at 5.0 s
+    o.end_read(3_000, 2)  # read through at 3.0 s
+    assert not o.wants_end(9_000, 10)  # a step hands out 10: the 10 due at 2.0 s, look-up or not
+    assert o.wants_end(9_000, 11)  # an 11th would be one due past 3.0 s: look the end up first
+    o.state.due(o.horizon(9_000), limit=10)
+    assert o.wants_end(9_000, 10)  # the backlog was handed out; what is due past what is known asks
+
+
+def test_a_hold_asks_for_the_end_although_the_due_lease_is_older_than_the_read_through_time():
+    o = _owned(12)
+    o.end_read(2_000, 12)  # read through at 2.0 s; the broker went away then and came back at 20 s
+    o.hold(2_000, 30_000)
+    o.state.apply(Start([(5, 1)], lease_ms=1_000, owner="w"), marker_offset=12, ts_ms=3_000)  # due at 4.0 s
+    o.state.position = 13
+    o.end_read(20_000, 13)  # read through at 20 s, but held: only what was due before 2.0 s is judged
+    assert o.horizon(25_000) == 2_000
+    assert o.wants_end(25_000, 1)  # looked up again until the read-through time passes the hold

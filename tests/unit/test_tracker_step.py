@@ -324,3 +324,29 @@ def test_a_position_the_broker_does_not_answer_during_catch_up_is_asked_again_an
     assert not h.tracker._owned[(h.q.markers_topic, 1)].caught_up
     h.steps(10)
     assert h.tracker.ready()[0]
+
+
+def test_a_backlog_due_before_the_catch_up_is_worked_off_without_a_look_up_per_step(monkeypatch):
+    """The catch-up target read is a look-up of its own: a backlog due before it is judged on it,
+    step after step, and the log end is asked for again only for what fell due past it."""
+    monkeypatch.setattr(service, "_DUE_LIMIT", 2)  # a step hands out 2 offsets: 6 take three steps
+    h = Harness(monkeypatch)
+    asked: list[dict] = []
+    real = h.tracker._hw_reader.high_waters
+    h.tracker._hw_reader.high_waters = lambda starts: asked.append(dict(starts)) or real(starts)
+    m, now_ms = h.q.markers_topic, int(h.time.wall * 1000)
+    for o in range(6):
+        h.kafka.append(h.q.name, 0, b"k%d" % o, b"v%d" % o)
+    h.kafka.marker(m, 0, Start([(0, 6)], lease_ms=1000, owner="w"), ts_ms=now_ms - 60_000)
+    h.steps(1)
+    catch_up = len(asked)
+    assert catch_up >= 1
+    h.steps(1)
+    assert h.tracker._owned[(m, 0)].caught_up
+    h.steps(6)
+    assert len(h.kafka.records(h.q.name, 0)) == 6 + 6  # the originals and a copy of each
+    assert len(asked) == catch_up  # neither a look-up per step nor a probe of the broker
+    h.kafka.append(h.q.name, 0, b"k6", b"v6")
+    h.kafka.marker(m, 0, Start([(6, 1)], lease_ms=1000, owner="w"), ts_ms=int(h.time.wall * 1000))
+    h.steps(60)
+    assert len(h.kafka.records(h.q.name, 0)) == 7 + 7 and len(asked) > catch_up  # due past the read-through time: looked up first
