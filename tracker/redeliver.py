@@ -263,8 +263,13 @@ class Redeliverer:
                 if isinstance(exc, client_api.producer_state_errors()):
                     self._replace_producer(f"its producer id was refused ({type(exc).__name__})")
             finally:
-                # Chunk after chunk of this partition was read on from one assignment; none follows now.
-                self._reader.release()
+                # Chunk after chunk of this partition was read on from one assignment. It is kept while
+                # more of the partition is due now (a backlog larger than a step): the next step reads
+                # on from it instead of from a fresh assignment (a broker round trip and a cold fetch,
+                # a fifth of a 50,000-offset step). Otherwise librdkafka stops fetching ahead for it.
+                upcoming = state.next_due_ms()
+                if upcoming is None or upcoming > self._clock_ms():
+                    self._reader.release()
         return report
 
     # ------------------------------------------------------------ the step

@@ -84,6 +84,7 @@ class Reader:
         self.records = {o: Rec(o, b"k", b"v" * 10, []) for o in range(n)}
         self.reads: list[list] = []
         self.fail_at_read = fail_at_read
+        self.releases = 0
 
     def read(self, topic, partition, ranges):
         ranges = [tuple(r) for r in ranges]
@@ -97,10 +98,10 @@ class Reader:
         return 1
 
     def release(self):
-        pass
+        self.releases += 1
 
 
-def run(reader, n, monkeypatch, chunk=4, **consts):
+def run(reader, n, monkeypatch, chunk=4, limit=None, **consts):
     monkeypatch.setattr(redeliver, "_READ_CHUNK", chunk)
     for name, value in consts.items():
         monkeypatch.setattr(redeliver, name, value)
@@ -109,7 +110,7 @@ def run(reader, n, monkeypatch, chunk=4, **consts):
     st = PartitionState(Q.backoff.delay, Q.max_deliveries)
     for first in range(0, n, 5):  # STARTs of 5
         st.apply(Start([(first, min(5, n - first))], lease_ms=1000), first // 5, 0)
-    return red.process(Q, 0, st, st.due(10_000)), st, prod
+    return red.process(Q, 0, st, st.due(10_000, limit=limit)), st, prod
 
 
 def test_a_backlog_is_read_in_chunks_sent_without_waiting_judged_once_and_closed_as_one_range(monkeypatch):
@@ -145,3 +146,18 @@ def test_chunks_start_small_until_the_size_of_the_queues_records_is_known(monkey
     # Before any read: records may be as large as the producer takes (10 bytes) -> 10 offsets;
     # then 11-byte records -> 9 offsets a read.
     assert [sum(n for _, n in r) for r in reader.reads] == [10, 9, 9, 2]
+
+
+def test_the_read_assignment_is_kept_for_the_next_step_only_while_more_of_the_partition_is_due_now(monkeypatch):
+    reader = Reader(10)
+    report, st, prod = run(reader, 10, monkeypatch, limit=5)  # a step takes 5 of the 10 due offsets
+    assert report.redelivered == 5 and reader.releases == 0  # the next step reads on from where this stopped
+    red = Redeliverer(prod, reader, TrackerMetrics(), clock_ms=lambda: 10_000, max_request_size=10)
+    assert red.process(Q, 0, st, st.due(10_000)).redelivered == 5
+    assert st.in_flight == 0 and reader.releases == 1  # nothing more due: librdkafka stops fetching ahead
+
+
+def test_a_step_whose_rest_waits_for_a_retry_lets_go_of_the_read_assignment(monkeypatch):
+    reader = Reader(10, fail_at_read=2)
+    report, st, _ = run(reader, 10, monkeypatch)
+    assert report.failed == 6 and st.next_due_ms() > 10_000 and reader.releases == 1
