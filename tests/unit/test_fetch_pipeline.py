@@ -6,7 +6,7 @@ import threading
 
 from kmq.config import Config
 from kmq.consumer.fetch_batch import GIVEN_BACK
-from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
+from kmq.consumer.fetch_pipeline import ANSWER_POLL, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
 from kmq.core.message import KmqMessage
 
 LOCK = threading.Lock()
@@ -271,7 +271,7 @@ def test_next_poll_asks_for_the_room_left_and_polls_briefly_while_batches_are_pe
     step = pipe.next_poll(room=300, now=0.0)
     assert (step.wait, step.max_records, step.timeout, step.pause_all) == (0.0, 300, 0.1, False)
     fetch(pipe, {0: range(0, 3)})
-    assert pipe.next_poll(room=300, now=0.0).timeout == 0.005
+    assert pipe.next_poll(room=300, now=0.0).timeout == ANSWER_POLL
 
 
 def test_without_room_the_fetcher_waits_then_polls_with_every_partition_paused():
