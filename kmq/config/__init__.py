@@ -334,6 +334,10 @@ class ConsumerConfig:
     # queue's lease) before their offsets are committed back, so their old START does not time out
     # while the group takes the partition to its next owner, whose START supersedes it.
     handoff_lease: float = _f(300.0, "duration", min=1.0)
+    # How long the broker may hold the queue consumer's fetch while no record is there (Kafka's
+    # fetch.max.wait.ms). null: the client's default (500 ms). Kafka answers as soon as a record
+    # arrives, so this bounds only how often an idle consumer fetches.
+    fetch_wait: float | None = _f(None, "optduration", min=0.001, max=10.0)
 
 
 @dataclass(frozen=True)

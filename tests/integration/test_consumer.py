@@ -518,3 +518,13 @@ def test_a_consumer_in_a_process_with_the_default_collector_says_how_to_tune_it(
         assert hints() == []
     finally:
         gc.set_threshold(*before)
+
+
+def test_consumer_fetch_wait_is_the_queue_consumers_fetch_max_wait(queue_topics):
+    # kafka-python keeps its settings readable; confluent-kafka's take the same mapped name
+    # (fetch_max_wait_ms -> fetch.wait.max.ms) that the tracker's log readers use.
+    cfg, q = queue_topics(partitions=1, consumer={"fetch_wait": "20ms"}, kafka={"client": "kafka-python"})
+    default_cfg, _ = queue_topics(partitions=1, kafka={"client": "kafka-python"})
+    with KmqConsumer(cfg, queue=q.name) as tuned, KmqConsumer(default_cfg, queue=q.name) as default:
+        assert tuned._kc.raw.config["fetch_max_wait_ms"] == 20
+        assert default._kc.raw.config["fetch_max_wait_ms"] == 500  # the client's own default
