@@ -155,6 +155,13 @@ def test_a_second_member_takes_partitions_revoked_only_from_the_first_and_gives_
     assert a.adapter.assignment() == {(topic, 0), (topic, 1)} - moved
     seam.close_client(b.adapter)
     seam.drive([a.adapter], lambda: len(a.adapter.assignment()) == 2, "the partition back at the first member")
+    kept = {(topic, 0), (topic, 1)} - moved
+    if isinstance(seam, KafkaSeam) and a.revoked_all() & kept and a.events[-1] == ("+", frozenset(moved | kept)):
+        # The round after b left completed without a, which lost what it kept and joined again: seen under CI load.
+        request.getfixturevalue("skip_on_tansu")(
+            "a join round completes after about half a session timeout without the members that have not "
+            "rejoined yet (Apache Kafka waits for them up to the rebalance timeout); after the second member "
+            f"left, the first rejoined too late, lost what it kept and got every partition anew (events: a {a.events})")
     assert a.events[-1] == ("+", frozenset(moved)) and a.revoked_all() == moved
 
 
