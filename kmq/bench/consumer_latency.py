@@ -82,7 +82,7 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
     elif client == "confluent":
         from kmq.client.confluent.consumer import consumer
 
-        raw = consumer(cfg.kafka, queue, group_id=cfg.consumer.group_id, fetch_max_wait_ms=FETCH_WAIT_MS).raw
+        raw = consumer(cfg.kafka, queue, group_id=cfg.consumer.group_id, fetch_max_wait_ms=cfg.consumer.fetch_wait_ms).raw
         going = True
         while going:
             records = raw.consume(batch, 0.5)
@@ -96,7 +96,7 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
         from kmq.client.kafka_python import clients
 
         kc = clients.consumer(cfg.kafka, group_id=cfg.consumer.group_id, max_poll_records=batch,
-                              fetch_max_wait_ms=FETCH_WAIT_MS)
+                              fetch_max_wait_ms=cfg.consumer.fetch_wait_ms)
         kc.subscribe([queue])
         going = True
         while going:

@@ -308,6 +308,11 @@ class QueueConfig:
         return f"{self.name}__kmq_metrics"
 
 
+def _fetch_wait_ms(seconds: float) -> int:
+    """A fetch wait (``fetch.max.wait.ms``) in whole milliseconds, at least 1."""
+    return max(1, round(seconds * 1000))
+
+
 @dataclass(frozen=True)
 class ConsumerConfig:
     group_id: str = _f("kmq-workers", "str")
@@ -339,6 +344,11 @@ class ConsumerConfig:
     # arrives, so this bounds only how often an idle consumer fetches.
     fetch_wait: float | None = _f(None, "optduration", min=0.001, max=10.0)
 
+    @property
+    def fetch_wait_ms(self) -> int | None:
+        """``fetch_wait`` in milliseconds, at least 1 (None: the client's default)."""
+        return None if self.fetch_wait is None else _fetch_wait_ms(self.fetch_wait)
+
 
 @dataclass(frozen=True)
 class TrackerConfig:
@@ -369,7 +379,7 @@ class TrackerConfig:
     def markers_fetch_wait_ms(self) -> int:
         """The markers consumer's fetch wait in milliseconds: ``fetch_wait``, else the tick (10-500 ms)."""
         if self.fetch_wait is not None:
-            return max(1, round(self.fetch_wait * 1000))
+            return _fetch_wait_ms(self.fetch_wait)
         return max(10, min(500, int(self.tick * 1000)))
 
 

@@ -133,10 +133,10 @@ class KmqConsumer:
             min_messages=max(1, min(batch_size, cfg.consumer.max_outstanding_messages)),
         ), time.monotonic())
         try:
-            wait = cfg.consumer.fetch_wait
+            wait_ms = cfg.consumer.fetch_wait_ms
+            overrides = {} if wait_ms is None else {"fetch_max_wait_ms": wait_ms}
             self._kc = client_api.group_consumer(cfg.kafka, cfg.consumer.group_id, cfg.consumer.assignor,
-                                                 self.fetch_size,
-                                                 **({} if wait is None else {"fetch_max_wait_ms": max(1, round(wait * 1000))}))
+                                                 self.fetch_size, **overrides)
         except BaseException:
             self.writer.close()
             raise
