@@ -7,7 +7,7 @@ import contextlib
 import click
 
 from kmq.cli.common import fail
-from kmq.dev.sim.search import ORDERED_SHARE, SeedResult, quiet_actors, search
+from kmq.dev.sim.search import ORDERED_SHARE, STARTED_SHARE, SeedResult, quiet_actors, search
 from kmq.dev.sim.shrink import shrink as shrink_plan
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 
@@ -31,7 +31,7 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
     a failing seed prints its fault plan, the history of the messages concerned (the timeline
     ``kmq trace`` shows) and, shrunk, the fewest and shortest faults that still fail."""
     workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop,
-                        ordering_share=ORDERED_SHARE)
+                        ordering_share=ORDERED_SHARE, hand_over_started_share=STARTED_SHARE)
     root = click.get_current_context().find_root()
     def show(r: SeedResult) -> None:
         if not r.ok:

@@ -343,6 +343,12 @@ class ConsumerConfig:
     # fetch.max.wait.ms). null: the client's default (500 ms). Kafka answers as soon as a record
     # arrives, so this bounds only how often an idle consumer fetches.
     fetch_wait: float | None = _f(None, "optduration", min=0.001, max=10.0)
+    # When a fetched batch reaches user code. committed: once Kafka acknowledged its START and its
+    # offsets were committed (a rebalance or a failed commit never costs a delivery). started: once
+    # the START is acknowledged, with the commit still in flight: one broker round trip less
+    # latency; a commit that then fails, or a partition that moves before it lands, lets the group
+    # deliver the batch again (at-least-once either way: its START is written).
+    hand_over: str = _f("committed", "choice", choices=("COMMITTED", "STARTED"), lower=True)
 
     @property
     def fetch_wait_ms(self) -> int | None:
@@ -713,6 +719,10 @@ def _build_config(raw: dict) -> Config:
             raise ConfigError(f"queues[{i}].name", f"queue {q.name!r} is configured twice (also queues[{seen[q.name]}])")
         seen[q.name] = i
     consumer: ConsumerConfig = kwargs["consumer"]
+    if consumer.hand_over == "started" and consumer.ordering == "key":
+        raise ConfigError("consumer.hand_over", (
+            "started cannot be combined with consumer.ordering: key: a batch handed over before its commit "
+            "can be delivered to a second member while this one still holds its keys; use hand_over: committed"))
     hold = min([q.max_hold for q in queues] or [topics.markers_retention / 2])
     for key in ("max_lease", "handoff_lease"):  # both lengthen a lease with RENEWs
         value = getattr(consumer, key)

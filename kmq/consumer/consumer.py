@@ -58,8 +58,10 @@ log = logging.getLogger(__name__)
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
-#: acknowledged, not committed) and "committed" (about to hand over). For tests
-#: and diagnostics; it runs on the fetcher thread and blocks it.
+#: acknowledged, not committed) and "committed" (committed, about to hand over);
+#: with ``consumer.hand_over: started``, "handed" (about to hand over, the commit
+#: not answered yet) instead of "committed". For tests and diagnostics; it runs on
+#: the fetcher thread and blocks it.
 StageHook = Callable[[str, dict], None]
 
 
@@ -149,7 +151,8 @@ class KmqConsumer:
 
     def _init_fetcher(self, cfg: Config) -> None:
         """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
-        self._pipeline = FetchPipeline.for_kafka(cfg.kafka, self.queue.lease)
+        self._pipeline = FetchPipeline.for_kafka(cfg.kafka, self.queue.lease,
+                                                 hand_over_started=cfg.consumer.hand_over == "started")
         self._do: dict[type, Callable[[Any], None]] = {
             WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
             GiveBack: self._give_back, SeekBack: self._seek_back}
@@ -453,8 +456,8 @@ class KmqConsumer:
     def _hand_over(self, action: HandOver) -> None:
         b = action.batch
         if self._hook:
-            self._hook("committed", b.spans)
-        messages = b.messages
+            self._hook("handed" if self._pipeline.hand_over_started else "committed", b.spans)
+        messages = action.messages
         with self._lock:
             now = time.monotonic()
             self.flow.handed(len(messages), now)
@@ -617,18 +620,23 @@ class KmqConsumer:
             for m in msgs:
                 offsets.setdefault(m.partition, []).append(m.offset)
         rewind = {p: min(offs) for p, offs in offsets.items()}  # committed back to the first ready one
+        # Handed over at START and not committed yet (consumer.hand_over: started): committed on now,
+        # or the next owner would poll them again while user code here has them.
+        forward = {p: o for p, o in pipeline.handed_ends(mine).items() if p not in rewind}
         # Batches between START and commit go back too (the pipeline gives them back when it hears of
         # the revocation): their leases are handed off as well. A snapshot, since on kafka-python the
         # fetcher thread may move batches on meanwhile; one handed over after all keeps the hand-off
         # lease only until lease keeping renews it.
         for batch in list(pipeline.pending):
+            if batch.handed:
+                continue  # user code has them: their leases are its own
             for p, offs in dict(batch.offsets).items():
                 if p in mine and not pipeline.stale(p, batch.gen):
                     offsets.setdefault(p, []).extend(offs)
         if offsets:
             # Acknowledged before the commit back, so before any next owner can fetch them and START.
             self.writer.hand_off(offsets, self._handoff_wait)
-        return {(self.queue.name, p): o for p, o in rewind.items()}
+        return {(self.queue.name, p): o for p, o in {**forward, **rewind}.items()}
 
     def _take_out_closing(self, mine: set[int]) -> list[tuple[list[KmqMessage], float, int]]:
         """A revocation while closing (the polls that let a rebalance complete): the never-handed

@@ -40,7 +40,7 @@ class FetchBatch:
     shell's own (its START futures); the pipeline never reads it."""
 
     __slots__ = ("messages", "offsets", "spans", "nbytes", "fetched_at", "leased_at", "gen", "state", "error",
-                 "handle")
+                 "handle", "handed")
 
     def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], now: float, gen: int,
                  nbytes: int = 0) -> None:
@@ -54,6 +54,9 @@ class FetchBatch:
         self.state = STARTING
         self.error: Any = None
         self.handle: Any = None
+        #: Handed over before its commit (``consumer.hand_over: started``): ``messages`` went to user
+        #: code and is empty here; ``offsets`` and ``spans`` stay until the commit covering them.
+        self.handed = False
 
     @classmethod
     def of(cls, messages: list[KmqMessage], now: float, gen: int) -> "FetchBatch":
@@ -79,4 +82,4 @@ class FetchBatch:
         return out
 
     def __repr__(self) -> str:
-        return f"FetchBatch({self.spans}, {self.state})"
+        return f"FetchBatch({self.spans}, {self.state}{', handed' if self.handed else ''})"

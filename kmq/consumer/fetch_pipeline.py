@@ -18,8 +18,12 @@ event                              actions it may return
 The protocol's two guarantees, each kept in one place:
 
 * **A message is handed over only after Kafka acknowledged its START.** :class:`HandOver`
-  is emitted only by :meth:`FetchPipeline.commit_answered`, for the batches of a commit that
-  succeeded, and :meth:`FetchPipeline._commit` puts only ``STARTED`` batches in a commit.
+  is emitted only by :meth:`FetchPipeline._hand_over`, for ``STARTED`` batches: by default
+  (``consumer.hand_over: committed``) those of a commit that succeeded
+  (:meth:`FetchPipeline.commit_answered`), and :meth:`FetchPipeline._commit` puts only
+  ``STARTED`` batches in a commit; with ``hand_over_started`` as soon as the START is
+  acknowledged, in fetch order, with the commit still to come (one broker round trip less
+  before user code; a commit that then fails lets the group deliver the batch again).
 * **A commit never passes a record without a START.** Batches are committed in fetch order,
   each commit covers a prefix of the pending batches that are all ``STARTED``, and a START
   that fails (or is not answered in time) gives back its batch *and every later one* and
@@ -69,9 +73,11 @@ class Commit:
 
 @dataclass(frozen=True, slots=True)
 class HandOver:
-    """The batch's STARTs were acknowledged and its offsets committed: give it to user code."""
+    """The batch's STARTs were acknowledged (and, unless handing over at START, its offsets
+    committed): give ``messages`` to user code. The batch no longer holds them."""
 
     batch: FetchBatch
+    messages: list[KmqMessage] = field(default_factory=list, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +104,20 @@ class ClosePlan:
     group delivers those again), NACK ``nack`` (committed, never handed, of partitions this
     member no longer owns since they were fetched), then give back ``give_back`` (every
     never-handed message). ``handoff``: the offsets per partition that the commit back returns
-    to the group, whose leases are handed off first (a RENEW with ``consumer.handoff_lease``)."""
+    to the group, whose leases are handed off first (a RENEW with ``consumer.handoff_lease``).
+    ``forward``: partitions without never-handed messages whose handed-over messages are not
+    committed yet (handing over at START): committed on to after them, in the same commit."""
 
     rewind: dict[int, int]
     nack: list[KmqMessage]
     give_back: list[KmqMessage]
     handoff: dict[int, list[int]] = field(default_factory=dict)
+    forward: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def commit(self) -> dict[int, int]:
+        """Everything closing commits: ``forward`` and ``rewind`` (partition -> next offset)."""
+        return {**self.forward, **self.rewind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +156,8 @@ class FetchPipeline:
     :param commit_timeout: seconds a commit may go unanswered before it counts as failed.
     :param max_commit_tries: failed commits of the same batches before they are given back
         and fetched again (rather than stall their partitions).
+    :param hand_over_started: hand a batch over once Kafka acknowledged its START, in fetch
+        order, instead of once its commit succeeded (``consumer.hand_over: started``).
     :param backpressure_poll: seconds without room before the fetcher polls with every
         partition paused (a rebalance needs every member to poll).
     :param max_head_wait: seconds the oldest pending batch may wait for its START answer or
@@ -151,13 +167,16 @@ class FetchPipeline:
     """
 
     def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = MAX_COMMIT_TRIES,
-                 backpressure_poll: float = BACKPRESSURE_POLL, max_head_wait: float | None = None) -> None:
+                 backpressure_poll: float = BACKPRESSURE_POLL, max_head_wait: float | None = None,
+                 hand_over_started: bool = False) -> None:
         self.start_timeout = start_timeout
+        self.hand_over_started = hand_over_started
         self.max_head_wait = max_head_wait
         self.commit_timeout = commit_timeout
         self.max_commit_tries = max_commit_tries
         self.backpressure_poll = backpressure_poll
-        #: Batches not handed over yet, in fetch order.
+        #: Batches not committed yet, in fetch order; all but those handed over at START
+        #: (``FetchBatch.handed``, a prefix) are not handed over either.
         self.pending: deque[FetchBatch] = deque()
         #: Partitions assigned to this member (from the rebalance events).
         self.owned: set[int] = set()
@@ -172,13 +191,13 @@ class FetchPipeline:
         self._blocked_since: float | None = None  # since when there is no room to fetch
 
     @classmethod
-    def for_kafka(cls, kafka: KafkaConfig, lease: float | None = None) -> "FetchPipeline":
+    def for_kafka(cls, kafka: KafkaConfig, lease: float | None = None, hand_over_started: bool = False) -> "FetchPipeline":
         """The pipeline a consumer with these Kafka settings runs (its timeouts follow the client's);
         with the queue's ``lease``, no fetching while the oldest batch has waited half of it."""
         # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
         return cls(start_timeout=kafka.connect_timeout + 2.0,
                    commit_timeout=kafka.session_timeout + kafka.connect_timeout,
-                   max_head_wait=None if lease is None else lease / 2)
+                   max_head_wait=None if lease is None else lease / 2, hand_over_started=hand_over_started)
 
     # ------------------------------------------------------------ events
     def polled(self, messages: list[KmqMessage], now: float) -> list[Any]:
@@ -213,8 +232,8 @@ class FetchPipeline:
             for _ in range(n):
                 batch = self.pending.popleft()
                 batch.state = GIVEN_BACK  # out of the pipeline: to user code
-                if batch.messages:
-                    out.append(HandOver(batch))
+                if not batch.handed:
+                    self._hand_over(batch, out)
         else:
             self._commit_failed(error, out)
         self._advance(now, out)
@@ -242,15 +261,20 @@ class FetchPipeline:
         out: list[Any] = []
         back: list[KmqMessage] = []
         again = parts.intersection(rewound)
+        emptied = False
         for i, batch in enumerate(self.pending):
             drop = again if i < self._committing else parts
             if drop.intersection(batch.spans):
+                # A batch handed over at START has no messages left here (user code has them): only
+                # its offsets go, which this member must not commit any more.
                 back.extend(batch.drop(drop))
-                if not batch.messages and i >= self._committing:
+                if not batch.spans and i >= self._committing:
                     batch.state = GIVEN_BACK
-        if back:
+                    emptied = True
+        if emptied:
             kept = [b for i, b in enumerate(self.pending) if i < self._committing or b.state is not GIVEN_BACK]
             self.pending = deque(kept)
+        if back:
             out.append(GiveBack(back, f"partitions {sorted(parts)} revoked before the commit"))
         return out
 
@@ -284,6 +308,21 @@ class FetchPipeline:
         """Whether ``partition`` was revoked after something was fetched at generation ``gen``."""
         return self._revoked_at.get(partition, -1) > gen
 
+    def handed_ends(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Partition (of ``partitions``, not stale) -> the offset after the last message handed
+        over at START whose commit has not succeeded yet: where a commit must go so the group does
+        not deliver them again. Empty unless ``hand_over_started``. Safe to call from a rebalance
+        callback on another thread (it reads a snapshot)."""
+        parts = set(partitions)
+        out: dict[int, int] = {}
+        for b in list(self.pending):
+            if not b.handed:
+                break  # handed over in fetch order: the rest are not
+            for p, (_first, last) in dict(b.spans).items():
+                if p in parts and not self.stale(p, b.gen) and last >= out.get(p, 0):
+                    out[p] = last + 1
+        return out
+
     @property
     def commit_in_flight(self) -> bool:
         """A commit was sent and its answer is awaited (a commit past its timeout no longer is)."""
@@ -313,7 +352,11 @@ class FetchPipeline:
                     handoff.setdefault(p, []).append(m.offset)
                 elif committed:
                     nack.append(m)
-        return ClosePlan({p: min(offs) for p, offs in handoff.items()}, nack, back, handoff)
+        rewind = {p: min(offs) for p, offs in handoff.items()}
+        # Handed over at START, not committed yet: committed on, unless a rewind covers them (their
+        # never-handed messages come after them, so committing back to those commits them too).
+        forward = {p: o for p, o in self.handed_ends(owned).items() if p not in rewind}
+        return ClosePlan(rewind, nack, back, handoff, forward)
 
     def closed(self) -> None:
         """Closing took everything out (after :meth:`close_plan` was carried out)."""
@@ -324,8 +367,15 @@ class FetchPipeline:
 
     # ------------------------------------------------------------ the machine
     def _advance(self, now: float, out: list[Any]) -> None:
-        """Move the oldest batches along: a START answered -> commit; no answer in time -> failed."""
+        """Move the oldest batches along: a START answered -> commit (and, handing over at START,
+        hand over); no answer in time -> failed."""
         pending = self.pending
+        if self.hand_over_started:
+            for b in pending:  # in fetch order: a batch waits for the STARTs of those before it
+                if not b.handed:
+                    if b.state is not STARTED:
+                        break
+                    self._hand_over(b, out)
         while pending:
             if self._committing:
                 if now - self._commit_sent_at < self.commit_timeout:
@@ -344,6 +394,14 @@ class FetchPipeline:
                 return
             if head.state is not STARTED or self._await_poll or self._commit(now, out):
                 return
+
+    @staticmethod
+    def _hand_over(batch: FetchBatch, out: list[Any]) -> None:
+        """The batch's messages go to user code (:class:`HandOver`); the batch keeps its offsets."""
+        messages, batch.messages = batch.messages, []
+        batch.handed = True
+        if messages:
+            out.append(HandOver(batch, messages))
 
     def _commit(self, now: float, out: list[Any]) -> bool:
         """One commit for the STARTED batches at the head (commits are round trips, one at a time).
@@ -406,24 +464,33 @@ class FetchPipeline:
         STARTed) again; later batches go too, so no commit passes the failed records."""
         back: list[KmqMessage] = []
         first: dict[int, int] = {}
+        handed: dict[int, tuple[int, int]] = {}
         for b in self.pending:
-            back.extend(b.messages)
             b.state = GIVEN_BACK
+            if b.handed:  # user code has them: neither given back nor fetched again
+                handed = _spans([b], handed)
+                continue
+            back.extend(b.messages)
             for p, (lo, _hi) in b.spans.items():
                 if p in self.owned and not self.stale(p, b.gen) and lo < first.get(p, lo + 1):
                     first[p] = lo
+        if handed:
+            log.warning("%s; offsets %s were handed over before their commit and stay uncommitted until a later "
+                        "commit of their partitions covers them (if a partition moves first, the group delivers "
+                        "them again)", why, handed)
         self.pending.clear()
         self._committing = 0
         self._commit_tries = 0
         self.commit_retrying = False
         self._await_poll = False
-        out.append(GiveBack(back, why))
+        if back or not handed:
+            out.append(GiveBack(back, why))
         out.append(SeekBack(first, why, start_failed))
 
 
-def _spans(batches: Iterable[FetchBatch]) -> dict[int, tuple[int, int]]:
-    """Partition -> (first, last) offset over ``batches`` (for log lines)."""
-    out: dict[int, tuple[int, int]] = {}
+def _spans(batches: Iterable[FetchBatch], out: dict[int, tuple[int, int]] | None = None) -> dict[int, tuple[int, int]]:
+    """Partition -> (first, last) offset over ``batches`` (for log lines), added to ``out``."""
+    out = {} if out is None else out
     for b in batches:
         for p, (lo, hi) in b.spans.items():
             mine = out.get(p)

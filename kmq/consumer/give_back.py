@@ -60,21 +60,23 @@ def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan
     Never raises for a Kafka error: if the commit cannot be made, the committed messages are
     NACKed instead (copies with a higher delivery count) and the caller closes the client.
     ``hand_off(offsets)`` (:meth:`~kmq.consumer.writer.MarkerWriter.hand_off`) runs before each
-    commit back, for the offsets it returns to the group."""
+    commit back, for the offsets it returns to the group. The same commit carries the plan's
+    ``forward`` offsets: messages handed over before their commit (``consumer.hand_over:
+    started``), committed on so the group does not deliver them again."""
     # A rebalance in progress refuses the commit until this member has rejoined: a cooperative
     # rebalance takes two rounds, and some brokers hold each join for up to half a session.
-    if not plan(set()).give_back:
+    if not plan(set()).give_back and not _forward(kc, topic, plan):
         return False
     deadline = time.monotonic() + 2 * session_timeout
     handed: dict[int, list[int]] | None = None
     while True:
         try:
-            current = plan({p for t, p in kc.assignment() if t == topic})
-            if current.rewind:
-                if current.handoff != handed:
+            current = _assigned_plan(kc, topic, plan)
+            if current.commit:
+                if current.handoff and current.handoff != handed:
                     hand_off(current.handoff)
                     handed = current.handoff
-                kc.commit({(topic, p): o for p, o in current.rewind.items()})
+                kc.commit({(topic, p): o for p, o in current.commit.items()})
             break
         except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
             if time.monotonic() > deadline or not _poll_paused(kc, pause_all, topic):
@@ -85,10 +87,25 @@ def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan
     nack_all(current.nack)
     give_back(current.give_back)
     n_back = len(current.give_back) - len(current.nack)
-    log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)%s",
+    log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)%s%s",
              topic, n_back, current.rewind,
-             f", {len(current.nack)} of partitions no longer ours nacked for redelivery" if current.nack else "")
+             f", {len(current.nack)} of partitions no longer ours nacked for redelivery" if current.nack else "",
+             f"; handed-over messages committed up to {current.forward}" if current.forward else "")
     return bool(current.nack)
+
+
+def _forward(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan]) -> dict[int, int]:
+    """The plan's ``forward`` offsets ({} when the client cannot say what it holds any more)."""
+    try:
+        return _assigned_plan(kc, topic, plan).forward
+    except Exception as exc:  # noqa: BLE001 - a failing client: nothing can be committed anyway
+        log.debug("%s: no assignment to commit handed-over messages for (%s)", topic, exc)
+        return {}
+
+
+def _assigned_plan(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan]) -> ClosePlan:
+    """The close plan for the partitions of ``topic`` the client holds now."""
+    return plan({p for t, p in kc.assignment() if t == topic})
 
 
 def _poll_paused(kc: Any, pause_all: Callable[[], None], topic: str) -> bool:

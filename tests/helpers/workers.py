@@ -1,9 +1,9 @@
 """A KmqConsumer worker process for crash tests, plus readers for what it left behind.
 
-Run as ``python -m tests.helpers.workers --bootstrap B --queue Q --group G --pause-at STAGE``:
-the worker prints ``STAGE <stage> <json spans>`` at every fetcher stage
-("polled", "started", "committed") and blocks forever at ``STAGE`` so the test
-can SIGKILL it at exactly that step.
+Run as ``python -m tests.helpers.workers --bootstrap B --queue Q --group G --pause-at STAGE
+[--hand-over started]``: the worker prints ``STAGE <stage> <json spans>`` at every fetcher stage
+("polled", "started", "committed"; "handed" instead of "committed" with ``consumer.hand_over:
+started``) and blocks forever at ``STAGE`` so the test can SIGKILL it at exactly that step.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from tests.helpers.kafka import read_all
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn(bootstrap: str, queue: str, group: str, pause_at: str) -> subprocess.Popen:
+def spawn(bootstrap: str, queue: str, group: str, pause_at: str, hand_over: str = "committed") -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.helpers.workers", "--bootstrap", bootstrap, "--queue", queue,
-         "--group", group, "--pause-at", pause_at],
+         "--group", group, "--pause-at", pause_at, "--hand-over", hand_over],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
 
@@ -70,7 +70,8 @@ def _main() -> None:
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--queue", required=True)
     ap.add_argument("--group", required=True)
-    ap.add_argument("--pause-at", choices=["polled", "started", "committed"], required=True)
+    ap.add_argument("--pause-at", choices=["polled", "started", "committed", "handed"], required=True)
+    ap.add_argument("--hand-over", choices=["committed", "started"], default="committed")
     args = ap.parse_args()
 
     from kmq.config import Config
@@ -79,7 +80,7 @@ def _main() -> None:
     cfg = Config.from_dict({
         "kafka": {"bootstrap_servers": args.bootstrap, "session_timeout": "6s", "heartbeat_interval": "1s"},
         "queues": [{"name": args.queue}],
-        "consumer": {"group_id": args.group},
+        "consumer": {"group_id": args.group, "hand_over": args.hand_over},
     })
     block = threading.Event()
 

@@ -225,11 +225,12 @@ def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_t
         broker.stop()
 
 
-@pytest.mark.parametrize("stage", ["polled", "started", "committed"])
-def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topics, bootstrap, stage):
+@pytest.mark.parametrize("hand_over, stage", [("committed", "polled"), ("committed", "started"),
+                                              ("committed", "committed"), ("started", "handed")])
+def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topics, bootstrap, hand_over, stage):
     cfg, q = queue_topics(partitions=2)
     produce(cfg, q.name, 20, partitions=2)
-    proc = spawn(bootstrap, q.name, cfg.consumer.group_id, stage)
+    proc = spawn(bootstrap, q.name, cfg.consumer.group_id, stage, hand_over)
     try:
         spans = None
         assert proc.stdout is not None
@@ -254,17 +255,27 @@ def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topi
         assert done == {} and all(not (starts.get(p, set()) & offs) for p, offs in batch.items())
     elif stage == "started":
         assert done == {} and all(offs <= starts[p] for p, offs in batch.items())
+    elif stage == "handed":
+        # In user code before its commit was answered: its START is written, and the group's offset
+        # is either past it (the tracker redelivers it when its lease ends) or below it (the group
+        # delivers it again). Either way it comes back: nothing is lost.
+        assert all(offs <= starts[p] and done.get(p, 0) in (min(offs), max(offs) + 1) for p, offs in batch.items())
     else:
         assert all(offs <= starts[p] and done[p] == max(offs) + 1 for p, offs in batch.items())
 
 
-def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_topics, bootstrap, kafka_client):
+@pytest.mark.parametrize("hand_over", ["committed", "started"])
+def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_topics, bootstrap, kafka_client,
+                                                                          hand_over):
     # A rebalance does not NACK prefetched messages (each NACK was a copy with a higher delivery
     # count). Messages of a revoked partition that user code already took stay with the member that
     # fetched them; committed ones it did not take are committed back before the partition goes, and
     # they and the uncommitted ones are polled again by the new owner. So every message is handed
     # exactly once, with delivery count 1, and no NACK is written.
-    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 300},
+    # With consumer.hand_over: started, batches reach user code before their commit; the revoke callback
+    # commits them on, so the next owner starts after them.
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 300,
+                                                  "hand_over": hand_over},
                           kafka={"client": kafka_client})
     produce(cfg, q.name, 2000, partitions=2)
     a = KmqConsumer(cfg, queue=q.name, batch_size=100)
@@ -528,3 +539,28 @@ def test_consumer_fetch_wait_is_the_queue_consumers_fetch_max_wait(queue_topics)
     with KmqConsumer(cfg, queue=q.name) as tuned, KmqConsumer(default_cfg, queue=q.name) as default:
         assert tuned._kc.raw.config["fetch_max_wait_ms"] == 20
         assert default._kc.raw.config["fetch_max_wait_ms"] == 500  # the client's own default
+
+
+def test_hand_over_started_hands_a_batch_over_before_its_commit_and_closing_commits_it(queue_topics, bootstrap,
+                                                                                        kafka_client):
+    # consumer.hand_over: started: user code gets a batch once its START is acknowledged, before the
+    # commit is answered; the commit follows, and closing commits what it handed over (else the group
+    # would deliver it again to the next member).
+    cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "hand_over": "started"},
+                          kafka={"client": kafka_client})
+    produce(cfg, q.name, 40, partitions=2)
+    stages: list[str] = []
+    consumer = KmqConsumer(cfg, queue=q.name, stage_hook=lambda stage, spans: stages.append(stage))
+    try:
+        got = poll_n(consumer, 40)
+        for m in got:
+            m.ack()
+        consumer.writer.flush()
+    finally:
+        consumer.close()
+    assert sorted((m.partition, m.offset) for m in got) == [(p, o) for p in (0, 1) for o in range(20)]
+    assert "handed" in stages and "committed" not in stages
+    assert stages.index("started") < stages.index("handed")
+    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 20, 1: 20}
+    starts = started_offsets(markers_by_partition(bootstrap, q.markers_topic))
+    assert starts == {0: set(range(20)), 1: set(range(20))}

@@ -78,6 +78,7 @@ class FakeKafka:
         self._idle = threading.Event()
         self.commits: list[dict] = []
         self.fail_commit = False
+        self.hang_commits = False  # commit_async is never answered
         self.fail_pause = False
         self.closed = threading.Event()
 
@@ -97,6 +98,8 @@ class FakeKafka:
         return [build(TOPIC, 0, o, None, b"v%d" % o, [], 0) for o in batch]
 
     def commit_async(self, offsets) -> Delivery:
+        if self.hang_commits:
+            return Delivery()
         self.commits.append(dict(offsets))
         return _done()
 
@@ -142,9 +145,9 @@ class FakeKafka:
 def consumer_on(monkeypatch):
     made: list[KmqConsumer] = []
 
-    def make(kafka: FakeKafka, **kw) -> KmqConsumer:
+    def make(kafka: FakeKafka, hand_over: str = "committed", **kw) -> KmqConsumer:
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
-                                "queues": [{"name": TOPIC}], "consumer": {"group_id": "g"}})
+                                "queues": [{"name": TOPIC}], "consumer": {"group_id": "g", "hand_over": hand_over}})
         monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
         monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a: kafka)
         c = KmqConsumer(cfg, **kw)
@@ -208,3 +211,28 @@ def test_a_revocation_hands_off_the_leases_of_ready_messages_and_of_a_batch_betw
         consumer._revoked({(TOPIC, 0)})
     finally:
         hold.set()
+
+
+def test_hand_over_started_hands_over_before_the_commit_and_close_commits_what_user_code_took(consumer_on):
+    kafka = FakeKafka(records=10)
+    kafka.hang_commits = True  # no commit is ever answered: only closing can commit
+    consumer = consumer_on(kafka, hand_over="started")
+    got: list = []
+    wait_until(lambda: got.extend(consumer.poll(timeout=0.1)) or len(got) >= 10, 10, what="10 messages")
+    assert [m.offset for m in got] == list(range(10)) and kafka.commits == []
+    for m in got:
+        m.ack()
+    consumer.close(timeout=5)
+    assert kafka.commits == [{(TOPIC, 0): 10}]  # committed on, or the group would deliver them again
+
+
+def test_hand_over_started_a_revocation_commits_handed_messages_on_without_handing_off_their_leases(consumer_on):
+    kafka = FakeKafka(records=10)
+    kafka.hang_commits = True
+    consumer = consumer_on(kafka, hand_over="started", fetch_size=5)
+    got: list = []
+    wait_until(lambda: got.extend(consumer.poll(timeout=0.1)) or len(got) >= 10, 10, what="10 messages")
+    rewind = consumer._rewind_on_revoke({(TOPIC, 0)})
+    assert rewind == {(TOPIC, 0): 10}  # on past what user code took; nothing to give back
+    assert consumer.writer.handed_off == []  # user code keeps their leases: no hand-off RENEW
+    consumer._revoked({(TOPIC, 0)})

@@ -125,7 +125,7 @@ def test_a_start_acknowledged_after_a_revoke_commits_only_the_partitions_still_o
     [commit] = pipe.start_answered(b, None, 0.1)
     assert commit.offsets == {0: 3}
     [handed] = pipe.commit_answered(None, 0.2)
-    assert offsets_of(handed.batch.messages) == {(0, 0), (0, 1), (0, 2)}
+    assert offsets_of(handed.messages) == {(0, 0), (0, 1), (0, 2)}
 
 
 def test_a_batch_left_empty_by_a_revoke_is_dropped():
@@ -144,7 +144,7 @@ def test_the_commit_in_flight_decides_for_its_batches_a_success_hands_them_all_o
     [back] = pipe.revoked({1})
     assert offsets_of(back.messages) == {(1, 2), (1, 3)} and later.state is GIVEN_BACK  # not committed: back
     [handed] = pipe.commit_answered(None, 0.3)  # landed before the revoke: committed, nobody else gets them
-    assert len(handed.batch.messages) == 5
+    assert len(handed.messages) == 5
 
 
 def test_a_partition_committed_back_before_its_revoke_is_fetched_again_by_the_new_owner_in_flight_commit_too():
@@ -157,7 +157,7 @@ def test_a_partition_committed_back_before_its_revoke_is_fetched_again_by_the_ne
     [back] = pipe.revoked({1}, rewound={1})
     assert offsets_of(back.messages) == {(1, 5), (1, 6), (1, 7), (1, 8)} and later.state is GIVEN_BACK
     [handed] = pipe.commit_answered(None, 0.3)
-    assert offsets_of(handed.batch.messages) == {(0, 0), (0, 1), (0, 2)}
+    assert offsets_of(handed.messages) == {(0, 0), (0, 1), (0, 2)}
     assert not pipe.pending
 
 
@@ -307,3 +307,96 @@ def test_behind_a_batch_stuck_longer_than_half_the_lease_nothing_more_is_fetched
     pipe.commit_answered(None, 15.4)
     assert not pipe.next_poll(room=100, now=15.5).pause_all  # moved on: fetching again
     assert FetchPipeline.for_kafka(Config.from_dict({}).kafka).max_head_wait is None
+
+
+# ------------------------------------------------------------------ consumer.hand_over: started
+def started_pipeline(**kw) -> FetchPipeline:
+    return pipeline(hand_over_started=True, **kw)
+
+
+def test_handing_over_at_start_gives_the_batch_to_user_code_before_its_commit_and_once():
+    pipe = started_pipeline()
+    b = fetch(pipe, {0: range(0, 3)})
+    assert pipe.tick(0.5) == []  # START not answered: nothing handed
+    handed, commit = pipe.start_answered(b, None, 1.0)
+    assert isinstance(handed, HandOver) and offsets_of(handed.messages) == {(0, 0), (0, 1), (0, 2)}
+    assert isinstance(commit, Commit) and commit.offsets == {0: 3}
+    assert b.messages == [] and b.handed and pipe.pending  # kept for its commit, without its messages
+    assert pipe.commit_answered(None, 2.0) == []  # no second hand-over
+    assert not pipe.pending
+
+
+def test_handing_over_at_start_keeps_fetch_order():
+    pipe = started_pipeline()
+    b1 = fetch(pipe, {0: range(0, 3)})
+    b2 = fetch(pipe, {0: range(3, 6)})
+    assert pipe.start_answered(b2, None, 0.1) == []  # b1 first
+    out = pipe.start_answered(b1, None, 0.2)
+    assert kinds(out) == ["HandOver", "HandOver", "Commit"]
+    assert [a.batch for a in out[:2]] == [b1, b2] and out[2].offsets == {0: 6}
+
+
+def test_a_batch_after_a_failed_start_is_not_handed_over_and_the_handed_one_before_is_still_committed():
+    pipe = started_pipeline()
+    b1 = fetch(pipe, {0: range(0, 3)})
+    b2 = fetch(pipe, {0: range(3, 6)})
+    b3 = fetch(pipe, {0: range(6, 9)})
+    handed, commit = pipe.start_answered(b1, None, 0.1)
+    assert handed.batch is b1 and commit.offsets == {0: 3}
+    assert pipe.start_answered(b2, "refused", 0.2) == []  # the commit of b1 is in flight
+    assert pipe.start_answered(b3, None, 0.3) == []  # behind the failed b2: not handed over
+    back, seek = pipe.commit_answered(None, 0.4)  # b1 committed; then b2 fails, b3 goes with it
+    assert offsets_of(back.messages) == {(0, o) for o in range(3, 9)} and seek.offsets == {0: 3}
+    assert not pipe.pending
+
+
+def test_a_failed_commit_of_handed_batches_gives_nothing_back_and_is_retried():
+    pipe = started_pipeline(max_commit_tries=2)
+    b1 = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b1, None, 0.1)
+    b2 = fetch(pipe, {0: range(3, 5)})
+    assert pipe.commit_answered("coordinator moved", 0.2) == []  # nothing given back: user code has b1
+    assert pipe.commit_retrying
+    [retry] = pipe.polled([], 0.3)  # the retry goes out after the next poll...
+    assert isinstance(retry, Commit) and retry.offsets == {0: 3}
+    # ...b2's START is answered meanwhile: handed over too, committed with the next commit
+    [h2] = pipe.start_answered(b2, None, 0.35)
+    assert h2.batch is b2
+    [seek] = pipe.commit_answered("coordinator moved", 0.4)  # the last try: give up on these offsets
+    assert isinstance(seek, SeekBack) and seek.offsets == {}  # nothing given back or fetched again
+    assert not pipe.pending  # a later commit of partition 0 covers 0..4
+
+
+def test_a_revocation_takes_only_the_offsets_of_a_handed_batch_never_its_messages():
+    pipe = started_pipeline()
+    b1 = fetch(pipe, {0: range(0, 3), 1: range(0, 2)})
+    b2 = fetch(pipe, {0: range(3, 5), 1: range(2, 4)})
+    handed, commit = pipe.start_answered(b1, None, 0.1)  # b1 handed, its commit in flight
+    assert pipe.handed_ends({0, 1}) == {0: 3, 1: 2}
+    [h2] = pipe.start_answered(b2, None, 0.2)  # b2 handed too, not in the commit in flight
+    assert pipe.handed_ends({0, 1}) == {0: 5, 1: 4}
+    assert pipe.revoked({1}) == []  # nothing to give back: user code has them all
+    assert b2.spans == {0: (3, 4)} and b1.spans == {0: (0, 2), 1: (0, 1)}  # the commit in flight decides for b1
+    assert pipe.handed_ends({0, 1}) == {0: 5}  # partition 1 is stale for both now
+    [commit2] = pipe.commit_answered(None, 0.3)
+    assert commit2.offsets == {0: 5}  # never partition 1 any more
+
+
+def test_closing_commits_handed_batches_on_unless_never_handed_messages_are_committed_back():
+    pipe = started_pipeline()
+    b1 = fetch(pipe, {0: range(0, 3), 1: range(0, 3)})
+    pipe.start_answered(b1, None, 0.1)  # handed; its commit is never answered
+    b2 = fetch(pipe, {1: range(3, 5)})  # not started: given back on close
+    plan = pipe.close_plan([], {0, 1})
+    assert plan.forward == {0: 3} and plan.rewind == {1: 3}
+    assert plan.commit == {0: 3, 1: 3}
+    assert offsets_of(plan.give_back) == {(1, 3), (1, 4)} and plan.nack == []
+    assert pipe.close_plan([], {1}).forward == {}  # partition 0 no longer held: nothing to commit for it
+    assert b2.state != GIVEN_BACK
+
+
+def test_handed_ends_is_empty_when_handing_over_after_the_commit():
+    pipe = pipeline()
+    b = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b, None, 0.1)
+    assert pipe.handed_ends({0}) == {} and pipe.close_plan([], {0}).forward == {}

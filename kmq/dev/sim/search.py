@@ -29,7 +29,7 @@ from kmq.dev.sim.timeline import timeline
 from kmq.dev.sim.workload import SERVICE, Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
 
-__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE",
+__all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE", "STARTED_SHARE",
            "quiet_actors"]
 
 # Faults start within this many seconds; the world then runs on, quiet or not, for QUIET_BOUND_S more.
@@ -40,8 +40,10 @@ SLOW_READ_SHARE = 0.3
 SLOW_READ_SPAN_S = (15.0, 60.0)
 # Seeds whose workers run with consumer.ordering: key (Workload.ordering_share).
 ORDERED_SHARE = 0.3
+# Of the other seeds, those whose workers run with consumer.hand_over: started (Workload.hand_over_started_share).
+STARTED_SHARE = 0.5
 #: The workload the search runs unless given another.
-SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE)
+SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE, hand_over_started_share=STARTED_SHARE)
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 

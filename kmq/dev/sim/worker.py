@@ -87,7 +87,8 @@ class Worker:
                                 on_revoked=lambda tps: self._rebalances.append((False, tps)))
         self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
         self.owner = f"{self.name}#{self.incarnation}"
-        self.pipeline = FetchPipeline.for_kafka(self.world.config.kafka, self.world.workload.lease)
+        self.pipeline = FetchPipeline.for_kafka(self.world.config.kafka, self.world.workload.lease,
+                                                hand_over_started=self.world.hand_over_started)
         self._rebalances: list[tuple[bool, set]] = []  # callbacks that ran inside a poll, not reported yet
         self._commit: Any = None  # the commit in flight
         self._held = 0  # messages handed over, not settled
@@ -195,10 +196,10 @@ class Worker:
 
     def _hand_over(self, action: HandOver) -> None:
         if self.keyed is not None:
-            self._held += len(action.batch.messages)
-            self.keyed.put(list(action.batch.messages), action.batch.leased_at)
+            self._held += len(action.messages)
+            self.keyed.put(list(action.messages), action.batch.leased_at)
             return
-        for m in action.batch.messages:
+        for m in action.messages:
             self._held += 1
             self._handle(m)
 
@@ -207,7 +208,8 @@ class Worker:
         w, c = self.world, self.world.cluster
         self._seq += 1
         fate = w.workload.handle(w.rng)
-        w.note(message_id(m.value), f"{self.owner} took {QUEUE}[{m.partition}]@{m.offset} (START acked, committed); "
+        how = "START acked" if self.pipeline.hand_over_started else "START acked, committed"
+        w.note(message_id(m.value), f"{self.owner} took {QUEUE}[{m.partition}]@{m.offset} ({how}); "
                f"will {fate.kind} after {fate.after:g}s")
         if fate.kind == HANG:
             self._held -= 1  # its lease lapses; the handler thread is lost to it, not the flow bound

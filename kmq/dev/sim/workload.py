@@ -66,6 +66,10 @@ class Workload:
     # (otherwise each message is its own key); the search runs 0.3 (kmq.dev.sim.search.ORDERED_SHARE).
     ordering_share: float = 0.0
     keys: int = 5
+    # In this share of the other seeds the workers run with consumer.hand_over: started (a batch goes to
+    # the handlers once its START is acknowledged, before its commit); the search runs 0.5
+    # (kmq.dev.sim.search.STARTED_SHARE).
+    hand_over_started_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.messages <= MAX_MESSAGES:

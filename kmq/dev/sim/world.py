@@ -174,6 +174,9 @@ class World:
         self.notes: dict[str, list[str]] = {}
         # consumer.ordering: key in this schedule (drawn on a stream of its own: other seeds keep their runs)
         self.ordered = random.Random(f"ordering-{seed}").random() < workload.ordering_share
+        # consumer.hand_over: started (not with ordering: key, which the config refuses); a stream of its own too
+        self.hand_over_started = (not self.ordered and random.Random(f"hand-over-{seed}").random()
+                                  < workload.hand_over_started_share)
         self.done: list[KeyedDone] = []  # what handlers acked or rejected, in order (ordering: key)
         self.released: set[tuple[str, int, bytes | None]] = set()  # (owner, partition, key) given up on
         self.started: dict[int, set[int]] = {p: set() for p in range(workload.partitions)}
