@@ -121,3 +121,15 @@ def test_a_quick_report_is_not_judged():
     report["quick"] = False
     bench_all.judged(report)
     assert [t["met"] for t in report["targets"]] == [True] * len(TARGETS)
+
+
+def test_latency_is_judged_on_hand_over_started_when_the_report_has_it():
+    report = copy.deepcopy(MET)
+    for client in ("kafka-python", "confluent"):
+        fig = report["results"]["consumer_latency"][client]
+        fig.update(p50_diff_ms=6.0, p95_diff_ms=12.0)  # the default setting misses it...
+        fig["started"] = {"p50_diff_ms": 1.5, "p95_diff_ms": -0.5}  # ...hand_over: started meets it
+    verdict = judge(report)[4]
+    assert verdict.met is True and "default hand_over committed: p50 +6.0 ms" in verdict.measured
+    report["results"]["consumer_latency"]["confluent"]["started"]["p95_diff_ms"] = 0.1
+    assert judge(report)[4].met is False
