@@ -369,6 +369,9 @@ class KmqConsumer:
                 self._feed_answers(now)
                 self._held.renew_due(self._pipeline.pending, self._ready, now)
                 self._expire_leases(now)
+                # A fresh reading: carrying out the answers above may have handed batches over (at a
+                # later time than `now`), and flow control counts busy time from then.
+                now = time.monotonic()
                 step = self._pipeline.next_poll(self._room(now), now)
                 if step.wait:
                     self._stop.wait(step.wait)

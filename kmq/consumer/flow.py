@@ -86,12 +86,15 @@ class FlowControl:
         self._last = now
 
     # ------------------------------------------------------------ measuring
-    def _tick(self, now: float) -> None:
-        """Account busy time up to ``now``; fold a full sample into the rate."""
-        dt = max(0.0, now - self._last)
-        self._last = now
-        if self.available > 0:
-            self._busy += dt
+    def _tick(self, now: float, settled: int = 0) -> None:
+        """Account busy time up to ``now`` and ``settled`` settlements at ``now``; fold a full
+        sample into the rate (a sample always ends with the settlements of its last moment)."""
+        dt = now - self._last
+        if dt > 0:  # a reading older than the last one (another thread's) adds no time
+            self._last = now
+            if self.available > 0:
+                self._busy += dt
+        self._done += settled
         # Fold samples of at least 0.25 s of busy time (shorter ones are noise). The first sample
         # may be 200 settlements instead: fast handlers accumulate busy time slowly, and until
         # the first sample the bound stays at its floor.
@@ -120,8 +123,7 @@ class FlowControl:
 
     def settled(self, messages: int, nbytes: int, now: float) -> None:
         """User code settled ``messages``: they leave the bound and count for the rate."""
-        self._tick(now)
-        self._done += messages
+        self._tick(now, messages)
         self.available = max(0, self.available - messages)
         self._release(messages, nbytes)
 

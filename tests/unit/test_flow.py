@@ -124,3 +124,27 @@ def test_fetchable_asks_for_the_room_left_in_steps_of_a_quarter_of_the_bound():
     assert fc.fetchable(0.1, partition_room=30, fetch_size=2000, partition_cap=10_000) == 0  # the fullest partition
     fc.settled(290, 0, 0.2)
     assert fc.fetchable(0.2, partition_room=30, fetch_size=2000, partition_cap=10_000) == 30  # nothing outstanding
+
+
+def test_a_reading_older_than_the_last_one_does_not_count_as_busy_time():
+    # Threads read the clock at different moments: a fold with an older reading than the hand-over
+    # once moved the clock back, so the next tick counted that span again as busy time, the rate
+    # came out far too low and the bound stayed at its floor (one batch at a time).
+    fc = FlowControl(FlowLimits(lease=30.0, max_messages=10_000, min_messages=500), now=0.0)
+    fc.taken(500, 50_000, 1.0)
+    fc.handed(500, 1.0)
+    assert fc.limit(0.5) == 500  # an older reading: no time passed
+    fc.settled(500, 50_000, 1.004)  # the handlers took 4 ms
+    fc.limit(1.004)
+    assert fc.rate == pytest.approx(500 / 0.004)
+    assert fc.limit(1.004) == 10_000
+
+
+def test_a_sample_ends_with_the_settlements_of_its_last_moment():
+    # A handler that takes 0.3 s: the sample closed by its settlement counts that settlement
+    # (it once read 0 settlements in 0.3 s: a rate of 0).
+    fc = FlowControl(FlowLimits(lease=10.0, min_messages=10), now=0.0)
+    fc.taken(1, 100, 0.0)
+    fc.handed(1, 0.0)
+    fc.settled(1, 100, 0.3)
+    assert fc.rate == pytest.approx(1 / 0.3)
