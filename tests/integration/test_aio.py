@@ -113,8 +113,9 @@ def test_settlements_reach_the_markers_topic_and_the_tracker_acts_on_them(queue_
     assert {0, 3, copy.offset} <= set(ends)
 
 
-def test_run_processes_n_at_once_and_settles_by_outcome(queue_topics, bootstrap):
-    cfg, q = queue_topics(partitions=2, queue=QUEUE, consumer=FAST_FLUSH)
+@pytest.mark.parametrize("hand_over", ["committed", "started"])
+def test_run_processes_n_at_once_and_settles_by_outcome(queue_topics, bootstrap, hand_over):
+    cfg, q = queue_topics(partitions=2, queue=QUEUE, consumer={**FAST_FLUSH, "hand_over": hand_over})
     produce(cfg, q.name, 24, partitions=2)
     n = 4
 
