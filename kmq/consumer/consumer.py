@@ -115,6 +115,7 @@ class KmqConsumer:
         self._inflight: dict[int, int] = defaultdict(int)
         #: Ready batches taken out for the commit back before a revocation (:meth:`_rewind_on_revoke`).
         self._rewound: list[tuple[list[KmqMessage], float, int]] = []
+        self._forwarded: dict[int, int] = {}  # handed over at START, committed on by the revoke callback
         #: Closing: the never-handed messages drained for the close plan (None before the close).
         self._closing: list[tuple[list[KmqMessage], int]] | None = None
         #: How long a rebalance callback waits for the hand-off RENEW (kafka-python runs it on the
@@ -626,6 +627,7 @@ class KmqConsumer:
         # Handed over at START and not committed yet (consumer.hand_over: started): committed on now,
         # or the next owner would poll them again while user code here has them.
         forward = {p: o for p, o in pipeline.handed_ends(mine).items() if p not in rewind}
+        self._forwarded = forward
         # Batches between START and commit go back too (the pipeline gives them back when it hears of
         # the revocation): their leases are handed off as well. A snapshot, since on kafka-python the
         # fetcher thread may move batches on meanwhile; one handed over after all keeps the hand-off
@@ -659,8 +661,11 @@ class KmqConsumer:
     def _rewind_failed(self, exc: Exception) -> None:
         """The commit back before a revocation failed: the messages stay this member's (ready again)."""
         groups, self._rewound = self._rewound, []
+        forwarded, self._forwarded = self._forwarded, {}
         log.warning("%s: committing offsets back before a revocation failed (%s); %d ready message(s) of the "
-                    "revoked partitions stay with this member", self.queue.name, exc, sum(len(g[0]) for g in groups))
+                    "revoked partitions stay with this member%s", self.queue.name, exc, sum(len(g[0]) for g in groups),
+                    f"; messages handed over before their commit (partition -> up to offset {forwarded}) may be "
+                    "delivered again by the partitions' next owner" if forwarded else "")
         for msgs, leased_at, gen in groups:
             if self._closing is not None:  # drained for the close: back into its plan
                 self._closing.append((msgs, gen))
@@ -671,6 +676,7 @@ class KmqConsumer:
         # Runs inside the fetcher's poll (kafka-python may run it on its own I/O thread): only queue it.
         mine = {p for t, p in partitions if t == self.queue.name}
         groups, self._rewound = self._rewound, []
+        self._forwarded = {}
         back = [m for msgs, _, _ in groups for m in msgs]
         rewound = {m.partition for m in back}
         if back:

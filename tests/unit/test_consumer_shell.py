@@ -226,7 +226,8 @@ def test_hand_over_started_hands_over_before_the_commit_and_close_commits_what_u
     assert kafka.commits == [{(TOPIC, 0): 10}]  # committed on, or the group would deliver them again
 
 
-def test_hand_over_started_a_revocation_commits_handed_messages_on_without_handing_off_their_leases(consumer_on):
+def test_hand_over_started_a_revocation_commits_handed_messages_on_without_handing_off_their_leases(consumer_on,
+                                                                                                      caplog):
     kafka = FakeKafka(records=10)
     kafka.hang_commits = True
     consumer = consumer_on(kafka, hand_over="started", fetch_size=5)
@@ -235,4 +236,6 @@ def test_hand_over_started_a_revocation_commits_handed_messages_on_without_handi
     rewind = consumer._rewind_on_revoke({(TOPIC, 0)})
     assert rewind == {(TOPIC, 0): 10}  # on past what user code took; nothing to give back
     assert consumer.writer.handed_off == []  # user code keeps their leases: no hand-off RENEW
+    consumer._rewind_failed(RuntimeError("fenced"))  # that commit failed: the cost is said
+    assert "up to offset {0: 10}) may be delivered again" in caplog.text
     consumer._revoked({(TOPIC, 0)})
