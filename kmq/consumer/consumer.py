@@ -626,8 +626,7 @@ class KmqConsumer:
         rewind = {p: min(offs) for p, offs in offsets.items()}  # committed back to the first ready one
         # Handed over at START and not committed yet (consumer.hand_over: started): committed on now,
         # or the next owner would poll them again while user code here has them.
-        forward = {p: o for p, o in pipeline.handed_ends(mine).items() if p not in rewind}
-        self._forwarded = forward
+        forward = self._forwarded = pipeline.handed_ends(mine, rewind)
         # Batches between START and commit go back too (the pipeline gives them back when it hears of
         # the revocation): their leases are handed off as well. A snapshot, since on kafka-python the
         # fetcher thread may move batches on meanwhile; one handed over after all keeps the hand-off

@@ -43,7 +43,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from kmq.config import KafkaConfig
 from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch
@@ -308,12 +308,14 @@ class FetchPipeline:
         """Whether ``partition`` was revoked after something was fetched at generation ``gen``."""
         return self._revoked_at.get(partition, -1) > gen
 
-    def handed_ends(self, partitions: Iterable[int]) -> dict[int, int]:
+    def handed_ends(self, partitions: Iterable[int], rewind: Mapping[int, int] | None = None) -> dict[int, int]:
         """Partition (of ``partitions``, not stale) -> the offset after the last message handed
         over at START whose commit has not succeeded yet: where a commit must go so the group does
-        not deliver them again. Empty unless ``hand_over_started``. Safe to call from a rebalance
-        callback on another thread (it reads a snapshot)."""
-        parts = set(partitions)
+        not deliver them again. The partitions of ``rewind`` (committed back to never-handed
+        messages, which come after them, so that commit covers them) are left out. Empty unless
+        ``hand_over_started``. Safe to call from a rebalance callback on another thread (it reads
+        a snapshot)."""
+        parts = set(partitions).difference(rewind or ())
         out: dict[int, int] = {}
         for b in list(self.pending):
             if not b.handed:
@@ -353,10 +355,7 @@ class FetchPipeline:
                 elif committed:
                     nack.append(m)
         rewind = {p: min(offs) for p, offs in handoff.items()}
-        # Handed over at START, not committed yet: committed on, unless a rewind covers them (their
-        # never-handed messages come after them, so committing back to those commits them too).
-        forward = {p: o for p, o in self.handed_ends(owned).items() if p not in rewind}
-        return ClosePlan(rewind, nack, back, handoff, forward)
+        return ClosePlan(rewind, nack, back, handoff, self.handed_ends(owned, rewind))
 
     def closed(self) -> None:
         """Closing took everything out (after :meth:`close_plan` was carried out)."""
