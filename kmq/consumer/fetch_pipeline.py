@@ -447,7 +447,7 @@ class FetchPipeline:
             # than stall the partitions (a copy at worst if a failed commit did land).
             self._give_back_all(f"committing offsets {what} kept failing ({error})", False, out)
             return
-        if not any(b.messages for b in batches):  # nothing left to commit: dropped after the next poll
+        if not any(b.spans for b in batches):  # nothing left to commit: dropped after the next poll
             log.info("committing offsets %s failed (%s); those partitions were revoked meanwhile", what, error)
         elif tries == 1:
             log.warning("committing offsets %s failed (%s); retrying until it succeeds or the partitions are "

@@ -400,3 +400,15 @@ def test_handed_ends_is_empty_when_handing_over_after_the_commit():
     b = fetch(pipe, {0: range(0, 3)})
     pipe.start_answered(b, None, 0.1)
     assert pipe.handed_ends({0}) == {} and pipe.close_plan([], {0}).forward == {}
+
+
+def test_a_failed_commit_of_handed_batches_is_a_warning_not_a_revocation(caplog):
+    # Handed over at START, a batch keeps only its offsets: its failed commit is still a commit to
+    # retry, not "those partitions were revoked meanwhile".
+    pipe = started_pipeline()
+    b = fetch(pipe, {0: range(0, 3)})
+    pipe.start_answered(b, None, 0.1)
+    with caplog.at_level("INFO", logger="kmq.consumer.fetch_pipeline"):
+        assert pipe.commit_answered("rebalance in progress", 0.2) == []
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "retrying until it succeeds" in caplog.text
