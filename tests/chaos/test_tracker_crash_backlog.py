@@ -37,7 +37,7 @@ from kmq.dev.broker import DevBroker
 from kmq.core.markers import Start
 from kmq.core.ranges import coalesce
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import DUPLICATE_SEQUENCE_GAP, wait_until
 from tests.integration.tracker_util import MarkerProducer, TrackerProcess, headers, markers_covering, metric
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -251,11 +251,6 @@ def test_a_tracker_frozen_mid_step_then_resumed_as_a_zombie_loses_nothing(queue_
             b.close()
 
 
-#: tansu's gap behind the broker-restart test, in its words for a skip.
-DUPLICATE_SEQUENCE_GAP = ("after a SIGKILL, an idempotent producer's retry of the batch being written is answered "
-                          "DUPLICATE_SEQUENCE_NUMBER (error 46, which Kafka's clients count as delivered) though the "
-                          "batch is not in the log; Kafka rebuilds a producer's sequence state from the log itself, "
-                          "so there a duplicate is always in the log")
 #: What each client's producer logs when a batch is answered so, and the settings that show it:
 #: kafka-python's sender at DEBUG; librdkafka with its debug contexts (through kmq.librdkafka).
 _DUPLICATE_ANSWER = {"kafka-python": "Received DUPLICATE_SEQUENCE_NUMBER", "confluent": "DUPSEQ"}

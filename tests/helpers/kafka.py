@@ -9,6 +9,12 @@ from kafka import KafkaConsumer, TopicPartition
 
 T = TypeVar("T")
 
+#: A tansu gap seen after a broker SIGKILL, in its words for a skip.
+DUPLICATE_SEQUENCE_GAP = ("after a SIGKILL, an idempotent producer's retry of the batch being written is answered "
+                          "DUPLICATE_SEQUENCE_NUMBER (error 46, which Kafka's clients count as delivered) though the "
+                          "batch is not in the log; Kafka rebuilds a producer's sequence state from the log itself, "
+                          "so there a duplicate is always in the log")
+
 
 def wait_until(cond: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:
     """Poll ``cond`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
