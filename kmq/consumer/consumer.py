@@ -122,6 +122,8 @@ class KmqConsumer:
         #: client's I/O thread, which sends no heartbeat meanwhile).
         self._handoff_wait = min(2.0, cfg.kafka.session_timeout / 4)
         self._stop = threading.Event()
+        #: Set when a START or a commit is answered (and on stop): ends the fetcher's wait early.
+        self._wake = threading.Event()
         self._stop_run = threading.Event()
         self._closed = False
         self._fetcher: threading.Thread | None = None
@@ -275,6 +277,7 @@ class KmqConsumer:
             return
         self._closed = True
         self._stop.set()
+        self._wake.set()
         self._stop_run.set()
         self._ready.wake()
         if self._fetcher is not None and self._fetcher is not threading.current_thread():
@@ -366,6 +369,7 @@ class KmqConsumer:
                          commit_on_revoke=self._rewind_on_revoke, on_commit_failed=self._rewind_failed)
             fed_at = time.monotonic()  # last poll that returned records (or had no room to)
             while not self._stop.is_set():
+                self._wake.clear()  # before reading the answers: one that comes after sets it again
                 now = time.monotonic()
                 self._feed_answers(now)
                 self._held.renew_due(self._pipeline.pending, self._ready, now)
@@ -375,10 +379,10 @@ class KmqConsumer:
                 now = time.monotonic()
                 step = self._pipeline.next_poll(self._room(now), now)
                 if step.wait:
-                    self._stop.wait(step.wait)
+                    self._wake.wait(step.wait)
                     continue
                 self._apply_pauses(kc, all_paused=step.pause_all)
-                records = kc.fetch(step.timeout, step.max_records, self._message)
+                records = kc.fetch(step.timeout, step.max_records, self._message, self._wake)
                 if records or step.pause_all:
                     fed_at = time.monotonic()
                 elif time.monotonic() - fed_at > self._starve_after:
@@ -448,12 +452,19 @@ class KmqConsumer:
             self.flow.taken(len(b.messages), b.nbytes, b.fetched_at)
         try:
             b.handle = self.writer.send_starts(b.offsets)
+            for _p, _r, fut in b.handle:
+                fut.add_both(self._answered)
         except MarkerWriteError as exc:
             self._run(self._pipeline.start_answered(b, exc, time.monotonic()))
+
+    def _answered(self, *_result: Any) -> None:
+        """A START or commit was answered (on the client's thread): the fetcher carries on at once."""
+        self._wake.set()
 
     def _send_commit(self, action: Commit) -> None:
         try:
             self._commit = self._kc.commit_async({(self.queue.name, p): o for p, o in action.offsets.items()})
+            self._commit.add_both(self._answered)
         except ClientCommitFailed as exc:
             self._run(self._pipeline.commit_answered(exc, time.monotonic()))
 
@@ -581,6 +592,7 @@ class KmqConsumer:
         log.error("%s: %s", self.queue.name, exc)
         self._ready.fail(exc)  # before the stop: a waiting poll raises it rather than return []
         self._stop.set()
+        self._wake.set()
 
     def _close_kafka_consumer(self) -> None:
         try:

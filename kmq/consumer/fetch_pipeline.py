@@ -133,11 +133,12 @@ class PollStep:
 
 
 _WAIT = PollStep(0.002)
-#: The fetcher's poll timeout while batches wait for their START's or commit's answer. A client's
-#: poll returns at its timeout, not when a START is acknowledged (another client's thread) or a
-#: commit answered, so each of the two answers is seen up to this late: at 5 ms, the pair added
-#: 11 ms to the p50 delivery latency on kafka-python (5,000 msg/s); at 1 ms, 5 ms, at no
-#: measurable cost in throughput (the polls return at once while records are there).
+#: The fetcher's poll timeout while batches wait for their START's or commit's answer. The shell
+#: ends the wait as soon as one is answered where the client allows (kafka-python: the wait is on
+#: an event the answer sets, as its own poll cannot be woken); otherwise each answer is seen up to
+#: this late: at 5 ms, the pair added 11 ms to the p50 delivery latency on kafka-python (5,000
+#: msg/s); at 1 ms, 5 ms, at no measurable cost in throughput (the polls return at once while
+#: records are there).
 ANSWER_POLL = 0.001
 
 #: Failed commits of the same batches before they are given back and fetched again (~20 s).

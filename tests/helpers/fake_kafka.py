@@ -107,7 +107,7 @@ class FakeGroupConsumer:
         self.assigned = list(partitions)
         on_assigned(set(self.assigned))
 
-    def fetch(self, timeout: float, max_records: int, build: Callable = Record) -> list:
+    def fetch(self, timeout: float, max_records: int, build: Callable = Record, wake=None) -> list:
         out = []
         for tp in self.assigned:
             p = self.pos.get(tp)

@@ -32,7 +32,7 @@ class KeyedKafka(FakeKafka):
     def resume(self, partitions) -> None:
         self.paused = False
 
-    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None) -> list:
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None, wake=None) -> list:
         if self.paused and self._on_assigned is None:  # a paused partition returns nothing (as Kafka)
             self._idle.wait(timeout)
             return []

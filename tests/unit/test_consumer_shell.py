@@ -86,7 +86,7 @@ class FakeKafka:
     def subscribe(self, topics, on_assigned, on_revoked, commit_on_revoke=None, on_commit_failed=None) -> None:
         self._on_assigned = on_assigned
 
-    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None) -> list:
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None, wake=None) -> list:
         if self._on_assigned is not None:  # the first poll joins the group (callbacks run inside polls)
             self._assigned = {(TOPIC, 0)}
             self._on_assigned(set(self._assigned))
@@ -145,10 +145,10 @@ class FakeKafka:
 def consumer_on(monkeypatch):
     made: list[KmqConsumer] = []
 
-    def make(kafka: FakeKafka, hand_over: str = "committed", **kw) -> KmqConsumer:
+    def make(kafka: FakeKafka, hand_over: str = "committed", writer: type = FakeWriter, **kw) -> KmqConsumer:
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
                                 "queues": [{"name": TOPIC}], "consumer": {"group_id": "g", "hand_over": hand_over}})
-        monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
+        monkeypatch.setattr(consumer_module, "MarkerWriter", writer)
         monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a: kafka)
         c = KmqConsumer(cfg, **kw)
         made.append(c)
@@ -157,6 +157,46 @@ def consumer_on(monkeypatch):
     yield make
     for c in made:
         c.close(timeout=5)
+
+
+class StartsAnsweredLater(FakeWriter):
+    """STARTs are answered when the test answers their futures (kept in :attr:`starts`)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.starts: list[Delivery] = []
+
+    def send_starts(self, offsets: dict) -> list:
+        sent = [(p, list(o), Delivery()) for p, o in offsets.items()]
+        self.starts.extend(f for _, _, f in sent)
+        return sent
+
+
+class WaitsOnlyForWake(FakeKafka):
+    """A client whose wait for records ends when the fetcher's ``wake`` is set, not at its timeout
+    (kafka-python's short waits are taken so): the fetcher must be woken by the answers it awaits."""
+
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None, wake=None) -> list:
+        if self._on_assigned is None and self._position >= len(self._records):
+            assert wake is not None, "the fetcher gives the client no event to wait on"
+            wake.wait(60)
+            return []
+        return super().fetch(timeout, max_records, build, wake)
+
+
+@pytest.mark.parametrize("hand_over", ["committed", "started"])
+def test_an_answered_start_wakes_a_fetcher_waiting_in_the_client(consumer_on, hand_over):
+    kafka = WaitsOnlyForWake(records=10)
+    consumer = consumer_on(kafka, hand_over=hand_over, writer=StartsAnsweredLater)
+    writer = consumer.writer
+    assert consumer.poll(timeout=0.2) == []  # starts the fetcher; nothing is handed over before its START is answered
+    wait_until(lambda: writer.starts, 10, what="the START of the first batch")
+    for f in writer.starts:
+        f.success(None)
+    got: list = []
+    # Without the wake, the fetcher would sit in the client's wait for 60 s.
+    wait_until(lambda: got.extend(consumer.poll(timeout=0.1)) or len(got) >= 10, 10, what="the batch handed over")
+    assert [m.offset for m in got] == list(range(10))
 
 
 def test_close_closes_the_kafka_consumer_even_when_the_commit_back_and_its_rebalance_poll_fail(consumer_on):

@@ -277,9 +277,11 @@ class ConfluentConsumer:
         return self.fetch(timeout, max_records, Record)
 
     # ------------------------------------------------------------ group consumer (KmqConsumer)
-    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record,
+              wake: threading.Event | None = None) -> list:
         """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers,
-        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call.
+        timestamp)``. Rebalance callbacks (:meth:`subscribe`) run inside this call. ``wake`` is not
+        used: librdkafka's wait costs no CPU and returns as soon as a record arrives.
 
         Returns as soon as records are there, like kafka-python's poll: librdkafka's
         ``consume(n, timeout)`` waits for ``n`` records or the timeout, which at a low rate holds

@@ -117,9 +117,10 @@ class SimConsumer:
     def poll(self, timeout: float, max_records: int) -> list[Record]:
         return self.fetch(timeout, max_records, Record)
 
-    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record,
+              wake: Any = None) -> list:
         """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers, timestamp)``,
-        waiting at most ``timeout`` simulated seconds for some."""
+        waiting at most ``timeout`` simulated seconds for some (``wake`` is not used: no thread waits)."""
         self._check_open()
         self._thaw()
         clock = self.cluster.clock
