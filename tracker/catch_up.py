@@ -3,7 +3,11 @@
 A partition resumes from its committed marker offset and is *catching up* until its position
 reaches a high-water mark read after the assignment (by the log reader: the group consumer keeps
 an old mark for a partition assigned again to the same member); only then are its due messages
-redelivered, so a restart never redelivers something whose END is still unread. Where reading
+redelivered, so a restart never redelivers something whose END is still unread. A partition
+re-read after a membership doubt (:mod:`tracker.membership`) also waits until the group accepts
+a commit for it: the client commits with the generation it holds, so a member whose session
+expired while it stood still is refused even before its next heartbeat tells it so, and does not
+copy what the new owner copies. Where reading
 actually resumed is checked against the committed offset: markers deleted by retention are logged
 and counted (:mod:`kmq.core.retention`).
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from kmq.client import GroupConsumerAdapter, LogReadError, Partition
+from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, Partition
 from kmq.core.errors import BrokerUnavailable
 from kmq.core.retention import BELOW_LOG_START, resume_gap
 from kmq.telemetry.metrics import TrackerMetrics
@@ -29,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Caught-up partitions named one by one in the log; more in one step are summed up in one line.
 _NAMED_ONE_BY_ONE = 10
+# After a confirming commit failed without the group refusing it (coordinator unreachable): wait this
+# long before the next one, instead of a blocking commit every step.
+_CONFIRM_RETRY_MS = 1000
 
 
 class CatchUp:
@@ -47,6 +54,8 @@ class CatchUp:
         self.pending: set[Partition] = set()
         #: When a catch-up target was last read (ms; 0: never): the broker answered then.
         self.looked_up_ms = 0
+        self._confirm_after_ms = 0  # no confirming commit before this (ms), after one that failed
+        self._confirm_warned = False  # a failed confirmation was logged since the last one that passed
 
     def position_new(self, owned: dict[Partition, OwnedPartition], consumer: GroupConsumerAdapter) -> set[Partition]:
         """Seek newly assigned partitions to their committed marker offset; returns those positioned.
@@ -117,15 +126,21 @@ class CatchUp:
             except LogReadError as exc:
                 log.warning("catch-up target not read (%s); trying again", exc)
         unread: list[Partition] = []
-        caught: list[OwnedPartition] = []
+        reached: list[OwnedPartition] = []
         for o in behind:
             if o.target is not None:
                 try:
                     if self._reached(o, consumer):
-                        caught.append(o)
+                        reached.append(o)
                 except BrokerUnavailable as exc:  # the position was not read: next step, like a target
                     unread.append(o.tp)
                     cause = exc
+        caught = [o for o in reached if not o.doubted] + self._confirm([o for o in reached if o.doubted], consumer)
+        for o in caught:
+            o.caught_up = True
+            o.read_through_ms = o.target_ms
+            self.pending.discard(o.tp)
+            self._touched(o)
         self._log_caught_up(caught)
         if unread:
             log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
@@ -142,8 +157,48 @@ class CatchUp:
             log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
                      o.topic, o.partition, o.state.position, o.state.in_flight)
 
+    def _confirm(self, doubted: list[OwnedPartition], consumer: GroupConsumerAdapter) -> list[OwnedPartition]:
+        """Commit the ``doubted`` partitions (re-read after a membership doubt, caught up to their
+        targets) at their committable offsets; returns them if the group accepted, else none.
+
+        The commit carries the generation the client holds: accepted, this member still owns them
+        (the group moves a partition later only through a rebalance the listener sees, or after
+        another pause, which is doubted again). Refused as fenced, another member owns them; the
+        client rejoins the group at its next poll and the listener revokes them. Nothing is
+        redelivered from them meanwhile: copies the new owner makes too would be duplicates."""
+        if not doubted:
+            return []
+        now = self._now_ms()
+        if now < self._confirm_after_ms:
+            return []
+        offsets = {o.tp: o.state.committable_offset() for o in doubted}
+        names = partition_names(offsets)
+        try:
+            consumer.commit({tp: c for tp, c in offsets.items() if c is not None})
+        except ClientCommitFailed as exc:
+            self._confirm_after_ms = 0 if exc.rebalanced else now + _CONFIRM_RETRY_MS
+            if exc.rebalanced:
+                self.metrics.fenced_commits.inc()
+            if not self._confirm_warned:
+                self._confirm_warned = True
+                log.warning("%s", f"the group refused this tracker's commit of {names} ({exc}): another tracker owns "
+                            "them now, and nothing is redelivered from them; the client rejoins the group at its "
+                            "next poll" if exc.rebalanced else
+                            f"ownership of {names} not confirmed: the commit failed ({exc}); nothing is redelivered "
+                            f"from them until a commit goes through, tried again every "
+                            f"{_CONFIRM_RETRY_MS / 1000:g}s")
+            return []
+        for o in doubted:
+            o.doubted = False
+            if offsets[o.tp] is not None:
+                o.committed = offsets[o.tp]
+        self._confirm_warned = False
+        log.info("the group accepted this tracker's commit of %s after the membership doubt: they are still its "
+                 "own, and redelivery resumes", names)
+        return doubted
+
     def _reached(self, owned: OwnedPartition, consumer: GroupConsumerAdapter) -> bool:
-        """Enable redelivery once the position reached the target; True if it did just now."""
+        """Whether the position reached the catch-up target."""
         if owned.resume_from is not None and owned.state.position == owned.resume_from:
             self._check_resume_position(owned, consumer)
         pos = owned.state.position
@@ -152,13 +207,7 @@ class CatchUp:
             pos = owned.state.position = 0
         if pos is None:
             pos = owned.state.position = consumer.position(owned.topic, owned.partition)
-        if pos is not None and pos >= owned.target:
-            owned.caught_up = True
-            owned.read_through_ms = owned.target_ms
-            self.pending.discard(owned.tp)
-            self._touched(owned)
-            return True
-        return False
+        return pos is not None and pos >= owned.target
 
     def _check_resume_position(self, owned: OwnedPartition, consumer: GroupConsumerAdapter) -> None:
         """Nothing read yet since resuming: check where the consumer actually is."""

@@ -48,6 +48,9 @@ class OwnedPartition:
     held_from_ms: int = 0
     hold_until_ms: int = 0
     caught_up: bool = False
+    # Re-read after a membership doubt (tracker.membership): redelivery waits until the group accepts
+    # a commit for it, which proves this member still owns it (see CatchUp.update).
+    doubted: bool = False
     committed: int | None = None
     bad_logged: bool = False
     positioned: bool = False  # sought to the committed offset after assignment

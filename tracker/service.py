@@ -423,17 +423,20 @@ class Tracker:
         return True
 
     def _drop_view(self, why: str) -> None:
-        """Forget every partition's state; each is re-read from its committed offset (the group decides
-        whether it is still ours). Duplicates at most; never a loss: the commit never passes an open START."""
+        """Forget every partition's state; each is re-read from its committed offset, and redelivered
+        from only once the group accepted a commit for it (:class:`~tracker.catch_up.CatchUp`): the
+        group decides whether it is still ours. Never a loss: the commit never passes an open START."""
         if not self._owned:  # e.g. the client learnt first that the session expired, and revoked them
             log.warning("%s: no partition is held any more, so there is no view to drop", why)
             return
         self.metrics.stale_views.inc()
-        log.warning("%s: dropping the in-memory state of %d partition(s) and re-reading them from the committed "
-                    "offsets before redelivering anything", why, len(self._owned))
+        log.warning("%s: dropping the in-memory state of %d partition(s), re-reading them from the committed "
+                    "offsets and redelivering nothing before the group accepts a commit for them", why,
+                    len(self._owned))
         for owned in self._owned.values():
             owned.state = self._new_state(owned.queue)
             owned.positioned = owned.caught_up = False
+            owned.doubted = True
             owned.target = owned.committed = None
         self._schedule.clear()
         self._catch_up.pending = set(self._owned)
@@ -526,6 +529,7 @@ class Tracker:
         self._joined = True
         for tp in sorted(assigned):  # served in this order until each has been served once
             if tp in self._owned:
+                self._owned[tp].doubted = False  # assigned in the group's current generation: ours
                 continue
             q = self._queues[tp[0]]
             self._owned[tp] = OwnedPartition(q, tp, self._new_state(q))

@@ -7,6 +7,8 @@ must not make the tracker forget what it knows about every partition.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 import tracker.service as service
@@ -170,6 +172,65 @@ def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads(mo
     assert h.copies() == {0: 1, 1: 1, 2: 1} and h.metric("stale_copies", QUEUE) == 0
 
 
+def test_after_a_pause_nothing_is_redelivered_until_the_group_accepts_a_commit(monkeypatch, caplog):
+    # The group gave every partition to another tracker while this one stood still, and that one
+    # copied them; its CLOSED markers are not written yet, and this client has not learnt at a
+    # heartbeat that its session expired. The re-read view finds the STARTs open and overdue.
+    h = Harness(monkeypatch)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.steps(2)
+    h.expired_start_in_every_partition()
+    pauses.pause(30.0)
+    h.consumer.refuse_commits = ClientCommitFailed("IllegalGenerationError", rebalanced=True)  # fenced
+    h.steps(10)
+    assert h.metric("stale_views") == 1 and h.copies() == {0: 0, 1: 0, 2: 0}
+    assert h.metric("fenced_commits") >= 1 and h.metric("stale_copies", QUEUE) == 0
+    assert "another tracker owns them now" in caplog.text
+    assert h.tracker.ready()[0] is False
+    # The client rejoins: the listener revokes everything and the group assigns partition 1 back.
+    h.consumer.refuse_commits = None
+    h.consumer.assign([(h.q.markers_topic, 1)])
+    h.steps(5)
+    assert h.copies() == {0: 0, 1: 1, 2: 0}
+
+
+def test_after_a_pause_a_commit_the_group_accepts_resumes_redelivery(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, "tracker")
+    h = Harness(monkeypatch)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.steps(2)
+    h.expired_start_in_every_partition()
+    h.consumer.commits.clear()
+    pauses.pause(30.0)  # the session outlived the pause (a longer kafka.session_timeout than assumed)
+    h.steps(1)
+    assert h.metric("stale_views") == 1
+    h.steps(5)
+    assert h.copies() == {0: 1, 1: 1, 2: 1} and h.metric("fenced_commits") == 0
+    # The confirming commit: each partition at its open START (offset 0), before any copy was made.
+    assert all(h.consumer.commits.get((h.q.markers_topic, p)) is not None for p in range(PARTITIONS))
+    assert "still its own, and redelivery resumes" in caplog.text
+
+
+def test_after_a_pause_a_confirming_commit_that_fails_is_retried_without_redelivering(monkeypatch, caplog):
+    h = Harness(monkeypatch)
+    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h.steps(2)
+    h.expired_start_in_every_partition()
+    pauses.pause(30.0)
+    h.consumer.refuse_commits = ClientCommitFailed("coordinator not available")
+    tried = []
+    commit = h.consumer.commit
+    h.consumer.commit = lambda offsets: (tried.append(h.time.mono), commit(offsets))
+    h.steps(30)  # 1.5 s
+    assert h.copies() == {0: 0, 1: 0, 2: 0} and h.metric("fenced_commits") == 0
+    # Not a blocking commit every step: once a second (the periodic commit tries too).
+    assert 2 <= len(tried) <= 4, tried
+    assert caplog.text.count("ownership of") == 1
+    h.consumer.refuse_commits = None
+    h.steps(25)
+    assert h.copies() == {0: 1, 1: 1, 2: 1}
+
+
 def test_a_revoked_partition_commits_what_changed_before_its_state_is_dropped(monkeypatch):
     h = Harness(monkeypatch)
     m = h.q.markers_topic
@@ -200,9 +261,12 @@ def test_a_commit_the_group_refuses_is_counted_and_drops_the_view(monkeypatch):
     h.steps(1)
     assert h.metric("fenced_commits") == 1 and h.metric("stale_views") == 1
     assert not any(o.caught_up for o in h.tracker._owned.values())
-    h.steps(2)  # re-read from the commits
+    copies = h.copies()
+    h.steps(2)  # re-read from the commits; the commit that would confirm them is refused too
+    assert h.metric("fenced_commits") == 2 and not any(o.caught_up for o in h.tracker._owned.values())
+    assert h.copies() == copies
     h.consumer.assign([(h.q.markers_topic, 0)])  # the revoke's commit is refused too: counted, state dropped
-    assert h.metric("fenced_commits") == 2 and set(h.tracker._owned) == {(h.q.markers_topic, 0)}
+    assert h.metric("fenced_commits") == 3 and set(h.tracker._owned) == {(h.q.markers_topic, 0)}
 
 
 def test_a_failed_commit_of_a_member_still_in_the_group_keeps_the_view(monkeypatch):
