@@ -141,7 +141,7 @@ def copy_producer(kafka: KafkaConfig, max_request_size: int) -> Any:
     """The producer of copies, dead letters and CLOSED markers on ``kafka.client``: idempotent,
     acks=all, records up to ``max_request_size`` bytes, giving up on a record within
     :func:`delivery_timeout_s` (below the tracker's wait, see the module docstring)."""
-    return client_api.producer(kafka, max_request_size=max_request_size,
+    return client_api.producer(kafka, settle_on_flush=True, max_request_size=max_request_size,
                                request_timeout_ms=int(kafka.connect_timeout * 1000),
                                delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000))
 

@@ -99,18 +99,21 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
     return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
-def producer(kafka: Any, timeout_s: float | None = None, **overrides: Any) -> Any:
+def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool = False, **overrides: Any) -> Any:
     """An idempotent acks=all producer on the client ``kafka.client`` names.
 
     ``overrides`` use kafka-python's names (``linger_ms``, ``delivery_timeout_ms``, ...);
     the confluent adapter maps them. ``send(topic, value=, key=, partition=, headers=)``
-    returns a future (:class:`Delivery` on confluent)."""
+    returns a future (:class:`Delivery` on confluent). ``settle_on_flush``: the caller reads
+    verdicts only after a ``flush``, from the thread that sends; confluent then gives them at the
+    flush, without a delivery callback per record (cheaper per record). kafka-python's futures
+    complete on its I/O thread either way."""
     name = client_of(kafka)
     require_client(name)
     if name == CONFLUENT:
         from kmq.client.confluent.consumer import producer as confluent_producer
 
-        return confluent_producer(kafka, timeout_s, **overrides)
+        return confluent_producer(kafka, timeout_s, settle_on_flush, **overrides)
     return clients.producer(kafka, timeout_s, **overrides)
 
 

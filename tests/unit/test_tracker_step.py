@@ -172,15 +172,22 @@ def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads(mo
     assert h.copies() == {0: 1, 1: 1, 2: 1} and h.metric("stale_copies", QUEUE) == 0
 
 
-def test_after_a_pause_nothing_is_redelivered_until_the_group_accepts_a_commit(monkeypatch, caplog):
-    # The group gave every partition to another tracker while this one stood still, and that one
-    # copied them; its CLOSED markers are not written yet, and this client has not learnt at a
-    # heartbeat that its session expired. The re-read view finds the STARTs open and overdue.
+def stood_still_with_leases_overdue(monkeypatch) -> Harness:
+    """A tracker caught up on every partition, then paused past its session while each partition's
+    one START ran out: its next step doubts its membership and re-reads everything."""
     h = Harness(monkeypatch)
     h.tracker._membership.pauses = pauses = Pauses(h.time)
     h.steps(2)
     h.expired_start_in_every_partition()
     pauses.pause(30.0)
+    return h
+
+
+def test_after_a_pause_nothing_is_redelivered_until_the_group_accepts_a_commit(monkeypatch, caplog):
+    # The group gave every partition to another tracker while this one stood still, and that one
+    # copied them; its CLOSED markers are not written yet, and this client has not learnt at a
+    # heartbeat that its session expired. The re-read view finds the STARTs open and overdue.
+    h = stood_still_with_leases_overdue(monkeypatch)
     h.consumer.refuse_commits = ClientCommitFailed("IllegalGenerationError", rebalanced=True)  # fenced
     h.steps(10)
     assert h.metric("stale_views") == 1 and h.copies() == {0: 0, 1: 0, 2: 0}
@@ -196,12 +203,8 @@ def test_after_a_pause_nothing_is_redelivered_until_the_group_accepts_a_commit(m
 
 def test_after_a_pause_a_commit_the_group_accepts_resumes_redelivery(monkeypatch, caplog):
     caplog.set_level(logging.INFO, "tracker")
-    h = Harness(monkeypatch)
-    h.tracker._membership.pauses = pauses = Pauses(h.time)
-    h.steps(2)
-    h.expired_start_in_every_partition()
+    h = stood_still_with_leases_overdue(monkeypatch)  # the group kept it (a longer session than assumed)
     h.consumer.commits.clear()
-    pauses.pause(30.0)  # the session outlived the pause (a longer kafka.session_timeout than assumed)
     h.steps(1)
     assert h.metric("stale_views") == 1
     h.steps(5)
@@ -212,11 +215,7 @@ def test_after_a_pause_a_commit_the_group_accepts_resumes_redelivery(monkeypatch
 
 
 def test_after_a_pause_a_confirming_commit_that_fails_is_retried_without_redelivering(monkeypatch, caplog):
-    h = Harness(monkeypatch)
-    h.tracker._membership.pauses = pauses = Pauses(h.time)
-    h.steps(2)
-    h.expired_start_in_every_partition()
-    pauses.pause(30.0)
+    h = stood_still_with_leases_overdue(monkeypatch)
     h.consumer.refuse_commits = ClientCommitFailed("coordinator not available")
     tried = []
     commit = h.consumer.commit

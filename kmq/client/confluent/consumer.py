@@ -33,6 +33,7 @@ from kmq.client.api import (
 )
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
+from kmq.client.confluent.flush_settlement import FlushSettlement
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
 from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, settings
 
@@ -123,24 +124,47 @@ class ConfluentProducer:
     """``confluent_kafka.Producer`` with kafka-python's ``send(...) -> future`` shape.
 
     A daemon thread serves delivery reports (``poll``), so futures complete
-    without the caller polling, as with kafka-python's I/O thread."""
+    without the caller polling, as with kafka-python's I/O thread.
+
+    With ``settle_on_flush`` the verdicts (futures and :meth:`send_many`'s batches) are given
+    only when a :meth:`flush` leaves nothing in the queue, and librdkafka reports failures only:
+    no callback object per record (see :mod:`kmq.client.confluent.flush_settlement`). One
+    thread then sends and flushes."""
 
     is_confluent = True
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: dict[str, Any], settle_on_flush: bool = False) -> None:
+        self._settlement: FlushSettlement | None = None
+        if settle_on_flush:
+            self._settlement = FlushSettlement(as_kafka_python_error)
+            conf = {**conf, "delivery.report.only.error": True, "on_delivery": self._settlement.report}
         self.raw = ck.Producer(conf)
         self._log_bridge = conf.get("logger")
         self._closed = threading.Event()
-        self._poller = threading.Thread(target=self._serve, name="kmq-confluent-producer", daemon=True)
+        # Held by the serving thread while it polls: a failure it took from the queue is recorded
+        # before a flush infers that the records no failure names were acknowledged.
+        self._serving = threading.Lock()
+        self._poller = threading.Thread(target=self._serve if self._settlement is None else self._serve_locked,
+                                        name="kmq-confluent-producer", daemon=True)
         self._poller.start()
 
     def _serve(self) -> None:
         while not self._closed.is_set():
             self.raw.poll(0.05)
 
+    def _serve_locked(self) -> None:
+        # poll(0) under the lock, never a wait in it: a flush waits for the lock at most one serving.
+        while not self._closed.is_set():
+            with self._serving:
+                served = self.raw.poll(0)
+            if not served:
+                self._closed.wait(0.05)
+
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
              headers: Any = None, timestamp_ms: int | None = None) -> Delivery:
         fut = Delivery()
+        if self._settlement is not None:
+            return self._send_settled(fut, topic, value, key, partition, headers, timestamp_ms)
 
         def report(err: Any, msg: Any) -> None:
             if err is not None:
@@ -164,13 +188,32 @@ class ConfluentProducer:
             except KafkaException as exc:  # refused before it left (too large, unknown partition)
                 raise as_kafka_python_error(exc.args[0], f"{topic}: ") from exc
 
+    def _send_settled(self, fut: Delivery, topic: str, value: bytes | None, key: bytes | None,
+                      partition: int | None, headers: Any, timestamp_ms: int | None) -> Delivery:
+        hdrs = list(headers) if headers else None
+        while True:
+            try:
+                self.raw.produce(topic, value, key, -1 if partition is None else partition, None, None,
+                                 timestamp_ms or 0, hdrs)
+                break
+            except BufferError:
+                self.raw.poll(0.05)
+            except KafkaException as exc:
+                fut.failure(as_kafka_python_error(exc.args[0], f"{topic}: "))
+                return fut
+        self._settlement.future(fut, topic, partition, key, value, hdrs)  # type: ignore[union-attr]
+        return fut
+
     def send_many(self, records: Sequence[OutRecord]) -> ReportedBatch:
         """Start producing ``records``; their verdicts arrive in the returned batch (see
         :class:`~kmq.client.api.ReportedBatch`): one list slot a record, no future, no lock."""
         batch = ReportedBatch(len(records))
         verdicts, produce, poll = batch.verdicts, self.raw.produce, self.raw.poll
+        settled = self._settlement is not None
+        if settled:
+            self._settlement.batch(records, verdicts)  # type: ignore[union-attr]
         for i, (topic, partition, key, value, headers) in enumerate(records):
-            report = partial(_report_into, verdicts, i)
+            report = None if settled else partial(_report_into, verdicts, i)
             while True:
                 try:
                     # produce(topic, value, key, partition, callback, on_delivery, timestamp, headers):
@@ -186,6 +229,9 @@ class ConfluentProducer:
 
     def flush(self, timeout: float | None = None) -> None:
         left = self.raw.flush(-1 if timeout is None else max(0.0, timeout))
+        if self._settlement is not None and not left:
+            with self._serving:  # the serving thread is not inside a poll: every failure is recorded
+                self._settlement.settle()
         if left:
             raise kp_errors.KafkaTimeoutError(f"{left} record(s) not delivered within {timeout}s")
 
@@ -204,6 +250,8 @@ class ConfluentProducer:
             self._closed.set()
             if self._poller is not threading.current_thread():
                 self._poller.join(1)
+                if self._settlement is not None and not self._poller.is_alive() and not len(self.raw):
+                    self._settlement.settle()  # purged ones failed; the others were acknowledged
                 if not self._poller.is_alive():  # never under a poll() of the serving thread
                     self.raw.close()
             _flush_logs(self._log_bridge)
@@ -219,8 +267,10 @@ def _flush_logs(bridge: Any) -> None:
         bridge.flush()
 
 
-def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: Any) -> ConfluentProducer:
-    """Idempotent, acks=all producer (what markers and redeliveries need)."""
+def producer(kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush: bool = False,
+             **overrides: Any) -> ConfluentProducer:
+    """Idempotent, acks=all producer (what markers and redeliveries need); ``settle_on_flush``:
+    see :class:`ConfluentProducer`."""
     timeout_s = timeout_s or kafka.connect_timeout
     conf = {
         **settings(kafka),
@@ -230,7 +280,7 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: An
         "request.timeout.ms": int(timeout_s * 1000),
         **_map(overrides, _PRODUCER_KEYS),
     }
-    return ConfluentProducer(conf)
+    return ConfluentProducer(conf, settle_on_flush)
 
 
 def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> "ConfluentConsumer":
