@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 # Caught-up partitions named one by one in the log; more in one step are summed up in one line.
 _NAMED_ONE_BY_ONE = 10
-# After a confirming commit failed without the group refusing it (coordinator unreachable): wait this
-# long before the next one, instead of a blocking commit every step.
+# After a confirming commit failed (refused, or the coordinator unreachable): wait this long before
+# the next one, instead of a blocking commit every step.
 _CONFIRM_RETRY_MS = 1000
 
 
@@ -176,7 +176,7 @@ class CatchUp:
         try:
             consumer.commit({tp: c for tp, c in offsets.items() if c is not None})
         except ClientCommitFailed as exc:
-            self._confirm_after_ms = 0 if exc.rebalanced else now + _CONFIRM_RETRY_MS
+            self._confirm_after_ms = now + _CONFIRM_RETRY_MS  # the rejoin revokes them meanwhile, if refused
             if exc.rebalanced:
                 self.metrics.fenced_commits.inc()
             if not self._confirm_warned:
