@@ -179,14 +179,15 @@ class CatchUp:
             self._confirm_after_ms = now + _CONFIRM_RETRY_MS  # the rejoin revokes them meanwhile, if refused
             if exc.rebalanced:
                 self.metrics.fenced_commits.inc()
-            if not self._confirm_warned:
-                self._confirm_warned = True
-                log.warning("%s", f"the group refused this tracker's commit of {names} ({exc}): another tracker owns "
-                            "them now, and nothing is redelivered from them; the client rejoins the group at its "
-                            "next poll" if exc.rebalanced else
-                            f"ownership of {names} not confirmed: the commit failed ({exc}); nothing is redelivered "
-                            f"from them until a commit goes through, tried again every "
-                            f"{_CONFIRM_RETRY_MS / 1000:g}s")
+            if self._confirm_warned:
+                return []
+            self._confirm_warned = True
+            if exc.rebalanced:
+                log.warning("the group refused this tracker's commit of %s (%s): another tracker owns them now, and "
+                            "nothing is redelivered from them; the client rejoins the group at its next poll", names, exc)
+            else:
+                log.warning("ownership of %s not confirmed: the commit failed (%s); nothing is redelivered from them "
+                            "until a commit goes through, tried again every %gs", names, exc, _CONFIRM_RETRY_MS / 1000)
             return []
         for o in doubted:
             o.doubted = False

@@ -163,16 +163,16 @@ class ConfluentProducer:
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
              headers: Any = None, timestamp_ms: int | None = None) -> Delivery:
         fut = Delivery()
-        if self._settlement is not None:
-            return self._send_settled(fut, topic, value, key, partition, headers, timestamp_ms)
+        settlement = self._settlement
+        kw: dict[str, Any] = {"value": value, "key": key}
+        if settlement is None:
+            def report(err: Any, msg: Any) -> None:
+                if err is not None:
+                    fut.failure(as_kafka_python_error(err, f"{topic}: "))
+                else:
+                    fut.success((msg.topic(), msg.partition(), msg.offset()))
 
-        def report(err: Any, msg: Any) -> None:
-            if err is not None:
-                fut.failure(as_kafka_python_error(err, f"{topic}: "))
-            else:
-                fut.success((msg.topic(), msg.partition(), msg.offset()))
-
-        kw: dict[str, Any] = {"value": value, "key": key, "on_delivery": report}
+            kw["on_delivery"] = report
         if partition is not None:
             kw["partition"] = partition
         if headers:
@@ -182,26 +182,13 @@ class ConfluentProducer:
         while True:
             try:
                 self.raw.produce(topic, **kw)
-                return fut
+                break
             except BufferError:  # local queue full: wait for deliveries to drain it
                 self.raw.poll(0.05)
             except KafkaException as exc:  # refused before it left (too large, unknown partition)
                 raise as_kafka_python_error(exc.args[0], f"{topic}: ") from exc
-
-    def _send_settled(self, fut: Delivery, topic: str, value: bytes | None, key: bytes | None,
-                      partition: int | None, headers: Any, timestamp_ms: int | None) -> Delivery:
-        hdrs = list(headers) if headers else None
-        while True:
-            try:
-                self.raw.produce(topic, value, key, -1 if partition is None else partition, None, None,
-                                 timestamp_ms or 0, hdrs)
-                break
-            except BufferError:
-                self.raw.poll(0.05)
-            except KafkaException as exc:
-                fut.failure(as_kafka_python_error(exc.args[0], f"{topic}: "))
-                return fut
-        self._settlement.future(fut, topic, partition, key, value, hdrs)  # type: ignore[union-attr]
+        if settlement is not None:  # its verdict comes with the next complete flush
+            settlement.future(fut, topic, partition, key, value, kw.get("headers"))
         return fut
 
     def send_many(self, records: Sequence[OutRecord]) -> ReportedBatch:

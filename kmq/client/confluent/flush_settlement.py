@@ -78,8 +78,7 @@ class FlushSettlement:
             return  # verdicts stay undecided: nothing is vouched for
         for records, verdicts in batches:
             errors = failed.get(id(verdicts), {})
-            verdicts[:] = [errors.get(i, None) if v is UNDECIDED else v for i, v in enumerate(verdicts)] \
-                if errors else [None if v is UNDECIDED else v for v in verdicts]
+            verdicts[:] = [errors.get(i) if v is UNDECIDED else v for i, v in enumerate(verdicts)]
         for i, (fut, (topic, partition, _, _, _)) in enumerate(futures):
             if i in failed_futures:
                 fut.failure(failed_futures[i])
