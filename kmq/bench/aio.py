@@ -14,14 +14,18 @@ coroutine by the asyncio variants:
 
 Throughput is measured from the first message to the last one settled and the
 final flush or commit (group join excluded). The asyncio variants also run a
-ticker coroutine (every 5 ms) and report the largest gap between its ticks: how
+ticker coroutine (every 5 ms) and report the largest gap between its ticks, and
+how late the loop woke it at most (the gap less the 5 ms it asked to sleep): how
 long the event loop was kept from other work while consuming at full speed
-(the plain aiokafka loop's own gap is the reference).
+(the plain aiokafka loop's own figure is the reference). Garbage collections
+stop every thread of a process; the report gives the largest delay less the
+collections inside it as well, the full collections and the longest one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import statistics
 import subprocess
@@ -49,15 +53,31 @@ async def work(value: bytes) -> int:
 
 
 class LoopGap:
-    """The largest gap between the ticks of a coroutine that sleeps :data:`TICK` seconds."""
+    """The largest gap between the ticks of a coroutine that sleeps :data:`TICK` seconds, and how
+    late the loop woke it (the gap less the tick): the time the loop was kept from other work.
+
+    Garbage collections stop every thread of the process, whichever allocation triggers them,
+    for as long as visiting their generation's objects takes (a full one: every live object);
+    they are recorded (a ``gc.callbacks`` hook) so the report can tell the delay they explain
+    from the rest."""
 
     def __init__(self) -> None:
         self.worst = 0.0
+        self._gaps: list[tuple[float, float]] = []  # (start, end) of ticks later than 1 ms
+        self._collections: list[tuple[float, float, int]] = []  # (start, end, generation)
+        self._gc_began = 0.0
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
         if self._task is None:
+            gc.callbacks.append(self._gc)
             self._task = asyncio.create_task(self._tick())
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        else:
+            self._collections.append((self._gc_began, time.perf_counter(), info.get("generation", -1)))
 
     async def _tick(self) -> None:
         last = time.perf_counter()
@@ -65,13 +85,29 @@ class LoopGap:
             await asyncio.sleep(TICK)
             now = time.perf_counter()
             self.worst = max(self.worst, now - last)
+            if now - last - TICK > 0.001:
+                self._gaps.append((last, now))
             last = now
 
     def stop(self) -> float:
-        """Stop ticking; the largest gap in ms."""
+        """Stop ticking; the largest gap in ms (the other figures are in :meth:`figures`)."""
         if self._task is not None:
             self._task.cancel()
+            self._task = None
+            gc.callbacks.remove(self._gc)
         return self.worst * 1000
+
+    def figures(self) -> dict[str, float]:
+        """After :meth:`stop`: how late the loop was at most, and at most less the collections inside
+        that delay (ms); the full collections while ticking and the longest collection of any generation."""
+        late = besides = 0.0
+        for a, b in self._gaps:
+            collecting = sum(max(0.0, min(b, cb) - max(a, ca)) for ca, cb, _ in self._collections)
+            late = max(late, b - a - TICK)
+            besides = max(besides, b - a - TICK - collecting)
+        return {"loop_late_ms": late * 1000, "loop_late_besides_gc_ms": besides * 1000,
+                "full_collections": sum(1 for c in self._collections if c[2] == 2),
+                "collection_max_ms": max((b - a for a, b, _ in self._collections), default=0.0) * 1000}
 
 
 def _child_threads(cfg: Any, messages: int, batch: int) -> dict:
@@ -110,7 +146,8 @@ async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
         worst = gap.stop()
     finally:
         await c.stop()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst,
+            **gap.figures()}
 
 
 async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int) -> dict:
@@ -145,7 +182,8 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
         await asyncio.get_running_loop().run_in_executor(None, c.consumer.writer.flush)
         took, cpu = time.perf_counter() - t0, _cpu() - c0
         worst = gap.stop()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst,
+            **gap.figures()}
 
 
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int,
@@ -200,19 +238,28 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 res = _spawn(variant, bootstrap, queue, messages, batch, concurrency, client, tuned_gc)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
-                gap = "" if res["loop_gap_ms"] is None else (f", loop thread cpu {res['loop_cpu_seconds']:.2f}s, "
-                                                              f"largest loop gap {res['loop_gap_ms']:.1f} ms")
+                gap = "" if res["loop_gap_ms"] is None else (
+                    f", loop thread cpu {res['loop_cpu_seconds']:.2f}s, largest loop gap {res['loop_gap_ms']:.1f} ms, "
+                    f"loop late {res['loop_late_ms']:.1f} ms ({res['loop_late_besides_gc_ms']:.1f} ms besides garbage "
+                    f"collection; {res['full_collections']} full, the longest collection {res['collection_max_ms']:.1f} ms)")
                 say(f"round {r + 1} {variant:8s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
                     f"cpu {res['cpu_seconds']:.2f}s, peak RSS {res['rss_mb']:.0f} MB{gap})")
         medians = {v: statistics.median(x["rate"] for x in runs[v]) for v in VARIANTS}
         ratios = {base: _ratios(runs, base) for base in BASELINES}
         gaps = {v: max(x["loop_gap_ms"] for x in runs[v]) for v in VARIANTS[1:]}
+        late = {v: max(x["loop_late_ms"] for x in runs[v]) for v in VARIANTS[1:]}
+        besides = {v: max(x["loop_late_besides_gc_ms"] for x in runs[v]) for v in VARIANTS[1:]}
+        full = {v: sum(x["full_collections"] for x in runs[v]) for v in VARIANTS[1:]}
+        longest = {v: max(x["collection_max_ms"] for x in runs[v]) for v in VARIANTS[1:]}
         say("medians: " + ", ".join(f"{v} {m:,.0f} msg/s" for v, m in medians.items()))
         for base in BASELINES:
             say(f"ratio to {base} (per round; median): " + ", ".join(
                 f"{v} {' '.join(f'{x:.3f}' for x in per_round)}; {statistics.median(per_round):.3f}"
                 for v, per_round in ratios[base].items()))
         say("largest event-loop gap: " + ", ".join(f"{v} {g:.1f} ms" for v, g in gaps.items()))
+        say(f"loop late beyond the {TICK * 1000:.0f} ms tick, at most (besides garbage collection; full collections "
+            "while ticking, the longest collection): " + ", ".join(
+                f"{v} {late[v]:.1f} ms ({besides[v]:.1f} ms; {full[v]}, {longest[v]:.1f} ms)" for v in late))
         return {"client": client, "tuned_gc": tuned_gc, "messages": messages, "size": size, "batch": batch, "concurrency": concurrency,
                 "rounds": rounds,
                 "partitions": partitions, "msgs_per_s": {v: [x["rate"] for x in runs[v]] for v in VARIANTS},
@@ -220,6 +267,8 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 "ratio_to_threads": {v: statistics.median(x) for v, x in ratios["threads"].items()},
                 "ratio_to_aiokafka": {v: statistics.median(x) for v, x in ratios["aiokafka"].items()},
                 "ratios_per_round": ratios, "max_loop_gap_ms": gaps,
+                "max_loop_late_ms": late, "max_loop_late_besides_gc_ms": besides,
+                "full_collections": full, "max_collection_ms": longest,
                 "loop_gap_ms_per_round": {v: [x["loop_gap_ms"] for x in runs[v]] for v in VARIANTS[1:]}}
     finally:
         if broker is not None:

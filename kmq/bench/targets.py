@@ -89,14 +89,34 @@ def _redelivery(report: dict[str, Any]) -> Verdict:
 
 def _aio(report: dict[str, Any]) -> Verdict:
     ratios = _at(report, "aio", "ratio_to_aiokafka") or {}
-    gaps = _at(report, "aio", "max_loop_gap_ms") or {}
     worst_ratio = min((r for r in (_num(ratios.get(v)) for v in ("aio-for", "aio-run")) if r is not None), default=None)
-    kmq_gap = max((g for g in (_num(gaps.get(v)) for v in ("aio-for", "aio-run")) if g is not None), default=None)
-    ref_gap = _num(gaps.get("aiokafka"))
-    measured = (f"kmq.aio / aiokafka loop (lower of async for and run()): {_fmt(worst_ratio, '.3f')}; "
-                f"largest loop gap {_fmt(kmq_gap, '.1f', ' ms')} (plain aiokafka loop {_fmt(ref_gap, '.1f', ' ms')})")
-    return Verdict("3. asyncio", ">= 0.9 x a plain aiokafka loop; no loop gap over 5 ms", measured,
-                   _all_met(_ge(worst_ratio, 0.9), _le(kmq_gap, 5.0)))
+    measured = f"kmq.aio / aiokafka loop (lower of async for and run()): {_fmt(worst_ratio, '.3f')}; "
+    late = _at(report, "aio", "max_loop_late_ms")
+    if isinstance(late, dict):
+        # How late the loop woke a 5 ms ticker: the time it was kept from other work (a report of
+        # before these figures has the gap only, which includes the tick's own 5 ms).
+        besides = _at(report, "aio", "max_loop_late_besides_gc_ms") or {}
+        full = _at(report, "aio", "full_collections") or {}
+        kmq_late = _worst(late)
+        measured += (f"loop late at most {_fmt(kmq_late, '.1f', ' ms')}, {_fmt(_worst(besides), '.1f', ' ms')} besides "
+                     f"garbage collection ({sum(int(full.get(v) or 0) for v in KMQ_AIO)} full collections while "
+                     f"ticking) (plain aiokafka loop {_fmt(_num(late.get('aiokafka')), '.1f', ' ms')}, "
+                     f"{int(full.get('aiokafka') or 0)} full)")
+    else:
+        gaps = _at(report, "aio", "max_loop_gap_ms") or {}
+        kmq_late = _worst(gaps)
+        measured += (f"largest loop gap {_fmt(kmq_late, '.1f', ' ms')} (plain aiokafka loop "
+                     f"{_fmt(_num(gaps.get('aiokafka')), '.1f', ' ms')})")
+    return Verdict("3. asyncio", ">= 0.9 x a plain aiokafka loop; the loop never late by over 5 ms", measured,
+                   _all_met(_ge(worst_ratio, 0.9), _le(kmq_late, 5.0)))
+
+
+KMQ_AIO = ("aio-for", "aio-run")
+
+
+def _worst(per_variant: dict[str, Any]) -> float | None:
+    """The largest figure of the kmq.aio variants."""
+    return max((g for g in (_num(per_variant.get(v)) for v in KMQ_AIO) if g is not None), default=None)
 
 
 def _idle(report: dict[str, Any]) -> Verdict:

@@ -29,10 +29,15 @@ loop calls:
 * construction and :meth:`~kmq.consumer.consumer.KmqConsumer.close` (topic check,
   connections, the commit-back of never-handed messages) on a thread.
 
-Messages are taken only when a coroutine is waiting for one (``async for``)
-or a handler slot is free (:meth:`AsyncKmqConsumer.run`): a message never waits
-in an asyncio queue with its lease running, and whatever was not taken is
-given back to the group by ``close`` with the same delivery count.
+Messages are taken when a coroutine is waiting for one (``async for``) or a
+handler slot is free (:meth:`AsyncKmqConsumer.run`). While the coroutines keep
+up with a backlog they are taken a few at a time (up to
+:attr:`AsyncKmqConsumer.TAKE_AHEAD`, as long as each take is used up within
+:attr:`AsyncKmqConsumer.HOLD`; one lock per message cost the loop more than the
+rest of its per-message work), otherwise one at a time, so messages never wait
+here behind slow handlers for long. Whatever no coroutine took is given back to
+the group by ``close`` with the same delivery count, like every message the
+consumer made ready.
 """
 
 from __future__ import annotations
@@ -132,6 +137,15 @@ class AsyncKmqConsumer:
     happens on the consumer's threads. Works with every ``kafka.client``.
     """
 
+    #: Most ready messages taken from the consumer at once (one lock acquisition) and handed to
+    #: coroutines one by one. One lock per message cost the loop about 1.4 us of its 3.4 us per
+    #: message (docs/benchmarks.md, asyncio).
+    TAKE_AHEAD = 64
+    #: Seconds: a take is twice the size of the last one (up to TAKE_AHEAD) only when the coroutines
+    #: used the last one up within this time, else one message. So messages wait here only while
+    #: coroutines keep up with a backlog, never behind slow handlers for long.
+    HOLD = 0.002
+
     #: Seconds an ``async for`` over ready messages (or ``run()``'s workers together) may go without
     #: letting other tasks run. Measured side by side (docs/benchmarks.md, asyncio): 1 ms instead
     #: of 5 ms shortened ``async for``'s largest loop gap (median 29.5 -> 21.9 ms), at the same
@@ -151,8 +165,13 @@ class AsyncKmqConsumer:
         self._state_lock = threading.Lock()
         # One thread for waiting polls: the consumer hands batches to one taker at a time anyway.
         self._poller = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kmq-aio-poll")
-        # Messages a waiting poll returned after its waiter was cancelled: the next taker gets them first.
-        self._late: deque[KmqMessage] = deque()
+        # Taken from the consumer and not given to a coroutine yet, in order: [messages (a deque, never
+        # empty), lease start, generation] per chunk (the rest of a TAKE_AHEAD chunk, or what a waiting
+        # poll returned after its waiter was cancelled). The next taker gets them first; close puts
+        # them back into the consumer, which gives them back to the group.
+        self._held: deque[list] = deque()
+        self._ahead = 1  # the size of the last take (TAKE_AHEAD, HOLD)
+        self._took_at = 0.0
         self._closed = False
         self._yielded_at = 0.0
         # run() calls under way (their end, the task running them): close() lets them drain first.
@@ -249,7 +268,7 @@ class AsyncKmqConsumer:
 
         def close_all() -> None:
             self._poller.shutdown(wait=True)
-            self._release_late()
+            self._put_back_held(consumer)
             consumer.close(timeout)
 
         try:
@@ -262,21 +281,26 @@ class AsyncKmqConsumer:
             # the close half done (it goes on in its thread).
             await asyncio.shield(loop.run_in_executor(None, close_all))
 
-    def _release_late(self) -> None:
-        """Messages a poll returned while its waiter was being cancelled and no one took since:
-        handed over as far as the consumer knows, so close cannot rewind them. Nack them now
-        (a copy, one delivery more) rather than leave them to their leases."""
-        late = list(self._late)
-        self._late.clear()
-        for m in late:
+    def _put_back_held(self, consumer: KmqConsumer) -> None:
+        """Before the consumer closes: the messages taken and never given to a coroutine go back into
+        it, and its close gives them back to the group with the rest (no copy, same delivery count).
+        Where it cannot take them back (``ordering: key``) they are nacked: a copy, one delivery more,
+        rather than left to their leases."""
+        held = list(self._held)
+        self._held.clear()
+        refused: list[KmqMessage] = []
+        for msgs, leased_at, gen in reversed(held):  # each to the head: the order stays
+            if not consumer._put_back(list(msgs), leased_at, gen):
+                refused.extend(msgs)
+        for m in refused:
             try:
                 m.nack(0.0)
             except MessageAlreadySettled:
                 pass
-        if late:
-            log.warning("%s: %d message(s) taken by a poll that raced the close were never given to user code; "
+        if refused:
+            log.warning("%s: %d message(s) taken for coroutines were never given to one before the close; "
                         "nacked: the tracker redelivers them now with their delivery count + 1",
-                        self.consumer.queue.name, len(late))
+                        consumer.queue.name, len(refused))
 
     @property
     def stopping(self) -> bool:
@@ -287,17 +311,23 @@ class AsyncKmqConsumer:
     async def _take(self, max_records: int) -> list[KmqMessage]:
         """Up to ``max_records`` messages, waiting (off the loop) at most ``poll_timeout``; [] if none."""
         consumer = self.consumer
-        if self._late:
-            out = []
-            while self._late and len(out) < max_records:
-                out.append(self._late.popleft())
+        held = self._held
+        if held:
+            out: list[KmqMessage] = []
+            while held and len(out) < max_records:
+                msgs = held[0][0]
+                while msgs and len(out) < max_records:
+                    out.append(msgs.popleft())
+                if not msgs:
+                    held.popleft()
             return out
-        ready = consumer.poll(timeout=0, max_records=max_records)  # memory only: what the fetcher made ready
+        # Memory only: what the fetcher made ready.
+        ready = consumer._take_chunk(0, max_records)[0]
         if ready or consumer.stopping:
             return ready
-        fut = self._poller.submit(consumer.poll, self.poll_timeout, max_records)
+        fut = self._poller.submit(consumer._take_chunk, self.poll_timeout, max_records)
         try:
-            return await asyncio.wrap_future(fut)
+            return (await asyncio.wrap_future(fut))[0]
         except asyncio.CancelledError:
             # The poll thread cannot be interrupted: keep what it returns for the next taker (or close).
             fut.add_done_callback(self._keep_late)
@@ -307,14 +337,31 @@ class AsyncKmqConsumer:
         """A message ready now (memory only, no wait), None when none is or once stopping."""
         if self.stopping:
             return None
-        if self._late:
-            return self._late.popleft()
-        ready = self.consumer.poll(timeout=0, max_records=1)
-        return ready[0] if ready else None
+        held = self._held
+        if held:
+            msgs = held[0][0]
+            m = msgs.popleft()
+            if not msgs:
+                held.popleft()
+            return m
+        now = time.monotonic()
+        # The last take used up within HOLD: the coroutines keep up, take twice as many now.
+        n = self._ahead = min(2 * self._ahead, self.TAKE_AHEAD) if now - self._took_at <= self.HOLD else 1
+        self._took_at = now
+        msgs, leased_at, gen = self.consumer._take_chunk(0, n)
+        if len(msgs) > 1:
+            rest = deque(msgs)
+            m = rest.popleft()
+            held.append([rest, leased_at, gen])
+            return m
+        return msgs[0] if msgs else None
 
     def _keep_late(self, fut: concurrent.futures.Future) -> None:
+        # On the poll thread; a deque's append is atomic, and takers only ever pop from the left.
         if not fut.cancelled() and fut.exception() is None:
-            self._late.extend(fut.result())
+            msgs, leased_at, gen = fut.result()
+            if msgs:
+                self._held.append([deque(msgs), leased_at, gen])
 
     def __aiter__(self) -> "AsyncKmqConsumer":
         return self
@@ -345,7 +392,8 @@ class AsyncKmqConsumer:
         """Await ``handler(msg)`` for up to ``concurrency`` messages at once until :meth:`stop`.
 
         The same semantics as :meth:`KmqConsumer.run <kmq.consumer.consumer.KmqConsumer.run>`: a
-        message is taken only when a handler slot is free; return acks (unless the handler
+        message is taken when a handler slot is free (a few at a time while the handlers keep
+        up with a backlog, see :attr:`TAKE_AHEAD`); return acks (unless the handler
         settled it), an exception nacks with the queue's backoff for the delivery count, one
         of ``reject_on`` rejects (DLQ) as ``@kmq.marked`` does. Automatic lease renewal
         (``consumer.auto_renew``) keeps running handlers' leases; a handler that never
@@ -388,7 +436,8 @@ class _HandlerPool:
     task cost about as much loop time as a light handler itself). A worker that is free takes
     the next ready message itself, without suspending; when none is ready it goes idle and
     :meth:`hand` gives it one that :meth:`AsyncKmqConsumer.run` waited for. Either way a message
-    is taken only by a free worker: it never waits for one with its lease running."""
+    is taken by a free worker (with a few more while workers keep up, ``AsyncKmqConsumer.HOLD``):
+    it never waits for one behind slow handlers."""
 
     def __init__(self, handler: AsyncHandler, rule: OutcomeRule, size: int,
                  ready_one: Callable[[], KmqMessage | None], stop: Callable[[], None]) -> None:

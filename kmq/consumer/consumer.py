@@ -321,6 +321,18 @@ class KmqConsumer:
         self._ensure_started()
         return self._ready.take(timeout, self.batch_size if max_records is None else max_records, self._stopped)
 
+    def _take_chunk(self, timeout: float, max_records: int) -> tuple[list[KmqMessage], float, int]:
+        """As :meth:`poll`, with what :meth:`_put_back` needs (for :mod:`kmq.consumer.aio`, which
+        takes ready messages a few at a time and hands them to coroutines one by one)."""
+        self._ensure_started()
+        return self._ready.take_chunk(timeout, max_records, self._stopped)
+
+    def _put_back(self, messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
+        """Messages of :meth:`_take_chunk` that never reached user code, ready again, so that
+        :meth:`close` gives them back to the group like the others (no copy, same delivery count).
+        Only before :meth:`close`; False where that cannot be done (``ordering: key``)."""
+        return self._ready.put_back(messages, leased_at, gen)
+
     def _stopped(self) -> bool:
         return self._stop.is_set() or self._stop_run.is_set()
 

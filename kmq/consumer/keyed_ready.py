@@ -152,6 +152,19 @@ class KeyedReadyQueue:
                 return []
             return self._took(self._order.take(max_records if max_records > 0 else self._order.ready))
 
+    def take_chunk(self, timeout: float, max_records: int,
+                   stopped: Callable[[], bool]) -> tuple[list[KmqMessage], float, int]:
+        """One message at most (as :meth:`take_one`): taking a message lets its key go to user code,
+        which :meth:`put_back` cannot undo, so a taker must not take ahead of what it hands on (a
+        message waiting there would hold its key). No lease start or generation is kept per take."""
+        m = self.take_one(timeout, stopped)
+        return ([m] if m is not None else []), 0.0, 0
+
+    def put_back(self, messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
+        """False: their keys were let go to user code (:class:`~kmq.core.key_order.KeyOrder`), which
+        a put-back cannot undo; the taker settles them instead."""
+        return not messages
+
     def take_one(self, timeout: float, stopped: Callable[[], bool]) -> KmqMessage | None:
         with self.cond:
             if not self._wait(timeout, stopped):

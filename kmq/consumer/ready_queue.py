@@ -75,15 +75,32 @@ class ReadyQueue:
     def take(self, timeout: float, max_records: int, stopped: Callable[[], bool]) -> list[KmqMessage]:
         """Up to ``max_records`` (0: a whole batch) ready messages; ``[]`` after ``timeout`` seconds
         without any or once ``stopped()``; raises :attr:`error` once nothing is ready."""
+        return self.take_chunk(timeout, max_records, stopped)[0]
+
+    def take_chunk(self, timeout: float, max_records: int,
+                   stopped: Callable[[], bool]) -> tuple[list[KmqMessage], float, int]:
+        """As :meth:`take` (messages of one batch at most), with that batch's lease start and
+        generation: what :meth:`put_back` needs."""
         with self._lock:
             entry = self._wait(timeout, stopped)
             if entry is None:
-                return []
+                return [], 0.0, 0
             msgs, pos = entry[_MSGS], entry[_POS]
             end = len(msgs) if max_records <= 0 else min(len(msgs), pos + max_records)
             batch = msgs if pos == 0 and end == len(msgs) else msgs[pos:end]
             self._took(entry, end)
-        return batch
+            return batch, entry[_LEASED_AT], entry[_GEN]
+
+    def put_back(self, messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
+        """Messages a taker took (:meth:`take_chunk`) and never gave to user code, ready again at
+        the head, as they were. For a taker that is closing: :meth:`drain` then finds them, and
+        closing gives them back to the group with the rest (no copy, same delivery count).
+        Returns True (a queue that cannot take messages back returns False)."""
+        if messages:
+            with self.cond:
+                self._batches.appendleft([messages, 0, leased_at, gen])
+                self.cond.notify_all()
+        return True
 
     def take_one(self, timeout: float, stopped: Callable[[], bool]) -> KmqMessage | None:
         """One ready message (as :meth:`take`), None after ``timeout`` or once ``stopped()``."""

@@ -132,6 +132,9 @@ class Source:
         out, self.msgs = self.msgs[:max_records], self.msgs[max_records:]
         return out
 
+    def _take_chunk(self, timeout, max_records):  # what AsyncKmqConsumer takes with
+        return self.poll(timeout, max_records), 0.0, 0
+
 
 def settled_by(payloads, rec):
     return {payloads[off]: (outcome, arg) for off, outcome, arg in rec.calls}

@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from kmq.core.message import KmqMessage
+from kmq.consumer.keyed_ready import KeyedReadyQueue
 from kmq.consumer.ready_queue import ReadyQueue
 
 
@@ -100,3 +101,27 @@ def test_take_out_removes_the_revoked_partitions_ready_messages_and_keeps_the_re
     assert q.take_out({0, 1}, lambda p, gen: True) == []
     records = q.taken()
     assert [(r[0][r[1]].offset, r[2] - r[1], r[3]) for r in records][:2] == [(1, 1, 10.0), (2, 1, 10.0)]
+
+
+def test_a_chunk_comes_from_one_batch_with_its_lease_start_and_generation_and_goes_back_to_the_head():
+    q = ReadyQueue()
+    first, second = _msgs(1, 2, 3), _msgs(4, 5)
+    q.put(first, 10.0, gen=2)
+    q.put(second, 11.0, gen=3)
+    msgs, leased_at, gen = q.take_chunk(0, 5, lambda: False)
+    assert [m.offset for m in msgs] == [1, 2, 3] and (leased_at, gen) == (10.0, 2)  # never across batches
+    assert q.put_back(msgs[1:], leased_at, gen)
+    # Back at the head, as they were: closing drains them first, with their generation.
+    assert [([m.offset for m in ms], g) for ms, g in q.drain()] == [([2, 3], 2), ([4, 5], 3)]
+    assert q.take_chunk(0, 5, lambda: False) == ([], 0.0, 0)
+
+
+def test_the_keyed_queue_takes_one_message_per_chunk_and_cannot_take_one_back():
+    # Taking a message lets its key go to user code: a taker must not take ahead there.
+    q = KeyedReadyQueue()
+    lock = threading.Lock()
+    q.put([KmqMessage("q", 0, o, b"k%d" % o, b"x", None, 0, None, lock) for o in range(3)], 10.0)
+    msgs, _leased_at, _gen = q.take_chunk(0, 5, lambda: False)
+    assert [m.offset for m in msgs] == [0]
+    assert not q.put_back(msgs, 10.0, 0) and q.put_back([], 10.0, 0)
+    assert [m.offset for m in q.take(0, 5, lambda: False)] == [1, 2]
