@@ -30,14 +30,12 @@ loop calls:
   connections, the commit-back of never-handed messages) on a thread.
 
 Messages are taken when a coroutine is waiting for one (``async for``) or a
-handler slot is free (:meth:`AsyncKmqConsumer.run`). While the coroutines keep
-up with a backlog they are taken a few at a time (up to
-:attr:`AsyncKmqConsumer.TAKE_AHEAD`, as long as each take is used up within
-:attr:`AsyncKmqConsumer.HOLD`; one lock per message cost the loop more than the
-rest of its per-message work), otherwise one at a time, so messages never wait
-here behind slow handlers for long. Whatever no coroutine took is given back to
-the group by ``close`` with the same delivery count, like every message the
-consumer made ready.
+handler slot is free (:meth:`AsyncKmqConsumer.run`); while the coroutines keep
+up with a backlog, a few at a time, as the threaded iteration does
+(:mod:`kmq.consumer.take_ahead`: one lock per message cost the loop more than
+the rest of its per-message work), so messages never wait behind slow handlers
+for long. Whatever no coroutine took is given back to the group by ``close``
+with the same delivery count, like every message the consumer made ready.
 """
 
 from __future__ import annotations
@@ -51,7 +49,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable
 
 from kmq.config import Config
-from kmq.core.errors import KmqError, MessageAlreadySettled
+from kmq.core.errors import KmqError
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.message import KmqMessage
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
@@ -137,15 +135,6 @@ class AsyncKmqConsumer:
     happens on the consumer's threads. Works with every ``kafka.client``.
     """
 
-    #: Most ready messages taken from the consumer at once (one lock acquisition) and handed to
-    #: coroutines one by one. One lock per message cost the loop about 1.4 us of its 3.4 us per
-    #: message (docs/benchmarks.md, asyncio).
-    TAKE_AHEAD = 64
-    #: Seconds: a take is twice the size of the last one (up to TAKE_AHEAD) only when the coroutines
-    #: used the last one up within this time, else one message. So messages wait here only while
-    #: coroutines keep up with a backlog, never behind slow handlers for long.
-    HOLD = 0.002
-
     #: Seconds an ``async for`` over ready messages (or ``run()``'s workers together) may go without
     #: letting other tasks run. Measured side by side (docs/benchmarks.md, asyncio): 1 ms instead
     #: of 5 ms shortened ``async for``'s largest loop gap (median 29.5 -> 21.9 ms), at the same
@@ -165,13 +154,6 @@ class AsyncKmqConsumer:
         self._state_lock = threading.Lock()
         # One thread for waiting polls: the consumer hands batches to one taker at a time anyway.
         self._poller = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kmq-aio-poll")
-        # Taken from the consumer and not given to a coroutine yet, in order: [messages (a deque, never
-        # empty), lease start, generation] per chunk (the rest of a TAKE_AHEAD chunk, or what a waiting
-        # poll returned after its waiter was cancelled). The next taker gets them first; close puts
-        # them back into the consumer, which gives them back to the group.
-        self._held: deque[list] = deque()
-        self._ahead = 1  # the size of the last take (TAKE_AHEAD, HOLD)
-        self._took_at = 0.0
         self._closed = False
         self._yielded_at = 0.0
         # run() calls under way (their end, the task running them): close() lets them drain first.
@@ -267,8 +249,9 @@ class AsyncKmqConsumer:
         loop = asyncio.get_running_loop()
 
         def close_all() -> None:
+            # Its waiting polls done (what one returned to a cancelled waiter is kept by the consumer),
+            # the consumer's close gives back whatever was taken ahead and never handed out.
             self._poller.shutdown(wait=True)
-            self._put_back_held(consumer)
             consumer.close(timeout)
 
         try:
@@ -281,27 +264,6 @@ class AsyncKmqConsumer:
             # the close half done (it goes on in its thread).
             await asyncio.shield(loop.run_in_executor(None, close_all))
 
-    def _put_back_held(self, consumer: KmqConsumer) -> None:
-        """Before the consumer closes: the messages taken and never given to a coroutine go back into
-        it, and its close gives them back to the group with the rest (no copy, same delivery count).
-        Where it cannot take them back (``ordering: key``) they are nacked: a copy, one delivery more,
-        rather than left to their leases."""
-        held = list(self._held)
-        self._held.clear()
-        refused: list[KmqMessage] = []
-        for msgs, leased_at, gen in reversed(held):  # each to the head: the order stays
-            if not consumer._put_back(list(msgs), leased_at, gen):
-                refused.extend(msgs)
-        for m in refused:
-            try:
-                m.nack(0.0)
-            except MessageAlreadySettled:
-                pass
-        if refused:
-            log.warning("%s: %d message(s) taken for coroutines were never given to one before the close; "
-                        "nacked: the tracker redelivers them now with their delivery count + 1",
-                        consumer.queue.name, len(refused))
-
     @property
     def stopping(self) -> bool:
         """:meth:`stop` or :meth:`close` was called."""
@@ -311,16 +273,9 @@ class AsyncKmqConsumer:
     async def _take(self, max_records: int) -> list[KmqMessage]:
         """Up to ``max_records`` messages, waiting (off the loop) at most ``poll_timeout``; [] if none."""
         consumer = self.consumer
-        held = self._held
+        held = consumer._ahead.take(max_records)  # what an iteration took ahead comes first
         if held:
-            out: list[KmqMessage] = []
-            while held and len(out) < max_records:
-                msgs = held[0][0]
-                while msgs and len(out) < max_records:
-                    out.append(msgs.popleft())
-                if not msgs:
-                    held.popleft()
-            return out
+            return held
         # Memory only: what the fetcher made ready.
         ready = consumer._take_chunk(0, max_records)[0]
         if ready or consumer.stopping:
@@ -337,31 +292,12 @@ class AsyncKmqConsumer:
         """A message ready now (memory only, no wait), None when none is or once stopping."""
         if self.stopping:
             return None
-        held = self._held
-        if held:
-            msgs = held[0][0]
-            m = msgs.popleft()
-            if not msgs:
-                held.popleft()
-            return m
-        now = time.monotonic()
-        # The last take used up within HOLD: the coroutines keep up, take twice as many now.
-        n = self._ahead = min(2 * self._ahead, self.TAKE_AHEAD) if now - self._took_at <= self.HOLD else 1
-        self._took_at = now
-        msgs, leased_at, gen = self.consumer._take_chunk(0, n)
-        if len(msgs) > 1:
-            rest = deque(msgs)
-            m = rest.popleft()
-            held.append([rest, leased_at, gen])
-            return m
-        return msgs[0] if msgs else None
+        return self.consumer._ahead.next(0)
 
     def _keep_late(self, fut: concurrent.futures.Future) -> None:
-        # On the poll thread; a deque's append is atomic, and takers only ever pop from the left.
+        # On the poll thread: what it returned after its waiter was cancelled, for the next taker (or close).
         if not fut.cancelled() and fut.exception() is None:
-            msgs, leased_at, gen = fut.result()
-            if msgs:
-                self._held.append([deque(msgs), leased_at, gen])
+            self.consumer._ahead.keep(*fut.result())
 
     def __aiter__(self) -> "AsyncKmqConsumer":
         return self
@@ -393,7 +329,7 @@ class AsyncKmqConsumer:
 
         The same semantics as :meth:`KmqConsumer.run <kmq.consumer.consumer.KmqConsumer.run>`: a
         message is taken when a handler slot is free (a few at a time while the handlers keep
-        up with a backlog, see :attr:`TAKE_AHEAD`); return acks (unless the handler
+        up with a backlog, :mod:`kmq.consumer.take_ahead`); return acks (unless the handler
         settled it), an exception nacks with the queue's backoff for the delivery count, one
         of ``reject_on`` rejects (DLQ) as ``@kmq.marked`` does. Automatic lease renewal
         (``consumer.auto_renew``) keeps running handlers' leases; a handler that never
@@ -436,7 +372,7 @@ class _HandlerPool:
     task cost about as much loop time as a light handler itself). A worker that is free takes
     the next ready message itself, without suspending; when none is ready it goes idle and
     :meth:`hand` gives it one that :meth:`AsyncKmqConsumer.run` waited for. Either way a message
-    is taken by a free worker (with a few more while workers keep up, ``AsyncKmqConsumer.HOLD``):
+    is taken by a free worker (with a few more while workers keep up, :mod:`kmq.consumer.take_ahead`):
     it never waits for one behind slow handlers."""
 
     def __init__(self, handler: AsyncHandler, rule: OutcomeRule, size: int,

@@ -36,13 +36,14 @@ from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import STARTING
 from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
 from kmq.consumer.flow import FlowControl, FlowLimits
-from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close
+from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close, nack_all
 from kmq.consumer.handler_pool import run_handlers
 from kmq.consumer.key_recovery import KeyRecovery
 from kmq.consumer.keyed_ready import KeyedReadyQueue
 from kmq.consumer.lease_expiry import LeaseExpiry
 from kmq.consumer.leases import AutoRenewal, HeldLeases, LateSettler, auto_renewal
 from kmq.consumer.ready_queue import ReadyQueue
+from kmq.consumer.take_ahead import MOST, TakeAhead
 from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
@@ -112,6 +113,9 @@ class KmqConsumer:
         #: handed out one message per key at a time (:mod:`kmq.consumer.keyed_ready`).
         self._keyed: KeyedReadyQueue | None = KeyedReadyQueue() if cfg.consumer.ordering == "key" else None
         self._ready: Any = self._keyed or ReadyQueue()
+        #: Ready messages taken for iteration (``for msg in consumer``, :mod:`kmq.consumer.aio`) a few at
+        #: a time and handed on one by one; put back when closing.
+        self._ahead = TakeAhead(self._take_chunk)
         self._inflight: dict[int, int] = defaultdict(int)
         #: Ready batches taken out for the commit back before a revocation (:meth:`_rewind_on_revoke`).
         self._rewound: list[tuple[list[KmqMessage], float, int]] = []
@@ -276,6 +280,7 @@ class KmqConsumer:
         if self._closed:
             return
         self._closed = True
+        self._put_back_ahead()
         self._stop.set()
         self._wake.set()
         self._stop_run.set()
@@ -301,6 +306,20 @@ class KmqConsumer:
                 self._tracing.close()
         self.writer.close(timeout)
 
+    def _put_back_ahead(self) -> None:
+        """Closing: messages taken ahead for iteration and never handed out go back into the ready
+        queue before the fetcher stops, and it gives them back to the group with the rest (same
+        delivery count). Where they cannot go back (``ordering: key``: their keys were let go; a
+        fetcher already gone: nothing gives them back) they are nacked: the tracker redelivers
+        them now, with their delivery count + 1."""
+        fetching = self._fetcher is not None and self._fetcher.is_alive()
+        refused = self._ahead.put_back(self._ready.put_back if fetching else _refuse)
+        if refused:
+            nack_all(refused)
+            log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
+                        "not be given back to the group; nacked: the tracker redelivers them now with their "
+                        "delivery count + 1", self.queue.name, len(refused))
+
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
         self._stop_run.set()
@@ -319,19 +338,18 @@ class KmqConsumer:
         fetcher's error (e.g. :class:`~kmq.core.errors.MarkerWriteError`) once ready
         messages are used up."""
         self._ensure_started()
-        return self._ready.take(timeout, self.batch_size if max_records is None else max_records, self._stopped)
+        n = self.batch_size if max_records is None else max_records
+        if self._ahead:  # an iteration left messages taken ahead: they come first
+            held = self._ahead.take(n if n > 0 else MOST)
+            if held:
+                return held
+        return self._ready.take(timeout, n, self._stopped)
 
     def _take_chunk(self, timeout: float, max_records: int) -> tuple[list[KmqMessage], float, int]:
-        """As :meth:`poll`, with what :meth:`_put_back` needs (for :mod:`kmq.consumer.aio`, which
-        takes ready messages a few at a time and hands them to coroutines one by one)."""
+        """Ready messages of one batch with what putting them back needs (:mod:`kmq.consumer.take_ahead`);
+        what a taker does not hand on goes to ``self._ahead.keep``."""
         self._ensure_started()
         return self._ready.take_chunk(timeout, max_records, self._stopped)
-
-    def _put_back(self, messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
-        """Messages of :meth:`_take_chunk` that never reached user code, ready again, so that
-        :meth:`close` gives them back to the group like the others (no copy, same delivery count).
-        Only before :meth:`close`; False where that cannot be done (``ordering: key``)."""
-        return self._ready.put_back(messages, leased_at, gen)
 
     def _stopped(self) -> bool:
         return self._stop.is_set() or self._stop_run.is_set()
@@ -339,12 +357,14 @@ class KmqConsumer:
     def __iter__(self) -> Iterator[KmqMessage]:
         """Messages one by one until :meth:`stop` or :meth:`close`.
 
-        Each message is taken from the consumer only when the loop asks for it, so leaving the
-        loop early (``break``, an exception) strands nothing: what was not taken stays ready for
-        the next :meth:`poll` or loop, and :meth:`close` gives it back to the group."""
+        While the loop keeps up with a backlog, messages are taken from the ready queue a few at a
+        time (:mod:`kmq.consumer.take_ahead`), else one at a time. Leaving the loop early
+        (``break``, an exception) strands nothing: what it took ahead comes first to the next
+        :meth:`poll` or loop, and :meth:`close` gives it back to the group with the rest."""
         self._ensure_started()
+        ahead = self._ahead
         while not (self._stop_run.is_set() or self._closed):
-            msg = self._ready.take_one(0.5, self._stopped)  # raises the fetcher's error once nothing is ready
+            msg = ahead.next(0.5)  # raises the fetcher's error once nothing is ready
             if msg is not None:
                 yield msg
 
@@ -741,3 +761,7 @@ class KmqConsumer:
                               lambda offsets: self.writer.hand_off(offsets, self._handoff_wait)):
             self.writer.flush_buffer()
         self._pipeline.closed()
+
+
+def _refuse(messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
+    return False

@@ -64,7 +64,7 @@ class ReadyQueue:
         msgs, first, leased_at = entry[_MSGS], entry[_POS], entry[_LEASED_AT]
         last = self._taken[-1] if self._taken else None
         if last is not None and last[0] is msgs and last[2] == first and last[3] == leased_at:
-            last[2] = end  # one message at a time (iteration): one record per batch, not per message
+            last[2] = end  # consecutive takes of one batch (iteration): one record per batch, not per take
         else:
             self._taken.append([msgs, first, end, leased_at])
         if end == len(msgs):
@@ -101,16 +101,6 @@ class ReadyQueue:
                 self._batches.appendleft([messages, 0, leased_at, gen])
                 self.cond.notify_all()
         return True
-
-    def take_one(self, timeout: float, stopped: Callable[[], bool]) -> KmqMessage | None:
-        """One ready message (as :meth:`take`), None after ``timeout`` or once ``stopped()``."""
-        with self._lock:
-            entry = self._wait(timeout, stopped)
-            if entry is None:
-                return None
-            pos = entry[_POS]
-            self._took(entry, pos + 1)
-            return entry[_MSGS][pos]
 
     def taken(self) -> list[list]:
         """What user code took since the last call: ``[messages, first, end, leased_at]`` records."""

@@ -12,6 +12,7 @@ import pytest
 
 from kmq.client.kafka_python import clients
 from kmq.config import Config
+from kmq.consumer import take_ahead
 from kmq.consumer.consumer import KmqConsumer
 from kmq.dev.broker import DevBroker
 from kmq.core.errors import MessageAlreadySettled
@@ -409,6 +410,43 @@ def test_leaving_the_loop_early_strands_no_message(queue_topics, kafka_client):
         for m in got:
             m.ack()
         assert consumer.in_flight() == {}
+
+
+def test_iteration_takes_ahead_and_what_it_took_comes_first_or_goes_back_to_the_group_on_close(
+        queue_topics, bootstrap, kafka_client, monkeypatch):
+    # Every take doubles however slow this machine is, so the loop holds messages when it leaves.
+    monkeypatch.setattr(take_ahead, "HOLD", 60.0)
+    cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
+    produce(cfg, q.name, 60)
+    seen: list[int] = []
+    with KmqConsumer(cfg, queue=q.name) as consumer:
+        for msg in consumer:
+            msg.ack()
+            seen.append(msg.offset)
+            if len(seen) == 10:
+                break
+        assert consumer._ahead, "the loop took nothing ahead"
+        # What the loop took ahead comes first, to the next poll as to the next loop.
+        nxt = consumer.poll(timeout=5, max_records=1)
+        assert [m.offset for m in nxt] == [10]
+        nxt[0].ack()
+        seen.append(10)
+        for msg in consumer:
+            msg.ack()
+            seen.append(msg.offset)
+            if len(seen) == 20:
+                break
+        assert seen == list(range(20)) and consumer._ahead
+    # Closing gave back what was taken ahead with the rest: the next member gets every other message
+    # once, as a first delivery (committed back, not nacked).
+    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 20}
+    with KmqConsumer(cfg, queue=q.name) as consumer:
+        rest = poll_n(consumer, 40, timeout=30)
+        for m in rest:
+            m.ack()
+    assert sorted(m.offset for m in rest) == list(range(20, 60)) and {m.delivery_count for m in rest} == {1}
+    markers = markers_by_partition(bootstrap, q.markers_topic)[0]
+    assert not [m for m in markers if isinstance(m, Nack)]
 
 
 def test_messages_left_unsettled_leave_flow_control_when_their_lease_ends(queue_topics, bootstrap, kafka_client):

@@ -13,6 +13,7 @@ import pytest
 
 from kmq.consumer.aio import AsyncKmqConsumer
 from kmq.consumer.ready_queue import ReadyQueue
+from kmq.consumer.take_ahead import HOLD, MOST, TakeAhead
 from kmq.core.message import ACK, NACK, REJECT, KmqMessage
 
 
@@ -41,6 +42,7 @@ class ReadyConsumer:
         self.queue = types.SimpleNamespace(name="q", lease=30.0, backoff=types.SimpleNamespace(delay=lambda n: 1.0))
         self.stopping = False
         self.taken = 0
+        self._ahead = TakeAhead(self._take_chunk)
 
     def stop(self) -> None:
         self.stopping = True
@@ -53,9 +55,6 @@ class ReadyConsumer:
         self.taken += len(out[0])
         return out
 
-    def _put_back(self, messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
-        self.taken -= len(messages)
-        return self.ready.put_back(messages, leased_at, gen)
 
 
 def _consumer(fake: ReadyConsumer) -> AsyncKmqConsumer:
@@ -89,7 +88,7 @@ def test_run_settles_every_message_by_its_outcome_and_takes_no_more_than_free_sl
     assert fake.taken >= 1000 - 3  # the stop came with the last message; at most the other 3 slots' takes after it
     assert {o: outcomes[o] for o in (0, 1, 2, 3)} == {0: ACK, 1: NACK, 2: REJECT, 3: ACK}
     # Taken by a free worker, with at most a take-ahead more while the workers keep up.
-    assert most_out <= 4 + AsyncKmqConsumer.TAKE_AHEAD - 1
+    assert most_out <= 4 + MOST - 1
 
 
 def test_run_over_a_ready_backlog_lets_other_tasks_run(monkeypatch):
@@ -175,7 +174,7 @@ def test_a_fetcher_error_met_by_a_worker_ends_run_with_it():
     assert sorted(handled) == list(range(10))  # the ready messages first, then the error
 
 
-def test_async_for_over_a_ready_backlog_takes_a_few_ahead_and_close_puts_back_the_rest_in_order():
+def test_async_for_over_a_ready_backlog_takes_a_few_ahead_and_leaves_the_rest_for_close():
     fake = ReadyConsumer(300)
     c = _consumer(fake)
     ahead = []
@@ -192,16 +191,12 @@ def test_async_for_over_a_ready_backlog_takes_a_few_ahead_and_close_puts_back_th
 
     assert asyncio.run(scenario()) == list(range(130))
     assert set(fake.settler.outcomes.values()) == {ACK}
-    # One lock per TAKE_AHEAD messages, never more taken than that ahead of the loop (and never
-    # across a batch: the rest of a chunk shares its batch's lease start and generation).
-    assert 0 < max(ahead) < AsyncKmqConsumer.TAKE_AHEAD
-    assert fake.taken > 130
-    # Closing puts what no coroutine got back at the head of the ready queue, where the consumer's
-    # close finds it and gives it back to the group: nothing settled, same order.
-    c._put_back_held(fake)
-    assert fake.taken == 130 and not c._held
-    rest = fake.ready.drain()
-    assert [m.offset for msgs, _gen in rest for m in msgs] == list(range(130, 300))
+    # One lock per few dozen messages, never more than MOST taken ahead of the loop.
+    assert 0 < max(ahead) < MOST and fake.taken > 130
+    # What was taken ahead stays with the consumer (whose close puts it back), in order.
+    rest = []
+    fake._ahead.put_back(lambda msgs, leased_at, gen: rest.extend(msgs) or True)
+    assert [m.offset for m in rest] == list(range(130, fake.taken))
     assert len(fake.settler.outcomes) == 130
 
 
@@ -216,29 +211,9 @@ def test_a_loop_slower_than_the_hold_takes_one_message_at_a_time():
             ahead.append(fake.taken - n - 1)
             n += 1
             await msg.ack()
-            await asyncio.sleep(AsyncKmqConsumer.HOLD * 1.5)  # each message outlasts the hold
+            await asyncio.sleep(HOLD * 1.5)  # each message outlasts the hold
             if n == 10:
                 break
 
     asyncio.run(scenario())
     assert ahead == [0] * 10 and fake.taken == 10
-
-
-def test_a_chunk_put_back_keeps_its_batchs_lease_start_and_generation():
-    fake = ReadyConsumer(0)
-    msgs = [KmqMessage("q", 0, o, None, b"v", None, 0, fake.settler, threading.Lock()) for o in range(10)]
-    fake.ready.put(msgs, 12.5, gen=3)
-    c = _consumer(fake)
-
-    async def two():
-        seen = []
-        async for msg in c:  # the first take is one message, the next (right after) two
-            seen.append(msg.offset)
-            if len(seen) == 2:
-                return seen
-
-    assert asyncio.run(two()) == [0, 1] and fake.taken == 3 and c._held
-    c._put_back_held(fake)
-    back = fake.ready.take_out({0}, lambda p, gen: True)
-    assert [(leased_at, gen) for _msgs, leased_at, gen in back] == [(12.5, 3), (12.5, 3)]
-    assert [m.offset for batch, _l, _g in back for m in batch] == list(range(2, 10))

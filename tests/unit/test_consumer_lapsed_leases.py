@@ -43,7 +43,7 @@ def test_a_message_whose_lease_ended_in_user_code_is_no_longer_renewed_automatic
     schedule.track(msg, 0.0)  # the consumer's schedule keys are its messages
     c._inflight[0] = 1
     c._ready.put([msg], leased_at=0.0)
-    assert c._ready.take_one(0.0, lambda: False) is msg  # handed over; its lease started at 0.0
+    assert c._ready.take(0.0, 1, lambda: False)[0] is msg  # handed over; its lease started at 0.0
     KmqConsumer._expire_leases(c, 0.1)  # the fetcher records what was taken
     KmqConsumer._expire_leases(c, 5.0)  # nobody renewed it in time: the consumer gives it up
     assert c._inflight[0] == 0 and msg._settler is c._late

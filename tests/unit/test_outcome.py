@@ -12,6 +12,7 @@ import pytest
 
 from kmq.config import BackoffConfig
 from kmq.consumer.handler_pool import run_handlers
+from kmq.consumer.take_ahead import TakeAhead
 from kmq.consumer.writer import marked
 from kmq.core.errors import MessageAlreadySettled
 from kmq.core.message import ACK, HEADER_DELIVERY_COUNT, NACK, REJECT, KmqMessage
@@ -120,6 +121,7 @@ class Source:
         self.queue = SimpleNamespace(name="orders", backoff=BACKOFF)
         self.batch_size = 10
         self.msgs = list(msgs)
+        self._ahead = TakeAhead(self._take_chunk)
 
     @property
     def stopping(self):

@@ -46,15 +46,15 @@ def test_renewal_resets_only_batches_whose_lease_started_before_the_cut_and_drai
     assert q.take(0, 5, lambda: False) == []
 
 
-def test_take_one_hands_one_message_at_a_time_and_leaves_the_rest_ready():
+def test_takes_of_one_hand_one_message_at_a_time_and_leaves_the_rest_ready():
     q = ReadyQueue()
     q.put(_msgs(1, 2, 3), 10.0, gen=1)
-    assert q.take_one(0, lambda: False).offset == 1
-    assert q.take_one(0, lambda: False).offset == 2
+    assert q.take(0, 1, lambda: False)[0].offset == 1
+    assert q.take(0, 1, lambda: False)[0].offset == 2
     # Taken messages are no longer renewed as held ones, nor given back on close.
     assert [m.offset for m in q.due_for_renewal(older_than=20.0, now=30.0)] == [3]
     assert [([m.offset for m in msgs], gen) for msgs, gen in q.drain()] == [([3], 1)]
-    assert q.take_one(0.01, lambda: False) is None
+    assert q.take(0.01, 1, lambda: False) == []
 
 
 def test_taken_records_what_user_code_took_with_its_lease_start_one_record_per_batch():
@@ -62,8 +62,8 @@ def test_taken_records_what_user_code_took_with_its_lease_start_one_record_per_b
     first = _msgs(1, 2, 3, 4)
     q.put(first, 10.0)
     q.put(_msgs(5), 11.0)
-    q.take_one(0, lambda: False)
-    q.take_one(0, lambda: False)
+    q.take(0, 1, lambda: False)
+    q.take(0, 1, lambda: False)
     q.take(0, 1, lambda: False)
     records = q.taken()
     assert len(records) == 1  # consecutive takes of one batch: one record, not one per message
