@@ -164,6 +164,28 @@ def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) ->
             "most_per_key": most_per_key}
 
 
+def _child_kmq_iter(cfg: Any, messages: int, batch: int, fetch: int | None = None) -> dict:
+    """KmqConsumer iterated (``for msg in consumer``, the README's loop): the handler and ``ack()`` each."""
+    from kmq.consumer.consumer import KmqConsumer
+
+    c = KmqConsumer(cfg, batch_size=batch, fetch_size=fetch)
+    n = 0
+    t0 = c0 = 0.0
+    acc = 0
+    for m in c:
+        if n == 0:
+            t0, c0 = time.perf_counter(), _cpu()
+        acc ^= handler(m.value)
+        m.ack()
+        n += 1
+        if n == messages:
+            break
+    c.writer.flush()
+    took, cpu = time.perf_counter() - t0, _cpu() - c0
+    c.close()
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent}
+
+
 def _child_share(cfg: Any, messages: int, batch: int, flush_interval: str) -> dict:
     from kmq.config import parse_duration
     from kmq.share import ShareConsumer
@@ -213,6 +235,8 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
         out = _child_plain_confluent(cfg, messages, batch, tuned=True)
     elif variant == "share":
         out = _child_share(cfg, messages, batch, flush_interval)
+    elif variant == "kmq-iter":
+        out = _child_kmq_iter(cfg, messages, batch, fetch)
     else:
         out = _child_kmq(cfg, messages, batch, fetch)
     out["rss_mb"] = _rss_mb()
@@ -262,14 +286,14 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         flush_interval: str = "100ms", bootstrap: str | None = None, profile: str | None = None,
         fetch: int | None = None, echo: Any = None, client: str = "kafka-python",
         clients: tuple[str, ...] | None = None, share: bool = False, ordering: str = "none",
-        keys: int = 1000, no_renew: bool = False, tuned_gc: bool = False) -> dict:
+        keys: int = 1000, no_renew: bool = False, tuned_gc: bool = False, iterate: bool = False) -> dict:
     """Run the A/B benchmark on ``client``; returns the figures (also printed through ``echo``).
     With ``clients``, one A/B run per client: ``{client: figures}``. ``messages`` defaults
     to :data:`DEFAULT_MESSAGES` of the client."""
     if clients:
         return per_client(clients, lambda c: run(messages, size, batch, rounds, partitions, flush_interval, bootstrap,
                                                   profile, fetch, echo, c, None, share, ordering, keys, no_renew,
-                                                  tuned_gc))
+                                                  tuned_gc, iterate))
     messages = messages or DEFAULT_MESSAGES[client]
     say = echo or (lambda *_: None)
     bootstrap, broker = broker_unless(bootstrap)
@@ -281,9 +305,9 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
             f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
             f"{fetch or 4 * batch} per START (default settings)")
-        if keyed and (share or no_renew or tuned_gc):
+        if keyed and (share or no_renew or tuned_gc or iterate):
             raise click.ClickException("--ordering key is a comparison of its own: run it without --share, "
-                                       "--no-renew and --tuned-gc")
+                                       "--no-renew, --tuned-gc and --iterate")
         if keyed:
             base, test = "kmq", "kmq-key"
             say(f"ordering: key ({keys} key(s)) against ordering: none, both KmqConsumer")
@@ -291,7 +315,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         else:
             variants = (("plain", "kmq") + (("plain-tuned",) if client == "confluent" else ())
                         + (("share",) if share else ()) + (("kmq-no-renew",) if no_renew else ())
-                        + (("kmq-gc",) if tuned_gc else ()))
+                        + (("kmq-gc",) if tuned_gc else ()) + (("kmq-iter",) if iterate else ()))
         runs: dict[str, list[dict]] = {v: [] for v in variants}
         for r in range(rounds):
             for variant in variants:
@@ -350,6 +374,11 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
                 f"msg/s; ratio tuned/default per round {', '.join(f'{x:.3f}' for x in result['gc_ratio_per_round'])}; "
                 f"median {result['gc_ratio_median']:.3f}; CPU per message tuned/default "
                 f"{result['gc_cpu_per_message_ratio_median']:.3f}")
+        if iterate:
+            result.update(_against_kmq(runs, "kmq-iter", "iter"))
+            say(f"[{client}] KmqConsumer iterated (for msg in consumer) median {result['iter_median']:,.0f} msg/s; "
+                f"ratio iteration/poll loop per round {', '.join(f'{x:.3f}' for x in result['iter_ratio_per_round'])}; "
+                f"median {result['iter_ratio_median']:.3f}; CPU per message {result['iter_cpu_per_message_ratio_median']:.3f}")
         return result
     finally:
         if broker is not None:
@@ -410,6 +439,9 @@ def _ordering_result(runs: dict[str, list[dict]], client: str, messages: int, ke
 @click.option("--tuned-gc", is_flag=True,
               help="Also run KmqConsumer in a process whose garbage collector is tuned as kmq work's is "
                    "(kmq.config.process.tune_collector); reports tuned/default and CPU per message.")
+@click.option("--iterate", is_flag=True,
+              help="Also run KmqConsumer iterated (for msg in consumer) each round; reports it against the "
+                   "poll(max_records=batch) loop.")
 @click.option("--ordering", type=click.Choice(("none", "key")), default="none", show_default=True,
               help="key: compare consumer.ordering key with none (keyed records) instead of plain with kmq.")
 @click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True,
