@@ -87,9 +87,13 @@ def _redelivery(report: dict[str, Any]) -> Verdict:
                    _ge(copies, 200_000))
 
 
+#: The kmq.aio variants of ``kmq bench aio`` (the plain aiokafka loop is their reference).
+KMQ_AIO = ("aio-for", "aio-run")
+
+
 def _aio(report: dict[str, Any]) -> Verdict:
     ratios = _at(report, "aio", "ratio_to_aiokafka") or {}
-    worst_ratio = min((r for r in (_num(ratios.get(v)) for v in ("aio-for", "aio-run")) if r is not None), default=None)
+    worst_ratio = min((r for r in (_num(ratios.get(v)) for v in KMQ_AIO) if r is not None), default=None)
     measured = f"kmq.aio / aiokafka loop (lower of async for and run()): {_fmt(worst_ratio, '.3f')}; "
     late = _at(report, "aio", "max_loop_late_ms")
     if isinstance(late, dict):
@@ -109,9 +113,6 @@ def _aio(report: dict[str, Any]) -> Verdict:
                      f"{_fmt(_num(gaps.get('aiokafka')), '.1f', ' ms')})")
     return Verdict("3. asyncio", ">= 0.9 x a plain aiokafka loop; the loop never late by over 5 ms", measured,
                    _all_met(_ge(worst_ratio, 0.9), _le(kmq_late, 5.0)))
-
-
-KMQ_AIO = ("aio-for", "aio-run")
 
 
 def _worst(per_variant: dict[str, Any]) -> float | None:

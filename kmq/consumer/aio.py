@@ -273,11 +273,8 @@ class AsyncKmqConsumer:
     async def _take(self, max_records: int) -> list[KmqMessage]:
         """Up to ``max_records`` messages, waiting (off the loop) at most ``poll_timeout``; [] if none."""
         consumer = self.consumer
-        held = consumer._ahead.take(max_records)  # what an iteration took ahead comes first
-        if held:
-            return held
-        # Memory only: what the fetcher made ready.
-        ready = consumer._take_chunk(0, max_records)[0]
+        # Memory only: what an iteration took ahead, else what the fetcher made ready.
+        ready = consumer.poll(timeout=0, max_records=max_records)
         if ready or consumer.stopping:
             return ready
         fut = self._poller.submit(consumer._take_chunk, self.poll_timeout, max_records)

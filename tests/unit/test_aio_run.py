@@ -55,6 +55,10 @@ class ReadyConsumer:
         self.taken += len(out[0])
         return out
 
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[KmqMessage]:
+        """As KmqConsumer.poll: what was taken ahead first, then the ready queue."""
+        n = max_records or self.batch_size
+        return self._ahead.take(n) or self._take_chunk(timeout, n)[0]
 
 
 def _consumer(fake: ReadyConsumer) -> AsyncKmqConsumer:
