@@ -59,6 +59,8 @@ __all__ = ["AsyncKmqConsumer", "AsyncKmqMessage"]
 
 log = logging.getLogger(__name__)
 
+_new = object.__new__
+
 AsyncHandler = Callable[["AsyncKmqMessage"], Awaitable[Any]]
 
 
@@ -287,9 +289,11 @@ class AsyncKmqConsumer:
 
     def _ready_one(self) -> KmqMessage | None:
         """A message ready now (memory only, no wait), None when none is or once stopping."""
-        if self.stopping:
+        # Once per message: :attr:`stopping` and :attr:`consumer` spelled out (each property a call).
+        c = self._consumer
+        if c is None or self._closed or c.stopping:
             return None
-        return self.consumer._ahead.next(0)
+        return c._ahead.next(0)
 
     def _keep_late(self, fut: concurrent.futures.Future) -> None:
         # On the poll thread: what it returned after its waiter was cancelled, for the next taker (or close).
@@ -304,13 +308,17 @@ class AsyncKmqConsumer:
         Raises the fetcher's error (e.g. :class:`~kmq.core.errors.MarkerWriteError`) when it fails."""
         # With a backlog every message is ready at once and this never suspends: give other
         # tasks a turn every YIELD_EVERY seconds, or an `async for` over a backlog starves them.
-        now = time.monotonic()
-        if now - self._yielded_at >= self.YIELD_EVERY:
+        if time.monotonic() - self._yielded_at >= self.YIELD_EVERY:
             await asyncio.sleep(0)
             self._yielded_at = time.monotonic()
-        m = self._ready_one()  # a backlog: no coroutine of _take's per message
-        if m is not None:
-            return AsyncKmqMessage(m)
+        # A backlog: no coroutine of _take's per message, and _ready_one spelled out (once per message).
+        c = self._consumer
+        if c is not None and not (self._closed or c.stopping):
+            m = c._ahead.next(0)
+            if m is not None:
+                w = _new(AsyncKmqMessage)  # AsyncKmqMessage(m) without the class call
+                w.message = m
+                return w
         while not self.stopping:
             got = await self._take(1)
             if got:
@@ -453,8 +461,10 @@ class _HandlerPool:
             m = await self._next()
             if m is None:
                 return
+            w = _new(AsyncKmqMessage)  # AsyncKmqMessage(m) without the class call (once per message)
+            w.message = m
             try:
-                await handler(AsyncKmqMessage(m))
+                await handler(w)
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
                 outcome = rule.failed(exc, m.delivery_count)
             else:

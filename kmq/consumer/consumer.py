@@ -48,7 +48,7 @@ from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields
-from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage
+from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
 
@@ -109,6 +109,8 @@ class KmqConsumer:
         self.fetch_size = fetch_size or 4 * batch_size
         self._hook = stage_hook
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
+        #: What the client adapter builds for each fetched record (no intermediate record object).
+        self._message = message_builder(self, self._lock)
         #: Committed batches waiting for user code, and the fetcher's error; with ``consumer.ordering: key``
         #: handed out one message per key at a time (:mod:`kmq.consumer.keyed_ready`).
         self._keyed: KeyedReadyQueue | None = KeyedReadyQueue() if cfg.consumer.ordering == "key" else None
@@ -130,6 +132,9 @@ class KmqConsumer:
         self._wake = threading.Event()
         self._stop_run = threading.Event()
         self._closed = False
+        #: :meth:`stop` or :meth:`close` was called. A plain attribute, not a property: iteration
+        #: and :mod:`kmq.consumer.aio` read it once per message.
+        self.stopping = False
         self._fetcher: threading.Thread | None = None
         self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
         self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
@@ -280,6 +285,7 @@ class KmqConsumer:
         if self._closed:
             return
         self._closed = True
+        self.stopping = True
         self._put_back_ahead()
         self._stop.set()
         self._wake.set()
@@ -322,6 +328,7 @@ class KmqConsumer:
 
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
+        self.stopping = True
         self._stop_run.set()
         self._ready.wake()
 
@@ -363,7 +370,7 @@ class KmqConsumer:
         :meth:`poll` or loop, and :meth:`close` gives it back to the group with the rest."""
         self._ensure_started()
         ahead = self._ahead
-        while not (self._stop_run.is_set() or self._closed):
+        while not self.stopping:
             msg = ahead.next(0.5)  # raises the fetcher's error once nothing is ready
             if msg is not None:
                 yield msg
@@ -381,11 +388,6 @@ class KmqConsumer:
         backoff for its delivery count. On stop, running handlers finish; messages
         not yet taken are given back to the group by :meth:`close`."""
         run_handlers(self, handler, workers, poll_timeout, reject_on)
-
-    @property
-    def stopping(self) -> bool:
-        """:meth:`stop` or :meth:`close` was called."""
-        return self._stop_run.is_set() or self._closed
 
     def raise_error(self) -> None:
         """Raise the fetcher's error once no ready messages are left (for :mod:`kmq.consumer.handler_pool`)."""
@@ -611,11 +613,6 @@ class KmqConsumer:
                     expired[0].partition, expired[0].offset,
                     extra=message_fields(expired[0], outcome="timeout", count=len(expired)))
             self._expired_logged = True
-
-    def _message(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                 headers: Any, timestamp: int) -> KmqMessage:
-        """What the adapter builds for each fetched record (no intermediate record object)."""
-        return KmqMessage(topic, partition, offset, key, value, headers, timestamp, self, self._lock)
 
     def _stalled(self, why: str) -> None:
         self._fail(FetcherStalled(f"{self.queue.name}: {why}"))

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from kmq.core.errors import MessageAlreadySettled
-from kmq.core.message import KmqMessage, delivery_count_of, origin_of
+from kmq.core.message import KmqMessage, delivery_count_of, message_builder, origin_of
 
 
 class Recorder:
@@ -117,3 +117,22 @@ def test_a_message_keeps_the_headers_it_was_given():
     given = [("kmq-delivery-count", b"4")]
     msg = make(headers=given)
     assert msg.headers is given and msg.delivery_count == 4
+
+
+@pytest.mark.parametrize("key, value, headers", [
+    (b"k", b"v" * 10, [("kmq-delivery-count", b"3")]),
+    (None, None, None),
+    (None, b"", []),
+    (b"", b"payload", None),
+])
+def test_message_builder_makes_what_the_constructor_makes(key, value, headers):
+    # The fetcher's builder sets the slots itself (no class call): every slot must come out as the
+    # constructor sets it, so a slot added to KmqMessage without the builder fails here.
+    settler, lock = Recorder(), threading.Lock()
+    built = message_builder(settler, lock)("orders", 2, 7, key, value, headers, 1000)
+    made = KmqMessage("orders", 2, 7, key, value, headers, 1000, settler, lock)
+    assert type(built) is KmqMessage
+    for slot in KmqMessage.__slots__:
+        assert getattr(built, slot) == getattr(made, slot), slot
+    built.ack()
+    assert settler.calls == [(7, "ack", None)] and built.outcome == "ack"
