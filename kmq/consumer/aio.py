@@ -75,6 +75,7 @@ class AsyncKmqMessage:
 
     def __init__(self, message: KmqMessage) -> None:
         #: The underlying :class:`~kmq.core.message.KmqMessage` (for code written against the threaded API).
+        #: Its one slot: the per-message paths of this module set it without calling the class.
         self.message = message
 
     # The attributes users read, without a per-access __getattr__ indirection.
