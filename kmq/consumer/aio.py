@@ -59,8 +59,6 @@ __all__ = ["AsyncKmqConsumer", "AsyncKmqMessage"]
 
 log = logging.getLogger(__name__)
 
-_new = object.__new__
-
 AsyncHandler = Callable[["AsyncKmqMessage"], Awaitable[Any]]
 
 
@@ -75,7 +73,7 @@ class AsyncKmqMessage:
 
     def __init__(self, message: KmqMessage) -> None:
         #: The underlying :class:`~kmq.core.message.KmqMessage` (for code written against the threaded API).
-        #: Its one slot: the per-message paths of this module set it without calling the class.
+        #: Its one slot: :func:`_wrap` sets it without calling the class.
         self.message = message
 
     # The attributes users read, without a per-access __getattr__ indirection.
@@ -121,6 +119,17 @@ class AsyncKmqMessage:
     async def abandon(self) -> None:
         """Give the message up without a marker: the tracker redelivers it when its lease ends."""
         self.message.abandon()
+
+
+def _wrap(message: KmqMessage) -> AsyncKmqMessage:
+    """``AsyncKmqMessage(message)`` without the class call (``__new__`` and ``__init__`` cost twice
+    this, once per message handed to a coroutine)."""
+    w = _new_wrapper(AsyncKmqMessage)
+    w.message = message
+    return w
+
+
+_new_wrapper = object.__new__
 
 
 class AsyncKmqConsumer:
@@ -312,18 +321,13 @@ class AsyncKmqConsumer:
         if time.monotonic() - self._yielded_at >= self.YIELD_EVERY:
             await asyncio.sleep(0)
             self._yielded_at = time.monotonic()
-        # A backlog: no coroutine of _take's per message, and _ready_one spelled out (once per message).
-        c = self._consumer
-        if c is not None and not (self._closed or c.stopping):
-            m = c._ahead.next(0)
-            if m is not None:
-                w = _new(AsyncKmqMessage)  # AsyncKmqMessage(m) without the class call
-                w.message = m
-                return w
+        m = self._ready_one()  # a backlog: no coroutine of _take's per message
+        if m is not None:
+            return _wrap(m)
         while not self.stopping:
             got = await self._take(1)
             if got:
-                return AsyncKmqMessage(got[0])
+                return _wrap(got[0])
             self._yielded_at = time.monotonic()  # _take waited off the loop: others had their turn
         raise StopAsyncIteration
 
@@ -462,10 +466,8 @@ class _HandlerPool:
             m = await self._next()
             if m is None:
                 return
-            w = _new(AsyncKmqMessage)  # AsyncKmqMessage(m) without the class call (once per message)
-            w.message = m
             try:
-                await handler(w)
+                await handler(_wrap(m))
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
                 outcome = rule.failed(exc, m.delivery_count)
             else:

@@ -130,10 +130,9 @@ class KmqConsumer:
         self._stop = threading.Event()
         #: Set when a START or a commit is answered (and on stop): ends the fetcher's wait early.
         self._wake = threading.Event()
-        self._stop_run = threading.Event()
         self._closed = False
-        #: :meth:`stop` or :meth:`close` was called. A plain attribute, not a property: iteration
-        #: and :mod:`kmq.consumer.aio` read it once per message.
+        #: :meth:`stop` or :meth:`close` was called (a plain flag: iteration and :mod:`kmq.consumer.aio`
+        #: read it once per message; setting it is thread- and signal-safe).
         self.stopping = False
         self._fetcher: threading.Thread | None = None
         self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
@@ -289,7 +288,6 @@ class KmqConsumer:
         self._put_back_ahead()
         self._stop.set()
         self._wake.set()
-        self._stop_run.set()
         self._ready.wake()
         if self._fetcher is not None and self._fetcher is not threading.current_thread():
             if isinstance(self._ready.error, FetcherStalled):
@@ -329,7 +327,6 @@ class KmqConsumer:
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
         self.stopping = True
-        self._stop_run.set()
         self._ready.wake()
 
     def in_flight(self) -> dict[int, int]:
@@ -359,7 +356,7 @@ class KmqConsumer:
         return self._ready.take_chunk(timeout, max_records, self._stopped)
 
     def _stopped(self) -> bool:
-        return self._stop.is_set() or self._stop_run.is_set()
+        return self.stopping or self._stop.is_set()
 
     def __iter__(self) -> Iterator[KmqMessage]:
         """Messages one by one until :meth:`stop` or :meth:`close`.
