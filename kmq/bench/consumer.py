@@ -15,7 +15,7 @@ plain/kmq ``--rounds`` times:
 * plain-tuned (confluent only): the same loop with kmq's ``fetch.queue.backoff.ms``;
   KmqConsumer is reported against it too.
 * kmq:   ``KmqConsumer.poll(max_records=batch)``, the same handler, ``msg.ack()`` each
-  (the fetcher takes ``fetch_size`` records per Kafka poll, default 4 x batch,
+  (the fetcher takes ``fetch_size`` records per Kafka poll, default 8 x batch,
   with one START per partition acknowledged before the commit; END ranges
   flushed every ``ack_flush_interval``); the clock stops after the final flush.
 
@@ -53,6 +53,7 @@ import click
 from kmq.bench.consumer_config import consumer_config as _config
 from kmq.bench.consumer_latency import run_latency
 from kmq.bench.per_client import per_client
+from kmq.consumer.consumer import FETCH_BATCHES
 from kmq.dev.broker import broker_unless
 
 __all__ = ["command", "run"]
@@ -304,7 +305,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         _produce(bootstrap, queue, messages, size, partitions, client, keys if keyed else 0)
         say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
             f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
-            f"{fetch or 4 * batch} per START (default settings)")
+            f"{fetch or FETCH_BATCHES * batch} per START (default settings)")
         if keyed and (share or no_renew or tuned_gc or iterate):
             raise click.ClickException("--ordering key is a comparison of its own: run it without --share, "
                                        "--no-renew, --tuned-gc and --iterate")
@@ -331,7 +332,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         kmq = [x["rate"] for x in runs["kmq"]]
         ratios = [k / p for k, p in zip(kmq, plain)]
         result = {
-            "client": client, "messages": messages, "size": size, "batch": batch, "fetch": fetch or 4 * batch, "rounds": rounds,
+            "client": client, "messages": messages, "size": size, "batch": batch, "fetch": fetch or FETCH_BATCHES * batch, "rounds": rounds,
             "partitions": partitions,
             "plain_msgs_per_s": plain, "kmq_msgs_per_s": kmq,
             "plain_median": statistics.median(plain), "kmq_median": statistics.median(kmq),
@@ -425,7 +426,7 @@ def _ordering_result(runs: dict[str, list[dict]], client: str, messages: int, ke
 @click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True,
               help="Records per poll (plain: max_records and commit; kmq: poll(max_records)).")
 @click.option("--fetch", type=click.IntRange(min=1), default=None,
-              help="KmqConsumer fetch_size: records per Kafka poll and START (default 4 x batch).")
+              help="KmqConsumer fetch_size: records per Kafka poll and START (default 8 x batch).")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="A/B alternations.")
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--flush-interval", default="100ms", show_default=True, help="consumer.ack_flush_interval for kmq.")
