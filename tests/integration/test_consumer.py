@@ -293,7 +293,20 @@ def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_
                 handed.append(m)
                 m.ack()
 
-        wait_until(lambda: take(b) or take(a) or len(handed) >= 2000, 90, what="2000 messages handed")
+        try:
+            wait_until(lambda: take(b) or take(a) or len(handed) >= 2000, 90, what="2000 messages handed")
+        except AssertionError as exc:
+            # Seen once (confluent, committed) in a loaded run: say who held what, to tell a group that
+            # stopped assigning (partitions held by no member) from a pipeline that stopped handing over.
+            held = []
+            for c in (a, b):
+                try:
+                    held.append(sorted(p for _t, p in c._kc.assignment()))
+                except RuntimeError as closed:  # its fetcher failed and closed the Kafka consumer
+                    held.append(f"closed ({closed})")
+            seen = (f"{exc}: {len(handed)} handed; partitions held by a and b: {held}; "
+                    f"in flight a {a.in_flight()}, b {b.in_flight()}")
+            raise AssertionError(seen) from None
         a.writer.flush()
         b.writer.flush()
         markers = markers_by_partition(bootstrap, q.markers_topic)
