@@ -122,7 +122,13 @@ def _interrupt_mid_step(tracker: TrackerProcess, bootstrap: str, topic: str, int
     finally:
         if isinstance(seen, CopiesSeen):
             seen.close()
-    raise AssertionError(f"{copies} copies within {timeout}s: {tracker.log_path.read_text()[-2000:]}")
+    # Tells a tracker that never copied from copies written but not read back yet (durable storage lags).
+    try:
+        step = "" if open_step is None else (" (by the tracker's own count not every copy is written yet)" if open_step()
+                                             else " (by the tracker's own count every copy is written: the read lags)")
+    except Exception as exc:  # noqa: BLE001 - the tracker's metrics endpoint may be gone; the failure stands
+        step = f" (the tracker's own count could not be read: {exc})"
+    raise AssertionError(f"{copies} copies read within {timeout}s{step}: {tracker.log_path.read_text()[-2000:]}")
 
 
 #: How long the copies are read once the tracker says it closed every original: they are all
