@@ -303,9 +303,10 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         t = time.perf_counter()
         keyed = ordering == "key"
         _produce(bootstrap, queue, messages, size, partitions, client, keys if keyed else 0)
+        fetch_size = fetch or FETCH_BATCHES * batch  # what KmqConsumer fetches per START (fetch=None: its default)
         say(f"[{client}] produced {messages} x {size} B to {queue} ({partitions} partition(s)) in "
             f"{time.perf_counter() - t:.1f}s; both poll {batch} at a time, KmqConsumer fetches up to "
-            f"{fetch or FETCH_BATCHES * batch} per START (default settings)")
+            f"{fetch_size} per START (default settings)")
         if keyed and (share or no_renew or tuned_gc or iterate):
             raise click.ClickException("--ordering key is a comparison of its own: run it without --share, "
                                        "--no-renew, --tuned-gc and --iterate")
@@ -332,7 +333,7 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         kmq = [x["rate"] for x in runs["kmq"]]
         ratios = [k / p for k, p in zip(kmq, plain)]
         result = {
-            "client": client, "messages": messages, "size": size, "batch": batch, "fetch": fetch or FETCH_BATCHES * batch, "rounds": rounds,
+            "client": client, "messages": messages, "size": size, "batch": batch, "fetch": fetch_size, "rounds": rounds,
             "partitions": partitions,
             "plain_msgs_per_s": plain, "kmq_msgs_per_s": kmq,
             "plain_median": statistics.median(plain), "kmq_median": statistics.median(kmq),
