@@ -81,7 +81,10 @@ def _redelivery(report: dict[str, Any]) -> Verdict:
     rt = _at(report, "tracker", "redelivery_throughput", "confluent") or {}
     copies = _num(rt.get("copies_per_s"))
     backlog = rt.get("messages")
-    measured = _fmt(copies, ",.0f", " copies/s") + (f" (confluent, {backlog:,} due at once, one tracker)"
+    rounds = rt.get("rounds")
+    of = (f"; median of {len(rounds)} rounds: " + ", ".join(_fmt(_num(r), ",.0f") for r in rounds)
+          if isinstance(rounds, list) and rounds else "")
+    measured = _fmt(copies, ",.0f", " copies/s") + (f" (confluent, {backlog:,} due at once, one tracker{of})"
                                                      if isinstance(backlog, int) else "")
     return Verdict("2. crash-sized redelivery", ">= 200,000 copies/s, one tracker, confluent", measured,
                    _ge(copies, 200_000))

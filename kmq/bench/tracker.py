@@ -36,7 +36,7 @@ import click
 from kmq.bench.tracker_idle import idle_cost, process_idle_cost
 from kmq.dev.broker import broker_unless
 
-__all__ = ["command", "run", "throughput", "memory", "redelivery_throughput"]
+__all__ = ["command", "run", "throughput", "memory", "redelivery_throughput", "redelivery_rounds"]
 
 BATCH = 500
 
@@ -295,14 +295,32 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
             "copies_per_cpu_s": int((done - n_first) / cpu) if cpu > 0 else None}
 
 
+def redelivery_rounds(bootstrap: str, client: str, messages: int, rounds: int = 1) -> dict:
+    """:func:`redelivery_throughput` ``rounds`` times (a fresh queue each): the median round, with
+    every round's rate under ``rounds``. A single run of an absolute rate on a 2-core machine that
+    it shares with the broker moves by about 6 % from run to run (181,843-218,206 copies/s, the
+    same code, 200,000 due at once). A round that did not finish makes the result that round's:
+    its rate is None, never left out."""
+    runs = [redelivery_throughput(bootstrap, client, messages) for _ in range(rounds)]
+    if rounds == 1:
+        return runs[0]
+    failed = [r for r in runs if r.get("copies_per_s") is None]
+    picked = dict(failed[0] if failed else sorted(runs, key=lambda r: r["copies_per_s"])[(rounds - 1) // 2])
+    picked["rounds"] = [r.get("copies_per_s") for r in runs]
+    return picked
+
+
 def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, messages: int = 50_000,
-        delay_messages: int = 400, acked_pairs: int = 20_000, idle_partitions: int = 0) -> dict:
+        delay_messages: int = 400, acked_pairs: int = 20_000, idle_partitions: int = 0,
+        redelivery_rounds: int = 1) -> dict:
     """All tracker figures; starts an embedded broker when ``bootstrap`` is None. ``messages``:
     the redelivery-throughput backlog; ``delay_messages`` and ``acked_pairs``: the sizes of
     the redelivery-delay and recovery runs (smaller for ``kmq bench all --quick``);
     ``idle_partitions``: when set (and confluent-kafka is installed), also the idle cost of a whole
     tracker process owning that many partitions, with the default markers fetch wait and with 500 ms,
-    each beside a plain consumer of the same partitions (an embedded broker of its own each)."""
+    each beside a plain consumer of the same partitions (an embedded broker of its own each);
+    ``redelivery_rounds``: runs of the redelivery throughput per client, the median reported
+    (:func:`redelivery_rounds`)."""
     out: dict = {"throughput": throughput(batches), "memory": memory()}
     if not broker:
         return out
@@ -318,7 +336,7 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
         if importlib.util.find_spec("confluent_kafka") is not None:
             clients.append("confluent")
         # Keyed by client, so `kmq bench all`'s table shows the pair side by side.
-        out["redelivery_throughput"] = {c: redelivery_throughput(bootstrap, c, messages) for c in clients}
+        out["redelivery_throughput"] = {c: redelivery_rounds(bootstrap, c, messages, redelivery_rounds) for c in clients}
     finally:
         if dev is not None:
             dev.stop()
@@ -330,6 +348,8 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
 @click.option("--batches", default=2000, show_default=True, help="START batches of 500 for the throughput run.")
 @click.option("--no-broker", is_flag=True, help="Only the pure figures (throughput, memory).")
 @click.option("--messages", default=50_000, show_default=True, help="Backlog of the redelivery-throughput run.")
+@click.option("--rounds", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Redelivery-throughput runs per client; the median is reported (kmq bench all: 3).")
 @click.option("--idle-partitions", type=click.IntRange(min=1), default=None,
               help="Measure only the idle cost of a tracker owning this many partitions (no broker).")
 @click.option("--idle-tick", default=0.1, show_default=True, type=click.FloatRange(min=0.001),
@@ -345,7 +365,7 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
 @click.option("--idle-fetch-wait", default=None, type=click.FloatRange(min=0.001, max=10.0),
               help="With --idle-process: tracker.fetch_wait, seconds (default: the tracker's default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int, idle_partitions: int | None,
+def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int, rounds: int, idle_partitions: int | None,
             idle_tick: float, idle_seconds: float, idle_client: str | None, idle_settle: float, idle_fetch_wait: float | None,
             as_json: bool) -> None:
     """Tracker throughput (pure path), memory, redelivery delay and recovery; or, with
@@ -373,7 +393,8 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int,
     if idle_partitions is not None:
         figures = {"idle": idle_cost(idle_partitions, idle_tick, idle_seconds)}
     else:
-        figures = run(bootstrap=bootstrap, batches=batches, broker=not no_broker, messages=messages)
+        figures = run(bootstrap=bootstrap, batches=batches, broker=not no_broker, messages=messages,
+                      redelivery_rounds=rounds)
     if as_json:
         click.echo(json.dumps(figures, indent=2))
         return
@@ -398,5 +419,7 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int,
                    f"({r['note']})")
         for rt in figures["redelivery_throughput"].values():
             per_cpu = f", {rt['copies_per_cpu_s']:,} per CPU-second of the tracker" if rt.get("copies_per_cpu_s") else ""
+            of = (f"; median of {len(rt['rounds'])} rounds: " + ", ".join(f"{r:,}" if r else "unfinished" for r in rt["rounds"])
+                  if rt.get("rounds") else "")
             click.echo(f"redelivery throughput ({rt['client']})  {rt['copies_per_s'] or 0:,} copies/s{per_cpu} "
-                       f"({rt['redelivered']:,} of {rt['messages']:,} due at once)")
+                       f"({rt['redelivered']:,} of {rt['messages']:,} due at once{of})")
