@@ -36,7 +36,7 @@ import click
 from kmq.bench.tracker_idle import idle_cost, process_idle_cost
 from kmq.dev.broker import broker_unless
 
-__all__ = ["command", "run", "throughput", "memory", "redelivery_throughput", "redelivery_rounds"]
+__all__ = ["command", "run", "throughput", "memory", "redelivery_throughput", "median_redelivery"]
 
 BATCH = 500
 
@@ -295,7 +295,7 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
             "copies_per_cpu_s": int((done - n_first) / cpu) if cpu > 0 else None}
 
 
-def redelivery_rounds(bootstrap: str, client: str, messages: int, rounds: int = 1) -> dict:
+def median_redelivery(bootstrap: str, client: str, messages: int, rounds: int = 1) -> dict:
     """:func:`redelivery_throughput` ``rounds`` times (a fresh queue each): the median round, with
     every round's rate under ``rounds``. A single run of an absolute rate on a 2-core machine that
     it shares with the broker moves by about 6 % from run to run (181,843-218,206 copies/s, the
@@ -320,7 +320,7 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
     tracker process owning that many partitions, with the default markers fetch wait and with 500 ms,
     each beside a plain consumer of the same partitions (an embedded broker of its own each);
     ``redelivery_rounds``: runs of the redelivery throughput per client, the median reported
-    (:func:`redelivery_rounds`)."""
+    (:func:`median_redelivery`)."""
     out: dict = {"throughput": throughput(batches), "memory": memory()}
     if not broker:
         return out
@@ -336,7 +336,7 @@ def run(bootstrap: str | None = None, batches: int = 2000, broker: bool = True, 
         if importlib.util.find_spec("confluent_kafka") is not None:
             clients.append("confluent")
         # Keyed by client, so `kmq bench all`'s table shows the pair side by side.
-        out["redelivery_throughput"] = {c: redelivery_rounds(bootstrap, c, messages, redelivery_rounds) for c in clients}
+        out["redelivery_throughput"] = {c: median_redelivery(bootstrap, c, messages, redelivery_rounds) for c in clients}
     finally:
         if dev is not None:
             dev.stop()
