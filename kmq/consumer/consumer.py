@@ -200,10 +200,14 @@ class KmqConsumer:
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
         self._renewal: AutoRenewal | None = None
+        #: The schedule's tracked messages, read per settlement: empty (no call) for the messages
+        #: settled before their batch's look, most of a busy consumer's.
+        self._tracked: dict = {}
         if cfg.consumer.auto_renew:
             self._schedule, self._keeper, self._renewal = auto_renewal(
                 self.queue.name, self.queue.lease, cfg.consumer.max_lease, self.writer.flush_interval,
                 self._acks, self._lock, self._expiry)
+            self._tracked = self._schedule.tracked
 
     # ------------------------------------------------------------ Settler (called under self._lock)
     def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
@@ -214,8 +218,8 @@ class KmqConsumer:
         c = self._returned_counts if outcome is ABANDON and arg == RETURNED else self._settled_counts
         c[0] += 1
         c[1] += msg._nbytes
-        if self._schedule is not None:
-            self._schedule.forget(msg)
+        if self._tracked:  # only messages still unsettled after their batch's look are tracked
+            self._schedule.forget(msg)  # type: ignore[union-attr]
         if self._extended:
             self._extended.pop((p, msg.offset), None)
         if self._tracing is not None:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import Any, Callable, Hashable, Mapping
 
 __all__ = ["LeaseSchedule", "Due", "LeaseKeeper", "default_margin", "SETTLED_WITHIN"]
 
@@ -104,6 +104,10 @@ class LeaseSchedule:
         self.grace = grace
         self._unsettled = unsettled
         self._entries: dict[Hashable, _Group] = {}  # key -> the group it is in now
+        #: The tracked keys (read-only; a caller may skip :meth:`forget` while it is empty). Keys
+        #: of :meth:`track_soon` batches not looked at yet are not in it: settled before their
+        #: look, they are never tracked.
+        self.tracked: Mapping[Hashable, Any] = self._entries
         # (renew_at, seq, group); a key whose entry points to another group (renewed since) or to
         # none (settled) is skipped when its old group comes up.
         self._heap: list[tuple[float, int, _Group]] = []

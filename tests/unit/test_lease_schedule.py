@@ -217,3 +217,16 @@ def test_without_a_settled_check_track_soon_tracks_at_once():
     s = LeaseSchedule(lease=10.0, max_lease=60.0, margin=1.0)
     s.track_soon(["a"], started=0.0, now=0.0)
     assert s._entries.keys() == {"a"}
+
+
+def test_tracked_is_a_live_view_a_settler_may_skip_forget_on_while_it_is_empty():
+    settled: set = set()
+    s = _soon_schedule(settled)
+    view = s.tracked
+    s.track_soon(["a", "b"], started=0.0, now=0.0)
+    settled.add("a")  # settled before the look: nothing tracked yet, no forget() call needed
+    assert not view
+    s.look(0.1)
+    assert set(view) == {"b"}  # the same object, not a copy taken at construction
+    s.forget("b")
+    assert not view and s.due(9.0).renew == {}
