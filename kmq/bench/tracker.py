@@ -298,8 +298,8 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
 def median_redelivery(bootstrap: str, client: str, messages: int, rounds: int = 1) -> dict:
     """:func:`redelivery_throughput` ``rounds`` times (a fresh queue each): the median round, with
     every round's rate under ``rounds``. A single run of an absolute rate on a 2-core machine that
-    it shares with the broker moves by about 6 % from run to run (181,843-218,206 copies/s, the
-    same code, 200,000 due at once). A round that did not finish makes the result that round's:
+    it shares with the broker moves a lot from run to run (178,587-231,105 copies/s in one day's
+    runs of the same code, 200,000 due at once). A round that did not finish makes the result that round's:
     its rate is None, never left out."""
     runs = [redelivery_throughput(bootstrap, client, messages) for _ in range(rounds)]
     if rounds == 1:

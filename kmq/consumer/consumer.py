@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from kmq import client as client_api
 from kmq.client import ClientCommitFailed
@@ -202,7 +202,7 @@ class KmqConsumer:
         self._renewal: AutoRenewal | None = None
         #: The schedule's tracked messages, read per settlement: empty (no call) for the messages
         #: settled before their batch's look, most of a busy consumer's.
-        self._tracked: dict = {}
+        self._tracked: Mapping[Any, Any] = {}
         if cfg.consumer.auto_renew:
             self._schedule, self._keeper, self._renewal = auto_renewal(
                 self.queue.name, self.queue.lease, cfg.consumer.max_lease, self.writer.flush_interval,
