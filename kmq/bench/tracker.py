@@ -33,6 +33,7 @@ import uuid
 
 import click
 
+from kmq.bench.targets import rounds_said
 from kmq.bench.tracker_idle import idle_cost, process_idle_cost
 from kmq.dev.broker import broker_unless
 
@@ -419,7 +420,6 @@ def command(bootstrap: str | None, batches: int, no_broker: bool, messages: int,
                    f"({r['note']})")
         for rt in figures["redelivery_throughput"].values():
             per_cpu = f", {rt['copies_per_cpu_s']:,} per CPU-second of the tracker" if rt.get("copies_per_cpu_s") else ""
-            of = (f"; median of {len(rt['rounds'])} rounds: " + ", ".join(f"{r:,}" if r else "unfinished" for r in rt["rounds"])
-                  if rt.get("rounds") else "")
+            of = rounds_said(rt.get("rounds"))
             click.echo(f"redelivery throughput ({rt['client']})  {rt['copies_per_s'] or 0:,} copies/s{per_cpu} "
                        f"({rt['redelivered']:,} of {rt['messages']:,} due at once{of})")
