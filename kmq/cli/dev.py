@@ -1,4 +1,4 @@
-"""``kmq dev broker``: the embedded local broker."""
+"""``kmq dev broker``: the embedded local broker; ``kmq dev kafka``: Apache Kafka from Maven Central."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import threading
 
 import click
 
+from kmq.core.errors import DevBrokerError
 from kmq.dev.broker import DevBroker
+from kmq.dev.kafka import KAFKA_VERSION, KafkaCluster
 
 
 @click.group()
@@ -36,3 +38,40 @@ def broker(port: int, storage: str) -> None:
             if b.pid is None or not b.pids:
                 raise click.ClickException("the embedded broker exited unexpectedly")
     click.echo("broker stopped")
+
+
+@dev.command()
+@click.option("--brokers", type=click.IntRange(1, 9), default=1, show_default=True,
+              help="Brokers (one JVM in combined mode for 1; a dedicated controller beside more).")
+@click.option("--version", "version", default=None, help=f"Apache Kafka version (default {KAFKA_VERSION}, or KMQ_KAFKA_VERSION).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Where logs and data go (default: a new temporary directory); reused data survives a restart.")
+@click.option("--heap", default="512m", show_default=True, help="Each broker's JVM heap (-Xmx).")
+def kafka(brokers: int, version: str | None, workdir: str | None, heap: str) -> None:
+    """Run Apache Kafka (KRaft) on loopback until Ctrl-C or SIGTERM.
+
+    The broker's jars are resolved once from Maven Central with Maven into ~/.cache/kmq/kafka
+    (KMQ_KAFKA_CACHE); later runs need no network. Needs Java 17+ (and Maven for the first run)."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    cluster = KafkaCluster(brokers=brokers, version=version, workdir=workdir, heap=heap)
+    try:
+        cluster.start()
+    except DevBrokerError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        click.echo(f"kmq dev kafka ready: Apache Kafka {cluster.version}, bootstrap {cluster.bootstrap} "
+                   f"(pids {' '.join(map(str, cluster.pids))}, logs in {cluster.workdir})")
+        click.echo(f"  export KMQ_KAFKA__BOOTSTRAP_SERVERS={cluster.bootstrap}")
+        click.echo("  Ctrl-C stops it.")
+        while not stop.wait(0.5):
+            if len(cluster.pids) < len(cluster.nodes):
+                raise click.ClickException(f"a Kafka node exited unexpectedly; see the logs in {cluster.workdir}")
+    finally:
+        cluster.stop()
+    click.echo("kafka stopped")

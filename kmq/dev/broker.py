@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 
 from kmq.core.errors import DevBrokerError
-from kmq.dev.processes import stop_processes
+from kmq.dev.processes import log_tail, set_pdeathsig, stop_processes
 
 __all__ = ["DevBroker", "free_port", "tansu_binary"]
 
@@ -64,29 +63,14 @@ def tansu_binary() -> Path:
     return path
 
 
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
-    # Ask Linux to SIGTERM the broker if its parent dies, so a killed test run
-    # or CLI leaves no stray broker behind.
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _wait_port(host: str, port: int, proc: subprocess.Popen, deadline: float, what: str, log_path: Path) -> None:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise DevBrokerError(f"{what} exited with code {proc.returncode} during start; see {log_path}: {_tail(log_path)}")
+            raise DevBrokerError(f"{what} exited with code {proc.returncode} during start; see {log_path}: {log_tail(log_path)}")
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
             return
         time.sleep(0.02)
     raise DevBrokerError(f"{what} did not listen on {host}:{port} within the timeout; see {log_path}")
-
-
-def _tail(path: Path, lines: int = 3) -> str:
-    with contextlib.suppress(OSError):
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    return ""
 
 
 class DevBroker:
@@ -154,7 +138,7 @@ class DevBroker:
         with open(log_path, "ab") as out:
             self._proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
+                start_new_session=True, preexec_fn=set_pdeathsig if sys.platform.startswith("linux") else None,
             )
         try:
             _wait_port(self.host, self.port, self._proc, deadline, "tansu", log_path)
@@ -223,7 +207,7 @@ class DevBroker:
             self._moto = subprocess.Popen(
                 [str(moto), "-H", "127.0.0.1", "-p", str(self._moto_port)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
+                preexec_fn=set_pdeathsig if sys.platform.startswith("linux") else None,
             )
         _wait_port("127.0.0.1", self._moto_port, self._moto, deadline, "moto_server", log_path)
         import boto3

@@ -3,11 +3,30 @@ workers): by PID, SIGTERM first, SIGKILL after a grace period."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Iterable
 
-__all__ = ["stop_processes"]
+__all__ = ["log_tail", "set_pdeathsig", "stop_processes"]
+
+
+def set_pdeathsig() -> None:  # pragma: no cover - runs in the child
+    """``preexec_fn`` of a child: Linux SIGTERMs it when its parent dies, so a killed test run
+    or CLI leaves no stray broker behind."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def log_tail(path: Path, lines: int = 3) -> str:
+    """The last ``lines`` of a child's log on one line, for an error message ("" if unreadable)."""
+    with contextlib.suppress(OSError):
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    return ""
 
 
 def stop_processes(procs: Iterable[subprocess.Popen | None], timeout: float = 10.0) -> None:

@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kmq.dev.broker import DevBroker, _set_pdeathsig, _wait_port, free_port
+from kmq.dev.broker import DevBroker, _wait_port, free_port
+from kmq.dev.processes import set_pdeathsig
 from kmq.dev.processes import stop_processes
 
 KEY_PASSWORD = "kmq-test-key-pass"
@@ -147,7 +148,7 @@ class TlsBroker:
             f"CAfile = {self.pki.ca}",
             "verifyChain = yes", "requireCert = yes", "",
         ]))
-        self._stunnel = subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, preexec_fn=_set_pdeathsig,
+        self._stunnel = subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, preexec_fn=set_pdeathsig,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             _wait_port("127.0.0.1", self.tls_port, self._stunnel, time.monotonic() + 20, "stunnel", log)
