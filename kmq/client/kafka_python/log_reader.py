@@ -46,7 +46,12 @@ class LogReader:
     def __init__(self, kafka: KafkaConfig, timeout_s: float = 10.0, **overrides: Any) -> None:
         self._kafka = kafka
         self._timeout_s = timeout_s
-        settings = {"fetch_max_wait_ms": 50, "max_poll_records": 2000, **overrides}
+        # No incremental fetch sessions (KIP-227): every read assigns its partitions anew, which resets
+        # kafka-python's marks but not its session with the broker, and a broker that keeps the session
+        # answers a partition unchanged since the last read with nothing, so no mark, and the read of an
+        # empty partition waited out its whole timeout (Apache Kafka; tansu keeps no sessions).
+        settings = {"fetch_max_wait_ms": 50, "max_poll_records": 2000, "enable_incremental_fetch_sessions": False,
+                    **overrides}
         self._consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                                        **settings)
         self._groups: dict[str, Any] = {}
