@@ -1,7 +1,8 @@
 """Session fixtures: a real Kafka-protocol broker and a real Redis.
 
-Kafka, in this order: ``KMQ_TEST_BOOTSTRAP=host:port``; a running Docker
-engine -> testcontainers ``apache/kafka``; else the embedded tansu broker
+Kafka, in this order: ``KMQ_TEST_BOOTSTRAP=host:port``; ``KMQ_TEST_BROKER=kafka`` -> Apache
+Kafka from Maven Central (kmq.dev.kafka; ``KMQ_TEST_KAFKA_BROKERS``, default 1); a running
+Docker engine -> testcontainers ``apache/kafka``; else the embedded tansu broker
 (kmq.dev.broker). Redis: ``KMQ_TEST_REDIS_URL``; else a local
 ``redis-server`` on a random port; else testcontainers. In CI (``CI=true``)
 a missing Redis fails instead of skipping.
@@ -19,6 +20,8 @@ import pytest
 
 from kmq.config import Config
 from kmq.dev.broker import DevBroker
+from kmq.dev.kafka import KafkaCluster
+from tests.helpers.kafka import broker_kind
 
 TEST_GROUP_TIMING = {"session_timeout": "6s", "heartbeat_interval": "1s"}
 
@@ -45,9 +48,9 @@ def _docker_engine_running() -> bool:
 class BrokerHandle:
     """What tests know about the broker: its address and whether it is tansu."""
 
-    def __init__(self, bootstrap: str, kind: str, dev: DevBroker | None = None) -> None:
+    def __init__(self, bootstrap: str, kind: str, dev: DevBroker | KafkaCluster | None = None) -> None:
         self.bootstrap = bootstrap
-        self.kind = kind  # "tansu", "external" or "testcontainers"
+        self.kind = kind  # "tansu", "kafka", "external" or "testcontainers"
         self.dev = dev
 
     @property
@@ -56,10 +59,21 @@ class BrokerHandle:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker():
+def kafka_broker(tmp_path_factory):
     env = os.environ.get("KMQ_TEST_BOOTSTRAP")
     if env:
         yield BrokerHandle(env, "external")
+        return
+    if broker_kind() == "kafka":
+        brokers = int(os.environ.get("KMQ_TEST_KAFKA_BROKERS", "1"))
+        cluster = KafkaCluster(brokers=brokers, workdir=str(tmp_path_factory.mktemp("kafka")))
+        cluster.start()
+        try:
+            yield BrokerHandle(cluster.bootstrap, "kafka", cluster)
+            leaked = open_confluent_clients()
+            assert not leaked, f"confluent-kafka clients never closed (close them where they are created): {leaked}"
+        finally:
+            cluster.stop()
         return
     if _docker_engine_running():
         from testcontainers.kafka import KafkaContainer

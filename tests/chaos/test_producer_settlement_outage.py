@@ -13,7 +13,7 @@ import pytest
 from kmq.client import UNDECIDED, OutRecord, close_producer
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
-from kmq.dev.broker import DevBroker
+from tests.helpers.kafka import own_broker
 from tests.helpers.kafka import read_all
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ def test_a_broker_killed_mid_batch_leaves_no_send_judged_acknowledged_that_is_no
     pytest.importorskip("confluent_kafka", reason="the confluent extra (kmq[confluent]) is not installed")
     from kmq.client.confluent.consumer import producer
 
-    broker = DevBroker(storage="s3", workdir=str(tmp_path)).start()
+    broker = own_broker(tmp_path).start()
     try:
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap, "client": "confluent"},
                                 "queues": [{"name": "settle"}]})

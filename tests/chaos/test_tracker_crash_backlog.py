@@ -34,10 +34,11 @@ from kmq.bench.consumer import _produce
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
 from kmq.dev.broker import DevBroker
+from kmq.dev.kafka import KafkaCluster
 from kmq.core.markers import Start
 from kmq.core.ranges import coalesce
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import DUPLICATE_SEQUENCE_GAP, wait_until
+from tests.helpers.kafka import DUPLICATE_SEQUENCE_GAP, own_broker, wait_until
 from tests.integration.tracker_util import MarkerProducer, TrackerProcess, headers, markers_covering, metric
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -165,7 +166,7 @@ def _copies_by_origin(bootstrap: str, topic: str, timeout: float, upto: int | No
     return copies
 
 
-def _setup(queue_topics, kafka_client, broker: DevBroker | None = None, kafka: dict | None = None, **sections):
+def _setup(queue_topics, kafka_client, broker: DevBroker | KafkaCluster | None = None, kafka: dict | None = None, **sections):
     if broker is None:
         cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     else:
@@ -288,7 +289,7 @@ def _skip_if_the_broker_dropped_a_batch_it_called_duplicate(copies: collections.
 
 # kafka_client: each client's producer and group membership through the outage.
 def test_a_broker_restart_mid_way_through_a_crash_sized_step_loses_nothing(tmp_path, kafka_client):
-    broker = DevBroker(storage="s3", workdir=str(tmp_path))
+    broker = own_broker(tmp_path)
     broker.start()
     try:
         # The producer's answers in the tracker's log: the line that tells the gap from a loss.

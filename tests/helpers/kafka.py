@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Callable, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
+
+from kmq.dev.broker import DevBroker
+from kmq.dev.kafka import KafkaCluster
 
 T = TypeVar("T")
 
@@ -14,6 +19,25 @@ DUPLICATE_SEQUENCE_GAP = ("after a SIGKILL, an idempotent producer's retry of th
                           "DUPLICATE_SEQUENCE_NUMBER (error 46, which Kafka's clients count as delivered) though the "
                           "batch is not in the log; Kafka rebuilds a producer's sequence state from the log itself, "
                           "so there a duplicate is always in the log")
+
+
+def broker_kind() -> str:
+    """The broker the suite runs on: ``KMQ_TEST_BROKER``, ``tansu`` (the default) or ``kafka``
+    (Apache Kafka from Maven Central, kmq.dev.kafka)."""
+    kind = os.environ.get("KMQ_TEST_BROKER", "tansu")
+    if kind not in ("tansu", "kafka"):
+        raise ValueError(f"KMQ_TEST_BROKER must be tansu or kafka, got {kind!r}")
+    return kind
+
+
+def own_broker(workdir: str | Path | None = None, durable: bool = True) -> DevBroker | KafkaCluster:
+    """A broker of one test's own, not started, of the suite's kind: for tests that kill, stop
+    or restart it. On real Kafka a one-broker cluster (its log is on disk, so it is always
+    durable); on tansu the embedded broker, on S3 storage when ``durable``."""
+    workdir = None if workdir is None else str(workdir)
+    if broker_kind() == "kafka":
+        return KafkaCluster(brokers=1, workdir=workdir)
+    return DevBroker(storage="s3" if durable else "memory", workdir=workdir)
 
 
 def wait_until(cond: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:

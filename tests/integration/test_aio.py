@@ -15,11 +15,10 @@ import pytest
 from kmq.client.kafka_python import clients
 from kmq.aio import AsyncKmqConsumer, AsyncKmqMessage
 from kmq.config import Config
-from kmq.dev.broker import DevBroker
 from kmq.core.markers import End, Nack, Reject, Renew
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import own_broker, read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition
 from tests.integration.tracker_util import running_tracker
 
@@ -274,7 +273,7 @@ class Ticker:
 
 @pytest.mark.slow
 def test_the_event_loop_is_never_blocked_empty_topic_or_broker_stopped(tmp_path):
-    broker = DevBroker(workdir=str(tmp_path)).start()
+    broker = own_broker(tmp_path, durable=False).start()
     try:
         cfg = Config.from_dict({
             "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING, "connect_timeout": "2s"},

@@ -11,25 +11,25 @@ import pytest
 
 from kmq.client.kafka_python import clients
 from kmq.config import Config
-from kmq.dev.broker import DevBroker
+from tests.helpers.kafka import own_broker
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def own_broker():
-    broker = DevBroker().start()
+def broker():
+    broker = own_broker(durable=False).start()
     try:
         yield broker
     finally:
         broker.stop()
 
 
-def test_a_producer_given_up_on_a_dead_broker_is_closed_for_good(own_broker):
-    kafka = Config.from_dict({"kafka": {"bootstrap_servers": own_broker.bootstrap}, "queues": [{"name": "q"}]}).kafka
+def test_a_producer_given_up_on_a_dead_broker_is_closed_for_good(broker):
+    kafka = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap}, "queues": [{"name": "q"}]}).kafka
     producer = clients.producer(kafka)
     producer.send("q", b"before").get(10)
-    own_broker.kill()
+    broker.kill()
     pending = [producer.send("q", b"after") for _ in range(50)]
     clients.close_producer(producer, timeout=0)  # what a marker writer does with a producer it replaces
 

@@ -14,12 +14,11 @@ from kmq.client.kafka_python import clients
 from kmq.config import Config
 from kmq.consumer import take_ahead
 from kmq.consumer.consumer import KmqConsumer
-from kmq.dev.broker import DevBroker
 from kmq.core.errors import MessageAlreadySettled
 from kmq.core.markers import End, Nack, Reject, Renew, Start
 from kmq.client.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import own_broker, read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition, spawn, started_offsets
 
 pytestmark = pytest.mark.integration
@@ -188,7 +187,7 @@ def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_t
     # With flow control, a START that Kafka does not acknowledge no longer kills the
     # consumer (that turned every broker outage into a dead worker); the batch is given back, the
     # partition sought back to it, and once the broker is back it is fetched and STARTed again.
-    broker = DevBroker(storage="s3").start()
+    broker = own_broker().start()
     try:
         q = unique("q")
         cfg = Config.from_dict({

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kmq.config import Config
-from kmq.dev.broker import DevBroker
+from tests.helpers.kafka import own_broker
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
@@ -44,7 +44,7 @@ def _produce(conf: Path, queue: str, count: int, start: int) -> None:
 
 def test_broker_down_30s_mid_backlog_nothing_lost_and_work_resumes(tmp_path, kafka_client):
     # On both clients: the worker's KmqConsumer and the tracker use kafka.client.
-    broker = DevBroker(storage="s3", workdir=str(tmp_path)).start()
+    broker = own_broker(tmp_path).start()
     worker = tracker = None
     try:
         q = unique("q")

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from kmq.config import Config
-from kmq.dev.broker import DevBroker
+from tests.helpers.kafka import own_broker
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import wait_until
@@ -42,7 +42,7 @@ class Keep(logging.Handler):
 def test_reconnect_storm_is_a_few_warnings_naming_the_broker(tmp_path):
     from kmq.client.confluent import consumer as client_confluent
 
-    broker = DevBroker(storage="s3", workdir=str(tmp_path)).start()  # durable: the restart keeps the log
+    broker = own_broker(tmp_path).start()  # durable: the restart keeps the log
     logger = logging.getLogger("kmq.librdkafka")
     kept, old_level = Keep(), logger.level
     logger.addHandler(kept)

@@ -9,7 +9,7 @@ import pytest
 from kmq.client.kafka_python import clients
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
-from kmq.dev.broker import DevBroker
+from tests.helpers.kafka import own_broker
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_failed_marker_writes_are_counted_retried_waiting_and_given_up(tmp_path):
-    broker = DevBroker(workdir=str(tmp_path)).start()
+    broker = own_broker(tmp_path, durable=False).start()
     try:
         cfg = Config.from_dict({
             # delivery timeout = connect_timeout + 1 s: a failed END is known after 2 s

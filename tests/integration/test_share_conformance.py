@@ -5,8 +5,8 @@ One set of tests, parametrised over:
 * ``kmq-kafka-python``, ``kmq-confluent``: :class:`kmq.share.ShareConsumer` (``kafka.client``
   kafka-python or confluent underneath) on the test broker, with a running tracker (release,
   reject, lock expiry and close need it);
-* ``native``: ``confluent_kafka.ShareConsumer`` on the broker ``KMQ_TEST_SHARE_BOOTSTRAP=host:port``
-  names, which must have share groups (Apache Kafka 4.2+) with ``group.share.record.lock.duration.ms``
+* ``native``: ``confluent_kafka.ShareConsumer`` on the suite's Apache Kafka (``KMQ_TEST_BROKER=kafka``),
+  or on the broker ``KMQ_TEST_SHARE_BOOTSTRAP=host:port`` names, which must have share groups (Apache Kafka 4.2+) with ``group.share.record.lock.duration.ms``
   given as ``KMQ_TEST_SHARE_LOCK_MS`` (default 30000; a broker started with
   ``group.share.record.lock.duration.ms=1000`` and ``group.share.min.record.lock.duration.ms=1000``
   keeps the run short); without it that half is skipped (the embedded tansu broker has no share
@@ -109,13 +109,13 @@ class KmqBackend:
 class NativeBackend:
     """confluent_kafka.ShareConsumer on a broker with share groups."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, lock_ms: int) -> None:
         import confluent_kafka as api
         from confluent_kafka.admin import AdminClient
 
         self.api = api
         self.bootstrap = bootstrap
-        self.lock_s = int(os.environ.get("KMQ_TEST_SHARE_LOCK_MS", "30000")) / 1000
+        self.lock_s = lock_ms / 1000
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.tracker = None
 
@@ -195,13 +195,15 @@ class Queue:
 
 
 @pytest.fixture(scope="module", params=["kmq-kafka-python", "kmq-confluent", "native"])
-def backend(request, bootstrap):
+def backend(request, bootstrap, kafka_broker):
     if request.param == "native":
-        native = os.environ.get(NATIVE_ENV)
+        native, lock_ms = os.environ.get(NATIVE_ENV), int(os.environ.get("KMQ_TEST_SHARE_LOCK_MS", "30000"))
+        if not native and kafka_broker.kind == "kafka":  # the suite's own Apache Kafka has share groups
+            native, lock_ms = bootstrap, int(kafka_broker.dev.settings["group.share.record.lock.duration.ms"])
         if not native:
             pytest.skip(f"{NATIVE_ENV} not set: confluent_kafka.ShareConsumer needs a broker with share groups "
                         "(Apache Kafka 4.2+); the embedded tansu broker has none")
-        yield NativeBackend(native)
+        yield NativeBackend(native, lock_ms)
         return
     b = KmqBackend(bootstrap, request.param.removeprefix("kmq-"))
     with running_tracker(b.cfg) as tracker:

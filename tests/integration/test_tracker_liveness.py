@@ -111,14 +111,14 @@ def test_healthz_fails_while_a_redelivery_waits_on_a_frozen_broker_and_nothing_i
     import signal
 
     from kmq.config import Config
-    from kmq.dev.broker import DevBroker
+    from tests.helpers.kafka import own_broker
     from kmq.core.markers import Start
     from kmq.client.topics import ensure_topics
     from tests.conftest import TEST_GROUP_TIMING, unique
     from tests.integration.test_tracker import produce
     from tests.integration.tracker_util import MarkerProducer, Tail
 
-    with DevBroker() as broker:
+    with own_broker(durable=False) as broker:
         cfg = Config.from_dict({
             "kafka": {"bootstrap_servers": broker.bootstrap, **TEST_GROUP_TIMING},
             "queues": [{"name": unique("q"), "lease": "3s"}],

@@ -8,7 +8,7 @@ import pytest
 from kafka import KafkaProducer
 
 from kmq.config import Config
-from kmq.dev.broker import DevBroker
+from tests.helpers.kafka import own_broker
 from kmq.core.markers import End, Start, encode, encode_key
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
@@ -83,7 +83,7 @@ def test_sigterm_commits_and_leaves_so_the_next_owner_redelivers(bootstrap, queu
 
 
 def test_broker_restart_mid_run_loses_nothing(tmp_path, kafka_client):
-    broker = DevBroker(storage="s3", workdir=str(tmp_path))
+    broker = own_broker(tmp_path)
     broker.start()
     try:
         name = unique("q")

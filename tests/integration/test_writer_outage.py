@@ -22,12 +22,13 @@ import kmq
 from kmq.client.kafka_python import clients
 from kmq.config import Config
 from kmq.dev.broker import DevBroker
+from kmq.dev.kafka import KafkaCluster
 from kmq.core.errors import MarkerWriteError
 from kmq.core.markers import End, Start
 from kmq.client.topics import ensure_topics
 from kmq.consumer.writer import CommitError
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import own_broker, read_all, wait_until
 from tests.helpers.workers import committed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.chaos]
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.chaos]
 
 @pytest.fixture
 def durable_broker(tmp_path):
-    broker = DevBroker(storage="s3", workdir=str(tmp_path))
+    broker = own_broker(tmp_path)
     broker.start()
     try:
         yield broker
@@ -43,7 +44,7 @@ def durable_broker(tmp_path):
         broker.stop()
 
 
-def config(broker: DevBroker, client: str, **consumer) -> Config:
+def config(broker: DevBroker | KafkaCluster, client: str, **consumer) -> Config:
     """``client``: of the writer's marker producer (``kafka.client``); the user's loop stays kafka-python."""
     return Config.from_dict({
         # A short connect timeout: a START fails within seconds while the broker is down.

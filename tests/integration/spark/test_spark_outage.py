@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kmq.config import Config
-from kmq.dev.broker import DevBroker
+from tests.helpers.kafka import own_broker
 from kmq.spark.sinks import parquet_rows
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
@@ -68,7 +68,7 @@ def _skip_if_the_broker_dropped_a_batch_it_called_duplicate(recs: list, parquet:
 
 
 def test_the_lag_job_rides_through_a_broker_outage_and_loses_no_window(tmp_path):
-    broker = DevBroker(storage="s3", workdir=str(tmp_path)).start()
+    broker = own_broker(tmp_path).start()
     job = None
     try:
         q = unique("q")
