@@ -40,7 +40,7 @@ from kmq.core.errors import DevBrokerError
 from kmq.dev.broker import free_port
 from kmq.dev.processes import log_tail, set_pdeathsig, stop_processes
 
-__all__ = ["KAFKA_VERSION", "TEST_SETTINGS", "KafkaCluster", "KafkaNode", "kafka_classpath"]
+__all__ = ["KAFKA_VERSION", "TEST_SETTINGS", "KafkaCluster", "KafkaNode", "TlsListener", "kafka_classpath"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ _LOG4J2 = """Configuration:
 """
 
 _STARTED = b"Kafka Server started"
+_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def _cache_root() -> Path:
@@ -159,6 +160,16 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+@dataclass(frozen=True)
+class TlsListener:
+    """A TLS listener on every broker (``SSL://``), beside the plaintext one."""
+
+    cert: Path  # the server certificate (PEM), for 127.0.0.1
+    key: Path  # its private key (PEM, PKCS#8, unencrypted)
+    ca: Path  # the CA client certificates must chain to
+    client_auth: str = "required"  # Kafka's ssl.client.auth: required, requested or none
+
+
 @dataclass
 class KafkaNode:
     """One JVM of the cluster: a broker, a controller, or both."""
@@ -169,6 +180,8 @@ class KafkaNode:
     controller_port: int  # the controller listener (0 for a broker-only node)
     workdir: Path
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    tls_port: int = 0  # the TLS listener, when the cluster has one
+    sasl_port: int = 0  # the SASL_PLAINTEXT (SCRAM) listener, when the cluster has users
     formatted: bool = False
     log_offset: int = 0  # where this run's lines start in the log (a restart appends to it)
 
@@ -199,7 +212,10 @@ class KafkaCluster:
     """
 
     def __init__(self, brokers: int = 1, version: str | None = None, workdir: str | None = None,
-                 settings: dict[str, str] | None = None, heap: str = "512m", cache: Path | None = None) -> None:
+                 settings: dict[str, str] | None = None, heap: str = "512m", cache: Path | None = None,
+                 tls: TlsListener | None = None, scram_users: dict[str, str] | None = None) -> None:
+        """``tls``: a TLS listener beside the plaintext one; ``scram_users``: user -> password, served
+        on a SASL_PLAINTEXT listener with SCRAM-SHA-256 and SCRAM-SHA-512."""
         if brokers < 1:
             raise DevBrokerError(f"a Kafka cluster needs at least one broker, got {brokers}")
         self.version = version or os.environ.get("KMQ_KAFKA_VERSION") or KAFKA_VERSION
@@ -225,6 +241,11 @@ class KafkaCluster:
         else:
             self.nodes = [KafkaNode(1, "controller", 0, free_port(), self.workdir / "controller-1")]
             self.nodes += [KafkaNode(i, "broker", free_port(), 0, self.workdir / f"broker-{i}") for i in range(2, brokers + 2)]
+        self.tls = tls
+        self.scram_users = dict(scram_users or {})
+        for n in self.brokers:
+            n.tls_port = free_port() if tls else 0
+            n.sasl_port = free_port() if self.scram_users else 0
         self._classpath: str | None = None
 
     # ------------------------------------------------------------ addresses
@@ -235,6 +256,16 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.brokers)
+
+    @property
+    def tls_bootstrap(self) -> str:
+        """The brokers' TLS listeners ("" without ``tls``)."""
+        return ",".join(f"127.0.0.1:{n.tls_port}" for n in self.brokers if n.tls_port)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The brokers' SASL_PLAINTEXT listeners ("" without ``scram_users``)."""
+        return ",".join(f"127.0.0.1:{n.sasl_port}" for n in self.brokers if n.sasl_port)
 
     def node(self, node_id: int) -> KafkaNode:
         for n in self.nodes:
@@ -335,10 +366,24 @@ class KafkaCluster:
     def _properties(self, n: KafkaNode) -> str:
         controllers = [c for c in self.nodes if "controller" in c.roles]
         listeners, advertised, protocols = [], [], ["CONTROLLER:PLAINTEXT"]
+        extra: dict[str, str] = {}
         if n.is_broker:
             listeners.append(f"PLAINTEXT://127.0.0.1:{n.port}")
             advertised.append(f"PLAINTEXT://127.0.0.1:{n.port}")
             protocols.append("PLAINTEXT:PLAINTEXT")
+            if self.tls is not None:
+                listeners.append(f"SSL://127.0.0.1:{n.tls_port}")
+                advertised.append(f"SSL://127.0.0.1:{n.tls_port}")
+                protocols.append("SSL:SSL")
+                extra.update(self._tls_settings())
+            if self.scram_users:
+                listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{n.sasl_port}")
+                advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{n.sasl_port}")
+                protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+                extra["sasl.enabled.mechanisms"] = ",".join(_SCRAM)
+                for mech in _SCRAM:
+                    extra[f"listener.name.sasl_plaintext.{mech.lower()}.sasl.jaas.config"] = \
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         if "controller" in n.roles:
             listeners.append(f"CONTROLLER://127.0.0.1:{n.controller_port}")
         props = {
@@ -353,16 +398,29 @@ class KafkaCluster:
         if n.is_broker:
             props["advertised.listeners"] = ",".join(advertised)
             props["inter.broker.listener.name"] = "PLAINTEXT"
+            props.update(extra)
             props.update(self.settings)
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _tls_settings(self) -> dict[str, str]:
+        assert self.tls is not None
+        keystore = self.workdir / "tls-keystore.pem"  # Kafka's PEM keystore: the key, then the certificate
+        keystore.write_bytes(Path(self.tls.key).read_bytes() + Path(self.tls.cert).read_bytes())
+        keystore.chmod(0o600)
+        prefix = "listener.name.ssl."
+        return {f"{prefix}ssl.keystore.type": "PEM", f"{prefix}ssl.keystore.location": str(keystore),
+                f"{prefix}ssl.truststore.type": "PEM", f"{prefix}ssl.truststore.location": str(self.tls.ca),
+                f"{prefix}ssl.client.auth": self.tls.client_auth}
 
     def _format(self, nodes: list[KafkaNode], deadline: float) -> None:
         procs = []
         for n in nodes:
             n.workdir.mkdir(parents=True, exist_ok=True)
             n.properties_path.write_text(self._properties(n))
+            users = [f"{mech}=[name={user},password={pw}]" for user, pw in self.scram_users.items() for mech in _SCRAM]
+            scram = [a for u in users for a in ("--add-scram", u)] if "controller" in n.roles else []
             cmd = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(n.properties_path),
-                             "--ignore-formatted", heap="256m")
+                             "--ignore-formatted", *scram, heap="256m")
             out = open(n.workdir / "format.log", "wb")
             procs.append((n, out, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)))
         for n, out, p in procs:

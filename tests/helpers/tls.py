@@ -172,3 +172,51 @@ class TlsBroker:
         stop_processes([self._stunnel], 10)
         self._stunnel = None
         self.broker.stop()
+
+
+#: The SCRAM user of :class:`KafkaTlsBroker`'s SASL listener.
+SCRAM_USER, SCRAM_PASSWORD = "kmq-test", "kmq-test-secret"
+
+
+class KafkaTlsBroker:
+    """Apache Kafka's own TLS listener (client certificates required) and SASL/SCRAM listener
+    (user :data:`SCRAM_USER`), beside its plaintext one: what :class:`TlsBroker` offers, with
+    no proxy in between."""
+
+    def __init__(self, workdir: Path) -> None:
+        from kmq.dev.kafka import KafkaCluster, TlsListener
+
+        self.workdir = workdir
+        self.pki = TestPki.create(workdir / "pki")
+        self.cluster = KafkaCluster(workdir=str(workdir / "kafka"),
+                                    tls=TlsListener(self.pki.server_cert, self.pki.server_key, self.pki.ca),
+                                    scram_users={SCRAM_USER: SCRAM_PASSWORD})
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.tls_bootstrap
+
+    @property
+    def tls_port(self) -> int:
+        return self.cluster.brokers[0].tls_port
+
+    @property
+    def plaintext_bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return self.cluster.sasl_bootstrap
+
+    @property
+    def pids(self) -> list[int]:
+        return self.cluster.pids
+
+    def start(self) -> "KafkaTlsBroker":
+        self.cluster.start()
+        return self
+
+    kafka_settings = TlsBroker.kafka_settings
+
+    def stop(self) -> None:
+        self.cluster.stop()
