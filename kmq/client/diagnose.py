@@ -29,6 +29,8 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+from datetime import datetime, timezone
+from pathlib import Path
 
 from kmq.config import KafkaConfig
 from kmq.core.errors import (
@@ -70,23 +72,53 @@ def broker_certificate_error(server: str, exc: ssl.SSLCertVerificationError) -> 
     return CertificateRejected(f"Kafka's TLS certificate at {server} is not accepted: {why}; {fix}")
 
 
-def tls_alert_error(server: str, exc: ssl.SSLError) -> KmqError | None:
-    """The broker ended TLS with an alert about our client certificate, or None for other TLS errors."""
+def tls_alert_error(server: str, exc: ssl.SSLError, certfile: str | None = None) -> KmqError | None:
+    """The broker ended TLS with an alert about our client certificate, or None for other TLS errors.
+    ``certfile``: the client certificate kmq sent (None: none), which tells apart what a broker's
+    alert may not: a Java broker answers a missing, an expired and an untrusted certificate alike
+    (bad certificate, certificate unknown)."""
     reason = (exc.reason or "").upper()
     if "ALERT" not in reason:
         return None
     alert = reason.split("ALERT_", 1)[-1].replace("_", " ").lower()
-    if "certificate required" in alert:
+    about_certificate = any(word in alert for word in ("certificate", "unknown ca", "access denied"))
+    if "certificate required" in alert or (about_certificate and certfile is None):
         return CertificateRejected(
             f"Kafka at {server} requires a client certificate (TLS alert: {alert}); set kafka.ssl_certfile and "
             "kafka.ssl_keyfile (mutual TLS)"
         )
-    if any(word in alert for word in ("certificate", "unknown ca", "access denied")):
+    if about_certificate:
+        dated = _validity_problem(certfile) if certfile else None
+        if dated:
+            return CertificateRejected(
+                f"Kafka at {server} refused kmq's client certificate (TLS alert: {alert}): {dated}; renew "
+                f"kafka.ssl_certfile ({certfile}) and kafka.ssl_keyfile, or compare the clocks"
+            )
         return CertificateRejected(
             f"Kafka at {server} refused kmq's client certificate (TLS alert: {alert}); check kafka.ssl_certfile and "
             "kafka.ssl_keyfile: a certificate that is valid now and signed by a CA the broker trusts"
         )
     return TlsHandshakeFailed(f"TLS with Kafka at {server} failed (TLS alert: {alert}); check the broker's TLS settings")
+
+
+def _validity_problem(certfile: str) -> str | None:
+    """"certificate expired on ..." (or not valid before ...) for the first certificate of
+    ``certfile`` when it is outside its validity now; None when valid or unreadable here (the
+    ``cryptography`` package reads it; without it the broker's alert is all there is)."""
+    try:
+        from cryptography import x509
+    except ImportError:
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(Path(certfile).read_bytes())
+    except (OSError, ValueError):
+        return None
+    now = datetime.now(timezone.utc)
+    if cert.not_valid_after_utc < now:
+        return f"the certificate expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+    if cert.not_valid_before_utc > now:
+        return f"the certificate is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+    return None
 
 
 def _tls_to_plaintext(server: str, detail: str, kafka: KafkaConfig | None = None) -> TlsHandshakeFailed:
@@ -133,7 +165,7 @@ def _client_certificate_verdict(kafka: KafkaConfig, server: str, sock: ssl.SSLSo
     except ssl.SSLError as exc:
         if isinstance(exc, ssl.SSLEOFError):
             return _closed_after_handshake(kafka, server)
-        return tls_alert_error(server, exc) or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
+        return tls_alert_error(server, exc, kafka.ssl_certfile) or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
     except OSError:
         return _closed_after_handshake(kafka, server)
     return None  # data nobody asked for: let the Kafka request below judge the listener
@@ -173,7 +205,7 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
             except ssl.SSLCertVerificationError as exc:
                 return broker_certificate_error(server, exc)
             except ssl.SSLError as exc:
-                alert = tls_alert_error(server, exc)
+                alert = tls_alert_error(server, exc, kafka.ssl_certfile)
                 if alert is not None:
                     return alert
                 return _tls_to_plaintext(server, exc.reason or str(exc), kafka)
@@ -189,7 +221,7 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
             sock.sendall(API_VERSIONS_V0)
             head = _recv_exactly(sock, 8)
         except ssl.SSLError as exc:
-            found = tls_alert_error(server, exc)
+            found = tls_alert_error(server, exc, kafka.ssl_certfile)
             if found is None and isinstance(exc, ssl.SSLEOFError):
                 # TLS 1.3 clients learn the broker's verdict on their certificate only now; a TLS
                 # terminator that drops the connection instead of sending an alert means the same.

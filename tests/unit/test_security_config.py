@@ -151,13 +151,29 @@ def test_tls_failures_are_told_apart():
     host = _ssl_error(ssl.SSLCertVerificationError, "CERTIFICATE_VERIFY_FAILED",
                       verify_message="Hostname mismatch, certificate is not valid for 'k'.")
     assert "kafka.ssl_check_hostname" in str(broker_certificate_error("k:9093", host))
-    refused = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "SSLV3_ALERT_CERTIFICATE_EXPIRED"))
+    refused = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "SSLV3_ALERT_CERTIFICATE_EXPIRED"), "client.crt")
     assert isinstance(refused, CertificateRejected) and "certificate expired" in str(refused)
     needed = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "TLSV13_ALERT_CERTIFICATE_REQUIRED"))
     assert "requires a client certificate" in str(needed)
+    # A Java broker answers a missing client certificate with "bad certificate".
+    unsent = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "SSLV3_ALERT_BAD_CERTIFICATE"), None)
+    assert "requires a client certificate" in str(unsent)
     other = tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "TLSV1_ALERT_PROTOCOL_VERSION"))
     assert isinstance(other, TlsHandshakeFailed)
     assert tls_alert_error("k:9093", _ssl_error(ssl.SSLError, "WRONG_VERSION_NUMBER")) is None
+
+
+def test_a_refused_client_certificate_outside_its_validity_says_so(tmp_path):
+    """A Java broker answers an expired client certificate with "certificate unknown", as it
+    answers an untrusted one: kmq reads the dates of the certificate it sent."""
+    from tests.helpers.tls import TestPki
+
+    pki = TestPki.create(tmp_path)
+    unknown = _ssl_error(ssl.SSLError, "SSLV3_ALERT_CERTIFICATE_UNKNOWN")
+    expired = str(tls_alert_error("k:9093", unknown, str(pki.expired_cert)))
+    assert "the certificate expired on" in expired and "renew kafka.ssl_certfile" in expired, expired
+    valid = str(tls_alert_error("k:9093", unknown, str(pki.client_cert)))
+    assert "expired" not in valid and "signed by a CA the broker trusts" in valid, valid
 
 
 def test_every_security_example_in_the_docs_is_a_valid_config():
