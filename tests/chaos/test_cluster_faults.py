@@ -1,0 +1,240 @@
+"""The faults of a real cluster, on Apache Kafka with three brokers (kmq.dev.kafka).
+
+Every test runs a real ``kmq work`` process and a real ``kmq tracker run`` against a
+three-broker KRaft cluster (replication factor 3, ``min.insync.replicas=2``), with a
+backlog on three partitions, and does to the brokers what happens to a production
+cluster: a partition leader SIGKILLed mid-step, the cluster rolled broker by broker
+(controlled shutdown), a broker SIGSTOPped past the session timeout, two brokers down
+so that ``acks=all`` writes are refused (NOT_ENOUGH_REPLICAS). Then it counts: every
+message acked (nothing lost), no dead letter (none had a cause), the copies made
+reported and bounded, the worker and the tracker still alive.
+
+The embedded broker cannot make any of these faults (one node, no replication).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+from kmq.client.topics import ensure_topics
+from kmq.config import Config
+from kmq.dev.kafka import KafkaCluster, KafkaNode
+from tests.conftest import TEST_GROUP_TIMING, unique
+from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.workers import acked_origins
+from tests.integration.tracker_util import TrackerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(420)]
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 3
+BACKLOG = 1500
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime: a three-broker Apache Kafka cluster needs Java 17+ (scripts/test.sh installs it)")
+    c = KafkaCluster(brokers=3, workdir=str(tmp_path / "kafka"))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int]]]:
+    """partition -> (leader node id, ISR) from a fresh metadata request."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    try:
+        (desc,) = admin.describe_topics([topic])
+        return {p["partition_index"]: (p["leader_id"], sorted(p["isr_nodes"])) for p in desc["partitions"]}
+    finally:
+        admin.close()
+
+
+def wait_fully_replicated(cluster: KafkaCluster, topics: list[str], timeout: float = 90.0) -> None:
+    """Until every partition of ``topics`` has a live leader and all brokers in its ISR."""
+    everyone = sorted(n.node_id for n in cluster.brokers)
+    live = [f"127.0.0.1:{n.port}" for n in cluster.brokers if n.pid is not None]
+
+    def replicated() -> bool:
+        try:
+            return all(isr == everyone and leader in everyone
+                       for t in topics for leader, isr in partition_leaders(",".join(live), t).values())
+        except Exception:  # noqa: BLE001 - metadata refused while the cluster settles: ask again
+            return False
+
+    wait_until(replicated, timeout, interval=0.5, what=f"every partition of {topics} back in full ISR {everyone}")
+
+
+@dataclass
+class Run:
+    """A ``kmq work`` process and a tracker process on one queue, with the backlog produced."""
+
+    cluster: KafkaCluster
+    cfg: Config
+    queue: str
+    ack_log: Path
+    worker: subprocess.Popen
+    tracker: TrackerProcess
+    workdir: Path
+
+    @property
+    def topics(self) -> list[str]:
+        q = self.cfg.queues[0]
+        return [q.name, q.markers_topic]
+
+    def leader_of(self, topic: str, partition: int = 0) -> KafkaNode:
+        return self.cluster.node(partition_leaders(self.cluster.bootstrap, topic)[partition][0])
+
+    def acked(self) -> set[str]:
+        return acked_origins(self.ack_log)
+
+    def alive(self) -> None:
+        assert self.worker.poll() is None, f"the worker exited: {self.log('worker')}"
+        assert self.tracker.proc.poll() is None, f"the tracker exited: {self.tracker.log_path.read_text()[-3000:]}"
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+
+
+def start_run(cluster: KafkaCluster, tmp_path: Path, client: str, lease: str = "10s") -> Run:
+    q = unique("q")
+    cfg = Config.from_dict({
+        "kafka": {"bootstrap_servers": cluster.bootstrap, **TEST_GROUP_TIMING, "client": client},
+        "queues": [{"name": q, "lease": lease, "max_deliveries": 5}],
+        "consumer": {"group_id": unique("workers")},
+        "tracker": {"group_id": unique("tracker"), "http_port": 0},
+        "topics": {"replication_factor": 3},
+        "logging": {"level": "INFO"},  # the worker's and tracker's view of the fault, for a failure's message
+    })
+    ensure_topics(cfg.kafka, cfg.queues[0], PARTITIONS)
+    conf = tmp_path / "kmq.yaml"
+    conf.write_text(yaml.safe_dump(cfg.to_dict()))
+    subprocess.run([sys.executable, "-m", "kmq", "produce", q, "--count", str(BACKLOG), "--config", str(conf)],
+                   check=True, cwd=ROOT, capture_output=True, timeout=120)
+    ack_log = tmp_path / "acks.log"
+    ack_log.touch()
+    worker_log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - the process holds it; closed with the run
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "kmq", "work", q, "--config", str(conf), "--workers", "4", "--processing-ms", "10",
+         "--ack-log", str(ack_log)],
+        cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    worker_log.close()
+    tracker = TrackerProcess(cfg, tmp_path)
+    tracker.wait_ready(60)
+    return Run(cluster, cfg, q, ack_log, worker, tracker, tmp_path)
+
+
+def finish(run: Run, timeout: float = 180.0) -> tuple[int, int]:
+    """Wait until every original is acked; check nothing was dead-lettered and the processes
+    live. Returns (originals, acks): acks beyond the originals are redelivered copies."""
+    records = read_all(run.cluster.bootstrap, run.queue, timeout=30)
+    originals = {f"{run.queue}/{r.partition}/{r.offset}" for r in records
+                 if not any(k == "kmq-origin" for k, _ in (r.headers or []))}
+    assert len(originals) == BACKLOG, f"{len(originals)} originals in the queue topic, produced {BACKLOG}"
+    wait_until(lambda: originals <= run.acked(), timeout, interval=0.5,
+               what=f"every message acked ({len(originals - run.acked())} not yet): nothing lost")
+    run.alive()
+    dead = read_all(run.cluster.bootstrap, run.cfg.queues[0].dlq_topic, timeout=5)
+    assert not dead, f"{len(dead)} dead letters without a cause (every handler acks): {[r.headers for r in dead[:3]]}"
+    acks = len(run.ack_log.read_text().splitlines())
+    return len(originals), acks
+
+
+def stop(run: Run) -> None:
+    if run.worker.poll() is None:
+        run.worker.terminate()
+        try:
+            run.worker.wait(60)
+        except subprocess.TimeoutExpired:
+            run.worker.kill()
+            run.worker.wait(10)
+    run.tracker.close()
+
+
+def scenario(cluster: KafkaCluster, tmp_path: Path, client: str, fault: Callable[[Run], None],
+             lease: str = "10s") -> tuple[int, int]:
+    run = start_run(cluster, tmp_path, client, lease)
+    try:
+        wait_until(lambda: len(run.acked()) >= 200, 90, interval=0.2, what="the worker under way")
+        fault(run)
+        originals, acks = finish(run)
+        copies = acks - originals
+        print(f"{client}: {originals} messages, {acks} acks ({copies} from redelivered copies)")
+        # Copies are bounded by what was in flight when the fault hit: at most the fetched batches.
+        assert copies <= BACKLOG // 2, f"{copies} redelivered copies for {originals} messages"
+        return originals, acks
+    finally:
+        stop(run)
+
+
+# ---------------------------------------------------------------- the faults
+def test_the_leader_of_a_queue_partition_sigkilled_mid_step_loses_nothing(cluster, tmp_path, kafka_client):
+    def fault(run: Run) -> None:
+        leader = run.leader_of(run.queue)
+        cluster.kill_node(leader)
+        wait_until(lambda: len(run.acked()) >= 600, 120, interval=0.2, what="work going on without the dead leader")
+        cluster.start_node(leader)
+
+    scenario(cluster, tmp_path, kafka_client, fault)
+
+
+def test_the_leader_of_a_markers_partition_sigkilled_mid_step_loses_nothing(cluster, tmp_path, kafka_client):
+    def fault(run: Run) -> None:
+        leader = run.leader_of(run.cfg.queues[0].markers_topic)
+        cluster.kill_node(leader)
+        wait_until(lambda: len(run.acked()) >= 600, 120, interval=0.2, what="work going on without the dead leader")
+        cluster.start_node(leader)
+
+    scenario(cluster, tmp_path, kafka_client, fault)
+
+
+def test_a_rolling_restart_of_the_brokers_under_load_loses_nothing(cluster, tmp_path, kafka_client):
+    def fault(run: Run) -> None:
+        for node in cluster.brokers:
+            wait_fully_replicated(cluster, run.topics)
+            cluster.stop_node(node)  # SIGTERM: a controlled shutdown moves leadership away first
+            cluster.start_node(node)
+        wait_fully_replicated(cluster, run.topics)
+
+    scenario(cluster, tmp_path, kafka_client, fault)
+
+
+def test_a_broker_stopped_past_the_session_timeout_then_resumed_loses_nothing(cluster, tmp_path, kafka_client):
+    def fault(run: Run) -> None:
+        node = run.leader_of(run.queue)
+        cluster.pause_node(node)
+        time.sleep(10)  # the fault itself: past the 6 s session timeout of workers and tracker
+        cluster.resume_node(node)
+
+    scenario(cluster, tmp_path, kafka_client, fault)
+
+
+def test_two_brokers_down_refuses_marker_writes_and_workers_and_tracker_recover(cluster, tmp_path, kafka_client):
+    """ISR below min.insync.replicas: with two of three brokers down every acks=all write fails
+    (NOT_ENOUGH_REPLICAS), START markers included, so nothing is handed over; once one broker
+    is back the work goes on, and nothing was lost meanwhile."""
+
+    def fault(run: Run) -> None:
+        down = cluster.brokers[:2]
+        for node in down:
+            cluster.stop_node(node)
+        time.sleep(15)  # the fault itself: long enough for leases (10 s) to run out during it
+        for node in down:
+            cluster.start_node(node)
+
+    scenario(cluster, tmp_path, kafka_client, fault)
