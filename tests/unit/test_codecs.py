@@ -1,5 +1,5 @@
 """Every codec Kafka has, without a broker: kafka-python has a library for each (they are kmq's
-dependencies) and a missing one is one clear error at start."""
+dependencies), a missing one is one clear error at start, and ``queues[].compression`` names them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kmq.client.kafka_python import clients
-from kmq.config import Config
+from kmq.config import Config, ConfigError
 from kmq.core.errors import ClientNotInstalled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,3 +49,16 @@ def test_a_kafka_python_client_without_a_codec_library_is_refused_at_start_namin
         text = str(err.value)
         assert "\n" not in text and "compressed with snappy, zstd" in text
         assert "pip install python-snappy zstandard" in text and "kafka.client: confluent" in text
+
+
+def test_queue_compression_is_none_by_default_any_case_of_kafkas_codecs_and_anything_else_is_named():
+    def compression(value=None, env=None):
+        queue = {"name": "q"} if value is None else {"name": "q", "compression": value}
+        return Config.from_dict({"queues": [queue]}, env=env).queues[0].compression
+
+    assert compression() == "none" and Config().queue("other").compression == "none"
+    assert [compression(c) for c in ("GZIP", "snappy", "Lz4", "zstd", "none")] == [
+        "gzip", "snappy", "lz4", "zstd", "none"]
+    assert compression(env={"KMQ_QUEUES__0__COMPRESSION": "zstd"}) == "zstd"
+    with pytest.raises(ConfigError, match=r"queues\[0\]\.compression: expected one of NONE, GZIP, SNAPPY, LZ4, ZSTD"):
+        compression("brotli")
