@@ -137,13 +137,15 @@ def send_wait_s(kafka: KafkaConfig) -> float:
     return delivery_timeout_s(kafka) + _WAIT_MARGIN_S
 
 
-def copy_producer(kafka: KafkaConfig, max_request_size: int) -> Any:
+def copy_producer(kafka: KafkaConfig, max_request_size: int, compression: str = "none") -> Any:
     """The producer of copies, dead letters and CLOSED markers on ``kafka.client``: idempotent,
     acks=all, records up to ``max_request_size`` bytes, giving up on a record within
-    :func:`delivery_timeout_s` (below the tracker's wait, see the module docstring)."""
+    :func:`delivery_timeout_s` (below the tracker's wait, see the module docstring), compressing
+    with ``compression`` (a ``queues[].compression`` value)."""
     return client_api.producer(kafka, settle_on_flush=True, max_request_size=max_request_size,
                                request_timeout_ms=int(kafka.connect_timeout * 1000),
-                               delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000))
+                               delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000),
+                               compression_type=compression)
 
 
 def copy_request_size_for(cfg: Config) -> int:
@@ -228,13 +230,19 @@ class _Round:
 class Redeliverer:
     """Turns due items of one markers partition into copies, dead letters and CLOSED markers.
 
-    ``new_producer`` makes a replacement for a producer that left a send undecided past its
-    delivery timeout (without it the producer is kept)."""
+    A queue's records are written with its ``compression``, one producer per codec (a client
+    compresses everything it produces with one codec): ``producer`` writes with ``compression``,
+    and ``new_producer(codec)`` makes the producer of another codec on first use, and the
+    replacement for a producer that left a send undecided past its delivery timeout. Without
+    ``new_producer``, ``producer`` serves every queue and is kept."""
 
     def __init__(self, producer: Any, reader: LogReader, metrics: TrackerMetrics,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 35.0,
-                 max_request_size: int = 1_048_576, new_producer: Callable[[], Any] | None = None) -> None:
-        self._producer = producer
+                 max_request_size: int = 1_048_576, new_producer: Callable[[str], Any] | None = None,
+                 compression: str = "none") -> None:
+        self._producer = producer  # the producer of the queue being served (of codec ``_codec``)
+        self._codec = compression
+        self._producers = {compression: producer}
         self._new_producer = new_producer
         self._max_ranges = closed_ranges_limit(max_request_size)  # CLOSED markers must fit the producer too
         self._max_request_size = max_request_size
@@ -249,12 +257,14 @@ class Redeliverer:
         self._tracing = redelivery_tracing()
 
     def close(self) -> None:
-        client_api.close_producer(self._producer)
+        for producer in self._producers.values():
+            client_api.close_producer(producer)
 
     def process(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem]) -> RedeliveryReport:
         """Handle ``items`` completely: every offset ends closed, deferred or scheduled for retry."""
         report = RedeliveryReport()
         if items:
+            self._use(queue.compression)
             try:
                 with _collector_paused(sum(it.offset_count for it in items) >= _GC_PAUSE_OFFSETS):
                     self._step(queue, partition, state, items, report)
@@ -491,13 +501,22 @@ class Redeliverer:
             # Unfinished sends are judged below, each on its own; finished ones still count.
             log.warning("flushing %s timed out (%s)", what, exc)
 
+    def _use(self, codec: str) -> None:
+        """Send with the producer of ``codec`` from now on (made on its first use)."""
+        if codec == self._codec or self._new_producer is None:
+            return
+        if codec not in self._producers:
+            self._producers[codec] = self._new_producer(codec)
+        self._producer, self._codec = self._producers[codec], codec
+
     def _replace_producer(self, why: str) -> None:
         """Close the producer (what it still holds fails for good) and continue on a new one."""
         if self._new_producer is None:
             log.warning("the tracker's producer is unusable (%s) and cannot be replaced here", why)
             return
         log.warning("replacing the tracker's producer: %s; the sends concerned are retried", why)
-        old, self._producer = self._producer, self._new_producer()
+        old, self._producer = self._producer, self._new_producer(self._codec)
+        self._producers[self._codec] = self._producer
         client_api.close_producer(old)
 
     def _write_closed(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:

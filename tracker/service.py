@@ -226,7 +226,8 @@ class Tracker:
         self.http_port = self._http.start()
         # Every client is on kafka.client (kmq.client): the markers group, the readers, the producer.
         size = copy_request_size_for(self.cfg)
-        self._producer = copy_producer(kafka, size)
+        codec = self.cfg.queues[0].compression if self.cfg.queues else "none"
+        self._producer = copy_producer(kafka, size, codec)
         self._reader = client_api.open_log_reader(kafka)
         # Catch-up targets and read-through marks come from their own reader, so a fetch of a markers
         # partition never sits in front of the queue reads that redeliveries wait on. Its look-ups
@@ -236,7 +237,8 @@ class Tracker:
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
                                         send_timeout_s=send_wait_s(kafka),
                                         max_request_size=self.cfg.tracker.max_request_size,
-                                        new_producer=lambda: copy_producer(kafka, size))
+                                        new_producer=lambda compression: copy_producer(kafka, size, compression),
+                                        compression=codec)
         membership = {}
         if self.cfg.tracker.instance_id:
             # Static membership: a restart within kafka.session_timeout gets the same

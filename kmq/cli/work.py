@@ -53,10 +53,11 @@ log = logging.getLogger(__name__)
 @click.option("--start", type=click.IntRange(min=0), default=0, help="Number of the first message (payload index).")
 @config_options
 def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, start: int, cfg: Config) -> None:
-    """Produce COUNT demo messages to QUEUE (key = message number)."""
+    """Produce COUNT demo messages to QUEUE (key = message number), compressed with its queues[].compression."""
     from kmq.client.kafka_python import clients
 
-    producer = clients.producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024)
+    producer = clients.producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024,
+                                compression_type=cfg.queue(queue).compression)
     t0 = time.monotonic()
     poisons = 0
     try:

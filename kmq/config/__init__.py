@@ -49,6 +49,7 @@ __all__ = [
     "DURATION_PATTERN",
     "TOPIC_PATTERN",
     "PASSWORD_MECHANISMS",
+    "COMPRESSION_CODECS",
 ]
 
 ENV_PREFIX = "KMQ_"
@@ -70,6 +71,8 @@ MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.client.topics.MARKERS_RETENTION_M
 # longer than the retention loses markers, so anything shorter than an hour is a typo.
 MIN_MARKERS_RETENTION_S = 3600.0
 MAX_DELIVERIES = 1000
+#: Kafka's compression codecs (a producer's ``compression.type``), as ``queues[].compression`` takes them.
+COMPRESSION_CODECS = ("NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD")
 _MAX_U32_MS_S = 0xFFFFFFFF / 1000  # durations written into markers as u32 milliseconds
 
 
@@ -292,6 +295,9 @@ class QueueConfig:
     # is configured, not read): lease, backoff, NACK delays and renewals are kept below half of it.
     # Unset in kmq.yaml: topics.markers_retention (filled in by Config), so one fact has one source.
     markers_retention: float = _f(MARKERS_RETENTION_S, "duration", min=MIN_MARKERS_RETENTION_S)
+    # Codec of what kmq writes for this queue (copies, dead letters, replays, markers). Configured, not
+    # read: some brokers report no topic configs, and a topic's "producer" names no codec.
+    compression: str = _f("none", "choice", choices=COMPRESSION_CODECS, lower=True)
 
     @property
     def max_hold(self) -> float:

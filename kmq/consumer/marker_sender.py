@@ -115,7 +115,7 @@ class MarkerSender:
         # longer outages in the retry store. Reconnect quickly once the broker is back.
         return client_api.producer(
             self.cfg.kafka, linger_ms=0, delivery_timeout_ms=int(self.delivery_timeout * 1000), retry_backoff_ms=100,
-            reconnect_backoff_max_ms=1000,
+            reconnect_backoff_max_ms=1000, compression_type=self.queue.compression,
         )
 
     def send_awaited(self, partition: int, value: bytes) -> Any:

@@ -2,7 +2,8 @@
 commands (parsed from it) outside Docker. The builder's `pip wheel` runs on a
 copy of exactly what the builder COPYs; the runtime's `pip install` runs in a
 clean venv; then the console script answers `kmq --version` and
-`kmq tracker run --help`. pip's cache is reused (--no-cache-dir is dropped)."""
+`kmq tracker run --help`, and kafka-python there reads every codec. pip's cache is
+reused (--no-cache-dir is dropped)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,10 @@ def test_wheel_installs_in_a_clean_venv_and_runs(tmp_path):
     where = subprocess.run([str(python), "-c", "import kmq, tracker; print(kmq.__file__); print(tracker.__file__)"],
                            cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0 and str(ROOT) not in where.stdout, where.stdout + where.stderr
+    # Every codec Kafka has: kafka-python reads snappy, lz4 and zstd batches only with their libraries.
+    codecs = subprocess.run([str(python), "-c", "from kmq.client.kafka_python.clients import require_codecs; "
+                             "require_codecs()"], cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=60)
+    assert codecs.returncode == 0, codecs.stdout + codecs.stderr
     # No Spark in the tracker image: the spark extra is the other target's.
     spark = subprocess.run([str(python), "-c", "import pyspark"], cwd=tmp_path, env=run_env, capture_output=True, timeout=60)
     assert spark.returncode != 0

@@ -94,3 +94,42 @@ def read_all(bootstrap: str, topic: str, timeout: float = 10.0, expect: int | No
         return out
     finally:
         c.close()
+
+
+#: A record batch's codec (its attributes & 7) by number, named as ``queues[].compression`` names it.
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def stored_codecs(bootstrap: str, topic: str, partition: int = 0, timeout: float = 10.0) -> dict[int, str]:
+    """The codec each record of one partition is stored with, by offset: the attributes of the record
+    batches the broker serves, seen in a kafka-python fetch before the records are decoded (its
+    fetcher's ``PartitionRecords`` receives the batches of one partition as they came)."""
+    from kafka.record import MemoryRecords
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                      fetch_max_wait_ms=50)
+    tp = TopicPartition(topic, partition)
+    codecs: dict[int, str] = {}
+    fetcher = c._fetcher  # kafka-python internals, pinned below 4 (see pyproject.toml)
+    parse = fetcher.PartitionRecords
+
+    def spy(fetch_offset, fetched_tp, records, **kw):
+        batches = MemoryRecords(records._buffer)
+        while (batch := batches.next_batch()) is not None:
+            for offset in range(batch.base_offset, batch.next_offset):
+                codecs[offset] = CODEC_NAMES.get(batch.compression_type, str(batch.compression_type))
+        return parse(fetch_offset, fetched_tp, records, **kw)
+
+    fetcher.PartitionRecords = spy
+    try:
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        deadline = time.monotonic() + timeout
+        while c.highwater(tp) is None or c.position(tp) < c.highwater(tp):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s reading {topic}[{partition}]")
+            c.poll(timeout_ms=100)
+        high = c.highwater(tp)
+        return {offset: codec for offset, codec in codecs.items() if offset < high}
+    finally:
+        c.close()

@@ -286,7 +286,7 @@ def test_a_send_the_producer_left_undecided_is_retried_on_a_new_producer_never_o
     stuck, fresh = Stuck(), FakeProducer()
     clock = {"now": 10_000}
     red = Redeliverer(stuck, FakeReader(records(2)), TrackerMetrics(), clock_ms=lambda: clock["now"],
-                      new_producer=lambda: fresh)
+                      new_producer=lambda _compression: fresh)
     st = PartitionState(Q.backoff.delay, Q.max_deliveries)
     st.apply(Start([(0, 2)], lease_ms=1000), 0, 0)
     rep = red.process(Q, 0, st, st.due(clock["now"]))
@@ -322,7 +322,7 @@ def test_a_producer_whose_id_the_broker_refuses_is_replaced_and_the_sends_retrie
     fresh = FakeProducer()
     clock = {"now": 10_000}
     red = Redeliverer(fenced, FakeReader(records(1)), TrackerMetrics(), clock_ms=lambda: clock["now"],
-                      new_producer=lambda: fresh)
+                      new_producer=lambda _compression: fresh)
     st = PartitionState(Q.backoff.delay, Q.max_deliveries)
     st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
     assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and fenced.closed
@@ -341,12 +341,51 @@ def test_a_closed_marker_left_undecided_replaces_the_producer_and_retries_the_st
     stuck.close = lambda timeout=None: setattr(stuck, "closed", True)
     clock = {"now": 10_000}
     red = Redeliverer(stuck, FakeReader({}), TrackerMetrics(), clock_ms=lambda: clock["now"],
-                      new_producer=lambda: fresh)
+                      new_producer=lambda _compression: fresh)
     st = PartitionState(Q.backoff.delay, Q.max_deliveries)
     st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
     assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and stuck.closed and st.in_flight == 1
     clock["now"] = st.next_due_ms()
     assert red.process(Q, 0, st, st.due(clock["now"])).missing == 1 and st.in_flight == 0
+
+
+def test_each_queue_is_written_by_the_producer_of_its_compression_and_a_replacement_keeps_the_codec():
+    """A client compresses everything it produces with one codec, so queues of different
+    ``compression`` get a producer each (made on first use); their copies and CLOSED markers go
+    through it, and a replaced producer is replaced by one of the same codec."""
+    from dataclasses import replace
+
+    from kafka.errors import ProducerFencedError
+
+    first = FakeProducer()
+    made: dict[str, list] = {}
+
+    def new_producer(codec):
+        made.setdefault(codec, []).append(FakeProducer())
+        return made[codec][-1]
+
+    clock = {"now": 10_000}
+    red = Redeliverer(first, FakeReader(records(1)), TrackerMetrics(), clock_ms=lambda: clock["now"],
+                      new_producer=new_producer, compression="lz4")
+    lz4, zstd = replace(Q, compression="lz4"), replace(Q, name="audit", markers_topic="audit__markers",
+                                                         dlq_topic="audit__dlq", compression="zstd")
+    for q in (zstd, lz4, zstd):
+        st = PartitionState(q.backoff.delay, q.max_deliveries)
+        st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+        assert red.process(q, 0, st, st.due(clock["now"])).redelivered == 1
+    assert list(made) == ["zstd"] and len(made["zstd"]) == 1
+    assert [t for t, *_ in first.sent] == ["orders", "orders__markers"]
+    assert [t for t, *_ in made["zstd"][0].sent] == ["audit", "audit__markers"] * 2
+
+    made["zstd"][0].send = lambda topic, **kw: FakeFuture(ProducerFencedError("newer epoch"))
+    made["zstd"][0].close = lambda timeout=None: None
+    st = PartitionState(zstd.backoff.delay, zstd.max_deliveries)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    assert red.process(zstd, 0, st, st.due(clock["now"])).failed == 1
+    assert list(made) == ["zstd"] and len(made["zstd"]) == 2  # the lz4 producer is kept
+    clock["now"] = st.next_due_ms()
+    assert red.process(zstd, 0, st, st.due(clock["now"])).redelivered == 1
+    assert [t for t, *_ in made["zstd"][1].sent] == ["audit", "audit__markers"]
 
 
 def test_a_crash_sized_step_runs_with_the_cyclic_collector_paused_and_restores_it():

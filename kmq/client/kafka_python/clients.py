@@ -14,6 +14,7 @@ import contextlib
 from typing import Any, Iterator
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import codec
 from kafka.errors import (
     AuthorizationError,
     KafkaConnectionError,
@@ -26,11 +27,12 @@ from kmq.config import PASSWORD_MECHANISMS, KafkaConfig
 from kmq.client.diagnose import diagnose, unreachable
 from kmq.client.kafka_python.group_join import keep_finished_joins
 from kmq.client.kafka_python.settings import client_kwargs
-from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavailable
+from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavailable, ClientNotInstalled
 
 __all__ = [
     "admin_client", "producer", "close_producer", "consumer",
     "unreachable", "broker_errors", "classify", "authentication_failed", "authorization_failed", "assignors",
+    "require_codecs",
 ]
 
 #: Cap of the reconnect backoff (ms), as in the Java clients: work resumes within about a
@@ -89,6 +91,26 @@ def broker_errors(kafka: KafkaConfig, timeout_s: float | None = None) -> Iterato
         raise diagnose(kafka, timeout_s or kafka.connect_timeout, type(exc).__name__) from exc
 
 
+#: Each codec kafka-python needs a library for: its check, and the package (a kmq dependency) that brings it.
+_CODEC_LIBRARIES = (("snappy", codec.has_snappy, "python-snappy"), ("lz4", codec.has_lz4, "lz4"),
+                    ("zstd", codec.has_zstd, "zstandard"))
+
+
+def require_codecs() -> None:
+    """Raise :class:`~kmq.core.errors.ClientNotInstalled` unless kafka-python can read and write every
+    codec Kafka has: without its library, kafka-python fails on the first batch of that codec
+    (``UnsupportedCodecError`` from a fetch), long after the start."""
+    missing = [(name, package) for name, available, package in _CODEC_LIBRARIES if not available()]
+    if missing:
+        names = ", ".join(name for name, _ in missing)
+        packages = [package for _, package in missing]
+        raise ClientNotInstalled(
+            f"kafka-python cannot read or write records compressed with {names}: the package(s) "
+            f"{', '.join(packages)} (dependencies of kmq) are missing; run pip install {' '.join(packages)}, "
+            "or set kafka.client: confluent (KMQ_KAFKA__CLIENT)"
+        )
+
+
 def admin_client(kafka: KafkaConfig, timeout_s: float | None = None) -> KafkaAdminClient:
     timeout_s = timeout_s or kafka.connect_timeout
     kw = client_kwargs(kafka)
@@ -113,6 +135,9 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: An
         "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
     }
     kw.update(overrides)
+    if kw.get("compression_type") == "none":  # queues[].compression's name for kafka-python's None
+        kw["compression_type"] = None
+    require_codecs()
     with broker_errors(kafka, timeout_s):
         return KafkaProducer(**kw)
 
@@ -154,6 +179,7 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         kw["session_timeout_ms"] = int(kafka.session_timeout * 1000)
         kw["heartbeat_interval_ms"] = int(kafka.heartbeat_interval * 1000)
     kw.update(overrides)
+    require_codecs()
     with broker_errors(kafka, timeout_s):
         made = KafkaConsumer(*topics, **kw)
     if kw.get("group_id"):

@@ -125,7 +125,7 @@ class TrackerActor(_Actor):
                        for p in range(world.workload.partitions)}
         self.metrics = TrackerMetrics(CollectorRegistry())
 
-        def new_producer() -> SimProducer:
+        def new_producer(compression: str = "none") -> SimProducer:  # the simulated log keeps records, not batches
             return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(cfg.kafka),
                                max_request_size=TRACKER_REQUEST_SIZE)
 
@@ -193,7 +193,7 @@ class World:
     def _service_tracker(self, reader: Any) -> ServiceTrackerActor:
         c, kafka = self.cluster, self.config.kafka
 
-        def new_producer() -> SimProducer:
+        def new_producer(compression: str = "none") -> SimProducer:  # the simulated log keeps records, not batches
             return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(kafka),
                                max_request_size=TRACKER_REQUEST_SIZE)
 

@@ -181,3 +181,32 @@ def test_marker_chunks_hold_every_record_decoded_and_bad_ones_counted(queue_topi
     assert by_partition[0][3] == (3, t + 6, int(mk.MarkerType.START), [(60, 10)])
     assert by_partition[0][20][2] == BAD  # truncated value
     assert [x[2] for x in by_partition[1][20:]] == [BAD, BAD]  # foreign key, tombstone
+
+
+@CLIENTS
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_markers_are_read_and_decoded_on_either_client(queue_topics, bootstrap, client, codec):
+    from kmq.client.kafka_python.clients import producer
+    from kmq.core import markers as mk
+    from kmq.spark.marker_chunks import unpack
+    from tests.helpers.kafka import stored_codecs
+
+    cfg, q = queue_topics(partitions=1)
+    p = producer(cfg.kafka, compression_type=codec, linger_ms=100)
+    futures = [p.send(q.markers_topic, key=mk.encode_key(0), partition=0,
+                      value=mk.encode(mk.Start(ranges=((i * 10, 10),), lease_ms=1000, owner="worker-1")))
+               for i in range(50)]
+    p.flush()
+    assert [f.get(timeout=10).offset for f in futures] == list(range(50))
+    p.close()
+    assert set(stored_codecs(bootstrap, q.markers_topic).values()) == {codec}
+    reader = _reader(bootstrap, q.markers_topic, markerChunks="true", **{"kafka.client": client})
+    try:
+        start = reader.initialOffset()
+        rows = _read(reader, start, reader.latestOffset(start, ReadAllAvailable()))
+    finally:
+        reader.stop()
+    decoded = [unpack(r["chunk"]) for r in rows]
+    assert [o for offsets, _, _ in decoded for o in offsets.tolist()] == list(range(50))
+    assert [d.ranges(i) for _, _, d in decoded for i in range(len(d))] == [[(i * 10, 10)] for i in range(50)]
+    assert {t for _, _, d in decoded for t in d.mtype.tolist()} == {int(mk.MarkerType.START)}
