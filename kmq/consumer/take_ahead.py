@@ -20,10 +20,10 @@ code (:mod:`kmq.consumer.lease_expiry`) count those messages twice.
 A close can come between a take from the ready queue and the keeping of what
 the taker does not hand on (another thread, in the instant of the take). Such
 a take is *in progress* (:meth:`TakeAhead.idle` waits for it): once the
-close has begun, no new take starts, and what an in-progress take (or a late
-:meth:`TakeAhead.keep`) brings goes back the way the held messages went,
-so no message is left held after the close, handed to nobody and given back
-to nobody.
+close has begun, no new take starts, and what an in-progress take (all of
+it, none being handed out) or a late :meth:`TakeAhead.keep` brings goes back
+the way the held messages went, so no message is left held after the close,
+handed to nobody and given back to nobody.
 
 Thread-safe for one taker and one closer: each message leaves by one
 ``deque.popleft`` (atomic), so it goes either to the taker or back; chunks
@@ -90,8 +90,11 @@ class TakeAhead:
             n = self._size = min(2 * self._size, MOST) if now - self._took_at <= HOLD else 1
             msgs, leased_at, gen = self._take_chunk(timeout, n)
             self._took_at = self._clock()
+            if msgs and self._closed is not None:  # the close came meanwhile: none of them goes out
+                self.keep(msgs, leased_at, gen)
+                return None
             if len(msgs) > 1:
-                self.keep(msgs[1:], leased_at, gen)  # given back instead if the close came meanwhile
+                self.keep(msgs[1:], leased_at, gen)  # given back instead if the close comes now
         finally:
             with self._idle:
                 self._taking -= 1
