@@ -48,6 +48,10 @@ class OwnedPartition:
     held_from_ms: int = 0
     hold_until_ms: int = 0
     caught_up: bool = False
+    # At its log end after the last fetch that returned markers of it (and nothing read since says
+    # otherwise): markers read next were written after that fetch was sent (the service's floor, see
+    # kmq.core.marker_clock). False while it replays or is behind.
+    at_end: bool = False
     # Re-read after a membership doubt (tracker.membership): redelivery waits until the group accepts
     # a commit for it, which proves this member still owns it (see CatchUp.update).
     doubted: bool = False

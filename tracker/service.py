@@ -51,12 +51,13 @@ from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
-from kmq.core.markers import BadMarker, decode_record
+from kmq.core.markers import BadMarker, Start, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.http import HealthServer
 from tracker.membership import MembershipCheck, PauseWatch
 from tracker.catch_up import CatchUp
+from tracker.clock_skew import SkewGauge
 from tracker.partition import OwnedPartition, partition_names, publish_gauges
 from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
 
@@ -117,6 +118,10 @@ class Tracker:
         self._to_publish: set[Partition] = set()  # state changed since the last metrics update
         self._published_open: set[Partition] = set()  # had messages in flight at the last metrics update
         self._catch_up = CatchUp(self.metrics, self._touched, self._now_ms, _PARTITIONS_PER_LOOKUP)
+        # When the last markers fetch was sent (ms): markers of a partition at its log end then, read
+        # later, were written after it (kmq.core.marker_clock).
+        self._fetch_sent_ms: int | None = None
+        self._skew = SkewGauge(self.metrics.clock_skew_seconds)
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._joined = False
@@ -285,7 +290,10 @@ class Tracker:
     def step(self, wait_s: float = 0.0) -> float:
         """Poll markers for up to ``wait_s``, apply them, redeliver what is due,
         commit; return how long the next poll may wait."""
+        sent_ms = self._now_ms()
         records = self._consumer.fetch(wait_s, _POLL_RECORDS)
+        read_ms = self._now_ms()
+        floor_ms, self._fetch_sent_ms = self._fetch_sent_ms, sent_ms
         if self._membership_in_doubt("before this step"):
             records = []  # read before the pause: act on nothing of it, re-read from the commits
         self._membership.polled()
@@ -294,12 +302,16 @@ class Tracker:
         for tp, batch in _by_partition(records).items():
             owned = self._owned.get(tp)
             if owned is not None and owned.positioned and tp not in just_positioned:
-                self._apply(owned, batch, tally)
+                self._apply(owned, batch, tally, read_ms, floor_ms if owned.at_end else None)
+                self._note_end(owned)
                 self._touched(owned)
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
-        if self._catch_up.update(self._owned, self._consumer, self._hw_reader):
+        caught = self._catch_up.update(self._owned, self._consumer, self._hw_reader)
+        if caught:
             self._next_metrics = 0.0  # publish the replayed state at once
+            for owned in caught:  # an idle partition is read at its end from now on
+                self._note_end(owned)
         # A catch-up target read is a look-up too: the broker answered, no probe is due for it.
         self._looked_up_ms = max(self._looked_up_ms, self._catch_up.looked_up_ms)
         self._redeliver_due()
@@ -437,7 +449,7 @@ class Tracker:
                     len(self._owned))
         for owned in self._owned.values():
             owned.state = self._new_state(owned.queue)
-            owned.positioned = owned.caught_up = False
+            owned.positioned = owned.caught_up = owned.at_end = False
             owned.doubted = True
             owned.target = owned.committed = None
         self._schedule.clear()
@@ -456,7 +468,18 @@ class Tracker:
             return tick
         return max(0.0, min(tick, (soonest - self._now_ms()) / 1000.0))
 
-    def _apply(self, owned: OwnedPartition, batch: list[Record], tally: Tally) -> None:
+    def _note_end(self, owned: OwnedPartition) -> None:
+        """Whether ``owned`` is at its log end as of the fetch just made (the client's mark of it):
+        then the markers read next were written after that fetch was sent."""
+        hw = self._consumer.highwater(*owned.tp)
+        pos = owned.state.position
+        owned.at_end = hw is not None and pos is not None and pos >= hw
+
+    def _apply(self, owned: OwnedPartition, batch: list[Record], tally: Tally, read_ms: int,
+               floor_ms: int | None) -> None:
+        """Apply ``batch``, read at ``read_ms``; ``floor_ms``: its markers were written after it
+        (None: replayed or read behind). Deadlines are on this tracker's clock
+        (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge."""
         state, qname, p = owned.state, owned.queue.name, owned.partition
         if batch and owned.resume_from is not None:
             self._catch_up.check_resume(owned, batch[0].offset)
@@ -475,7 +498,9 @@ class Tracker:
                                 owned.topic, p, rec.offset, exc)
                 state.skip(rec.offset)
                 continue
-            eff = state.apply(marker, rec.offset, rec.timestamp)
+            eff = state.apply(marker, rec.offset, rec.timestamp, read_ms, floor_ms)
+            if floor_ms is not None and isinstance(marker, Start):
+                self._skew.observe(qname, marker.owner, read_ms, rec.timestamp)
             late += eff.late
             tally[(qname, marker.TYPE.name.lower())] += 1
         if late:
@@ -519,6 +544,7 @@ class Tracker:
             owned = self._owned.get(tp)
             if owned is not None and publish_gauges(owned, self.metrics, self._consumer.highwater, now):
                 self._published_open.add(tp)
+        self._skew.publish(self._mono())
 
     # ------------------------------------------------------------ rebalance
     def _join_group(self) -> None:

@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 #: whenever the handlers' pace calls for it.
 FETCH_BATCHES = 8
 
+#: Seconds the fetcher, closing, waits for a take for iteration that is in progress (it ends at
+#: once when the close wakes it; this bounds only a taker that cannot run meanwhile).
+TAKE_WAIT = 1.0
+
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
 #: acknowledged, not committed) and "committed" (committed, about to hand over);
@@ -327,12 +331,14 @@ class KmqConsumer:
         fetcher already gone: nothing gives them back) they are nacked: the tracker redelivers
         them now, with their delivery count + 1."""
         fetching = self._fetcher is not None and self._fetcher.is_alive()
-        refused = self._ahead.put_back(self._ready.put_back if fetching else _refuse)
-        if refused:
-            nack_all(refused)
-            log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
-                        "not be given back to the group; nacked: the tracker redelivers them now with their "
-                        "delivery count + 1", self.queue.name, len(refused))
+        # A take in progress meanwhile brings its rest back the same way (the fetcher waits for it).
+        self._ahead.put_back(self._ready.put_back if fetching else _refuse, self._nack_refused)
+
+    def _nack_refused(self, refused: list[KmqMessage]) -> None:
+        nack_all(refused)
+        log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
+                    "not be given back to the group; nacked: the tracker redelivers them now with their "
+                    "delivery count + 1", self.queue.name, len(refused))
 
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
@@ -753,7 +759,12 @@ class KmqConsumer:
     def _give_back_unhanded(self, kc: Any) -> None:
         """On close: never-handed messages go back to the group (:func:`kmq.consumer.give_back.give_back_on_close`)."""
         # Drained first (user code takes nothing more); a revocation during the polls below still
-        # commits its partitions' share back (_take_out_closing).
+        # commits its partitions' share back (_take_out_closing). A take for iteration that was in
+        # progress when close() began puts its rest back first (kmq.consumer.take_ahead); the wait
+        # is bounded for a taker that cannot finish (close() from a signal handler on its thread).
+        if not self._ahead.idle(TAKE_WAIT):
+            log.warning("%s: a take for iteration did not finish within %gs of the close; messages it brings "
+                        "later are nacked (the tracker redelivers them)", self.queue.name, TAKE_WAIT)
         self._closing = self._ready.drain()
 
         def plan(assigned: set[int]) -> ClosePlan:

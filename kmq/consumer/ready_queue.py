@@ -40,6 +40,7 @@ class ReadyQueue:
         #: the fetcher last looked, their lease (re)started at ``leased_at``.
         self._taken: list[list] = []
         self.error: BaseException | None = None
+        self._drained = False  # closing took everything out: nothing can be given back from here on
 
     def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
         with self.cond:
@@ -95,9 +96,12 @@ class ReadyQueue:
         """Messages a taker took (:meth:`take_chunk`) and never gave to user code, ready again at
         the head, as they were. For a taker that is closing: :meth:`drain` then finds them, and
         closing gives them back to the group with the rest (no copy, same delivery count).
-        Returns True (a queue that cannot take messages back returns False)."""
+        Returns True; False once :meth:`drain` has run (the close plan is made: kept here they
+        would be given back by nobody)."""
         if messages:
             with self.cond:
+                if self._drained:
+                    return False
                 self._batches.appendleft([messages, 0, leased_at, gen])
                 self.cond.notify_all()
         return True
@@ -130,6 +134,7 @@ class ReadyQueue:
         with self.cond:
             out = [(e[_MSGS][e[_POS]:], e[_GEN]) for e in self._batches]
             self._batches.clear()
+            self._drained = True
             self.cond.notify_all()
         return out
 

@@ -17,6 +17,14 @@ like every other never-handed message (same delivery count). Only then:
 a put-back while the fetcher runs would let the lease bookkeeping of user
 code (:mod:`kmq.consumer.lease_expiry`) count those messages twice.
 
+A close can come between a take from the ready queue and the keeping of what
+the taker does not hand on (another thread, in the instant of the take). Such
+a take is *in progress* (:meth:`TakeAhead.idle` waits for it): once the
+close has begun, no new take starts, and what an in-progress take (all of
+it, none being handed out) or a late :meth:`TakeAhead.keep` brings goes back
+the way the held messages went, so no message is left held after the close,
+handed to nobody and given back to nobody.
+
 Thread-safe for one taker and one closer: each message leaves by one
 ``deque.popleft`` (atomic), so it goes either to the taker or back; chunks
 come and go under a lock taken once per chunk, not per message.
@@ -40,6 +48,10 @@ HOLD = 0.002
 
 #: ``take_chunk(timeout, max_records) -> (messages, leased_at, gen)`` of the ready queue.
 TakeChunk = Callable[[float, int], tuple[list[KmqMessage], float, int]]
+#: ``put_back(messages, leased_at, gen) -> bool`` of the ready queue (False: refused).
+PutBack = Callable[[list[KmqMessage], float, int], bool]
+#: Called with the messages a put-back refused.
+Refused = Callable[[list[KmqMessage]], None]
 
 
 class TakeAhead:
@@ -51,8 +63,12 @@ class TakeAhead:
         self._clock = clock
         self._held: deque[list] = deque()
         self._lock = threading.Lock()  # chunks in and out (not messages)
+        self._idle = threading.Condition(self._lock)
         self._size = 1  # of the last take
         self._took_at = -HOLD - 1.0
+        self._taking = 0  # takes from the ready queue in progress (their rest not kept yet)
+        #: Set by :meth:`put_back` (closing): where what comes later goes instead of being held.
+        self._closed: tuple[PutBack, Refused] | None = None
 
     def __bool__(self) -> bool:
         """Whether messages are held."""
@@ -64,13 +80,25 @@ class TakeAhead:
         m = self._pop()
         if m is not None:
             return m
-        now = self._clock()
-        # The last take used up within HOLD: the taker keeps up, take twice as many.
-        n = self._size = min(2 * self._size, MOST) if now - self._took_at <= HOLD else 1
-        msgs, leased_at, gen = self._take_chunk(timeout, n)
-        self._took_at = self._clock()
-        if len(msgs) > 1:
-            self.keep(msgs[1:], leased_at, gen)
+        with self._lock:
+            if self._closed is not None:  # closing: what is still ready goes back to the group
+                return None
+            self._taking += 1
+        try:
+            now = self._clock()
+            # The last take used up within HOLD: the taker keeps up, take twice as many.
+            n = self._size = min(2 * self._size, MOST) if now - self._took_at <= HOLD else 1
+            msgs, leased_at, gen = self._take_chunk(timeout, n)
+            self._took_at = self._clock()
+            if msgs and self._closed is not None:  # the close came meanwhile: none of them goes out
+                self.keep(msgs, leased_at, gen)
+                return None
+            if len(msgs) > 1:
+                self.keep(msgs[1:], leased_at, gen)  # given back instead if the close comes now
+        finally:
+            with self._idle:
+                self._taking -= 1
+                self._idle.notify_all()
         return msgs[0] if msgs else None
 
     def take(self, max_records: int) -> list[KmqMessage]:
@@ -84,19 +112,29 @@ class TakeAhead:
         return out
 
     def keep(self, messages: list[KmqMessage], leased_at: float, gen: int) -> None:
-        """Hold ``messages`` (taken from one ready batch, not handed on) behind the others."""
-        if messages:
-            with self._lock:
-                self._held.append([deque(messages), leased_at, gen])
-
-    def put_back(self, put_back: Callable[[list[KmqMessage], float, int], bool]) -> list[KmqMessage]:
-        """Give every held message back through ``put_back(messages, leased_at, gen)``
-        (:meth:`~kmq.consumer.ready_queue.ReadyQueue.put_back`), the last chunk first so each
-        lands at the head in order. Returns the messages it refused."""
+        """Hold ``messages`` (taken from one ready batch, not handed on) behind the others; once
+        :meth:`put_back` has run (closing), give them back the same way instead."""
+        if not messages:
+            return
         with self._lock:
+            closed = self._closed
+            if closed is None:
+                self._held.append([deque(messages), leased_at, gen])
+                return
+        put_back, refused = closed
+        if not put_back(messages, leased_at, gen):
+            refused(messages)
+
+    def put_back(self, put_back: PutBack, refused: Refused) -> None:
+        """Closing: give every held message back through ``put_back(messages, leased_at, gen)``
+        (:meth:`~kmq.consumer.ready_queue.ReadyQueue.put_back`), the last chunk first so each
+        lands at the head in order, and ``refused(messages)`` what it refuses. From now on no
+        take starts, and what a take in progress or a later :meth:`keep` brings goes the same
+        way (wait for those with :meth:`idle`)."""
+        with self._lock:
+            self._closed = (put_back, refused)
             chunks = list(self._held)
             self._held.clear()
-        refused: list[KmqMessage] = []
         for msgs, leased_at, gen in reversed(chunks):
             mine = []
             while True:  # message by message: one the taker popped meanwhile stays the taker's
@@ -105,8 +143,13 @@ class TakeAhead:
                 except IndexError:
                     break
             if mine and not put_back(mine, leased_at, gen):
-                refused.extend(mine)
-        return refused
+                refused(mine)
+
+    def idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no take from the ready queue is in progress (after
+        :meth:`put_back`, what such a take brings has then been given back); False if one still is."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._taking, timeout)
 
     def _pop(self) -> KmqMessage | None:
         held = self._held

@@ -3,6 +3,10 @@
 No Kafka, no clock: every method that needs the time takes ``now_ms`` and
 every marker is applied with its own marker offset and record timestamp, so
 tests (and the Spark job, and ``kmq status``) drive it with controlled time.
+The tracker also passes when it read the marker (and since when the marker
+can have been written): a marker's time is then on the tracker's clock
+(:func:`kmq.core.marker_clock.marker_time`), so a writer's clock ahead of or
+behind the tracker's neither cuts a lease short nor holds it longer.
 
 What it holds, per markers partition (= queue partition):
 
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Iterable, Iterator
 
+from kmq.core.marker_clock import marker_time
 from kmq.core.markers import Closed, End, Marker, Nack, Reject, Renew, Start
 from kmq.core.ranges import CLOSED_MEMORY_RANGES, OffsetRange, RangeSet
 
@@ -286,9 +291,15 @@ class PartitionState:
         return Plan(Action.REDELIVER)
 
     # ------------------------------------------------------------ markers
-    def apply(self, marker: Marker, marker_offset: int, ts_ms: int) -> MarkerEffect:
-        """Apply one decoded marker read at ``marker_offset`` with record time ``ts_ms``."""
+    def apply(self, marker: Marker, marker_offset: int, ts_ms: int, read_ms: int | None = None,
+              floor_ms: int | None = None) -> MarkerEffect:
+        """Apply one decoded marker read at ``marker_offset`` with record time ``ts_ms``. With
+        ``read_ms`` (when it was read; ``floor_ms``: written after it, or None) its deadlines are
+        counted on the reader's clock, from :func:`~kmq.core.marker_clock.marker_time`; without,
+        from ``ts_ms`` (one clock for everything: replays of a log, tests)."""
         self.position = marker_offset + 1
+        if read_ms is not None:
+            ts_ms = marker_time(ts_ms, read_ms, floor_ms)
         if isinstance(marker, Start):
             return self._start(marker, marker_offset, ts_ms)
         if isinstance(marker, End):

@@ -148,6 +148,11 @@ class TrackerMetrics:
             "kmq_tracker_marker_lag", "Markers high-water mark minus the tracker's position", ["queue", "partition"], registry=r,
         )
         self.bad_markers = Counter("kmq_tracker_bad_markers_total", "Undecodable marker records skipped", registry=r)
+        self.clock_skew_seconds = Gauge(
+            "kmq_tracker_clock_skew_seconds",
+            "Tracker read time minus record timestamp of an owner's START markers read at the log end, the least "
+            "per metrics interval (positive: the owner's clock is behind the tracker's)", ["queue", "owner"], registry=r,
+        )
         self.missing_offsets = Counter(
             "kmq_tracker_missing_offsets_total", "Offsets no longer in the queue log, closed as outcome 3", ["queue"], registry=r,
         )

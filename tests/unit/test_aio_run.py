@@ -199,7 +199,7 @@ def test_async_for_over_a_ready_backlog_takes_a_few_ahead_and_leaves_the_rest_fo
     assert 0 < max(ahead) < MOST and fake.taken > 130
     # What was taken ahead stays with the consumer (whose close puts it back), in order.
     rest = []
-    fake._ahead.put_back(lambda msgs, leased_at, gen: rest.extend(msgs) or True)
+    fake._ahead.put_back(lambda msgs, leased_at, gen: rest.extend(msgs) or True, rest.extend)
     assert [m.offset for m in rest] == list(range(130, fake.taken))
     assert len(fake.settler.outcomes) == 130
 

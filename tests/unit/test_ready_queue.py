@@ -114,6 +114,8 @@ def test_a_chunk_comes_from_one_batch_with_its_lease_start_and_generation_and_go
     # Back at the head, as they were: closing drains them first, with their generation.
     assert [([m.offset for m in ms], g) for ms, g in q.drain()] == [([2, 3], 2), ([4, 5], 3)]
     assert q.take_chunk(0, 5, lambda: False) == ([], 0.0, 0)
+    # Once drained (the close plan is made) nothing goes back: kept, it would be given back by nobody.
+    assert not q.put_back(_msgs(6), 10.0, 2) and q.drain() == []
 
 
 def test_the_keyed_queue_takes_one_message_per_chunk_and_cannot_take_one_back():

@@ -17,7 +17,7 @@ from kmq.dev.sim.world import World
 from tracker import service
 from tracker.partition import OwnedPartition
 
-# Seeds within which each planted defect is found (the first at seed 9, 61 and 31: see the tests).
+# Seeds within which each planted defect is found (see the tests; with both the starvation first shows at seed 31).
 BUDGET = range(0, 100)
 
 
@@ -91,10 +91,10 @@ def test_the_old_order_alone_is_caught_serving_a_partition_twice_behind_a_stalle
 def test_the_sim_command_shrinks_a_starved_partition_to_the_slow_read_alone(monkeypatch):
     plant_drop_after_a_long_step(monkeypatch)
     plant_earliest_due_first(monkeypatch)
-    res = CliRunner().invoke(cli, ["sim", "--start", "61", "--seeds", "1"])
+    res = CliRunner().invoke(cli, ["sim", "--start", "31", "--seeds", "1"])
     assert res.exit_code == 1, res.output
     assert "violation overdue:" in res.output and "history of m" in res.output
     shrunk = res.output.split("shrunk: ", 1)[1]
     assert shrunk.startswith("1 of 1 fault(s) still break overdue")
     plan = shrunk.split("fault plan:\n", 1)[1].split("violation ", 1)[0].strip().splitlines()
-    assert len(plan) == 1 and plan[0].startswith("SlowRead(at=5.274, until=")
+    assert len(plan) == 1 and plan[0].startswith("SlowRead(at=2.666, until=")

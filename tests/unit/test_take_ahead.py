@@ -27,6 +27,10 @@ def _queue(n: int, batch: int = 1000, leased_at: float = 5.0, gen: int = 2) -> R
     return q
 
 
+def _no_refusal(msgs: list[KmqMessage]) -> None:
+    raise AssertionError(f"refused {msgs}")
+
+
 def _ahead(q, clock: Clock) -> tuple[TakeAhead, list[int]]:
     sizes: list[int] = []
 
@@ -65,7 +69,8 @@ def test_put_back_returns_every_held_message_in_order_with_its_batchs_lease_star
     for _ in range(4):
         ahead.next()  # takes of 1, 2 and 4 messages: 4, 5 and 6 held
     assert ahead.take(1)[0].offset == 4  # what poll() gets first
-    refused = ahead.put_back(q.put_back)
+    refused: list[KmqMessage] = []
+    ahead.put_back(q.put_back, refused.extend)
     assert refused == [] and not ahead
     # Back at the head of the ready queue: closing drains them first, with their generation.
     drained = q.drain()
@@ -78,7 +83,8 @@ def test_a_queue_that_cannot_take_messages_back_gets_them_refused():
     ahead.next(), ahead.next()
     held = ahead.take(0)
     assert held == []
-    refused = ahead.put_back(lambda msgs, leased_at, gen: False)
+    refused: list[KmqMessage] = []
+    ahead.put_back(lambda msgs, leased_at, gen: False, refused.extend)
     assert [m.offset for m in refused] == [2] and not ahead
 
 
@@ -109,6 +115,65 @@ def test_a_message_goes_either_to_the_taker_or_back_never_both_nor_neither():
         t.start()
         back: list[int] = []
         start.set()
-        ahead.put_back(lambda msgs, leased_at, gen: back.extend(m.offset for m in msgs) or True)
+        ahead.put_back(lambda msgs, leased_at, gen: back.extend(m.offset for m in msgs) or True, _no_refusal)
         t.join()
         assert sorted(taken + back) == list(range(127)) and not set(taken) & set(back)
+
+
+def _closing_in_the_take(q: ReadyQueue, close) -> TakeAhead:
+    """A TakeAhead whose next take from ``q`` runs ``close(ahead)`` right after the ready queue
+    handed the chunk over and before the taker keeps its rest: the instant another thread's
+    ``KmqConsumer.close()`` can land in."""
+    armed = threading.Event()
+
+    def take_chunk(timeout: float, n: int):
+        got = q.take_chunk(timeout, n, lambda: False)
+        if armed.is_set():
+            armed.clear()
+            close(ahead)
+        return got
+
+    ahead = TakeAhead(take_chunk, Clock())
+    ahead.arm = armed.set  # type: ignore[attr-defined]
+    return ahead
+
+
+def test_a_close_between_a_take_and_the_keeping_of_its_rest_gives_every_never_handed_message_back():
+    q = _queue(200, batch=200, leased_at=7.5, gen=4)
+    refused: list[KmqMessage] = []
+    ahead = _closing_in_the_take(q, lambda a: a.put_back(q.put_back, refused.extend))
+    handed = [ahead.next() for _ in range(63)]  # takes of 1, 2, ..., 32: all handed; the next takes 64
+    assert [m.offset for m in handed] == list(range(63)) and not ahead
+    ahead.arm()
+    # The take of 64: the close lands before the taker hands the first on and keeps the 63 behind it.
+    assert ahead.next() is None and not ahead and refused == []
+    assert ahead.idle(0)  # nothing in progress: the fetcher may drain
+    # Back in the ready queue with their batch's generation: closing gives them to the group.
+    drained = q.drain()
+    back = sorted(m.offset for msgs, _gen in drained for m in msgs)
+    assert back == list(range(63, 200)) and {gen for _msgs, gen in drained} == {4}
+    # No take starts once the close has begun, and a late keep goes back too (here: refused, the
+    # close plan is made) rather than being held.
+    assert ahead.next() is None
+    late = [KmqMessage("q", 0, 500, None, b"v", None, 0, None, threading.Lock())]
+    ahead.keep(late, 7.5, 4)
+    assert not ahead and refused == late
+
+
+def test_a_close_while_a_take_is_in_progress_waits_for_it_before_the_ready_queue_is_drained():
+    q = _queue(200, batch=200)
+    in_take, closed = threading.Event(), threading.Event()
+    ahead = _closing_in_the_take(q, lambda a: (in_take.set(), closed.wait(5)))
+    for _ in range(63):
+        ahead.next()
+    ahead.arm()
+    taker = threading.Thread(target=ahead.next)
+    taker.start()
+    assert in_take.wait(5)
+    ahead.put_back(q.put_back, _no_refusal)  # the closer, while the taker is between take and keep
+    busy = not ahead.idle(0)  # the fetcher waits here before draining
+    closed.set()
+    assert ahead.idle(5)
+    taker.join()
+    assert sorted(m.offset for msgs, _gen in q.drain() for m in msgs) == list(range(63, 200)) and not ahead
+    assert busy

@@ -14,6 +14,7 @@ import pytest
 import tracker.service as service
 from kmq.client import ClientCommitFailed
 from kmq.config import Config
+from kmq.core.marker_clock import SKEW_ALLOWANCE_MS
 from kmq.core.markers import Closed, End, Start, decode
 from tests.helpers.fake_kafka import FakeGroupConsumer, FakeKafka, FakeLogReader, FakeProducer, FakeTime
 from tracker.redeliver import Redeliverer
@@ -21,6 +22,9 @@ from tracker.redeliver import Redeliverer
 QUEUE = "q"
 PARTITIONS = 3
 READ_TIMEOUT_S = 10.0  # the log reader's own bound; an unreachable leader costs this much per read
+# How old a START replayed at assignment must be for its 1 s lease to have run out: a replayed
+# marker's lease may start up to the skew allowance after its record time (kmq.core.marker_clock).
+EXPIRED_MS = SKEW_ALLOWANCE_MS + 60_000
 
 
 def config(**tracker) -> Config:
@@ -58,7 +62,7 @@ class Harness:
         for p in range(PARTITIONS):
             self.kafka.append(self.q.name, p, b"k%d" % p, b"v%d" % p)
             self.kafka.marker(self.q.markers_topic, p, Start([(0, 1)], lease_ms=1000, owner="w"),
-                              ts_ms=int(self.time.wall * 1000) - 60_000)
+                              ts_ms=int(self.time.wall * 1000) - EXPIRED_MS)
 
     def steps(self, n: int) -> None:
         for _ in range(n):
@@ -401,7 +405,7 @@ def test_a_backlog_due_before_the_catch_up_is_worked_off_without_a_look_up_per_s
     m, now_ms = h.q.markers_topic, int(h.time.wall * 1000)
     for o in range(6):
         h.kafka.append(h.q.name, 0, b"k%d" % o, b"v%d" % o)
-    h.kafka.marker(m, 0, Start([(0, 6)], lease_ms=1000, owner="w"), ts_ms=now_ms - 60_000)
+    h.kafka.marker(m, 0, Start([(0, 6)], lease_ms=1000, owner="w"), ts_ms=now_ms - EXPIRED_MS)
     h.steps(1)
     catch_up = len(asked)
     assert catch_up >= 1

@@ -1,0 +1,77 @@
+"""Clock skew between a worker host and the tracker host, on the real broker.
+
+The markers are written with explicit record timestamps (CreateTime) from a
+worker clock 10 s off the tracker's; the tracker judges leases on its own
+clock (docs/protocol.md, "Clocks"). Each test waits on what the tracker has
+read (its marker counter), never on a sleep.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kmq.core.markers import End, Start
+from tests.helpers.kafka import wait_until
+from tests.integration.test_tracker import produce
+from tests.integration.tracker_util import MarkerProducer, Tail, metric, running_tracker
+
+pytestmark = pytest.mark.integration
+
+LEASE_MS = 2000
+MESSAGES = 20
+QUEUE = {"lease": "2s", "max_deliveries": 3, "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}
+
+
+def worker_ms(skew_s: float) -> int:
+    return int((time.time() + skew_s) * 1000)
+
+
+# kafka_client: whether the tracker read a partition to its end comes from each client's high-water mark.
+def test_a_worker_clock_10s_behind_costs_no_copy_and_no_dead_letter(bootstrap, queue_topics, kafka_client):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
+    produce(bootstrap, q.name, MESSAGES)
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
+    try:
+        with running_tracker(cfg) as t:
+            def read(mtype: str) -> float:
+                return metric(t.http_port, "kmq_tracker_markers_total", queue=q.name, type=mtype)
+
+            for o in range(MESSAGES):
+                markers.send(0, Start([(o, 1)], lease_ms=LEASE_MS, owner="w-behind"), ts_ms=worker_ms(-10))
+                # The handler acks once the tracker holds the START: on the worker's clock its lease
+                # ended 8 s before it began.
+                wait_until(lambda: read("start") == o + 1, 10, what=f"START {o} read")
+                markers.send(0, End([(o, 1)]), ts_ms=worker_ms(-10))
+            wait_until(lambda: read("end") == MESSAGES, 10, what="every END read")
+            wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 0, 10,
+                       what="nothing in flight")
+            assert metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) == 0
+            assert metric(t.http_port, "kmq_tracker_dead_lettered_total", queue=q.name) == 0
+            # Measured: read time minus record time, the worker's 10 s and a little read latency.
+            wait_until(lambda: metric(t.http_port, "kmq_tracker_clock_skew_seconds", queue=q.name,
+                                      owner="w-behind") > 0, 10, what="skew published")
+            assert 9.9 <= metric(t.http_port, "kmq_tracker_clock_skew_seconds", queue=q.name, owner="w-behind") < 11
+        assert len(tail.poll()) == MESSAGES and dlq.poll() == []
+    finally:
+        markers.close(); tail.close(); dlq.close()
+
+
+def test_a_worker_clock_10s_ahead_does_not_hold_the_lease_of_a_message_whose_worker_died(
+        bootstrap, queue_topics, kafka_client):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
+    produce(bootstrap, q.name, 1)
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tail = Tail(bootstrap, q.name)
+    try:
+        with running_tracker(cfg):
+            written = time.time() * 1000
+            markers.send(0, Start([(0, 1)], lease_ms=LEASE_MS, owner="w-ahead"), ts_ms=worker_ms(10))
+            copy = tail.wait_for(2, timeout=30, what="the copy")[1]
+            # The lease and the first backoff on the tracker's clock (the copy's timestamp is the
+            # tracker's), a step or two more; on the worker's clock it would be 10 s later.
+            assert written + LEASE_MS + 200 - 100 <= copy.timestamp <= written + LEASE_MS + 200 + 2000
+    finally:
+        markers.close(); tail.close()
