@@ -99,10 +99,11 @@ def delivered_at(metadata: Any) -> tuple[str, int, int]:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    """What :meth:`LogReader.read` found: records by offset, the requested offsets that are
-    not in the log, and ``log_end``: the high-water mark when the read ran into the end of the
-    log (no offset at or above it exists, so a START far beyond it is closed as missing, not
-    retried forever); None when every requested offset was decided before it."""
+    """What :meth:`LogReader.read` found: records by offset, ``missing``: the requested offsets
+    the read passed without finding them (deleted below the log start, or a gap in the log), and
+    ``log_end``: the high-water mark when the read ran into the end of the log before every
+    requested offset was decided (None: it did not). Offsets at or past ``log_end`` are neither
+    found nor missing: the read proves nothing about them (a lagging high-water mark)."""
 
     records: dict[int, Any]
     missing: list[OffsetRange]

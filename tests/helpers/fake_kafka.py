@@ -58,6 +58,7 @@ class FakeKafka:
         self.logs: dict[tuple[str, int], list[FakeRecord]] = defaultdict(list)
         self.partitions: dict[str, int] = {}
         self.committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> offset
+        self.log_start: dict[tuple[str, int], int] = {}  # records below it were deleted (retention)
 
     def create(self, topic: str, partitions: int) -> None:
         self.partitions[topic] = partitions
@@ -206,14 +207,17 @@ class FakeLogReader:
         if self.on_read is not None:
             self.on_read(partition)
         log = self.kafka.records(topic, partition)
-        found, missing = {}, []
+        start = self.kafka.log_start.get((topic, partition), 0)
+        found, missing, log_end = {}, [], None
         for first, count in ranges:
             for o in range(first, first + count):
-                if o < len(log):
+                if o < start:
+                    missing.append(OffsetRange(o, 1))  # deleted (retention)
+                elif o < len(log):
                     found[o] = log[o]
                 else:
-                    missing.append(OffsetRange(o, 1))
-        return FakeReadResult(found, missing)
+                    log_end = len(log)  # as the readers do: past the end is neither found nor missing
+        return FakeReadResult(found, missing, log_end)
 
     def high_waters(self, starts) -> dict:
         return {tp: len(self.kafka.records(*tp)) for tp in starts}

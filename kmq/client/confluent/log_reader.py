@@ -19,6 +19,11 @@ end-of-partition event, a high-water mark or an out-of-range answer of it proves
 about offsets written since, and any of them (or a poll that brings nothing) makes the
 read assign anew where it stands, as a read of its own. :meth:`ConfluentLogReader.release`
 lets the assignment go.
+
+It reads uncommitted (librdkafka's default is ``read_committed``): it sees every record a worker on
+either client could have been handed, also those of a transaction still open or aborted later. Read
+committed, it stopped at the last stable offset below an open transaction's records that workers on
+kafka-python (uncommitted by default) had already been handed.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ class ConfluentLogReader:
             "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "queued.max.messages.kbytes": 16 * 1024,  # the prefetch a read may leave unused
             **overrides,
+            # Not librdkafka's default (read_committed): see the module docstring.
+            "isolation.level": "read_uncommitted",
         })
         self._groups: dict[str, Any] = {}
         # What the last read left for one that continues where it stopped (see the module docstring).

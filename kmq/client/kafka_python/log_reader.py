@@ -6,7 +6,8 @@ responses (kafka-python forgets the marks of an unassigned partition), and a
 :class:`~kmq.core.scan_cursor.ScanCursor` per partition decides where to read
 and where the read ends. An offset out of range is reported by the fetch
 (``auto_offset_reset='none'``) and looked up against the log start, never
-silently reset.
+silently reset. It reads uncommitted: it sees every record a worker on either client could have
+been handed, also those of a transaction still open or aborted later.
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ class LogReader:
     def __init__(self, kafka: KafkaConfig, timeout_s: float = 10.0, **overrides: Any) -> None:
         self._kafka = kafka
         self._timeout_s = timeout_s
-        settings = {"fetch_max_wait_ms": 50, "max_poll_records": 2000, **overrides}
+        # read_uncommitted, whatever the overrides: a reader must see every record a worker could have
+        # been handed (a worker reading uncommitted is handed an open transaction's records; a reader
+        # stopped at the last stable offset below them would report them past the log end).
+        settings = {"fetch_max_wait_ms": 50, "max_poll_records": 2000, **overrides,
+                    "isolation_level": "read_uncommitted"}
         self._consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                                        **settings)
         self._groups: dict[str, Any] = {}

@@ -2,9 +2,9 @@
 
 The same contract as :class:`kmq.client.kafka_python.log_reader.LogReader`
 and the confluent one: each requested offset comes back with its record or
-is reported missing (deleted by retention, past the end of the log), never a
-neighbour in its place; ``log_end`` is the high-water mark when the request
-reached past it. It waits out a broker pause or a slow fetch
+is reported missing (deleted by retention), never a neighbour in its place;
+``log_end`` is the high-water mark when the request reached past it (offsets
+at or past it are neither found nor missing). It waits out a broker pause or a slow fetch
 (:class:`~kmq.dev.sim.faults.SlowFetch` naming the reader) for at most its
 timeout, in simulated time, then raises
 :class:`~kmq.client.kafka_python.log_reader.LogReadError` as the real readers do.
@@ -70,7 +70,8 @@ class SimLogReader:
         last = wanted.ranges()[-1].last
         log_end = plog.high_water if last >= plog.high_water else None
         self.cluster.record(f"read {self.name} {topic}[{partition}] {len(found)} found, log end {log_end}")
-        return ReadResult(found, missing(wanted.ranges(), found), log_end)
+        below = wanted.ranges() if log_end is None else wanted.intersection(0, log_end)
+        return ReadResult(found, missing(below, found), log_end)
 
     def high_waters(self, starts: Mapping[K, int | None]) -> dict[K, int]:
         """High-water marks now, keyed as given (``(topic, partition)`` tuples or kafka-python's
