@@ -158,6 +158,12 @@ class TrackerMetrics:
             "and read again, never closed), counted at each such read",
             ["queue"], registry=r,
         )
+        self.lookup_failures = Counter(
+            "kmq_tracker_lookup_failures_total",
+            "Look-ups of a markers partition's log end (catch-up target, read-through mark) the broker did not "
+            "answer; that partition is asked again with its own backoff",
+            ["queue"], registry=r,
+        )
         self.redelivery_failures = Counter(
             "kmq_tracker_redelivery_failures_total", "Redelivery attempts that failed and will be retried", ["queue"], registry=r,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, TypeVar
 
-from kmq.client.api import Record
+from kmq.client.api import LogEnds, Record
 from kmq.client.kafka_python.log_reader import LogReadError, ReadResult
 from kmq.core.ranges import RangeSet, missing
 from kmq.dev.sim.cluster import SimCluster
@@ -80,6 +80,25 @@ class SimLogReader:
             return {}
         self._wait_until_answered(f"the high-water marks of {len(starts)} partition(s)")
         return {tp: self.cluster.log(tp[0], tp[1]).high_water for tp in starts}  # type: ignore[index]
+
+    def log_ends(self, starts: Mapping[K, int | None]) -> LogEnds:
+        """As :meth:`high_waters`, partition by partition: a partition whose reads are stalled
+        (:class:`~kmq.dev.sim.faults.SlowRead` naming this reader) past the timeout is listed as
+        failed and the others are answered; a broker that answers nothing raises, as there."""
+        if not starts:
+            return LogEnds({}, {})
+        c = self.cluster
+        given_up = c.clock.now() + self._timeout_s + POLL_S
+
+        def blocked() -> list:
+            return [tp for tp in starts if c.faults.read_blocked_until(self.name, tp[0], tp[1], c.t()) is not None]
+
+        c.clock.run_until(given_up, lambda: not blocked())
+        failed = {tp: f"timed out reading {tp[0]}[{tp[1]}] (simulated {self._timeout_s:g}s)" for tp in blocked()}
+        rest = [tp for tp in starts if tp not in failed]
+        if rest:
+            self._wait_until_answered(f"the high-water marks of {len(rest)} partition(s)")
+        return LogEnds({tp: c.log(tp[0], tp[1]).high_water for tp in rest}, failed)  # type: ignore[index]
 
     def partition_count(self, topic: str) -> int:
         """Partitions of ``topic``; 0 when it does not exist."""
