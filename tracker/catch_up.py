@@ -12,8 +12,9 @@ actually resumed is checked against the committed offset: markers deleted by ret
 and counted (:mod:`kmq.core.retention`).
 
 A tracker given thousands of partitions at once positions them and reads their ends at most
-``per_step`` at a time, over several steps; a look-up that fails costs only its own partitions a
-retry, and a position the broker does not answer is asked again next step.
+``per_step`` at a time, over several steps; the look-up answers partition by partition, so one
+whose broker does not answer costs only itself a retry, with its own backoff, and a position the
+broker does not answer is asked again next step.
 """
 
 from __future__ import annotations
@@ -111,20 +112,11 @@ class CatchUp:
 
     def update(self, owned: dict[Partition, OwnedPartition], consumer: GroupConsumerAdapter,
                hw_reader) -> list[OwnedPartition]:
-        """Read the catch-up targets still missing, then enable redelivery where the position reached
-        them; returns the partitions caught up just now."""
+        """Read the catch-up targets still missing (of partitions whose last look-up was answered),
+        then enable redelivery where the position reached them; returns the partitions caught up
+        just now."""
+        self.read_targets(owned, hw_reader)
         behind = [o for o in map(owned.get, self.pending) if o is not None and o.positioned]
-        fresh = dict(sorted((o.tp, o.committed) for o in behind if o.target is None)[:self.per_step])
-        if fresh:
-            # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
-            # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
-            asked_ms = self._now_ms()
-            try:
-                for tp, hw in hw_reader.high_waters(fresh).items():
-                    owned[tp].target, owned[tp].target_ms = hw, asked_ms
-                self.looked_up_ms = asked_ms
-            except LogReadError as exc:
-                log.warning("catch-up target not read (%s); trying again", exc)
         unread: list[Partition] = []
         reached: list[OwnedPartition] = []
         for o in behind:
@@ -146,6 +138,39 @@ class CatchUp:
             log.warning("position of %d partition(s) catching up not read (%s, e.g. %s); trying again",
                         len(unread), cause, partition_names(unread, 3))
         return caught
+
+    def read_targets(self, owned: dict[Partition, OwnedPartition], hw_reader, failing: bool = False) -> None:
+        """Look up the catch-up targets still missing, at most ``per_step``: of the partitions whose
+        last look-up was answered, or (``failing``) of those whose last one was not and whose own
+        backoff is over. The look-up answers partition by partition: one that gets no answer backs
+        off on its own and is asked apart from the others (the service does that after serving the
+        others, as each such look-up may wait out the reader's timeout)."""
+        now = self._now_ms()
+        fresh = dict(sorted((o.tp, o.committed) for o in map(owned.get, self.pending)
+                            if o is not None and o.positioned and o.target is None
+                            and bool(o.lookup_failures) == failing and o.recheck_ms <= now)[:self.per_step])
+        if not fresh:
+            return
+        # Not consumer.highwater(): kafka-python keeps the mark seen before a rebalance for a partition
+        # assigned again to the same member, and catch-up would end before ENDs written meanwhile.
+        try:
+            got = hw_reader.log_ends(fresh)
+            ends, failed = got.ends, got.failed
+        except LogReadError as exc:
+            ends, failed = {}, {tp: str(exc) for tp in fresh}
+        for tp, hw in ends.items():
+            o = owned[tp]
+            o.target, o.target_ms, o.lookup_failures = hw, now, 0
+        if ends:
+            self.looked_up_ms = now
+        unanswered = [owned[tp] for tp in fresh if tp not in ends]
+        if unanswered:
+            answered_ms = self._now_ms()  # the backoff counts from the answer: the look-up may have waited long
+            delay = max(o.lookup_failed(answered_ms) for o in unanswered)
+            for o in unanswered:
+                self.metrics.lookup_failures.labels(o.queue.name).inc()
+            log.warning("catch-up target of %s not read (%s); asked again in %.1fs (kmq_tracker_lookup_failures_total)",
+                        partition_names(o.tp for o in unanswered), next(iter(failed.values()), "no answer"), delay)
 
     def _log_caught_up(self, caught: list[OwnedPartition]) -> None:
         if len(caught) > _NAMED_ONE_BY_ONE:  # thousands of partitions at start-up: one line a step, not one each

@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 from kmq.client import Partition
 from kmq.config import QueueConfig
 from kmq.core.lease_state import PartitionState
+from kmq.core.redelivery_plan import retry_delay_s
 from kmq.core.retention import retention_used
 from kmq.telemetry.metrics import TrackerMetrics
 
@@ -42,6 +43,7 @@ class OwnedPartition:
     # (asked at ms, log end then): once the position reaches that end, read_through_ms = asked at.
     mark: tuple[int, int] | None = None
     recheck_ms: int = 0  # a look-up failed: ask again no sooner than this (ms)
+    lookup_failures: int = 0  # look-ups of its end in a row that got no answer (its own backoff)
     # After the broker was unreachable from held_from_ms on: leases due since then are judged only on
     # a read-through time of hold_until_ms or later (the markers their consumers retry once the broker
     # is back are read first). 0, 0: no hold.
@@ -80,6 +82,16 @@ class OwnedPartition:
         return (self.caught_up and nd is not None and nd <= now_ms and self.read_through_ms < now_ms
                 and self.mark is None and self.recheck_ms <= now_ms
                 and not self.state.due_at_least(self.horizon(now_ms), step_offsets))
+
+    def lookup_failed(self, now_ms: int) -> float:
+        """A look-up of its end (catch-up target or read-through mark) got no answer: ask again after
+        its own backoff, 0.5 s doubling to 30 s (:func:`~kmq.core.redelivery_plan.retry_delay_s`), so
+        a partition whose leader does not answer costs the other partitions' look-ups nothing.
+        Returns the delay in seconds."""
+        delay = retry_delay_s(self.lookup_failures)
+        self.lookup_failures += 1
+        self.recheck_ms = now_ms + int(delay * 1000)
+        return delay
 
     def hold(self, held_from_ms: int, hold_until_ms: int) -> None:
         """The broker was unreachable from ``held_from_ms`` on and is back: leases due since then

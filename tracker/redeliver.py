@@ -4,8 +4,9 @@ For the due items of one partition (handed out by
 :meth:`kmq.core.lease_state.PartitionState.due`):
 
 1. read the original records from the queue log, every offset verified
-   (offsets no longer in the log, or at or past its end, are closed as
-   ``MISSING``);
+   (offsets deleted below the log start are closed as ``MISSING``; offsets at
+   or past the end the read ran into are *not yet* there: held back with a
+   capped backoff and read again, never closed);
 2. ask :func:`~kmq.core.redelivery_plan.plan` what to do with each record:
    wait (backoff), copy to the same queue partition, or dead-letter to the DLQ
    (partition = original partition mod DLQ partitions);
@@ -82,6 +83,7 @@ from kmq.core.redelivery_plan import (
     plan,
     retry_at_ms,
     settle,
+    below,
     take_chunk,
     wanted_ranges,
 )
@@ -190,6 +192,7 @@ class RedeliveryReport:
     redelivered: int = 0
     dead_lettered: int = 0
     missing: int = 0
+    past_end: int = 0  # held back: at or past the end of the queue log as read (not yet)
     undeliverable: int = 0
     deferred: int = 0
     failed: int = 0
@@ -294,10 +297,11 @@ class Redeliverer:
         while rest:
             size = self._record_bytes.get(queue.name, self._max_request_size)
             most = chunk_offsets(size, _CHUNK_BYTES, _READ_CHUNK)
-            if log_end is not None and rest[0].ranges[0].first >= log_end:
-                # Past the log end everything is missing: one read closes it all (a START naming
-                # billions of offsets the queue never had must not be read 10,000 at a time).
-                most = sum(it.offset_count for it in rest)
+            if log_end is not None:
+                # What is at or past the log end was held back with the read that ran into it.
+                rest = below(rest, log_end)
+                if not rest:
+                    break
             chunk, rest = take_chunk(rest, most)
             try:
                 log_end = self._read_and_start(queue, partition, state, chunk, pending, report)
@@ -334,9 +338,25 @@ class Redeliverer:
             report.failed += n
             log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
                         "they stay open and are retried", n, queue.name, partition)
+        if step.past_end:
+            self._hold_past_end(queue, partition, state, step.log_end, step.past_end_at_ms, now, report)
         if step.sends:
             pending.add(self._start_all(queue, partition, read.records, step.sends, now), size)
-        return read.log_end
+        return step.log_end if step.past_end else None
+
+    def _hold_past_end(self, queue: QueueConfig, partition: int, state: PartitionState, log_end: int, at: int,
+                       now: int, report: RedeliveryReport) -> None:
+        """The read ended at ``log_end`` below offsets a START names. A consumer fetched them, so they
+        exist: the read is behind (a new leader's high-water mark lagging after a leader change), not
+        proof of anything. Everything due at or past that end waits with a backoff, in one go."""
+        held = state.hold_from(log_end, now, at)
+        n = sum(r.count for r in held)
+        report.past_end += n
+        self._metrics.past_log_end.labels(queue.name).inc(n)
+        log.warning("%s[%d]: the queue log read ended at offset %d, below %d due offset(s) that START markers name "
+                    "(%s); they are not closed: read again in %.1fs (kmq_tracker_offsets_past_log_end_total). "
+                    "If this goes on, see docs/operations.md (KmqQueueLogBehindStarts)", queue.name, partition,
+                    log_end, n, _show(held), (at - now) / 1000.0)
 
     def _finish(self, queue: QueueConfig, partition: int, state: PartitionState, pending: "_Round",
                 report: RedeliveryReport) -> None:

@@ -328,7 +328,9 @@ class Tracker:
     def _redeliver_due(self) -> None:
         """Hand each caught-up partition's due messages to the redeliverer, least recently served
         first, until the step's budget is spent: a slow partition delays the others by one step at
-        most, and is itself served again when its own retry backoff ends."""
+        most, and is itself served again when its own retry backoff ends. Partitions whose last
+        look-up got no answer are looked up again after the others were served (each such look-up
+        may wait out the reader's timeout), when their own backoff ends."""
         began = self._mono()
         due = [self._owned[tp] for tp in self._schedule.pop_due(self._now_ms()) if tp in self._owned]
         due.sort(key=lambda o: o.served)
@@ -337,7 +339,7 @@ class Tracker:
             if self._stopping.is_set() or self._mono() - began >= _STEP_BUDGET_S:
                 for later in due[i:]:
                     self._touched(later)  # still due: served first next step
-                return
+                break
             items = owned.state.due(owned.horizon(self._now_ms()), limit=_DUE_LIMIT) if owned.caught_up else []
             copies = self._redeliver(owned, items) if items else 0
             if items:
@@ -346,39 +348,79 @@ class Tracker:
             if items and self._membership_in_doubt(f"while {owned.topic}[{owned.partition}] was redelivered",
                                                    owned.queue, copies):
                 return
+        if not self._stopping.is_set():
+            for owned in self._read_through(due, failing=True):
+                self._touched(owned)
+            self._catch_up.read_targets(self._owned, self._hw_reader, failing=True)
 
-    def _read_through(self, due: list[OwnedPartition]) -> None:
+    def _read_through(self, due: list[OwnedPartition], failing: bool = False) -> list[OwnedPartition]:
         """Move the read-through time of the ``due`` partitions on: a tracker behind its markers
         (a slow fetch, a burst larger than it reads per step) must not take an END or RENEW it has
         not read yet for a lapsed lease. The log end is looked up (batched) when something is due
         past what is known; once the position reaches that end, everything written before the
         look-up has been applied. Markers written meanwhile do not matter: the mark stays put.
-        At most one look-up per step, for the partitions with something due."""
+        At most one look-up per step for the partitions with something due whose last look-up was
+        answered, and (``failing``) one for those whose last look-up was not: the look-up answers
+        partition by partition, so one that does not answer costs only itself its answer and backs
+        off on its own. Returns the partitions asked."""
         now = self._now_ms()
-        ask = [o for o in due if o.wants_end(now, _DUE_LIMIT)][:_PARTITIONS_PER_LOOKUP]  # the others: next step
+        ask = [o for o in due if bool(o.lookup_failures) == failing and o.wants_end(now, _DUE_LIMIT)]
+        ask = ask[:_PARTITIONS_PER_LOOKUP]  # the others: next step
         # With leases due and marks still being read, a look-up of one partition now and then tells
         # whether the broker is there at all (a read that stopped is no error of its own).
-        probe = [] if ask or now - self._looked_up_ms < _PROBE_INTERVAL_MS else \
-            [o for o in due if o.caught_up and o.state.position is not None][:1]
-        if not ask and not probe:
-            return
+        probe = [] if failing or ask or now - self._looked_up_ms < _PROBE_INTERVAL_MS else \
+            [o for o in due if o.caught_up and o.state.position is not None and not o.lookup_failures][:1]
+        asked = ask or probe
+        if not asked:
+            return []
         try:
-            ends = self._hw_reader.high_waters({o.tp: o.state.position for o in ask or probe})
+            got = self._hw_reader.log_ends({o.tp: o.state.position for o in asked})
+            ends, failed = got.ends, got.failed
         except LogReadError as exc:
-            for o in ask:
-                o.recheck_ms = now + self._tick_ms()
-            if self._outage is None:  # leases due since the last good look-up were not judged yet
-                self._outage = (self._looked_up_ms, now)
-            log.warning("the end of %s was not read (%s): leases there are judged once it is",
-                        partition_names(o.tp for o in ask or probe), exc)
-            return
-        self._looked_up_ms = now
-        if self._outage is not None:
-            self._broker_back(*self._outage, now)
-            self._outage = None
-        for o in ask:
-            if ends.get(o.tp) is not None:
-                o.end_read(now, ends[o.tp])
+            ends, failed = {}, {o.tp: str(exc) for o in asked}
+        if ends:
+            self._looked_up_ms = now
+            if self._outage is not None:
+                self._broker_back(*self._outage, now)
+                self._outage = None
+        unanswered = [o for o in asked if ends.get(o.tp) is None]
+        if unanswered:  # their backoff counts from the answer: the look-up may have waited long
+            self._lookups_failed(unanswered, self._now_ms(), failed, whole=not ends)
+        for o in asked:
+            end = ends.get(o.tp)
+            if end is None:
+                continue
+            if o.lookup_failures:
+                self._partition_back(o, now)
+            if o in ask:
+                o.end_read(now, end)
+        return asked
+
+    def _lookups_failed(self, failed: list[OwnedPartition], now_ms: int, why: dict, whole: bool) -> None:
+        """The look-up of ``failed``'s ends got no answer. Each backs off on its own. A look-up
+        answered for none of them, of partitions that were answered last time, is taken for the
+        broker being away (see :meth:`_broker_back`)."""
+        if whole and self._outage is None and any(not o.lookup_failures for o in failed):
+            self._outage = (self._looked_up_ms, now_ms)  # leases due since the last good look-up are not judged yet
+        delay = 0.0
+        for o in failed:
+            delay = max(delay, o.lookup_failed(now_ms))
+            self.metrics.lookup_failures.labels(o.queue.name).inc()
+        cause = next(iter(why.values()), "no answer")
+        log.warning("the end of %s was not read (%s): leases there are judged once it is; asked again in %.1fs "
+                    "(kmq_tracker_lookup_failures_total)", partition_names(o.tp for o in failed), cause, delay)
+
+    def _partition_back(self, owned: OwnedPartition, now_ms: int) -> None:
+        """``owned``'s end is answered again after look-ups that were not: its consumers may not have
+        reached its leader meanwhile either. What fell due since its read-through time is judged only
+        on markers read ``tracker.outage_grace`` from now (as for the whole broker)."""
+        owned.lookup_failures = 0
+        if owned.read_through_ms < owned.hold_until_ms:
+            return  # held already (the broker was back just now)
+        grace_ms = round(self.cfg.tracker.outage_grace * 1000)
+        owned.hold(owned.read_through_ms, now_ms + grace_ms)
+        log.warning("the end of %s[%d] is readable again; leases that ran out meanwhile are judged %.0fs from now",
+                    owned.topic, owned.partition, grace_ms / 1000.0)
 
     def _broker_back(self, held_from_ms: int, failed_ms: int, now_ms: int) -> None:
         """The markers' ends were unreadable from ``failed_ms`` and are readable again: the consumers
@@ -389,6 +431,7 @@ class Tracker:
         until = now_ms + grace_ms
         for o in self._owned.values():
             o.hold(held_from_ms, until)
+            o.lookup_failures, o.recheck_ms = 0, 0  # asked again now: the broker answers
             self._touched(o)
         log.warning("the markers topic is readable again after %.1fs; leases that ran out meanwhile are judged "
                     "%.0fs from now, once the ENDs and RENEWs their consumers retry were read",

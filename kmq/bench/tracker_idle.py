@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from kmq.client import LogEnds
 from kmq.dev.broker import broker_unless
 
 __all__ = ["idle_cost", "process_idle_cost", "plain_markers_consumer", "IdleConsumer", "IdleReader"]
@@ -73,6 +74,9 @@ class IdleReader:
 
     def high_waters(self, starts: dict) -> dict:
         return {k: 0 for k in starts}
+
+    def log_ends(self, starts: dict) -> LogEnds:
+        return LogEnds(self.high_waters(starts), {})
 
     def partition_count(self, topic: str) -> int:
         return 1

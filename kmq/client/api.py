@@ -32,7 +32,7 @@ from kmq.core.ranges import OffsetRange
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
-    "is_confluent_consumer", "Partition", "ReadResult", "Deleted", "LogReader", "delivered_at",
+    "is_confluent_consumer", "Partition", "ReadResult", "LogEnds", "Deleted", "LogReader", "delivered_at",
     "OutRecord", "SendBatch", "FutureBatch", "ReportedBatch", "UNDECIDED",
 ]
 
@@ -99,14 +99,24 @@ def delivered_at(metadata: Any) -> tuple[str, int, int]:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    """What :meth:`LogReader.read` found: records by offset, the requested offsets that are
-    not in the log, and ``log_end``: the high-water mark when the read ran into the end of the
-    log (no offset at or above it exists, so a START far beyond it is closed as missing, not
-    retried forever); None when every requested offset was decided before it."""
+    """What :meth:`LogReader.read` found: records by offset, ``missing``: the requested offsets
+    the read passed without finding them (deleted below the log start, or a gap in the log), and
+    ``log_end``: the high-water mark when the read ran into the end of the log before every
+    requested offset was decided (None: it did not). Offsets at or past ``log_end`` are neither
+    found nor missing: the read proves nothing about them (a lagging high-water mark)."""
 
     records: dict[int, Any]
     missing: list[OffsetRange]
     log_end: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEnds:
+    """What :meth:`LogReader.log_ends` found: the log end per partition that answered, keyed as
+    asked, and why each other one did not (no answer from the broker within the reader's timeout)."""
+
+    ends: dict[Any, int]
+    failed: dict[Any, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +159,12 @@ class LogReader(Protocol):
     def high_waters(self, starts: Mapping[Any, int | None]) -> dict[Any, int]:
         """The log end per partition from a fetch made now at the given offset (None: log start);
         keys are returned as given."""
+        ...
+
+    def log_ends(self, starts: Mapping[Any, int | None]) -> LogEnds:
+        """As :meth:`high_waters`, partition by partition: one whose broker does not answer is listed
+        in :attr:`LogEnds.failed` and costs the call at most the reader's timeout, never the others'
+        answers (:meth:`high_waters` raises for all). Other client failures raise as there."""
         ...
 
     def committed(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:

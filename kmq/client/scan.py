@@ -32,8 +32,13 @@ def cut(batch: Sequence[Any], limit: int, offset_of: Callable[[Any], int]) -> Se
 
 
 def read_result(wanted: RangeSet, found: dict[int, Any], done: Done) -> ReadResult:
-    """The :class:`ReadResult` of a read of ``wanted`` that found ``found`` and ended with ``done``."""
-    return ReadResult(found, missing(wanted.ranges(), found), done.log_end)
+    """The :class:`ReadResult` of a read of ``wanted`` that found ``found`` and ended with ``done``.
+    Missing are the wanted offsets the read passed without finding them (deleted below the log start,
+    or a gap in the log), never those at or past the log end it ran into: a read that ends below an
+    offset proves nothing about it (a new leader's high-water mark can lag behind the old one's)."""
+    end = done.log_end
+    below = wanted.ranges() if end is None else wanted.intersection(0, end)
+    return ReadResult(found, missing(below, found), end)
 
 
 def log_deleted(d: Deleted) -> None:

@@ -27,8 +27,8 @@ What it holds, per markers partition (= queue partition):
 
 The service asks :meth:`PartitionState.due`, reads the records, asks
 :meth:`PartitionState.plan` per record (delivery count from its header) and
-then reports back with :meth:`close`, :meth:`defer` or :meth:`retry` for
-every offset it was handed.
+then reports back with :meth:`close`, :meth:`defer`, :meth:`retry` or
+:meth:`hold_from` for every offset it was handed.
 """
 
 from __future__ import annotations
@@ -370,6 +370,25 @@ class PartitionState:
                 s.taken = False
                 s.failures += 1
                 self._reschedule(s, until_ms)
+
+    def hold_from(self, offset: int, now_ms: int, until_ms: int) -> list[OffsetRange]:
+        """The queue log ended at ``offset`` when read: every open offset at or above it that is
+        handed out or due by ``now_ms`` is handed out again at ``until_ms`` (counted as a failed
+        attempt), in one go however many there are. Offsets not due yet (live leases) keep their
+        due time. Returns the offsets held, coalesced."""
+        self._split_at(offset)
+        out: list[OffsetRange] = []
+        for s in list(self._overlapping(offset, 1 << 64)):
+            if not s.taken and s.due_ms > now_ms:
+                continue
+            s.taken = False
+            s.failures += 1
+            self._reschedule(s, until_ms)
+            if out and out[-1].end == s.first:
+                out[-1] = OffsetRange(out[-1].first, out[-1].count + s.end - s.first)
+            else:
+                out.append(OffsetRange(s.first, s.end - s.first))
+        return out
 
     def open_from(self, offset: int) -> list[OffsetRange]:
         """Open offsets at or above ``offset`` (e.g. past the end of the queue log), coalesced."""

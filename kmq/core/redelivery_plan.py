@@ -11,9 +11,14 @@ this module what to do, executes the answer and reports back::
 
 Per due offset, :func:`plan` decides:
 
-* not in the queue log (deleted by retention, or at or past its end): close
-  as ``MISSING``; offsets at or past the log end are closed all at once, also
-  those :meth:`due` has not handed out yet;
+* not in the queue log (the read passed it without finding it: deleted below
+  the log start by retention or DeleteRecords, or a gap in the log): close as
+  ``MISSING``;
+* at or past the end of the log the read ran into: *not yet*, never a close.
+  A START names offsets a consumer had fetched, so they existed: a read that
+  ends below one proves nothing (a new leader's high-water mark lagging behind
+  the old one's; a reader that stops at an open transaction). They wait with a
+  capped backoff (``past_end``) and are read again;
 * the backoff for its delivery count is not over: wait (``defer``);
 * ``REJECT``, or the delivery count reached ``max_deliveries``: dead-letter;
 * else copy it to the queue, unless it cannot be copied as it is (a
@@ -45,13 +50,16 @@ from kmq.core.ranges import OffsetRange, RangeSet, coalesce
 
 __all__ = [
     "RecordLike", "Send", "SendResult", "SENT", "Defer", "StepPlan", "Settled",
-    "plan", "settle", "retry_at_ms", "retry_delay_s", "wanted_ranges", "take_chunk", "chunk_offsets", "closed_chunks",
+    "plan", "settle", "retry_at_ms", "retry_delay_s", "wanted_ranges", "take_chunk", "below", "chunk_offsets",
+    "closed_chunks",
     "closed_ranges_limit", "MAX_CLOSED_RANGES",
 ]
 
 # Failed attempts are retried after 0.5 s, 1 s, 2 s, ... at most 30 s.
 _RETRY_INITIAL_S = 0.5
 _RETRY_CAP_S = 30.0
+# The largest Kafka offset: "at or past the log end" is the range from it to here.
+_MAX_OFFSET = (1 << 63) - 1
 # Most ranges one CLOSED marker may carry (u16 in the wire format).
 MAX_CLOSED_RANGES = 0xFFFF
 _OUTCOME = {Step.COPY: Outcome.REDELIVERED, Step.DEAD_LETTER: Outcome.DEAD_LETTERED,
@@ -113,6 +121,11 @@ class StepPlan:
     sends: list[Send] = field(default_factory=list)
     unread: list[OffsetRange] = field(default_factory=list)  # neither read nor missing: retry
     retry_at_ms: int | None = None  # for ``unread``
+    # Open offsets at or past the log end the read ran into: not yet in the log as read, never closed;
+    # they (and every other offset at or past that end that is due) are read again at past_end_at_ms.
+    past_end: list[OffsetRange] = field(default_factory=list)
+    past_end_at_ms: int | None = None
+    log_end: int | None = None  # the end the read ran into (the shell holds back what is due past it)
 
 
 @dataclass
@@ -164,6 +177,20 @@ def take_chunk(items: Sequence[DueItem], max_offsets: int) -> tuple[list[DueItem
     return chunk, []
 
 
+def below(items: Sequence[DueItem], end: int) -> list[DueItem]:
+    """``items`` cut to their offsets below ``end`` (items with none left are dropped): what is still
+    worth reading once a read ran into the log end at ``end``."""
+    out: list[DueItem] = []
+    for item in items:
+        if item.ranges[-1].end <= end:
+            out.append(item)
+            continue
+        kept = tuple(OffsetRange(r.first, min(r.end, end) - r.first) for r in item.ranges if r.first < end)
+        if kept:
+            out.append(replace(item, ranges=kept))
+    return out
+
+
 def chunk_offsets(record_bytes: float, chunk_bytes: int, most: int) -> int:
     """How many offsets to read at once when records are about ``record_bytes`` each: about
     ``chunk_bytes`` of them, at least one, at most ``most``."""
@@ -187,9 +214,12 @@ def _cut_ranges(ranges: Sequence[OffsetRange], n: int) -> tuple[tuple[OffsetRang
 def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, RecordLike],
          missing: Iterable[tuple[int, int]], log_end: int | None, now_ms: int) -> StepPlan:
     """Decide for every offset of ``items`` given what the read found (``records`` by offset),
-    what it reported ``missing`` and the log end it ran into (None: it did not)."""
+    what it reported ``missing`` and the log end it ran into (None: it did not). Nothing at or past
+    ``log_end`` is closed, also when a reader reported it missing."""
     gone = RangeSet(missing)
-    out = StepPlan(missing=_missing(state, gone, log_end))
+    if log_end is not None:
+        gone.remove(log_end, _MAX_OFFSET - log_end)
+    out = StepPlan(missing=state.open_within(gone) if gone else [], log_end=log_end)
     deferred: dict[tuple[int, int], list[int]] = defaultdict(list)
     unread: list[int] = []
     # One pass per offset of a backlog: names looked up once (an enum member through its class
@@ -205,7 +235,7 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
                 if rec is None:
                     if off not in gone and (log_end is None or off < log_end):
                         unread.append(off)
-                    continue
+                    continue  # missing, or past the log end (below)
                 headers = rec.headers
                 count = delivery_count_of(headers) if headers else 1  # no headers: a first delivery
                 entry = decided.get(count)
@@ -224,6 +254,12 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
     out.unread = state.open_within(coalesce(unread)) if unread else []
     if out.unread:
         out.retry_at_ms = retry_at_ms(max(i.failures for i in items), now_ms)
+    if log_end is not None:
+        past = [i for i in items if i.ranges[-1].end > log_end]
+        out.past_end = state.open_within(
+            (max(r.first, log_end), r.end - max(r.first, log_end)) for i in past for r in i.ranges if r.end > log_end)
+        if out.past_end:
+            out.past_end_at_ms = retry_at_ms(max(i.failures for i in past), now_ms)
     return out
 
 
@@ -251,15 +287,6 @@ def settle(sends: Sequence[Send], results: Sequence[SendResult], now_ms: int) ->
     if out.retry:
         out.retry_at_ms = retry_at_ms(max(s.failures for s in out.retry), now_ms)
     return out
-
-
-def _missing(state: PartitionState, missing: RangeSet, log_end: int | None) -> list[OffsetRange]:
-    """The open offsets to close as missing: those the read did not find in the log, and every one at
-    or past its end (never written; also the parts of a huge START that due() has not handed out)."""
-    gone = list(missing)
-    if log_end is not None:
-        gone += state.open_from(log_end)
-    return state.open_within(RangeSet(gone)) if gone else []
 
 
 def _send_fields(item: DueItem, count: int, decision: Plan) -> tuple:

@@ -168,6 +168,12 @@ class TraceBuilder:
         if isinstance(marker, BadMarker):
             self.bad_markers += 1
             return
+        at = self.origin_offset
+        if (at not in self._copies and isinstance(marker, Closed) and marker.outcome is Outcome.MISSING
+                and any(r.first <= at < r.first + r.count for r in marker.ranges)):
+            # Its record is gone from the queue log (the tracker read past it: retention, DeleteRecords),
+            # so no queue record names it; the tracker's CLOSED is what tells its end.
+            self._copies[at] = _Copy(at, ts_ms, 1)
         for r in marker.ranges:
             # A message has a handful of copies: test them rather than walk a range of thousands.
             for off in sorted(self._copies):

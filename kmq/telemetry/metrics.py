@@ -154,7 +154,20 @@ class TrackerMetrics:
             "per metrics interval (positive: the owner's clock is behind the tracker's)", ["queue", "owner"], registry=r,
         )
         self.missing_offsets = Counter(
-            "kmq_tracker_missing_offsets_total", "Offsets no longer in the queue log, closed as outcome 3", ["queue"], registry=r,
+            "kmq_tracker_missing_offsets_total",
+            "Offsets deleted from the queue log (below its log start) before redelivery, closed as outcome 3", ["queue"], registry=r,
+        )
+        self.past_log_end = Counter(
+            "kmq_tracker_offsets_past_log_end_total",
+            "Due offsets a START names that a read of the queue log ended below (not yet there as read: held back "
+            "and read again, never closed), counted at each such read",
+            ["queue"], registry=r,
+        )
+        self.lookup_failures = Counter(
+            "kmq_tracker_lookup_failures_total",
+            "Look-ups of a markers partition's log end (catch-up target, read-through mark) the broker did not "
+            "answer; that partition is asked again with its own backoff",
+            ["queue"], registry=r,
         )
         self.redelivery_failures = Counter(
             "kmq_tracker_redelivery_failures_total", "Redelivery attempts that failed and will be retried", ["queue"], registry=r,

@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kmq.client import ClientCommitFailed, Record
-from kmq.core.errors import BrokerUnavailable
+from kmq.client import ClientCommitFailed, LogEnds, Record
+from kmq.core.errors import BrokerUnavailable, LogReadError
 from kmq.core.markers import encode, encode_key
 from kmq.core.ranges import OffsetRange
 
@@ -58,6 +58,7 @@ class FakeKafka:
         self.logs: dict[tuple[str, int], list[FakeRecord]] = defaultdict(list)
         self.partitions: dict[str, int] = {}
         self.committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> offset
+        self.log_start: dict[tuple[str, int], int] = {}  # records below it were deleted (retention)
 
     def create(self, topic: str, partitions: int) -> None:
         self.partitions[topic] = partitions
@@ -196,27 +197,50 @@ class FakeReadResult:
 class FakeLogReader:
     """Reads queue records back; ``on_read(partition)`` runs first (to be slow or fail)."""
 
-    def __init__(self, kafka: FakeKafka, on_read: Callable[[int], None] | None = None) -> None:
+    def __init__(self, kafka: FakeKafka, on_read: Callable[[int], None] | None = None,
+                 timeout_s: float = 10.0) -> None:
         self.kafka = kafka
         self.on_read = on_read
         self.reads: list[int] = []
+        self.timeout_s = timeout_s
+        self.unreachable: set[tuple[str, int]] = set()  # partitions whose look-ups get no answer
+        self.lookups: list[list[tuple[str, int]]] = []  # the partitions of each look-up
 
     def read(self, topic: str, partition: int, ranges) -> FakeReadResult:
         self.reads.append(partition)
         if self.on_read is not None:
             self.on_read(partition)
         log = self.kafka.records(topic, partition)
-        found, missing = {}, []
+        start = self.kafka.log_start.get((topic, partition), 0)
+        found, missing, log_end = {}, [], None
         for first, count in ranges:
             for o in range(first, first + count):
-                if o < len(log):
+                if o < start:
+                    missing.append(OffsetRange(o, 1))  # deleted (retention)
+                elif o < len(log):
                     found[o] = log[o]
                 else:
-                    missing.append(OffsetRange(o, 1))
-        return FakeReadResult(found, missing)
+                    log_end = len(log)  # as the readers do: past the end is neither found nor missing
+        return FakeReadResult(found, missing, log_end)
 
     def high_waters(self, starts) -> dict:
-        return {tp: len(self.kafka.records(*tp)) for tp in starts}
+        """All or nothing, as :meth:`kmq.client.api.LogReader.high_waters`: a partition in
+        :attr:`unreachable` makes the call wait out the timeout and fail."""
+        got = self.log_ends(starts)
+        if got.failed:
+            raise LogReadError(next(iter(got.failed.values())))
+        return got.ends
+
+    def log_ends(self, starts) -> LogEnds:
+        """Partition by partition: those in :attr:`unreachable` (their leader does not answer) cost
+        the call the reader's timeout and are reported failed; the others are answered."""
+        self.lookups.append(sorted(starts))
+        stuck = [tp for tp in starts if tp in self.unreachable]
+        if stuck:
+            self.kafka.clock.advance(self.timeout_s)
+        return LogEnds({tp: len(self.kafka.records(*tp)) for tp in starts if tp not in stuck},
+                       {tp: f"no answer from the broker for {self.timeout_s:g}s reading {tp[0]}[{tp[1]}]"
+                        for tp in stuck})
 
     def committed(self, group: str, partitions) -> dict:
         """``kafka.committed[(group, topic, partition)]`` (None: nothing committed)."""

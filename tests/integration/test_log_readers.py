@@ -1,5 +1,6 @@
 """Both readers of originals (kafka-python's and confluent-kafka's) on the real broker:
-every requested offset is found or reported missing, and the end of the log is found."""
+every requested offset is found, reported missing (deleted) or at or past the end of the log
+the read found (then neither: a read that ends below an offset proves nothing about it)."""
 
 from __future__ import annotations
 
@@ -39,18 +40,46 @@ def test_reads_exact_offsets_reports_the_rest_and_the_log_end(queue_topics, kafk
         got = reader.read(q.name, 0, [(5, 3), (2990, 20)])
         assert sorted(got.records) == [5, 6, 7, *range(2990, 3000)]
         assert got.records[2995].value == b"v2995" and list(got.records[2995].headers) == [("h", b"2995")]
-        assert [tuple(r) for r in got.missing] == [(3000, 10)] and got.log_end == 3000
-        # Wholly beyond the end: nothing read, all missing, the end reported at or below the request.
+        assert got.missing == [] and got.log_end == 3000  # 3000..3009: past the end, not missing
+        # Wholly beyond the end: nothing read, nothing missing, the end reported at or below the request.
         far = reader.read(q.name, 0, [(10_000, 5)])
-        assert far.records == {} and [tuple(r) for r in far.missing] == [(10_000, 5)]
+        assert far.records == {} and far.missing == []
         assert far.log_end is not None and 3000 <= far.log_end <= 10_000
         # A START over 10^12 offsets (a corrupt or hostile marker): answered as ranges, never per offset.
         huge = reader.read(q.name, 0, [(2998, 10**12)])
-        assert sorted(huge.records) == [2998, 2999] and [tuple(r) for r in huge.missing] == [(3000, 10**12 - 2)]
+        assert sorted(huge.records) == [2998, 2999] and huge.missing == [] and huge.log_end == 3000
         # An empty partition.
         empty = reader.read(q.name, 1, [(0, 2)])
-        assert empty.records == {} and [tuple(r) for r in empty.missing] == [(0, 2)] and empty.log_end == 0
+        assert empty.records == {} and empty.missing == [] and empty.log_end == 0
         assert reader.partition_count(q.name) == 2 and reader.partition_count("no-such-topic-kmq") == 0
+    finally:
+        reader.close()
+
+
+def test_log_ends_answers_each_partition_and_one_without_a_leader_costs_only_its_own_answer(queue_topics,
+                                                                                             kafka_client):
+    """A partition whose leader does not answer (here one the topic does not have, so no broker leads
+    it) is reported failed after the reader's timeout; the others are answered in the same call.
+    high_waters() is all or nothing and raises."""
+    from kmq.core.errors import LogReadError
+
+    cfg, q = queue_topics(partitions=2)
+    _produce(cfg, q.name, 0, 7)
+    if kafka_client == "confluent":
+        pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
+        from kmq.client.confluent.log_reader import ConfluentLogReader
+
+        reader = ConfluentLogReader(cfg.kafka, timeout_s=2)
+    else:
+        reader = LogReader(cfg.kafka, timeout_s=2)
+    try:
+        assert reader.log_ends({(q.name, 0): None, (q.name, 1): 0}).ends == {(q.name, 0): 7, (q.name, 1): 0}
+        began = time.monotonic()
+        got = reader.log_ends({(q.name, 0): None, (q.name, 7): None})
+        assert got.ends == {(q.name, 0): 7} and list(got.failed) == [(q.name, 7)], got
+        assert time.monotonic() - began < 2 + 3  # one timeout for the call, not one per partition
+        with pytest.raises(LogReadError):
+            reader.high_waters({(q.name, 0): None, (q.name, 7): None})
     finally:
         reader.close()
 
@@ -171,7 +200,7 @@ def test_a_read_that_goes_on_where_the_last_stopped_finds_what_was_written_since
         assert sorted(on.records) == list(range(100, 5100)) and on.records[5050].value == b"v5050"
         # Going on past the end: the end is this read's own.
         past = reader.read(q.name, 0, [(5100, 10)])
-        assert past.records == {} and [tuple(r) for r in past.missing] == [(5100, 10)] and past.log_end == 5100
+        assert past.records == {} and past.missing == [] and past.log_end == 5100
     finally:
         reader.close()
 

@@ -121,9 +121,11 @@ def test_fuzzed_markers_never_crash_the_tracker_and_bad_ones_are_counted(bootstr
         assert 1000 < bad < N  # the mix really holds both
         wait_until(lambda: metric(port, "kmq_tracker_bad_markers_total") == bad, 60, what=f"{bad} bad markers counted")
         assert tracker.proc.poll() is None and http_status(port, "/healthz") == 200
-        # STARTs for offsets the (empty) queue never had are closed as missing, billions at a time.
-        wait_until(lambda: metric(port, "kmq_tracker_missing_offsets_total", queue=q.name) > U32, 60,
-                   what="huge STARTs closed as missing")
+        # STARTs for offsets the (empty) queue never had are past its end: held, billions at a time,
+        # and never closed (nothing is below its log start).
+        wait_until(lambda: metric(port, "kmq_tracker_offsets_past_log_end_total", queue=q.name) > U32, 60,
+                   what="huge STARTs held past the log end")
+        assert metric(port, "kmq_tracker_missing_offsets_total", queue=q.name) == 0
         rss_after = _rss_kb(tracker.proc.pid)
         assert rss_after - rss_before < 150_000, (rss_before, rss_after)
 

@@ -156,8 +156,12 @@ def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics, kafka_clie
         tail.close()
 
 
-def test_offsets_missing_from_the_queue_log_are_closed_not_replaced(bootstrap, queue_topics, kafka_client):
-    """START covers offsets 0..4 but the log holds only 0..2: 3 copies, 2 closed as missing."""
+def test_offsets_past_the_end_of_the_queue_log_are_held_never_closed_and_copied_once_there(bootstrap, queue_topics,
+                                                                                           kafka_client):
+    """A START names offsets 3..4 while the log as the tracker reads it ends at 3 (a reader stopped at
+    an open transaction, a new leader's lagging high-water mark): a consumer fetched them, so they
+    exist. They are held with a backoff, counted and never closed; once the log reaches them they are
+    copied. (The old rule closed them as missing at once: never copied, never dead-lettered.)"""
     from kmq.core.markers import Closed, Outcome
 
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
@@ -166,15 +170,62 @@ def test_offsets_missing_from_the_queue_log_are_closed_not_replaced(bootstrap, q
     tail = Tail(bootstrap, q.name)
     try:
         with running_tracker(cfg) as t:
-            markers.send(0, Start([(0, 5)], lease_ms=LEASE_MS))
-            wait_until(lambda: metric(t.http_port, "kmq_tracker_missing_offsets_total", queue=q.name) == 2, 15,
-                       what="missing offsets counted")
-            recs = tail.wait_for(6, what="copies of the three real records")
-            assert sorted(headers(r)["kmq-origin"] for r in recs[3:]) == [f"{q.name}/0/{i}" for i in range(3)]
-            wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 0, 10, what="closed")
+            port = t.http_port
+            markers.send(0, Start([(3, 2)], lease_ms=LEASE_MS))
+            wait_until(lambda: metric(port, "kmq_tracker_offsets_past_log_end_total", queue=q.name) >= 4, 15,
+                       what="the offsets past the log end held twice (read again after a backoff)")
+            assert metric(port, "kmq_tracker_missing_offsets_total", queue=q.name) == 0
+            assert metric(port, "kmq_tracker_in_flight", queue=q.name) == 2
+            produce(bootstrap, q.name, 2)  # offsets 3 and 4 reach the log as read
+            recs = tail.wait_for(7, what="copies of offsets 3 and 4")
+            assert sorted(headers(r)["kmq-origin"] for r in recs[5:]) == [f"{q.name}/0/3", f"{q.name}/0/4"]
+            wait_until(lambda: metric(port, "kmq_tracker_in_flight", queue=q.name) == 0, 10, what="closed")
+            assert metric(port, "kmq_tracker_missing_offsets_total", queue=q.name) == 0
         closed = [m for m in (decode(r.value) for r in read_all(bootstrap, q.markers_topic)) if isinstance(m, Closed)]
-        assert Closed([(3, 2)], Outcome.MISSING) in closed
-        assert Closed([(0, 3)], Outcome.REDELIVERED) in closed
-        assert len(tail.poll()) == 6
+        assert closed == [Closed([(3, 2)], Outcome.REDELIVERED)]
+        assert len(tail.poll()) == 7
     finally:
         markers.close(); tail.close()
+
+
+def test_records_of_an_open_transaction_a_worker_was_handed_are_copied_not_closed(bootstrap, queue_topics,
+                                                                                  kafka_client):
+    """Workers on kafka-python read uncommitted (its default): they are handed the records of a
+    transaction still open, and START them. The tracker's reader must see them too: read committed
+    (librdkafka's default) its read stopped at the last stable offset below them. On Kafka it then
+    closed them as missing (never copied, never dead-lettered once the producer committed); on the
+    embedded broker its read waited there until it timed out, again and again: no copy either."""
+    import uuid
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
+    produce(bootstrap, q.name, 5)  # committed, outside any transaction: offsets 0..4
+    tx = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kmq-test-{uuid.uuid4().hex[:8]}")
+    markers = MarkerProducer(bootstrap, q.markers_topic)
+    tail = Tail(bootstrap, q.name)
+    try:
+        tx.init_transactions()
+        tx.begin_transaction()
+        for i in range(5):
+            tx.send(q.name, key=b"t%d" % i, value=b"tx%d" % i, partition=0)
+        tx.flush()  # in the log, not committed: offsets 5..9
+        worker = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                               isolation_level="read_uncommitted")
+        try:
+            worker.assign([TopicPartition(q.name, 0)])
+            handed: list = []
+            wait_until(lambda: handed.extend(r for rs in worker.poll(timeout_ms=100).values() for r in rs)
+                       or len(handed) >= 10, 15, what="the worker handed the open transaction's records")
+        finally:
+            worker.close()
+        markers.send(0, Start([(0, 10)], lease_ms=LEASE_MS, owner="kafka-python-worker"))
+        with running_tracker(cfg) as t:
+            port = t.http_port
+            recs = tail.wait_for(10 + 10, what="a copy of each of the 10 started records")
+            assert sorted(headers(r)["kmq-origin"] for r in recs[10:]) == sorted(f"{q.name}/0/{i}" for i in range(10))
+            wait_until(lambda: metric(port, "kmq_tracker_in_flight", queue=q.name) == 0, 10, what="closed")
+            assert metric(port, "kmq_tracker_missing_offsets_total", queue=q.name) == 0
+        tx.commit_transaction()
+    finally:
+        tx.close(); markers.close(); tail.close()

@@ -32,10 +32,12 @@ def test_cut_returns_a_whole_batch_untouched():
     assert cut(batch, 10, _offset) is batch
 
 
-def test_read_result_reports_what_was_not_found_and_the_end_it_ran_into():
+def test_read_result_reports_what_was_not_found_below_the_end_it_ran_into_and_that_end():
     res = read_result(RangeSet([(5, 3), (20, 5)]), {5: "a", 7: "b"}, Done(22))
     assert res.records == {5: "a", 7: "b"}
-    assert res.missing == [OffsetRange(6, 1), OffsetRange(20, 5)] and res.log_end == 22
+    # 22..24 are past the end: the read proves nothing about them, so they are not missing.
+    assert res.missing == [OffsetRange(6, 1), OffsetRange(20, 2)] and res.log_end == 22
+    assert read_result(RangeSet([(5, 3)]), {5: "a"}, Done(None)).missing == [OffsetRange(6, 2)]
 
 
 def test_a_planned_range_past_the_log_end_is_an_error_naming_the_cause():

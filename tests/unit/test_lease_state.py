@@ -285,6 +285,21 @@ def test_due_honours_its_limit_inside_one_huge_segment():
     assert st.open_from(1 << 40) == [] and st.open_from(20_000)[0].first == 20_000
 
 
+def test_hold_from_holds_everything_due_past_a_log_end_in_one_go_and_no_live_lease():
+    st = PartitionState(lambda n: 0.0, 5)
+    st.apply(Start([(0, 10)], lease_ms=10), 0, 0)  # due at 10
+    st.apply(Start([(10, 0xFFFFFFFF)], lease_ms=10), 1, 0)  # a START of 4 billion offsets, due at 10
+    st.apply(Start([(0x1_0000_0100, 5)], lease_ms=60_000, owner="b"), 2, 0)  # a live lease past the end
+    handed = st.due(100, limit=5000)
+    assert sum(i.offset_count for i in handed) == 5000  # 0..4999: part of the huge START is not handed out
+    held = st.hold_from(6, 100, 600)
+    # Handed out or due: held, the 4 billion at once (one segment each side of the cut); the live lease kept.
+    assert held == [OffsetRange(6, 4 + 0xFFFFFFFF)] and st.segment_count <= 5
+    assert st.due(599) == [] and st.failing == 4 + 0xFFFFFFFF
+    assert [r for i in st.due(600, limit=10) for r in i.ranges] == [OffsetRange(6, 4), OffsetRange(10, 6)]
+    assert st.is_open(0x1_0000_0100) and st.next_due_ms() == 600
+
+
 def test_leases_and_nack_delays_are_cut_to_the_hold_bound():
     from kmq.core.markers import Nack as _Nack, Renew as _Renew, Start as _Start
 

@@ -13,6 +13,7 @@ from kmq.core.markers import Closed, Nack, Outcome, Reject, Start, encode
 from kmq.core.ranges import OffsetRange
 from kmq.core.redelivery_plan import (
     SENT,
+    below,
     Defer,
     Send,
     SendResult,
@@ -99,13 +100,51 @@ def test_offsets_missing_from_the_log_are_closed_as_missing_and_never_replaced()
     assert p.missing == [OffsetRange(1, 2)] and [x.offset for x in p.sends] == [0]
 
 
-def test_offsets_at_or_past_the_log_end_are_closed_also_those_not_handed_out_yet():
+def test_a_read_that_ends_below_started_offsets_closes_none_of_them_they_wait_with_a_backoff():
+    """A reader stopped at the last stable offset (read_committed, a transaction still open), or at a
+    new leader's lagging high-water mark: offsets 5..9 were fetched by a worker, so they exist. The
+    old rule closed them as missing, also when the reader reported them missing itself."""
+    s = started(10)
+    items, p = planned(s, {o: rec() for o in range(5)}, missing=[(5, 5)], log_end=5)
+    assert p.missing == [] and p.unread == []
+    assert p.past_end == [OffsetRange(5, 5)] and p.past_end_at_ms == NOW + 500 and p.log_end == 5
+    assert [x.offset for x in p.sends] == [0, 1, 2, 3, 4]
+
+
+def test_a_read_that_ends_below_them_never_touches_the_live_leases_of_other_workers():
     s = state()
-    s.apply(Start([(0, 2), (1_000_000, 0xFFFFFFFF)], lease_ms=1000), 0, 0)
-    items = s.due(NOW, limit=100)
-    p = plan(s, items, {0: rec(), 1: rec()}, [(2, 98)], 10, NOW)
-    assert p.missing == [OffsetRange(1_000_000, 0xFFFFFFFF)]  # 2..99 are not open: not closed twice
-    assert [x.offset for x in p.sends] == [0, 1] and p.unread == []
+    s.apply(Start([(0, 5)], lease_ms=1000, owner="a"), 0, 0)  # due at NOW
+    s.apply(Start([(5, 5)], lease_ms=600_000, owner="b"), 1, 0)  # live for ten minutes
+    items = s.due(NOW)
+    assert wanted_ranges(items) == [OffsetRange(0, 5)]
+    p = plan(s, items, {0: rec(), 1: rec(), 2: rec()}, [], 3, NOW)  # a high-water mark lagging at 3
+    assert p.missing == [] and p.past_end == [OffsetRange(3, 2)] and [x.offset for x in p.sends] == [0, 1, 2]
+
+
+def test_only_offsets_the_read_passed_below_the_log_end_are_closed_as_missing():
+    s = started(10)
+    # 0..1 deleted below the log start (retention, DeleteRecords); 2..4 read; the log ends at 5.
+    _, p = planned(s, {2: rec(), 3: rec(), 4: rec()}, missing=[(0, 2), (5, 5)], log_end=5)
+    assert p.missing == [OffsetRange(0, 2)] and p.past_end == [OffsetRange(5, 5)]
+
+
+def test_the_backoff_past_the_log_end_grows_with_the_earlier_attempts():
+    s = started(2)
+    items = s.due(NOW)
+    s.hold_from(0, NOW, NOW + 500)  # read once before and found past the end
+    items = s.due(NOW + 500)
+    assert items[0].failures == 1
+    p = plan(s, items, {}, [], 0, NOW + 500)
+    assert p.past_end == [OffsetRange(0, 2)] and p.past_end_at_ms == NOW + 500 + 1000
+
+
+def test_below_cuts_due_items_at_the_log_end():
+    s = state()
+    s.apply(Start([(0, 4), (10, 4)], lease_ms=1000), 0, 0)
+    items = s.due(NOW)
+    assert [i.ranges for i in below(items, 12)] == [(OffsetRange(0, 4),), (OffsetRange(10, 2),)]
+    assert [i.ranges for i in below(items, 3)] == [(OffsetRange(0, 3),)]
+    assert below(items, 0) == []
 
 
 def test_a_missing_offset_already_closed_by_an_end_is_not_closed_again():

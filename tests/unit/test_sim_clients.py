@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.client import ProduceFailed, adapt_consumer, produce_errors
+from kmq.client import LogEnds, ProduceFailed, adapt_consumer, produce_errors
 from kmq.client.kafka_python.log_reader import LogReadError
 from kmq.core.ranges import OffsetRange
 from kmq.dev.sim import (
@@ -85,7 +85,7 @@ def test_a_sim_consumer_is_taken_as_an_adapter_as_it_is():
         SimConsumer(c, "x").subscribe(["q"], print, print)
 
 
-def test_the_log_reader_returns_exactly_the_offsets_asked_and_reports_the_rest_missing():
+def test_the_log_reader_returns_exactly_the_offsets_asked_reports_the_deleted_missing_and_where_it_ended():
     c = _cluster()
     for i in range(10):
         c.append("q", 0, b"k", b"v%d" % i)
@@ -93,10 +93,21 @@ def test_the_log_reader_returns_exactly_the_offsets_asked_and_reports_the_rest_m
     reader = SimLogReader(c)
     res = reader.read("q", 0, [(1, 4), (8, 5)])  # 1..4 and 8..12: 1,2 deleted, 10..12 past the end
     assert sorted(res.records) == [3, 4, 8, 9] and res.records[8].value == b"v8"
-    assert res.missing == [OffsetRange(1, 2), OffsetRange(10, 3)] and res.log_end == 10
+    assert res.missing == [OffsetRange(1, 2)] and res.log_end == 10  # past the end: neither found nor missing
     assert reader.read("q", 0, [(4, 1)]).log_end is None
     assert reader.high_waters({("q", 0): None}) == {("q", 0): 10}
+    assert reader.log_ends({("q", 0): None}) == LogEnds({("q", 0): 10}, {})
     assert reader.partition_count("q") == 1 and reader.partition_count("nope") == 0
+
+
+def test_log_ends_answers_partition_by_partition_a_stalled_one_costs_only_its_own_answer():
+    c = _cluster(SlowRead(0.0, 60.0, "q", 1), partitions=2)
+    c.append("q", 0, b"k", b"v")
+    reader = SimLogReader(c)
+    began = c.t()
+    got = reader.log_ends({("q", 0): None, ("q", 1): None})
+    assert got.ends == {("q", 0): 1} and list(got.failed) == [("q", 1)] and "timed out" in got.failed[("q", 1)]
+    assert c.t() - began <= 10.0 + POLL_S + 0.01  # one timeout, not one per partition
 
 
 def test_the_log_reader_gives_up_on_a_paused_broker_after_its_timeout():

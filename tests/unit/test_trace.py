@@ -149,6 +149,19 @@ def test_queued_unknown_missing_and_not_found():
     assert TraceBuilder(Q, "q/0/0").result(now_ms=1).state == "not-found"
 
 
+def test_a_message_whose_record_was_deleted_before_the_trace_shows_as_missing_by_the_trackers_closed():
+    """Retention or DeleteRecords took the record: no queue record names the message any more, but
+    the tracker's CLOSED (outcome 3) does; before, such a message was 'not-found'."""
+    f = Feed("q/0/3")
+    f.marker(m.Start([(0, 10)], 1000, "w"), 1001)  # read before its record is known: not attached
+    f.marker(m.Closed([(4, 1)], m.Outcome.MISSING), 2999)  # another offset
+    assert f.b.result(now_ms=3000).state == "not-found"
+    f.marker(m.Closed([(2, 3)], m.Outcome.MISSING), 3000)
+    t = f.b.result(now_ms=4000)
+    assert t.state == "missing" and t.kinds() == ["closed"] and t.events[0].detail["outcome"] == "missing"
+    assert TraceBuilder(Q, "q/0/3").result(now_ms=1).state == "not-found"
+
+
 def test_bad_markers_and_markers_keyed_for_another_partition_are_counted_and_skipped():
     f = Feed()
     f.queue(0, 1000)

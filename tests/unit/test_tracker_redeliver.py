@@ -227,21 +227,57 @@ def test_missing_dlq_keeps_dead_letters_open_without_repeating_the_copies_beside
     assert red._metrics.record_failures.labels("orders", "dlq_missing")._value.get() == 3
 
 
-def test_start_far_beyond_the_log_end_is_closed_as_missing_at_once():
-    class Ended(FakeReader):
-        def read(self, topic, partition, ranges):
-            res = super().read(topic, partition, ranges)
-            return ReadResult(res.records, [m for m in res.missing if m.first < 10], log_end=10)
+class EndsAt(FakeReader):
+    """A read that runs into the log end at ``end``: what is not found is reported missing (as the
+    readers did before they kept offsets past the end out of ``missing``) and the end is given."""
 
+    def __init__(self, records, end):
+        super().__init__(records)
+        self.end = end
+
+    def read(self, topic, partition, ranges):
+        res = super().read(topic, partition, ranges)
+        return ReadResult({o: r for o, r in res.records.items() if o < self.end}, res.missing, log_end=self.end)
+
+
+def test_offsets_a_read_ended_below_are_held_not_closed_and_copied_once_the_log_reaches_them(caplog):
+    """A worker fetched 0..3 (its START says so); the tracker's read ends at 2 (a reader stopped at an
+    open transaction, a new leader's lagging high-water mark). 2..3 must be copied later, not lost."""
     prod = FakeProducer()
     clock = {"now": 10_000}
-    red = Redeliverer(prod, Ended(records(2)), TrackerMetrics(), clock_ms=lambda: clock["now"])
+    reader = EndsAt(records(4), end=2)
+    red = Redeliverer(prod, reader, TrackerMetrics(), clock_ms=lambda: clock["now"])
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, 4)], lease_ms=1000), 0, 0)
+    rep = red.process(Q, 5, st, st.due(clock["now"]))
+    assert (rep.redelivered, rep.missing, rep.past_end) == (2, 0, 2) and st.open_ranges() == [OffsetRange(2, 2)]
+    assert [decode(v) for t, _, _, v, _ in prod.sent if t == "orders__markers"] == [Closed([(0, 2)], Outcome.REDELIVERED)]
+    assert red._metrics.past_log_end.labels("orders")._value.get() == 2
+    assert red._metrics.missing_offsets.labels("orders")._value.get() == 0
+    assert "orders[5]: the queue log read ended at offset 2, below 2 due offset(s)" in caplog.text
+    assert st.next_due_ms() == clock["now"] + 500  # read again after a backoff
+    reader.end = 4  # the log as read reaches them now
+    clock["now"] = st.next_due_ms()
+    rep = red.process(Q, 5, st, st.due(clock["now"]))
+    assert rep.redelivered == 2 and st.in_flight == 0
+    assert [s[4]["kmq-origin"] for s in prod.sent if s[0] == "orders"] == [b"orders/5/%d" % o for o in range(4)]
+
+
+def test_a_start_far_beyond_the_log_end_is_held_at_once_and_never_closed():
+    prod = FakeProducer()
+    clock = {"now": 10_000}
+    red = Redeliverer(prod, EndsAt(records(2), end=10), TrackerMetrics(), clock_ms=lambda: clock["now"])
     st = PartitionState(Q.backoff.delay, Q.max_deliveries)
     st.apply(Start([(0, 2), (1_000_000, 0xFFFFFFFF)], lease_ms=1000), 0, 0)
     items = st.due(clock["now"], limit=100)
     assert sum(i.offset_count for i in items) == 100  # the limit holds inside the huge segment
     rep = red.process(Q, 0, st, items)
-    assert rep.redelivered == 2 and rep.missing == 0xFFFFFFFF and st.in_flight == 0
+    # All 4 billion held in one step (also those due() did not hand out), in a few segments, none closed.
+    assert rep.redelivered == 2 and rep.missing == 0 and rep.past_end == 0xFFFFFFFF
+    assert st.in_flight == 0xFFFFFFFF and st.segment_count <= 2 and st.next_due_ms() == clock["now"] + 500
+    assert st.due(clock["now"] + 499) == []
+    assert not [m for m in (decode(v) for t, _, _, v, _ in prod.sent if t == "orders__markers")
+                if m.outcome is Outcome.MISSING]
 
 
 def test_a_reference_the_dlq_refuses_too_is_closed_undeliverable_not_retried_forever(caplog):

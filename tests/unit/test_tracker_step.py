@@ -50,7 +50,7 @@ class Harness:
         self.tracker = t = service.Tracker(config(), clock=self.time.time)
         t._consumer = self.consumer = FakeGroupConsumer(self.kafka)
         t._reader = self.reader = FakeLogReader(self.kafka, on_read)
-        t._hw_reader = FakeLogReader(self.kafka)
+        t._hw_reader = self.hw_reader = FakeLogReader(self.kafka, timeout_s=READ_TIMEOUT_S)
         t._producer = self.producer = FakeProducer(self.kafka, refuse)
         t._redeliverer = Redeliverer(self.producer, self.reader, t.metrics, clock_ms=t._now_ms)
         t._next_commit = t._next_metrics = 0.0
@@ -104,6 +104,77 @@ def test_an_unreachable_partition_does_not_starve_the_others_and_keeps_its_backo
     gaps = [b - a - READ_TIMEOUT_S for a, b in zip(read_ends, read_ends[1:])][:3]
     assert gaps == pytest.approx([0.5, 1.0, 2.0], abs=0.06), read_ends
     assert h.metric("redelivery_failures", QUEUE) == len(read_ends) and h.copies() == {0: 0, 1: 1, 2: 1}
+
+
+def _timed_lookups(h: Harness) -> list[tuple[float, list]]:
+    """(fake wall time at its start, partitions) of each log-end look-up of the tracker."""
+    seen: list[tuple[float, list]] = []
+    real = h.hw_reader.log_ends
+    h.hw_reader.log_ends = lambda starts: seen.append((h.time.wall, sorted(starts))) or real(starts)
+    return seen
+
+
+def test_a_markers_partition_whose_look_ups_get_no_answer_costs_only_itself(monkeypatch):
+    """The leader of markers partition 0 stops answering: each look-up of its end waits out the
+    reader's timeout. The other partitions still get their copies within their lease and one such
+    wait, message after message, while partition 0 backs off on its own (its failures counted)."""
+    h = Harness(monkeypatch)
+    h.steps(2)  # every partition caught up
+    m = h.q.markers_topic
+    h.hw_reader.unreachable = {(m, 0)}
+    lookups = _timed_lookups(h)
+    began = h.time.wall
+    for p in range(PARTITIONS):  # one message each, its lease of 1 s starting now
+        h.kafka.append(h.q.name, p, b"k%d" % p, b"v%d" % p)
+        h.kafka.marker(m, p, Start([(0, 1)], lease_ms=1000, owner="w"), ts_ms=int(h.time.wall * 1000))
+    bound_s = 1.0 + 1.0 + READ_TIMEOUT_S + 1.0  # lease + backoff + one look-up's timeout + a step or so
+    while h.time.wall - began < 60 and (h.copies()[1], h.copies()[2]) != (1, 1):
+        h.steps(1)
+    for p in (1, 2):
+        copied_at = h.kafka.records(h.q.name, p)[1].timestamp / 1000.0
+        assert copied_at - began <= bound_s, (p, copied_at - began)
+    # More work on partition 1 while partition 0 still does not answer: copied within the same bound.
+    again = h.time.wall
+    h.kafka.append(h.q.name, 1, b"k", b"again")
+    h.kafka.marker(m, 1, Start([(2, 1)], lease_ms=1000, owner="w"), ts_ms=int(again * 1000))
+    while h.time.wall - again < 60 and h.copies()[1] < 3:
+        h.steps(1)
+    assert h.copies() == {0: 0, 1: 3, 2: 1}
+    assert h.kafka.records(h.q.name, 1)[3].timestamp / 1000.0 - again <= bound_s
+    # Partition 0 was asked on its own after its first failure, each time after a longer backoff.
+    while h.time.wall - began < 200 and len([t for t, tps in lookups if (m, 0) in tps]) < 5:
+        h.steps(1)
+    failing = [t for t, tps in lookups if (m, 0) in tps]
+    assert all(tps == [(m, 0)] for t, tps in lookups[1:] if (m, 0) in tps)
+    gaps = [b - a - READ_TIMEOUT_S for a, b in zip(failing, failing[1:])]
+    assert len(gaps) >= 2 and all(later > earlier for earlier, later in zip(gaps, gaps[1:])), gaps
+    assert h.metric("lookup_failures", QUEUE) == len(failing)
+    assert h.tracker._owned[(m, 0)].state.in_flight == 1  # nothing judged there on an unread end
+    # The leader answers again: partition 0 is asked at its next backoff, and copies after the grace.
+    h.hw_reader.unreachable = set()
+    back = h.time.wall
+    while h.time.wall - back < 60 and h.copies()[0] < 1:
+        h.steps(1)
+    assert h.copies()[0] == 1
+
+
+def test_a_partition_whose_catch_up_target_gets_no_answer_holds_back_only_itself(monkeypatch):
+    h = Harness(monkeypatch)  # assigned, not caught up yet
+    m = h.q.markers_topic
+    h.hw_reader.unreachable = {(m, 0)}
+    lookups = _timed_lookups(h)
+    h.expired_start_in_every_partition()
+    began = h.time.wall
+    while h.time.wall - began < 60 and (h.copies()[1], h.copies()[2]) != (1, 1):
+        h.steps(1)
+    assert h.copies() == {0: 0, 1: 1, 2: 1} and h.time.wall - began <= READ_TIMEOUT_S + 2.0
+    assert not h.tracker._owned[(m, 0)].caught_up
+    h.steps(200)
+    assert h.metric("lookup_failures", QUEUE) >= 2
+    assert all(tps == [(m, 0)] for _, tps in lookups[1:] if (m, 0) in tps)  # asked on its own
+    h.hw_reader.unreachable = set()
+    h.steps(700)  # its backoff ends (at most 30 s)
+    assert h.tracker._owned[(m, 0)].caught_up and h.copies()[0] == 1
 
 
 def test_a_slow_partition_that_copies_late_without_a_pause_drops_nothing(monkeypatch):
@@ -339,20 +410,20 @@ def test_thousands_of_partitions_catch_up_in_bounded_look_ups_and_a_failed_one_l
     many = service._PARTITIONS_PER_LOOKUP * 2 + 100
     h.kafka.create("big__markers", many)
     asked: list[int] = []
-    real = h.tracker._hw_reader.high_waters
+    real = h.tracker._hw_reader.log_ends
     fail_once = [True]
 
-    def high_waters(starts):
+    def log_ends(starts):
         asked.append(len(starts))
         if fail_once[0] and len(asked) == 2:
             fail_once[0] = False
             raise service.LogReadError("no answer from the broker for 10s")
         return real(starts)
 
-    h.tracker._hw_reader.high_waters = high_waters
+    h.tracker._hw_reader.log_ends = log_ends
     h.tracker._queues["big__markers"] = h.q
     h.consumer.assign([(h.q.markers_topic, p) for p in range(PARTITIONS)] + [("big__markers", p) for p in range(many)])
-    h.steps(12)
+    h.steps(20)  # the failed ones are asked again after their backoff (0.5 s)
     assert max(asked) <= service._PARTITIONS_PER_LOOKUP
     assert h.tracker.ready()[0], h.tracker.ready()[1]
     # Every partition's end was asked for once, the failed look-up's partitions twice.
@@ -400,8 +471,8 @@ def test_a_backlog_due_before_the_catch_up_is_worked_off_without_a_look_up_per_s
     monkeypatch.setattr(service, "_DUE_LIMIT", 2)  # a step hands out 2 offsets: 6 take three steps
     h = Harness(monkeypatch)
     asked: list[dict] = []
-    real = h.tracker._hw_reader.high_waters
-    h.tracker._hw_reader.high_waters = lambda starts: asked.append(dict(starts)) or real(starts)
+    real = h.tracker._hw_reader.log_ends
+    h.tracker._hw_reader.log_ends = lambda starts: asked.append(dict(starts)) or real(starts)
     m, now_ms = h.q.markers_topic, int(h.time.wall * 1000)
     for o in range(6):
         h.kafka.append(h.q.name, 0, b"k%d" % o, b"v%d" % o)

@@ -19,6 +19,11 @@ end-of-partition event, a high-water mark or an out-of-range answer of it proves
 about offsets written since, and any of them (or a poll that brings nothing) makes the
 read assign anew where it stands, as a read of its own. :meth:`ConfluentLogReader.release`
 lets the assignment go.
+
+It reads uncommitted (librdkafka's default is ``read_committed``): it sees every record a worker on
+either client could have been handed, also those of a transaction still open or aborted later. Read
+committed, it stopped at the last stable offset below an open transaction's records that workers on
+kafka-python (uncommitted by default) had already been handed.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
-from kmq.client.api import Deleted, Partition, ReadResult, Record
+from kmq.client.api import Deleted, LogEnds, Partition, ReadResult, Record
 from kmq.client.confluent.consumer import as_kafka_python_error
 from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, settings
 from kmq.client.kafka_python.clients import classify
@@ -81,6 +86,8 @@ class ConfluentLogReader:
             "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "queued.max.messages.kbytes": 16 * 1024,  # the prefetch a read may leave unused
             **overrides,
+            # Not librdkafka's default (read_committed): see the module docstring.
+            "isolation.level": "read_uncommitted",
         })
         self._groups: dict[str, Any] = {}
         # What the last read left for one that continues where it stopped (see the module docstring).
@@ -145,16 +152,25 @@ class ConfluentLogReader:
 
     def high_waters(self, starts: Mapping[Any, int | None]) -> dict[Any, int]:
         """See :meth:`kmq.client.api.LogReader.high_waters`."""
+        return self._ends(starts, None).ends
+
+    def log_ends(self, starts: Mapping[Any, int | None]) -> LogEnds:
+        """See :meth:`kmq.client.api.LogReader.log_ends`."""
+        return self._ends(starts, {})
+
+    def _ends(self, starts: Mapping[Any, int | None], stalled: dict | None) -> LogEnds:
+        """The marks of ``starts``; a partition that stalls goes into ``stalled`` (None: raise)."""
         if not starts:
-            return {}
+            return LogEnds({}, {})
         now = time.monotonic()
         keys = {(k[0], k[1]): k for k in starts}
         cursors = {tp: ScanCursor.for_mark(starts[k], now, self._timeout_s, what=f"{tp[0]}[{tp[1]}]")
                    for tp, k in keys.items()}
         done: dict = {}
-        for _ in self._walk(cursors, done):
+        for _ in self._walk(cursors, done, stalled=stalled):
             pass
-        return {keys[tp]: d.log_end for tp, d in done.items()}
+        return LogEnds({keys[tp]: d.log_end for tp, d in done.items()},
+                       {keys[tp]: why for tp, why in (stalled or {}).items()})
 
     def bounds(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
         """See :meth:`kmq.client.api.LogReader.bounds`."""
@@ -168,10 +184,12 @@ class ConfluentLogReader:
 
     def _walk(self, cursors: dict[Partition, ScanCursor], done: dict,
               on_deleted: Callable[[Deleted], None] | None = None,
-              park: bool = False) -> Iterator[tuple[Partition, list]]:
+              park: bool = False, stalled: dict | None = None) -> Iterator[tuple[Partition, list]]:
         """Drive ``cursors`` over fresh assignments; yield each partition's messages (errors taken out)
         cut to its scan; ``done`` gets each partition's final :class:`Done`. ``park``: a single
-        partition's read that ends before the log end keeps its assignment for a read that continues it."""
+        partition's read that ends before the log end keeps its assignment for a read that continues it.
+        ``stalled``: a partition the broker does not answer is put there with why and the walk goes on
+        without it (None: the walk raises)."""
         c = self._consumer
         at: dict[Partition, int] = {}  # where each partition's assignment reads: an offset or OFFSET_BEGINNING
         keep: dict[Partition, bool] = {}
@@ -187,7 +205,7 @@ class ConfluentLogReader:
         events = False  # the last consume held an event
         try:
             for tp, cur in cursors.items():
-                self._act(tp, cur.start(), at, keep, active, done, pause)
+                self._act(tp, cur.start(), at, keep, active, done, pause, stalled)
             if (parked is not None and single is not None and parked.tp == single and single in active
                     and keep.get(single) and at.get(single) == parked.position):
                 carried, queued = True, parked.queued
@@ -220,7 +238,7 @@ class ConfluentLogReader:
                         if on_deleted is not None:
                             for r in cur.deleted[before:]:
                                 on_deleted(Deleted(tp[0], tp[1], r))
-                        seek |= self._act(tp, action, at, keep, active, done, pause)
+                        seek |= self._act(tp, action, at, keep, active, done, pause, stalled)
                         continue
                     batch = by_tp.get(tp)
                     nxt = mark = None
@@ -244,7 +262,7 @@ class ConfluentLogReader:
                             t = time.monotonic()
                             yield tp, batch
                             held += time.monotonic() - t  # the caller's time with the batch is no broker silence
-                    seek |= self._act(tp, action, at, keep, active, done, pause)
+                    seek |= self._act(tp, action, at, keep, active, done, pause, stalled)
                 if seek and active:
                     self._assign(at, active, fresh)
                     carried = False
@@ -260,9 +278,9 @@ class ConfluentLogReader:
                 c.unassign()
 
     def _act(self, tp: Partition, action: Any, at: dict, keep: dict, active: set, done: dict,
-             pause: bool = True) -> bool:
+             pause: bool = True, stalled: dict | None = None) -> bool:
         """Apply ``action``; True when the assignment must be made anew (a seek). ``pause``: a
-        partition done stops fetching (others of the walk go on)."""
+        partition done stops fetching (others of the walk go on). ``stalled``: see :meth:`_walk`."""
         if isinstance(action, Seek):
             keep[tp] = not action.probe
             at[tp] = ck.OFFSET_BEGINNING if action.offset is None else action.offset
@@ -277,7 +295,14 @@ class ConfluentLogReader:
             except KafkaException:
                 pass  # not assigned yet (done before its first fetch): nothing to pause
         elif isinstance(action, Stalled):
-            raise LogReadError(action.reason)
+            if stalled is None:
+                raise LogReadError(action.reason)
+            stalled[tp] = action.reason
+            active.discard(tp)
+            try:
+                self._consumer.pause([TopicPartition(*tp)])
+            except KafkaException:
+                pass  # not assigned yet
         return False
 
     def _assign(self, at: dict[Partition, int], active: set[Partition], fresh: set[Partition]) -> None:

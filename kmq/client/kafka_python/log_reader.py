@@ -6,7 +6,8 @@ responses (kafka-python forgets the marks of an unassigned partition), and a
 :class:`~kmq.core.scan_cursor.ScanCursor` per partition decides where to read
 and where the read ends. An offset out of range is reported by the fetch
 (``auto_offset_reset='none'``) and looked up against the log start, never
-silently reset.
+silently reset. It reads uncommitted: it sees every record a worker on either client could have
+been handed, also those of a transaction still open or aborted later.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
 from kafka.structs import OffsetAndMetadata
 
-from kmq.client.api import Deleted, Partition, ReadResult
+from kmq.client.api import Deleted, LogEnds, Partition, ReadResult
 from kmq.client.kafka_python.clients import classify, consumer as make_consumer
 from kmq.client.kafka_python.watchdog import unstrand_records
 from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
@@ -50,8 +51,11 @@ class LogReader:
         # kafka-python's marks but not its session with the broker, and a broker that keeps the session
         # answers a partition unchanged since the last read with nothing, so no mark, and the read of an
         # empty partition waited out its whole timeout (Apache Kafka; tansu keeps no sessions).
+        # read_uncommitted, whatever the overrides: a reader must see every record a worker could have
+        # been handed (a worker reading uncommitted is handed an open transaction's records; a reader
+        # stopped at the last stable offset below them would report them past the log end).
         settings = {"fetch_max_wait_ms": 50, "max_poll_records": 2000, "enable_incremental_fetch_sessions": False,
-                    **overrides}
+                    **overrides, "isolation_level": "read_uncommitted"}
         self._consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                                        **settings)
         self._groups: dict[str, Any] = {}
@@ -103,16 +107,25 @@ class LogReader:
 
     def high_waters(self, starts: Mapping[Any, int | None]) -> dict[Any, int]:
         """See :meth:`kmq.client.api.LogReader.high_waters`."""
+        return self._ends(starts, None).ends
+
+    def log_ends(self, starts: Mapping[Any, int | None]) -> LogEnds:
+        """See :meth:`kmq.client.api.LogReader.log_ends`."""
+        return self._ends(starts, {})
+
+    def _ends(self, starts: Mapping[Any, int | None], stalled: dict | None) -> LogEnds:
+        """The marks of ``starts``; a partition that stalls goes into ``stalled`` (None: raise)."""
         if not starts:
-            return {}
+            return LogEnds({}, {})
         now = time.monotonic()
         keys = {TopicPartition(k[0], k[1]): k for k in starts}
         cursors = {tp: ScanCursor.for_mark(starts[k], now, self._timeout_s, what=f"{tp.topic}[{tp.partition}]")
                    for tp, k in keys.items()}
         done: dict = {}
-        for _ in self._walk(cursors, done):
+        for _ in self._walk(cursors, done, stalled=stalled):
             pass
-        return {keys[tp]: d.log_end for tp, d in done.items()}
+        return LogEnds({keys[tp]: d.log_end for tp, d in done.items()},
+                       {keys[tp]: why for tp, why in (stalled or {}).items()})
 
     def bounds(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
         """See :meth:`kmq.client.api.LogReader.bounds`."""
@@ -124,9 +137,11 @@ class LogReader:
         return {(tp.topic, tp.partition): (starts[tp], max(starts[tp], ends[tp])) for tp in tps}
 
     def _walk(self, cursors: dict[TopicPartition, ScanCursor], done: dict,
-              on_deleted: Callable[[Deleted], None] | None = None) -> Iterator[tuple[TopicPartition, list]]:
+              on_deleted: Callable[[Deleted], None] | None = None,
+              stalled: dict | None = None) -> Iterator[tuple[TopicPartition, list]]:
         """Drive ``cursors`` over one fresh assignment; yield each partition's batches cut to its scan;
-        ``done`` gets each partition's final :class:`Done`."""
+        ``done`` gets each partition's final :class:`Done`. ``stalled``: a partition the broker does
+        not answer is put there with why and the walk goes on without it (None: the walk raises)."""
         c = self._consumer
         keep: dict[TopicPartition, bool] = {}
         active = set(cursors)
@@ -135,12 +150,12 @@ class LogReader:
             c.unsubscribe()  # forgets every mark: only this assignment's fetches answer highwater()
             c.assign(list(cursors))
             for tp, cur in cursors.items():
-                self._act(tp, cur.start(), keep, active, done)
+                self._act(tp, cur.start(), keep, active, done, stalled)
             while active:
                 try:
                     polled, marked = self._poll(cursors, active)
                 except OffsetOutOfRangeError as exc:
-                    self._out_of_range(exc, cursors, keep, active, done, on_deleted, time.monotonic() - held)
+                    self._out_of_range(exc, cursors, keep, active, done, on_deleted, time.monotonic() - held, stalled)
                     continue
                 now = time.monotonic() - held  # the reader's own waiting time
                 anything = marked or any(polled.get(tp) for tp in active)
@@ -162,7 +177,7 @@ class LogReader:
                             t = time.monotonic()
                             yield tp, batch
                             held += time.monotonic() - t  # the caller's time with the batch is no broker silence
-                    self._act(tp, action, keep, active, done)
+                    self._act(tp, action, keep, active, done, stalled)
         except KafkaError as exc:
             raise classify(self._kafka, exc) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
 
@@ -187,7 +202,8 @@ class LogReader:
             if any(c.highwater(tp) is not None for tp in waiting):
                 return polled, True
 
-    def _act(self, tp: TopicPartition, action: Any, keep: dict, active: set, done: dict) -> None:
+    def _act(self, tp: TopicPartition, action: Any, keep: dict, active: set, done: dict,
+             stalled: dict | None = None) -> None:
         if isinstance(action, Seek):
             keep[tp] = not action.probe
             if action.offset is None:
@@ -199,10 +215,14 @@ class LogReader:
             active.discard(tp)
             self._consumer.pause(tp)
         elif isinstance(action, Stalled):
-            raise LogReadError(action.reason)
+            if stalled is None:
+                raise LogReadError(action.reason)
+            stalled[tp] = action.reason
+            active.discard(tp)
+            self._consumer.pause(tp)
 
     def _out_of_range(self, exc: OffsetOutOfRangeError, cursors: dict, keep: dict, active: set, done: dict,
-                      on_deleted: Callable[[Deleted], None] | None, now: float) -> None:
+                      on_deleted: Callable[[Deleted], None] | None, now: float, stalled: dict | None = None) -> None:
         offsets = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
         hit = [tp for tp in offsets if tp in active] or list(active)
         starts = self._consumer.beginning_offsets(hit)
@@ -213,7 +233,7 @@ class LogReader:
             if on_deleted is not None:
                 for r in cur.deleted[before:]:
                     on_deleted(Deleted(tp.topic, tp.partition, r))
-            self._act(tp, action, keep, active, done)
+            self._act(tp, action, keep, active, done, stalled)
 
     # ------------------------------------------------------------ offsets and metadata
     def committed(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:

@@ -2,9 +2,9 @@
 
 The same contract as :class:`kmq.client.kafka_python.log_reader.LogReader`
 and the confluent one: each requested offset comes back with its record or
-is reported missing (deleted by retention, past the end of the log), never a
-neighbour in its place; ``log_end`` is the high-water mark when the request
-reached past it. It waits out a broker pause or a slow fetch
+is reported missing (deleted by retention), never a neighbour in its place;
+``log_end`` is the high-water mark when the request reached past it (offsets
+at or past it are neither found nor missing). It waits out a broker pause or a slow fetch
 (:class:`~kmq.dev.sim.faults.SlowFetch` naming the reader) for at most its
 timeout, in simulated time, then raises
 :class:`~kmq.client.kafka_python.log_reader.LogReadError` as the real readers do.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, TypeVar
 
-from kmq.client.api import Record
+from kmq.client.api import LogEnds, Record
 from kmq.client.kafka_python.log_reader import LogReadError, ReadResult
 from kmq.core.ranges import RangeSet, missing
 from kmq.dev.sim.cluster import SimCluster
@@ -70,7 +70,8 @@ class SimLogReader:
         last = wanted.ranges()[-1].last
         log_end = plog.high_water if last >= plog.high_water else None
         self.cluster.record(f"read {self.name} {topic}[{partition}] {len(found)} found, log end {log_end}")
-        return ReadResult(found, missing(wanted.ranges(), found), log_end)
+        below = wanted.ranges() if log_end is None else wanted.intersection(0, log_end)
+        return ReadResult(found, missing(below, found), log_end)
 
     def high_waters(self, starts: Mapping[K, int | None]) -> dict[K, int]:
         """High-water marks now, keyed as given (``(topic, partition)`` tuples or kafka-python's
@@ -79,6 +80,25 @@ class SimLogReader:
             return {}
         self._wait_until_answered(f"the high-water marks of {len(starts)} partition(s)")
         return {tp: self.cluster.log(tp[0], tp[1]).high_water for tp in starts}  # type: ignore[index]
+
+    def log_ends(self, starts: Mapping[K, int | None]) -> LogEnds:
+        """As :meth:`high_waters`, partition by partition: a partition whose reads are stalled
+        (:class:`~kmq.dev.sim.faults.SlowRead` naming this reader) past the timeout is listed as
+        failed and the others are answered; a broker that answers nothing raises, as there."""
+        if not starts:
+            return LogEnds({}, {})
+        c = self.cluster
+        given_up = c.clock.now() + self._timeout_s + POLL_S
+
+        def blocked() -> list:
+            return [tp for tp in starts if c.faults.read_blocked_until(self.name, tp[0], tp[1], c.t()) is not None]
+
+        c.clock.run_until(given_up, lambda: not blocked())
+        failed = {tp: f"timed out reading {tp[0]}[{tp[1]}] (simulated {self._timeout_s:g}s)" for tp in blocked()}
+        rest = [tp for tp in starts if tp not in failed]
+        if rest:
+            self._wait_until_answered(f"the high-water marks of {len(rest)} partition(s)")
+        return LogEnds({tp: c.log(tp[0], tp[1]).high_water for tp in rest}, failed)  # type: ignore[index]
 
     def partition_count(self, topic: str) -> int:
         """Partitions of ``topic``; 0 when it does not exist."""
