@@ -5,14 +5,16 @@ The connector is not part of pyspark. When ``kmq lag-job`` starts its own Spark
 resolve it (``spark.jars.packages``, Spark's Ivy) at the version of the installed
 pyspark, into a cache outside any project: ``spark.jars_cache`` or
 ``~/.cache/kmq/spark-jars``, one folder per Spark version. The first start downloads
-it from ``spark.maven_repository`` (Maven Central by default); every later start
-resolves from that folder alone, so the job then starts offline.
+it from ``spark.maven_repository`` (Maven Central by default) and, once Spark runs,
+notes the resolved jars (:func:`mark_cached`); every later start puts those files on
+the classpath directly (``spark.jars``, :func:`cached_conf`): no Ivy, no network and
+no write, so a filled cache also works read-only (the Spark image carries one).
 
-Decisions are pure (:func:`coordinate`, :func:`ivy_settings`, :func:`session_conf`);
-the edges are :func:`installed` (pyspark's version), :func:`prepare` (writes the Ivy
-settings file) and :func:`check_reachable` (one HTTP request, made only while nothing
-is cached, so a machine that cannot reach the repository gets one clear line instead
-of Ivy's report).
+Decisions are pure (:attr:`Connector.coordinate`, :func:`ivy_settings`,
+:func:`session_conf`); the edges are :func:`installed` (pyspark's version),
+:func:`prepare` (writes the Ivy settings file), :func:`mark_cached` / :func:`is_cached`
+and :func:`check_reachable` (one HTTP request, made only while nothing is cached, so a
+machine that cannot reach the repository gets one clear line instead of Ivy's report).
 
 ``python -m kmq.spark.connector [CACHE]`` fills the cache (the Spark image does this
 at build time) and prints the folder whose ``jars/`` hold the connector and its
@@ -32,8 +34,9 @@ from xml.sax.saxutils import quoteattr
 
 from kmq.core.errors import KmqError
 
-__all__ = ["Connector", "ConnectorUnavailable", "installed", "default_cache", "home", "is_cached", "ivy_settings",
-           "session_conf", "prepare", "check_reachable", "CONNECTOR_CLASS", "PROVIDED"]
+__all__ = ["Connector", "ConnectorUnavailable", "installed", "default_cache", "home", "is_cached", "mark_cached",
+           "cached_conf", "ivy_settings", "session_conf", "prepare", "check_reachable", "CONNECTOR_CLASS", "PROVIDED",
+           "CACHED_NOTE"]
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +100,42 @@ def home(cache: str | os.PathLike | None, connector: Connector) -> Path:
     return root / f"spark-{connector.spark_version}_{connector.scala_version}"
 
 
+#: The note :func:`mark_cached` leaves in a Spark version's folder: the resolved jars, one name a line.
+CACHED_NOTE = "kmq-cached-jars.txt"
+
+
+def _noted_jars(cache: str | os.PathLike | None, connector: Connector) -> list[Path] | None:
+    h = home(cache, connector)
+    try:
+        names = [n for n in (h / CACHED_NOTE).read_text().splitlines() if n.strip()]
+    except OSError:
+        return None
+    jars = [h / "jars" / n for n in names]
+    if connector.jar_name not in names or not all(j.is_file() for j in jars):
+        return None
+    return jars
+
+
 def is_cached(cache: str | os.PathLike | None, connector: Connector) -> bool:
-    """True when an earlier start resolved the connector into the cache (Ivy then needs no network)."""
-    return (home(cache, connector) / "jars" / connector.jar_name).is_file()
+    """True when an earlier start resolved the connector into the cache and its jars are all there."""
+    return _noted_jars(cache, connector) is not None
+
+
+def mark_cached(cache: str | os.PathLike | None, connector: Connector) -> None:
+    """Note the jars Ivy resolved (called once Spark runs with them): later starts load them directly."""
+    h = home(cache, connector)
+    names = sorted(j.name for j in (h / "jars").glob("*.jar"))
+    if connector.jar_name not in names:
+        raise ConnectorUnavailable(f"Spark resolved {connector.coordinate} but {connector.jar_name} is not in {h / 'jars'}")
+    (h / CACHED_NOTE).write_text("".join(n + "\n" for n in names))
+
+
+def cached_conf(cache: str | os.PathLike | None, connector: Connector) -> dict[str, str]:
+    """The Spark configuration that loads the cached connector: its jars as files, nothing to resolve."""
+    jars = _noted_jars(cache, connector)
+    if jars is None:
+        raise ConnectorUnavailable(f"{connector.coordinate} is not cached in {home(cache, connector)}")
+    return {"spark.jars": ",".join(str(j) for j in jars)}
 
 
 def ivy_settings(repository: str) -> str:
@@ -172,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin CLI, 
     cache = args[0] if args else None
     repository = os.environ.get("KMQ_SPARK__MAVEN_REPOSITORY", MAVEN_CENTRAL)
     c = installed()
-    if not is_cached(cache, c):
-        check_reachable(repository, c, cache)
+    if is_cached(cache, c):
+        print(home(cache, c))
+        return 0
+    check_reachable(repository, c, cache)
     conf = prepare(cache, repository, c)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -182,8 +220,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin CLI, 
     for k, v in conf.items():
         b = b.config(k, v)
     b.getOrCreate().stop()
-    if not is_cached(cache, c):
-        raise ConnectorUnavailable(f"Spark resolved {c.coordinate} but {c.jar_name} is not in {conf['spark.jars.ivy']}/jars")
+    mark_cached(cache, c)
     print(conf["spark.jars.ivy"])
     return 0
 

@@ -145,32 +145,41 @@ def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str |
     conf = dict(opts.spark_conf)
     connector = None
     if launching and (opts.source or spark_cfg.source) == "kafka":
-        connector = _connector_conf(spark_cfg, conf)
-        conf.update(connector[1])
+        connector, extra, resolving = _connector_conf(spark_cfg, conf)
+        conf.update(extra)
     for k, v in conf.items():
         b = b.config(k, v)
     try:
-        return b.getOrCreate()
+        spark = b.getOrCreate()
     except Exception as exc:  # pyspark's JAVA_GATEWAY_EXITED: the JVM stopped before it started Spark
-        if connector is None or cn.is_cached(spark_cfg.jars_cache, connector[0]):
+        if connector is None or not resolving:
             raise
         raise cn.ConnectorUnavailable(
-            f"Spark did not start: resolving its Kafka connector {connector[0].coordinate} from "
-            f"{spark_cfg.maven_repository} into {cn.home(spark_cfg.jars_cache, connector[0])} failed (Ivy's report "
+            f"Spark did not start: resolving its Kafka connector {connector.coordinate} from "
+            f"{spark_cfg.maven_repository} into {cn.home(spark_cfg.jars_cache, connector)} failed (Ivy's report "
             "above names the artifact); check the repository (spark.maven_repository) or set spark.source: python"
         ) from exc
+    if connector is not None and resolving:
+        cn.mark_cached(spark_cfg.jars_cache, connector)
+    return spark
 
 
-def _connector_conf(spark_cfg: SparkConfig, conf: dict[str, str]) -> tuple[cn.Connector, dict[str, str]]:
-    """The connector and the Spark configuration that loads it; packages the user listed are kept."""
+def _connector_conf(spark_cfg: SparkConfig, conf: dict[str, str]) -> tuple[cn.Connector, dict[str, str], bool]:
+    """The connector, the Spark configuration that loads it, and whether Spark must resolve it
+    (nothing cached yet). Jars and packages the user listed are kept."""
     c = cn.installed()
-    if not cn.is_cached(spark_cfg.jars_cache, c):
-        log.info("fetching Spark's Kafka connector %s from %s (once)", c.coordinate, spark_cfg.maven_repository)
+    if cn.is_cached(spark_cfg.jars_cache, c):
+        extra = cn.cached_conf(spark_cfg.jars_cache, c)
+        key, resolving = "spark.jars", False
+    else:
+        log.warning("fetching Spark's Kafka connector %s from %s into %s (once)", c.coordinate,
+                    spark_cfg.maven_repository, cn.home(spark_cfg.jars_cache, c))
         cn.check_reachable(spark_cfg.maven_repository, c, spark_cfg.jars_cache)
-    extra = cn.prepare(spark_cfg.jars_cache, spark_cfg.maven_repository, c)
-    if conf.get("spark.jars.packages"):
-        extra["spark.jars.packages"] = f"{conf['spark.jars.packages']},{extra['spark.jars.packages']}"
-    return c, extra
+        extra = cn.prepare(spark_cfg.jars_cache, spark_cfg.maven_repository, c)
+        key, resolving = "spark.jars.packages", True
+    if conf.get(key):
+        extra[key] = f"{conf[key]},{extra[key]}"
+    return c, extra, resolving
 
 
 # ------------------------------------------------------------------ source

@@ -52,8 +52,17 @@ def test_prepare_makes_one_ivy_home_per_spark_version(tmp_path):
     assert (home / "ivysettings.xml").read_text() == cn.ivy_settings("https://m.example/")
     assert not cn.is_cached(tmp_path, C)
     (home / "jars").mkdir()
-    (home / "jars" / C.jar_name).write_bytes(b"PK")
+    with pytest.raises(cn.ConnectorUnavailable, match="is not in"):
+        cn.mark_cached(tmp_path, C)  # Ivy copied nothing
+    for name in (C.jar_name, "org.apache.kafka_kafka-clients-3.9.2.jar"):
+        (home / "jars" / name).write_bytes(b"PK")
+    assert not cn.is_cached(tmp_path, C)  # jars without the note: maybe cut short, resolve again
+    cn.mark_cached(tmp_path, C)
     assert cn.is_cached(tmp_path, C) and not cn.is_cached(tmp_path, cn.Connector("4.3.0"))
+    assert cn.cached_conf(tmp_path, C) == {"spark.jars": ",".join(
+        str(home / "jars" / n) for n in ("org.apache.kafka_kafka-clients-3.9.2.jar", C.jar_name))}
+    (home / "jars" / "org.apache.kafka_kafka-clients-3.9.2.jar").unlink()
+    assert not cn.is_cached(tmp_path, C)  # a noted jar went missing
 
 
 def test_the_default_cache_lives_outside_the_project(monkeypatch, tmp_path):
@@ -115,6 +124,7 @@ def test_the_launcher_asks_the_repository_only_while_nothing_is_cached(tmp_path)
     c = cn.installed()
     (cn.home(tmp_path, c) / "jars").mkdir(parents=True)
     (cn.home(tmp_path, c) / "jars" / c.jar_name).write_bytes(b"PK")
-    got, conf = _connector_conf(offline, {"spark.jars.packages": "org.example:extra:1.0"})
-    assert got == c and conf["spark.jars.packages"] == f"org.example:extra:1.0,{c.coordinate}"
-    assert conf["spark.jars.ivy"] == str(cn.home(tmp_path, c))
+    cn.mark_cached(tmp_path, c)
+    got, conf, resolving = _connector_conf(offline, {"spark.jars": "/opt/extra.jar"})
+    jar = cn.home(tmp_path, c) / "jars" / c.jar_name
+    assert (got, conf, resolving) == (c, {"spark.jars": f"/opt/extra.jar,{jar}"}, False)  # no Ivy, no network
