@@ -21,7 +21,6 @@ from kmq.spark.decode import decode_batch
 from kmq.core.lag_state import PartitionLagState
 from kmq.spark.sinks import parquet_rows
 from tests.helpers.kafka import read_all, wait_until
-from tests.integration.spark.conftest import SOURCES
 from tests.integration.spark.markers_workload import rec, write_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
@@ -87,9 +86,8 @@ def model(records_by_partition: dict[int, list]) -> dict[tuple[int, int], dict]:
 class PhaseWriter:
     """Writes :func:`phase` markers for every partition to ``topic`` and keeps them (``records``) for :func:`model`."""
 
-    def __init__(self, cfg, topic: str, seed: int, one_per_batch: bool = False) -> None:
+    def __init__(self, cfg, topic: str, seed: int) -> None:
         self.cfg, self.topic, self.rng = cfg, topic, random.Random(seed)
-        self.one_per_batch = one_per_batch  # see markers_workload.write_records
         self.records: dict[int, list] = {p: [] for p in range(PARTITIONS)}
         self._state = {p: (0, T0) for p in range(PARTITIONS)}
 
@@ -100,13 +98,13 @@ class PhaseWriter:
             self._state[p] = (off, ts + 1000)
             self.records[p].extend(recs)
             batch.extend(recs)
-        write_records(self.cfg, self.topic, batch, one_per_batch=self.one_per_batch)
+        write_records(self.cfg, self.topic, batch)
 
 
-def _start_job(cfg_path: Path, tmp: Path, log_name: str, source: str = "python") -> subprocess.Popen:
+def _start_job(cfg_path: Path, tmp: Path, log_name: str) -> subprocess.Popen:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     args = [
-        sys.executable, "-m", "kmq", "lag-job", "--config", str(cfg_path), "--source", source,
+        sys.executable, "-m", "kmq", "lag-job", "--config", str(cfg_path),
         "--sink", "topic", "--sink", "parquet", "--parquet-path", str(tmp / "pq"),
         "--checkpoint", str(tmp / "ck"), "--trigger", "500ms", "--window", "1s", "--idle-close", "2s",
         "--max-offsets-per-trigger", "300", "--prometheus-port", "0",
@@ -153,9 +151,7 @@ def _run_until_batches(job: subprocess.Popen, tmp: Path, log_name: str, batches:
     assert job.poll() is None, (tmp / log_name).read_text()[-3000:]
 
 
-@SOURCES
-def test_sigkill_then_sigterm_then_restart_neither_lose_nor_double_count(queue_topics, bootstrap, tmp_path, source,
-                                                                        kafka_broker):
+def test_sigkill_then_sigterm_then_restart_neither_lose_nor_double_count(queue_topics, bootstrap, tmp_path):
     """Three runs from one checkpoint: SIGKILL mid-run; SIGTERM mid-run (as Kubernetes sends it:
     exit 0, no Java or Python stack trace; the batch refused at the stop is re-run); then to the
     end. Every window reaches Parquet exactly once and the metrics topic with identical
@@ -163,12 +159,11 @@ def test_sigkill_then_sigterm_then_restart_neither_lose_nor_double_count(queue_t
     cfg, q = queue_topics(partitions=PARTITIONS)
     cfg_path = tmp_path / "kmq.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
-    # Spark's connector on the embedded broker: one record a batch (tests.helpers.kafka.LATEST_OFFSET_GAP).
-    workload = PhaseWriter(cfg, q.markers_topic, seed=42, one_per_batch=source == "kafka" and kafka_broker.is_tansu)
+    workload = PhaseWriter(cfg, q.markers_topic, seed=42)
     records, write_phase = workload.records, workload.write
 
     write_phase(700)
-    job = _start_job(cfg_path, tmp_path, "job1.log", source)
+    job = _start_job(cfg_path, tmp_path, "job1.log")
     try:
         _run_until_batches(job, tmp_path, "job1.log", 2)
         _kill(job, signal.SIGKILL)  # mid-run: more than 2000 markers are still unread
@@ -178,7 +173,7 @@ def test_sigkill_then_sigterm_then_restart_neither_lose_nor_double_count(queue_t
     want = model(records)
     assert len(want) > 40
 
-    job = _start_job(cfg_path, tmp_path, "job2.log", source)
+    job = _start_job(cfg_path, tmp_path, "job2.log")
     try:
         _run_until_batches(job, tmp_path, "job2.log", len(_batch_dirs(tmp_path / "pq")) + 2)
         job.send_signal(signal.SIGTERM)  # the process only: the JVM is its child, as in a pod
@@ -190,7 +185,7 @@ def test_sigkill_then_sigterm_then_restart_neither_lose_nor_double_count(queue_t
     assert "\tat org.apache" not in out and "Traceback" not in out, out[-3000:]
     assert len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) < len(want)  # stopped mid-run
 
-    job = _start_job(cfg_path, tmp_path, "job3.log", source)
+    job = _start_job(cfg_path, tmp_path, "job3.log")
     try:
         _wait_for_every_window(job, tmp_path, "job3.log", len(want))
         recs = wait_until(lambda: (lambda r: r if len({x.key for x in r}) >= len(want) else None)(
