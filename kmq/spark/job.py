@@ -143,7 +143,7 @@ def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str |
         if not given.contains(k):
             b = b.config(k, v)
     conf = dict(opts.spark_conf)
-    connector = None
+    connector, resolving = None, False
     if launching and (opts.source or spark_cfg.source) == "kafka":
         connector, extra, resolving = _connector_conf(spark_cfg, conf)
         conf.update(extra)
@@ -152,14 +152,14 @@ def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str |
     try:
         spark = b.getOrCreate()
     except Exception as exc:  # pyspark's JAVA_GATEWAY_EXITED: the JVM stopped before it started Spark
-        if connector is None or not resolving:
+        if not resolving:
             raise
         raise cn.ConnectorUnavailable(
-            f"Spark did not start: resolving its Kafka connector {connector.coordinate} from "
-            f"{spark_cfg.maven_repository} into {cn.home(spark_cfg.jars_cache, connector)} failed (Ivy's report "
-            "above names the artifact); check the repository (spark.maven_repository) or set spark.source: python"
-        ) from exc
-    if connector is not None and resolving:
+            f"Spark did not start while resolving its Kafka connector {connector.coordinate} from "
+            f"{spark_cfg.maven_repository} into {cn.home(spark_cfg.jars_cache, connector)} (the report above says "
+            "why: an artifact Ivy could not fetch, or Java itself); check spark.maven_repository, or set "
+            "spark.source: python") from exc
+    if resolving:
         cn.mark_cached(spark_cfg.jars_cache, connector)
     return spark
 
