@@ -1,6 +1,9 @@
 """``kmq bench spark``: the lag job's throughput and end-to-end latency at local[2].
 
-Two phases against one markers topic (an embedded broker unless ``--bootstrap``):
+Both markers sources (``spark.source``) one after the other, side by side in one
+report: ``kafka`` (Spark's own connector) and ``python`` (the kmq-kafka source, read
+with ``--client``). Each runs in its own Spark, started as the lag job starts it.
+Two phases per source against one markers topic (an embedded broker unless ``--bootstrap``):
 
 1. **throughput**: a backlog of START/END markers is written first, then the job
    reads it; markers/s = marker records read (end minus start offsets) / trigger
@@ -77,15 +80,39 @@ def _produce(cfg, topic: str, records) -> None:
         p.close()
 
 
+def _fence(cfg, topic: str, partitions: int) -> None:
+    """One RENEW of an acked range per partition, each alone in its produce request, after the
+    backlog: a broker whose latest-offset look-up answers the first offset of the last batch plus
+    one (the embedded tansu) then still reports every backlog marker to Spark's connector, which
+    plans with that look-up. Harmless on every Kafka (a RENEW of closed offsets is only counted)."""
+    from kmq.client.factory import producer
+
+    p = producer(cfg.kafka)
+    try:
+        for part in range(partitions):
+            p.send(topic, key=mk.encode_key(part), value=mk.encode(mk.Renew(ranges=((0, 10),), lease_ms=30_000)),
+                   partition=part, timestamp_ms=int(time.time() * 1000) - 3_600_000)
+            p.flush()
+    finally:
+        p.close()
+
+
 def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_000, rate: int = 2_000,
         latency_seconds: float = 20.0, trigger: str = "1s", window: str = "1s",
         max_offsets_per_trigger: int = 1_000_000, client: str = "kafka-python",
-        clients: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Run both phases; returns the figures. With ``clients``, one run per client (the
-    source's ``kafka.client``), one after the other: ``{client: figures}``."""
+        clients: tuple[str, ...] | None = None, source: str = "python",
+        sources: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Run both phases; returns the figures. With ``sources``, one run per source, one after the
+    other: ``{source: figures}`` (the ``python`` entry per client when ``clients`` are given). With
+    ``clients``, one run of the Python source per client (its ``kafka.client``): ``{client: figures}``.
+    Spark's connector reads with its own Java client; ``client`` then only writes the backlog."""
+    if sources:
+        return {s: run(bootstrap, partitions, markers, rate, latency_seconds, trigger, window, max_offsets_per_trigger,
+                       (clients or (client,))[0] if s == "kafka" else client, clients if s == "python" else None, s)
+                for s in sources}
     if clients:
         return per_client(clients, lambda c: run(bootstrap, partitions, markers, rate, latency_seconds, trigger, window,
-                                                  max_offsets_per_trigger, c))
+                                                  max_offsets_per_trigger, c, source=source))
     from kmq.config import Config, parse_duration
     from kmq.dev.broker import DevBroker
     from kmq.spark.job import JobOptions, spark_session, start
@@ -111,11 +138,12 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_
         t0 = int(time.time() * 1000) - 3_600_000  # the backlog lies an hour back
         t_write = time.monotonic()
         _produce(cfg, q.markers_topic, _marker_records(partitions, markers, t0, 3_000_000 / markers, offsets))
+        _fence(cfg, q.markers_topic, partitions)
         write_s = time.monotonic() - t_write
-        opts = JobOptions(sinks=("prometheus",), checkpoint=f"{workdir}/ck", trigger=f"{int(parse_duration(trigger) * 1000)} milliseconds",
+        opts = JobOptions(source=source, sinks=("prometheus",), checkpoint=f"{workdir}/ck", trigger=f"{int(parse_duration(trigger) * 1000)} milliseconds",
                           window_s=parse_duration(window), prometheus_port=None,
                           max_offsets_per_trigger=max_offsets_per_trigger)
-        spark = spark_session(opts, app_name="kmq-bench-spark")
+        spark = spark_session(opts, app_name=f"kmq-bench-spark-{source}")
         spark.sparkContext.setLogLevel("ERROR")
 
         class TimedSinks(BatchSinks):
@@ -132,7 +160,7 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_
         deadline = time.monotonic() + 600
         while True:
             done = sum(batch_markers(p) for p in query.recentProgress)
-            if done >= markers or time.monotonic() > deadline:
+            if done >= markers + partitions or time.monotonic() > deadline:  # the backlog and its fences
                 break
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
@@ -190,7 +218,8 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_
             return round(xs[min(len(xs) - 1, int(q_ * len(xs)))], 3) if xs else None
 
         return {
-            "client": client,
+            "source": source,
+            "client": client if source == "python" else f"Spark's connector (backlog written with {client})",
             "partitions": partitions,
             "backlog_markers": markers,
             "backlog_write_s": round(write_s, 2),
@@ -233,7 +262,13 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_
 @click.option("--max-offsets-per-trigger", default=1_000_000, show_default=True,
               help="Markers per micro-batch (the lag job's default).")
 @click.option("--client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python", show_default=True,
-              help="Client the source's tasks read markers with (kafka.client).")
-def command(**opts) -> None:
-    """Lag job: markers/s in steady state and marker-to-sink latency."""
-    click.echo(json.dumps(run(**opts), indent=2))
+              help="Client the Python source's tasks read markers with (kafka.client); it writes the backlog too.")
+@click.option("--source", type=click.Choice(["both", "kafka", "python"]), default="both", show_default=True,
+              help="Markers source (spark.source): both runs Spark's connector, then the Python source.")
+def command(source: str, **opts) -> None:
+    """Lag job: markers/s in steady state and marker-to-sink latency, per markers source."""
+    figures = run(sources=("kafka", "python"), **opts) if source == "both" else run(source=source, **opts)
+    click.echo(json.dumps(figures, indent=2))
+    if source == "both":
+        click.echo("catch-up markers/s: " + ", ".join(f"{s} {figures[s].get('markers_per_s', 0):,}" for s in figures),
+                   err=True)

@@ -22,8 +22,9 @@ def _seconds(text: str, what: str) -> float:
 
 @click.command("lag-job")
 @config_options
-@click.option("--source", type=click.Choice(["python", "kafka"]), default="python", show_default=True,
-              help="python: kafka-python data source (no jars); kafka: Spark's own connector (needs its jar).")
+@click.option("--source", type=click.Choice(["kafka", "python"]), default=None,
+              help="kafka: Spark's own connector (its jars fetched once into spark.jars_cache); python: the "
+                   "kmq-kafka data source (no jars). Default: spark.source of the config (kafka).")
 @click.option("--sink", "sinks", multiple=True, type=click.Choice(["topic", "prometheus", "parquet"]),
               help="Where window rows go (repeatable; default: topic and prometheus).")
 @click.option("--checkpoint", default="kmq-lag-checkpoint", show_default=True,

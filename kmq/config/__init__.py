@@ -44,6 +44,7 @@ __all__ = [
     "RedisConfig",
     "LoggingConfig",
     "TopicsConfig",
+    "SparkConfig",
     "parse_duration",
     "ENV_PREFIX",
     "DURATION_PATTERN",
@@ -438,6 +439,25 @@ class LoggingConfig:
         return _comma_list(self.debug)
 
 
+#: Where Spark's Kafka connector comes from unless ``spark.maven_repository`` says otherwise.
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """The lag job's Spark side (``kmq lag-job``, docs/spark.md)."""
+
+    # kafka: Spark's own Kafka connector (its jars fetched once by the job's launcher, see
+    # kmq.spark.connector); python: the kmq-kafka Python data source (no jars, kafka-python or
+    # confluent-kafka in the tasks).
+    source: str = _f("kafka", "choice", choices=("KAFKA", "PYTHON"), lower=True)
+    # Where the launcher keeps the connector's jars (one folder per Spark version); null:
+    # ~/.cache/kmq/spark-jars. Filled once from maven_repository, then used offline.
+    jars_cache: str | None = _f(None, "optstr")
+    # The Maven repository the connector is fetched from (a mirror or proxy of Maven Central).
+    maven_repository: str = _f(MAVEN_CENTRAL, "str")
+
+
 _SECTIONS: dict[str, type] = {
     "kafka": KafkaConfig,
     "consumer": ConsumerConfig,
@@ -445,6 +465,7 @@ _SECTIONS: dict[str, type] = {
     "redis": RedisConfig,
     "logging": LoggingConfig,
     "topics": TopicsConfig,
+    "spark": SparkConfig,
 }
 
 
@@ -459,6 +480,7 @@ class Config:
     redis: RedisConfig = field(default_factory=RedisConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     topics: TopicsConfig = field(default_factory=TopicsConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
 
     # ------------------------------------------------------------ building
     @classmethod

@@ -22,9 +22,12 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 
-from kmq.config import Config
+from kmq.config import Config, SparkConfig
 from kmq.core.errors import KmqError
 from kmq.core.lag_state import PartitionLagState
+from kmq.spark import connector as cn
+from kmq.spark.connector_options import kafka_options
+from kmq.spark.sink_retry import OUTAGE_BUDGET_S
 from kmq.spark.schema import OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATS_COLUMNS
 from kmq.spark.stopping import StopRequest, await_query, quiet_spark_shutdown, stop_query
 
@@ -44,11 +47,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-KAFKA_CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
 class SparkConnectorMissing(KmqError):
-    """``--source kafka`` without Spark's Kafka connector on the classpath."""
+    """Source ``kafka`` in a Spark whose classpath lacks Spark's Kafka connector (spark-submit without it)."""
 
 
 class LagJobFailed(KmqError):
@@ -85,7 +87,7 @@ def _summary(exc: BaseException) -> str:
 class JobOptions:
     """What ``kmq lag-job`` can be told; defaults suit a small cluster."""
 
-    source: str = "python"  # python | kafka
+    source: str | None = None  # kafka | python; None: spark.source of the config
     sinks: tuple[str, ...] = ("topic", "prometheus")
     checkpoint: str = "kmq-lag-checkpoint"
     trigger: str = "1 second"
@@ -111,14 +113,23 @@ class JobOptions:
 
 
 # ------------------------------------------------------------------ session
-def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str | None = None):
-    """The SparkSession: reuses a running one (spark-submit), sets kmq's defaults otherwise."""
+def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str | None = None,
+                  spark_cfg: SparkConfig | None = None):
+    """The SparkSession: reuses a running one (spark-submit), sets kmq's defaults otherwise.
+
+    A Spark launched here for source ``kafka`` (``opts.source``, else ``spark_cfg.source``) gets
+    Spark's Kafka connector at pyspark's version from the jars cache (:mod:`kmq.spark.connector`;
+    the first start fills it from the Maven repository). A Spark that is already running (spark-submit,
+    an earlier session) keeps its classpath; :func:`read_markers` says what to add when it lacks it.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    spark_cfg = spark_cfg or SparkConfig()
     given = SparkConf()
     b = SparkSession.builder.appName(app_name)
+    launching = SparkContext._active_spark_context is None and not given.contains("spark.master")
     if master or not given.contains("spark.master"):
         b = b.master(master or "local[2]")
     defaults = {
@@ -131,9 +142,44 @@ def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str |
     for k, v in defaults.items():
         if not given.contains(k):
             b = b.config(k, v)
-    for k, v in opts.spark_conf.items():
+    conf = dict(opts.spark_conf)
+    connector, resolving = None, False
+    if launching and (opts.source or spark_cfg.source) == "kafka":
+        connector, extra, resolving = _connector_conf(spark_cfg, conf)
+        conf.update(extra)
+    for k, v in conf.items():
         b = b.config(k, v)
-    return b.getOrCreate()
+    try:
+        spark = b.getOrCreate()
+    except Exception as exc:  # pyspark's JAVA_GATEWAY_EXITED: the JVM stopped before it started Spark
+        if not resolving:
+            raise
+        raise cn.ConnectorUnavailable(
+            f"Spark did not start while resolving its Kafka connector {connector.coordinate} from "
+            f"{spark_cfg.maven_repository} into {cn.home(spark_cfg.jars_cache, connector)} (the report above says "
+            "why: an artifact Ivy could not fetch, or Java itself); check spark.maven_repository, or set "
+            "spark.source: python") from exc
+    if resolving:
+        cn.mark_cached(spark_cfg.jars_cache, connector)
+    return spark
+
+
+def _connector_conf(spark_cfg: SparkConfig, conf: dict[str, str]) -> tuple[cn.Connector, dict[str, str], bool]:
+    """The connector, the Spark configuration that loads it, and whether Spark must resolve it
+    (nothing cached yet). Jars and packages the user listed are kept."""
+    c = cn.installed()
+    if cn.is_cached(spark_cfg.jars_cache, c):
+        extra = cn.cached_conf(spark_cfg.jars_cache, c)
+        key, resolving = "spark.jars", False
+    else:
+        log.warning("fetching Spark's Kafka connector %s from %s into %s (once)", c.coordinate,
+                    spark_cfg.maven_repository, cn.home(spark_cfg.jars_cache, c))
+        cn.check_reachable(spark_cfg.maven_repository, c, spark_cfg.jars_cache)
+        extra = cn.prepare(spark_cfg.jars_cache, spark_cfg.maven_repository, c)
+        key, resolving = "spark.jars.packages", True
+    if conf.get(key):
+        extra[key] = f"{conf[key]},{extra[key]}"
+    return c, extra, resolving
 
 
 # ------------------------------------------------------------------ source
@@ -142,39 +188,6 @@ def _queues(cfg: Config, opts: JobOptions):
     if not qs:
         raise KmqError("no queue to watch: list queues in the config (queues:) or pass --queue NAME")
     return qs
-
-
-def _java_kafka_options(cfg: Config) -> dict[str, str]:
-    """The options of Spark's own Kafka connector (the Java client) for ``kafka:`` of kmq.yaml."""
-    k = cfg.kafka
-    out = {"kafka.bootstrap.servers": k.bootstrap_servers, "kafka.security.protocol": k.security_protocol}
-    if k.sasl_mechanism in ("OAUTHBEARER", "AWS_MSK_IAM"):
-        # The Java client needs a login callback handler class on the classpath for these.
-        raise KmqError(
-            f"--source kafka does not configure sasl_mechanism {k.sasl_mechanism}; use --source python "
-            "(kmq's token provider / AWS signer) or set the Java client's sasl.* options with spark-submit --conf"
-        )
-    if k.sasl_mechanism:
-        module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if k.sasl_mechanism == "PLAIN"
-                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
-        pw = (k.password() or "").replace('"', '\\"')
-        out["kafka.sasl.mechanism"] = k.sasl_mechanism
-        out["kafka.sasl.jaas.config"] = f'{module} required username="{k.sasl_username}" password="{pw}";'
-    if k.ssl_cafile:
-        out["kafka.ssl.truststore.type"] = "PEM"
-        out["kafka.ssl.truststore.location"] = k.ssl_cafile
-    if k.uses_tls and not k.ssl_check_hostname:
-        out["kafka.ssl.endpoint.identification.algorithm"] = ""
-    if k.uses_tls and k.ssl_certfile:
-        # Kafka's PEM key store takes the certificate chain and the key as text.
-        from pathlib import Path
-
-        out["kafka.ssl.keystore.type"] = "PEM"
-        out["kafka.ssl.keystore.certificate.chain"] = Path(k.ssl_certfile).read_text()
-        out["kafka.ssl.keystore.key"] = Path(k.ssl_keyfile or k.ssl_certfile).read_text()
-        if k.key_password() is not None:
-            out["kafka.ssl.key.password"] = k.key_password() or ""
-    return out
 
 
 def source_options(cfg: Config) -> dict[str, str]:
@@ -194,7 +207,7 @@ def kafka_connector_available(spark) -> bool:
     """True when Spark's own Kafka source is on the classpath."""
     try:
         spark.sparkContext._jvm.java.lang.Class.forName(
-            KAFKA_CONNECTOR_CLASS, False, spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader()
+            cn.CONNECTOR_CLASS, False, spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader()
         )
         return True
     except Exception:  # py4j wraps ClassNotFoundException
@@ -204,22 +217,29 @@ def kafka_connector_available(spark) -> bool:
 def read_markers(spark, cfg: Config, opts: JobOptions, marker_chunks: bool = True):
     """The markers stream of the watched queues.
 
-    ``--source kafka`` gives Spark's Kafka source columns, one row per record. The
-    kmq-kafka source gives decoded chunks (:mod:`kmq.spark.marker_chunks`), or with
-    ``marker_chunks=False`` the same per-record columns as Spark's source.
+    Source ``kafka`` (``opts.source``, else ``spark.source`` of the config) gives Spark's Kafka
+    source columns, one row per record. The kmq-kafka source (``python``) gives decoded chunks
+    (:mod:`kmq.spark.marker_chunks`), or with ``marker_chunks=False`` the same per-record
+    columns as Spark's source.
     """
     topics = ",".join(q.markers_topic for q in _queues(cfg, opts))
-    if opts.source == "kafka":
+    source = opts.source or cfg.spark.source
+    if source == "kafka":
+        sec = kafka_options(cfg.kafka)  # refuses what the Java client cannot be given, before Spark is asked
         if not kafka_connector_available(spark):
-            import pyspark
-
+            c = cn.installed()
             raise SparkConnectorMissing(
-                "--source kafka needs Spark's Kafka connector, which is not on the classpath: add "
-                f"--packages org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__} to spark-submit "
-                "(or set spark.jars.packages), or use --source python (no jars needed)"
+                f"source kafka needs Spark's Kafka connector, which is not on this Spark's classpath: add "
+                f"--packages {c.coordinate} to spark-submit (or set spark.jars.packages), or use "
+                "spark.source: python / --source python (no jars needed)"
             )
-        fmt, sec = "kafka", _java_kafka_options(cfg)
-    elif opts.source == "python":
+        fmt = "kafka"
+        # Ride through a broker outage as the Python source does: offset look-ups retried once a
+        # second and tasks waiting for their records, for the outage budget.
+        sec["fetchOffset.retryIntervalMs"] = "1000"
+        sec["fetchOffset.numRetries"] = str(int(OUTAGE_BUDGET_S))
+        sec["kafkaConsumer.pollTimeoutMs"] = str(int(OUTAGE_BUDGET_S * 1000))
+    elif source == "python":
         from kmq.spark.source import SOURCE_NAME, register
 
         register(spark)
@@ -228,11 +248,9 @@ def read_markers(spark, cfg: Config, opts: JobOptions, marker_chunks: bool = Tru
         # (kmq.spark.marker_chunks): Spark's per-row cost would otherwise dominate the job.
         sec["markerChunks"] = str(marker_chunks).lower()
         # Ride through a broker outage: tasks wait for the records they know exist (default 30 s).
-        from kmq.spark.sink_retry import OUTAGE_BUDGET_S
-
         sec.setdefault("pollTimeoutMs", str(int(OUTAGE_BUDGET_S * 1000)))
     else:
-        raise KmqError(f"unknown source {opts.source!r}: use python or kafka")
+        raise KmqError(f"unknown source {source!r}: use kafka or python")
     r = (spark.readStream.format(fmt)
          .option("subscribe", topics)
          .option("startingOffsets", opts.starting_offsets)
@@ -358,7 +376,7 @@ def run(cfg: Config, opts: JobOptions, master: str | None = None) -> None:
     """``kmq lag-job``: run until stopped (SIGTERM/Ctrl-C stop the query cleanly)."""
     preflight(cfg, opts)
     with StopRequest() as stop:
-        spark = spark_session(opts, master=master)
+        spark = spark_session(opts, master=master, spark_cfg=cfg.spark)
         sinks = None
         try:
             query, sinks = start(spark, cfg, opts)

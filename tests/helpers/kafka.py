@@ -15,6 +15,9 @@ from kmq.dev.kafka import KafkaCluster
 T = TypeVar("T")
 
 #: A tansu gap seen after a broker SIGKILL, in its words for a skip.
+LATEST_OFFSET_GAP = ("latest-offset look-ups (ListOffsets LATEST, what Spark's Kafka connector plans micro-batches "
+                     "with) answer the first offset of the last produced batch plus one, so the connector never "
+                     "reads the rest of the last batch")
 DUPLICATE_SEQUENCE_GAP = ("after a SIGKILL, an idempotent producer's retry of the batch being written is answered "
                           "DUPLICATE_SEQUENCE_NUMBER (error 46, which Kafka's clients count as delivered) though the "
                           "batch is not in the log; Kafka rebuilds a producer's sequence state from the log itself, "

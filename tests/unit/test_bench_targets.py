@@ -148,3 +148,12 @@ def test_latency_is_judged_on_hand_over_started_when_the_report_has_it():
     assert verdict.met is True and "default hand_over committed: p50 +6.0 ms" in verdict.measured
     report["results"]["consumer_latency"]["confluent"]["started"]["p95_diff_ms"] = 0.1
     assert judge(report)[4].met is False
+
+
+def test_a_report_of_both_spark_sources_is_judged_on_the_python_source_with_the_connector_beside_it():
+    report = _with(("spark",), {"kafka": {"source": "kafka", "markers_per_s": 150_000,
+                                          "latency_window_end_to_sink_s": {"p95": 1.7}},
+                                "python": copy.deepcopy(MET["results"]["spark"])})
+    verdict = judge(report)[5]
+    assert verdict.met is True and "448,665 markers/s catch-up" in verdict.measured
+    assert "Spark's connector 150,000 markers/s, p95 1.70 s" in verdict.measured

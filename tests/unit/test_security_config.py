@@ -218,24 +218,29 @@ def test_sasl_settings_reach_kafka_pythons_mechanisms(mechanism):
         assert first.startswith(b"n,,n=kmq,r=")
 
 
+CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+KEY8 = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"
+
+
 def test_lag_job_hands_the_security_settings_to_either_source(tmp_path):
     import dataclasses
 
-    from kmq.core.errors import KmqError
-    from kmq.spark.job import _java_kafka_options, source_options
+    from kmq.spark.connector_options import kafka_options
+    from kmq.spark.job import source_options
     from kmq.spark.source import kafka_config_from_options
 
-    (tmp_path / "c.pem").write_text("CERT")
-    (tmp_path / "k.pem").write_text("KEY")
+    (tmp_path / "c.pem").write_text(f"{CERT}\n{CERT}\n")
+    (tmp_path / "k.pem").write_text(f"junk\n{KEY8}\n")
     (tmp_path / "pw").write_text("pw\n")
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9093", "security_protocol": "SSL", "ssl_cafile": "/ca.pem",
                                       "ssl_certfile": str(tmp_path / "c.pem"), "ssl_keyfile": str(tmp_path / "k.pem"),
                                       "ssl_password_file": str(tmp_path / "pw"), "ssl_check_hostname": False}})
-    java = _java_kafka_options(cfg)
-    assert java["kafka.bootstrap.servers"] == "k:9093" and java["kafka.ssl.keystore.type"] == "PEM"
-    assert java["kafka.ssl.keystore.certificate.chain"] == "CERT"
-    assert java["kafka.ssl.keystore.key"] == "KEY" and java["kafka.ssl.key.password"] == "pw"
-    assert java["kafka.ssl.endpoint.identification.algorithm"] == ""
+    java = kafka_options(cfg.kafka)
+    assert java == {"kafka.bootstrap.servers": "k:9093", "kafka.security.protocol": "SSL",
+                    "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": "/ca.pem",
+                    "kafka.ssl.endpoint.identification.algorithm": "",
+                    "kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.certificate.chain": f"{CERT}\n{CERT}",
+                    "kafka.ssl.keystore.key": KEY8}  # an unencrypted PKCS#8 key takes no password
     # The Python source gets the KafkaConfig itself, the key password read on the driver.
     opts = {k.lower(): v for k, v in source_options(cfg).items()}  # as Spark hands them over
     assert kafka_config_from_options(opts) == dataclasses.replace(
@@ -243,8 +248,47 @@ def test_lag_job_hands_the_security_settings_to_either_source(tmp_path):
     oauth = Config.from_dict({"kafka": {**OAUTH, "sasl_oauth_token_command": "get-token"}})
     got = kafka_config_from_options({k.lower(): v for k, v in source_options(oauth).items()})
     assert (got.sasl_mechanism, got.sasl_oauth_token_command, got.sasl_password) == ("OAUTHBEARER", "get-token", None)
-    with pytest.raises(KmqError, match="--source kafka does not configure sasl_mechanism OAUTHBEARER"):
-        _java_kafka_options(oauth)
+
+
+def test_spark_connector_options_map_sasl_and_encrypted_keys(tmp_path):
+    from kmq.spark.connector_options import kafka_options
+
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "k:9094", "security_protocol": "SASL_SSL",
+                                      "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": 'u"1',
+                                      "sasl_password": 'p\\w"d'}})
+    java = kafka_options(cfg.kafka)
+    assert java["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert java["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                              'username="u\\"1" password="p\\\\w\\"d";')
+    assert "kafka.ssl.truststore.location" not in java  # the JVM's own trust store
+    enc = "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIE\n-----END ENCRYPTED PRIVATE KEY-----"
+    (tmp_path / "both.pem").write_text(f"{CERT}\n{enc}\n")
+    (tmp_path / "pw").write_text("kpw\n")
+    tls = {"bootstrap_servers": "k:9093", "security_protocol": "SSL", "ssl_certfile": str(tmp_path / "both.pem")}
+    java = kafka_options(Config.from_dict({"kafka": {**tls, "ssl_password_file": str(tmp_path / "pw")}}).kafka)
+    assert (java["kafka.ssl.keystore.certificate.chain"], java["kafka.ssl.keystore.key"],
+            java["kafka.ssl.key.password"]) == (CERT, enc, "kpw")
+
+
+@pytest.mark.parametrize("kafka, error", [
+    ({**OAUTH, "sasl_oauth_token_command": "get-token"}, "cannot use sasl_mechanism OAUTHBEARER.*spark.source: python"),
+    ({"bootstrap_servers": "k:9098", "security_protocol": "SASL_SSL", "sasl_mechanism": "AWS_MSK_IAM"},
+     "cannot use sasl_mechanism AWS_MSK_IAM.*spark.source: python"),
+    ({"security_protocol": "SSL", "ssl_certfile": "{tmp}/c.pem", "ssl_keyfile": "{tmp}/rsa.pem"},
+     r"kafka.ssl_keyfile: a RSA PRIVATE KEY \(PKCS#1/SEC1\).*openssl pkcs8 -topk8.*spark.source: python"),
+    ({"security_protocol": "SSL", "ssl_certfile": "{tmp}/c.pem", "ssl_keyfile": "{tmp}/enc.pem"},
+     "kafka.ssl_keyfile: the key is encrypted: set KMQ_KAFKA__SSL_PASSWORD"),
+    ({"security_protocol": "SSL", "ssl_certfile": "{tmp}/rsa.pem"}, "kafka.ssl_certfile: .* holds no PEM certificate"),
+])
+def test_spark_connector_refuses_what_its_java_client_cannot_be_given(tmp_path, kafka, error):
+    from kmq.spark.connector_options import UnsupportedSecurity, kafka_options
+
+    (tmp_path / "c.pem").write_text(CERT)
+    (tmp_path / "rsa.pem").write_text("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n")
+    (tmp_path / "enc.pem").write_text("-----BEGIN ENCRYPTED PRIVATE KEY-----\nM\n-----END ENCRYPTED PRIVATE KEY-----\n")
+    kafka = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in kafka.items()}
+    with pytest.raises(UnsupportedSecurity, match=error):
+        kafka_options(Config.from_dict({"kafka": kafka}).kafka)
 
 
 def test_the_spark_sources_consumers_get_kmqs_client_settings(tmp_path):

@@ -13,7 +13,8 @@ from kmq.client.kafka_python.settings import client_kwargs
 from kmq.core import markers as mk
 from kmq.spark.job import JobOptions, start
 from kmq.spark.sinks import BatchSinks, parquet_rows
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import LATEST_OFFSET_GAP, read_all, wait_until
+from tests.integration.spark.conftest import SOURCES
 from tests.integration.spark.markers_workload import rec, write_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -91,12 +92,15 @@ def _strip(row: dict, keys) -> dict:
     return {k: row[k] for k in keys}
 
 
-def test_job_output_equals_ground_truth(spark, queue_topics, bootstrap, tmp_path):
+@SOURCES
+def test_job_output_equals_ground_truth(spark, queue_topics, bootstrap, tmp_path, source, kafka_broker):
     cfg, q = queue_topics(partitions=2)
-    write_records(cfg, q.markers_topic, workload())
+    # On the embedded broker Spark's connector needs each record in its own batch (LATEST_OFFSET_GAP);
+    # test_spark_connector_reads_batched_writes_to_the_end covers batched writes on Kafka.
+    write_records(cfg, q.markers_topic, workload(), one_per_batch=source == "kafka" and kafka_broker.is_tansu)
     _commit_tracker_offset(cfg, q.markers_topic, 0, 5)
     opts = JobOptions(
-        sinks=("topic", "prometheus", "parquet"), checkpoint=str(tmp_path / "ck"), trigger="500 milliseconds",
+        source=source, sinks=("topic", "prometheus", "parquet"), checkpoint=str(tmp_path / "ck"), trigger="500 milliseconds",
         window_s=W / 1000, idle_close_s=1.0, parquet_path=str(tmp_path / "pq"), prometheus_port=0,
         prometheus_host="127.0.0.1", max_offsets_per_trigger=7,  # several batches: state must carry over
     )
@@ -149,3 +153,25 @@ def test_job_output_equals_ground_truth(spark, queue_topics, bootstrap, tmp_path
     assert f'kmq_lag_ack_latency_seconds_count{{{p1}}} 10.0' in body
     assert f'kmq_lag_ack_latency_seconds_sum{{{p1}}} 4.0' in body
     assert "quantile" not in body
+
+
+def test_spark_connector_reads_batched_writes_to_the_end(spark, queue_topics, tmp_path, skip_on_tansu):
+    """The ground truth again, on Spark's connector, with the markers written as they are in
+    production: many records a produce batch."""
+    skip_on_tansu(LATEST_OFFSET_GAP)
+    cfg, q = queue_topics(partitions=2)
+    write_records(cfg, q.markers_topic, workload())
+    _commit_tracker_offset(cfg, q.markers_topic, 0, 5)
+    opts = JobOptions(source="kafka", sinks=("parquet",), checkpoint=str(tmp_path / "ck"), trigger="500 milliseconds",
+                      window_s=W / 1000, idle_close_s=1.0, parquet_path=str(tmp_path / "pq"), prometheus_port=None)
+    sinks = BatchSinks.from_options(spark, cfg, opts)
+    query, _ = start(spark, cfg, opts, sinks)
+    want = expected(q.name)
+    try:
+        wait_until(lambda: sinks.windows_written >= len(want), timeout=90, what="three window rows")
+        rows = parquet_rows(opts.parquet_path)
+    finally:
+        query.stop()
+        sinks.close()
+    got = {(r["partition"], int(r["window_start"].timestamp() * 1000)): r for r in rows}
+    assert {k: _strip(got[k], exp) for k, exp in want.items() if k in got} == want

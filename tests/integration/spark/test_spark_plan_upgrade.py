@@ -31,8 +31,9 @@ def test_checkpoint_of_the_per_record_plan_resumes_under_the_chunk_plan(spark, q
     first, second = recs[0:6] + recs[13:16], recs[6:13] + recs[16:19]
     write_records(cfg, q.markers_topic, first)
     _commit_tracker_offset(cfg, q.markers_topic, 0, 5)
-    base = dict(sinks=("parquet",), checkpoint=str(tmp_path / "ck"), trigger="500 milliseconds", window_s=W / 1000,
-                parquet_path=str(tmp_path / "pq"), prometheus_port=None, max_offsets_per_trigger=4)
+    # The Python source: the chunk plan is its own (Spark's connector reads per record).
+    base = dict(source="python", sinks=("parquet",), checkpoint=str(tmp_path / "ck"), trigger="500 milliseconds",
+                window_s=W / 1000, parquet_path=str(tmp_path / "pq"), prometheus_port=None, max_offsets_per_trigger=4)
 
     # Phase 1: the per-record plan (raw key/value rows, decoded in the stateful step). No idle
     # close, so the windows still open at the stop must be carried in the checkpoint's state.

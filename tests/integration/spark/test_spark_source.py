@@ -8,7 +8,6 @@ import pytest
 from kafka import TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from kmq.spark.job import JobOptions, SparkConnectorMissing, kafka_connector_available, read_markers
 from kmq.spark.source import DataLossError, KafkaStreamReader, SourceError
 from tests.integration.spark.markers_workload import write_records
 
@@ -110,13 +109,6 @@ def test_deleted_offsets_fail_or_skip_per_option(queue_topics, bootstrap, skip_o
                 assert [r["offset"] for r in _read(reader, start, end)] == expect
         finally:
             reader.stop()
-
-
-def test_source_kafka_without_the_connector_says_how_to_add_it(spark, make_config):
-    if kafka_connector_available(spark):
-        pytest.skip("Spark's Kafka connector is on this classpath; the missing-jar error cannot happen")
-    with pytest.raises(SparkConnectorMissing, match=r"spark-sql-kafka-0-10_2\.13:4\.3\.0.*--source python"):
-        read_markers(spark, make_config(), JobOptions(source="kafka"))
 
 
 def test_new_partitions_are_discovered_and_read_from_the_start(queue_topics, bootstrap, skip_on_tansu):
