@@ -157,7 +157,12 @@ def kafka_classpath(version: str = KAFKA_VERSION, cache: Path | None = None, tim
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka's ``Uuid.randomUuid`` makes them: never starting with "-",
+    which the storage tool would read as an option (one id in 64 did)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass(frozen=True)

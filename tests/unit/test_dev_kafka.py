@@ -76,3 +76,13 @@ def test_settings_given_override_the_test_defaults(tmp_path):
 def test_a_cluster_needs_a_broker(tmp_path):
     with pytest.raises(DevBrokerError, match="at least one broker"):
         KafkaCluster(brokers=0, workdir=str(tmp_path))
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch):
+    import uuid
+
+    from kmq.dev import kafka
+
+    ids = iter([uuid.UUID(bytes=b"\xf8" + b"\0" * 15), uuid.UUID(bytes=b"\x01" * 16)])  # the first encodes as "-A..."
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(ids))
+    assert kafka._cluster_id() == "AQEBAQEBAQEBAQEBAQEBAQ"
