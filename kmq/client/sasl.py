@@ -179,12 +179,12 @@ class PasswordLogin:
     def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None) -> None:
         if mechanism not in PASSWORD_MECHANISMS:
             raise ValueError(f"not a password mechanism: {mechanism}")
-        self._plain = f"\0{user}\0{password}".encode() if mechanism == "PLAIN" else None
+        self._plain = f"\0{user}\0{password}".encode()  # RFC 4616: no authorization identity
         self._scram = None if mechanism == "PLAIN" else ScramClient(mechanism, user, password, nonce)
         self._round = 0
 
     def start(self) -> bytes:
-        return self._plain if self._scram is None else self._scram.first()  # type: ignore[return-value]
+        return self._plain if self._scram is None else self._scram.first()
 
     def step(self, server: bytes) -> bytes | None:
         self._round += 1
