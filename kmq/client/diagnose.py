@@ -15,24 +15,45 @@ first error it can name:
    broker's verdict on our client certificate only now) ->
    :class:`CertificateRejected`; a plaintext request answered with TLS or a
    closed connection -> :class:`TlsHandshakeFailed` (a TLS port)
-4. OAUTHBEARER: the token can be obtained -> else :class:`AuthenticationFailed`
+4. SASL PLAIN and SCRAM (SASL_PLAINTEXT, SASL_SSL): the login itself, SaslHandshake then
+   SaslAuthenticate on the same connection (frames and SCRAM in :mod:`kmq.client.sasl`): a
+   refused user or password -> :class:`AuthenticationFailed` with the broker's reason; a
+   mechanism the listener does not offer, or a listener without SASL -> :class:`AuthenticationFailed`
+   naming ``kafka.sasl_mechanism`` or ``kafka.security_protocol``
+5. OAUTHBEARER: the token can be obtained -> else :class:`AuthenticationFailed`
 
-SASL logins that the broker refuses come back from kafka-python itself as
-``SaslAuthenticationFailedError`` (mapped in :mod:`kmq.client.kafka_python.clients`); ACL denials
-as ``*AuthorizationFailedError``.
+kafka-python 3.0.12 does not raise a login refused during bootstrap: it keeps the failure to
+itself and times out ("Unable to bootstrap"), which is why step 4 logs in again here. A refusal
+it raises mid-run (``SaslAuthenticationFailedError``) is mapped to the same message in
+:mod:`kmq.client.kafka_python.clients`; ACL denials come from it as ``*AuthorizationFailedError``.
 
 Every message is one line: what failed, where, and which key to check.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 import struct
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kmq.config import KafkaConfig
+from kmq.client.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    PasswordLogin,
+    ScramError,
+    authenticate_body,
+    authentication_failed,
+    handshake_body,
+    handshake_verdict,
+    login_verdict,
+    parse_authenticate,
+    parse_handshake,
+    request_frame,
+)
+from kmq.config import PASSWORD_MECHANISMS, KafkaConfig
 from kmq.core.errors import (
     BrokerUnavailable,
     CertificateRejected,
@@ -49,6 +70,8 @@ _REQUEST = struct.pack(">hhih", 18, 0, _CORRELATION_ID, 3) + b"kmq"
 API_VERSIONS_V0 = struct.pack(">i", len(_REQUEST)) + _REQUEST
 _STEP_TIMEOUT_S = 5.0
 _VERDICT_WAIT_S = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def unreachable(kafka: KafkaConfig, timeout_s: float | None = None, cause: object = None) -> BrokerUnavailable:
@@ -181,6 +204,55 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
+def _logs_in_with_password(kafka: KafkaConfig) -> bool:
+    return kafka.security_protocol.startswith("SASL_") and kafka.sasl_mechanism in PASSWORD_MECHANISMS
+
+
+def _exchange(sock: socket.socket, api_key: int, correlation_id: int, body: bytes) -> bytes:
+    """Send one v1 request, return its response body (after the correlation id)."""
+    sock.sendall(request_frame(api_key, 1, correlation_id, body))
+    head = _recv_exactly(sock, 4)
+    size = struct.unpack(">i", head)[0] if len(head) == 4 else -1
+    data = _recv_exactly(sock, size) if size >= 4 else b""
+    if len(data) < max(size, 4):
+        raise ConnectionError("the connection closed mid-answer")
+    if struct.unpack(">i", data[:4])[0] != correlation_id:
+        raise ConnectionError("an answer to another request")
+    return data[4:]
+
+
+def _sasl_login(kafka: KafkaConfig, server: str, sock: socket.socket, unread: int) -> KmqError | None:
+    """Log in with the configured user and password as the clients would: the broker's verdict
+    as kmq's error, or None when it accepts the login. ``unread``: bytes of the ApiVersions
+    answer still to read first."""
+    mechanism = kafka.sasl_mechanism or ""
+    try:
+        if len(_recv_exactly(sock, unread)) < unread:
+            raise ConnectionError("the connection closed in the ApiVersions answer")
+        answer = parse_handshake(_exchange(sock, SASL_HANDSHAKE, _CORRELATION_ID + 1, handshake_body(mechanism)))
+        found = handshake_verdict(kafka, server, answer)
+        if found is not None:
+            return found
+        login = PasswordLogin(mechanism, kafka.sasl_username or "", kafka.password() or "")
+        message: bytes | None = login.start()
+        correlation_id = _CORRELATION_ID + 2
+        while message is not None:
+            reply = parse_authenticate(_exchange(sock, SASL_AUTHENTICATE, correlation_id, authenticate_body(message)))
+            found = login_verdict(kafka, reply)
+            if found is not None:
+                return found
+            message = login.step(reply.auth_bytes)
+            correlation_id += 1
+    except ScramError as exc:
+        return authentication_failed(kafka, exc)
+    except (OSError, ValueError) as exc:  # ValueError: a malformed answer
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return BrokerUnavailable(f"Kafka at {server} broke off the SASL {mechanism} login ({detail}); check "
+                                 "kafka.sasl_mechanism and kafka.security_protocol against the listener's settings")
+    log.debug("SASL %s login as %r at %s accepted", mechanism, kafka.sasl_username, server)
+    return None
+
+
 def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> KmqError | None:
     """One bootstrap server: the error found, or None when every step worked."""
     server = f"{host}:{port}"
@@ -239,6 +311,8 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
             if head[:1] == b"\x15" or not kafka.uses_tls:  # 0x15: a TLS alert record
                 return _plaintext_to_tls(server, "answered with TLS" if head[:1] == b"\x15" else closed)
             return unreachable(kafka, cause=f"{server} closed the connection after the TLS handshake; is it a Kafka listener?")
+        if _logs_in_with_password(kafka):
+            return _sasl_login(kafka, server, sock, struct.unpack(">i", head[:4])[0] - 4)
     finally:
         sock.close()
     if kafka.sasl_mechanism == "OAUTHBEARER":
@@ -268,8 +342,9 @@ def diagnose(kafka: KafkaConfig, timeout_s: float, cause: object = None) -> KmqE
     if first_unreachable is not None:
         return first_unreachable
     # Every bootstrap server answers at the TCP, TLS and Kafka level: what failed came later.
-    sasl = (f" the SASL {kafka.sasl_mechanism} login did not complete (check the user name and password), or"
-            if kafka.sasl_mechanism else "")
+    # A PLAIN or SCRAM login was tried above and accepted; other mechanisms were not tried.
+    sasl = (f" the SASL {kafka.sasl_mechanism} login did not complete (check its credentials), or"
+            if kafka.sasl_mechanism and not _logs_in_with_password(kafka) else "")
     return BrokerUnavailable(
         f"Kafka at {kafka.bootstrap_servers} answers, but the client could not connect within {timeout_s:g}s"
         f"{f' ({cause})' if cause else ''}:{sasl} the brokers' advertised listeners are not reachable from here; "

@@ -157,7 +157,23 @@ def kafka_classpath(version: str = KAFKA_VERSION, cache: Path | None = None, tim
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka's ``Uuid.randomUuid`` makes them: never starting with "-",
+    which the storage tool would read as an option (one id in 64 did)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+def _plain_jaas(users: dict[str, str]) -> str:
+    """PLAIN's users live in the JAAS line (``user_<name>="<password>"``): SCRAM's stored
+    credentials do not serve PLAIN."""
+    for name, pw in users.items():
+        if not name.replace("-", "").replace("_", "").isalnum() or '"' in pw or "\\" in pw:
+            raise DevBrokerError(f"SASL user {name!r}: PLAIN needs a name of letters, digits, - and _, and a password "
+                                 "without quotes or backslashes")
+    return ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            + " ".join(f'user_{name}="{pw}"' for name, pw in users.items()) + ";")
 
 
 @dataclass(frozen=True)
@@ -181,7 +197,8 @@ class KafkaNode:
     workdir: Path
     proc: subprocess.Popen | None = field(default=None, repr=False)
     tls_port: int = 0  # the TLS listener, when the cluster has one
-    sasl_port: int = 0  # the SASL_PLAINTEXT (SCRAM) listener, when the cluster has users
+    sasl_port: int = 0  # the SASL_PLAINTEXT (SCRAM and PLAIN) listener, when the cluster has users
+    sasl_ssl_port: int = 0  # the SASL_SSL listener, when the cluster has users and TLS
     formatted: bool = False
     log_offset: int = 0  # where this run's lines start in the log (a restart appends to it)
 
@@ -215,7 +232,8 @@ class KafkaCluster:
                  settings: dict[str, str] | None = None, heap: str = "512m", cache: Path | None = None,
                  tls: TlsListener | None = None, scram_users: dict[str, str] | None = None) -> None:
         """``tls``: a TLS listener beside the plaintext one; ``scram_users``: user -> password, served
-        on a SASL_PLAINTEXT listener with SCRAM-SHA-256 and SCRAM-SHA-512."""
+        on a SASL_PLAINTEXT listener with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN (and, with ``tls``,
+        on a SASL_SSL listener that asks for no client certificate)."""
         if brokers < 1:
             raise DevBrokerError(f"a Kafka cluster needs at least one broker, got {brokers}")
         self.version = version or os.environ.get("KMQ_KAFKA_VERSION") or KAFKA_VERSION
@@ -246,6 +264,7 @@ class KafkaCluster:
         for n in self.brokers:
             n.tls_port = free_port() if tls else 0
             n.sasl_port = free_port() if self.scram_users else 0
+            n.sasl_ssl_port = free_port() if self.scram_users and tls else 0
         self._classpath: str | None = None
 
     # ------------------------------------------------------------ addresses
@@ -266,6 +285,11 @@ class KafkaCluster:
     def sasl_bootstrap(self) -> str:
         """The brokers' SASL_PLAINTEXT listeners ("" without ``scram_users``)."""
         return ",".join(f"127.0.0.1:{n.sasl_port}" for n in self.brokers if n.sasl_port)
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """The brokers' SASL_SSL listeners ("" without both ``scram_users`` and ``tls``)."""
+        return ",".join(f"127.0.0.1:{n.sasl_ssl_port}" for n in self.brokers if n.sasl_ssl_port)
 
     def node(self, node_id: int) -> KafkaNode:
         for n in self.nodes:
@@ -375,15 +399,17 @@ class KafkaCluster:
                 listeners.append(f"SSL://127.0.0.1:{n.tls_port}")
                 advertised.append(f"SSL://127.0.0.1:{n.tls_port}")
                 protocols.append("SSL:SSL")
-                extra.update(self._tls_settings())
+                extra.update(self._tls_settings("ssl", self.tls.client_auth))
             if self.scram_users:
-                listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{n.sasl_port}")
-                advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{n.sasl_port}")
-                protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
-                extra["sasl.enabled.mechanisms"] = ",".join(_SCRAM)
-                for mech in _SCRAM:
-                    extra[f"listener.name.sasl_plaintext.{mech.lower()}.sasl.jaas.config"] = \
-                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                extra["sasl.enabled.mechanisms"] = ",".join((*_SCRAM, "PLAIN"))
+                sasl = [("SASL_PLAINTEXT", n.sasl_port)] + ([("SASL_SSL", n.sasl_ssl_port)] if self.tls else [])
+                for protocol, port in sasl:
+                    listeners.append(f"{protocol}://127.0.0.1:{port}")
+                    advertised.append(f"{protocol}://127.0.0.1:{port}")
+                    protocols.append(f"{protocol}:{protocol}")
+                    extra.update(self._sasl_settings(protocol.lower()))
+                if self.tls is not None:
+                    extra.update(self._tls_settings("sasl_ssl", "none"))  # the password is the credential
         if "controller" in n.roles:
             listeners.append(f"CONTROLLER://127.0.0.1:{n.controller_port}")
         props = {
@@ -402,15 +428,22 @@ class KafkaCluster:
             props.update(self.settings)
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
-    def _tls_settings(self) -> dict[str, str]:
+    def _sasl_settings(self, listener: str) -> dict[str, str]:
+        prefix = f"listener.name.{listener}."
+        out = {f"{prefix}{mech.lower()}.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+               for mech in _SCRAM}
+        out[f"{prefix}plain.sasl.jaas.config"] = _plain_jaas(self.scram_users)
+        return out
+
+    def _tls_settings(self, listener: str, client_auth: str) -> dict[str, str]:
         assert self.tls is not None
         keystore = self.workdir / "tls-keystore.pem"  # Kafka's PEM keystore: the key, then the certificate
         keystore.write_bytes(Path(self.tls.key).read_bytes() + Path(self.tls.cert).read_bytes())
         keystore.chmod(0o600)
-        prefix = "listener.name.ssl."
+        prefix = f"listener.name.{listener}."
         return {f"{prefix}ssl.keystore.type": "PEM", f"{prefix}ssl.keystore.location": str(keystore),
                 f"{prefix}ssl.truststore.type": "PEM", f"{prefix}ssl.truststore.location": str(self.tls.ca),
-                f"{prefix}ssl.client.auth": self.tls.client_auth}
+                f"{prefix}ssl.client.auth": client_auth}
 
     def _format(self, nodes: list[KafkaNode], deadline: float) -> None:
         procs = []

@@ -76,3 +76,39 @@ def test_settings_given_override_the_test_defaults(tmp_path):
 def test_a_cluster_needs_a_broker(tmp_path):
     with pytest.raises(DevBrokerError, match="at least one broker"):
         KafkaCluster(brokers=0, workdir=str(tmp_path))
+
+
+def test_sasl_users_are_served_by_scram_and_plain_and_over_tls_by_sasl_ssl(tmp_path):
+    from kmq.dev.kafka import TlsListener
+
+    for name in ("cert.pem", "key.pem", "ca.pem"):
+        (tmp_path / name).write_text("PEM\n")
+    tls = TlsListener(tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem")
+    c = KafkaCluster(workdir=str(tmp_path / "k"), tls=tls, scram_users={"kmq-test": "pw"})
+    n = c.nodes[0]
+    props = dict(line.split("=", 1) for line in c._properties(n).splitlines())
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"
+    assert f"SASL_SSL://127.0.0.1:{n.sasl_ssl_port}" in props["listeners"] and c.sasl_ssl_bootstrap
+    for listener in ("sasl_plaintext", "sasl_ssl"):
+        assert props[f"listener.name.{listener}.plain.sasl.jaas.config"] == \
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_kmq-test="pw";'
+        assert "ScramLoginModule" in props[f"listener.name.{listener}.scram-sha-512.sasl.jaas.config"]
+    assert props["listener.name.ssl.ssl.client.auth"] == "required"
+    assert props["listener.name.sasl_ssl.ssl.client.auth"] == "none"
+    assert KafkaCluster(workdir=str(tmp_path / "p"), scram_users={"u": "pw"}).sasl_ssl_bootstrap == ""
+
+
+def test_a_plain_user_the_jaas_line_cannot_hold_is_refused(tmp_path):
+    c = KafkaCluster(workdir=str(tmp_path), scram_users={"kmq": 'say "hi"'})
+    with pytest.raises(DevBrokerError, match="PLAIN needs"):
+        c._properties(c.nodes[0])
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch):
+    import uuid
+
+    from kmq.dev import kafka
+
+    ids = iter([uuid.UUID(bytes=b"\xf8" + b"\0" * 15), uuid.UUID(bytes=b"\x01" * 16)])  # the first encodes as "-A..."
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(ids))
+    assert kafka._cluster_id() == "AQEBAQEBAQEBAQEBAQEBAQ"

@@ -23,11 +23,12 @@ from kafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from kmq.config import PASSWORD_MECHANISMS, KafkaConfig
+from kmq.config import KafkaConfig
 from kmq.client.diagnose import diagnose, unreachable
+from kmq.client.sasl import authentication_failed
 from kmq.client.kafka_python.group_join import keep_finished_joins
 from kmq.client.kafka_python.settings import client_kwargs
-from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavailable, ClientNotInstalled
+from kmq.core.errors import AuthorizationFailed, BrokerUnavailable, ClientNotInstalled
 
 __all__ = [
     "admin_client", "producer", "close_producer", "consumer",
@@ -38,22 +39,6 @@ __all__ = [
 #: Cap of the reconnect backoff (ms), as in the Java clients: work resumes within about a
 #: second of a broker's return instead of after kafka-python's default of up to 30 s.
 RECONNECT_BACKOFF_MAX_MS = 1000
-
-
-def authentication_failed(kafka: KafkaConfig, exc: BaseException) -> AuthenticationFailed:
-    who = f" as {kafka.sasl_username!r}" if kafka.sasl_username else ""
-    if kafka.sasl_mechanism in PASSWORD_MECHANISMS:
-        fix = "check kafka.sasl_username and the password (KMQ_KAFKA__SASL_PASSWORD or kafka.sasl_password_file)"
-    elif kafka.sasl_mechanism == "OAUTHBEARER":
-        fix = "check the token from kafka.sasl_oauth_token_file / kafka.sasl_oauth_token_command (issuer, audience, expiry)"
-    elif kafka.sasl_mechanism == "AWS_MSK_IAM":
-        fix = "check the AWS credentials of this process (role, region) and the cluster's IAM policy"
-    else:
-        fix = "the broker requires SASL: set kafka.security_protocol SASL_SSL and kafka.sasl_mechanism"
-    detail = str(exc).strip() or type(exc).__name__
-    return AuthenticationFailed(
-        f"Kafka at {kafka.bootstrap_servers} refused SASL {kafka.sasl_mechanism or ''} authentication{who} ({detail}); {fix}"
-    )
 
 
 def authorization_failed(kafka: KafkaConfig, exc: AuthorizationError) -> AuthorizationFailed:
