@@ -59,7 +59,7 @@ class _Consumer:
 
             self._accept = AcknowledgeType.ACCEPT
             self.c: Any = ShareConsumer({"bootstrap.servers": a["bootstrap"], "group.id": group,
-                                         "share.acknowledgement.mode": "explicit", "log_level": 3})
+                                         "share.acknowledgement.mode": "explicit", "log_level": 3, **a.get("native_extra", {})})
             self.c.subscribe([topic])
         elif variant == "kmq-share":
             from kmq.share import AcknowledgeType, ShareConsumer

@@ -51,4 +51,5 @@ def test_bench_share_reports_native_kmq_share_and_kmq_side_by_side():
         for key in RATIOS:
             assert _finite(result[name][key]), (name, key)
     assert _finite(result["kmq_vs_native"]["redelivery_delay_diff_ms"])
+    assert all(_finite(result["native_tuned_latency"][k]) for k in ("p50_ms", "p95_ms", "p99_ms"))
     assert "KmqConsumer/native" in proc.stdout
