@@ -1,4 +1,4 @@
-"""``kmq bench consumer|tracker|spark|all``: benchmarks with side-by-side ratios."""
+"""``kmq bench consumer|tracker|spark|share|all``: benchmarks with side-by-side ratios."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ BENCHMARKS = {
     "badday": "kmq.bench.badday",
     "aio": "kmq.bench.aio",
     "capacity": "kmq.bench.capacity",
+    "share": "kmq.bench.share",
     "all": "kmq.bench.all",
 }
 
