@@ -9,6 +9,7 @@ owns both the START and the END of a message. Every component calls
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
@@ -111,6 +112,28 @@ def _partition_counts(admin, names: list[str]) -> dict[str, int | None]:
     return out
 
 
+def _wait_led(admin, names: list[str], timeout_s: float) -> dict[str, int | None]:
+    """Partition counts once every partition of ``names`` has a leader (at most ``timeout_s``).
+
+    A topic just created or grown is in the metadata before its partitions have leaders; a
+    consumer group whose leader assigns from such metadata hands out none of them, and its
+    members sit idle until the next metadata refresh (Apache Kafka; tansu answers at once)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        led: dict[str, int | None] = {}
+        for t in admin.describe_topics(names):
+            name = t.get("name") or t.get("topic")
+            parts = t.get("partitions") or []
+            ok = t.get("error_code", 0) == 0 and parts
+            led[name] = len(parts) if ok and all(p.get("leader_id", p.get("leader", -1)) >= 0 for p in parts) else None
+        if all(led.get(n) is not None for n in names) or time.monotonic() > deadline:
+            if any(led.get(n) is None for n in names):
+                log.warning("partitions of %s have no leader yet after %.0f s", ", ".join(n for n in names if led.get(n) is None),
+                            timeout_s)
+            return _partition_counts(admin, names)
+        time.sleep(0.1)
+
+
 def describe(kafka: KafkaConfig, queue: QueueConfig) -> TopicLayout:
     """Read the partition counts of the queue's topics."""
     admin = admin_client(kafka)
@@ -197,7 +220,7 @@ def ensure_topics(
                 _grow(admin, queue.markers_topic, qp)
             if counts[queue.dlq_topic] is None:
                 _create(admin, queue.dlq_topic, dlq_partitions or qp, rf, configs["dlq"])
-            counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
+            counts = _wait_led(admin, [queue.name, queue.markers_topic, queue.dlq_topic], kafka.connect_timeout * 3)
     finally:
         admin.close()
     return TopicLayout(queue, counts[queue.name], counts[queue.markers_topic], counts[queue.dlq_topic])
