@@ -24,6 +24,30 @@ DUPLICATE_SEQUENCE_GAP = ("after a SIGKILL, an idempotent producer's retry of th
                           "so there a duplicate is always in the log")
 
 
+def recent_ms(align_ms: int = 10_000) -> int:
+    """A record timestamp an hour ago, a multiple of ``align_ms``: what tests give records they
+    time themselves. Not a fixed date: Kafka deletes records older than a topic's retention (7 days
+    for markers) at its next retention check, seconds after they are written."""
+    return (int(time.time() * 1000) - 3_600_000) // align_ms * align_ms
+
+
+def set_max_message_bytes(bootstrap: str, size: int, *topics: str) -> None:
+    """Set ``max.message.bytes`` of ``topics``; nothing on the embedded broker, which keeps no topic
+    configs (it has no such limit, and answers AlterConfigs with an error)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": str(size)})
+                             for t in topics])
+    except ValueError as exc:
+        if "Unrecognized configs" not in str(exc):
+            raise
+    finally:
+        admin.close()
+
+
 def broker_kind() -> str:
     """The broker the suite runs on: ``KMQ_TEST_BROKER``, ``tansu`` (the default) or ``kafka``
     (Apache Kafka from Maven Central, kmq.dev.kafka)."""

@@ -176,7 +176,8 @@ class KafkaSeam(_Seam):
         name = self.unique("t")
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
         try:
-            admin.create_topics([NewTopic(name, partitions, 1)])
+            # Records up to 5 MB, as the producers below send: Kafka refuses above 1 MiB by default.
+            admin.create_topics([NewTopic(name, partitions, 1, topic_configs={"max.message.bytes": "5000000"})])
         finally:
             admin.close()
         return name

@@ -8,8 +8,10 @@ import pytest
 
 from kmq.client.kafka_python import clients
 from kmq.client import Record, adapt_consumer, group_consumer
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import recent_ms, wait_until
 from tests.helpers.workers import committed
+
+TS = recent_ms()
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +31,7 @@ def test_adapter_polls_commits_seeks_pauses_and_reports_the_high_water_mark(queu
     cfg, q = queue_topics(partitions=2)
     p = clients.producer(cfg.kafka)
     for i in range(20):
-        p.send(q.name, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2, headers=[("h", b"1")], timestamp_ms=1_700_000_000_000 + i)
+        p.send(q.name, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2, headers=[("h", b"1")], timestamp_ms=TS + i)
     p.flush()
     p.close()
     a = adapt_consumer(_consumer(client, cfg, q.name))
@@ -38,7 +40,7 @@ def test_adapter_polls_commits_seeks_pauses_and_reports_the_high_water_mark(queu
         wait_until(lambda: got.extend(a.poll(0.5, 100)) or len(got) >= 20, 30, what="all records")
         assert a.assignment() == {(q.name, 0), (q.name, 1)}
         r = next(x for x in got if x.partition == 1 and x.offset == 3)
-        assert (r.key, r.value, list(r.headers), r.timestamp) == (b"k7", b"v7", [("h", b"1")], 1_700_000_000_007)
+        assert (r.key, r.value, list(r.headers), r.timestamp) == (b"k7", b"v7", [("h", b"1")], TS + 7)
         assert a.highwater(q.name, 0) == 10 and a.highwater(q.name, 1) == 10
         a.commit({(q.name, 0): 10, (q.name, 1): 4})
         assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 10, 1: 4}

@@ -12,10 +12,11 @@ import pytest
 
 from kmq.client import ClientCommitFailed
 from tests.helpers.seam import KafkaSeam, SimSeam, offset_of
+from tests.helpers.kafka import recent_ms
 
 pytestmark = pytest.mark.integration
 
-TS = 1_700_000_000_000
+TS = recent_ms()
 IMPLEMENTATIONS = ["sim", "kafka-python", "confluent"]
 
 

@@ -93,6 +93,8 @@ def test_tracker_process_logs_json_when_configured(queue_topics, tmp_path):
     try:
         port = proc.wait_ready(60)
         assert http_status(port, "/healthz") == 200
+        # Ready can come before the partition: a member that joined with nothing assigned yet is ready too.
+        wait_until(lambda: b"caught up" in proc.log_path.read_bytes(), 30, what="the partition caught up")
         assert proc.terminate(30) == 0
         lines = [json.loads(line) for line in proc.log_path.read_text().splitlines() if line.strip()]
         messages = [r["message"] for r in lines if r["logger"].startswith("tracker")]

@@ -33,7 +33,11 @@ FILLER = 6000  # more markers than one poll returns (5000): catch-up needs a sec
 
 
 # kafka_client: the tracker's group membership (the intruder stays a kafka-python member of the same group).
-def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics, kafka_client):
+def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics, kafka_client, kafka_broker):
+    if not kafka_broker.is_tansu:
+        pytest.skip("writes its markers while an intruder's join keeps the partition revoked, which lasts as long as "
+                    "the embedded broker holds a join (about 3 s); Apache Kafka ends that rebalance within "
+                    "milliseconds, before the markers are written: the revoke needs another way to be held open")
     cfg, q = queue_topics(1, queue={**QUEUE, "lease": "1s"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 1)
     other = unique("other")

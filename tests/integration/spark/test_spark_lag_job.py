@@ -16,10 +16,11 @@ from kmq.spark.sinks import BatchSinks, parquet_rows
 from tests.helpers.kafka import LATEST_OFFSET_GAP, read_all, wait_until
 from tests.integration.spark.conftest import SOURCES
 from tests.integration.spark.markers_workload import rec, write_records
+from tests.helpers.kafka import recent_ms
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
-T0 = 1_700_000_000_000  # a multiple of the 10 s window
+T0 = recent_ms()  # a multiple of the 10 s window
 W = 10_000
 
 

@@ -22,12 +22,13 @@ from kmq.core.lag_state import PartitionLagState
 from kmq.spark.sinks import parquet_rows
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.spark.markers_workload import rec, write_records
+from tests.helpers.kafka import recent_ms
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 3
 WINDOW_MS = 1000
-T0 = 1_700_000_000_000
+T0 = recent_ms()
 
 
 def phase(p: int, rng: random.Random, first_offset: int, t_start: int, n: int) -> tuple[list, int, int]:

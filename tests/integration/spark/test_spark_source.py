@@ -10,6 +10,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from kmq.spark.source import DataLossError, KafkaStreamReader, SourceError
 from tests.integration.spark.markers_workload import write_records
+from tests.helpers.kafka import recent_ms
+
+T0 = recent_ms()
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 # The client the source's tasks read records with (option kafka.client).
@@ -33,7 +36,7 @@ def _read(reader, start, end):
 @CLIENTS
 def test_reader_plans_batches_and_yields_spark_kafka_columns(queue_topics, bootstrap, client):
     cfg, q = queue_topics(partitions=2)
-    t = 1_700_000_000_123
+    t = recent_ms() + 123
     recs = [(i % 2, t + i, b"k%d" % i, b"v%d" % i) for i in range(30)]
     from kmq.client.kafka_python.clients import producer
 
@@ -90,7 +93,7 @@ def test_reader_errors_are_clear(queue_topics, bootstrap):
 def test_deleted_offsets_fail_or_skip_per_option(queue_topics, bootstrap, skip_on_tansu, client):
     skip_on_tansu("DeleteRecords is not supported, so retention cannot be simulated")
     cfg, q = queue_topics(partitions=1)
-    write_records(cfg, q.markers_topic, [(0, 1_700_000_000_000 + i, b"k", b"v") for i in range(20)])
+    write_records(cfg, q.markers_topic, [(0, T0 + i, b"k", b"v") for i in range(20)])
     from kmq.client.kafka_python.clients import admin_client
 
     admin = admin_client(cfg.kafka)
@@ -118,7 +121,7 @@ def test_new_partitions_are_discovered_and_read_from_the_start(queue_topics, boo
     from kmq.client.kafka_python.clients import admin_client
 
     cfg, q = queue_topics(partitions=1)
-    write_records(cfg, q.markers_topic, [(0, 1_700_000_000_000, b"k", b"v")])
+    write_records(cfg, q.markers_topic, [(0, T0, b"k", b"v")])
     reader = _reader(bootstrap, q.markers_topic, metadataMaxAgeMs="100")
     try:
         start = reader.initialOffset()
@@ -127,7 +130,7 @@ def test_new_partitions_are_discovered_and_read_from_the_start(queue_topics, boo
         admin = admin_client(cfg.kafka)
         admin.create_partitions({q.markers_topic: NewPartitions(2)})
         admin.close()
-        write_records(cfg, q.markers_topic, [(1, 1_700_000_000_001, b"k", b"v")] * 2)
+        write_records(cfg, q.markers_topic, [(1, T0 + 1, b"k", b"v")] * 2)
 
         def grown():
             e = reader.latestOffset(end, ReadAllAvailable())
@@ -150,7 +153,7 @@ def test_marker_chunks_hold_every_record_decoded_and_bad_ones_counted(queue_topi
     from tests.integration.spark.markers_workload import rec
 
     cfg, q = queue_topics(partitions=2)
-    t = 1_700_000_000_000
+    t = recent_ms()
     recs = [rec(i % 2, t + i, mk.Start(ranges=((i * 10, 10),), lease_ms=1000, owner="w")) for i in range(40)]
     recs += [(0, t + 50, mk.encode_key(0), b"\x01"), (1, t + 51, b"xx", mk.encode(mk.End(ranges=((0, 1),)))),
              (1, t + 52, mk.encode_key(1), None)]

@@ -20,6 +20,7 @@ from kmq.spark.bundle import build_bundle
 from kmq.spark.sinks import parquet_rows
 from tests.helpers.kafka import wait_until
 from tests.integration.spark.markers_workload import rec, write_records
+from tests.helpers.kafka import recent_ms
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
@@ -42,7 +43,7 @@ def test_spark_submit_with_zipped_package_on_sparks_connector(queue_topics, tmp_
     cfg, q = queue_topics(partitions=1)
     cfg_path = tmp_path / "kmq.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))  # spark.source: kafka, the default
-    t0 = 1_700_000_000_000
+    t0 = recent_ms()
     write_records(cfg, q.markers_topic, [
         rec(0, t0 + 10, mk.Start(ranges=((0, 5),), lease_ms=1000, owner="w")),
         rec(0, t0 + 20, mk.End(ranges=((0, 5),))),
