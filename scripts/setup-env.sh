@@ -59,3 +59,22 @@ ensure_stunnel() {
     echo "note: stunnel not found and not root; TLS tests will skip (fail in CI)" >&2
   fi
 }
+
+# Apache Kafka for the suite (kmq.dev.kafka): a Java runtime to run it and Maven to resolve it
+# from Maven Central once into ~/.cache/kmq/kafka (KMQ_KAFKA_CACHE); later runs need neither
+# the network nor Maven.
+ensure_java() {
+  if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing a Java runtime and Maven (Debian)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless maven >/dev/null
+  else
+    echo "note: java or mvn not found and not root; tests on Apache Kafka need both (KMQ_TEST_BROKER=tansu runs without)" >&2
+  fi
+}
+
+# Resolve the broker's jars before the test processes start (they would each wait on the lock).
+ensure_kafka() {
+  .venv/bin/python -c 'from kmq.dev.kafka import kafka_classpath; kafka_classpath()' \
+    || { echo "could not resolve Apache Kafka from Maven Central (see above)" >&2; exit 1; }
+}

@@ -2,8 +2,10 @@
 # Run the kmq test suite on this machine from a clean clone:
 #   ./scripts/test.sh [pytest args]
 # Creates/uses .venv, installs kmq with its extras, installs Debian's
-# redis-server, promtool, chromium and stunnel when missing (as root), then runs pytest. Integration tests
-# use the embedded tansu broker unless KMQ_TEST_BOOTSTRAP=host:port is set.
+# redis-server, promtool, chromium, stunnel, a Java runtime and Maven when missing (as root),
+# then runs pytest. Integration tests run on Apache Kafka (kmq.dev.kafka, resolved from Maven
+# Central once); KMQ_TEST_BROKER=tansu runs them on the embedded broker instead, and
+# KMQ_TEST_BOOTSTRAP=host:port on any broker you run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-env.sh
@@ -12,6 +14,11 @@ ensure_redis
 ensure_promtool
 ensure_chromium
 ensure_stunnel
+export KMQ_TEST_BROKER="${KMQ_TEST_BROKER:-kafka}"
+if [ "$KMQ_TEST_BROKER" = kafka ] && [ -z "${KMQ_TEST_BOOTSTRAP:-}" ]; then
+  ensure_java
+  ensure_kafka
+fi
 # Everything but Spark on two test processes (pytest-xdist; KMQ_TEST_WORKERS to change, 0 for one
 # process): most integration tests wait on the broker, not the CPU. Each process starts its own
 # embedded broker and Redis. Then the Spark tests on their own, in one process: their JVM needs
