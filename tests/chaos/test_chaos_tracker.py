@@ -37,7 +37,7 @@ from kmq.config import Config
 from kmq.core.markers import Outcome, decode
 from kmq.core.trace import describe_event
 from kmq.ops.trace_reader import trace
-from tests.helpers.kafka import read_all
+from tests.helpers.kafka import read_all, set_max_message_bytes
 from tests.integration.tracker_util import TrackerProcess, headers, markers_covering, metric
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -143,6 +143,9 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
     cfg, q = queue_topics(PARTITIONS, queue={"lease": "2s", "max_deliveries": 8,
                                              "backoff": {"initial": "200ms", "max": "1s", "multiplier": 2.0}},
                           tracker={"tick": "50ms", "max_request_size": MAX_REQUEST})
+    # Where the broker reports topic limits the trackers' producer follows them: the DLQ's is what the
+    # oversize poison record exceeds there (tansu reports none, and the trackers' max_request_size decides).
+    set_max_message_bytes(bootstrap, MAX_REQUEST, q.dlq_topic)
     cfg_path = tmp_path / "kmq.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
     out = open(tmp_path / "workers.log", "ab")
