@@ -138,7 +138,13 @@ class KafkaPythonConsumer:
             listener: Any = _Listener(on_assigned, on_revoked)
         else:
             listener = _CommittingListener(self.raw, on_assigned, on_revoked, commit_on_revoke, on_commit_failed)
-        self.raw.subscribe(list(topics), listener=listener)
+        topics = list(topics)
+        # kafka-python's group leader assigns from its metadata cache: a subscribed topic not in it yet
+        # gets no partitions ("No partition metadata for topic"), and the whole group sat with nothing
+        # assigned until a later rebalance (a tracker started on Apache Kafka: over 40 s). Known first.
+        for topic in topics:
+            self.raw.partitions_for_topic(topic)
+        self.raw.subscribe(topics, listener=listener)
 
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record,
               wake: threading.Event | None = None) -> list:
