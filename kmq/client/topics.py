@@ -105,11 +105,13 @@ class TopicLayout:
 
 
 def _partition_counts(admin, names: list[str]) -> dict[str, int | None]:
-    out: dict[str, int | None] = {}
-    for t in admin.describe_topics(names):
-        name = t.get("name") or t.get("topic")
-        out[name] = len(t["partitions"]) if t.get("error_code", 0) == 0 and t.get("partitions") else None
-    return out
+    return _counts(admin.describe_topics(names))
+
+
+def _counts(topics: list[dict]) -> dict[str, int | None]:
+    """Partition count per topic of a describe_topics answer (None: missing or in error)."""
+    return {t.get("name") or t.get("topic"): len(t["partitions"]) if t.get("error_code", 0) == 0 and t.get("partitions")
+            else None for t in topics}
 
 
 def _wait_led(admin, names: list[str], timeout_s: float) -> dict[str, int | None]:
@@ -120,17 +122,13 @@ def _wait_led(admin, names: list[str], timeout_s: float) -> dict[str, int | None
     members sit idle until the next metadata refresh (Apache Kafka; tansu answers at once)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        led: dict[str, int | None] = {}
-        for t in admin.describe_topics(names):
-            name = t.get("name") or t.get("topic")
-            parts = t.get("partitions") or []
-            ok = t.get("error_code", 0) == 0 and parts
-            led[name] = len(parts) if ok and all(p.get("leader_id", p.get("leader", -1)) >= 0 for p in parts) else None
-        if all(led.get(n) is not None for n in names) or time.monotonic() > deadline:
-            if any(led.get(n) is None for n in names):
-                log.warning("partitions of %s have no leader yet after %.0f s", ", ".join(n for n in names if led.get(n) is None),
-                            timeout_s)
-            return _partition_counts(admin, names)
+        topics = admin.describe_topics(names)
+        leaderless = [t.get("name") or t.get("topic") for t in topics
+                      if any(p.get("leader_id", -1) < 0 for p in t.get("partitions") or [])]
+        if not leaderless or time.monotonic() > deadline:
+            if leaderless:
+                log.warning("partitions of %s have no leader yet after %.0f s", ", ".join(leaderless), timeout_s)
+            return _counts(topics)
         time.sleep(0.1)
 
 
