@@ -29,9 +29,8 @@ import time
 import uuid
 from typing import Any
 
-import click
-
 from kmq.bench.consumer_config import consumer_config as _config
+from kmq.bench.live_child import result_of_fed_child
 from kmq.bench.per_client import per_client
 from kmq.dev.broker import broker_unless
 
@@ -158,24 +157,7 @@ def _measure(variant: str, bootstrap: str, queue: str, rate: int, seconds: float
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
     producer = threading.Thread(target=_produce_at, args=(bootstrap, queue, rate, client, stop), daemon=True)
-    res = None
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if line.startswith("READY"):
-                producer.start()  # the group is joined: records sent from now on meet no backlog
-            elif line.startswith("RESULT "):
-                res = json.loads(line[7:])
-        err = proc.stderr.read()  # type: ignore[union-attr]
-        proc.wait(30)
-    finally:
-        stop.set()
-        if producer.is_alive():
-            producer.join(10)
-        if proc.poll() is None:
-            proc.kill()
-    if res is None:
-        raise click.ClickException(f"{variant} latency run failed (exit {proc.returncode}): {err.strip()[-2000:]}")
-    return res
+    return result_of_fed_child(proc, producer, stop, f"{variant} latency run")
 
 
 def run_latency(rate: int, seconds: float, client: str, batch: int = 500, rounds: int = 1,

@@ -51,6 +51,7 @@ from typing import Any
 
 import click
 
+from kmq.bench.live_child import result_of_fed_child
 from kmq.bench.share_child import VARIANTS
 from kmq.core.errors import DevBrokerError
 
@@ -167,25 +168,7 @@ def _latency_run(kafka: _Kafka, variant: str, args: dict, rate: int, size: int, 
     stop = threading.Event()
     producer = threading.Thread(target=_produce_at, daemon=True, args=(
         kafka.bootstrap, args["topic"], rate, size, args["partitions"], stop, timeout))
-    res = None
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if line.startswith("READY"):
-                producer.start()
-            elif line.startswith("RESULT "):
-                res = json.loads(line[7:])
-        err = proc.stderr.read()  # type: ignore[union-attr]
-        proc.wait(30)
-    finally:
-        stop.set()
-        if producer.is_alive():
-            producer.join(15)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    if res is None:
-        raise click.ClickException(f"{variant} latency run failed (exit {proc.returncode}): {err.strip()[-2000:]}")
-    return res
+    return result_of_fed_child(proc, producer, stop, f"{variant} latency run")
 
 
 def _tracker(bootstrap: str, topic: str, lease: float, backoff: float) -> Any:
