@@ -15,6 +15,18 @@ loaded machine, each round costing a full join.
 when a poll is waiting for it (member stable, heartbeats on, the assignment
 handed to the rebalance listener), before the next poll decides to rejoin.
 The consumer must be polled from one thread, as kafka-python requires anyway.
+
+A second defect of the same shape: a group leader whose metadata for the
+subscribed topics changed after it assigned (partitions added, or the first
+metadata answer arriving just after the first join, as on Apache Kafka) rejoins
+without setting the coordinator's "rejoin needed" flag (the rule Apache Kafka's
+Java client fixed as KAFKA-9815). Once its new assignment is computed, nothing
+asks for a rejoin any more, so no poll completes the join left in flight: the
+member stays REBALANCING with its partitions, every commit fails with
+RebalanceInProgress, and no rebalance ever ends it (reproduced: a lone worker
+on Apache Kafka 4.2 stuck for minutes after its second join). The same
+workaround sets the flag when the metadata change is seen, as the Java client
+does, so the join is awaited and kept like any other.
 """
 
 from __future__ import annotations
@@ -30,7 +42,8 @@ log = logging.getLogger(__name__)
 
 #: ``BaseCoordinator`` internals this workaround reads, writes or calls.
 COORDINATOR_ATTRIBUTES = ("_join_task", "_lock", "_generation", "_enable_heartbeat", "_on_join_complete_async",
-                          "join_group_async", "rejoining", "rejoin_needed", "state")
+                          "join_group_async", "rejoining", "rejoin_needed", "state", "need_rejoin",
+                          "_assignment_snapshot", "_metadata_snapshot")
 
 
 def keep_finished_joins(consumer: Any) -> None:
@@ -59,5 +72,16 @@ def keep_finished_joins(consumer: Any) -> None:
         # A subscription or metadata change during the join still asks for a new one here.
         return await join_group_async(timeout_ms=timeout_ms)
 
+    need_rejoin = coordinator.need_rejoin
+
+    def need_rejoin_flagging_metadata_changes() -> bool:
+        snapshot = coordinator._assignment_snapshot
+        if snapshot is not None and snapshot != coordinator._metadata_snapshot and not coordinator.rejoin_needed:
+            log.debug("group %s: the metadata of the subscribed topics changed since this leader assigned; "
+                      "rejoining", coordinator.group_id)
+            coordinator.rejoin_needed = True  # cleared only when the join completes
+        return need_rejoin()
+
     coordinator.join_group_async = join_keeping_a_finished_one
+    coordinator.need_rejoin = need_rejoin_flagging_metadata_changes
     coordinator._kmq_keeps_joins = True
