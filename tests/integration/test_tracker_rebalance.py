@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -20,7 +23,9 @@ import pytest
 from kafka import KafkaConsumer
 
 from kmq.core.markers import End, Start
+from kmq.client.kafka_python.group_join import keep_finished_joins
 from kmq.client.topics import ensure_topics
+from kmq.dev.processes import set_pdeathsig, stop_processes
 from tests.conftest import unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.test_tracker import QUEUE, produce, running_tracker
@@ -32,12 +37,48 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FILLER = 6000  # more markers than one poll returns (5000): catch-up needs a second fetch
 
 
-# kafka_client: the tracker's group membership (the intruder stays a kafka-python member of the same group).
-def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics, kafka_client, kafka_broker):
-    if not kafka_broker.is_tansu:
-        pytest.skip("writes its markers while an intruder's join keeps the partition revoked, which lasts as long as "
-                    "the embedded broker holds a join (about 3 s); Apache Kafka ends that rebalance within "
-                    "milliseconds, before the markers are written: the revoke needs another way to be held open")
+#: A member of the tracker's group in its own process, on another topic: once it prints "joined" it
+#: is SIGSTOPped, and a rebalance then waits for it (its session and rebalance timeouts, 30 s) until
+#: SIGCONT lets it rejoin. That holds the tracker's revoke open for as long as the test needs, on any
+#: broker (Apache Kafka ends a rebalance among live members within milliseconds).
+HOLDER = """
+import sys, time
+from kafka import KafkaConsumer
+from kafka.structs import MemberState
+from kmq.client.kafka_python.group_join import keep_finished_joins
+c = KafkaConsumer(sys.argv[2], bootstrap_servers=sys.argv[1], group_id=sys.argv[3], enable_auto_commit=False,
+                  session_timeout_ms=30000, max_poll_interval_ms=30000, request_timeout_ms=40000,
+                  heartbeat_interval_ms=1000)
+keep_finished_joins(c)  # kafka-python 3.0 drops a join finished between short polls (slow joins on tansu)
+said = False
+while True:
+    c.poll(timeout_ms=100)
+    if c._coordinator.state is MemberState.STABLE and not said:  # in the group, with or without partitions
+        print("joined", flush=True)
+        said = True
+"""
+
+
+def _join_in_a_thread(bootstrap: str, topic: str, group: str, stop: threading.Event) -> threading.Thread:
+    """A member of ``group`` on ``topic`` polling until ``stop``: its join rebalances the group."""
+
+    def member() -> None:
+        c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, session_timeout_ms=6000,
+                          heartbeat_interval_ms=1000, enable_auto_commit=False)
+        keep_finished_joins(c)
+        try:
+            while not stop.is_set():
+                c.poll(timeout_ms=100)
+        finally:
+            c.close()
+
+    thread = threading.Thread(target=member, daemon=True)
+    thread.start()
+    return thread
+
+
+# kafka_client: the tracker's group membership (the other members are kafka-python members of the same group).
+def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(1, queue={**QUEUE, "lease": "1s"}, kafka={"client": kafka_client})
     produce(bootstrap, q.name, 1)
     other = unique("other")
@@ -46,25 +87,21 @@ def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, q
     ensure_topics(cfg.kafka, QueueConfig.named(other), 1)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     stop = threading.Event()
-
-    def intruder() -> None:
-        # Same group, another topic: its join rebalances the tracker, which gets its partition back.
-        c = KafkaConsumer(other, bootstrap_servers=bootstrap, group_id=cfg.tracker.group_id,
-                          session_timeout_ms=6000, heartbeat_interval_ms=1000, enable_auto_commit=False)
-        try:
-            while not stop.is_set():
-                c.poll(timeout_ms=100)
-        finally:
-            c.close()
-
-    thread = threading.Thread(target=intruder, daemon=True)
+    thread: threading.Thread | None = None
+    holder = None
     try:
         with running_tracker(cfg) as t:
             port = t.http_port
             markers.send(0, End([(999, 1)]))  # read before the rebalance: the high-water mark kafka-python keeps
             wait_until(lambda: metric(port, "kmq_tracker_markers_total", queue=q.name, type="end") == 1, 10,
                        what="first marker read")
-            thread.start()
+            holder = subprocess.Popen([sys.executable, "-c", HOLDER, bootstrap, other, cfg.tracker.group_id],
+                                      stdout=subprocess.PIPE, text=True, preexec_fn=set_pdeathsig)
+            ready, _, _ = select.select([holder.stdout], [], [], 30)
+            assert ready and holder.stdout.readline().strip() == "joined", "the holding member did not join in 30 s"
+            wait_until(lambda: t.ready() == (True, "ready: 1 partition(s)"), 30, what="the tracker back after the join")
+            os.kill(holder.pid, signal.SIGSTOP)
+            thread = _join_in_a_thread(bootstrap, other, cfg.tracker.group_id, stop)
             wait_until(lambda: t.ready()[1] == "ready: 0 partition(s)", 20, interval=0.01, what="partition revoked")
             # Written while the partition is revoked: a START already expired (its marker time a minute ago),
             # more markers than one poll returns, then its END. Catching up to the old mark would
@@ -75,11 +112,8 @@ def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, q
                 markers.send(0, End([(1_000_000 + i, 1)]), flush=False)
             markers.send(0, End([(0, 1)]))
             assert t.ready()[1] == "ready: 0 partition(s)", "the rebalance ended before the markers were written"
-            # The intruder leaves: the group's next generation gives the partition back to the tracker.
-            # (Left in, a kafka-python leader that lacked the markers topic's metadata was seen to hand
-            # the tracker an empty assignment and never rebalance again: a test setup race, not the tracker.)
-            stop.set()
-            thread.join(10)
+            # The held member rejoins: the group's next generation gives the partition back to the tracker.
+            os.kill(holder.pid, signal.SIGCONT)
             wait_until(lambda: t.ready() == (True, "ready: 1 partition(s)"), 45, what="partition back and caught up")
             wait_until(lambda: metric(port, "kmq_tracker_markers_total", queue=q.name, type="end") == FILLER + 2, 45,
                        what="every END read")
@@ -88,7 +122,10 @@ def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, q
         assert len(read_all(bootstrap, q.name)) == 1  # no copy of the acked message
     finally:
         stop.set()
-        if thread.is_alive():
+        if holder is not None:
+            os.kill(holder.pid, signal.SIGCONT)
+        stop_processes([holder])
+        if thread is not None:
             thread.join(10)
         markers.close()
 
