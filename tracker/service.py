@@ -253,7 +253,7 @@ class Tracker:
         self._consumer = client_api.group_consumer(
             kafka, self.cfg.tracker.group_id, "RANGE", _POLL_RECORDS,
             fetch_max_wait_ms=self.cfg.tracker.markers_fetch_wait_ms(),
-            metadata_max_age_ms=30_000, max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
+            metadata_max_age_ms=int(kafka.metadata_max_age * 1000), max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
         )
         self._join_group()
         self._next_commit = self._next_metrics = self._mono()

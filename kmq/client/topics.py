@@ -205,13 +205,19 @@ def ensure_topics(
                 rf = choose_replication_factor(
                     replication_factor if replication_factor is not None else settings.replication_factor, brokers)
             qp = counts[queue.name]
+            mp = counts[queue.markers_topic]
+            grow_queue = qp is not None and partitions is not None and partitions > qp
+            if grow_queue and mp is not None and mp < partitions:
+                # The markers topic first: a worker handed a new queue partition writes its STARTs to the
+                # markers partition of the same number, which must exist by then.
+                _grow(admin, queue.markers_topic, partitions)
+                mp = partitions
             if qp is None:
                 qp = partitions or 1
                 _create(admin, queue.name, qp, rf, configs["queue"])
-            elif partitions and partitions > qp:
+            elif grow_queue:
                 _grow(admin, queue.name, partitions)
                 qp = partitions
-            mp = counts[queue.markers_topic]
             if mp is None:
                 _create(admin, queue.markers_topic, qp, rf, configs["markers"])
             elif mp < qp:

@@ -165,6 +165,9 @@ class KafkaConfig:
     # Group timing for every kmq consumer group member (workers, tracker).
     session_timeout: float = _f(10.0, "duration", min=1.0)
     heartbeat_interval: float = _f(1.0, "duration", min=0.1)
+    # How often workers and trackers refresh topic metadata: partitions added to a queue (and its
+    # markers topic) are fetched and tracked within this (the clients' own default is 5 minutes).
+    metadata_max_age: float = _f(30.0, "duration", min=0.1)
     # How long a component waits for the cluster before failing with a clear error.
     connect_timeout: float = _f(10.0, "duration", min=0.1)
     # Which Python Kafka client every component uses (kmq.client): kafka-python (base

@@ -157,7 +157,9 @@ class KmqConsumer:
         ), time.monotonic())
         try:
             wait_ms = cfg.consumer.fetch_wait_ms
-            overrides = {} if wait_ms is None else {"fetch_max_wait_ms": wait_ms}
+            overrides = {"metadata_max_age_ms": int(cfg.kafka.metadata_max_age * 1000)}
+            if wait_ms is not None:
+                overrides["fetch_max_wait_ms"] = wait_ms
             self._kc = client_api.group_consumer(cfg.kafka, cfg.consumer.group_id, cfg.consumer.assignor,
                                                  self.fetch_size, **overrides)
         except BaseException:

@@ -234,7 +234,7 @@ def test_the_trackers_group_consumer_settings_reach_either_client(monkeypatch):
                  "max_poll_interval_ms": 300_000}
     for client, expected in [
         ("confluent", {"group.id": "g", "group.instance.id": "tracker-0", "fetch.wait.max.ms": 50,
-                       "metadata.max.age.ms": 30_000, "max.poll.interval.ms": 300_000, "enable.auto.commit": False,
+                       "topic.metadata.refresh.interval.ms": 30_000, "max.poll.interval.ms": 300_000, "enable.auto.commit": False,
                        "partition.assignment.strategy": "range,roundrobin", "session.timeout.ms": 6000}),
         ("kafka-python", {"group_id": "g", **overrides, "enable_auto_commit": False, "max_poll_records": 10,
                           "session_timeout_ms": 6000}),

@@ -54,7 +54,7 @@ def keyed_consumer(monkeypatch):
                                 "queues": [{"name": TOPIC, **queue}],
                                 "consumer": {"group_id": "g", "ordering": ordering}})
         monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
-        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a: kafka)
+        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a, **kw: kafka)
         monkeypatch.setattr(consumer_module.client_api, "open_log_reader", lambda *a, **k: FakeLogReader(log))
         c = KmqConsumer(cfg)
         made.append(c)

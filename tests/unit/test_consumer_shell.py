@@ -149,7 +149,7 @@ def consumer_on(monkeypatch):
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
                                 "queues": [{"name": TOPIC}], "consumer": {"group_id": "g", "hand_over": hand_over}})
         monkeypatch.setattr(consumer_module, "MarkerWriter", writer)
-        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a: kafka)
+        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a, **kw: kafka)
         c = KmqConsumer(cfg, **kw)
         made.append(c)
         return c

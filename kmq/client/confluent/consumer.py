@@ -72,7 +72,8 @@ _CONSUMER_KEYS = {
     "fetch_max_bytes": "fetch.max.bytes",
     "group_instance_id": "group.instance.id",
     "max_poll_interval_ms": "max.poll.interval.ms",
-    "metadata_max_age_ms": "metadata.max.age.ms",
+    # kafka-python's metadata refresh period; librdkafka's metadata.max.age.ms only ages its cache
+    "metadata_max_age_ms": "topic.metadata.refresh.interval.ms",
     "max_poll_records": None,  # per call: ConfluentConsumer.poll(max_records=)
     "request_timeout_ms": None,
     "bootstrap_timeout_ms": None,

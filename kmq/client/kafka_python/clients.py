@@ -27,6 +27,7 @@ from kmq.config import KafkaConfig
 from kmq.client.diagnose import diagnose, unreachable
 from kmq.client.sasl import authentication_failed
 from kmq.client.kafka_python.group_join import keep_finished_joins
+from kmq.client.kafka_python.grown_partitions import GrowingTopicsProducer
 from kmq.client.kafka_python.settings import client_kwargs
 from kmq.core.errors import AuthorizationFailed, BrokerUnavailable, ClientNotInstalled
 
@@ -124,7 +125,7 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: An
         kw["compression_type"] = None
     require_codecs()
     with broker_errors(kafka, timeout_s):
-        return KafkaProducer(**kw)
+        return GrowingTopicsProducer(**kw)
 
 
 def close_producer(producer: KafkaProducer, timeout: float = 5.0) -> None:

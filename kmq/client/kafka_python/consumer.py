@@ -20,6 +20,7 @@ from kafka.structs import OffsetAndMetadata
 
 from kmq.client.api import KAFKA_PYTHON, ClientCommitFailed, Partition, Record
 from kmq.client.kafka_python.group_join import COORDINATOR_ATTRIBUTES, keep_finished_joins
+from kmq.client.kafka_python.grown_partitions import PRODUCER_ATTRIBUTES
 from kmq.client.kafka_python.watchdog import FetchWatchdog, lagging_partitions, unstrand_records
 from kmq.core.errors import BrokerUnavailable
 
@@ -39,7 +40,7 @@ SHORT_WAIT = 0.005
 PRIVATE_ATTRIBUTES = {
     "KafkaConsumer": ("_coordinator",),
     "ConsumerCoordinator": ("_generation", "_commit_offsets_sync_async", *COORDINATOR_ATTRIBUTES),
-    "KafkaProducer": ("_sender", "_closed"),
+    "KafkaProducer": ("_closed", *PRODUCER_ATTRIBUTES),
 }
 
 #: How long a commit before a revoke may take (kafka-python retries it within this bound).
