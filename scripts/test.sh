@@ -31,7 +31,8 @@ fi
 # The tests green on Apache Kafka so far, and the faults only a real cluster makes.
 KAFKA_PHASE=(tests/chaos/test_cluster_faults.py tests/integration/tls tests/integration/test_dlq.py
              tests/integration/test_trace.py tests/integration/test_topics.py tests/integration/test_hostile_records.py
-             tests/integration/test_client_seam_contract.py tests/integration/test_client_adapters.py)
+             tests/integration/test_client_seam_contract.py tests/integration/test_client_adapters.py
+             tests/integration/test_tracker_fatal_producer.py)
 rc=0
 note() { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
 if [ -n "${KMQ_TEST_BOOTSTRAP:-}" ] || [ "${KMQ_TEST_BROKER:-tansu}" = kafka ]; then

@@ -172,6 +172,12 @@ class TrackerMetrics:
         self.redelivery_failures = Counter(
             "kmq_tracker_redelivery_failures_total", "Redelivery attempts that failed and will be retried", ["queue"], registry=r,
         )
+        self.producer_replacements = Counter(
+            "kmq_tracker_producer_replacements_total",
+            "Producers of copies the tracker closed and replaced, by reason (fatal: the client reported a fatal "
+            "error; refused_id: the broker refused its producer id; undecided: it left sends undecided past its "
+            "delivery timeout)", ["reason"], registry=r,
+        )
         # Set by the service with set_function: evaluated at scrape time, like /readyz.
         self.ready = Gauge("kmq_tracker_ready", "1 when joined and caught up on every assigned partition (/readyz)",
                            registry=r)
