@@ -98,6 +98,16 @@ class OwnedPartition:
         wait for a read-through time of ``hold_until_ms`` (see :meth:`horizon`)."""
         self.held_from_ms, self.hold_until_ms = held_from_ms, hold_until_ms
 
+    def clock_moved(self, by_ms: int) -> None:
+        """The tracker's clock jumped by ``by_ms`` (negative: back) and the partition is re-read: its
+        read-through time no longer vouches for anything (it must be looked up again on the new
+        clock), and a retry backoff or an outage hold keeps its length on the new clock."""
+        self.read_through_ms, self.mark = 0, None
+        if self.recheck_ms:
+            self.recheck_ms += by_ms
+        if self.hold_until_ms:
+            self.held_from_ms, self.hold_until_ms = self.held_from_ms + by_ms, self.hold_until_ms + by_ms
+
     def end_read(self, asked_ms: int, end: int) -> None:
         """The log end was ``end`` when looked up at ``asked_ms``."""
         pos = self.state.position

@@ -23,6 +23,10 @@ the open leases.
   step is no such risk), past ``max.poll.interval`` without a poll, or when the
   group refuses a commit. Copies made after such a pause are counted as
   possible duplicates.
+* Every partition is re-read the same way when the tracker's own clock jumps
+  (:class:`~kmq.core.marker_clock.ClockWatch`): the times it keeps are on the
+  old clock, and leases are judged only once each partition caught up again on
+  the new one.
 * One partition's failure (even an unexpected one) never stops the service:
   its offsets stay open and are retried with a capped backoff.
 * The committed marker offset is the smallest START marker offset that still
@@ -51,6 +55,7 @@ from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
+from kmq.core.marker_clock import ClockWatch
 from kmq.core.markers import BadMarker, Start, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
@@ -122,6 +127,7 @@ class Tracker:
         # later, were written after it (kmq.core.marker_clock).
         self._fetch_sent_ms: int | None = None
         self._skew = SkewGauge(self.metrics.clock_skew_seconds)
+        self._clock_watch = ClockWatch()
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._joined = False
@@ -296,6 +302,8 @@ class Tracker:
         floor_ms, self._fetch_sent_ms = self._fetch_sent_ms, sent_ms
         if self._membership_in_doubt("before this step"):
             records = []  # read before the pause: act on nothing of it, re-read from the commits
+        if self._clock_jumped():
+            records = []  # read on the old clock: re-read from the commits
         self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._catch_up.position_new(self._owned, self._consumer)
@@ -314,7 +322,8 @@ class Tracker:
                 self._note_end(owned)
         # A catch-up target read is a look-up too: the broker answered, no probe is due for it.
         self._looked_up_ms = max(self._looked_up_ms, self._catch_up.looked_up_ms)
-        self._redeliver_due()
+        if not self._clock_jumped():  # a jump since the fetch: nothing is judged on the old clock's times
+            self._redeliver_due()
         mono = self._mono()
         if mono >= self._next_commit:
             self._commit()
@@ -490,14 +499,48 @@ class Tracker:
         log.warning("%s: dropping the in-memory state of %d partition(s), re-reading them from the committed "
                     "offsets and redelivering nothing before the group accepts a commit for them", why,
                     len(self._owned))
+        self._reread_all(doubted=True)
+
+    def _reread_all(self, doubted: bool) -> None:
+        """Forget every partition's state: each is re-read from its committed offset and caught up to
+        a log end read afresh before a lease is judged (as after an assignment); ``doubted``: and
+        redelivered from only once the group accepted a commit for it."""
         for owned in self._owned.values():
             owned.state = self._new_state(owned.queue)
             owned.positioned = owned.caught_up = owned.at_end = False
-            owned.doubted = True
+            owned.doubted = owned.doubted or doubted
             owned.target = owned.committed = None
         self._schedule.clear()
         self._catch_up.pending = set(self._owned)
         self._to_publish |= self._catch_up.pending
+
+    def _clock_jumped(self) -> bool:
+        """Whether the tracker's clock jumped since the last look (:class:`~kmq.core.marker_clock.ClockWatch`).
+        Then every partition is re-read from its committed offset before a lease is judged: the
+        read-through times, deadlines and holds it keeps are on the old clock (set back, they would
+        vouch for markers never read; set forward, they would end leases early). Replayed, a lease
+        counts from its START's record time plus at most 60 s, at most the read time
+        (:func:`~kmq.core.marker_clock.marker_time`)."""
+        jump = self._clock_watch.observe(self._now_ms(), int(self._mono() * 1000))
+        if not jump:
+            return False
+        direction = "back" if jump < 0 else "forward"
+        self.metrics.clock_jumps.labels(direction).inc()
+        self.metrics.clock_jump_seconds.labels(direction).inc(abs(jump) / 1000.0)
+        log.warning("the tracker's clock jumped %.1fs %s (against its monotonic clock): the times it keeps are on "
+                    "the old clock, so it re-reads %d partition(s) from their committed offsets and judges no lease "
+                    "before each one caught up again, as after a restart (kmq_tracker_clock_jumps_total)",
+                    abs(jump) / 1000.0, direction, len(self._owned))
+        self._reread_all(doubted=False)
+        for owned in self._owned.values():
+            owned.clock_moved(jump)
+        self._catch_up.clock_moved(jump)
+        self._fetch_sent_ms = None  # no floor: the next markers read count as replayed
+        if self._looked_up_ms:
+            self._looked_up_ms += jump
+        if self._outage is not None:
+            self._outage = (self._outage[0] + jump, self._outage[1] + jump)
+        return True
 
     def _new_state(self, q: QueueConfig) -> PartitionState:
         return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))

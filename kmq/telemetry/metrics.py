@@ -153,6 +153,15 @@ class TrackerMetrics:
             "Tracker read time minus record timestamp of an owner's START markers read at the log end, the least "
             "per metrics interval (positive: the owner's clock is behind the tracker's)", ["queue", "owner"], registry=r,
         )
+        self.clock_jumps = Counter(
+            "kmq_tracker_clock_jumps_total",
+            "Jumps of the tracker's own clock against its monotonic clock, by direction (back: every partition "
+            "is re-read before a lease is judged)", ["direction"], registry=r,
+        )
+        self.clock_jump_seconds = Counter(
+            "kmq_tracker_clock_jump_seconds_total", "How far the tracker's own clock jumped, summed, by direction",
+            ["direction"], registry=r,
+        )
         self.missing_offsets = Counter(
             "kmq_tracker_missing_offsets_total",
             "Offsets deleted from the queue log (below its log start) before redelivery, closed as outcome 3", ["queue"], registry=r,
