@@ -10,7 +10,7 @@ label children are made once and kept, so publishing a partition costs a few
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from kmq.client import Partition
@@ -59,6 +59,10 @@ class OwnedPartition:
     doubted: bool = False
     committed: int | None = None
     bad_logged: bool = False
+    # (offset, wire version) of a marker of a newer version it cannot read: nothing after it is
+    # applied until a tracker that reads it takes over (tracker.upgrades).
+    held: tuple[int, int] | None = None
+    newer_seen: set[int] = field(default_factory=set)  # newer wire versions read by their v1 fields (logged)
     positioned: bool = False  # sought to the committed offset after assignment
     resume_from: int | None = None  # committed offset sought to; checked against the first record read
     retention_warned: bool = False

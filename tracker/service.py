@@ -27,6 +27,9 @@ the open leases.
   (:class:`~kmq.core.marker_clock.ClockWatch`): the times it keeps are on the
   old clock, and leases are judged only once each partition caught up again on
   the new one.
+* A marker of a newer wire version is read by its version-1 fields, or, when
+  it cannot be, holds its partition at it (:mod:`tracker.upgrades`): never
+  skipped, never a crash.
 * One partition's failure (even an unexpected one) never stops the service:
   its offsets stay open and are retried with a capped backoff.
 * The committed marker offset is the smallest START marker offset that still
@@ -56,7 +59,7 @@ from kmq.core.due_schedule import DueSchedule
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
 from kmq.core.marker_clock import ClockWatch
-from kmq.core.markers import BadMarker, Start, decode_record
+from kmq.core.markers import VERSION, BadMarker, Start, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.http import HealthServer
@@ -65,6 +68,7 @@ from tracker.catch_up import CatchUp
 from tracker.clock_skew import SkewGauge
 from tracker.partition import OwnedPartition, partition_names, publish_gauges
 from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
+from tracker.upgrades import hold, note_newer, publish_held
 
 __all__ = ["Tracker"]
 
@@ -189,14 +193,20 @@ class Tracker:
             self._thread = None
 
     def ready(self) -> tuple[bool, str]:
-        """(ready, detail): joined the group and every assigned partition caught up."""
+        """(ready, detail): joined the group and every assigned partition caught up (or held at a
+        marker of a newer wire version, which the detail names)."""
         if not self._joined:
             return False, "not ready: joining the tracker group"
-        behind = [o.tp for o in list(self._owned.values()) if not o.caught_up]
+        owned = list(self._owned.values())
+        # A held partition does not catch up before a newer tracker reads it: it is named, not waited for.
+        behind = [o.tp for o in owned if not o.caught_up and o.held is None]
         if behind:
             return False, (f"not ready: catching up {len(behind)} of {len(self._owned)} partition(s): "
                            f"{partition_names(behind)}")
-        return True, f"ready: {len(self._owned)} partition(s)"
+        held = [o.tp for o in owned if o.held is not None]
+        return True, f"ready: {len(self._owned)} partition(s)" + (
+            f"; {len(held)} held at a marker of a newer wire version (upgrade the tracker): {partition_names(held)}"
+            if held else "")
 
     def alive(self) -> tuple[bool, str]:
         """(alive, detail): the main loop completed a step within ``tracker.liveness_timeout``."""
@@ -510,6 +520,8 @@ class Tracker:
             owned.positioned = owned.caught_up = owned.at_end = False
             owned.doubted = owned.doubted or doubted
             owned.target = owned.committed = None
+            owned.held = None  # met again when re-read, unless a newer tracker reads it
+        publish_held(self._owned.values(), self._queue_names(), self.metrics)
         self._schedule.clear()
         self._catch_up.pending = set(self._owned)
         self._to_publish |= self._catch_up.pending
@@ -567,6 +579,8 @@ class Tracker:
         (None: replayed or read behind). Deadlines are on this tracker's clock
         (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge."""
         state, qname, p = owned.state, owned.queue.name, owned.partition
+        if owned.held is not None:
+            return  # nothing after the marker it is held at (tracker.upgrades)
         if batch and owned.resume_from is not None:
             self._catch_up.check_resume(owned, batch[0].offset)
         late = 0
@@ -574,6 +588,10 @@ class Tracker:
             try:
                 marker = decode_record(rec.key, rec.value, p)
                 if isinstance(marker, BadMarker):
+                    if marker.newer is not None:
+                        hold(owned, rec.offset, marker, self.metrics)
+                        publish_held(self._owned.values(), self._queue_names(), self.metrics)
+                        break  # its position stays at that marker: the commit never passes it
                     raise MarkerDecodeError(marker.reason)
             except MarkerDecodeError as exc:
                 self.metrics.bad_markers.inc()
@@ -584,6 +602,8 @@ class Tracker:
                                 owned.topic, p, rec.offset, exc)
                 state.skip(rec.offset)
                 continue
+            if rec.value[0] != VERSION:
+                note_newer(owned, rec.value[0], self.metrics)
             eff = state.apply(marker, rec.offset, rec.timestamp, read_ms, floor_ms)
             if floor_ms is not None and isinstance(marker, Start):
                 self._skew.observe(qname, marker.owner, read_ms, rec.timestamp)
@@ -685,7 +705,11 @@ class Tracker:
                     g.remove(*labels)
                 except KeyError:
                     pass
+        publish_held(self._owned.values(), self._queue_names(), self.metrics)
         log.info("revoked markers partitions: %s (offsets committed, state dropped)", partition_names(revoked))
+
+    def _queue_names(self) -> list[str]:
+        return [q.name for q in self.cfg.queues]
 
 
 def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:

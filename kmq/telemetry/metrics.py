@@ -148,6 +148,17 @@ class TrackerMetrics:
             "kmq_tracker_marker_lag", "Markers high-water mark minus the tracker's position", ["queue", "partition"], registry=r,
         )
         self.bad_markers = Counter("kmq_tracker_bad_markers_total", "Undecodable marker records skipped", registry=r)
+        self.newer_markers = Counter(
+            "kmq_tracker_newer_markers_total",
+            "Markers of a newer wire version than this tracker reads, by handling (read: by their version-1 "
+            "fields; held: not readable so, the partition held at it until a newer tracker reads it)",
+            ["queue", "version", "handling"], registry=r,
+        )
+        self.held_partitions = Gauge(
+            "kmq_tracker_held_partitions",
+            "Owned markers partitions held at a marker of a newer wire version (nothing after it is applied)",
+            ["queue"], registry=r,
+        )
         self.clock_skew_seconds = Gauge(
             "kmq_tracker_clock_skew_seconds",
             "Tracker read time minus record timestamp of an owner's START markers read at the log end, the least "
