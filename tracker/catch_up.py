@@ -90,6 +90,13 @@ class CatchUp:
             self._touched(o)
         return {o.tp for o in new}
 
+    def clock_moved(self, by_ms: int) -> None:
+        """The tracker's clock jumped by ``by_ms`` (negative: back): the times kept here move with it."""
+        if self.looked_up_ms:
+            self.looked_up_ms += by_ms
+        if self._confirm_after_ms:
+            self._confirm_after_ms += by_ms
+
     def check_resume(self, owned: OwnedPartition, resumed_at: int) -> None:
         """The first offset read after resuming should be the committed one; if the consumer's offset
         reset moved elsewhere, the committed offset is not in the log any more (see kmq.core.retention)."""

@@ -10,7 +10,7 @@ label children are made once and kept, so publishing a partition costs a few
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from kmq.client import Partition
@@ -59,6 +59,10 @@ class OwnedPartition:
     doubted: bool = False
     committed: int | None = None
     bad_logged: bool = False
+    # (offset, wire version) of a marker of a newer version it cannot read: nothing after it is
+    # applied until a tracker that reads it takes over (tracker.upgrades).
+    held: tuple[int, int] | None = None
+    newer_seen: set[int] = field(default_factory=set)  # newer wire versions read by their v1 fields (logged)
     positioned: bool = False  # sought to the committed offset after assignment
     resume_from: int | None = None  # committed offset sought to; checked against the first record read
     retention_warned: bool = False
@@ -97,6 +101,16 @@ class OwnedPartition:
         """The broker was unreachable from ``held_from_ms`` on and is back: leases due since then
         wait for a read-through time of ``hold_until_ms`` (see :meth:`horizon`)."""
         self.held_from_ms, self.hold_until_ms = held_from_ms, hold_until_ms
+
+    def clock_moved(self, by_ms: int) -> None:
+        """The tracker's clock jumped by ``by_ms`` (negative: back) and the partition is re-read: its
+        read-through time no longer vouches for anything (it must be looked up again on the new
+        clock), and a retry backoff or an outage hold keeps its length on the new clock."""
+        self.read_through_ms, self.mark = 0, None
+        if self.recheck_ms:
+            self.recheck_ms += by_ms
+        if self.hold_until_ms:
+            self.held_from_ms, self.hold_until_ms = self.held_from_ms + by_ms, self.hold_until_ms + by_ms
 
     def end_read(self, asked_ms: int, end: int) -> None:
         """The log end was ``end`` when looked up at ``asked_ms``."""

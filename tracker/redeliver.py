@@ -28,6 +28,17 @@ replaced before the retry. The one case left is inherent to Kafka: a request
 the broker received but answered after the producer gave up may still be
 appended; its copy then exists twice with the same ``kmq-origin``.
 
+**A producer in a fatal state is replaced.** A confluent-kafka producer that
+reported a fatal error (:func:`kmq.client.producer_fatal`: an idempotence
+guarantee it can no longer keep) sends nothing more, so retrying on it would
+fail for ever. It is closed and a new one made (logged, and counted in
+``kmq_tracker_producer_replacements_total{reason="fatal"}``); the sends it did
+not acknowledge are retried on the new one, and a CLOSED marker it did not
+acknowledge is sent again on it at once. Nothing is closed for a copy the
+old producer did not acknowledge: after a fatal error a record no delivery
+report names counts as failed (a duplicate at worst, see
+:mod:`kmq.client.confluent.fatal`).
+
 One record never stops the service, never blocks the records behind it, and
 what was already copied is closed, not copied again.
 
@@ -213,6 +224,7 @@ class _Started:
     records: Mapping[int, Any]  # the originals by offset, at least the sends' (a refused copy is dead-lettered from it)
     now_ms: int  # when they were started (the redelivery delay metric)
     batch: Any  # the producer's SendBatch of the records that left (None: none did)
+    producer: Any  # the producer they were given to
     at: list[int]  # index in ``sends`` of each record of ``batch``
     refused: dict[int, SendResult]  # index in ``sends`` -> result, for records refused before they left
 
@@ -273,8 +285,7 @@ class Redeliverer:
                     self._step(queue, partition, state, items, report)
             except (LogReadError, OSError, *client_api.produce_errors()) as exc:
                 self._retry_all(queue, partition, state, items, exc, report)
-                if isinstance(exc, client_api.producer_state_errors()):
-                    self._replace_producer(f"its producer id was refused ({type(exc).__name__})")
+                self._replace_unusable(exc)
             finally:
                 # Chunk after chunk of this partition was read on from one assignment. It is kept while
                 # more of the partition is due now (a backlog larger than a step): the next step reads
@@ -309,8 +320,7 @@ class Redeliverer:
                 # What was started is judged and closed first; only the offsets not yet planned are retried.
                 self._finish(queue, partition, state, pending, report)
                 self._retry_all(queue, partition, state, chunk + rest, exc, report)
-                if isinstance(exc, client_api.producer_state_errors()):
-                    self._replace_producer(f"its producer id was refused ({type(exc).__name__})")
+                self._replace_unusable(exc)
                 return
             if pending.bytes >= _ROUND_BYTES:
                 self._finish(queue, partition, state, pending, report)
@@ -461,13 +471,15 @@ class Redeliverer:
                 refused[i] = self._failed(queue, s.step, exc)
         batch = client_api.send_many(self._producer, out) if out else None
         # ``records`` as it is (a chunk's read, or a round's originals): sends are looked up in it
-        return _Started(sends, records, now, batch, at, refused)
+        return _Started(sends, records, now, batch, self._producer, at, refused)
 
     def _judge(self, queue: QueueConfig, started: "_Started") -> list[SendResult]:
         """Each send's result once the producer was flushed: acknowledged, failed, or undecided past
-        the producer's delivery timeout (then the producer is replaced, failing what it holds)."""
+        the producer's delivery timeout (then the producer is replaced, failing what it holds); a
+        producer that reported a fatal error, or whose id the broker refused, is replaced too."""
         results: list[SendResult | None] = [started.refused.get(i) for i in range(len(started.sends))]
         undecided = fenced = 0
+        fatal = client_api.producer_fatal(started.producer)  # also when it refused sends before they left
         batch = started.batch
         for j, i in enumerate(started.at):
             verdict = batch.verdict(j)
@@ -480,11 +492,17 @@ class Redeliverer:
             else:  # any send failure: decided per record by settle()
                 results[i] = self._failed(queue, started.sends[i].step, verdict)
                 fenced += isinstance(verdict, client_api.producer_state_errors())
-        if undecided:
+                if fatal is None and isinstance(verdict, client_api.ProducerFatal):
+                    fatal = verdict
+        if started.producer is not self._producer:
+            return results  # type: ignore[return-value]  # replaced already, judging an earlier batch of the round
+        if fatal is not None:
+            self._replace_producer(f"it reported a fatal error ({fatal})", "fatal")
+        elif undecided:
             # Closing it fails what it holds, so none of them can be delivered after its retry.
-            self._replace_producer(f"it left {undecided} send(s) undecided past its delivery timeout")
+            self._replace_producer(f"it left {undecided} send(s) undecided past its delivery timeout", "undecided")
         elif fenced:
-            self._replace_producer(f"the broker refused its producer id for {fenced} send(s)")
+            self._replace_producer(f"the broker refused its producer id for {fenced} send(s)", "refused_id")
         return results  # type: ignore[return-value]
 
     def _failed(self, queue: QueueConfig, step: Step, exc: BaseException) -> SendResult:
@@ -519,7 +537,7 @@ class Redeliverer:
             self._producer.flush(timeout=self._send_timeout_s)
         except client_api.produce_errors() as exc:
             # Unfinished sends are judged below, each on its own; finished ones still count.
-            log.warning("flushing %s timed out (%s)", what, exc)
+            log.warning("flushing %s did not complete (%s)", what, exc)
 
     def _use(self, codec: str) -> None:
         """Send with the producer of ``codec`` from now on (made on its first use)."""
@@ -529,26 +547,54 @@ class Redeliverer:
             self._producers[codec] = self._new_producer(codec)
         self._producer, self._codec = self._producers[codec], codec
 
-    def _replace_producer(self, why: str) -> None:
-        """Close the producer (what it still holds fails for good) and continue on a new one."""
+    def _replace_producer(self, why: str, reason: str) -> None:
+        """Close the producer (what it still holds fails for good) and continue on a new one;
+        ``reason``: the label of ``kmq_tracker_producer_replacements_total``."""
         if self._new_producer is None:
             log.warning("the tracker's producer is unusable (%s) and cannot be replaced here", why)
             return
-        log.warning("replacing the tracker's producer: %s; the sends concerned are retried", why)
+        log.warning("replacing the tracker's producer: %s; what it did not acknowledge is sent again on the new "
+                    "one (kmq_tracker_producer_replacements_total)", why)
+        self._metrics.producer_replacements.labels(reason).inc()
         old, self._producer = self._producer, self._new_producer(self._codec)
         self._producers[self._codec] = self._producer
         client_api.close_producer(old)
 
+    def _replace_unusable(self, exc: BaseException) -> None:
+        """A step failed with ``exc``: replace the producer if it cannot send any more (fatal, or
+        its producer id refused)."""
+        fatal = client_api.producer_fatal(self._producer)
+        if fatal is not None or isinstance(exc, client_api.ProducerFatal):
+            self._replace_producer(f"it reported a fatal error ({fatal or exc})", "fatal")
+        elif isinstance(exc, client_api.producer_state_errors()):
+            self._replace_producer(f"its producer id was refused ({type(exc).__name__})", "refused_id")
+
     def _write_closed(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
-        futures = [self._producer.send(queue.markers_topic, value=encode(Closed(tuple(group), outcome)),
-                                       key=encode_key(partition), partition=partition)
-                   for group in closed_chunks(ranges, self._max_ranges)]
-        self._flush(f"CLOSED markers of {queue.name}[{partition}]")
-        if not all(f.is_done for f in futures):
-            self._replace_producer("it left a CLOSED marker undecided past its delivery timeout")
-            raise client_api.ProduceFailed(f"CLOSED marker for {queue.name}[{partition}] not acknowledged")
-        for f in futures:
-            f.get(timeout=0)
+        """Write the CLOSED markers of ``ranges`` and wait for Kafka's acknowledgement. A producer
+        that turns out fatal meanwhile is replaced and they are sent once more on the new one (a
+        CLOSED marker twice closes nothing twice)."""
+        for attempt in (1, 2):
+            producer = self._producer
+            try:
+                futures = [producer.send(queue.markers_topic, value=encode(Closed(tuple(group), outcome)),
+                                         key=encode_key(partition), partition=partition)
+                           for group in closed_chunks(ranges, self._max_ranges)]
+            except client_api.ProducerFatal as exc:
+                if attempt == 1 and self._new_producer is not None:
+                    self._replace_producer(f"it reported a fatal error ({exc})", "fatal")
+                    continue
+                raise
+            self._flush(f"CLOSED markers of {queue.name}[{partition}]")
+            fatal = client_api.producer_fatal(producer)
+            if fatal is not None and attempt == 1 and self._new_producer is not None:
+                self._replace_producer(f"it reported a fatal error ({fatal})", "fatal")
+                continue  # what it acknowledged is not known for sure: all of them again
+            if not all(f.is_done for f in futures):
+                self._replace_producer("it left a CLOSED marker undecided past its delivery timeout", "undecided")
+                raise client_api.ProduceFailed(f"CLOSED marker for {queue.name}[{partition}] not acknowledged")
+            for f in futures:
+                f.get(timeout=0)
+            return
 
     # ------------------------------------------------------------ accounting
     def _account(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],

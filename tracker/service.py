@@ -23,6 +23,13 @@ the open leases.
   step is no such risk), past ``max.poll.interval`` without a poll, or when the
   group refuses a commit. Copies made after such a pause are counted as
   possible duplicates.
+* Every partition is re-read the same way when the tracker's own clock jumps
+  (:class:`~kmq.core.marker_clock.ClockWatch`): the times it keeps are on the
+  old clock, and leases are judged only once each partition caught up again on
+  the new one.
+* A marker of a newer wire version is read by its version-1 fields, or, when
+  it cannot be, holds its partition at it (:mod:`tracker.upgrades`): never
+  skipped, never a crash.
 * One partition's failure (even an unexpected one) never stops the service:
   its offsets stay open and are retried with a capped backoff.
 * The committed marker offset is the smallest START marker offset that still
@@ -51,7 +58,8 @@ from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
-from kmq.core.markers import BadMarker, Start, decode_record
+from kmq.core.marker_clock import ClockWatch
+from kmq.core.markers import VERSION, BadMarker, Start, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.http import HealthServer
@@ -60,6 +68,7 @@ from tracker.catch_up import CatchUp
 from tracker.clock_skew import SkewGauge
 from tracker.partition import OwnedPartition, partition_names, publish_gauges
 from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
+from tracker.upgrades import hold, note_newer, publish_held
 
 __all__ = ["Tracker"]
 
@@ -122,6 +131,7 @@ class Tracker:
         # later, were written after it (kmq.core.marker_clock).
         self._fetch_sent_ms: int | None = None
         self._skew = SkewGauge(self.metrics.clock_skew_seconds)
+        self._clock_watch = ClockWatch()
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._joined = False
@@ -183,14 +193,20 @@ class Tracker:
             self._thread = None
 
     def ready(self) -> tuple[bool, str]:
-        """(ready, detail): joined the group and every assigned partition caught up."""
+        """(ready, detail): joined the group and every assigned partition caught up (or held at a
+        marker of a newer wire version, which the detail names)."""
         if not self._joined:
             return False, "not ready: joining the tracker group"
-        behind = [o.tp for o in list(self._owned.values()) if not o.caught_up]
+        owned = list(self._owned.values())
+        # A held partition does not catch up before a newer tracker reads it: it is named, not waited for.
+        behind = [o.tp for o in owned if not o.caught_up and o.held is None]
         if behind:
             return False, (f"not ready: catching up {len(behind)} of {len(self._owned)} partition(s): "
                            f"{partition_names(behind)}")
-        return True, f"ready: {len(self._owned)} partition(s)"
+        held = [o.tp for o in owned if o.held is not None]
+        return True, f"ready: {len(self._owned)} partition(s)" + (
+            f"; {len(held)} held at a marker of a newer wire version (upgrade the tracker): {partition_names(held)}"
+            if held else "")
 
     def alive(self) -> tuple[bool, str]:
         """(alive, detail): the main loop completed a step within ``tracker.liveness_timeout``."""
@@ -296,6 +312,8 @@ class Tracker:
         floor_ms, self._fetch_sent_ms = self._fetch_sent_ms, sent_ms
         if self._membership_in_doubt("before this step"):
             records = []  # read before the pause: act on nothing of it, re-read from the commits
+        if self._clock_jumped():
+            records = []  # read on the old clock: re-read from the commits
         self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._catch_up.position_new(self._owned, self._consumer)
@@ -314,7 +332,8 @@ class Tracker:
                 self._note_end(owned)
         # A catch-up target read is a look-up too: the broker answered, no probe is due for it.
         self._looked_up_ms = max(self._looked_up_ms, self._catch_up.looked_up_ms)
-        self._redeliver_due()
+        if not self._clock_jumped():  # a jump since the fetch: nothing is judged on the old clock's times
+            self._redeliver_due()
         mono = self._mono()
         if mono >= self._next_commit:
             self._commit()
@@ -490,14 +509,50 @@ class Tracker:
         log.warning("%s: dropping the in-memory state of %d partition(s), re-reading them from the committed "
                     "offsets and redelivering nothing before the group accepts a commit for them", why,
                     len(self._owned))
+        self._reread_all(doubted=True)
+
+    def _reread_all(self, doubted: bool) -> None:
+        """Forget every partition's state: each is re-read from its committed offset and caught up to
+        a log end read afresh before a lease is judged (as after an assignment); ``doubted``: and
+        redelivered from only once the group accepted a commit for it."""
         for owned in self._owned.values():
             owned.state = self._new_state(owned.queue)
             owned.positioned = owned.caught_up = owned.at_end = False
-            owned.doubted = True
+            owned.doubted = owned.doubted or doubted
             owned.target = owned.committed = None
+            owned.held = None  # met again when re-read, unless a newer tracker reads it
+        publish_held(self._owned.values(), self._queue_names(), self.metrics)
         self._schedule.clear()
         self._catch_up.pending = set(self._owned)
         self._to_publish |= self._catch_up.pending
+
+    def _clock_jumped(self) -> bool:
+        """Whether the tracker's clock jumped since the last look (:class:`~kmq.core.marker_clock.ClockWatch`).
+        Then every partition is re-read from its committed offset before a lease is judged: the
+        read-through times, deadlines and holds it keeps are on the old clock (set back, they would
+        vouch for markers never read; set forward, they would end leases early). Replayed, a lease
+        counts from its START's record time plus at most 60 s, at most the read time
+        (:func:`~kmq.core.marker_clock.marker_time`)."""
+        jump = self._clock_watch.observe(self._now_ms(), int(self._mono() * 1000))
+        if not jump:
+            return False
+        direction = "back" if jump < 0 else "forward"
+        self.metrics.clock_jumps.labels(direction).inc()
+        self.metrics.clock_jump_seconds.labels(direction).inc(abs(jump) / 1000.0)
+        log.warning("the tracker's clock jumped %.1fs %s (against its monotonic clock): the times it keeps are on "
+                    "the old clock, so it re-reads %d partition(s) from their committed offsets and judges no lease "
+                    "before each one caught up again, as after a restart (kmq_tracker_clock_jumps_total)",
+                    abs(jump) / 1000.0, direction, len(self._owned))
+        self._reread_all(doubted=False)
+        for owned in self._owned.values():
+            owned.clock_moved(jump)
+        self._catch_up.clock_moved(jump)
+        self._fetch_sent_ms = None  # no floor: the next markers read count as replayed
+        if self._looked_up_ms:
+            self._looked_up_ms += jump
+        if self._outage is not None:
+            self._outage = (self._outage[0] + jump, self._outage[1] + jump)
+        return True
 
     def _new_state(self, q: QueueConfig) -> PartitionState:
         return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
@@ -524,6 +579,8 @@ class Tracker:
         (None: replayed or read behind). Deadlines are on this tracker's clock
         (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge."""
         state, qname, p = owned.state, owned.queue.name, owned.partition
+        if owned.held is not None:
+            return  # nothing after the marker it is held at (tracker.upgrades)
         if batch and owned.resume_from is not None:
             self._catch_up.check_resume(owned, batch[0].offset)
         late = 0
@@ -531,6 +588,10 @@ class Tracker:
             try:
                 marker = decode_record(rec.key, rec.value, p)
                 if isinstance(marker, BadMarker):
+                    if marker.newer is not None:
+                        hold(owned, rec.offset, marker, self.metrics)
+                        publish_held(self._owned.values(), self._queue_names(), self.metrics)
+                        break  # its position stays at that marker: the commit never passes it
                     raise MarkerDecodeError(marker.reason)
             except MarkerDecodeError as exc:
                 self.metrics.bad_markers.inc()
@@ -541,6 +602,8 @@ class Tracker:
                                 owned.topic, p, rec.offset, exc)
                 state.skip(rec.offset)
                 continue
+            if rec.value[0] != VERSION:
+                note_newer(owned, rec.value[0], self.metrics)
             eff = state.apply(marker, rec.offset, rec.timestamp, read_ms, floor_ms)
             if floor_ms is not None and isinstance(marker, Start):
                 self._skew.observe(qname, marker.owner, read_ms, rec.timestamp)
@@ -642,7 +705,11 @@ class Tracker:
                     g.remove(*labels)
                 except KeyError:
                     pass
+        publish_held(self._owned.values(), self._queue_names(), self.metrics)
         log.info("revoked markers partitions: %s (offsets committed, state dropped)", partition_names(revoked))
+
+    def _queue_names(self) -> list[str]:
+        return [q.name for q in self.cfg.queues]
 
 
 def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:

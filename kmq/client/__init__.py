@@ -29,6 +29,7 @@ from kmq.client.api import (
     OutRecord,
     Partition,
     ProduceFailed,
+    ProducerFatal,
     LogEnds,
     ReadResult,
     Record,
@@ -52,6 +53,7 @@ from kmq.client.factory import (
     producer,
     refused_record_errors,
     producer_state_errors,
+    producer_fatal,
     SendFailure,
     send_failure,
     send_many,
@@ -60,10 +62,10 @@ from kmq.core.errors import LogReadError
 
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
-    "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
+    "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "ProducerFatal", "client_of", "require_client",
     "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "producer", "close_producer",
     "produce_errors", "Partition", "ReadResult", "LogEnds", "Deleted", "LogReader", "LogReadError", "delivered_at", "open_log_reader",
     "refused_record_errors",
-    "produce_errors", "producer_state_errors", "SendFailure", "send_failure",
+    "produce_errors", "producer_state_errors", "producer_fatal", "SendFailure", "send_failure",
     "OutRecord", "SendBatch", "UNDECIDED", "send_many",
 ]

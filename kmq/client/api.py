@@ -31,7 +31,7 @@ from kmq.core.ranges import OffsetRange
 
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
-    "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "client_of", "require_client",
+    "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "ProducerFatal", "client_of", "require_client",
     "is_confluent_consumer", "Partition", "ReadResult", "LogEnds", "Deleted", "LogReader", "delivered_at",
     "OutRecord", "SendBatch", "FutureBatch", "ReportedBatch", "UNDECIDED",
 ]
@@ -206,6 +206,12 @@ class ProduceFailed(KmqError):
     """A record the producer could not deliver (the client's own error is the ``__cause__``)."""
 
     retriable = True
+
+
+class ProducerFatal(ProduceFailed):
+    """The producer is in a fatal state (librdkafka's fatal error, e.g. an idempotence guarantee it
+    can no longer keep): it sends nothing any more, so every later send fails the same way. The
+    record may be sent again, on a new producer: its owner closes this one and makes another."""
 
 
 class ConsumerAdapter(Protocol):

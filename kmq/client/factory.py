@@ -34,7 +34,8 @@ from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
 __all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "send_many", "close_producer", "produce_errors",
-           "refused_record_errors", "open_log_reader", "producer_state_errors", "SendFailure", "send_failure"]
+           "refused_record_errors", "open_log_reader", "producer_state_errors", "producer_fatal", "SendFailure",
+           "send_failure"]
 
 
 def adapt_consumer(consumer: Any) -> ConsumerAdapter:
@@ -153,6 +154,13 @@ def producer_state_errors() -> tuple[type[BaseException], ...]:
     clients raise these classes (the confluent adapter maps librdkafka's codes to them)."""
     return (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
             kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)
+
+
+def producer_fatal(prod: Any) -> Exception | None:
+    """The fatal error a producer from :func:`producer` reported (a
+    :class:`~kmq.client.api.ProducerFatal`: it sends nothing more and must be replaced), or None.
+    Only confluent-kafka's producers have such a state (librdkafka's fatal errors)."""
+    return getattr(prod, "fatal", None)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ and the fix; the CLI prints it as one line and exits 1.
     KmqError
     ├── ConfigError               bad or unknown configuration key (names the key path)
     ├── MarkerDecodeError         a marker record that is not valid wire format v1
+    │   └── NewerMarkerVersion    a marker of a newer wire version this build cannot read by its v1 fields
     ├── BrokerUnavailable         Kafka not reachable within the timeout      (retriable)
     │   └── LogReadError          a partition could not be read to its end in time    (retriable)
     │   ├── TlsHandshakeFailed    TLS could not be set up (TLS to a plaintext port, plaintext to a TLS port)
@@ -39,6 +40,7 @@ __all__ = [
     "KmqError",
     "ConfigError",
     "MarkerDecodeError",
+    "NewerMarkerVersion",
     "BrokerUnavailable",
     "TlsHandshakeFailed",
     "CertificateRejected",
@@ -86,6 +88,18 @@ class MarkerDecodeError(KmqError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class NewerMarkerVersion(MarkerDecodeError):
+    """A marker of a wire version newer than this build reads (``version``), whose header and ranges
+    are a marker's but whose type (``type_code``) or body this build cannot read by its version-1
+    fields. Unlike other bad markers it must not be skipped: it may open or keep a lease. Upgrading
+    the reader is the fix (docs/protocol.md, "Rolling upgrades")."""
+
+    def __init__(self, reason: str, version: int, type_code: int) -> None:
+        super().__init__(reason)
+        self.version = version
+        self.type_code = type_code
 
 
 class BrokerUnavailable(KmqError):

@@ -35,15 +35,29 @@ counted from the record, not from the read.
 :class:`SkewWindow` keeps, per owner, the least ``read time - record
 timestamp`` of the STARTs read at the log end: how far the owner's clock is
 behind the tracker's (negative: ahead), plus the least read latency.
+
+:class:`ClockWatch` notices the tracker's own clock jumping: between two looks
+it moved more or less than the monotonic clock did, by more than
+:data:`CLOCK_JUMP_MS`. Every time the tracker keeps is on that clock (deadlines,
+the time up to which it has read its markers, holds after an outage). Set back,
+they all lie ahead of the new now: "read through up to T" then vouches for
+markers written after T on the new clock that were never read, so a lease
+could be judged over without the END or RENEW written for it. The service
+answers a jump back as it answers a restart: every partition re-read from its
+committed offset, caught up to a fresh log end, before any lease is judged.
 """
 
 from __future__ import annotations
 
-__all__ = ["marker_time", "SKEW_ALLOWANCE_MS", "SkewWindow"]
+__all__ = ["marker_time", "SKEW_ALLOWANCE_MS", "SkewWindow", "ClockWatch", "CLOCK_JUMP_MS"]
 
 #: How far a replayed marker's lease may start after its record timestamp (ms): the writer-behind
 #: skew a restart tolerates, and the most a restart lengthens a lease by.
 SKEW_ALLOWANCE_MS = 60_000
+#: How much more or less than the monotonic clock the tracker's clock may move between two looks
+#: (a step apart) before it counts as a jump (ms): far more than NTP slews it meanwhile (at most
+#: 0.5 ms a second); a jump back within it errs as much as a fetch that took a second.
+CLOCK_JUMP_MS = 1_000
 
 
 def marker_time(ts_ms: int, read_ms: int, floor_ms: int | None) -> int:
@@ -72,3 +86,22 @@ class SkewWindow:
         """What was observed since the last call (ms per key); starts a new window."""
         out, self._least = self._least, {}
         return out
+
+
+class ClockWatch:
+    """Jumps of a wall clock, told by a monotonic clock read at the same moments (see the module
+    docstring). Pure: the caller reads both clocks."""
+
+    __slots__ = ("bound_ms", "_last")
+
+    def __init__(self, bound_ms: int = CLOCK_JUMP_MS) -> None:
+        self.bound_ms = bound_ms
+        self._last: tuple[int, int] | None = None
+
+    def observe(self, wall_ms: int, mono_ms: int) -> int:
+        """How far the wall clock jumped since the last look (ms; negative: back), 0 within the bound."""
+        last, self._last = self._last, (wall_ms, mono_ms)
+        if last is None:
+            return 0
+        moved = (wall_ms - last[0]) - (mono_ms - last[1])
+        return moved if abs(moved) > self.bound_ms else 0

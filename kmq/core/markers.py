@@ -14,6 +14,17 @@ value that is not a valid version-1 marker. :func:`decode_record` is what every
 reader of the markers topic calls (tracker, ``kmq status``, ``kmq trace``, the
 audit, the Spark job): it also checks the key against the partition the record
 was read from, and answers a bad record with a :class:`BadMarker` naming why.
+
+Rolling upgrades (docs/protocol.md, "Rolling upgrades"): every later version
+keeps the version-1 layout of each type and may only append fields to it, and
+a change a version-1 reader would misread takes a new type code. So a marker of
+a newer version and a known type is read by its version-1 fields, the rest
+ignored. One of a newer version whose header and ranges parse but whose type
+is unknown or whose version-1 body does not parse raises
+:class:`~kmq.core.errors.NewerMarkerVersion` (a :class:`MarkerDecodeError`): a
+reader must not skip it as garbage, since it may open or keep a lease (the
+tracker holds the partition at it). A newer version whose ranges do not parse is
+no marker: an ordinary :class:`MarkerDecodeError`.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, Iterable, Union
 
-from kmq.core.errors import MarkerDecodeError
+from kmq.core.errors import MarkerDecodeError, NewerMarkerVersion
 from kmq.core.ranges import OffsetRange, RangeOverlapError, normalize
 
 __all__ = [
@@ -38,6 +49,7 @@ __all__ = [
     "Closed",
     "Marker",
     "MarkerDecodeError",
+    "NewerMarkerVersion",
     "encode",
     "decode",
     "encode_key",
@@ -322,15 +334,40 @@ def _new(cls, **fields):
 
 
 def decode(value: bytes | bytearray | memoryview | None) -> Marker:
-    """Parse a marker value. Raises :class:`MarkerDecodeError` for anything invalid."""
+    """Parse a marker value. Raises :class:`MarkerDecodeError` for anything invalid; a value of a
+    newer version is read by its version-1 fields or raises :class:`NewerMarkerVersion` (see the
+    module docstring)."""
     if value is None:
         raise MarkerDecodeError("marker value is empty (tombstone)")
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise MarkerDecodeError(f"marker value must be bytes, got {type(value).__name__}")
     rd = _Reader(bytes(value))
     version, code = rd.take(_HEAD, "header")
-    if version != VERSION:
+    if version == VERSION:
+        return _decode_body(rd, code)
+    if version < VERSION:
         raise MarkerDecodeError(f"unknown marker version {version} (this build reads version {VERSION})")
+    try:
+        ranges = rd.ranges()  # every version starts with them: a value whose ranges do not parse is no marker
+    except MarkerDecodeError as exc:
+        raise MarkerDecodeError(f"unknown marker version {version} and no marker's ranges after it "
+                                f"({exc.reason})") from None
+    rd.pos = _HEAD.size
+    try:
+        return _decode_body(rd, code, newer=True)
+    except MarkerDecodeError as exc:
+        what = f"type {code}" if code not in _TYPES else f"{MarkerType(code).name} ({exc.reason})"
+        raise NewerMarkerVersion(f"marker of wire version {version} (this build reads version {VERSION}) with "
+                                 f"{what} not readable by its version-1 fields; it names offsets "
+                                 f"{ranges[0].first}..{ranges[-1].last}", version, code) from None
+
+
+_TYPES = frozenset(int(t) for t in MarkerType)
+
+
+def _decode_body(rd: _Reader, code: int, newer: bool = False) -> Marker:
+    """The marker of type ``code`` from the ranges on; ``newer``: of a later version, whose fields
+    after the version-1 ones are ignored."""
     try:
         mtype = MarkerType(code)
     except ValueError:
@@ -361,7 +398,7 @@ def decode(value: bytes | bytearray | memoryview | None) -> Marker:
         except ValueError:
             raise MarkerDecodeError(f"unknown CLOSED outcome {code_out}") from None
         marker = _new(Closed, ranges=ranges, outcome=outcome)
-    if rd.pos != len(rd.buf):
+    if rd.pos != len(rd.buf) and not newer:
         raise MarkerDecodeError(f"{len(rd.buf) - rd.pos} trailing bytes after a {mtype.name} marker")
     return marker
 
@@ -369,9 +406,12 @@ def decode(value: bytes | bytearray | memoryview | None) -> Marker:
 @dataclass(frozen=True, slots=True)
 class BadMarker:
     """A markers-topic record that is not a marker of its partition; ``reason`` says why
-    (readers count it and skip it: one bad record never stops them)."""
+    (readers count it and skip it: one bad record never stops them). ``newer``: the wire version
+    of a marker newer than this build reads by its version-1 fields (:class:`NewerMarkerVersion`):
+    not to be skipped where leases are judged (the tracker holds the partition at it)."""
 
     reason: str
+    newer: int | None = None
 
 
 def decode_record(key: bytes | None, value: bytes | bytearray | memoryview | None, partition: int) -> Marker | BadMarker:
@@ -386,5 +426,7 @@ def decode_record(key: bytes | None, value: bytes | bytearray | memoryview | Non
         return BadMarker(f"marker for queue partition {qp} found in markers partition {partition}")
     try:
         return decode(value)
+    except NewerMarkerVersion as exc:
+        return BadMarker(exc.reason, exc.version)
     except MarkerDecodeError as exc:
         return BadMarker(exc.reason)

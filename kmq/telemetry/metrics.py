@@ -148,10 +148,30 @@ class TrackerMetrics:
             "kmq_tracker_marker_lag", "Markers high-water mark minus the tracker's position", ["queue", "partition"], registry=r,
         )
         self.bad_markers = Counter("kmq_tracker_bad_markers_total", "Undecodable marker records skipped", registry=r)
+        self.newer_markers = Counter(
+            "kmq_tracker_newer_markers_total",
+            "Markers of a newer wire version than this tracker reads, by handling (read: by their version-1 "
+            "fields; held: not readable so, the partition held at it until a newer tracker reads it)",
+            ["queue", "version", "handling"], registry=r,
+        )
+        self.held_partitions = Gauge(
+            "kmq_tracker_held_partitions",
+            "Owned markers partitions held at a marker of a newer wire version (nothing after it is applied)",
+            ["queue"], registry=r,
+        )
         self.clock_skew_seconds = Gauge(
             "kmq_tracker_clock_skew_seconds",
             "Tracker read time minus record timestamp of an owner's START markers read at the log end, the least "
             "per metrics interval (positive: the owner's clock is behind the tracker's)", ["queue", "owner"], registry=r,
+        )
+        self.clock_jumps = Counter(
+            "kmq_tracker_clock_jumps_total",
+            "Jumps of the tracker's own clock against its monotonic clock, by direction (back: every partition "
+            "is re-read before a lease is judged)", ["direction"], registry=r,
+        )
+        self.clock_jump_seconds = Counter(
+            "kmq_tracker_clock_jump_seconds_total", "How far the tracker's own clock jumped, summed, by direction",
+            ["direction"], registry=r,
         )
         self.missing_offsets = Counter(
             "kmq_tracker_missing_offsets_total",
@@ -171,6 +191,12 @@ class TrackerMetrics:
         )
         self.redelivery_failures = Counter(
             "kmq_tracker_redelivery_failures_total", "Redelivery attempts that failed and will be retried", ["queue"], registry=r,
+        )
+        self.producer_replacements = Counter(
+            "kmq_tracker_producer_replacements_total",
+            "Producers of copies the tracker closed and replaced, by reason (fatal: the client reported a fatal "
+            "error; refused_id: the broker refused its producer id; undecided: it left sends undecided past its "
+            "delivery timeout)", ["reason"], registry=r,
         )
         # Set by the service with set_function: evaluated at scrape time, like /readyz.
         self.ready = Gauge("kmq_tracker_ready", "1 when joined and caught up on every assigned partition (/readyz)",

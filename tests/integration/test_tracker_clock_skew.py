@@ -15,7 +15,8 @@ import pytest
 from kmq.core.markers import End, Start
 from tests.helpers.kafka import wait_until
 from tests.integration.test_tracker import produce
-from tests.integration.tracker_util import MarkerProducer, Tail, metric, running_tracker
+from tests.integration.tracker_util import MarkerProducer, Tail, http_status, metric, running_tracker
+from tracker.service import Tracker
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +76,47 @@ def test_a_worker_clock_10s_ahead_does_not_hold_the_lease_of_a_message_whose_wor
             assert written + LEASE_MS + 200 - 100 <= copy.timestamp <= written + LEASE_MS + 200 + 2000
     finally:
         markers.close(); tail.close()
+
+
+class SettableClock:
+    """The tracker's wall clock: the host's, moved by ``offset_s`` (an operator's `date -s`, a broken
+    time sync); its monotonic clock is untouched."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset_s
+
+
+def test_a_tracker_whose_clock_is_set_back_re_reads_its_markers_and_copies_only_the_abandoned_message(
+        bootstrap, queue_topics):
+    cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"})
+    produce(bootstrap, q.name, 2)
+    markers, tail = MarkerProducer(bootstrap, q.markers_topic), Tail(bootstrap, q.name)
+    clock = SettableClock()
+    t = Tracker(cfg, http_host="127.0.0.1", clock=clock).start()
+    try:
+        wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")
+
+        def read(mtype: str) -> float:
+            return metric(t.http_port, "kmq_tracker_markers_total", queue=q.name, type=mtype)
+
+        markers.send(0, Start([(0, 2)], lease_ms=LEASE_MS, owner="w"), ts_ms=worker_ms(0))
+        markers.send(0, End([(0, 1)]), ts_ms=worker_ms(0))  # the first acked; the second's worker died
+        wait_until(lambda: read("end") == 1, 10, what="the END read")
+        clock.offset_s = -30.0
+        set_back = time.monotonic()
+        # Counted on the old clock, the lease would end 30 s late. Re-read on the new one, it ends a
+        # lease (2 s) and a backoff (0.2 s) after the re-read.
+        copies = tail.wait_for(3, timeout=15, what="the abandoned message's copy")[2:]
+        assert time.monotonic() - set_back < LEASE_MS / 1000 + 3.0
+        assert [c.key for c in copies] == [b"k1"]
+        wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 0, 10, what="all closed")
+        assert metric(t.http_port, "kmq_tracker_clock_jumps_total", direction="back") == 1
+        assert 29.5 < metric(t.http_port, "kmq_tracker_clock_jump_seconds_total", direction="back") < 30.5
+        assert read("start") == 2 and read("end") == 2  # read again from the committed offset
+        assert metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) == 1
+        assert len(tail.poll()) == 3
+    finally:
+        t.stop(); markers.close(); tail.close()

@@ -125,3 +125,20 @@ def test_a_settled_window_is_forgotten():
     s.report(Err("MSG_TIMED_OUT"), Msg("q", 0, b"k", b"v0", [("kmq-origin", b"q/0/0")]))
     s.settle()
     assert v1 == [None] and isinstance(v2[0], RuntimeError)
+
+
+def test_once_the_producer_is_fatal_a_record_no_report_names_is_not_vouched_for():
+    """A fatal error can swallow a failure report (kmq.client.confluent.fatal): what no report
+    names then takes the fatal error, never an acknowledgement."""
+    s = FlushSettlement(error_of)
+    recs = records(3)
+    verdicts = [UNDECIDED] * 3
+    s.batch(recs, verdicts)
+    fut = Delivery()
+    s.future(fut, "q__markers", 0, b"\x00", b"closed", None)
+    r = recs[0]
+    s.report(Err("MSG_SIZE_TOO_LARGE"), Msg(r.topic, r.partition, r.key, r.value, r.headers))
+    fatal = RuntimeError("fatal")
+    s.settle(unknown=fatal)
+    assert str(verdicts[0]) == "q: MSG_SIZE_TOO_LARGE" and verdicts[1:] == [fatal, fatal]
+    assert fut.failed() and fut.exception is fatal

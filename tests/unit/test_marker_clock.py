@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kmq.core.lease_state import PartitionState
-from kmq.core.marker_clock import SKEW_ALLOWANCE_MS, SkewWindow, marker_time
+from kmq.core.marker_clock import CLOCK_JUMP_MS, SKEW_ALLOWANCE_MS, ClockWatch, SkewWindow, marker_time
 from kmq.core.markers import End, Nack, Renew, Start
 
 
@@ -91,3 +91,17 @@ def test_the_skew_window_keeps_the_least_read_minus_record_time_per_owner():
     w.observe(("q", "b"), 1_000, 5_000)
     assert w.take() == {("q", "a"): 10_010, ("q", "b"): -4_000}
     assert w.take() == {}
+
+
+@pytest.mark.parametrize("looks, jumps, why", [
+    ([(1_000, 0), (1_050, 50), (2_050, 1_050)], [0, 0, 0], "both clocks move alike"),
+    ([(1_000, 0), (1_000 - 30_000, 50)], [0, -30_050], "set back 30 s between two steps"),
+    ([(1_000, 0), (61_050, 50)], [0, 60_000], "set forward a minute"),
+    ([(1_000, 0), (1_050 - CLOCK_JUMP_MS, 50)], [0, 0], "back by the bound: not a jump"),
+    ([(1_000, 0), (1_049 - CLOCK_JUMP_MS, 50)], [0, -CLOCK_JUMP_MS - 1], "back by just more"),
+    ([(1_000, 0), (1_000, 600), (1_000, 1_200)], [0, 0, 0], "slewed back 0.6 s a look: each within it"),
+    ([(1_000, 0), (1_000 - 5_000, 50), (1_000 - 4_950, 100)], [0, -5_050, 0], "a jump is told once"),
+])
+def test_a_jump_of_the_trackers_clock_is_told_by_its_monotonic_clock(looks, jumps, why):
+    watch = ClockWatch()
+    assert [watch.observe(wall, mono) for wall, mono in looks] == jumps, why

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kmq.core import markers as m
-from kmq.core.errors import MarkerDecodeError
+from kmq.core.errors import MarkerDecodeError, NewerMarkerVersion
 from kmq.core.ranges import OffsetRange
 
 GOLDEN = json.loads((Path(__file__).parent.parent / "data" / "markers_v1_golden.json").read_text())
@@ -101,7 +101,8 @@ def _ranges_bytes(*pairs):
 BAD = {
     "empty": b"",
     "only_version": b"\x01",
-    "unknown_version": b"\x02\x02" + _ranges_bytes((1, 1)),
+    "version_zero": b"\x00\x02" + _ranges_bytes((1, 1)),
+    "newer_version_without_ranges": b"\x02\x02\x00",
     "unknown_type": b"\x01\x07" + _ranges_bytes((1, 1)),
     "type_zero": b"\x01\x00" + _ranges_bytes((1, 1)),
     "no_ranges": b"\x01\x02" + struct.pack(">H", 0),
@@ -220,7 +221,50 @@ def test_decode_record_returns_the_marker_of_its_own_partition():
     (b"\x00\x01", m.encode(m.End([(0, 1)])), "marker key must be 4 bytes, got 2"),
     (b"\xff\xff\xff\xff", m.encode(m.End([(0, 1)])), "marker key holds negative partition -1"),
     (m.encode_key(1), None, "marker value is empty (tombstone)"),
-    (m.encode_key(1), b"\x02\x01", "unknown marker version 2 (this build reads version 1)"),
+    (m.encode_key(1), b"\x02\x01", "unknown marker version 2 and no marker's ranges after it (truncated: range "
+                                   "count needs 2 bytes at byte 2, 0 left)"),
 ])
 def test_decode_record_names_why_a_record_is_bad_and_never_raises(key, value, reason):
     assert m.decode_record(key, value, 1) == m.BadMarker(reason)
+
+
+# ------------------------------------------------------------------ rolling upgrades: markers of a newer version
+
+
+@pytest.mark.parametrize("case", [c for c in GOLDEN if "hex" in c], ids=lambda c: c["name"])
+@pytest.mark.parametrize("version", [2, 255])
+def test_a_newer_version_of_a_known_type_is_read_by_its_version_1_fields(case, version):
+    """A later version keeps each type's version-1 layout and only appends fields."""
+    v1 = bytes.fromhex(case["hex"])
+    assert m.decode(bytes([version]) + v1[1:] + b"\x00\x2afields of a later version") == m.decode(v1)
+
+
+@pytest.mark.parametrize("value, what", [
+    (b"\x02\x07" + _ranges_bytes((5, 3)) + b"new body", "type 7"),  # a type added by a later version
+    (b"\x03\x01" + _ranges_bytes((5, 3)) + b"\x00", "START (truncated: lease_ms"),  # not a v1 START body
+    (b"\x02\x06" + _ranges_bytes((5, 3)) + b"\x21", "CLOSED (unknown CLOSED outcome 33)"),
+])
+def test_a_newer_marker_not_readable_by_its_version_1_fields_is_told_apart_from_garbage(value, what):
+    with pytest.raises(NewerMarkerVersion) as info:
+        m.decode(value)
+    assert info.value.version == value[0] and info.value.type_code == value[1]
+    assert what in info.value.reason and "names offsets 5..7" in info.value.reason
+    bad = m.decode_record(m.encode_key(0), value, 0)
+    assert isinstance(bad, m.BadMarker) and bad.newer == value[0] and bad.reason == info.value.reason
+
+
+@pytest.mark.parametrize("value", [b"\x02", b"\x02\x07", b"\x02\x07\xff\xff" + b"\x00" * 12,
+                                   b"\x02\x02" + _ranges_bytes((5, 0)), b"\x09\x01" + _ranges_bytes((-1, 1))])
+def test_a_newer_version_whose_ranges_do_not_parse_is_no_marker_and_skipped_as_bad(value):
+    with pytest.raises(MarkerDecodeError) as info:
+        m.decode(value)
+    assert not isinstance(info.value, NewerMarkerVersion)
+    assert m.decode_record(m.encode_key(0), value, 0).newer is None
+
+
+def test_version_1_keeps_its_exact_layout():
+    end = m.encode(m.End([(1, 1)]))
+    with pytest.raises(MarkerDecodeError, match="trailing bytes"):
+        m.decode(end + b"\x00")
+    with pytest.raises(MarkerDecodeError, match="unknown marker type 7"):
+        m.decode(b"\x01\x07" + end[2:])

@@ -119,3 +119,70 @@ def test_the_skew_of_each_owner_is_measured_on_the_starts_read_at_the_log_end(mo
     # Read time minus record time: the worker's skew plus at most a tick of read latency.
     assert gauge.labels(h.q.name, "behind")._value.get() == pytest.approx(10.0, abs=TICK_S + 0.01)
     assert gauge.labels(h.q.name, "ahead")._value.get() == pytest.approx(-4.0, abs=TICK_S + 0.01)
+
+
+def stuck_fetch(h: Harness) -> dict:
+    """From now on while ``stuck["on"]``, the tracker's markers fetch brings nothing (a stuck fetch)."""
+    stuck, real = {"on": True}, h.consumer.fetch
+    h.consumer.fetch = lambda *args, **kw: [] if stuck["on"] else real(*args, **kw)
+    return stuck
+
+
+def jump(h: Harness, seconds: float) -> None:
+    """The tracker's wall clock is set by ``seconds`` (negative: back); its monotonic clock runs on."""
+    h.time.wall += seconds
+
+
+def test_after_its_clock_went_back_the_tracker_judges_no_lease_on_a_read_through_time_of_the_old_clock(
+        monkeypatch, caplog):
+    """Caught up at wall time T, the tracker keeps "every marker written before T was read". Its
+    clock set back 30 s, that would vouch for 30 s of markers on the new clock it never read: an END
+    its fetch has not brought yet would be taken for a lapsed lease. So it re-reads first."""
+    h = Harness(monkeypatch)
+    run_for(h, 0.2)  # caught up on the empty partitions
+    jump(h, -30.0)
+    worker = Worker(h, 30.0)  # the worker's clock did not move
+    run_for(h, 0.2)  # the jump is seen, every partition re-read and caught up again
+    assert h.tracker.ready()[0]
+    worker.start(0)
+    run_for(h, 0.3)  # the START is read
+    stuck = stuck_fetch(h)
+    worker.end(0)  # acked within the lease; the END is in the log, not read
+    run_for(h, 4)  # the lease (2 s) ended on the tracker's clock
+    assert copies(h, 1) == 0, "copied a message whose END was in the markers log"
+    stuck["on"] = False
+    run_for(h, 0.5)
+    assert h.tracker._owned[(h.q.markers_topic, 0)].state.in_flight == 0 and copies(h, 1) == 0
+    assert h.metric("clock_jumps", "back") == 1 and h.metric("clock_jump_seconds", "back") == pytest.approx(30, abs=0.1)
+    assert "clock jumped 30.0s back" in caplog.text and h.metric("stale_views") == 0
+
+
+def test_after_its_clock_went_back_an_abandoned_lease_is_still_redelivered_once(monkeypatch):
+    h = Harness(monkeypatch)
+    run_for(h, 0.2)
+    worker = Worker(h, 0.0)
+    worker.start(0)  # and the worker dies: no END
+    run_for(h, 0.5)
+    jump(h, -30.0)  # its lease, counted on the old clock, would end 30 s late
+    began = h.time.mono
+    while h.copies()[0] == 0 and h.time.mono - began < 60:
+        run_for(h, TICK_S)
+    # Replayed after the jump, the START counts from its read time: the lease (2 s), the backoff.
+    assert h.time.mono - began == pytest.approx(2.1, abs=0.3)
+    run_for(h, 5)
+    assert h.copies()[0] == 1
+
+
+def test_after_its_clock_jumped_forward_a_handler_within_its_lease_costs_no_copy(monkeypatch):
+    """Set forward 30 s, the tracker's deadlines of the old clock would end every open lease at once."""
+    h = Harness(monkeypatch)
+    run_for(h, 0.2)
+    worker = Worker(h, 0.0)
+    worker.start(0)
+    run_for(h, 0.3)
+    jump(h, 30.0)
+    worker.skew_ms = -30_000  # the worker's clock did not move
+    run_for(h, 0.5)
+    worker.end(0)
+    run_for(h, 5)
+    assert copies(h, 1) == 0 and h.metric("clock_jumps", "forward") == 1

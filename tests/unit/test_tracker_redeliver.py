@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from kmq.client import ProducerFatal
 from kmq.config import BackoffConfig, QueueConfig
 from kmq.core.markers import Closed, Outcome, Reject, Start, decode, encode
 from kmq.telemetry.metrics import TrackerMetrics
@@ -383,6 +384,64 @@ def test_a_closed_marker_left_undecided_replaces_the_producer_and_retries_the_st
     assert red.process(Q, 0, st, st.due(clock["now"])).failed == 1 and stuck.closed and st.in_flight == 1
     clock["now"] = st.next_due_ms()
     assert red.process(Q, 0, st, st.due(clock["now"])).missing == 1 and st.in_flight == 0
+
+
+class FatalProducer(FakeProducer):
+    """A producer that turns fatal at its send number ``fatal_at`` (counted from 0), as
+    confluent-kafka's does: :attr:`fatal` set, that send and every later one failing with it. What
+    the adapter promises, not a client of its own: tests/integration/test_tracker_fatal_producer.py
+    drives the real one."""
+
+    def __init__(self, fatal_at):
+        super().__init__()
+        self.fatal, self.fatal_at, self.closed = None, fatal_at, False
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None):
+        if len(self.sent) >= self.fatal_at and self.fatal is None:
+            self.fatal = ProducerFatal("the producer is in a fatal state: gap-less guarantee (_GAPLESS_GUARANTEE)")
+        super().send(topic, value=value, key=key, headers=headers, partition=partition)
+        return FakeFuture(self.fatal)
+
+    def close(self, timeout=None):
+        self.closed = True
+
+
+def replaced_by(first, fresh, n, metrics):
+    """A redeliverer on ``first`` that makes ``fresh`` when it replaces it, and ``n`` messages due."""
+    clock = {"now": 10_000}
+    red = Redeliverer(first, FakeReader(records(n)), metrics, clock_ms=lambda: clock["now"],
+                      new_producer=lambda _compression: fresh)
+    st = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    st.apply(Start([(0, n)], lease_ms=1000), 0, 0)
+    return red, st, clock
+
+
+def test_a_producer_that_reports_a_fatal_error_is_replaced_and_only_acknowledged_copies_are_closed(caplog):
+    fatal, fresh, metrics = FatalProducer(fatal_at=2), FakeProducer(), TrackerMetrics()
+    red, st, clock = replaced_by(fatal, fresh, 4, metrics)
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    # Offsets 0 and 1 were acknowledged before the fatal error: closed. 2 and 3 were not: open.
+    assert rep.redelivered == 2 and rep.failed == 2 and st.in_flight == 2 and fatal.closed
+    assert metrics.registry.get_sample_value("kmq_tracker_producer_replacements_total", {"reason": "fatal"}) == 1
+    assert "replacing the tracker's producer: it reported a fatal error" in caplog.text
+    assert [t for t, *_ in fatal.sent] == ["orders"] * 4
+    assert [decode(v) for _, _, _, v, _ in fresh.sent] == [Closed([(0, 2)], Outcome.REDELIVERED)]
+    clock["now"] = st.next_due_ms()
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert rep.redelivered == 2 and st.in_flight == 0  # retried on the new producer
+    assert [(t, k) for t, _, k, *_ in fresh.sent[1:]] == [("orders", b"k2"), ("orders", b"k3"),
+                                                         ("orders__markers", b"\x00\x00\x00\x00")]
+    assert metrics.registry.get_sample_value("kmq_tracker_producer_replacements_total", {"reason": "fatal"}) == 1
+
+
+def test_a_closed_marker_a_fatal_producer_did_not_acknowledge_is_sent_again_on_a_new_producer(caplog):
+    fatal, fresh = FatalProducer(fatal_at=1), FakeProducer()  # the copy is acknowledged, its CLOSED marker not
+    red, st, clock = replaced_by(fatal, fresh, 1, TrackerMetrics())
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert rep.redelivered == 1 and st.in_flight == 0 and fatal.closed
+    assert [t for t, *_ in fatal.sent] == ["orders", "orders__markers"]
+    assert [decode(v) for _, _, _, v, _ in fresh.sent] == [Closed([(0, 1)], Outcome.REDELIVERED)]
+    assert "not written" not in caplog.text
 
 
 def test_each_queue_is_written_by_the_producer_of_its_compression_and_a_replacement_keeps_the_codec():

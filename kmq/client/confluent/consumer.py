@@ -15,7 +15,9 @@ classifies failures (permanent or not, too large, unauthorised) serves both.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import time
 from functools import partial
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -27,12 +29,14 @@ from kmq.client.api import (
     Delivery,
     OutRecord,
     Partition,
+    ProducerFatal,
     Record,
     ReportedBatch,
     require_client,
 )
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
+from kmq.client.confluent.fatal import FatalState
 from kmq.client.confluent.flush_settlement import FlushSettlement
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
 from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, settings
@@ -130,7 +134,11 @@ class ConfluentProducer:
     With ``settle_on_flush`` the verdicts (futures and :meth:`send_many`'s batches) are given
     only when a :meth:`flush` leaves nothing in the queue, and librdkafka reports failures only:
     no callback object per record (see :mod:`kmq.client.confluent.flush_settlement`). One
-    thread then sends and flushes."""
+    thread then sends and flushes.
+
+    A fatal error (:mod:`kmq.client.confluent.fatal`) is kept in :attr:`fatal`: later sends fail
+    with it (:class:`~kmq.client.api.ProducerFatal`), records no report names are not vouched for
+    (they fail with it too), and the owner replaces the producer."""
 
     is_confluent = True
 
@@ -141,6 +149,7 @@ class ConfluentProducer:
             conf = {**conf, "delivery.report.only.error": True, "on_delivery": self._settlement.report}
         self.raw = ck.Producer(conf)
         self._log_bridge = conf.get("logger")
+        self._fatal = FatalState()
         self._closed = threading.Event()
         # Held by the serving thread while it polls: a failure it took from the queue is recorded
         # before a flush infers that the records no failure names were acknowledged.
@@ -149,17 +158,39 @@ class ConfluentProducer:
                                         name="kmq-confluent-producer", daemon=True)
         self._poller.start()
 
+    @property
+    def fatal(self) -> ProducerFatal | None:
+        """The fatal error this producer reported (then it sends nothing more), or None."""
+        return self._fatal.error
+
+    def _served(self, serve: Callable[[float], int], timeout: float) -> int:
+        """``serve(timeout)``: the handle's ``poll`` or ``flush``. The fatal error either may raise is
+        kept, not raised (librdkafka serves it once); what is left in the queue is returned then."""
+        try:
+            return serve(timeout)
+        except:  # noqa: E722 - only the fatal error is taken (it can come as no BaseException, see fatal.py)
+            if not self._fatal.note(sys.exc_info()[1]):
+                raise
+            return len(self.raw)
+
+    def _poll(self, timeout: float) -> int:
+        return self._served(self.raw.poll, timeout)
+
     def _serve(self) -> None:
         while not self._closed.is_set():
-            self.raw.poll(0.05)
+            self._poll(0.05)
 
     def _serve_locked(self) -> None:
         # poll(0) under the lock, never a wait in it: a flush waits for the lock at most one serving.
         while not self._closed.is_set():
             with self._serving:
-                served = self.raw.poll(0)
+                served = self._poll(0)
             if not served:
                 self._closed.wait(0.05)
+
+    def _refused(self, err: Any, topic: str) -> Exception:
+        """The error of a record ``produce`` refused with ``err`` (before it left)."""
+        return self._fatal.refused(err) or as_kafka_python_error(err, f"{topic}: ")
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
              headers: Any = None, timestamp_ms: int | None = None) -> Delivery:
@@ -185,9 +216,9 @@ class ConfluentProducer:
                 self.raw.produce(topic, **kw)
                 break
             except BufferError:  # local queue full: wait for deliveries to drain it
-                self.raw.poll(0.05)
-            except KafkaException as exc:  # refused before it left (too large, unknown partition)
-                raise as_kafka_python_error(exc.args[0], f"{topic}: ") from exc
+                self._poll(0.05)
+            except KafkaException as exc:  # refused before it left (too large, unknown partition, fatal)
+                raise self._refused(exc.args[0], topic) from exc
         if settlement is not None:  # its verdict comes with the next complete flush
             settlement.future(fut, topic, partition, key, value, kw.get("headers"))
         return fut
@@ -196,7 +227,7 @@ class ConfluentProducer:
         """Start producing ``records``; their verdicts arrive in the returned batch (see
         :class:`~kmq.client.api.ReportedBatch`): one list slot a record, no future, no lock."""
         batch = ReportedBatch(len(records))
-        verdicts, produce, poll = batch.verdicts, self.raw.produce, self.raw.poll
+        verdicts, produce, poll = batch.verdicts, self.raw.produce, self._poll
         settled = self._settlement is not None
         if settled:
             self._settlement.batch(records, verdicts)  # type: ignore[union-attr]
@@ -210,18 +241,33 @@ class ConfluentProducer:
                     break
                 except BufferError:  # local queue full: wait for deliveries to drain it
                     poll(0.05)
-                except KafkaException as exc:  # refused before it left (too large, unknown partition)
-                    verdicts[i] = as_kafka_python_error(exc.args[0], f"{topic}: ")
+                except KafkaException as exc:  # refused before it left (too large, unknown partition, fatal)
+                    verdicts[i] = self._refused(exc.args[0], topic)
                     break
         return batch
 
     def flush(self, timeout: float | None = None) -> None:
-        left = self.raw.flush(-1 if timeout is None else max(0.0, timeout))
+        """Wait for every record sent so far (at most ``timeout``). Raises ``KafkaTimeoutError`` for
+        what is left, :class:`~kmq.client.api.ProducerFatal` when the producer became fatal during
+        this flush (what it had not delivered fails with it)."""
+        began, known = time.monotonic(), self._fatal.error
+        left = self._flush_raw(-1 if timeout is None else max(0.0, timeout))
+        fatal = self._fatal.error
+        if fatal is not None and known is None:
+            # A flush that raised the fatal error stopped there: serve the reports still due (purged
+            # and in-flight records). Those served with the error set may be lost: settle() below
+            # vouches for nothing no report names.
+            left = self._flush_raw(-1 if timeout is None else max(0.0, timeout - (time.monotonic() - began)))
         if self._settlement is not None and not left:
             with self._serving:  # the serving thread is not inside a poll: every failure is recorded
-                self._settlement.settle()
+                self._settlement.settle(unknown=fatal)
+        if fatal is not None and (known is None or left):
+            raise fatal
         if left:
             raise kp_errors.KafkaTimeoutError(f"{left} record(s) not delivered within {timeout}s")
+
+    def _flush_raw(self, timeout: float) -> int:
+        return self._served(self.raw.flush, timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush for at most ``timeout`` seconds; what is left fails (librdkafka purges it).
@@ -230,16 +276,17 @@ class ConfluentProducer:
         if self._closed.is_set():
             return
         try:
-            self.raw.flush(max(0.0, timeout))
+            self._flush_raw(max(0.0, timeout))
         finally:
             if len(self.raw):
                 self.raw.purge()
-                self.raw.poll(0)  # deliver the purge failures to the futures
+                self._poll(0)  # deliver the purge failures to the futures
             self._closed.set()
             if self._poller is not threading.current_thread():
                 self._poller.join(1)
                 if self._settlement is not None and not self._poller.is_alive() and not len(self.raw):
-                    self._settlement.settle()  # purged ones failed; the others were acknowledged
+                    # Purged ones failed; the others were acknowledged (unless it was fatal: not vouched for).
+                    self._settlement.settle(unknown=self._fatal.error)
                 if not self._poller.is_alive():  # never under a poll() of the serving thread
                     self.raw.close()
             _flush_logs(self._log_bridge)

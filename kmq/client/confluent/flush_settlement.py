@@ -15,7 +15,9 @@ matched by that content, narrowed by the headers when they are there. Records wi
 the same content sent in one flush window all take the failure (retried: a duplicate
 at worst). A failure that matches no record leaves every verdict of the window
 undecided, which the caller treats as a send it cannot vouch for (retried after the
-producer is replaced).
+producer is replaced). So does a producer's fatal error (:mod:`kmq.client.confluent.fatal`):
+it can swallow a failure report, so from then on the records no report names take that
+error instead of an acknowledgement (retried on a new producer: a duplicate at worst).
 
 Not thread-safe: one thread sends and flushes; failures may be recorded from the
 thread that serves the producer's reports, and :meth:`FlushSettlement.settle` must run
@@ -67,9 +69,10 @@ class FlushSettlement:
             self._failures.append((err, (msg.topic(), msg.partition(), msg.key(), msg.value()),
                                    None if headers is None else _headers(headers)))
 
-    def settle(self) -> None:
+    def settle(self, unknown: Exception | None = None) -> None:
         """Every record sent so far has been reported (the producer's queue is empty): give each
-        its verdict, the failures by content, acknowledged for the others."""
+        its verdict, the failures by content, acknowledged for the others; with ``unknown`` (the
+        producer's fatal error: a report may have been lost), ``unknown`` for the others."""
         batches, futures, failures = self._batches, self._futures, self._failures
         self._batches, self._futures, self._failures = [], [], []
         failed: dict[int, dict[int, Exception]] = {}  # id(verdicts) -> slot -> error
@@ -78,10 +81,10 @@ class FlushSettlement:
             return  # verdicts stay undecided: nothing is vouched for
         for records, verdicts in batches:
             errors = failed.get(id(verdicts), {})
-            verdicts[:] = [errors.get(i) if v is UNDECIDED else v for i, v in enumerate(verdicts)]
+            verdicts[:] = [errors.get(i, unknown) if v is UNDECIDED else v for i, v in enumerate(verdicts)]
         for i, (fut, (topic, partition, _, _, _)) in enumerate(futures):
-            if i in failed_futures:
-                fut.failure(failed_futures[i])
+            if i in failed_futures or unknown is not None:
+                fut.failure(failed_futures.get(i, unknown))
             else:
                 fut.success((topic, partition, None))  # the offset is not reported for an acknowledged record
 
