@@ -123,8 +123,11 @@ def _wait_led(admin, names: list[str], timeout_s: float) -> dict[str, int | None
     deadline = time.monotonic() + timeout_s
     while True:
         topics = admin.describe_topics(names)
+        # A topic just created may also be answered as unknown for a moment, by a broker whose
+        # metadata cache has not caught up with the controller yet.
         leaderless = [t.get("name") or t.get("topic") for t in topics
-                      if any(p.get("leader_id", -1) < 0 for p in t.get("partitions") or [])]
+                      if t.get("error_code", 0) != 0 or not t.get("partitions")
+                      or any(p.get("leader_id", -1) < 0 for p in t["partitions"])]
         if not leaderless or time.monotonic() > deadline:
             if leaderless:
                 log.warning("partitions of %s have no leader yet after %.0f s", ", ".join(leaderless), timeout_s)

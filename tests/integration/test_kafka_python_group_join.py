@@ -122,3 +122,4 @@ def test_a_leader_whose_topic_grew_rejoins_and_settles_between_zero_timeout_poll
         consumer.commit({TopicPartition(q.name, 1): OffsetAndMetadata(0, "", -1)})  # raises if not in the group
     finally:
         consumer.close()
+

@@ -19,7 +19,7 @@ from kafka.errors import CommitFailedError, IllegalStateError, KafkaError, Kafka
 from kafka.structs import OffsetAndMetadata
 
 from kmq.client.api import KAFKA_PYTHON, ClientCommitFailed, Partition, Record
-from kmq.client.kafka_python.group_join import COORDINATOR_ATTRIBUTES, keep_finished_joins
+from kmq.client.kafka_python.group_join import COORDINATOR_ATTRIBUTES, keep_finished_joins, snapshot_subscribed_metadata
 from kmq.client.kafka_python.grown_partitions import PRODUCER_ATTRIBUTES
 from kmq.client.kafka_python.watchdog import FetchWatchdog, lagging_partitions, unstrand_records
 from kmq.core.errors import BrokerUnavailable
@@ -146,6 +146,7 @@ class KafkaPythonConsumer:
         for topic in topics:
             self.raw.partitions_for_topic(topic)
         self.raw.subscribe(topics, listener=listener)
+        snapshot_subscribed_metadata(self.raw)
 
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record,
               wake: threading.Event | None = None) -> list:

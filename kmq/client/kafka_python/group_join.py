@@ -36,14 +36,15 @@ from typing import Any
 
 from kafka.structs import MemberState
 
-__all__ = ["keep_finished_joins", "COORDINATOR_ATTRIBUTES"]
+__all__ = ["keep_finished_joins", "snapshot_subscribed_metadata", "COORDINATOR_ATTRIBUTES"]
 
 log = logging.getLogger(__name__)
 
 #: ``BaseCoordinator`` internals this workaround reads, writes or calls.
 COORDINATOR_ATTRIBUTES = ("_join_task", "_lock", "_generation", "_enable_heartbeat", "_on_join_complete_async",
                           "join_group_async", "rejoining", "rejoin_needed", "state", "need_rejoin",
-                          "_assignment_snapshot", "_metadata_snapshot")
+                          "_assignment_snapshot", "_metadata_snapshot", "_build_metadata_snapshot",
+                          "_subscription", "_cluster")
 
 
 def keep_finished_joins(consumer: Any) -> None:
@@ -85,3 +86,16 @@ def keep_finished_joins(consumer: Any) -> None:
     coordinator.join_group_async = join_keeping_a_finished_one
     coordinator.need_rejoin = need_rejoin_flagging_metadata_changes
     coordinator._kmq_keeps_joins = True
+
+
+def snapshot_subscribed_metadata(consumer: Any) -> None:
+    """Take the subscribed topics' partitions from ``consumer``'s metadata cache now, just after
+    ``subscribe``. kafka-python builds that snapshot only on the next metadata answer; a group leader
+    joining before it assigns from an empty snapshot, sees the answer as a change, and rebalances the
+    group a second time right after the first (on Apache Kafka, every new kafka-python member: an
+    eager member gave all its partitions back). Call it once the topics are in the cache."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None:
+        return
+    coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(coordinator._subscription,
+                                                                          coordinator._cluster)
