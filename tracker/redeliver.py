@@ -76,6 +76,8 @@ from kmq.core.copies import (
     dead_letter_headers,
     record_size,
     reference_headers,
+    refused_with_its_batch,
+    smallest_record_limit,
 )
 from kmq.core.errors import DeadLetterTopicUnavailable
 from kmq.core.lease_state import DueItem, PartitionState
@@ -161,13 +163,15 @@ def copy_producer(kafka: KafkaConfig, max_request_size: int, compression: str = 
                                compression_type=compression)
 
 
-def copy_request_size_for(cfg: Config) -> int:
+def copy_request_size_for(cfg: Config) -> tuple[int, int]:
     """The largest record the tracker's producer sends: what the queues' and DLQs' topics accept
-    (``max.message.bytes``), never below ``tracker.max_request_size``. Where the broker does not say,
-    the log names the setting that decides."""
+    (``max.message.bytes``), never below ``tracker.max_request_size``; and the smallest of those
+    limits (:func:`~kmq.core.copies.smallest_record_limit`). Where the broker does not say, the log
+    names the setting that decides."""
     configured = cfg.tracker.max_request_size
     limits = max_message_bytes(cfg.kafka, [t for q in cfg.queues for t in (q.name, q.dlq_topic)])
     size, unknown = copy_request_size(configured, limits)
+    smallest = smallest_record_limit(configured, limits)
     if unknown:
         # Only an operator who has not sized it is warned: a set value is the answer already.
         level = logging.WARNING if configured == TrackerConfig().max_request_size else logging.INFO
@@ -177,7 +181,7 @@ def copy_request_size_for(cfg: Config) -> int:
                 "a larger record is not redelivered, only named by a reference dead letter in the DLQ",
                 ", ".join(unknown), configured)
     log.info("the tracker produces records of up to %d bytes", size)
-    return size
+    return size, smallest
 
 
 def failure_cause(step: Step, exc: BaseException) -> str:
@@ -254,13 +258,15 @@ class Redeliverer:
     def __init__(self, producer: Any, reader: LogReader, metrics: TrackerMetrics,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), send_timeout_s: float = 35.0,
                  max_request_size: int = 1_048_576, new_producer: Callable[[str], Any] | None = None,
-                 compression: str = "none") -> None:
+                 compression: str = "none", smallest_limit: int | None = None) -> None:
         self._producer = producer  # the producer of the queue being served (of codec ``_codec``)
         self._codec = compression
         self._producers = {compression: producer}
         self._new_producer = new_producer
         self._max_ranges = closed_ranges_limit(max_request_size)  # CLOSED markers must fit the producer too
         self._max_request_size = max_request_size
+        # Below this a record refused as too large was refused with its batch (refused_with_its_batch).
+        self._smallest_limit = max_request_size if smallest_limit is None else smallest_limit
         self._record_bytes: dict[str, float] = {}  # queue -> average size of the originals read last
         self._reader = reader
         self._metrics = metrics
@@ -490,7 +496,8 @@ class Redeliverer:
                 results[i] = SendResult("send_failed", False, f"the producer did not decide within "
                                                               f"{self._send_timeout_s:g}s")
             else:  # any send failure: decided per record by settle()
-                results[i] = self._failed(queue, started.sends[i].step, verdict)
+                results[i] = (self._batch_refusal(started, i, verdict)
+                              or self._failed(queue, started.sends[i].step, verdict))
                 fenced += isinstance(verdict, client_api.producer_state_errors())
                 if fatal is None and isinstance(verdict, client_api.ProducerFatal):
                     fatal = verdict
@@ -504,6 +511,26 @@ class Redeliverer:
         elif fenced:
             self._replace_producer(f"the broker refused its producer id for {fenced} send(s)", "refused_id")
         return results  # type: ignore[return-value]
+
+    def _batch_refusal(self, started: "_Started", i: int, verdict: BaseException) -> SendResult | None:
+        """A retriable result for send ``i`` (a copy, dead letter or reference) refused as too large
+        while it is under every topic's limit (:func:`~kmq.core.copies.refused_with_its_batch`): a broker refuses a
+        whole batch for one record over the limit, and a client may pass that answer on to records
+        sent beside it (seen: kafka-python after splitting such a batch). Judged "for good", a
+        record that fits would be dead-lettered as a reference, or closed undeliverable with no
+        copy anywhere. Else None: judged as any failure."""
+        if client_api.send_failure(verdict).kind != "too_large":
+            return None
+        s = started.sends[i]
+        rec = started.records.get(s.offset)
+        if rec is None:
+            return None
+        # A reference carries no payload: its headers are far under any limit.
+        size = 0 if s.step is Step.REFERENCE else record_size(rec.key, rec.value, rec.headers)
+        if not refused_with_its_batch(size, self._smallest_limit):
+            return None
+        return SendResult("too_large", False, f"{type(verdict).__name__}: {verdict} (the record is under every "
+                                              f"topic's limit: refused with its batch; sent again)")
 
     def _failed(self, queue: QueueConfig, step: Step, exc: BaseException) -> SendResult:
         if step is not Step.COPY and client_api.send_failure(exc).kind in ("unknown_topic", "forbidden"):

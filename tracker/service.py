@@ -246,7 +246,7 @@ class Tracker:
         self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
         self.http_port = self._http.start()
         # Every client is on kafka.client (kmq.client): the markers group, the readers, the producer.
-        size = copy_request_size_for(self.cfg)
+        size, smallest = copy_request_size_for(self.cfg)
         codec = self.cfg.queues[0].compression if self.cfg.queues else "none"
         self._producer = copy_producer(kafka, size, codec)
         self._reader = client_api.open_log_reader(kafka)
@@ -259,7 +259,7 @@ class Tracker:
                                         send_timeout_s=send_wait_s(kafka),
                                         max_request_size=self.cfg.tracker.max_request_size,
                                         new_producer=lambda compression: copy_producer(kafka, size, compression),
-                                        compression=codec)
+                                        compression=codec, smallest_limit=smallest)
         membership = {}
         if self.cfg.tracker.instance_id:
             # Static membership: a restart within kafka.session_timeout gets the same

@@ -49,6 +49,8 @@ __all__ = [
     "REASON_UNDELIVERABLE",
     "MAX_ERROR_CHARS",
     "COPY_HEADROOM",
+    "smallest_record_limit",
+    "refused_with_its_batch",
     "Step",
     "Fallback",
     "fallback",
@@ -193,6 +195,15 @@ def record_size(key: bytes | None, value: bytes | None, headers: Headers | None)
     return size
 
 
+def refused_with_its_batch(size: int, smallest_limit: int) -> bool:
+    """Whether a record of ``size`` bytes refused as too large can only have been refused with its
+    batch: a broker answers MESSAGE_TOO_LARGE for a whole produce batch when one of its records is
+    over the topic's ``max.message.bytes``, and every record of the batch gets that answer. A record
+    with the headers a copy adds still under the smallest limit of the tracker's topics was not too
+    large itself: it is sent again (a refused-for-good verdict would dead-letter it as a reference)."""
+    return size + COPY_HEADROOM <= smallest_limit
+
+
 def copy_request_size(configured: int, limits: Mapping[str, int | None]) -> tuple[int, list[str]]:
     """The tracker producer's largest request, and the topics whose limit is unknown.
 
@@ -203,6 +214,12 @@ def copy_request_size(configured: int, limits: Mapping[str, int | None]) -> tupl
     known = [n for n in limits.values() if n is not None and n > 0]
     unknown = sorted(t for t, n in limits.items() if n is None or n <= 0)
     return max([configured] + [n + COPY_HEADROOM for n in known]), unknown
+
+
+def smallest_record_limit(configured: int, limits: Mapping[str, int | None]) -> int:
+    """The smallest record limit among the tracker's topics: their ``max.message.bytes`` where known,
+    ``configured`` (``tracker.max_request_size``) for the others and as a ceiling."""
+    return min([configured] + [n for n in limits.values() if n is not None and n > 0])
 
 
 def _kept(original: Headers | None) -> list[tuple[str, bytes]]:

@@ -65,7 +65,7 @@ def test_a_copy_producer_in_a_fatal_state_is_replaced_and_nothing_it_did_not_ack
 
     reader = client_api.open_log_reader(kafka)
     red = Redeliverer(first, reader, metrics, send_timeout_s=send_wait_s(kafka), max_request_size=PRODUCER_LIMIT,
-                      new_producer=new_producer)
+                      new_producer=new_producer, smallest_limit=QUEUE_LIMIT)  # the limit a tracker reads at start
     st = PartitionState(q.backoff.delay, q.max_deliveries)
     started = int(time.time() * 1000) - 10_000
     st.apply(Start([(0, 1)], lease_ms=1000, owner="w"), 0, started)  # the large record's lease ran out first

@@ -90,3 +90,15 @@ def test_the_producer_is_sized_for_the_largest_topic_limit_and_names_the_unknown
     assert copy_request_size(1_048_576, {"q": 2_000_000, "q__dlq": None}) == (2_000_000 + COPY_HEADROOM, ["q__dlq"])
     assert copy_request_size(5_000_000, {"q": 2_000_000}) == (5_000_000, [])  # configured is the floor
     assert copy_request_size(1_048_576, {"q": None, "q__dlq": 0}) == (1_048_576, ["q", "q__dlq"])
+
+
+def test_a_record_under_every_topics_limit_refused_as_too_large_was_refused_with_its_batch():
+    from kmq.core.copies import COPY_HEADROOM, refused_with_its_batch, smallest_record_limit
+
+    limit = smallest_record_limit(1_048_576, {"q": None, "q__dlq": 16_384})
+    assert limit == 16_384
+    assert refused_with_its_batch(103, limit)
+    assert refused_with_its_batch(limit - COPY_HEADROOM, limit)
+    assert not refused_with_its_batch(limit - COPY_HEADROOM + 1, limit)
+    assert not refused_with_its_batch(32_780, limit)
+    assert smallest_record_limit(16_384, {"q": 1_048_588}) == 16_384  # the configured size caps it

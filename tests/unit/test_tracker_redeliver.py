@@ -71,9 +71,10 @@ def records(n, count_header=None):
     return {o: Rec(o, b"k%d" % o, b"v%d" % o, h) for o in range(n)}
 
 
-def setup(recs, producer, now=10_000):
+def setup(recs, producer, now=10_000, smallest_limit=None):
     clock = {"now": now}
-    red = Redeliverer(producer, FakeReader(recs), TrackerMetrics(), clock_ms=lambda: clock["now"])
+    red = Redeliverer(producer, FakeReader(recs), TrackerMetrics(), clock_ms=lambda: clock["now"],
+                      smallest_limit=smallest_limit)
     st = PartitionState(Q.backoff.delay, Q.max_deliveries)
     return red, st, clock
 
@@ -191,7 +192,7 @@ def test_too_large_copy_goes_to_the_dlq_if_it_fits_else_closed_undeliverable():
 
     prod = PerTopic()
     recs = {0: Rec(0, b"k", b"x" * 120, []), 1: Rec(1, b"k", b"x" * 500, []), 2: Rec(2, b"k", b"ok", [])}
-    red, st, clock = setup(recs, prod)
+    red, st, clock = setup(recs, prod, smallest_limit=100)  # the topics' limits, as the tracker read them
     st.apply(Start([(0, 3)], lease_ms=1000), 0, 0)
     rep = red.process(Q, 0, st, st.due(clock["now"]))
     assert (rep.redelivered, rep.dead_lettered, rep.undeliverable, rep.failed) == (1, 1, 1, 0)
@@ -293,7 +294,7 @@ def test_a_reference_the_dlq_refuses_too_is_closed_undeliverable_not_retried_for
             return super().send(topic, value=value, key=key, headers=headers, partition=partition)
 
     prod = NothingToDlq()
-    red, st, clock = setup(records(1), prod)
+    red, st, clock = setup(records(1), prod, smallest_limit=1)  # the record is over the queue's limit
     st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
     rep = red.process(Q, 0, st, st.due(clock["now"]))
     assert rep.undeliverable == 1 and st.in_flight == 0 and rep.failed == 0
@@ -520,3 +521,28 @@ def test_a_crash_sized_step_runs_with_the_cyclic_collector_paused_and_restores_i
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_copy_under_every_topics_limit_refused_as_too_large_is_sent_again_not_dead_lettered():
+    """A broker refuses a whole batch for one record over the limit, and a client may pass the answer
+    on to the records beside it: one that fits every topic is retried, never dead-lettered for it."""
+    from kafka.errors import MessageSizeTooLargeError
+
+    class OnceTooLarge(FakeProducer):
+        refusals = 0
+
+        def send(self, topic, value=None, key=None, headers=None, partition=None):
+            if topic == "orders" and self.refusals == 0:
+                self.refusals += 1
+                return FakeFuture(MessageSizeTooLargeError(None))  # the broker's answer, after it left
+            return super().send(topic, value=value, key=key, headers=headers, partition=partition)
+
+    prod = OnceTooLarge()
+    red, st, clock = setup(records(1), prod, smallest_limit=16_384)
+    st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert (rep.redelivered, rep.dead_lettered, rep.undeliverable, rep.failed) == (0, 0, 0, 1)
+    assert st.in_flight == 1 and not [t for t, *_ in prod.sent if t == "orders__dlq"]
+    clock["now"] += 60_000
+    rep = red.process(Q, 0, st, st.due(clock["now"]))
+    assert rep.redelivered == 1 and st.in_flight == 0
