@@ -12,10 +12,10 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from kmq import KmqConsumer
 from kmq.cli import cli
 from kmq.client.topics import describe
 from tests.helpers.kafka import wait_until
+from tests.helpers.settling_worker import SettlingWorker
 from tests.integration.tracker_util import metric, running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -23,27 +23,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 QUEUE = {"lease": "5s", "max_deliveries": 3}
 
 
-class Worker:
-    """A KmqConsumer acking every message on its own thread; ``acked`` maps (partition, offset) -> count."""
+class Acks:
+    """Acks every message; ``acked`` maps (partition, offset) -> times acked."""
 
-    def __init__(self, cfg, queue: str) -> None:
-        self.consumer = KmqConsumer(cfg, queue=queue, batch_size=100)
+    def __init__(self) -> None:
         self.acked: dict[tuple[int, int], int] = {}
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            for msg in self.consumer.poll(timeout=0.2):
-                key = (msg.partition, msg.offset)
-                self.acked[key] = self.acked.get(key, 0) + 1
-                msg.ack()
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(10)
-        self.consumer.close()
+    def settle(self, msg) -> None:
+        key = (msg.partition, msg.offset)
+        self.acked[key] = self.acked.get(key, 0) + 1
+        msg.ack()
 
 
 def test_partitions_added_while_workers_run_lose_nothing(queue_topics, bootstrap, kafka_client, skip_on_tansu):
@@ -67,7 +56,8 @@ def test_partitions_added_while_workers_run_lose_nothing(queue_topics, bootstrap
     thread = threading.Thread(target=produce, daemon=True)
     try:
         with running_tracker(cfg) as t:
-            workers = [Worker(cfg, q.name), Worker(cfg, q.name)]
+            apps = [Acks(), Acks()]
+            workers = [SettlingWorker(cfg, q.name, a.settle, batch_size=100) for a in apps]
             try:
                 thread.start()
                 wait_until(lambda: len(produced) >= 200, 30, what="a backlog before the change")
@@ -84,7 +74,7 @@ def test_partitions_added_while_workers_run_lose_nothing(queue_topics, bootstrap
                 thread.join(10)
 
                 def all_acked() -> bool:
-                    acked = set().union(*(w.acked for w in workers))
+                    acked = set().union(*(a.acked for a in apps))
                     return set(produced) <= acked
 
                 wait_until(all_acked, 60, what=f"every one of the {len(produced)} records acked")
@@ -93,7 +83,7 @@ def test_partitions_added_while_workers_run_lose_nothing(queue_topics, bootstrap
                 assert metric(t.http_port, "kmq_tracker_dead_lettered_total", queue=q.name) == 0
                 assert metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) == 0
                 assert metric(t.http_port, "kmq_tracker_missing_offsets_total", queue=q.name) == 0
-                served = {p for w in workers for p, _ in w.acked}
+                served = {p for a in apps for p, _ in a.acked}
                 assert served == {0, 1, 2, 3}
             finally:
                 for w in workers:

@@ -4,14 +4,13 @@ each message's timeline checked event by event."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from click.testing import CliRunner
 
-from kmq import KmqConsumer
 from kmq.cli import cli
 from tests.helpers.kafka import wait_until
+from tests.helpers.settling_worker import SettlingWorker
 from tests.integration.test_tracker import running_tracker
 from tests.integration.tracker_util import metric
 from kmq.ops.dlq import replay
@@ -22,45 +21,34 @@ QUEUE = {"lease": "1s", "max_deliveries": 5, "backoff": {"initial": "100ms", "ma
 KEYS = ["ack", "nack2", "timeout", "reject", "redrive", "held"]
 
 
-class Worker:
-    """Settles each message by its key, as a real application would, on its own thread."""
+class Application:
+    """Settles each message by its key, as a real application would (on the worker's thread)."""
 
-    def __init__(self, cfg, queue: str) -> None:
-        self.consumer = KmqConsumer(cfg, queue=queue, batch_size=50)
+    def __init__(self) -> None:
         self.done: dict[str, bool] = {}
         self.held = {}
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            for msg in self.consumer.poll(timeout=0.2):
-                key = msg.key.decode()
-                first = msg.origin == f"{msg.topic}/{msg.partition}/{msg.offset}"
-                if key == "ack" or (key == "nack2" and msg.delivery_count == 3):
-                    msg.ack()
-                elif key == "nack2":
-                    msg.nack(0)
-                elif key == "timeout" and first:
-                    self.held["timeout"] = msg  # never settled in time: the lease runs out
-                elif key == "timeout":
-                    msg.ack()
-                    self.held.pop("timeout").ack()  # the slow first attempt finishes late
-                elif key in ("reject", "redrive") and first:
-                    msg.reject("bad payload")
-                elif key == "redrive":
-                    msg.ack()
-                elif key == "held":
-                    msg.renew(60.0)
-                    self.held["held"] = msg
-                    continue
-                self.done[key] = True
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(10)
-        self.consumer.close()
+    def settle(self, msg) -> None:
+        key = msg.key.decode()
+        first = msg.origin == f"{msg.topic}/{msg.partition}/{msg.offset}"
+        if key == "ack" or (key == "nack2" and msg.delivery_count == 3):
+            msg.ack()
+        elif key == "nack2":
+            msg.nack(0)
+        elif key == "timeout" and first:
+            self.held["timeout"] = msg  # never settled in time: the lease runs out
+        elif key == "timeout":
+            msg.ack()
+            self.held.pop("timeout").ack()  # the slow first attempt finishes late
+        elif key in ("reject", "redrive") and first:
+            msg.reject("bad payload")
+        elif key == "redrive":
+            msg.ack()
+        elif key == "held":
+            msg.renew(60.0)
+            self.held["held"] = msg
+            return
+        self.done[key] = True
 
 
 def _trace_json(bootstrap, cfg, q, *args) -> list[dict]:
@@ -101,17 +89,18 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     p.close()
     origin = {k: f"{q.name}/0/{i}" for i, k in enumerate(KEYS)}
     with running_tracker(cfg) as t:
-        w = Worker(cfg, q.name)
+        app = Application()
+        w = SettlingWorker(cfg, q.name, app.settle)
         try:
-            wait_until(lambda: {"ack", "nack2", "timeout", "reject", "redrive"} <= set(w.done) and "held" in w.held,
+            wait_until(lambda: {"ack", "nack2", "timeout", "reject", "redrive"} <= set(app.done) and "held" in app.held,
                        40, what="every message settled once")
             wait_until(lambda: metric(t.http_port, "kmq_tracker_dead_lettered_total", queue=q.name) == 2, 20,
                        what="two dead letters")
             # Redrive one of the two rejected messages, through the same code as `kmq dlq replay`.
-            w.done.pop("redrive")
+            app.done.pop("redrive")
             res = replay(cfg, q.name, select=lambda dl: dl.key == b"redrive", group="trace-test-redrive")
             assert (res.replayed, res.skipped) == (1, 1)
-            wait_until(lambda: w.done.get("redrive"), 30, what="the redriven copy acked")
+            wait_until(lambda: app.done.get("redrive"), 30, what="the redriven copy acked")
             w.consumer.writer.flush()
             # Everything but "held" settled and closed by the tracker.
             wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 1, 20,

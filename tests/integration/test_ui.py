@@ -8,7 +8,6 @@ import base64
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,10 +17,10 @@ import yaml
 from click.testing import CliRunner
 from kafka import KafkaProducer
 
-from kmq import KmqConsumer
 from kmq.cli import cli
 from tests.helpers.browser import element_text, screenshot, start_browser
 from tests.helpers.kafka import wait_until
+from tests.helpers.settling_worker import SettlingWorker
 from tests.integration.test_status import _rows
 from tests.integration.test_tracker import running_tracker
 from tests.integration.tracker_util import metric
@@ -99,38 +98,27 @@ def test_beyond_loopback_a_token_is_required(make_config, tmp_path):
         ui.close()
 
 
-class Worker:
-    """The application: acks "ok-*", rejects "poison" and "html" (a redriven copy is acked),
-    holds "held" under a renewed lease."""
+class Application:
+    """Acks "ok-*", rejects "poison" and "html" (a redriven copy is acked), holds "held"
+    under a renewed lease (on the worker's thread)."""
 
-    def __init__(self, cfg, queue: str) -> None:
-        self.consumer = KmqConsumer(cfg, queue=queue, batch_size=50)
+    def __init__(self) -> None:
         self.acked: set[str] = set()
         self.rejected: set[str] = set()
         self.held = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            for msg in self.consumer.poll(timeout=0.2):
-                key = msg.key.decode()
-                first = msg.origin == f"{msg.topic}/{msg.partition}/{msg.offset}"
-                if key in ("poison", "html") and first:
-                    msg.reject("bad payload")
-                    self.rejected.add(key)
-                elif key == "held":
-                    msg.renew(120.0)
-                    self.held.append(msg)
-                else:
-                    msg.ack()
-                    self.acked.add(key)
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(10)
-        self.consumer.close()
+    def settle(self, msg) -> None:
+        key = msg.key.decode()
+        first = msg.origin == f"{msg.topic}/{msg.partition}/{msg.offset}"
+        if key in ("poison", "html") and first:
+            msg.reject("bad payload")
+            self.rejected.add(key)
+        elif key == "held":
+            msg.renew(120.0)
+            self.held.append(msg)
+        else:
+            msg.ack()
+            self.acked.add(key)
 
 
 def _status_rows(cfg, q) -> dict:
@@ -188,12 +176,13 @@ def test_console_in_a_real_browser(bootstrap, queue_topics, tmp_path):
     origin = f"{q.name}/1/{poison.offset}"
     driver = None
     with running_tracker(cfg) as t:
-        w = Worker(cfg, q.name)
+        app = Application()
+        w = SettlingWorker(cfg, q.name, app.settle)
         ui = UiProcess(cfg, tmp_path, "--tracker-url", f"http://127.0.0.1:{t.http_port}",
                        "--workers-group", cfg.consumer.group_id, "--tracker-group", cfg.tracker.group_id)
         try:
             base = f"http://127.0.0.1:{ui.wait_port()}"
-            wait_until(lambda: len(w.acked) == 6 and w.rejected == {"poison", "html"} and w.held, 40,
+            wait_until(lambda: len(app.acked) == 6 and app.rejected == {"poison", "html"} and app.held, 40,
                        what="the application handled every message")
             wait_until(lambda: metric(t.http_port, "kmq_tracker_dead_lettered_total", queue=q.name) == 2, 20,
                        what="two dead letters")
@@ -240,11 +229,11 @@ def test_console_in_a_real_browser(bootstrap, queue_topics, tmp_path):
             dry = wait_until(lambda: driver.find_elements(By.ID, "dry-run"), 30, what="dry-run page")[0]
             assert dry.text.startswith("1 dead letter(s) would be moved back")
             screenshot(driver, tmp_path, "ui-redrive-confirm.png")
-            assert len(w.acked) == 6  # a dry run moves nothing
+            assert len(app.acked) == 6  # a dry run moves nothing
             driver.find_element(By.ID, "confirm").click()
             result = wait_until(lambda: driver.find_elements(By.ID, "result"), 30, what="redrive result")[0]
             assert result.text.startswith("moved 1 dead letter(s) back")
-            wait_until(lambda: "poison" in w.acked, 30, what="the redriven copy acked")
+            wait_until(lambda: "poison" in app.acked, 30, what="the redriven copy acked")
             w.consumer.writer.flush()
             # The same selection again: nothing left to move, nothing copied twice.
             driver.get(f"{base}/dlq?queue={q.name}&key=poison")
@@ -282,7 +271,7 @@ def test_console_in_a_real_browser(bootstrap, queue_topics, tmp_path):
             driver.find_element(By.ID, "confirm").click()
             result = wait_until(lambda: driver.find_elements(By.ID, "result"), 30, what="filter redrive")[0]
             assert result.text.startswith("moved 1 dead letter(s) back")
-            wait_until(lambda: "html" in w.acked, 30, what="the redriven html message acked")
+            wait_until(lambda: "html" in app.acked, 30, what="the redriven html message acked")
         finally:
             if driver is not None:
                 driver.quit()
