@@ -137,33 +137,42 @@ def test_an_asynchronous_commit_completes_while_the_member_polls(seam):
 
 def test_a_second_member_takes_partitions_revoked_only_from_the_first_and_gives_them_back(seam, request):
     topic = seam.topic(2)
+    both = frozenset({(topic, 0), (topic, 1)})
     group = seam.unique("g")
     a = seam.member(group, topic, "a")
     seam.drive([a.adapter], lambda: len(a.adapter.assignment()) == 2, "the first member's assignment")
     b = seam.member(group, topic, "b")
     seam.drive([a.adapter, b.adapter], lambda: len(a.adapter.assignment()) == len(b.adapter.assignment()) == 1,
                "the partitions split between the members")
-    moved = b.adapter.assignment()
-    if isinstance(seam, KafkaSeam) and b.events[0] == ("+", frozenset({(topic, 0), (topic, 1)})):
+    if isinstance(seam, KafkaSeam) and b.events[0] == ("+", both):
         # A round that gave b everything was completed without a: seen once under CI load.
         request.getfixturevalue("skip_on_tansu")(
             "a join round completes after about half a session timeout without the members that have not "
             "rejoined yet (Apache Kafka waits for them up to the rebalance timeout); the first member rejoined "
             f"too late and the second got every partition first (events: a {a.events}, b {b.events})")
-    assert a.events[0] == ("+", frozenset({(topic, 0), (topic, 1)}))
-    # cooperative: only what moved was revoked (the events show a lost assignment if one came instead)
-    assert a.revoked_all() == moved, f"first member's events: {a.events}; second's: {b.events}"
-    assert a.adapter.assignment() == {(topic, 0), (topic, 1)} - moved
+    assert a.events[0] == ("+", both)
+    # cooperative: the first member's first revocation is exactly what the second member was first given,
+    # one partition, and it kept the other meanwhile (eager rebalancing revokes both at once).
+    first_moved = b.events[0][1]
+    assert b.events[0][0] == "+" and len(first_moved) == 1, f"second member's events: {b.events}"
+    assert a.events[1] == ("-", first_moved), f"first member's events: {a.events}; second's: {b.events}"
+    # Later rounds may follow under load (a member whose session expired loses what it holds, which a
+    # lost assignment reports as revoked, and joins again); the split they end in is what is judged next.
+    moved = b.adapter.assignment()
+    kept = both - moved
+    assert a.adapter.assignment() == kept
+    before_close = len(a.events)
     seam.close_client(b.adapter)
     seam.drive([a.adapter], lambda: len(a.adapter.assignment()) == 2, "the partition back at the first member")
-    kept = {(topic, 0), (topic, 1)} - moved
-    if isinstance(seam, KafkaSeam) and a.revoked_all() & kept and a.events[-1] == ("+", frozenset(moved | kept)):
+    after_close = a.events[before_close:]
+    if isinstance(seam, KafkaSeam) and after_close and after_close[-1] == ("+", both):
         # The round after b left completed without a, which lost what it kept and joined again: seen under CI load.
         request.getfixturevalue("skip_on_tansu")(
             "a join round completes after about half a session timeout without the members that have not "
             "rejoined yet (Apache Kafka waits for them up to the rebalance timeout); after the second member "
             f"left, the first rejoined too late, lost what it kept and got every partition anew (events: a {a.events})")
-    assert a.events[-1] == ("+", frozenset(moved)) and a.revoked_all() == moved
+    # cooperative: the first member is given back what moved and revokes nothing it kept.
+    assert after_close == [("+", frozenset(moved))], f"first member's events: {a.events}"
 
 
 # ------------------------------------------------------------------ positions and flow
