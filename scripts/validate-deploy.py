@@ -136,7 +136,11 @@ CRD_SCHEMAS: dict[tuple[str, str], dict] = {
                                            ["expr"])}}, ["name", "rules"])},
     }, ["groups"])),
     ("monitoring.coreos.com/v1", "PodMonitor"): _resource("monitoring.coreos.com/v1", "PodMonitor", _obj({
-        "selector": _obj({"matchLabels": {"type": "object", "additionalProperties": _STR}}, ["matchLabels"]),
+        "selector": {**_obj({"matchLabels": {"type": "object", "additionalProperties": _STR},
+                             "matchExpressions": {"type": "array", "items": _obj(
+                                 {"key": _STR, "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                                  "values": {"type": "array", "items": _STR}}, ["key", "operator"])}}),
+                     "minProperties": 1},
         "namespaceSelector": _obj({"matchNames": {"type": "array", "items": _STR}, "any": _BOOL}),
         "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _obj(
             {"port": _STR, "path": _STR, "interval": _DURATION, "scrapeTimeout": _DURATION,
