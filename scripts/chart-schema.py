@@ -8,7 +8,7 @@ The chart writes kmq.yaml from its values, so the values that end up in kmq.yaml
 are checked by the schemas of kmq.config.schema, generated from the config's field
 definitions (kinds, bounds, choices): ``queues[]`` entries (plus the chart's own
 ``partitions``), the ``extraConfig`` sections, and the chart values written into
-kmq.yaml under another name (``CHART_KEYS``). Each generated schema carries a
+kmq.yaml (or passed as its environment override) under another name (``CHART_KEYS``). Each generated schema carries a
 ``$comment`` naming its source. Everything else in the file is the chart's own and
 is kept as written.
 """
@@ -39,6 +39,8 @@ CHART_KEYS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("kafka", "saslMechanism"), "kafka.sasl_mechanism", {"also": [""]}),
     (("kafka", "saslUsername"), "kafka.sasl_username", {}),
     (("kafka", "clientId"), "kafka.client_id", {}),
+    # Passed as KMQ_KAFKA__CLIENT (the chart's env), not written into kmq.yaml.
+    (("kafka", "client"), "kafka.client", {}),
     (("kafka", "tls", "checkHostname"), "kafka.ssl_check_hostname", {}),
     (("tracker", "groupId"), "tracker.group_id", {}),
     (("tracker", "tick"), "tracker.tick", {}),
@@ -54,9 +56,11 @@ CHART_KEYS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("logging", "format"), "logging.format", {}),
 ]
 # kmq.yaml keys extraConfig must not set: the chart derives them (the password file from
-# kafka.existingSecret, the port of the probes and the Service from tracker.httpPort) or
-# they are secrets, which never go into a ConfigMap.
-EXTRA_CONFIG_FORBIDDEN = {"kafka": ("sasl_password", "sasl_password_file", "ssl_password"), "tracker": ("http_port",)}
+# kafka.existingSecret, the port of the probes and the Service from tracker.httpPort, the client
+# from kafka.client as an environment variable, which beats kmq.yaml) or they are secrets, which
+# never go into a ConfigMap.
+EXTRA_CONFIG_FORBIDDEN = {"kafka": ("sasl_password", "sasl_password_file", "ssl_password", "client"),
+                          "tracker": ("http_port",)}
 # The chart's own key of a queue: partitions of the three topics it creates.
 QUEUE_PARTITIONS = {"type": "integer", "minimum": 1}
 

@@ -18,7 +18,8 @@ Checks, each one a function the tests in tests/deploy/ call on its own:
 * rules:     ``promtool check rules`` + ``promtool test rules`` on
              deploy/prometheus/, and the chart's PrometheusRule equals rules.yaml.
 * alerts:    every alert has a promtool unit test, a ``runbook_url`` into
-             docs/operations.md and a runbook heading there; every metric an
+             docs/operations.md and a runbook heading there (absolute http(s)
+             URLs in every rendered PrometheusRule); every metric an
              alert uses is one kmq exports (kmq.telemetry.metrics.exported_metric_names).
 * dashboard: helm/kmq/dashboards/kmq.json is a Grafana dashboard whose every
              query (panels and template variables) uses only metrics kmq exports.
@@ -136,7 +137,11 @@ CRD_SCHEMAS: dict[tuple[str, str], dict] = {
                                            ["expr"])}}, ["name", "rules"])},
     }, ["groups"])),
     ("monitoring.coreos.com/v1", "PodMonitor"): _resource("monitoring.coreos.com/v1", "PodMonitor", _obj({
-        "selector": _obj({"matchLabels": {"type": "object", "additionalProperties": _STR}}, ["matchLabels"]),
+        "selector": {**_obj({"matchLabels": {"type": "object", "additionalProperties": _STR},
+                             "matchExpressions": {"type": "array", "items": _obj(
+                                 {"key": _STR, "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                                  "values": {"type": "array", "items": _STR}}, ["key", "operator"])}}),
+                     "minProperties": 1},
         "namespaceSelector": _obj({"matchNames": {"type": "array", "items": _STR}, "any": _BOOL}),
         "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _obj(
             {"port": _STR, "path": _STR, "interval": _DURATION, "scrapeTimeout": _DURATION,
@@ -328,6 +333,7 @@ def check_chart(chart: Path = CHART, sets: dict[str, dict] | None = None, versio
             problems += [f"[{set_name}] {p}" for p in validate_object(doc, source, versions)]
             problems += [f"[{set_name}] {p}" for p in check_pod_hardening(doc, source)]
         problems += [f"[{set_name}] {p}" for p in check_rendered_rules(docs)]
+        problems += [f"[{set_name}] {p}" for p in check_rendered_runbook_urls(docs)]
         problems += [f"[{set_name}] {p}" for p in check_scaled_object_queries(docs)]
     return problems
 
@@ -435,14 +441,26 @@ def check_scaled_object_queries(docs: list[tuple[str, dict]]) -> list[str]:
     return problems
 
 
+# The runbook base the equality check renders with: the chart requires an absolute URL,
+# rules.yaml keeps the path in this repository (its header says to replace it).
+_RUNBOOK_BASE_FOR_CHECK = "https://kmq.invalid/docs/operations.md"
+
+
 def check_rules_match_chart(chart: Path = CHART, rules_dir: Path = RULES_DIR) -> list[str]:
-    """The chart's PrometheusRule (release "kmq", default values) equals deploy/prometheus/rules.yaml."""
-    docs = rendered_docs(render_chart(chart, {"prometheusRule": {"enabled": True}}))
+    """The chart's PrometheusRule (release "kmq", default values) equals deploy/prometheus/rules.yaml,
+    but for the runbook links' base (absolute in the chart, docs/operations.md in rules.yaml)."""
+    docs = rendered_docs(render_chart(chart, {"prometheusRule": {"enabled": True,
+                                                                  "runbookBaseUrl": _RUNBOOK_BASE_FOR_CHECK}}))
     rules = [d for _, d in docs if d.get("kind") == "PrometheusRule"]
     if len(rules) != 1:
         return [f"expected one PrometheusRule with prometheusRule.enabled, got {len(rules)}"]
+    groups = rules[0]["spec"]["groups"]
+    for rule in (r for g in groups for r in g["rules"]):
+        notes = rule.get("annotations") or {}
+        if "runbook_url" in notes:
+            notes["runbook_url"] = notes["runbook_url"].replace(_RUNBOOK_BASE_FOR_CHECK, "docs/operations.md", 1)
     plain = yaml.safe_load((rules_dir / "rules.yaml").read_text())["groups"]
-    if rules[0]["spec"]["groups"] != plain:
+    if groups != plain:
         return ["helm/kmq PrometheusRule differs from deploy/prometheus/rules.yaml; keep them equal"]
     return []
 
@@ -519,6 +537,29 @@ def check_alerts(rules_dir: Path = RULES_DIR, runbook: Path = RUNBOOK) -> list[s
             problems.append(f"alert {name}: no promtool test in rules.test.yaml expects it to fire")
         for metric in sorted(promql_metric_names(rule["expr"]) - known):
             problems.append(f"alert {name}: uses {metric}, which kmq does not export (kmq/telemetry/metrics.py)")
+    return problems
+
+
+def check_rendered_runbook_urls(docs: list[tuple[str, dict]], runbook: Path = RUNBOOK) -> list[str]:
+    """Every alert of a rendered PrometheusRule links an absolute http(s) URL of operations.md whose
+    anchor is a heading there: Alertmanager and Grafana open no relative link."""
+    from urllib.parse import urlsplit
+
+    anchors = runbook_anchors(runbook)
+    problems = []
+    for source, doc in docs:
+        if doc.get("kind") != "PrometheusRule":
+            continue
+        for rule in (r for g in doc["spec"]["groups"] for r in g["rules"] if "alert" in r):
+            where = f"{source}: alert {rule['alert']}"
+            url = (rule.get("annotations") or {}).get("runbook_url", "")
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                problems.append(f"{where}: runbook_url {url!r} is not an absolute http(s) URL")
+            elif not parts.path.endswith("operations.md"):
+                problems.append(f"{where}: runbook_url {url!r} does not point at operations.md")
+            elif parts.fragment not in anchors:
+                problems.append(f"{where}: runbook_url {url!r}: docs/operations.md has no heading #{parts.fragment}")
     return problems
 
 

@@ -345,11 +345,12 @@ def register_process_metrics(registry: CollectorRegistry) -> None:
     info.labels(__version__, platform.python_version()).set(1)
 
 
-def exported_metric_names() -> set[str]:
-    """Every sample name kmq's components can export (``_total``, ``_bucket``/``_sum``/``_count``
-    included), from the declarations above: dashboards and alert rules are checked against it."""
+def exported_metric_names(components: tuple[type, ...] = (ConsumerMetrics, TrackerMetrics, LagMetrics)) -> set[str]:
+    """Every sample name kmq's ``components`` (default: all) can export (``_total``,
+    ``_bucket``/``_sum``/``_count`` included), from the declarations above: dashboards and alert
+    rules are checked against it (``(ConsumerMetrics,)``: what a worker process exports)."""
     names: set[str] = set()
-    for component in (ConsumerMetrics, TrackerMetrics, LagMetrics):
+    for component in components:
         registry = CollectorRegistry()
         component(registry)
         for family in registry.collect():

@@ -83,6 +83,15 @@ def lineage(all_stages: list[Stage], name: str) -> list[Stage]:
         stage = by_name[stage.base]
 
 
+def stage_env(all_stages: list[Stage], name: str) -> dict[str, str]:
+    """The environment a stage's containers start with: its ENVs and those of the stages it is built FROM."""
+    env: dict[str, str] = {}
+    for stage in reversed(lineage(all_stages, name)):
+        for ins in stage.all("ENV"):
+            env.update(word.split("=", 1) for word in shlex.split(ins.text))
+    return env
+
+
 def dockerignore_excludes(rel_path: str, path: Path = DOCKERIGNORE) -> bool:
     """Whether .dockerignore keeps ``rel_path`` out of the build context (last match wins)."""
     excluded = False

@@ -248,6 +248,6 @@ def test_client_certificate_secret_is_mounted_and_named_in_kmq_yaml():
     assert {i["key"] for i in vol["secret"]["items"]} == {"user.crt", "user.key"}
     mount = next(m for m in tracker_container(docs)["volumeMounts"] if m["name"] == "kafka-client")
     assert mount["mountPath"] == "/var/run/secrets/kmq/kafka-client" and mount["readOnly"]
-    # OAUTHBEARER and AWS_MSK_IAM need no password Secret.
-    for mech in ("OAUTHBEARER", "AWS_MSK_IAM"):
-        render({"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": mech}})
+    # OAUTHBEARER and AWS_MSK_IAM need no password Secret (AWS_MSK_IAM signs on kafka-python only).
+    render({"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": "OAUTHBEARER"}})
+    render({"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": "AWS_MSK_IAM", "client": "kafka-python"}})

@@ -15,7 +15,7 @@ def test_durations_in_every_spelling_kmq_reads_reach_retention_ms_and_alerts_unc
         "topicInit": {"mode": "strimzi", "strimzi": {"clusterName": "c"}, "markersRetention": " 2 d ",
                       "dlqRetention": 86400},
         "queues": [{"name": "orders", "lease": " 45 s"}, {"name": "payments", "markers_retention": 259200}],
-        "prometheusRule": {"enabled": True},
+        "prometheusRule": {"enabled": True, "runbookBaseUrl": "https://docs.example.com/kmq/docs/operations.md"},
     }
     docs = render(values)
     cfg = Config.from_dict(yaml.safe_load(find(docs, "ConfigMap")["data"]["kmq.yaml"]))

@@ -104,3 +104,29 @@ def test_tracker_probes_digest_redis_secret_and_openshift_context():
     dash = find(docs, "ConfigMap", "-dashboard")
     assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dash["data"]["kmq.json"]) == json.loads(vd.DASHBOARD.read_text())
+
+
+def test_rendered_runbook_urls_are_absolute_and_name_a_runbook_heading():
+    base = "https://git.example.com/platform/kmq/-/blob/v0.1.0/docs/operations.md"
+    docs = render({"prometheusRule": {"enabled": True, "runbookBaseUrl": base},
+                   "queues": [{"name": "orders"}, {"name": "payments", "lease": "2m"}]})
+    rules = [r for g in find(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    urls = {r["annotations"]["runbook_url"] for r in rules}
+    assert {r["alert"] for r in rules} == {r["alert"] for r in vd._alert_rules()}  # every alert, every one linked
+    anchors = vd.runbook_anchors()
+    for url in urls:
+        head, _, anchor = url.partition("#")
+        assert head == base and anchor in anchors, url
+    assert vd.check_rendered_runbook_urls([("prometheusrule.yaml", d) for d in docs]) == []
+
+
+def test_the_runbook_url_check_catches_relative_and_dangling_links():
+    base = "https://git.example.com/kmq/docs/operations.md"
+    rule = find(render({"prometheusRule": {"enabled": True, "runbookBaseUrl": base}}), "PrometheusRule")
+    notes = rule["spec"]["groups"][0]["rules"][0]["annotations"]
+    notes["runbook_url"] = "docs/operations.md#kmqtrackerdown"
+    notes2 = rule["spec"]["groups"][0]["rules"][1]["annotations"]
+    notes2["runbook_url"] = base + "#no-such-heading"
+    assert vd.check_rendered_runbook_urls([("x", rule)]) == [
+        "x: alert KmqTrackerDown: runbook_url 'docs/operations.md#kmqtrackerdown' is not an absolute http(s) URL",
+        f"x: alert KmqTrackerNotReady: runbook_url '{base}#no-such-heading': docs/operations.md has no heading #no-such-heading"]

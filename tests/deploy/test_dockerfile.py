@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from tests.deploy.dockerfile import DOCKERFILE, ROOT, dockerignore_excludes, exec_form, lineage, stages
+from kmq.config import Config
+from tests.deploy.dockerfile import DOCKERFILE, ROOT, dockerignore_excludes, exec_form, lineage, stage_env, stages
 
 ARGS, STAGES = stages()
 BY_NAME = {s.name: s for s in STAGES}
@@ -43,6 +44,17 @@ def test_final_stages_install_the_wheel_from_the_builder(target):
     extras = set(re.search(r"kmq-\*\.whl\)\[([a-z,]+)\]", rest).group(1).split(","))
     assert ("spark" in extras) == (target == "spark")
     assert "confluent" in extras  # kafka.client: confluent works in every pod
+
+
+@pytest.mark.parametrize("target", ["runtime", "spark"])
+def test_final_stages_run_confluent_kafka_which_they_install(target):
+    env = stage_env(STAGES, target)
+    assert env.get("KMQ_KAFKA__CLIENT") == "confluent", env
+    # The name is kmq's own override of kafka.client: kmq tracker run, kmq work and the lag job read it so.
+    assert Config.load(None, env={k: v for k, v in env.items() if k.startswith("KMQ_")}).kafka.client == "confluent"
+    (install,) = [r for r in BY_NAME[target].all("RUN") if "pip install" in r.text]
+    assert "confluent" in re.search(r"kmq-\*\.whl\)\[([a-z,]+)\]", install.text).group(1).split(",")
+    assert Config.load(None, env={}).kafka.client == "kafka-python"  # the library's own default stays
 
 
 @pytest.mark.parametrize("target", ["runtime", "spark"])

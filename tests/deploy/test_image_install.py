@@ -2,7 +2,8 @@
 commands (parsed from it) outside Docker. The builder's `pip wheel` runs on a
 copy of exactly what the builder COPYs; the runtime's `pip install` runs in a
 clean venv; then the console script answers `kmq --version` and
-`kmq tracker run --help`, and kafka-python there reads every codec. pip's cache is
+`kmq tracker run --help`, kafka-python there reads every codec, and the image's
+environment picks confluent-kafka, which is installed. pip's cache is
 reused (--no-cache-dir is dropped)."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kmq import __version__
-from tests.deploy.dockerfile import ROOT, stages
+from tests.deploy.dockerfile import ROOT, stage_env, stages
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +85,13 @@ def test_wheel_installs_in_a_clean_venv_and_runs(tmp_path):
     codecs = subprocess.run([str(python), "-c", "from kmq.client.kafka_python.clients import require_codecs; "
                              "require_codecs()"], cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=60)
     assert codecs.returncode == 0, codecs.stdout + codecs.stderr
+    # The image's environment picks confluent-kafka (KMQ_KAFKA__CLIENT), and the installed extras have it.
+    client = subprocess.run([str(python), "-c", "from kmq.config import Config; from kmq.client.api import client_of, "
+                             "require_client; k = Config.load(None).kafka; require_client(client_of(k)); "
+                             "import confluent_kafka; print(client_of(k))"],
+                            cwd=tmp_path, env={**run_env, **stage_env(STAGES, "runtime")}, capture_output=True,
+                            text=True, timeout=60)
+    assert client.returncode == 0 and client.stdout.strip() == "confluent", client.stdout + client.stderr
     # No Spark in the tracker image: the spark extra is the other target's.
     spark = subprocess.run([str(python), "-c", "import pyspark"], cwd=tmp_path, env=run_env, capture_output=True, timeout=60)
     assert spark.returncode != 0

@@ -24,7 +24,7 @@ def test_chart_lints_renders_and_validates_for_k8s_1_29_to_1_31(set_name):
 
 def test_values_sets_turn_every_toggle_on():
     toggles = ["hpa", "networkPolicy", "serviceMonitor", "prometheusRule", "sparkJob", "topicInit", "tests", "pdb",
-               "podMonitor", "grafanaDashboard", "keda"]
+               "podMonitor", "workerPodMonitor", "grafanaDashboard", "keda"]
     for toggle in toggles:
         assert any((v.get(toggle) or {}).get("enabled") for v in VALUES_SETS.values()), f"no values set enables {toggle}"
     modes = {(v.get("sparkJob") or {}).get("mode") for v in VALUES_SETS.values() if (v.get("sparkJob") or {}).get("enabled")}

@@ -85,6 +85,9 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- if and (has $k.saslMechanism (list "PLAIN" "SCRAM-SHA-256" "SCRAM-SHA-512")) (not $k.existingSecret) -}}
 {{- fail "kafka.existingSecret is required with SASL: the password is read from that Secret, never from values" -}}
 {{- end -}}
+{{- if and (eq $k.saslMechanism "AWS_MSK_IAM") (eq $k.client "confluent") -}}
+{{- fail "kafka.client confluent has no AWS_MSK_IAM signer: set kafka.client: kafka-python with saslMechanism AWS_MSK_IAM (or use OAUTHBEARER with an MSK token command)" -}}
+{{- end -}}
 {{- if and $k.tls.clientSecret (not (has $k.securityProtocol (list "SSL" "SASL_SSL"))) -}}
 {{- fail (printf "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL, not %s" $k.securityProtocol) -}}
 {{- end -}}
@@ -143,8 +146,12 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- toYaml $cfg -}}
 {{- end -}}
 
-{{/* Environment of every kmq container (credentials from the existing Secret). */}}
+{{/* Environment of every kmq container (credentials from the existing Secret). kafka.client goes here,
+     not into kmq.yaml: the environment beats the image's own KMQ_KAFKA__CLIENT, and workers that
+     mount the ConfigMap keep theirs. */}}
 {{- define "kmq.env" -}}
+- name: KMQ_KAFKA__CLIENT
+  value: {{ .Values.kafka.client | quote }}
 {{- if and .Values.kafka.existingSecret .Values.kafka.existingSecretKeys.username }}
 - name: KMQ_KAFKA__SASL_USERNAME
   valueFrom:
