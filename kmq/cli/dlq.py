@@ -108,23 +108,17 @@ def replay(queue: str, limit: int | None, rate: float | None, reason: str | None
     if output == "json":
         echo_json(_replay_doc(queue, result))
         return
-    if dry_run:
-        for c in result.planned:
-            to = f"partition {c.target_partition}" if c.target_partition is not None else "the partitioner's choice"
-            click.echo(f"{c.partition}:{c.offset}  reason={c.reason or '-'}  key={_text(c.key, 24)}  -> {to}")
-        click.echo(f"dry run: would replay {result.replayed} message(s) to {queue}"
-                   + (f", skip {result.skipped} with another reason" if result.skipped else "")
-                   + (f", {result.already} already copied by an interrupted run" if result.already else "")
-                   + f" (from the position kept in group {result.group}); nothing was written")
-        for where in result.unreplayable:
-            click.echo(f"not replayable, would stay in the DLQ: {where}", err=True)
-        return
-    click.echo(f"replayed {result.replayed} message(s) to {queue}"
-               + (f", skipped {result.skipped} with another reason" if result.skipped else "")
+    for c in result.planned:  # a dry run's list
+        to = f"partition {c.target_partition}" if c.target_partition is not None else "the partitioner's choice"
+        click.echo(f"{c.partition}:{c.offset}  reason={c.reason or '-'}  key={_text(c.key, 24)}  -> {to}")
+    dry = result.dry_run
+    click.echo(("dry run: would replay" if dry else "replayed") + f" {result.replayed} message(s) to {queue}"
+               + (f", {'skip' if dry else 'skipped'} {result.skipped} with another reason" if result.skipped else "")
                + (f", {result.already} already copied by an interrupted run" if result.already else "")
-               + f" (position kept in group {result.group})")
+               + (f" (from the position kept in group {result.group}); nothing was written" if dry
+                  else f" (position kept in group {result.group})"))
     for where in result.unreplayable:
-        click.echo(f"not replayable, left in the DLQ: {where}", err=True)
+        click.echo(f"not replayable, {'would stay' if dry else 'left'} in the DLQ: {where}", err=True)
 
 
 def _replay_doc(queue: str, result) -> dict:
