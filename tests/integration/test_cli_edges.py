@@ -63,6 +63,14 @@ def test_a_taken_worker_metrics_port_is_one_line_and_exit_3(queue_topics, taken_
     _one_error_line(res.output)
 
 
+def test_a_taken_ui_port_is_the_same_one_line_and_exit_3(taken_port):
+    pytest.importorskip("uvicorn", reason="kmq ui needs the ui extra")
+    res = CliRunner().invoke(cli, ["ui", "--port", str(taken_port)])
+    assert res.exit_code == 3, res.output
+    assert res.output == f"Error: kmq ui cannot listen on 127.0.0.1:{taken_port}: Address already in use; " \
+                         "pick another --port/--host\n"
+
+
 def test_trace_json_with_o_and_plain_progress_lines_off_a_terminal(queue_topics):
     cfg, q = queue_topics(1)
     p = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers, acks="all")
