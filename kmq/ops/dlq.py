@@ -45,7 +45,8 @@ from kmq.core.message import (
     parse_origin,
 )
 
-__all__ = ["DeadLetter", "list_dead_letters", "replay", "ReplayResult", "PlannedCopy", "replay_group", "REASONS", "HEADER_REPLAY_OF"]
+__all__ = ["DeadLetter", "list_dead_letters", "replay", "ReplayResult", "PlannedCopy", "replay_group", "REASONS",
+           "HEADER_REPLAY_OF"]
 
 REASONS = ("timeout", "nack-limit", "rejected", "undeliverable")
 _DROPPED = {HEADER_DELIVERY_COUNT, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS}

@@ -336,7 +336,8 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         conf["heartbeat.interval.ms"] = int(kafka.heartbeat_interval * 1000)
     conf.update(_map({k: v for k, v in overrides.items() if not (k == "group_id" and v is None)}, _CONSUMER_KEYS))
     conf.update(passthrough(kafka))
-    c = ConfluentConsumer(construct(ck.Consumer, conf, kafka), log_bridge=conf["logger"], timeout_s=timeout_s or kafka.connect_timeout)
+    c = ConfluentConsumer(construct(ck.Consumer, conf, kafka), log_bridge=conf["logger"],
+                          timeout_s=timeout_s or kafka.connect_timeout)
     if topics:
         c.raw.subscribe(list(topics))
     return c
