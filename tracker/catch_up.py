@@ -24,6 +24,7 @@ from typing import Callable
 
 from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, Partition
 from kmq.core.errors import BrokerUnavailable
+from kmq.core.log_fields import log_fields
 from kmq.core.retention import BELOW_LOG_START, resume_gap
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.partition import OwnedPartition, partition_names
@@ -187,7 +188,9 @@ class CatchUp:
             return
         for o in caught:
             log.info("%s[%d] caught up at marker offset %d: %d message(s) in flight; redelivery enabled",
-                     o.topic, o.partition, o.state.position, o.state.in_flight)
+                     o.topic, o.partition, o.state.position, o.state.in_flight,
+                     extra=log_fields(o.queue.name, o.partition, markers_topic=o.topic,
+                                      marker_offset=o.state.position, in_flight=o.state.in_flight))
 
     def _confirm(self, doubted: list[OwnedPartition], consumer: GroupConsumerAdapter) -> list[OwnedPartition]:
         """Commit the ``doubted`` partitions (re-read after a membership doubt, caught up to their

@@ -19,6 +19,8 @@ from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kmq.core.errors import CannotListen
+
 __all__ = ["HealthServer"]
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,12 @@ class HealthServer:
             def log_message(self, fmt: str, *args) -> None:  # probes every few seconds: keep them out of the log
                 log.debug("http %s", fmt % args)
 
-        self._server = ThreadingHTTPServer((self._host, self._requested_port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((self._host, self._requested_port), Handler)
+        except OSError as exc:
+            raise CannotListen("the tracker's HTTP server", self._host, self._requested_port, exc,
+                               "set another tracker.http_port (KMQ_TRACKER__HTTP_PORT; 0 = any free port) or "
+                               "--http-host, or stop what holds it") from exc
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="kmq-tracker-http", daemon=True)

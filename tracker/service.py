@@ -58,6 +58,7 @@ from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
+from kmq.core.log_fields import partitions_fields
 from kmq.core.marker_clock import ClockWatch
 from kmq.core.markers import VERSION, BadMarker, Start, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
@@ -669,7 +670,7 @@ class Tracker:
             self._owned[tp] = OwnedPartition(q, tp, self._new_state(q))
             self._catch_up.pending.add(tp)
             self._to_publish.add(tp)
-        log.info("assigned markers partitions: %s", partition_names(assigned) or "none")
+        _log_by_queue("assigned markers partitions: %s", assigned, self._queues)
 
     def _revoke_offsets(self, revoked: set[Partition]) -> dict[Partition, int]:
         """What to commit before ``revoked`` go (the client commits it): each one's committable
@@ -706,10 +707,25 @@ class Tracker:
                 except KeyError:
                     pass
         publish_held(self._owned.values(), self._queue_names(), self.metrics)
-        log.info("revoked markers partitions: %s (offsets committed, state dropped)", partition_names(revoked))
+        _log_by_queue("revoked markers partitions: %s (offsets committed, state dropped)", revoked, self._queues)
 
     def _queue_names(self) -> list[str]:
         return [q.name for q in self.cfg.queues]
+
+
+def _log_by_queue(text: str, tps: set[Partition], queues: dict[str, QueueConfig]) -> None:
+    """One INFO line per queue about its markers partitions ``tps``, with ``queue`` and ``partitions``
+    as structured fields (kmq.core.log_fields); "none" when ``tps`` is empty."""
+    if not tps:
+        log.info(text, "none")
+        return
+    by_topic: dict[str, set[int]] = {}
+    for topic, partition in tps:
+        by_topic.setdefault(topic, set()).add(partition)
+    for topic in sorted(by_topic):
+        q = queues.get(topic)
+        log.info(text, partition_names((topic, p) for p in by_topic[topic]),
+                 extra=partitions_fields(q.name if q is not None else topic, by_topic[topic], markers_topic=topic))
 
 
 def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:

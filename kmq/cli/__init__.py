@@ -2,7 +2,7 @@
 
 Subcommands load lazily so ``kmq --help`` never imports pyspark or the
 tracker. Exit codes: 0 ok, 1 runtime failure (one clear line on stderr),
-2 usage error.
+2 usage error, 3 an HTTP port that cannot be bound (taken; one clear line).
 """
 
 from __future__ import annotations
@@ -14,11 +14,17 @@ import sys
 import click
 
 from kmq import __version__
-from kmq.core.errors import KmqError
+from kmq.core.errors import CannotListen, KmqError
 
-__all__ = ["cli", "main", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+__all__ = ["cli", "main", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_CANNOT_LISTEN", "exit_code"]
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANNOT_LISTEN = 0, 1, 2, 3
+
+
+def exit_code(exc: KmqError) -> int:
+    """The exit code of an expected failure: 3 for a port that cannot be bound (a supervisor may pick
+    another), 1 for the rest."""
+    return EXIT_CANNOT_LISTEN if isinstance(exc, CannotListen) else EXIT_FAILURE
 
 # name -> "module:attribute"; a module that is not there (yet) hides its command.
 COMMANDS = {
@@ -53,7 +59,7 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except KmqError as exc:
             err = click.ClickException(str(exc))
-            err.exit_code = EXIT_FAILURE
+            err.exit_code = exit_code(exc)
             raise err from exc
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KmqError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_FAILURE)
+        sys.exit(exit_code(exc))
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(EXIT_OK)

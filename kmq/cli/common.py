@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -11,7 +13,7 @@ import click
 
 from kmq.config import Config
 
-__all__ = ["config_options", "load_config", "fail", "output_option", "echo_json", "bytes_field"]
+__all__ = ["config_options", "load_config", "fail", "output_option", "echo_json", "bytes_field", "ProgressLine"]
 
 
 def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -81,3 +83,34 @@ def bytes_field(name: str, data: bytes | None) -> dict[str, Any]:
         import base64
 
         return {name: None, f"{name}_base64": base64.b64encode(data).decode("ascii")}
+
+
+class ProgressLine:
+    """A progress line on stderr. On a terminal one line rewritten in place (``\\r``) at most 5 times
+    a second; anywhere else (a pipe, a log file, CI) plain lines, at most one a second, so the
+    output stays readable line by line. The last state (``final``) is always shown."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        isatty = getattr(sys.stderr, "isatty", None)
+        self._tty = bool(isatty and isatty())
+        self._interval = 0.2 if self._tty else 1.0
+        self._clock = clock
+        self._last: float | None = None
+        self._open = False  # a terminal line without its newline yet
+
+    def show(self, text: str, final: bool = False) -> None:
+        now = self._clock()
+        if not final and self._last is not None and now - self._last < self._interval:
+            return
+        self._last = now
+        if self._tty:
+            click.echo(f"\r{text}", err=True, nl=False)
+            self._open = True
+        else:
+            click.echo(text, err=True)
+
+    def close(self) -> None:
+        """End the terminal line (nothing to do for plain lines)."""
+        if self._open:
+            click.echo("", err=True)
+            self._open = False

@@ -77,9 +77,12 @@ def _dead_letter_doc(dl, ts: str) -> dict:
 @click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected", "undeliverable"]), help="Only this kmq-dlq-reason.")
 @click.option("--group", help="Replay consumer group that remembers the DLQ position "
                               "(default: <tracker.group_id>-dlq-replay-QUEUE[-REASON]).")
+@click.option("--dry-run", is_flag=True, default=False,
+              help="Show what would be replayed (and to which partition); produce and commit nothing.")
+@output_option
 @config_options
 def replay(queue: str, limit: int | None, rate: float | None, reason: str | None, group: str | None,
-           cfg: Config) -> None:
+           dry_run: bool, output: str, cfg: Config) -> None:
     """Move QUEUE's dead letters back to the queue with the delivery count reset."""
     from kmq.ops.dlq import replay as do_replay
 
@@ -98,13 +101,34 @@ def replay(queue: str, limit: int | None, rate: float | None, reason: str | None
             bar.update(k)
 
         result = do_replay(cfg, queue, limit=limit, rate=rate, reason=reason, group=group,
-                           progress=progress, size_hint=size_hint)
+                           progress=progress, size_hint=size_hint, dry_run=dry_run)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
-    click.echo(f"replayed {result.replayed} message(s) to {queue}"
-               + (f", skipped {result.skipped} with another reason" if result.skipped else "")
+    if output == "json":
+        echo_json(_replay_doc(queue, result))
+        return
+    for c in result.planned:  # a dry run's list
+        to = f"partition {c.target_partition}" if c.target_partition is not None else "the partitioner's choice"
+        click.echo(f"{c.partition}:{c.offset}  reason={c.reason or '-'}  key={_text(c.key, 24)}  -> {to}")
+    dry = result.dry_run
+    click.echo(("dry run: would replay" if dry else "replayed") + f" {result.replayed} message(s) to {queue}"
+               + (f", {'skip' if dry else 'skipped'} {result.skipped} with another reason" if result.skipped else "")
                + (f", {result.already} already copied by an interrupted run" if result.already else "")
-               + f" (position kept in group {result.group})")
+               + (f" (from the position kept in group {result.group}); nothing was written" if dry
+                  else f" (position kept in group {result.group})"))
     for where in result.unreplayable:
-        click.echo(f"not replayable, left in the DLQ: {where}", err=True)
+        click.echo(f"not replayable, {'would stay' if dry else 'left'} in the DLQ: {where}", err=True)
+
+
+def _replay_doc(queue: str, result) -> dict:
+    """``kmq dlq replay -o json``: the counts; with ``--dry-run`` also each dead letter it would copy."""
+    doc = {"queue": queue, "dry_run": result.dry_run, "group": result.group, "replayed": result.replayed,
+           "skipped": result.skipped, "already_copied": result.already,
+           "unreplayable": [{"position": where.split(" ", 1)[0], "cause": where.split(" ", 1)[1]}
+                            for where in result.unreplayable]}
+    if result.dry_run:
+        doc["would_replay"] = [{"partition": c.partition, "offset": c.offset, "reason": c.reason,
+                                "target_partition": c.target_partition, **bytes_field("key", c.key)}
+                               for c in result.planned]
+    return doc

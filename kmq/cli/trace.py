@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import time
-
 import click
 
-from kmq.cli.common import config_options
+from kmq.cli.common import ProgressLine, config_options, echo_json, output_option
 from kmq.config import Config, parse_duration
 from kmq.core.errors import ConfigError, TraceError
 from kmq.core.trace import Trace, clock, describe_event
@@ -39,7 +36,7 @@ def format_trace(t: Trace) -> list[str]:
 @click.option("--offset", type=click.IntRange(min=0), help="With --partition.")
 @click.option("--since", "since", help="Read the last DURATION (e.g. 1h, 30m) instead of from the tracker's "
                                        "committed marker offset.")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option
 @click.option("--tracker-group", help="Tracker consumer group (default: tracker.group_id).")
 @click.option("--workers-group", help="Workers consumer group (default: consumer.group_id).")
 @config_options
@@ -62,23 +59,19 @@ def trace(queue: str, origin: str | None, key: str | None, partition: int | None
         raise click.BadParameter("must be more than 0", param_hint="--since")
     if (partition is None) != (offset is None):
         raise click.UsageError("--partition and --offset go together")
-    last = {"t": 0.0, "shown": False}
+    line = ProgressLine()
 
     def progress(topic: str, p: int, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done >= total or now - last["t"] >= 0.2:  # one line, rewritten at most 5 times a second
-            click.echo(f"\rscanning {topic}[{p}]: {done}/{total} records", err=True, nl=False)
-            last["t"], last["shown"] = now, True
+        line.show(f"scanning {topic}[{p}]: {done}/{total} records", final=done >= total)
 
     try:
         traces = read_trace(cfg, queue, origin=origin, key=key, partition=partition, offset=offset,
                             since_s=since_s, tracker_group=tracker_group, workers_group=workers_group,
                             progress=progress)
     finally:
-        if last["shown"]:
-            click.echo("", err=True)
+        line.close()
     if output == "json":
-        click.echo(json.dumps({"queue": queue, "messages": [t.to_dict() for t in traces]}, indent=2))
+        echo_json({"queue": queue, "messages": [t.to_dict() for t in traces]})
         return
     if not traces:
         raise TraceError(f"no message with key {key!r} in the scanned range of {queue}; try a longer --since")

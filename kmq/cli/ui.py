@@ -11,7 +11,7 @@ import click
 
 from kmq.cli.common import config_options
 from kmq.config import Config
-from kmq.core.errors import KmqError, UiConfigError
+from kmq.core.errors import CannotListen, KmqError, UiConfigError
 
 log = logging.getLogger("kmq.ui")
 
@@ -36,7 +36,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise KmqError(f"kmq ui cannot listen on {host}:{port}: {exc.strerror}; pick another --port/--host") from exc
+        raise CannotListen("kmq ui", host, port, exc, "pick another --port/--host") from exc
     sock.listen(128)
     return sock
 

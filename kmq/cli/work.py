@@ -36,6 +36,7 @@ import click
 
 from kmq.cli.common import config_options
 from kmq.config import Config
+from kmq.core.errors import CannotListen
 from kmq.dev.workload import InjectedFailure, fate, is_poison, is_poison_index, payload
 
 __all__ = ["produce", "work"]
@@ -176,7 +177,11 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
-        start_http_server(metrics_port, addr=metrics_host, registry=metrics.registry)
+        try:
+            start_http_server(metrics_port, addr=metrics_host, registry=metrics.registry)
+        except OSError as exc:
+            raise CannotListen("kmq work's metrics server", metrics_host, metrics_port, exc,
+                               "pick another --metrics-port (0 = any free port) or --metrics-host") from exc
     log_file = open(ack_log, "a", buffering=1) if ack_log else None  # noqa: SIM115 - closed below
     log_lock = threading.Lock()
     counts = {"ok": 0, "fail": 0, "hang": 0, "poison": 0, "slow": 0, "duplicate": 0}

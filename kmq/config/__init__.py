@@ -31,6 +31,13 @@ from typing import Any, Mapping
 
 import yaml
 
+from kmq.config.client_settings import (
+    CONFLUENT_REFUSED,
+    KAFKA_PYTHON_REFUSED,
+    ClientSettings,
+    client_settings,
+    is_secret,
+)
 from kmq.core.backoff import backoff_delay
 from kmq.core.errors import ConfigError
 
@@ -176,6 +183,12 @@ class KafkaConfig:
     # librdkafka's own debug contexts (its `debug` property, e.g. eos,msg) for clients on
     # confluent-kafka; their lines go to the logger kmq.librdkafka at DEBUG.
     librdkafka_debug: str | None = _f(None, "optstr", pattern=LIBRDKAFKA_DEBUG_PATTERN)
+    # The clients' own settings, passed through to every client kmq builds on that client
+    # (kmq.config.client_settings says what is refused and why).
+    kafka_python: ClientSettings = field(default_factory=ClientSettings, hash=False,
+                                         metadata={"kind": "settings", "client": "kafka-python"})
+    confluent: ClientSettings = field(default_factory=ClientSettings, hash=False,
+                                      metadata={"kind": "settings", "client": "confluent"})
 
     def __post_init__(self) -> None:
         if not re.match(LIBRDKAFKA_DEBUG_PATTERN, self.librdkafka_debug or ""):
@@ -553,6 +566,8 @@ class Config:
                         out[f.name] = "***"
                     elif f.metadata.get("kind") in ("duration", "optduration") and v is not None:
                         out[f.name] = _duration_text(v)
+                    elif f.metadata.get("kind") == "settings":
+                        out[f.name] = v.redacted() if redact else dict(v)
                     else:
                         out[f.name] = conv(v)
                 return out
@@ -574,12 +589,15 @@ def _apply_env(raw: dict, env: Mapping[str, str]) -> None:
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
         if len(parts) < 2 or parts[0] not in (*_SECTIONS, "queues"):
             continue  # e.g. KMQ_TEST_BOOTSTRAP belongs to the test suite, not to config
+        if parts[:2] == ["kafka", "confluent"] and len(parts) == 3:
+            # librdkafka's properties are dotted and none has an underscore, which env names allow
+            parts[2] = parts[2].replace("_", ".")
         path_text = ".".join(parts)
         try:
             value = yaml.safe_load(env[name]) if env[name] != "" else None
         except yaml.YAMLError:
             value = env[name]
-        if parts[0] == "kafka" and parts[-1] in _VERBATIM_KAFKA_KEYS:
+        if parts[0] == "kafka" and (parts[-1] in _VERBATIM_KAFKA_KEYS or (len(parts) == 3 and is_secret(parts[2]))):
             value = env[name]  # keep strings verbatim (a password may look like a number)
         node: Any = raw
         for i, part in enumerate(parts[:-1]):
@@ -608,6 +626,12 @@ def _apply_env(raw: dict, env: Mapping[str, str]) -> None:
 
 def _reject_file_secrets(data: dict) -> None:
     kafka = data.get("kafka")
+    for section in ("kafka_python", "confluent"):
+        passed = kafka.get(section) if isinstance(kafka, dict) else None
+        for key, value in (passed.items() if isinstance(passed, dict) else ()):
+            if isinstance(key, str) and is_secret(key) and value not in (None, ""):
+                env = f"KMQ_KAFKA__{section.upper()}__{key.upper().replace('.', '_')}"
+                raise ConfigError(f"kafka.{section}.{key}", f"secrets are not read from the config file; set {env}")
     if isinstance(kafka, dict) and kafka.get("sasl_password") not in (None, ""):
         raise ConfigError(
             "kafka.sasl_password",
@@ -682,6 +706,9 @@ def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
         return value.lower() if f.metadata.get("lower") else value.upper()
     if kind == "topic":
         return _check_topic(path, value)
+    if kind == "settings":
+        return client_settings(path, value, CONFLUENT_REFUSED if f.metadata["client"] == "confluent"
+                               else KAFKA_PYTHON_REFUSED)
     raise AssertionError(f"field {f.name} has no kind")  # pragma: no cover
 
 
@@ -789,8 +816,14 @@ def _check_security_keys(kafka: KafkaConfig) -> None:
         raise ConfigError("kafka.ssl_password_file", "set either KMQ_KAFKA__SSL_PASSWORD or kafka.ssl_password_file, not both")
     mech = kafka.sasl_mechanism
     token_keys = [k for k in ("sasl_oauth_token_file", "sasl_oauth_token_command") if getattr(kafka, k)]
+    oidc = str(kafka.confluent.get("sasl.oauthbearer.method", "")).lower() == "oidc"
+    if oidc and (mech != "OAUTHBEARER" or kafka.client != "confluent"):
+        raise ConfigError("kafka.confluent.sasl.oauthbearer.method", "oidc is librdkafka's own OAUTHBEARER login: it "
+                          "needs kafka.sasl_mechanism: OAUTHBEARER and kafka.client: confluent")
     if mech == "OAUTHBEARER":
-        if not token_keys:
+        # With librdkafka's OIDC login a token file or command is only for the clients still on
+        # kafka-python (topic administration).
+        if not token_keys and not oidc:
             raise ConfigError("kafka.sasl_oauth_token_file",
                               "OAUTHBEARER needs a token: set kafka.sasl_oauth_token_file or kafka.sasl_oauth_token_command")
         if len(token_keys) == 2:

@@ -71,6 +71,9 @@ def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
     elif base == "choice":
         choices = [c.lower() for c in meta["choices"]] if meta.get("lower") else list(meta["choices"])
         schema = {"enum": choices}
+    elif kind == "settings":
+        # A client's own settings by name (scalars); which names pass is checked by kmq, not here.
+        return {"type": ["object", "null"], "additionalProperties": {"type": ["string", "number", "boolean"]}}
     elif kind == "topic":
         schema = {"type": "string", "pattern": TOPIC_PATTERN, "not": {"enum": [".", ".."]}}
     else:  # pragma: no cover - a new kind without a schema fails here, in the tests

@@ -47,7 +47,7 @@ from kmq.consumer.take_ahead import MOST, TakeAhead
 from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
-from kmq.core.log_fields import message_fields
+from kmq.core.log_fields import message_fields, partitions_fields
 from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
@@ -740,12 +740,14 @@ class KmqConsumer:
                      "committed back to their first)", self.queue.name, len(back), sorted(rewound))
         if mine:
             self._rebalances.append((False, mine, rewound))
-            log.info("%s: partitions %s revoked", self.queue.name, sorted(mine))
+            log.info("%s: partitions %s revoked", self.queue.name, sorted(mine),
+                     extra=partitions_fields(self.queue.name, mine))
 
     def _assigned(self, partitions: set[tuple[str, int]]) -> None:
         mine = {p for t, p in partitions if t == self.queue.name}
         self._rebalances.append((True, mine, set()))
-        log.info("%s: assigned partitions %s", self.queue.name, sorted(mine))
+        log.info("%s: assigned partitions %s", self.queue.name, sorted(mine),
+                 extra=partitions_fields(self.queue.name, mine))
 
     def _feed_rebalances(self) -> None:
         """Report the rebalance callbacks to the pipeline, in the order they ran (fetcher thread)."""

@@ -28,6 +28,7 @@ and the fix; the CLI prints it as one line and exits 1.
     ├── DevBrokerError            the embedded broker could not start
     ├── TraceError                a ``kmq trace`` selector that names no message
     ├── UiConfigError             ``kmq ui`` bound beyond loopback without a token
+    ├── CannotListen              an HTTP port (``kmq ui``, the tracker's, ``kmq work --metrics-port``) is taken
     ├── FetcherStalled            the consumer's Kafka poll stopped returning (retriable)
     ├── KafkaException            kmq.share: a call or an acknowledgement commit failed (confluent's name)
     ├── IllegalStateException     kmq.share: a call in the wrong state (closed, not subscribed, ...; also a RuntimeError)
@@ -57,6 +58,7 @@ __all__ = [
     "DevBrokerError",
     "TraceError",
     "UiConfigError",
+    "CannotListen",
     "DeadLetterTopicUnavailable",
     "FetcherStalled",
     "ClientNotInstalled",
@@ -173,6 +175,15 @@ class TraceError(KmqError):
 
 class UiConfigError(KmqError):
     """``kmq ui`` would start unsafely (bound beyond loopback without a token)."""
+
+
+class CannotListen(KmqError):
+    """An HTTP server could not bind its address (the port is taken, the address is not this
+    machine's, ...). The CLI exits with ``kmq.cli.EXIT_CANNOT_LISTEN`` (3)."""
+
+    def __init__(self, what: str, host: str, port: int, exc: OSError, fix: str) -> None:
+        self.host, self.port = host, port
+        super().__init__(f"{what} cannot listen on {host}:{port}: {exc.strerror or exc}; {fix}")
 
 
 class InvalidSettlement(KmqError, ValueError):

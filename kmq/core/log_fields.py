@@ -6,7 +6,8 @@ and are ignored by the text format, so a line keeps its readable message and
 a log shipper can still filter by queue, partition, offset, origin, delivery
 count or trace id:
 
-* ``queue``, ``partition``;
+* ``queue``, ``partition``; a line about several partitions of one queue (assigned, revoked)
+  carries ``queue`` and ``partitions`` (a JSON array of numbers) instead;
 * for one message: ``offset``, ``origin`` (``topic/partition/offset`` of its
   first delivery), ``delivery_count`` and ``trace_id`` (the W3C
   ``traceparent`` header's trace id, when the record has one);
@@ -20,7 +21,7 @@ from typing import Any, Iterable
 from kmq.core.message import Headers, delivery_count_of, origin_of
 from kmq.core.ranges import OffsetRange
 
-__all__ = ["log_fields", "message_fields", "trace_id_of", "show_ranges"]
+__all__ = ["log_fields", "message_fields", "partitions_fields", "trace_id_of", "show_ranges"]
 
 _ZERO_TRACE = "0" * 32
 
@@ -70,3 +71,8 @@ def message_fields(msg: Any, **more: Any) -> dict[str, Any]:
     """:func:`log_fields` of a message (anything with ``topic``, ``partition``, ``offset`` and,
     optionally, ``headers``)."""
     return log_fields(msg.topic, msg.partition, msg.offset, headers=getattr(msg, "headers", None), **more)
+
+
+def partitions_fields(queue: str, partitions: Iterable[int], **more: Any) -> dict[str, Any]:
+    """``extra=`` for a line about several partitions of ``queue`` (assigned, revoked)."""
+    return {"queue": queue, "partitions": sorted(partitions), **more}

@@ -45,7 +45,8 @@ from kmq.core.message import (
     parse_origin,
 )
 
-__all__ = ["DeadLetter", "list_dead_letters", "replay", "ReplayResult", "replay_group", "REASONS", "HEADER_REPLAY_OF"]
+__all__ = ["DeadLetter", "list_dead_letters", "replay", "ReplayResult", "PlannedCopy", "replay_group", "REASONS",
+           "HEADER_REPLAY_OF"]
 
 REASONS = ("timeout", "nack-limit", "rejected", "undeliverable")
 _DROPPED = {HEADER_DELIVERY_COUNT, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS}
@@ -125,19 +126,33 @@ def list_dead_letters(cfg: Config, queue: str, timeout_s: float = 10.0) -> Itera
         reader.close()
 
 
+@dataclass(frozen=True)
+class PlannedCopy:
+    """A dead letter a dry run would replay: its DLQ position, its reason and the queue partition
+    its copy would go to (None: the producer's partitioner picks one)."""
+
+    partition: int
+    offset: int
+    reason: str | None
+    target_partition: int | None
+    key: bytes | None
+
+
 @dataclass
 class ReplayResult:
-    replayed: int = 0
+    replayed: int = 0  # with dry_run: the number that would be replayed
     skipped: int = 0
     group: str = ""
     already: int = 0  # sent by an earlier, interrupted run: not sent again
     unreplayable: list[str] = field(default_factory=list)  # "partition:offset cause" left in the DLQ
+    dry_run: bool = False
+    planned: list[PlannedCopy] = field(default_factory=list)  # with dry_run: what a replay would copy
 
 
 def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | None = None, reason: str | None = None,
            group: str | None = None, progress: Callable[[int], None] | None = None,
            size_hint: Callable[[int], None] | None = None, timeout_s: float = 10.0,
-           select: Callable[[DeadLetter], bool] | None = None) -> ReplayResult:
+           select: Callable[[DeadLetter], bool] | None = None, dry_run: bool = False) -> ReplayResult:
     """Move dead letters of ``queue`` back to it; see the module docstring.
 
     ``rate`` caps replayed messages per second; ``progress(n)`` is called with
@@ -153,24 +168,32 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
     skips dead letters whose copy is already there, so nothing is copied twice.
     A dead letter that cannot be produced (a tombstone, larger than the
     producer's request size) is left in the DLQ and reported, never a crash.
+
+    ``dry_run``: read only: the result says what a replay would copy (:attr:`ReplayResult.planned`,
+    each one's target partition) and leave; nothing is produced and nothing is committed. A record
+    the broker would refuse (larger than the producer's request size) shows up only in a real run.
     """
     if reason is not None and reason not in REASONS:
         raise KmqError(f"--reason must be one of {', '.join(REASONS)}, got {reason!r}")
     q = cfg.queue(queue)
     tps, queue_partitions = _dlq_partitions(cfg, q)
     group = group or replay_group(cfg, queue, reason)
-    result = ReplayResult(group=group)
+    result = ReplayResult(group=group, dry_run=dry_run)
     if not tps:
         return result
     qtps = [(q.name, p) for p in range(queue_partitions)]
     reader = open_log_reader(cfg.kafka, timeout_s)
-    p = producer(cfg.kafka, max_request_size=cfg.tracker.max_request_size, compression_type=q.compression)
+    p = None if dry_run else producer(cfg.kafka, max_request_size=cfg.tracker.max_request_size,
+                                      compression_type=q.compression)
     pending: dict[Partition, int] = {}  # DLQ position after the last record handled
     sent: list[tuple[Partition, int, Any]] = []  # (DLQ partition, DLQ offset, future) of the open batch
     marks: dict[Partition, int] = {}  # queue watermark: after our last acknowledged copy
 
     def settle() -> None:
         """Commit what is acknowledged: per DLQ partition up to its first failed copy, never past it."""
+        if p is None:  # a dry run writes nothing
+            pending.clear()
+            return
         try:
             p.flush(timeout=30)
         except produce_errors():
@@ -200,7 +223,8 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
         done = _already_copied(reader, group, q, qtps)
         # Watermarks before the first copy of this run: a crash in its first batch is recovered too.
         marks.update({qtp: end for qtp, (_start, end) in reader.bounds(qtps).items()})
-        reader.commit(group, marks)
+        if p is not None:
+            reader.commit(group, marks)
         committed = reader.committed(group, tps)
         if size_hint is not None:
             bounds = reader.bounds(tps)
@@ -215,13 +239,18 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
                 if (tp[1], rec.offset) in done:
                     result.already += 1
                 elif (reason is None or dl.reason == reason) and (select is None or select(dl)):
-                    if rate:
+                    if rate and p is not None:
                         wait = started + result.replayed / rate - time.monotonic()
                         if wait > 0:
                             time.sleep(wait)  # the rate limit itself
-                    problem = _send_one(p, q, dl, queue_partitions, sent, tp)
+                    problem = _unreplayable(dl)
+                    if problem is None and p is not None:
+                        problem = _send_one(p, q, dl, queue_partitions, sent, tp)
                     if problem is None:
                         result.replayed += 1
+                        if p is None:
+                            result.planned.append(PlannedCopy(tp[1], rec.offset, dl.reason,
+                                                              _target_partition(dl, queue_partitions), dl.key))
                     else:
                         result.unreplayable.append(f"{tp[1]}:{rec.offset} {problem}")
                 else:
@@ -239,20 +268,32 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
                        f"committed in group {group}, run it again to continue") from exc
     finally:
         reader.close()
-        close_producer(p)
+        if p is not None:
+            close_producer(p)
     return result
 
 
-def _send_one(p, q: QueueConfig, dl: DeadLetter, queue_partitions: int, sent: list, tp: Partition) -> str | None:
-    """Start the copy of one dead letter; the reason it cannot be produced, or None."""
+def _unreplayable(dl: DeadLetter) -> str | None:
+    """Why ``dl`` cannot be replayed from the DLQ at all, or None."""
     if dl.reference is not None:
         return (f"a reference dead letter cannot be replayed from the DLQ (its payload was too large for it, or "
                 f"refused): re-produce the record from the queue log at {dl.reference} "
                 f"(origin {dl.header(HEADER_ORIGIN)}) before retention deletes it")
     if dl.key is None and dl.value is None:
         return "tombstone (null key and value): kafka-python cannot produce one"
+    return None
+
+
+def _target_partition(dl: DeadLetter, queue_partitions: int) -> int | None:
+    """The queue partition of ``dl``'s copy: its origin's, when the queue still has it."""
     origin_p = dl.origin_partition
-    target_p = origin_p if origin_p is not None and 0 <= origin_p < queue_partitions else None
+    return origin_p if origin_p is not None and 0 <= origin_p < queue_partitions else None
+
+
+def _send_one(p, q: QueueConfig, dl: DeadLetter, queue_partitions: int, sent: list, tp: Partition) -> str | None:
+    """Start the copy of one dead letter (replayable: :func:`_unreplayable`); why the producer
+    refused it, or None."""
+    target_p = _target_partition(dl, queue_partitions)
     headers = producible_headers([(k, v) for k, v in dl.headers if k not in _DROPPED and k != HEADER_REPLAY_OF])
     headers.append((HEADER_REPLAY_OF, f"{tp[0]}/{tp[1]}/{dl.offset}".encode()))
     try:

@@ -35,10 +35,16 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key not in self._STANDARD and not key.startswith("_"):
-                out[key] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+                out[key] = value if _plain(value) else repr(value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)
+
+
+def _plain(value: object) -> bool:
+    """A scalar, or a list of scalars (``partitions``): kept as JSON; anything else as its repr."""
+    scalars = (str, int, float, bool, type(None))
+    return isinstance(value, scalars) or (isinstance(value, list) and all(isinstance(v, scalars) for v in value))
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -57,3 +57,23 @@ def test_lease_end_and_dead_letter_lines_carry_the_messages_fields(bootstrap, qu
     dead = _line(caplog, "tracker.redeliver", "dead-lettered to")
     assert {k: dead[k] for k in expected} == expected
     assert (dead["outcome"], dead["reason"], dead["level"]) == ("dead_letter", "timeout", "INFO")
+
+
+def test_partition_lines_of_the_tracker_and_the_consumer_carry_queue_and_partition(queue_topics, caplog):
+    cfg, q = queue_topics(2)
+    caplog.set_level(logging.INFO, logger="tracker")
+    caplog.set_level(logging.INFO, logger="kmq.consumer.consumer")
+    with running_tracker(cfg):
+        wait_until(lambda: _has(caplog, "tracker.catch_up", "caught up at marker offset"), 30,
+                   what="the tracker's caught-up line")
+        with KmqConsumer(cfg, queue=q.name) as consumer:
+            wait_until(lambda: consumer.poll(timeout=0.2) is not None and _has(
+                caplog, "kmq.consumer.consumer", "assigned partitions"), 30, what="the consumer's assigned line")
+    assigned = _line(caplog, "tracker.service", "assigned markers partitions")
+    assert (assigned["queue"], assigned["partitions"], assigned["markers_topic"]) == (q.name, [0, 1], q.markers_topic)
+    caught = _line(caplog, "tracker.catch_up", "caught up at marker offset")
+    assert caught["queue"] == q.name and caught["partition"] in (0, 1) and caught["marker_offset"] == 0
+    revoked = _line(caplog, "tracker.service", "revoked markers partitions")
+    assert (revoked["queue"], revoked["partitions"]) == (q.name, [0, 1])
+    mine = _line(caplog, "kmq.consumer.consumer", "assigned partitions")
+    assert (mine["queue"], mine["partitions"]) == (q.name, [0, 1])

@@ -47,6 +47,9 @@ PROBES = {
     "choice": ["SSL", "PLAIN", "INFO", "text", "json", "confluent", "COOPERATIVE-STICKY", "range", "nope", "", 3, None],
     "topic": ["orders", "orders.v2", "a" * 249, "a" * 250, "..", "orders queue", "", 5, None],
 }
+# A client's settings: scalars by name; which names pass is kmq's (and the client's) to say.
+PROBES["settings"] = [{}, None, {"fetch_min_bytes": 1, "linger.ms": 5.5, "x": True}, {"client.rack": "a"},
+                      {"enable.auto.commit": True}, {"client_id": "x"}, {"a": {"b": 1}}, {"a": [1]}, "text", []]
 PROBES["optduration"] = PROBES["duration"]
 PROBES["optint"] = PROBES["int"]
 PROBES["optstr"] = PROBES["str"]
@@ -88,7 +91,8 @@ FIELDS = list(_all_fields())
 # topic names).
 NOT_SAYABLE = ("expected at least", "expected at most", "is set but kafka.security_protocol",
                "is false but kafka.security_protocol", "only used with sasl_mechanism", "markers_topic:",
-               "must be at least backoff.initial", "must stay below half of the markers retention")
+               "must be at least backoff.initial", "must stay below half of the markers retention",
+               "kmq sets this itself", "kafka-python takes its keyword argument names")
 
 
 def _spelled_as_stored(value, f: dataclasses.Field):

@@ -39,7 +39,7 @@ from kmq.core.errors import BrokerUnavailable
 from kmq.client.confluent.fatal import FatalState
 from kmq.client.confluent.flush_settlement import FlushSettlement
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
-from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, settings
+from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, construct, passthrough, settings
 
 require_client(CONFLUENT)  # the one clear error when the extra is missing
 
@@ -314,8 +314,9 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush
         "linger.ms": 5,
         "request.timeout.ms": int(timeout_s * 1000),
         **_map(overrides, _PRODUCER_KEYS),
+        **passthrough(kafka),
     }
-    return ConfluentProducer(conf, settle_on_flush)
+    return construct(lambda c: ConfluentProducer(c, settle_on_flush), conf, kafka)
 
 
 def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> "ConfluentConsumer":
@@ -334,7 +335,9 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)
         conf["heartbeat.interval.ms"] = int(kafka.heartbeat_interval * 1000)
     conf.update(_map({k: v for k, v in overrides.items() if not (k == "group_id" and v is None)}, _CONSUMER_KEYS))
-    c = ConfluentConsumer(ck.Consumer(conf), log_bridge=conf["logger"], timeout_s=timeout_s or kafka.connect_timeout)
+    conf.update(passthrough(kafka))
+    c = ConfluentConsumer(construct(ck.Consumer, conf, kafka), log_bridge=conf["logger"],
+                          timeout_s=timeout_s or kafka.connect_timeout)
     if topics:
         c.raw.subscribe(list(topics))
     return c

@@ -47,6 +47,9 @@ _TRANSPORT = re.compile(
 )
 # ... unless the line points at a configuration problem, which must stay as loud as librdkafka says.
 _CONFIG_HINT = re.compile(r"security\.protocol|SSL|TLS|SASL|authenticat|certificate|resolve", re.IGNORECASE)
+# kafka.confluent settings go to producers and consumers alike, so a consumer's property on a
+# producer (and the reverse) is expected: librdkafka ignores it, kmq logs that at DEBUG only.
+_OTHER_ROLE = re.compile(r"is a (producer|consumer) property and will be ignored by this (consumer|producer)")
 
 
 def is_transport_failure(text: str) -> bool:
@@ -88,6 +91,8 @@ class LibrdkafkaLogBridge:
         facility, handle, text = (str(a) for a in args)
         if level > logging.WARNING and is_transport_failure(text):
             level = logging.WARNING
+        if _OTHER_ROLE.search(text):
+            level = logging.DEBUG
         key = repeat_key(facility, text)
         out: list[tuple[int, str, tuple[Any, ...]]] = []
         with self._lock:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from kmq.client.api import Deleted, LogEnds, Partition, ReadResult, Record
 from kmq.client.confluent.consumer import as_kafka_python_error
-from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, settings
+from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, construct, passthrough, settings
 from kmq.client.kafka_python.clients import classify
 from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
@@ -75,7 +75,7 @@ class ConfluentLogReader:
         self._batch = batch
         conf = settings(kafka)
         self._log_bridge = conf["logger"]  # holds the counts of repeated librdkafka lines until close
-        self._consumer = ck.Consumer({
+        self._consumer = construct(ck.Consumer, {
             **conf,
             "group.id": f"{kafka.client_id}-log-reader",  # required by librdkafka; never joined, never committed
             "enable.auto.commit": False,
@@ -86,9 +86,10 @@ class ConfluentLogReader:
             "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "queued.max.messages.kbytes": 16 * 1024,  # the prefetch a read may leave unused
             **overrides,
+            **passthrough(kafka),
             # Not librdkafka's default (read_committed): see the module docstring.
             "isolation.level": "read_uncommitted",
-        })
+        }, kafka)
         self._groups: dict[str, Any] = {}
         # What the last read left for one that continues where it stopped (see the module docstring).
         self._parked: _Parked | None = None
@@ -366,8 +367,9 @@ class ConfluentLogReader:
     def _group(self, group: str) -> Any:
         g = self._groups.get(group)
         if g is None:
-            g = self._groups[group] = ck.Consumer({**settings(self._kafka), "group.id": group,
-                                                   "enable.auto.commit": False})
+            g = self._groups[group] = construct(ck.Consumer, {**settings(self._kafka), **passthrough(self._kafka),
+                                                              "group.id": group, "enable.auto.commit": False},
+                                                self._kafka)
         return g
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -7,13 +7,15 @@ is its kafka-python twin).
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Callable, Mapping, TypeVar
 
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
 from kmq.client.oauth import token_provider
 from kmq.config import PASSWORD_MECHANISMS, ConfigError, KafkaConfig
+from kmq.config.client_settings import is_secret
 
-__all__ = ["settings", "FETCH_QUEUE_BACKOFF_MS"]
+__all__ = ["settings", "passthrough", "construct", "FETCH_QUEUE_BACKOFF_MS"]
 
 #: ``fetch.queue.backoff.ms`` of every kmq consumer on confluent-kafka (librdkafka's default: 1 s).
 #: Once a partition's prefetch passes ``queued.min.messages`` (or ``queued.max.messages.kbytes``),
@@ -58,7 +60,39 @@ def settings(kafka: KafkaConfig) -> dict[str, Any]:
     if mech in PASSWORD_MECHANISMS:
         conf["sasl.username"] = kafka.sasl_username
         conf["sasl.password"] = kafka.password()
-    elif mech == "OAUTHBEARER":
+    elif mech == "OAUTHBEARER" and str(kafka.confluent.get("sasl.oauthbearer.method", "")).lower() != "oidc":
+        # With librdkafka's own OIDC login (kafka.confluent) librdkafka fetches the token; a
+        # callback beside it would leave the client waiting for a token the callback never sets.
         provider = token_provider(kafka)
         conf["oauth_cb"] = lambda _config_str: provider.token_and_expiry()
     return conf
+
+
+def passthrough(kafka: KafkaConfig) -> dict[str, Any]:
+    """``kafka.confluent``: librdkafka properties applied over kmq's own, last, to every kmq client on
+    confluent-kafka (the keys kmq must set itself are refused when the config is read)."""
+    return dict(kafka.confluent)
+
+
+_PROPERTY = re.compile(r'configuration property:? "?([^"\s]+)"?')
+T = TypeVar("T")
+
+
+def construct(make: Callable[[dict[str, Any]], T], conf: Mapping[str, Any], kafka: KafkaConfig) -> T:
+    """``make(conf)`` (a confluent-kafka constructor), with librdkafka's refusal of a property from
+    ``kafka.confluent`` (unknown name, bad value) raised as :class:`~kmq.core.errors.ConfigError` naming the key."""
+    try:
+        return make(dict(conf))
+    except Exception as exc:
+        err = exc.args[0] if exc.args else None
+        text = err.str() if hasattr(err, "str") else str(exc)
+        m = _PROPERTY.search(text)
+        if m and m.group(1) in kafka.confluent:
+            key = m.group(1)
+            shown = "***" if is_secret(key) else repr(kafka.confluent[key])
+            if text.startswith("No such configuration property"):
+                problem = "librdkafka has no such property (see librdkafka's CONFIGURATION.md for the names)"
+            else:
+                problem = f"librdkafka refused the value {shown}: {text}"
+            raise ConfigError(f"kafka.confluent.{key}", problem) from None
+        raise

@@ -28,7 +28,7 @@ from kmq.client.diagnose import diagnose, unreachable
 from kmq.client.sasl import authentication_failed
 from kmq.client.kafka_python.group_join import keep_finished_joins
 from kmq.client.kafka_python.grown_partitions import GrowingTopicsProducer
-from kmq.client.kafka_python.settings import client_kwargs
+from kmq.client.kafka_python.settings import client_kwargs, passthrough
 from kmq.core.errors import AuthorizationFailed, BrokerUnavailable, ClientNotInstalled
 
 __all__ = [
@@ -101,7 +101,8 @@ def admin_client(kafka: KafkaConfig, timeout_s: float | None = None) -> KafkaAdm
     timeout_s = timeout_s or kafka.connect_timeout
     kw = client_kwargs(kafka)
     with broker_errors(kafka, timeout_s):
-        return KafkaAdminClient(bootstrap_timeout_ms=int(timeout_s * 1000), **kw, request_timeout_ms=int(timeout_s * 1000))
+        return KafkaAdminClient(**{"bootstrap_timeout_ms": int(timeout_s * 1000), **kw,
+                                   "request_timeout_ms": int(timeout_s * 1000), **passthrough(kafka, KafkaAdminClient)})
 
 
 def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: Any) -> KafkaProducer:
@@ -121,6 +122,7 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, **overrides: An
         "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
     }
     kw.update(overrides)
+    kw.update(passthrough(kafka, KafkaProducer))
     if kw.get("compression_type") == "none":  # queues[].compression's name for kafka-python's None
         kw["compression_type"] = None
     require_codecs()
@@ -165,6 +167,7 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         kw["session_timeout_ms"] = int(kafka.session_timeout * 1000)
         kw["heartbeat_interval_ms"] = int(kafka.heartbeat_interval * 1000)
     kw.update(overrides)
+    kw.update(passthrough(kafka, KafkaConsumer))
     require_codecs()
     with broker_errors(kafka, timeout_s):
         made = KafkaConsumer(*topics, **kw)
