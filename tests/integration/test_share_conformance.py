@@ -349,12 +349,19 @@ def test_acknowledge_offset_settles_a_record_by_its_coordinates(queue):
 
 
 # ------------------------------------------------------------------ commits and close
-def test_commit_callback_reports_the_acknowledged_offsets(queue):
+def accept_three_with_a_callback(queue) -> tuple[Any, list, list]:
+    """Three records polled and accepted in explicit mode, a commit callback recording its calls:
+    (consumer, calls, messages); the last batch's acknowledgements are not sent yet."""
     queue.produce(b"a", b"b", b"c")
     c = queue.consumer("explicit")
     calls: list = []
     c.set_acknowledgement_commit_callback(lambda offsets, exc: calls.append((offsets, exc)))
     seen = poll_until(c, lambda s: len(s) >= 3, lambda m: c.acknowledge(m, queue.api.AcknowledgeType.ACCEPT))
+    return c, calls, seen
+
+
+def test_commit_callback_reports_the_acknowledged_offsets(queue):
+    c, calls, seen = accept_three_with_a_callback(queue)
     assert c.commit_async() is None
 
     def reported() -> set[int]:
@@ -408,11 +415,7 @@ def test_implicit_mode_a_subscription_change_accepts_the_last_poll(queue, backen
 
 
 def test_the_commit_callback_comes_within_the_poll_that_sends_the_acknowledgements(queue):
-    queue.produce(b"a", b"b", b"c")
-    c = queue.consumer("explicit")
-    calls: list = []
-    c.set_acknowledgement_commit_callback(lambda offsets, exc: calls.append((offsets, exc)))
-    seen = poll_until(c, lambda s: len(s) >= 3, lambda m: c.acknowledge(m, queue.api.AcknowledgeType.ACCEPT))
+    c, calls, seen = accept_three_with_a_callback(queue)
     c.poll(2.0)  # sends the last batch's acknowledgements; their callback comes back within it
     reported = {o for offsets, exc in calls if exc is None for offs in offsets.values() for o in offs}
     assert reported >= {m.offset() for m in seen}
