@@ -322,18 +322,27 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
     return None
 
 
+def probe(kafka: KafkaConfig, timeout_s: float) -> list[tuple[str, KmqError | None]]:
+    """Each bootstrap server with the error found connecting to it (None: it answers and, for a
+    password login, accepts it), each step waiting at most ``timeout_s``."""
+    found: list[tuple[str, KmqError | None]] = []
+    for entry in kafka.servers:
+        host, _, port = entry.rpartition(":")
+        if not port.isdigit():
+            found.append((entry, BrokerUnavailable(f"kafka.bootstrap_servers entry {entry!r} is not host:port")))
+            continue
+        try:
+            found.append((entry, _probe_server(kafka, host.strip("[]"), int(port), timeout_s)))
+        except KmqError as exc:  # a ConfigError from the TLS context, AuthenticationFailed from the token source
+            found.append((entry, exc))
+    return found
+
+
 def diagnose(kafka: KafkaConfig, timeout_s: float, cause: object = None) -> KmqError:
     """The most specific error for a client that could not connect within ``timeout_s``."""
     step = min(_STEP_TIMEOUT_S, max(timeout_s, 0.5))
     first_unreachable: KmqError | None = None
-    for entry in kafka.servers:
-        host, _, port = entry.rpartition(":")
-        if not port.isdigit():
-            return BrokerUnavailable(f"kafka.bootstrap_servers entry {entry!r} is not host:port")
-        try:
-            found = _probe_server(kafka, host.strip("[]"), int(port), step)
-        except KmqError as exc:  # a ConfigError from the TLS context, AuthenticationFailed from the token source
-            return exc
+    for _, found in probe(kafka, step):
         if found is None:
             continue
         if type(found) is not BrokerUnavailable:

@@ -3,13 +3,20 @@
 No Kafka, no clock. A poll's records stay *in flight* until their acknowledgement
 is applied (sent as a marker); what each call applies:
 
-========================  ===========================================  ==========================================
-call                      implicit mode                                explicit mode
-========================  ===========================================  ==========================================
-``poll``, ``commit_*``    every record of the last poll: ACCEPT        the records acknowledged since, as recorded
-``close``                 every record of the last poll: RELEASE       the recorded ones; the rest: RELEASE
-``poll`` (explicit only)  --                                           refused while a record is unacknowledged
-========================  ===========================================  ==========================================
+==========================  ===========================================  ==========================================
+call                        implicit mode                                explicit mode
+==========================  ===========================================  ==========================================
+``poll``, ``commit_*``      every record of the last poll: ACCEPT        the records acknowledged since, as recorded
+``subscribe``,              every record of the last poll: ACCEPT        the recorded ones; the rest: RELEASE
+``unsubscribe``
+``close``                   every record of the last poll: RELEASE       the recorded ones; the rest: RELEASE
+``poll`` (explicit only)    --                                           refused while a record is unacknowledged
+==========================  ===========================================  ==========================================
+
+A subscription change accepts in implicit mode as the native clients do: the Java
+``KafkaShareConsumer`` keeps the last batch across ``subscribe``/``unsubscribe``
+and accepts it with the next ``poll`` or commit, and confluent-kafka's reports it
+accepted; kmq leaves its consumer group on the change, so it accepts then.
 
 A record acknowledged twice before it is applied keeps the last type (as the
 native consumer); once applied it is no longer in flight.
@@ -22,7 +29,7 @@ from typing import Any, Iterable
 from kmq.share.settings import AckMode
 from kmq.share.types import AcknowledgeType, Message, TopicPartition
 
-__all__ = ["Due", "due", "unacknowledged", "offsets_by_partition", "KMQ_REJECT_REASON"]
+__all__ = ["Due", "due", "due_on_leave", "unacknowledged", "offsets_by_partition", "KMQ_REJECT_REASON"]
 
 #: The DLQ reason of a record rejected with ``AcknowledgeType.REJECT`` (``kmq_reject`` gives its own).
 KMQ_REJECT_REASON = "AcknowledgeType.REJECT"
@@ -49,6 +56,11 @@ def due(batch: Iterable[Message], mode: AckMode, closing: bool = False) -> list[
         if ack is not None:
             out.append((m, *ack))
     return out
+
+
+def due_on_leave(batch: Iterable[Message], mode: AckMode, closing: bool) -> list[Due]:
+    """The acknowledgements a subscription change (``closing``: ``close``) applies to ``batch``."""
+    return due(batch, mode, closing=closing or mode is AckMode.EXPLICIT)
 
 
 def unacknowledged(batch: Iterable[Message]) -> int:

@@ -15,6 +15,10 @@ queue's lease, ``kmq.lease.ms``) is redelivered by the tracker. Which
 acknowledgements each call applies is :mod:`kmq.share.acknowledgements`;
 "commit" means: their markers are written and acknowledged by Kafka.
 
+As natively, ``subscribe`` does not wait for a broker: while none answers, ``poll``
+tries again and reports each failure to the dict's ``error_cb``
+(:mod:`kmq.share.connection`).
+
 Like the native consumer it is not thread-safe (a call from a second thread
 while one runs raises :class:`~kmq.core.errors.ConcurrentModificationException`)
 and the acknowledgement-commit callback runs on the application thread, inside
@@ -26,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from typing import Any, Callable, Mapping
 
 from kmq.config import Config
@@ -39,7 +44,15 @@ from kmq.core.errors import (
     MarkerWriteError,
     MessageAlreadySettled,
 )
-from kmq.share.acknowledgements import KMQ_REJECT_REASON, Due, due, offsets_by_partition, unacknowledged
+from kmq.share.acknowledgements import (
+    KMQ_REJECT_REASON,
+    Due,
+    due,
+    due_on_leave,
+    offsets_by_partition,
+    unacknowledged,
+)
+from kmq.share.connection import Backoff, errors_of, is_transport, require_reachable
 from kmq.share.settings import AckMode, read_settings
 from kmq.share.types import AcknowledgeType, KafkaError, Message, Messages, TopicPartition
 
@@ -54,6 +67,7 @@ _CLOSED = "Share consumer closed"
 
 
 def _open_queue(cfg: Config, topic: str, max_records: int) -> KmqConsumer:
+    require_reachable(cfg.kafka)  # fast: a client would wait kafka.connect_timeout to find no broker
     return KmqConsumer(cfg, topic, batch_size=max_records)
 
 
@@ -138,12 +152,20 @@ class ShareConsumer:
         self._mode = self._settings.mode
         self._topic: str | None = None
         self._queue: Any = None  # the KmqConsumer of the subscribed topic
+        #: Subscribed, queue not open yet (no broker answered): its configuration and retry timing.
+        self._cfg: Config | None = None
+        self._backoff: Backoff | None = None
+        #: Connection errors for ``error_cb``, served by the next poll (as natively).
+        self._errors: list[KafkaError] = []
+        self._warned = False
         self._batch: list[Message] = []  # the last poll's records (in flight until applied)
         self._poll_token = object()
         self._by_coordinates: dict[tuple[str, int, int], Message] | None = None
         self._callback: CommitCallback | None = None
         #: Applied acknowledgements awaiting their callback: (offsets, markers given up before).
         self._unreported: list[tuple[dict[TopicPartition, set[int]], int]] = []
+        #: Their outcome once known (written, or failed), for the callback of the next call.
+        self._settled: list[tuple[dict[TopicPartition, set[int]], KafkaException | None]] = []
         self._closed = False
         self._guard = _Call(self)
 
@@ -152,10 +174,51 @@ class ShareConsumer:
         self._guard.what = what
         return self._guard
 
-    def _subscribed(self) -> Any:
-        if self._queue is None:
+    def _connect(self) -> bool:
+        """Try to open the subscribed queue's consumer. A broker that does not answer is reported
+        (``error_cb``, from the next poll) and tried again after the backoff; anything else raises."""
+        assert self._cfg is not None and self._backoff is not None and self._topic is not None
+        try:
+            self._queue = self.open_queue(self._cfg, self._topic, self._settings.max_poll_records)
+        except BaseException as exc:
+            self._backoff.failed(time.monotonic())
+            if not is_transport(exc):
+                raise
+            self._errors += errors_of(exc)
+            return False
+        self._cfg = self._backoff = None
+        self._warned = False
+        return True
+
+    def _connect_until(self, deadline: float | None) -> Any:
+        """The queue consumer once a broker answers, trying until ``deadline`` (None: no limit);
+        None at the deadline. Reports each failed try to ``error_cb`` on the way."""
+        backoff = self._backoff
+        if backoff is None:
             raise IllegalStateException("not subscribed: call subscribe([topic]) before poll()")
-        return self._queue
+        while True:
+            if backoff.due(time.monotonic()) and self._connect():
+                return self._queue
+            self._serve_errors()
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            pause = backoff.next_try - now if deadline is None else min(backoff.next_try, deadline) - now
+            if pause > 0:
+                time.sleep(pause)  # the reconnect backoff (at most 1 s) or the rest of the poll
+
+    def _serve_errors(self) -> None:
+        errors, self._errors = self._errors, []
+        callback = self._settings.error_cb
+        for error in errors:
+            if callback is not None:
+                callback(error)
+            elif not self._warned:
+                log.warning("share consumer of %s: %s (retrying; set error_cb to see every error)",
+                            self._topic, error.str())
+                self._warned = True
+            else:
+                log.debug("share consumer of %s: %s", self._topic, error.str())
 
     # ------------------------------------------------------------ subscription
     def subscribe(self, topics: list[str]) -> None:
@@ -171,29 +234,39 @@ class ShareConsumer:
                                  "create one ShareConsumer per topic")
             if topics and topics[0] == self._topic:
                 return
-            self._leave()
+            self._leave(closing=False)
             if topics:
-                cfg = self._settings.config_for(topics[0])
-                self._queue = self.open_queue(cfg, topics[0], self._settings.max_poll_records)
-                self._topic = topics[0]
+                self._cfg = self._settings.config_for(topics[0])
+                self._topic, self._backoff = topics[0], Backoff()
+                try:
+                    self._connect()  # no broker: subscribed all the same; poll() tries again
+                except BaseException:
+                    self._topic = self._cfg = self._backoff = None
+                    raise
 
     def unsubscribe(self) -> None:
-        """Release what is held and leave the group (a no-op when not subscribed)."""
+        """Send what is due (implicit mode: accept the last poll's records; explicit: what was
+        acknowledged, releasing the rest) and leave the group (a no-op when not subscribed)."""
         with self._call("unsubscribe"):
-            self._leave()
+            self._leave(closing=False)
 
     def subscription(self) -> list[str]:
         with self._call("subscription"):
             return [self._topic] if self._topic else []
 
-    def _leave(self) -> None:
+    def _leave(self, closing: bool) -> None:
+        """End the subscription: apply what a subscription change (or ``closing``) settles, wait
+        for the markers, close the queue consumer. The callback is left to the next call, as natively."""
         queue = self._queue
+        self._cfg = self._backoff = None
         if queue is None:
+            self._topic = None
             return
         try:
-            self._apply(due(self._batch, self._mode, closing=True))
+            self._apply(due_on_leave(self._batch, self._mode, closing))
             self._batch = []
-            self._report(wait=True)
+            if self._unreported:
+                self._settle_unreported(self._flush(None))
         finally:
             self._queue = self._topic = None
             queue.close()
@@ -206,7 +279,11 @@ class ShareConsumer:
         have been acknowledged (else :class:`IllegalStateException`)."""
         with self._call("poll"):
             wait = _seconds(timeout, "timeout")
-            queue = self._subscribed()
+            deadline = None if wait < 0 else time.monotonic() + wait
+            queue = self._queue if self._queue is not None else self._connect_until(deadline)
+            if queue is None:  # no broker answered by the deadline: nothing, as natively
+                self._report(0.0)
+                return Messages([])
             if self._mode is AckMode.EXPLICIT:
                 left = unacknowledged(self._batch)
                 if left:
@@ -215,17 +292,21 @@ class ShareConsumer:
                         "acknowledge() every record before polling again")
             self._apply(due(self._batch, self._mode))
             self._batch = []
-            self._report(wait=False)
-            records = self._take(queue, wait)
+            if self._unreported:
+                queue.writer.flush_buffer()  # sent now: their callback can come within this poll
+            records = self._take(queue, deadline)
+            # Natively the acknowledgements go out with the fetch and their callback comes back with
+            # its answer, in this poll: wait for the markers within what is left of the timeout.
+            self._report(None if deadline is None else max(0.0, deadline - time.monotonic()))
             token = self._poll_token = object()
             self._by_coordinates = None
             self._batch = [Message(m, token) for m in records]
             return Messages(self._batch)
 
-    def _take(self, queue: Any, timeout: float) -> list:
+    def _take(self, queue: Any, deadline: float | None) -> list:
         try:
-            if timeout >= 0:
-                return queue.poll(timeout, self._settings.max_poll_records)
+            if deadline is not None:
+                return queue.poll(max(0.0, deadline - time.monotonic()), self._settings.max_poll_records)
             while True:
                 records = queue.poll(1.0, self._settings.max_poll_records)
                 if records:
@@ -314,12 +395,15 @@ class ShareConsumer:
         with self._call("commit_sync"):
             wait = _seconds(timeout, "timeout")
             if self._queue is None:
+                self._report(0.0)
                 return {}
             applied = self._apply(due(self._batch, self._mode), results=True)
             if not applied and not self._unreported:
+                self._report(0.0)
                 return {}
             error = self._flush(None if wait < 0 else wait)
-            self._fire(error)
+            self._settle_unreported(error)
+            self._report(0.0)
             return {tp: error for tp in applied}
 
     def commit_async(self) -> None:
@@ -328,10 +412,11 @@ class ShareConsumer:
         with self._call("commit_async"):
             queue = self._queue
             if queue is None:
+                self._report(0.0)
                 return
             self._apply(due(self._batch, self._mode))
             queue.writer.flush_buffer()
-            self._report(wait=False)
+            self._report(0.0)
 
     def set_acknowledgement_commit_callback(self, callback: CommitCallback | None) -> None:
         """``callback(offsets, exception)`` once applied acknowledgements are written (or failed),
@@ -343,6 +428,7 @@ class ShareConsumer:
             self._callback = callback
             if callback is None:
                 self._unreported.clear()
+                self._settled.clear()
 
     def _queue_writer_failures(self) -> int:
         return self._queue.writer.failed_writes if self._queue is not None else 0
@@ -356,26 +442,24 @@ class ShareConsumer:
             return err
         return None
 
-    def _report(self, wait: bool) -> None:
-        """Call back for applied acknowledgements whose markers are written (or given up)."""
-        if not self._unreported:
-            return
-        if wait:
-            self._fire(self._flush(None))
-            return
-        error = self._flush(0.0)
-        if error is None:
-            self._fire(None)
-        elif self._queue_writer_failures() > min(f for _, f in self._unreported):
-            self._fire(error)  # some marker was given up: report the failure rather than wait on
+    def _settle_unreported(self, error: KafkaException | None) -> None:
+        self._settled += [(offsets, error) for offsets, _ in self._unreported]
+        self._unreported = []
 
-    def _fire(self, error: KafkaException | None) -> None:
-        callback, todo, self._unreported = self._callback, self._unreported, []
-        if callback is None:
+    def _report(self, timeout: float | None) -> None:
+        """Call back for applied acknowledgements whose markers are written (or given up), waiting
+        at most ``timeout`` seconds for them (None: until the writer gives up)."""
+        if self._unreported and self._queue is not None:
+            error = self._flush(timeout)
+            # A failure is reported at once when a marker was given up (else it may still arrive).
+            if error is None or timeout is None or self._queue_writer_failures() > min(f for _, f in self._unreported):
+                self._settle_unreported(error)
+        callback, todo, self._settled = self._callback, self._settled, []
+        if callback is None or not todo:
             return
         self._guard.in_callback = True
         try:
-            for offsets, _ in todo:
+            for offsets, error in todo:
                 callback(offsets, error)
         finally:
             self._guard.in_callback = False
@@ -422,7 +506,8 @@ class ShareConsumer:
             return
         with self._call("close"):
             try:
-                self._leave()
+                self._leave(closing=True)
+                self._report(0.0)
             finally:
                 self._closed = True
 

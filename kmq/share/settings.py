@@ -10,7 +10,8 @@ them). Keys the native share consumer refuses with a ``ValueError`` are refused
 the same way (:data:`REFUSED_KEYS`): ``session.timeout.ms`` and
 ``heartbeat.interval.ms`` (a share group's timing is the broker's; on kmq they
 are ``kmq.session.timeout.ms`` and ``kmq.heartbeat.interval.ms``),
-``group.protocol`` and ``fetch.error.backoff.ms``.
+``group.protocol``, ``fetch.error.backoff.ms`` and ``auto.offset.reset``.
+``error_cb`` is kept (:attr:`ShareSettings.error_cb`) and must be callable, as natively.
 
 Keys that tune librdkafka's network behaviour and have no meaning for kmq
 (``socket.timeout.ms``, ``fetch.*``, ...) are accepted and ignored, so code
@@ -110,6 +111,9 @@ REFUSED_KEYS: dict[str, str] = {
     "heartbeat.interval.ms": "is not supported for the share consumer: it is defined broker side "
                              "(group.share.heartbeat.interval.ms); on kmq set it with kmq.heartbeat.interval.ms",
     "group.protocol": "is not applicable for the share consumer",
+    "auto.offset.reset": "is not applicable for the share consumer: a new share group starts where the group config "
+                         "share.auto.offset.reset says; kmq starts a new group at the earliest offset "
+                         "(docs/share-consumer.md)",
     "fetch.error.backoff.ms": "is not applicable for the share consumer",
 }
 
@@ -119,7 +123,7 @@ IGNORED_KEYS = frozenset({
     "fetch.max.bytes", "fetch.wait.max.ms", "max.partition.fetch.bytes",
     "reconnect.backoff.ms", "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
     "topic.metadata.refresh.interval.ms", "statistics.interval.ms", "debug", "log_level", "log.connection.close",
-    "api.version.request", "broker.address.family", "client.rack", "logger", "error_cb", "stats_cb",
+    "api.version.request", "broker.address.family", "client.rack", "logger", "stats_cb",
     "throttle_cb", "enable.sasl.oauthbearer.unsecure.jwt",
 })
 
@@ -137,6 +141,8 @@ class ShareSettings:
     queue: dict[str, Any] = field(default_factory=dict)
     #: ``kmq.config``: a :class:`~kmq.config.Config` the dict's keys override (default: kmq's defaults).
     base: Config | None = None
+    #: ``error_cb``: called with a ``KafkaError`` from ``poll`` while no broker answers.
+    error_cb: Callable[[Any], None] | None = None
 
     def config_for(self, topic: str) -> Config:
         """The kmq configuration of a consumer of ``topic`` (its queue settings from ``base``
@@ -167,6 +173,9 @@ def read_settings(conf: Mapping[str, Any]) -> ShareSettings:
             raise ValueError(f"`{key}` {why}")
     if "on_commit" in conf:
         raise ValueError("on_commit is not supported by the share consumer: use set_acknowledgement_commit_callback")
+    error_cb = conf.get("error_cb")
+    if error_cb is not None and not callable(error_cb):
+        raise TypeError("expected error_cb property as a callable function")
     mode_text = str(conf.get("share.acknowledgement.mode", "implicit")).lower()
     try:
         mode = AckMode(mode_text)
@@ -184,7 +193,8 @@ def read_settings(conf: Mapping[str, Any]) -> ShareSettings:
     sections: dict[str, dict[str, Any]] = {}
     queue: dict[str, Any] = {}
     for key, value in conf.items():
-        if key in ("group.id", "share.acknowledgement.mode", "max.poll.records", "kmq.config") or key in IGNORED_KEYS:
+        if key in ("group.id", "share.acknowledgement.mode", "max.poll.records", "kmq.config", "error_cb") \
+                or key in IGNORED_KEYS:
             continue
         mapped = KAFKA_KEYS.get(key) or KMQ_KEYS.get(key)
         if mapped is None:
@@ -199,5 +209,5 @@ def read_settings(conf: Mapping[str, Any]) -> ShareSettings:
             queue[name] = converted
         else:
             sections.setdefault(section, {})[name] = converted
-    return ShareSettings(str(group), mode, max_records, sections, queue, base)
+    return ShareSettings(str(group), mode, max_records, sections, queue, base, error_cb)
 

@@ -72,19 +72,26 @@ class TopicPartition:
 
 
 class KafkaError:
-    """The error inside a :class:`~kmq.core.errors.KafkaException`: ``code()``, ``name()``,
-    ``str()``, ``retriable()``, ``fatal()`` (the subset of confluent-kafka's a share consumer reads)."""
+    """The error inside a :class:`~kmq.core.errors.KafkaException` and the argument of ``error_cb``:
+    ``code()``, ``name()``, ``str()``, ``retriable()``, ``fatal()`` (the subset of confluent-kafka's
+    a share consumer reads; its codes have librdkafka's names and numbers)."""
 
-    #: kmq's codes, named like librdkafka's local errors.
+    #: kmq's codes: librdkafka's local errors, the same names and numbers.
     _STATE = -172
     _FAIL = -196
     _TIMED_OUT = -185
-    _NAMES = {_STATE: "_STATE", _FAIL: "_FAIL", _TIMED_OUT: "_TIMED_OUT"}
+    _TRANSPORT = -195
+    _ALL_BROKERS_DOWN = -187
+    _AUTHENTICATION = -169
+    _SSL = -181
+    _NAMES = {_STATE: "_STATE", _FAIL: "_FAIL", _TIMED_OUT: "_TIMED_OUT", _TRANSPORT: "_TRANSPORT",
+              _ALL_BROKERS_DOWN: "_ALL_BROKERS_DOWN", _AUTHENTICATION: "_AUTHENTICATION", _SSL: "_SSL"}
 
-    def __init__(self, code: int, reason: str, retriable: bool = False) -> None:
+    def __init__(self, code: int, reason: str | None = None, retriable: bool = False, fatal: bool = False) -> None:
         self._code = code
-        self._reason = reason
+        self._reason = reason if reason is not None else self._NAMES.get(code, str(code))
         self._retriable = retriable
+        self._fatal = fatal
 
     def code(self) -> int:
         return self._code
@@ -99,7 +106,18 @@ class KafkaError:
         return self._retriable
 
     def fatal(self) -> bool:
-        return False
+        return self._fatal
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to another KafkaError or to an int with its code, as confluent-kafka's."""
+        if isinstance(other, KafkaError):
+            return self._code == other._code
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self._code == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._code)
 
     def __str__(self) -> str:
         return self._reason

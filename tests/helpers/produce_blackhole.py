@@ -20,9 +20,10 @@ _PRODUCE = 0  # Kafka API key of a Produce request
 
 
 class ProduceBlackhole:
-    def __init__(self, broker_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, broker_port: int, host: str = "127.0.0.1", port: int = 0) -> None:
+        """``port``: where to listen (0: a free port); never cut, the proxy only forwards."""
         self._target = (host, broker_port)
-        self._server = socket.create_server((host, 0))
+        self._server = socket.create_server((host, port))
         self.port = self._server.getsockname()[1]
         self._cut = threading.Event()
         self._closed = threading.Event()

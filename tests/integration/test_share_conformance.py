@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from typing import Any, Callable
 
@@ -33,13 +34,14 @@ from kmq.config import Config
 from kmq.core.message import delivery_count_of
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.produce_blackhole import ProduceBlackhole
 from tests.integration.tracker_util import metric, running_tracker
 
 pytestmark = pytest.mark.integration
 
 LEASE_MS = 1500
 #: One queue per test of a backend (they share one tracker): at least the number of tests.
-POOL = 12
+POOL = 20
 NATIVE_ENV = "KMQ_TEST_SHARE_BOOTSTRAP"
 
 
@@ -170,8 +172,8 @@ class Queue:
         self.group = unique("share-group")
         self.opened: list[Any] = []
 
-    def consumer(self, mode: str = "explicit", group: str | None = None) -> Any:
-        c = self.api.ShareConsumer(self.backend.config(group or self.group, mode))
+    def consumer(self, mode: str = "explicit", group: str | None = None, **conf: Any) -> Any:
+        c = self.api.ShareConsumer({**self.backend.config(group or self.group, mode), **conf})
         self.opened.append(c)
         c.subscribe([self.topic])
         return c
@@ -347,12 +349,19 @@ def test_acknowledge_offset_settles_a_record_by_its_coordinates(queue):
 
 
 # ------------------------------------------------------------------ commits and close
-def test_commit_callback_reports_the_acknowledged_offsets(queue):
+def accept_three_with_a_callback(queue) -> tuple[Any, list, list]:
+    """Three records polled and accepted in explicit mode, a commit callback recording its calls:
+    (consumer, calls, messages); the last batch's acknowledgements are not sent yet."""
     queue.produce(b"a", b"b", b"c")
     c = queue.consumer("explicit")
     calls: list = []
     c.set_acknowledgement_commit_callback(lambda offsets, exc: calls.append((offsets, exc)))
     seen = poll_until(c, lambda s: len(s) >= 3, lambda m: c.acknowledge(m, queue.api.AcknowledgeType.ACCEPT))
+    return c, calls, seen
+
+
+def test_commit_callback_reports_the_acknowledged_offsets(queue):
+    c, calls, seen = accept_three_with_a_callback(queue)
     assert c.commit_async() is None
 
     def reported() -> set[int]:
@@ -382,3 +391,60 @@ def test_close_releases_what_is_held(queue, mode):
     assert not values_of(seen) & accepted
     if accepted:
         queue.assert_never_redelivered(*accepted)
+
+
+@pytest.mark.parametrize("change", ["subscribe", "unsubscribe"])
+def test_implicit_mode_a_subscription_change_accepts_the_last_poll(queue, backend, change):
+    other = backend.queue()
+    queue.produce(b"a", b"b")
+    c = queue.consumer("implicit")
+    reported: list = []
+    c.set_acknowledgement_commit_callback(lambda offsets, exc: reported.append((offsets, exc)))
+    seen = poll_until(c, lambda s: len(s) >= 2)
+    if change == "unsubscribe":
+        c.unsubscribe()
+    c.subscribe([other.topic])
+
+    def accepted() -> set[int]:
+        return {o for offsets, exc in reported if exc is None
+                for tp, offs in offsets.items() if tp.topic == queue.topic for o in offs}
+
+    poll_until(c, lambda _: accepted() >= {m.offset() for m in seen}, timeout=20)
+    c.close()
+    queue.assert_never_redelivered(b"a", b"b")
+
+
+def test_the_commit_callback_comes_within_the_poll_that_sends_the_acknowledgements(queue):
+    c, calls, seen = accept_three_with_a_callback(queue)
+    c.poll(2.0)  # sends the last batch's acknowledgements; their callback comes back within it
+    reported = {o for offsets, exc in calls if exc is None for offs in offsets.values() for o in offs}
+    assert reported >= {m.offset() for m in seen}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_broker_is_reported_to_error_cb_until_one_answers(queue, backend):
+    port = _free_port()  # nothing listens here until the proxy below does
+    errors: list = []
+    c = queue.api.ShareConsumer({**backend.config(queue.group, "implicit"),
+                                 "bootstrap.servers": f"127.0.0.1:{port}", "error_cb": errors.append})
+    queue.opened.append(c)
+    c.subscribe([queue.topic])  # returns: the consumer connects when it can
+    deadline = time.monotonic() + 20
+    while not any(e.code() == queue.api.KafkaError._TRANSPORT for e in errors):
+        assert time.monotonic() < deadline, f"no transport error reported; got {errors}"
+        assert len(c.poll(0.2)) == 0
+    assert not any(e.fatal() for e in errors)
+    broker_port = int(backend.bootstrap.rpartition(":")[2])
+    proxy = ProduceBlackhole(broker_port, port=port)  # a broker answers there now
+    try:
+        queue.produce(b"late")
+        seen = poll_until(c, lambda s: b"late" in values_of(s))
+        c.close()
+    finally:
+        proxy.close()
+    assert [m.delivery_count() for m in seen if m.value() == b"late"] == [1]

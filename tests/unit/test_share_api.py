@@ -6,16 +6,26 @@ from __future__ import annotations
 
 import inspect
 import logging
+import socket
 import threading
+import time
 
 import pytest
 
 import kmq.share as share
 from kmq.config import Config
-from kmq.core.errors import ConfigError, InvalidSettlement, KmqError, MarkerWriteError
+from kmq.core.errors import (
+    AuthenticationFailed,
+    BrokerUnavailable,
+    ConfigError,
+    InvalidSettlement,
+    KmqError,
+    MarkerWriteError,
+)
 from kmq.core.message import KmqMessage
 from kmq.share import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
 from kmq.share.acknowledgements import due, unacknowledged
+from kmq.share.connection import Unreachable
 from kmq.share.settings import IGNORED_KEYS, KAFKA_KEYS, REFUSED_KEYS, AckMode, read_settings
 from kmq.share.types import Message
 
@@ -61,10 +71,17 @@ def test_the_group_timing_keys_native_refuses_are_refused_and_name_the_kmq_key(k
     assert not isinstance(err.value, ConfigError) and instead in str(err.value)
 
 
-@pytest.mark.parametrize("key", ["group.protocol", "fetch.error.backoff.ms"])
-def test_keys_native_finds_not_applicable_are_value_errors(key):
+@pytest.mark.parametrize("key, value", [("group.protocol", "consumer"), ("fetch.error.backoff.ms", 500),
+                                        ("auto.offset.reset", "earliest")])
+def test_keys_native_finds_not_applicable_are_value_errors(key, value):
     with pytest.raises(ValueError, match="not applicable"):
-        read_settings({**BASE, key: "consumer" if key == "group.protocol" else 500})
+        read_settings({**BASE, key: value})
+
+
+def test_error_cb_must_be_callable_as_natively():
+    with pytest.raises(TypeError, match="error_cb"):
+        read_settings({**BASE, "error_cb": 42})
+    assert read_settings({**BASE, "error_cb": print}).error_cb is print
 
 
 @pytest.mark.parametrize("conf, key", [({"share.acknowledgement.mode": "auto"}, "share.acknowledgement.mode"),
@@ -202,6 +219,87 @@ def test_due_and_unacknowledged_follow_the_modes():
     assert [(m.offset(), k) for m, k, _ in due(msgs, AckMode.IMPLICIT)] == [
         (0, AcknowledgeType.ACCEPT), (2, AcknowledgeType.ACCEPT)]
     assert unacknowledged(msgs) == 1
+
+
+@pytest.mark.parametrize("change", ["subscribe", "unsubscribe"])
+def test_a_subscription_change_accepts_the_last_poll_in_implicit_mode(change):
+    c, q = consumer("implicit")
+    c.poll(0)
+    c.subscribe(["payments"]) if change == "subscribe" else c.unsubscribe()
+    assert q.settler.outcomes == [(0, "ack", None), (1, "ack", None), (2, "ack", None)] and q.closed
+
+
+def test_a_subscription_change_releases_what_explicit_mode_left_unacknowledged():
+    c, q = consumer("explicit")
+    a, _, _ = c.poll(0)
+    c.acknowledge(a, AcknowledgeType.ACCEPT)
+    c.unsubscribe()
+    assert q.settler.outcomes == [(0, "ack", None), (1, "nack", 0.0), (2, "nack", 0.0)]
+
+
+def test_the_callback_of_a_subscription_change_comes_from_the_next_call_as_natively():
+    c, q = consumer("implicit")
+    calls = []
+    c.set_acknowledgement_commit_callback(lambda offsets, exc: calls.append((offsets, exc)))
+    c.poll(0)
+    c.subscribe(["payments"])
+    assert calls == []
+    c.poll(0)
+    assert calls == [({TopicPartition("orders", 0): {0, 1, 2}}, None)]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_without_a_broker_subscribe_returns_and_poll_reports_to_error_cb():
+    errors = []
+    c = ShareConsumer({"bootstrap.servers": f"127.0.0.1:{_closed_port()}", "group.id": "g", "error_cb": errors.append})
+    started = time.monotonic()
+    c.subscribe(["orders"])
+    assert c.subscription() == ["orders"] and c.kmq_consumer is None and errors == []  # served by poll
+    assert c.poll(0.3).is_empty() and time.monotonic() - started < 3
+    codes = [e.code() for e in errors]
+    assert codes[:2] == [share.KafkaError._TRANSPORT, share.KafkaError._ALL_BROKERS_DOWN]
+    assert "refused" in errors[0].str() and not any(e.fatal() for e in errors)
+    assert c.commit_sync(1) == {} and c.commit_async() is None
+    c.close()
+
+
+def test_a_broker_that_appears_is_connected_on_a_later_poll():
+    tries = []
+
+    class Late(FakeShareConsumer):
+        def open_queue(self, cfg, topic, max_records):  # type: ignore[override]
+            tries.append(time.monotonic())
+            if len(tries) < 3:
+                raise Unreachable([("kafka:9092", BrokerUnavailable("connection refused by kafka:9092"))])
+            return super().open_queue(cfg, topic, max_records)
+
+    errors = []
+    c = Late({**BASE, "error_cb": errors.append})
+    c.subscribe(["orders"])
+    deadline = time.monotonic() + 10
+    while c.kmq_consumer is None:
+        assert time.monotonic() < deadline
+        assert c.poll(0.05).is_empty()
+    c.queues[0].give(1)
+    assert len(c.poll(0)) == 1
+    assert [e.name() for e in errors] == ["_TRANSPORT", "_ALL_BROKERS_DOWN"] * 2
+    assert tries[2] - tries[1] >= tries[1] - tries[0] > 0  # the backoff grows
+
+
+def test_a_connection_error_a_retry_cannot_cure_is_raised_by_subscribe():
+    class Refused(FakeShareConsumer):
+        def open_queue(self, cfg, topic, max_records):  # type: ignore[override]
+            raise AuthenticationFailed("SASL PLAIN login as 'u' refused: check kafka.sasl_password")
+
+    c = Refused(BASE)
+    with pytest.raises(AuthenticationFailed):
+        c.subscribe(["orders"])
+    assert c.subscription() == []
 
 
 # ------------------------------------------------------------------ states, threads, callback
@@ -368,7 +466,7 @@ NATIVE_BASE = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
 
 @pytest.mark.parametrize("key", sorted(REFUSED_KEYS))
 def test_a_key_kmq_refuses_as_native_is_refused_by_native(key):
-    value = "consumer" if key == "group.protocol" else 1000
+    value = {"group.protocol": "consumer", "auto.offset.reset": "earliest"}.get(key, 1000)
     with pytest.raises(ValueError, match="defined broker side|not applicable"):
         ck.ShareConsumer({**NATIVE_BASE, key: value})
 
