@@ -269,16 +269,16 @@ class TestQueue:
         clock = self.cluster.clock
         end = clock.now_us() + to_us(max(0.0, seconds))
         self.settle()
-        while clock.now_us() < end:
+        while (left := end - clock.now_us()) > 0:
             due = self.tracker.next_due_s()  # recomputed after each move: settlements change it
-            self._move(min(end - clock.now_us(), to_us(_MAX_JUMP_S), to_us(due) if due is not None else end),
-                       running, timeout)
+            step = left if due is None else to_us(due)
+            self._move(min(left, max(step, 1_000)), running, timeout)  # due now still moves 1 ms: progress
 
     def _move(self, us: int, running: list[KmqConsumer], timeout: float) -> None:
         """One move of the clock (at most :data:`_MAX_JUMP_S`), then what it made due: the consumers
         poll, the tracker redelivers, and the ``running`` consumers handle what came."""
         with self.shared.use() as c:
-            c.clock.advance(max(1_000, min(us, to_us(_MAX_JUMP_S))) / 1_000_000)
+            c.clock.advance(max(1, min(us, to_us(_MAX_JUMP_S))) / 1_000_000)
         self._polled_once()
         self.settle()
         if running:
