@@ -23,6 +23,9 @@ from kmq.dev.broker import DevBroker
 from kmq.dev.kafka import KafkaCluster
 from tests.helpers.kafka import broker_kind
 
+# kmq.testing's kmq_queue fixture (installed kmq registers it through its pytest11 entry point as well).
+pytest_plugins = ["kmq.testing.pytest_plugin"]
+
 TEST_GROUP_TIMING = {"session_timeout": "6s", "heartbeat_interval": "1s"}
 
 

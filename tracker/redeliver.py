@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from kmq import client as client_api
-from kmq.client.topics import max_message_bytes
+from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
 from kmq.core.copies import (
     REASON_UNDELIVERABLE,
@@ -152,24 +152,25 @@ def send_wait_s(kafka: KafkaConfig) -> float:
     return delivery_timeout_s(kafka) + _WAIT_MARGIN_S
 
 
-def copy_producer(kafka: KafkaConfig, max_request_size: int, compression: str = "none") -> Any:
+def copy_producer(kafka: KafkaConfig, max_request_size: int, compression: str = "none",
+                  clients: ClientFactory = KAFKA_CLIENTS) -> Any:
     """The producer of copies, dead letters and CLOSED markers on ``kafka.client``: idempotent,
     acks=all, records up to ``max_request_size`` bytes, giving up on a record within
     :func:`delivery_timeout_s` (below the tracker's wait, see the module docstring), compressing
-    with ``compression`` (a ``queues[].compression`` value)."""
-    return client_api.producer(kafka, settle_on_flush=True, max_request_size=max_request_size,
+    with ``compression`` (a ``queues[].compression`` value); built by ``clients``."""
+    return clients.producer(kafka, settle_on_flush=True, max_request_size=max_request_size,
                                request_timeout_ms=int(kafka.connect_timeout * 1000),
                                delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000),
                                compression_type=compression)
 
 
-def copy_request_size_for(cfg: Config) -> tuple[int, int]:
+def copy_request_size_for(cfg: Config, clients: ClientFactory = KAFKA_CLIENTS) -> tuple[int, int]:
     """The largest record the tracker's producer sends: what the queues' and DLQs' topics accept
     (``max.message.bytes``), never below ``tracker.max_request_size``; and the smallest of those
     limits (:func:`~kmq.core.copies.smallest_record_limit`). Where the broker does not say, the log
     names the setting that decides."""
     configured = cfg.tracker.max_request_size
-    limits = max_message_bytes(cfg.kafka, [t for q in cfg.queues for t in (q.name, q.dlq_topic)])
+    limits = clients.max_message_bytes(cfg.kafka, [t for q in cfg.queues for t in (q.name, q.dlq_topic)])
     size, unknown = copy_request_size(configured, limits)
     smallest = smallest_record_limit(configured, limits)
     if unknown:

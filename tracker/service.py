@@ -51,9 +51,8 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry
 
-from kmq import client as client_api
 from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, Partition, Record
-from kmq.client.topics import require_aligned
+from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
@@ -107,10 +106,22 @@ class Tracker:
 
     For tests and embedding: :meth:`start` runs it in a thread and returns once
     the HTTP endpoints are up; :meth:`stop` drains, commits and leaves the group.
+    To drive it from another loop instead: :meth:`open`, then :meth:`step` as often as
+    wanted (:meth:`next_due_s` says when something is next due), then :meth:`close`.
+
+    :param clock: the wall clock (seconds since the epoch) leases are judged on.
+    :param clients: builds its Kafka clients (:class:`~kmq.client.parts.ClientFactory`; default:
+        the clients ``kafka.client`` names, on the configured cluster).
+    :param monotonic: its monotonic clock (commit and metrics intervals, the step budget, liveness;
+        default ``time.monotonic``).
+    :param pauses: what tells it how long the process was frozen (``longest_since(t)``, ``start()``,
+        ``stop()``; default: a :class:`~tracker.membership.PauseWatch` thread on ``monotonic``).
+    :mod:`kmq.testing` passes a simulated cluster's clients and its virtual clock for all three.
     """
 
     def __init__(self, cfg: Config, registry: CollectorRegistry | None = None, http_host: str = "0.0.0.0",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, clients: ClientFactory = KAFKA_CLIENTS,
+                 monotonic: Callable[[], float] | None = None, pauses: PauseWatch | None = None) -> None:
         if not cfg.queues:
             raise KmqError("the tracker needs at least one queue under `queues:` in the configuration")
         self.cfg = cfg
@@ -141,28 +152,29 @@ class Tracker:
         self._consumer: GroupConsumerAdapter | None = None
         self._http: HealthServer | None = None
         self.http_port: int | None = None
-        self._mono = time.monotonic
+        self._clients = clients
+        self._mono = monotonic or time.monotonic  # looked up now: a test may have replaced the module's time
         # End of the last main-loop step: /healthz fails when it is older than tracker.liveness_timeout
         # (starts at setup so a hung join counts too).
         self._last_step_mono = self._mono()
         self._stall_logged = False
         kafka = cfg.kafka
         self._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, _MAX_POLL_INTERVAL_S,
-                                           PauseWatch(clock=self._mono), self._mono)
+                                           pauses or PauseWatch(clock=self._mono), self._mono)
 
     # ------------------------------------------------------------ lifecycle
     def run(self) -> None:
         """Run until stopped. Installs SIGTERM/SIGINT handlers when on the main thread."""
         restore = self._install_signals()
         try:
-            self._setup()
+            self.open()
             self._started.set()
             delay = 0.0
             while not self._stopping.is_set():
                 delay = self.step(delay)
         finally:
             self._started.set()
-            self._shutdown()
+            self.close()
             for sig, handler in restore.items():
                 signal.signal(sig, handler)
 
@@ -237,29 +249,35 @@ class Tracker:
                  signal.Signals(signum).name)
         self._stopping.set()
 
-    def _setup(self) -> None:
+    def open(self, *, serve_http: bool = True) -> None:
+        """Check the topics, build the clients and join the group, without running the loop
+        (:meth:`run` calls it). ``serve_http``: start the health and metrics endpoints
+        (``tracker.http_port``); an embedded tracker may go without them."""
         kafka = self.cfg.kafka
+        clients = self._clients
         for q in self.cfg.queues:
-            require_aligned(kafka, q)
+            clients.require_aligned(kafka, q)
         self._last_step_mono = self._mono()
-        self._http = HealthServer(self.metrics.registry, self.ready, self._http_host, self.cfg.tracker.http_port,
-                                  liveness=self.alive)
+        if serve_http:
+            self._http = HealthServer(self.metrics.registry, self.ready, self._http_host, self.cfg.tracker.http_port,
+                                      liveness=self.alive)
+            self.http_port = self._http.start()
         self.metrics.ready.set_function(lambda: 1.0 if self.ready()[0] else 0.0)
-        self.http_port = self._http.start()
         # Every client is on kafka.client (kmq.client): the markers group, the readers, the producer.
-        size, smallest = copy_request_size_for(self.cfg)
+        size, smallest = copy_request_size_for(self.cfg, clients)
         codec = self.cfg.queues[0].compression if self.cfg.queues else "none"
-        self._producer = copy_producer(kafka, size, codec)
-        self._reader = client_api.open_log_reader(kafka)
+        self._producer = copy_producer(kafka, size, codec, clients)
+        self._reader = clients.open_log_reader(kafka)
         # Catch-up targets and read-through marks come from their own reader, so a fetch of a markers
         # partition never sits in front of the queue reads that redeliveries wait on. Its look-ups
         # mostly find nothing new (the position is at the end): the broker answers them at once
         # instead of holding the fetch, since every due message waits for its look-up.
-        self._hw_reader = client_api.open_log_reader(kafka, fetch_wait_ms=_LOOKUP_FETCH_WAIT_MS)
+        self._hw_reader = clients.open_log_reader(kafka, fetch_wait_ms=_LOOKUP_FETCH_WAIT_MS)
         self._redeliverer = Redeliverer(self._producer, self._reader, self.metrics, self._now_ms,
                                         send_timeout_s=send_wait_s(kafka),
                                         max_request_size=self.cfg.tracker.max_request_size,
-                                        new_producer=lambda compression: copy_producer(kafka, size, compression),
+                                        new_producer=lambda compression: copy_producer(kafka, size, compression,
+                                                                                       clients),
                                         compression=codec, smallest_limit=smallest)
         membership = {}
         if self.cfg.tracker.instance_id:
@@ -267,7 +285,7 @@ class Tracker:
             # partitions back without a group-wide rebalance (close() does not leave).
             membership["group_instance_id"] = self.cfg.tracker.instance_id
         # RANGE: the clients' classic eager assignors; a revoke hands every partition back at once.
-        self._consumer = client_api.group_consumer(
+        self._consumer = clients.group_consumer(
             kafka, self.cfg.tracker.group_id, "RANGE", _POLL_RECORDS,
             fetch_max_wait_ms=self.cfg.tracker.markers_fetch_wait_ms(),
             metadata_max_age_ms=int(kafka.metadata_max_age * 1000), max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
@@ -279,7 +297,8 @@ class Tracker:
                  f" (static member {self.cfg.tracker.instance_id})" if self.cfg.tracker.instance_id else "",
                  ", ".join(q.name for q in self.cfg.queues))
 
-    def _shutdown(self) -> None:
+    def close(self) -> None:
+        """Commit, leave the group, close the clients and the endpoints (:meth:`run` calls it)."""
         self._membership.pauses.stop()
         try:
             if self._consumer is not None:
@@ -557,6 +576,15 @@ class Tracker:
 
     def _new_state(self, q: QueueConfig) -> PartitionState:
         return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
+
+    def next_due_s(self) -> float | None:
+        """Seconds until the step has something to do with no new marker: the earliest due time of
+        a caught-up partition (0 when due now, or while a partition still catches up); None: nothing
+        is waiting. For a loop that drives :meth:`step` on a clock of its own (:mod:`kmq.testing`)."""
+        if self._catch_up.pending:
+            return 0.0
+        soonest = self._schedule.next_ms()
+        return None if soonest is None else max(0.0, (soonest - self._now_ms()) / 1000.0)
 
     def _next_delay(self) -> float:
         tick = self.cfg.tracker.tick

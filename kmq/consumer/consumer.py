@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from kmq import client as client_api
 from kmq.client import ClientCommitFailed
+from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config
 from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import STARTING
@@ -97,6 +98,10 @@ class KmqConsumer:
         fetched ahead); accepted for compatibility.
     :param metrics: :class:`~kmq.telemetry.metrics.ConsumerMetrics` to record into.
     :param stage_hook: see :data:`StageHook` (tests, diagnostics).
+    :param clients: builds the Kafka clients (the group consumer, the marker producer, the readers
+        of ``consumer.ordering: key``; :class:`~kmq.client.parts.ClientFactory`). Default: the
+        clients ``kafka.client`` names, on the configured cluster. :mod:`kmq.testing` passes the
+        simulated cluster's.
     """
 
     def __init__(
@@ -109,9 +114,10 @@ class KmqConsumer:
         prefetch: int = 2,
         metrics: ConsumerMetrics | None = None,
         stage_hook: StageHook | None = None,
+        clients: ClientFactory = KAFKA_CLIENTS,
     ) -> None:
         self.cfg = cfg
-        self.writer = MarkerWriter(cfg, queue, metrics=metrics)
+        self.writer = MarkerWriter(cfg, queue, metrics=metrics, clients=clients)
         self.queue = self.writer.queue
         self.metrics = self.writer.metrics
         self.batch_size = batch_size
@@ -160,7 +166,7 @@ class KmqConsumer:
             overrides = {"metadata_max_age_ms": int(cfg.kafka.metadata_max_age * 1000)}
             if wait_ms is not None:
                 overrides["fetch_max_wait_ms"] = wait_ms
-            self._kc = client_api.group_consumer(cfg.kafka, cfg.consumer.group_id, cfg.consumer.assignor,
+            self._kc = clients.group_consumer(cfg.kafka, cfg.consumer.group_id, cfg.consumer.assignor,
                                                  self.fetch_size, **overrides)
         except BaseException:
             self.writer.close()
@@ -168,7 +174,7 @@ class KmqConsumer:
         self._init_leases(cfg)
         #: ordering: key: what an earlier owner of an assigned partition left unsettled (kmq.consumer.key_recovery).
         self._recovery = None if self._keyed is None else KeyRecovery(
-            cfg, self.queue, self._keyed, self.metrics, self._copy_wait, lambda: client_api.open_log_reader(cfg.kafka))
+            cfg, self.queue, self._keyed, self.metrics, self._copy_wait, lambda: clients.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
         self._tracing = delivery_tracing(cfg.consumer.group_id)
 

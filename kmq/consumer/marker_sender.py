@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from kmq import client as client_api
+from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import KmqError, MarkerWriteError
 from kmq.consumer.marker_retry import MarkerRetry, Pending, describe
@@ -63,11 +64,14 @@ class MarkerSender:
     :param queue: the queue whose markers topic is written.
     :param retry_interval: least seconds between two resend rounds.
     :param metrics: where to count retried and given-up markers (optional).
+    :param clients: builds its producer (:class:`~kmq.client.parts.ClientFactory`).
     """
 
     def __init__(self, cfg: Config, queue: QueueConfig, retry_interval: float = 1.0,
-                 metrics: "ConsumerMetrics | None" = None, waiters: "AckWaiters | None" = None) -> None:
+                 metrics: "ConsumerMetrics | None" = None, waiters: "AckWaiters | None" = None,
+                 clients: ClientFactory = KAFKA_CLIENTS) -> None:
         self.cfg = cfg
+        self._clients = clients
         #: Acks awaiting their END: told when a settlement marker is acknowledged or given up.
         self._waiters = waiters
         self.queue = queue
@@ -113,7 +117,7 @@ class MarkerSender:
         # A short delivery timeout keeps START failures prompt and definite (a START
         # reported failed is never written later); settlement markers ride through
         # longer outages in the retry store. Reconnect quickly once the broker is back.
-        return client_api.producer(
+        return self._clients.producer(
             self.cfg.kafka, linger_ms=0, delivery_timeout_ms=int(self.delivery_timeout * 1000), retry_backoff_ms=100,
             reconnect_backoff_max_ms=1000, compression_type=self.queue.compression,
         )

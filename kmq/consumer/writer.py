@@ -49,7 +49,7 @@ from kmq.core.message import ACK, delivery_count_of
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.core.ranges import coalesce
-from kmq.client.topics import require_aligned
+from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 
 __all__ = ["MarkerWriter", "marked", "CommitError", "default_owner"]
 
@@ -130,6 +130,8 @@ class MarkerWriter:
         metrics in prometheus_client's default registry, :meth:`ConsumerMetrics.shared`).
     :param owner: owner id in START markers (default ``client_id@host:pid``).
     :param check_topics: refuse to start when the markers topic is missing or misaligned.
+    :param clients: builds the marker producer and checks the topics
+        (:class:`~kmq.client.parts.ClientFactory`; default: the configured cluster's clients).
     """
 
     def __init__(
@@ -142,6 +144,7 @@ class MarkerWriter:
         owner: str | None = None,
         check_topics: bool = True,
         flush_interval: float | None = None,
+        clients: ClientFactory = KAFKA_CLIENTS,
     ) -> None:
         self.cfg = cfg
         self.queue: QueueConfig = _pick_queue(cfg, queue)
@@ -153,11 +156,11 @@ class MarkerWriter:
         self.lease_ms = _ms(self.queue.lease)
         self.start_timeout = cfg.kafka.connect_timeout + 5.0
         if check_topics:
-            require_aligned(cfg.kafka, self.queue)
+            clients.require_aligned(cfg.kafka, self.queue)
         #: Futures of ``ack_with_response`` until their END is acknowledged (resolved per marker).
         self.waiters = AckWaiters()
         self._sender = MarkerSender(cfg, self.queue, retry_interval=max(1.0, self.flush_interval), metrics=self.metrics,
-                                    waiters=self.waiters)
+                                    waiters=self.waiters, clients=clients)
         self.retry_budget = self._sender.retry_budget
         #: Guards the buffer and every settle decision (shared with KmqMessage).
         self.lock = threading.Lock()

@@ -29,7 +29,8 @@ def _done() -> Delivery:
 class FakeWriter:
     """What KmqConsumer uses of MarkerWriter; STARTs are acknowledged at once."""
 
-    def __init__(self, cfg: Config, queue: str | None = None, metrics: ConsumerMetrics | None = None) -> None:
+    def __init__(self, cfg: Config, queue: str | None = None, metrics: ConsumerMetrics | None = None,
+                 clients: object = None) -> None:
         self.queue = cfg.queue(queue or TOPIC)
         self.metrics = metrics or ConsumerMetrics()
         self.lock = threading.Lock()

@@ -1,7 +1,7 @@
 """The tracker service's own main loop (``tracker.service.Tracker.step``) on a :class:`SimCluster`.
 
 :class:`ServiceTrackerActor` builds a real :class:`~tracker.service.Tracker`
-and gives it what ``_setup`` would build against Kafka, on the simulated
+and gives it what ``open`` would build against Kafka, on the simulated
 cluster: a markers consumer, the log readers, the producer and the
 :class:`~tracker.redeliver.Redeliverer`, and the virtual clock as its wall
 and monotonic clocks. So the search also runs the loop around the redelivery
