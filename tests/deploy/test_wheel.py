@@ -15,6 +15,7 @@ import email
 import importlib.metadata as md
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -42,11 +43,18 @@ def _backend_here() -> bool:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    # Built from a copy of what the wheel is made of: setuptools leaves build/ and *.egg-info
+    # beside the sources, and the checkout stays as it was.
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("kmq", "tracker"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path_factory.mktemp("dist")
     command = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out)]
     if _backend_here():
         command.append("--no-isolation")
-    built = subprocess.run([*command, str(ROOT)], cwd=out, capture_output=True, text=True, timeout=300)
+    built = subprocess.run([*command, str(src)], cwd=out, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (path,) = out.glob("kmq-*.whl")
     return path
