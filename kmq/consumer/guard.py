@@ -27,7 +27,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-from kmq.core.errors import KmqError
+from kmq.core.errors import KmqError, install_extra
 from kmq.core.message import origin_of
 
 if TYPE_CHECKING:
@@ -63,8 +63,7 @@ def _import_redis(guard: str) -> Any:
         import redis
     except ImportError as exc:
         raise RedisNotInstalled(
-            f"{guard} needs the redis package ({exc}): install kmq with the redis extra "
-            "(pip install '.[redis]' in a checkout, or the release wheel with [redis]), or pip install 'redis>=5.0'"
+            f"{guard} needs the redis package ({exc}): {install_extra('redis')}, or pip install 'redis>=5.0'"
         ) from exc
     return redis
 
