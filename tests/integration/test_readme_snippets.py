@@ -107,11 +107,14 @@ def test_readme_block_runs_as_pasted_and_acks_its_messages(name, client, queue_t
     async def until_stopped(main):
         task = asyncio.ensure_future(main)
         stopped = asyncio.ensure_future(asyncio.to_thread(stop.wait))
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await stopped
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            stop.set()  # main() ended on its own (an error): let the waiting thread go too
+            await stopped
 
     space = {"__name__": "__readme__", STOP: stop, "_readme_until_stopped": until_stopped}
     errors: list[BaseException] = []
