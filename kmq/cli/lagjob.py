@@ -8,7 +8,7 @@ import click
 
 from kmq.cli.common import config_options, fail
 from kmq.config import parse_duration
-from kmq.core.errors import ConfigError
+from kmq.core.errors import ConfigError, install_extra
 
 __all__ = ["lag_job"]
 
@@ -47,7 +47,7 @@ def lag_job(cfg, source, sinks, checkpoint, trigger, window, idle_close, parquet
     """Run the Spark lag job: per queue partition and window, marker counts, in-flight,
     oldest age, ack latency, redeliveries, dead letters, late acks and marker lag."""
     if importlib.util.find_spec("pyspark") is None:
-        raise fail("kmq lag-job needs pyspark: pip install 'kmq[spark]'")
+        raise fail(f"kmq lag-job needs pyspark: {install_extra('spark')}")
     from kmq.spark.job import JobOptions, run
 
     conf = {}

@@ -11,7 +11,7 @@ import click
 
 from kmq.cli.common import config_options
 from kmq.config import Config
-from kmq.core.errors import CannotListen, KmqError, UiConfigError
+from kmq.core.errors import CannotListen, KmqError, UiConfigError, install_extra
 
 log = logging.getLogger("kmq.ui")
 
@@ -67,7 +67,7 @@ def ui(host: str, port: int, token_file: str | None, tracker_url: str | None, wo
         from kmq.ui.app import UiSettings, create_app
         from kmq.ui.auth import needs_token
     except ImportError as exc:
-        raise KmqError(f"kmq ui needs the ui extra ({exc.name} is missing): pip install 'kmq[ui]'") from exc
+        raise KmqError(f"kmq ui needs the ui extra ({exc.name} is missing): {install_extra('ui')}") from exc
     token = _token(token_file)
     if needs_token(host) and not token:
         raise UiConfigError(f"kmq ui would listen on {host}, beyond this machine, without a token: set KMQ_UI_TOKEN "

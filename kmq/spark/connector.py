@@ -188,7 +188,7 @@ def check_reachable(repository: str, connector: Connector, cache: str | os.PathL
         if exc.code == 404:
             raise ConnectorUnavailable(
                 f"Spark's Kafka connector {connector.coordinate} does not exist in {repository} (HTTP 404): install "
-                "a pyspark whose connector is published (kmq pins one: pip install 'kmq[spark]'), or set "
+                "a pyspark whose connector is published (docs/spark.md names the tested one), or set "
                 "spark.source: python (the kmq-kafka source needs no jars)") from None
         reason = f"HTTP {exc.code}"
     except (urllib.error.URLError, OSError) as exc:

@@ -1,23 +1,39 @@
 """The spark-operator runs the image's Spark: spec.sparkVersion of the chart's SparkApplication
-and of deploy/k8s/lag-job-operator equals the pyspark that the `spark` extra pins (what the
-image installs), and so does every spark-sql-kafka package the tests render."""
+and of deploy/k8s/lag-job-operator equals the pyspark the image installs (the Dockerfile's
+PYSPARK_VERSION, inside the `spark` extra's range; the suite's install uses the same), and so
+does every spark-sql-kafka package the tests render."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 
 import yaml
+from packaging.requirements import Requirement
 
 from tests.deploy.conftest import ROOT, find, render, vd
 
 
 def _pinned_pyspark() -> str:
+    """The pyspark the Spark image installs and the suite is tested with."""
+    (version,) = re.findall(r"^ARG PYSPARK_VERSION=([0-9.]+)$", (ROOT / "deploy/docker/Dockerfile").read_text(), re.M)
+    return version
+
+
+def test_the_spark_extra_takes_a_range_that_holds_the_image_pyspark():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    (pin,) = [d for d in extras["spark"] if d.startswith("pyspark")]
-    match = re.fullmatch(r"pyspark==([0-9.]+)", pin)
-    assert match, f"the spark extra should pin pyspark exactly (the image's Spark), not {pin!r}"
-    return match.group(1)
+    (pyspark,) = [Requirement(d) for d in extras["spark"] if d.startswith("pyspark")]
+    # A range, so a user installs the pyspark of their cluster's Spark; the image's is one of them.
+    assert not any(spec.operator == "==" for spec in pyspark.specifier), pyspark
+    assert pyspark.specifier.contains(_pinned_pyspark()), (pyspark, _pinned_pyspark())
+
+
+def test_the_suite_installs_the_image_pyspark():
+    out = subprocess.run(["bash", "-c", "source scripts/setup-env.sh && tested_pyspark"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == _pinned_pyspark(), out.stdout + out.stderr
+    assert '"pyspark==$(tested_pyspark)"' in (ROOT / "scripts/setup-env.sh").read_text()
 
 
 def test_chart_spark_version_is_the_pinned_pyspark():

@@ -1,14 +1,13 @@
 """kmq.aio.AsyncKmqConsumer on the real broker: settlements on the markers topic and through a
 real tracker, run() concurrency and failures, cancellation and close giving messages back,
-the README example, and an event loop that Kafka I/O never blocks (broker stopped included)."""
+and an event loop that Kafka I/O never blocks (broker stopped included). The README example
+runs in test_readme_snippets.py."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +23,6 @@ from tests.integration.tracker_util import running_tracker
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 QUEUE = {"lease": "2s", "max_deliveries": 3, "backoff": {"initial": "300ms", "max": "2s", "multiplier": 2.0}}
 FAST_FLUSH = {"ack_flush_interval": "50ms"}
 
@@ -51,33 +49,6 @@ async def take(consumer: AsyncKmqConsumer, n: int, timeout: float = 30.0) -> lis
 def ranges(markers: list, kind: type) -> dict[int, object]:
     """offset -> marker of ``kind`` covering it."""
     return {o: m for m in markers if isinstance(m, kind) for r in m.ranges for o in r.offsets()}
-
-
-def test_readme_asyncio_example_runs_as_written(queue_topics, tmp_path, monkeypatch):
-    cfg, q = queue_topics(partitions=2, **{"consumer": FAST_FLUSH})
-    readme = (ROOT / "README.md").read_text()
-    example = next(b for kind, b in re.findall(r"```(\w*)\n(.*?)```", readme, re.S)
-                   if kind == "python" and "AsyncKmqConsumer" in b)
-    produce(cfg, q.name, 40, partitions=2)
-    # The example loads kmq.yaml and consumes "orders": point both at this test's queue.
-    import yaml
-
-    (tmp_path / "kmq.yaml").write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
-    monkeypatch.chdir(tmp_path)
-    seen: list[bytes] = []
-
-    class Enough(BaseException):
-        """Ends the documented endless loop (not an Exception: run() must not nack it)."""
-
-    async def handle(value: bytes) -> None:
-        seen.append(value)
-        if len(seen) >= 40:
-            raise Enough
-
-    with pytest.raises(Enough):
-        exec(compile(example.replace('"orders"', repr(q.name)), "README-asyncio", "exec"),
-             {"handle": handle, "TemporaryError": type("TemporaryError", (Exception,), {})})
-    assert sorted(seen) == sorted(b"m%d" % i for i in range(40))
 
 
 def test_settlements_reach_the_markers_topic_and_the_tracker_acts_on_them(queue_topics, bootstrap):

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pyspark", reason="pyspark not installed (pip install 'kmq[spark]'): bench all runs the lag job")
+pytest.importorskip("pyspark", reason="pyspark not installed (the spark extra, kmq[spark]): bench all runs the lag job")
 pytest.importorskip("confluent_kafka", reason="confluent-kafka not installed: bench all runs both clients")
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]

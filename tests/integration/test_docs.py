@@ -1,4 +1,5 @@
-"""The docs cannot rot: the README quickstart runs for real, and every `kmq ...`
+"""The docs cannot rot: the README quickstart commands run for real (its Python blocks in
+test_readme_snippets.py), and every `kmq ...`
 command line in README.md and docs/*.md parses against the real CLI.
 
 Commands are executed where this machine can run them (the README
@@ -10,7 +11,6 @@ what CI runs and `kmq demo` has its own end-to-end test.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
@@ -276,11 +275,6 @@ def test_a_usage_synopsis_is_checked_with_its_continuation_lines(tmp_path):
 
 
 # ---------------------------------------------------------------- quickstart, for real
-class Done(BaseException):
-    """Ends a documented infinite loop once the test has seen enough (not an Exception,
-    so kmq's handlers do not catch it)."""
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_readme_quickstart_runs_as_written(tmp_path):
@@ -315,78 +309,8 @@ def test_readme_quickstart_runs_as_written(tmp_path):
                 continue
             res = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
             assert res.returncode == 0, f"{line}\n{res.stdout}\n{res.stderr}"
-
-        # The Python examples, against the topics the commands above made.
-        # (The asyncio example runs in tests/integration/test_aio.py.)
-        blocks = _blocks(ROOT / "README.md", "python")
-        (share_example,) = [b for b in blocks if "kmq.share" in b]
-        examples = [b for b in blocks if "AsyncKmqConsumer" not in b and b is not share_example]
-        assert len(examples) == 3 and "KmqConsumer" in examples[0] and "MarkerWriter" in examples[1]
-        assert "confluent_kafka" in examples[2] and "MarkerWriter" in examples[2]
-        assert "ShareConsumer" in share_example and "kmq." not in share_example.replace("kmq.share", "")
-        seen: list[bytes] = []
-
-        def until(n):
-            def record(value):
-                seen.append(value)
-                if len(seen) >= n:
-                    raise Done
-
-            return record
-
-        class TemporaryError(Exception):
-            pass
-
-        class BadPayload(Exception):
-            pass
-
-        cwd = os.getcwd()
-        os.chdir(tmp_path)
-        spaces: list[dict] = []  # each example's globals: its clients are closed below
-
-        def space(**names) -> dict:
-            spaces.append(names)
-            return names
-
-        try:
-            with pytest.raises(Done):
-                exec(compile(examples[0], "README-KmqConsumer", "exec"),
-                     space(handle=until(300), TemporaryError=TemporaryError, BadPayload=BadPayload))
-            first = len(seen)
-            with pytest.raises(Done):
-                exec(compile(examples[1].replace("localhost:9092", f"127.0.0.1:{port}"), "README-MarkerWriter", "exec"),
-                     space(process=until(first + 300)))
-            second = len(seen)
-            # The confluent-kafka loop, in its own group (from the start of the queue).
-            with pytest.raises(Done):
-                exec(compile(examples[2].replace("localhost:9092", f"127.0.0.1:{port}")
-                             .replace('"orders-workers"', '"orders-workers-confluent"'), "README-confluent", "exec"),
-                     space(process=until(second + 300)))
-            third = len(seen)
-            # The share-API example (its own group, from the start of the queue): no kmq-only key in its
-            # dict, the tracker and the queue's topics from above.
-            with pytest.raises(Done):
-                exec(compile(share_example.replace("localhost:9092", f"127.0.0.1:{port}"), "README-share", "exec"),
-                     space(process=until(third + 300), TemporaryError=TemporaryError, BadPayload=BadPayload))
-            fourth = len(seen)
-            # The KmqConsumer example unchanged on confluent-kafka (kafka.client from the env), own group.
-            os.environ.update(KMQ_KAFKA__CLIENT="confluent", KMQ_CONSUMER__GROUP_ID="orders-workers-kmq-confluent")
-            with pytest.raises(Done):
-                exec(compile(examples[0], "README-KmqConsumer-confluent", "exec"),
-                     space(handle=until(fourth + 300), TemporaryError=TemporaryError, BadPayload=BadPayload))
-        finally:
-            os.environ.pop("KMQ_KAFKA__CLIENT", None)
-            os.environ.pop("KMQ_CONSUMER__GROUP_ID", None)
-            os.chdir(cwd)
-            # The examples loop for ever and are stopped by Done, so their clients stay open: close
-            # them, writer first (its ENDs), before this test's broker stops (a confluent consumer left
-            # open reconnected to the stopped broker, "Connect to ipv4#... failed", to the end of the run).
-            for names in spaces:
-                for obj in (names.get("writer"), names.get("consumer")):
-                    if obj is not None:
-                        with contextlib.suppress(Exception):
-                            obj.close()
-        assert len(seen) >= 1500 and all(v for v in seen)
+        # The README's Python blocks run in tests/integration/test_readme_snippets.py, each on a
+        # queue of its own.
     finally:
         for proc in reversed(background):
             proc.send_signal(signal.SIGTERM)

@@ -37,4 +37,4 @@ def test_a_client_that_is_not_installed_is_reported_skipped_and_the_others_still
     ran: list[str] = []
     out = per_client(("confluent", "kafka-python"), lambda c: ran.append(c) or {"client": c})
     assert ran == ["kafka-python"] and out["kafka-python"] == {"client": "kafka-python"}
-    assert "pip install 'kmq[confluent]'" in out["confluent"]["skipped"]
+    assert "with its confluent extra" in out["confluent"]["skipped"]

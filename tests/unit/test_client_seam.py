@@ -70,7 +70,7 @@ def test_choosing_confluent_without_the_extra_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "confluent_kafka" else real(name, *a))
     with pytest.raises(ClientNotInstalled) as err:
         client_api.require_client("confluent")
-    assert str(err.value).count("\n") == 0 and "pip install 'kmq[confluent]'" in str(err.value)
+    assert str(err.value).count("\n") == 0 and "with its confluent extra (pip install '.[confluent]'" in str(err.value)
     client_api.require_client("kafka-python")  # the base install needs nothing more
 
 

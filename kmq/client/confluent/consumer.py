@@ -1,6 +1,6 @@
 """The confluent-kafka side of the client seam (:mod:`kmq.client.api`).
 
-``pip install 'kmq[confluent]'``. Builds clients from the librdkafka settings of
+Needs the ``confluent`` extra (``kmq[confluent]``). Builds clients from the librdkafka settings of
 :mod:`kmq.client.confluent.settings`, wraps ``confluent_kafka.Consumer``
 as a :class:`~kmq.client.api.ConsumerAdapter` and ``confluent_kafka.Producer``
 behind kafka-python's ``send() -> future`` shape, so the marker sender, the

@@ -14,7 +14,7 @@ import pytest
 #: The lag job's two markers sources (spark.source): Spark's Kafka connector and the kmq-kafka Python source.
 SOURCES = pytest.mark.parametrize("source", ["kafka", "python"])
 
-pytest.importorskip("pyspark", reason="pyspark not installed (pip install 'kmq[spark]')")
+pytest.importorskip("pyspark", reason="pyspark not installed (the spark extra, kmq[spark])")
 
 
 @pytest.fixture(scope="session")
