@@ -1,6 +1,7 @@
 """OpenTelemetry spans for deliveries and redeliveries (the optional ``kmq[otel]`` extra).
 
-The only module that imports ``opentelemetry``, and only lazily: without the
+The library's only module that imports ``opentelemetry`` (kmq's own processes
+set the SDK up in :mod:`kmq.telemetry.otel_sdk`), and only lazily: without the
 package, or without a tracer provider installed by the application
 (``opentelemetry.trace.set_tracer_provider`` before the consumer or tracker is
 built), :func:`delivery_tracing` and :func:`redelivery_tracing` return None
