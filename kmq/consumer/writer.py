@@ -537,9 +537,11 @@ def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
                 raise
             else:
                 outcome = rule.returned(settled=False)  # settled: the writer says so
-            settle(_RecordSettlement(writer, record), outcome)
-            if span is not None:
-                tracing.end(span, outcome.action)  # type: ignore[union-attr]
+            try:
+                settle(_RecordSettlement(writer, record), outcome)
+            finally:
+                if span is not None:
+                    tracing.end(span, outcome.action)  # type: ignore[union-attr]
             return result
 
         return wrapper  # type: ignore[return-value]
