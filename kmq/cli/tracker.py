@@ -29,8 +29,10 @@ def run(http_host: str, cfg: Config) -> None:
         h.setLevel(logging.NOTSET)
     from kmq.client.kafka_python.clients import broker_errors
     from kmq.config.process import tune_collector
+    from kmq.telemetry.otel_sdk import process_tracing
     from tracker import Tracker
 
     tune_collector()
-    with broker_errors(cfg.kafka):  # a refused login or an ACL denial mid-run: one line naming it
+    # Before the tracker is built: its redelivery spans use the provider installed here (OTEL_* env).
+    with process_tracing("kmq-tracker", logging.getLogger("tracker").info), broker_errors(cfg.kafka):
         Tracker(cfg, http_host=http_host).run()

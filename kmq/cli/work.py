@@ -38,6 +38,7 @@ from kmq.cli.common import config_options
 from kmq.config import Config
 from kmq.core.errors import CannotListen
 from kmq.dev.workload import InjectedFailure, fate, is_poison, is_poison_index, payload
+from kmq.tracing import use_span
 
 __all__ = ["produce", "work"]
 
@@ -165,6 +166,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     from kmq.config.process import tune_collector
     from kmq.consumer.consumer import KmqConsumer
     from kmq.telemetry.metrics import ConsumerMetrics
+    from kmq.telemetry.otel_sdk import process_tracing
 
     if use_asyncio and use_share:
         raise click.BadParameter("--asyncio and --share are two ways to run the worker: choose one")
@@ -259,26 +261,28 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     kind_of = "asyncio handlers" if use_asyncio else "share-API workers" if use_share else "workers"
     click.echo(f"working on {queue} with {workers} {kind_of}", err=True)
-    try:
-        if use_asyncio:
-            asyncio.run(_run_async(cfg, queue, metrics, async_handler, workers, started))
-        elif use_share:
-            worker = _ShareWorker(cfg, queue, delivery, workers)
-            started(worker)
-            worker.run()
-        else:
-            started(KmqConsumer(cfg, queue=queue, metrics=metrics))
-            try:
-                consumer.run(handler, workers=workers)
-            finally:
-                consumer.close()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        if log_file is not None:
-            log_file.close()
-        if guard is not None:
-            guard.close()
+    # Before the consumer is built: its delivery spans use the provider installed here (OTEL_* env).
+    with process_tracing("kmq-worker", lambda line: click.echo(line, err=True)):
+        try:
+            if use_asyncio:
+                asyncio.run(_run_async(cfg, queue, metrics, async_handler, workers, started))
+            elif use_share:
+                worker = _ShareWorker(cfg, queue, delivery, workers)
+                started(worker)
+                worker.run()
+            else:
+                started(KmqConsumer(cfg, queue=queue, metrics=metrics))
+                try:
+                    consumer.run(handler, workers=workers)
+                finally:
+                    consumer.close()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            if log_file is not None:
+                log_file.close()
+            if guard is not None:
+                guard.close()
     click.echo("settled: " + " ".join(f"{k}={v}" for k, v in counts.items()))
 
 
@@ -367,7 +371,8 @@ class _ShareWorker:
     def _handle(self, record: Any) -> _ShareDelivery:
         msg = _ShareDelivery(record)
         try:
-            _run_steps(self.delivery(msg))
+            with use_span(record):  # the poll-based share API: user code makes the delivery span current
+                _run_steps(self.delivery(msg))
         except Exception as exc:  # noqa: BLE001 - a failing handler: released, as run() nacks it
             log.debug("%r failed: %s; released", record, exc)
             msg.nack(0.0)

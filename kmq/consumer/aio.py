@@ -54,6 +54,7 @@ from kmq.consumer.consumer import KmqConsumer
 from kmq.core.message import KmqMessage
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
+from kmq.telemetry.tracing import current
 
 __all__ = ["AsyncKmqConsumer", "AsyncKmqMessage"]
 
@@ -86,6 +87,8 @@ class AsyncKmqMessage:
     timestamp = property(lambda self: self.message.timestamp)
     delivery_count = property(lambda self: self.message.delivery_count)
     origin = property(lambda self: self.message.origin)
+    #: The delivery's OpenTelemetry span, None when tracing is off (``kmq.tracing.use_span``).
+    span = property(lambda self: self.message.span)
     outcome = property(lambda self: self.message.outcome)
     settled = property(lambda self: self.message.settled)
 
@@ -467,7 +470,11 @@ class _HandlerPool:
             if m is None:
                 return
             try:
-                await handler(_wrap(m))
+                if m._span is None:
+                    await handler(_wrap(m))
+                else:  # tracing on: current in this task (a context variable) while the handler runs
+                    with current(m._span):
+                        await handler(_wrap(m))
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
                 outcome = rule.failed(exc, m.delivery_count)
             else:

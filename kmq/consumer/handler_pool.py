@@ -3,7 +3,8 @@
 A message is taken from the consumer only when one of the ``workers``
 threads is free to start it: a message in a pool queue would have its lease
 running while nothing works on it (with a backlog, that is how leases ran
-out in the worker's own queue and copies piled up).
+out in the worker's own queue and copies piled up). With tracing on, the
+message's delivery span is current while its handler runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable, Protocol
 
 from kmq.core.message import KmqMessage
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
+from kmq.telemetry.tracing import current
 
 __all__ = ["run_handlers", "MessageSource"]
 
@@ -50,7 +52,11 @@ def run_handlers(consumer: MessageSource, handler: Callable[[KmqMessage], Any], 
     def call(msg: KmqMessage) -> None:
         try:
             try:
-                handler(msg)
+                if msg._span is None:
+                    handler(msg)
+                else:  # tracing on: the handler's own spans are children of the delivery's
+                    with current(msg._span):
+                        handler(msg)
             except Exception as exc:
                 outcome = rule.failed(exc, msg.delivery_count)
             else:

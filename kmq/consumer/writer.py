@@ -48,6 +48,7 @@ from kmq.core.markers import Renew, Start, clip_owner, encode
 from kmq.core.message import ACK, delivery_count_of
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
+from kmq.telemetry.tracing import current, delivery_tracing
 from kmq.core.ranges import coalesce
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 
@@ -512,19 +513,38 @@ def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
     (the rule of :class:`~kmq.core.outcome.OutcomeRule`, as ``KmqConsumer.run``).
 
     The exception is logged and not re-raised, so the poll loop goes on. A
-    handler that settled the record itself is left alone."""
+    handler that settled the record itself is left alone. When the application
+    installed an OpenTelemetry tracer provider (before decorating), each call is a
+    ``process <queue>`` span, current while the handler runs (its own spans are
+    children) and ended with the settlement the decorator makes."""
 
     rule = OutcomeRule(writer.queue.backoff.delay, reject_on)
+    tracing = delivery_tracing(writer.cfg.consumer.group_id)
 
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(record: Any, *args: Any, **kwargs: Any) -> Any:
+            span = None if tracing is None else tracing.start(*coordinates(record), headers_of(record))
             try:
-                result = fn(record, *args, **kwargs)
+                if span is None:
+                    result = fn(record, *args, **kwargs)
+                else:  # the handler's own spans are children of the delivery's
+                    with current(span):
+                        result = fn(record, *args, **kwargs)
             except Exception as exc:
-                settle(_RecordSettlement(writer, record), rule.failed(exc, delivery_count_of(headers_of(record))))
-                return None
-            settle(_RecordSettlement(writer, record), rule.returned(settled=False))  # settled: the writer says so
+                outcome = rule.failed(exc, delivery_count_of(headers_of(record)))
+                result = None
+            except BaseException:  # not a handler failure: the record is left to its lease
+                if span is not None:
+                    tracing.end(span, "unsettled")  # type: ignore[union-attr]
+                raise
+            else:
+                outcome = rule.returned(settled=False)  # settled: the writer says so
+            try:
+                settle(_RecordSettlement(writer, record), outcome)
+            finally:
+                if span is not None:
+                    tracing.end(span, outcome.action)  # type: ignore[union-attr]
             return result
 
         return wrapper  # type: ignore[return-value]

@@ -166,12 +166,13 @@ class KmqMessage:
 
     Attributes: ``value``, ``key``, ``headers`` (list of ``(str, bytes)``),
     ``topic``, ``partition``, ``offset``, ``timestamp`` (ms),
-    ``delivery_count`` (1 on the first delivery) and ``origin`` (stable id
-    ``topic/partition/offset`` of the first delivery, for deduplication).
+    ``delivery_count`` (1 on the first delivery), ``origin`` (stable id
+    ``topic/partition/offset`` of the first delivery, for deduplication) and
+    ``span`` (the delivery's OpenTelemetry span, None when tracing is off).
     """
 
     __slots__ = ("topic", "partition", "offset", "key", "value", "_headers", "timestamp", "_lock", "_settler", "_outcome",
-                 "_nbytes")
+                 "_nbytes", "_span")
 
     def __init__(
         self,
@@ -200,6 +201,8 @@ class KmqMessage:
         self._outcome: str | None = None
         #: Payload bytes (key + value), what flow control counts; computed once, read at fetch and settle.
         self._nbytes = (len(value) if value else 0) + (len(key) if key else 0)
+        #: The delivery's span, set by the consumer's tracing when it hands the message over.
+        self._span: Any = None
 
     # ------------------------------------------------------------ derived
     @property
@@ -223,6 +226,13 @@ class KmqMessage:
     def origin(self) -> str:
         """Stable id of the message across redeliveries: ``topic/partition/offset`` of its first delivery."""
         return origin_of(self._headers, self.topic, self.partition, self.offset)
+
+    @property
+    def span(self) -> Any:
+        """The OpenTelemetry span of this delivery (``process <queue>``, from hand-over to settlement),
+        or None when tracing is off (no ``kmq[otel]`` extra or no tracer provider installed).
+        ``kmq.tracing.use_span(msg)`` makes it current, so spans user code starts are its children."""
+        return self._span
 
     @property
     def outcome(self) -> str | None:
@@ -347,6 +357,7 @@ def message_builder(settler: Settler, lock: threading.Lock) -> MessageBuilder:
         m._lock = lock
         m._outcome = None
         m._nbytes = (len(value) if value else 0) + (len(key) if key else 0)
+        m._span = None
         return m
 
     return build

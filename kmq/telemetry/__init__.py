@@ -1,1 +1,1 @@
-"""Telemetry: Prometheus metrics and logging configuration shared by every process."""
+"""Telemetry: Prometheus metrics, logging configuration and OpenTelemetry spans shared by every process."""

@@ -1,6 +1,7 @@
 """OpenTelemetry spans for deliveries and redeliveries (the optional ``kmq[otel]`` extra).
 
-The only module that imports ``opentelemetry``, and only lazily: without the
+The library's only module that imports ``opentelemetry`` (kmq's own processes
+set the SDK up in :mod:`kmq.telemetry.otel_sdk`), and only lazily: without the
 package, or without a tracer provider installed by the application
 (``opentelemetry.trace.set_tracer_provider`` before the consumer or tracker is
 built), :func:`delivery_tracing` and :func:`redelivery_tracing` return None
@@ -16,7 +17,10 @@ Spans follow the OpenTelemetry messaging semantic conventions
 
 * a consumer span ``process <queue>`` per delivery, from hand-over to
   settlement (or the end of the lease), parented on the record's W3C
-  ``traceparent`` header when it has one;
+  ``traceparent`` header when it has one; the message carries it
+  (``msg.span``) and :func:`use_span` makes it the current span, so the spans
+  user code starts inside are its children (kmq does so around every handler
+  it calls: ``KmqConsumer.run``, ``AsyncKmqConsumer.run``, ``@kmq.marked``);
 * a producer span ``redeliver <queue>`` or ``dead_letter <dlq>`` per copy or
   dead letter the tracker writes, parented on and linked to the context the
   earlier attempt carried; the copy's ``traceparent`` names this span, so
@@ -26,15 +30,17 @@ Spans follow the OpenTelemetry messaging semantic conventions
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from kmq.core.log_fields import trace_id_of
+from kmq.core.message import delivery_count_of, origin_of
 from kmq.version import __version__
 
 __all__ = ["DeliveryTracing", "RedeliveryTracing", "delivery_tracing", "redelivery_tracing", "trace_id_of",
-           "TRACE_HEADERS"]
+           "TRACE_HEADERS", "use_span", "current"]
 
 log = logging.getLogger(__name__)
 
@@ -104,16 +110,27 @@ class DeliveryTracing:
     def __len__(self) -> int:
         return len(self._spans)
 
+    def start(self, topic: str, partition: int, offset: int, headers: Headers | None,
+              start: int | None = None) -> Any:
+        """A new delivery span for the record at ``topic/partition/offset`` (not kept: the caller ends it
+        with :meth:`end`; ``@kmq.marked`` uses it for each record its handler is called with)."""
+        attrs = _base_attributes(topic, partition, offset)
+        attrs.update({"messaging.operation.name": "process", "messaging.operation.type": "process",
+                      "messaging.consumer.group.name": self._group, "kmq.delivery_count": delivery_count_of(headers),
+                      "kmq.origin": origin_of(headers, topic, partition, offset)})
+        return self._tracer.start_span(f"process {topic}", context=_context_of(headers), kind=self._kind,
+                                       attributes=attrs, start_time=start)
+
+    @staticmethod
+    def end(span: Any, outcome: str) -> None:
+        """End a span of :meth:`start` with ``outcome`` (``ack``, ``nack``, ``reject``, ``unsettled``)."""
+        _end(span, outcome)
+
     def handed(self, messages: Iterable[Any]) -> None:
-        """Messages handed to user code: their spans start now."""
+        """Messages handed to user code: their spans start now; each message carries its own."""
         start = time.time_ns()
         for m in messages:
-            attrs = _base_attributes(m.topic, m.partition, m.offset)
-            attrs.update({"messaging.operation.name": "process", "messaging.operation.type": "process",
-                          "messaging.consumer.group.name": self._group, "kmq.delivery_count": m.delivery_count,
-                          "kmq.origin": m.origin})
-            span = self._tracer.start_span(f"process {m.topic}", context=_context_of(m.headers), kind=self._kind,
-                                           attributes=attrs, start_time=start)
+            span = m._span = self.start(m.topic, m.partition, m.offset, m._headers, start)
             old = self._spans.pop((m.partition, m.offset), None)
             if old is not None:  # handed again (a rebalance gave it back): the earlier one is over
                 _end(old, "abandon")
@@ -176,6 +193,39 @@ class RedeliveryTracing:
         out = [(k, v) for k, v in headers if k not in carrier]
         out.extend((k, v.encode("utf-8")) for k, v in carrier.items())
         return out
+
+
+@contextlib.contextmanager
+def current(span: Any) -> Iterator[Any]:
+    """Make ``span`` the current span of this thread (or asyncio task) inside the block; nothing when
+    ``span`` is None. The span is not ended on leaving: its delivery's settlement ends it."""
+    if span is None:
+        yield None
+        return
+    trace = _otel()[0]
+    with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+        yield span
+
+
+def _span_of(msg: Any) -> Any:
+    """The delivery span of a :class:`~kmq.core.message.KmqMessage`, an ``AsyncKmqMessage`` or a
+    ``kmq.share`` ``Message`` (its ``kmq_message``)."""
+    inner = getattr(msg, "kmq_message", None)  # kmq.share's Message: span() would clash with confluent's API
+    target = msg if inner is None else inner
+    try:
+        return target.span
+    except AttributeError:
+        raise TypeError(f"use_span() takes a message kmq handed out (KmqMessage, AsyncKmqMessage or kmq.share's "
+                        f"Message), got {type(msg).__name__}") from None
+
+
+def use_span(msg: Any) -> "contextlib.AbstractContextManager[Any]":
+    """``with use_span(msg):`` makes ``msg``'s delivery span current, so the spans started inside (a
+    database call, an HTTP request, by hand or by an instrumentation) are its children, in the trace
+    of the message's producer. For the ways of consuming where user code, not kmq, runs the message
+    (``for msg in consumer``, ``poll()``, ``async for``, ``kmq.share``); around a handler kmq calls it
+    does this itself. Yields the span, or None when tracing is off (then it does nothing)."""
+    return current(_span_of(msg))
 
 
 def delivery_tracing(group: str) -> DeliveryTracing | None:

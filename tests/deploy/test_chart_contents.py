@@ -218,12 +218,13 @@ def rule_ports(rules: list[dict]) -> set[tuple[str, int]]:
     return {(p.get("protocol", "TCP"), p["port"]) for r in rules for p in r.get("ports", [])}
 
 
-def test_network_policy_allows_kafka_redis_dns_out_and_metrics_in():
+def test_network_policy_allows_kafka_redis_dns_the_collector_out_and_metrics_in():
     docs = render(VALUES_SETS["all-on-local"])
     np = find(docs, "NetworkPolicy", "kmq")["spec"]
     assert np["policyTypes"] == ["Ingress", "Egress"]
     assert np["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kmq", "app.kubernetes.io/instance": "kmq"}
-    assert rule_ports(np["egress"]) == {("TCP", 9092), ("TCP", 9093), ("TCP", 6379), ("UDP", 53), ("TCP", 53)}
+    assert rule_ports(np["egress"]) == {("TCP", 9092), ("TCP", 9093), ("TCP", 6379), ("UDP", 53), ("TCP", 53),
+                                        ("TCP", 4318)}  # otel.endpoint's port
     assert all(r.get("to") for r in np["egress"]), "every egress rule names its peers in this values set"
     assert rule_ports(np["ingress"]) == {("TCP", 9108), ("TCP", 9109)}
     assert all(r.get("from") for r in np["ingress"])

@@ -41,9 +41,11 @@ def test_final_stages_install_the_wheel_from_the_builder(target):
     flags, rest = installs[0].flags()
     assert flags.get("mount", "").startswith("type=bind,from=builder,source=/wheels"), flags
     assert "/wheels/kmq-*.whl" in rest
-    extras = set(re.search(r"kmq-\*\.whl\)\[([a-z,]+)\]", rest).group(1).split(","))
+    extras = set(re.search(r"kmq-\*\.whl\)\[([a-z,-]+)\]", rest).group(1).split(","))
     assert ("spark" in extras) == (target == "spark")
     assert "confluent" in extras  # kafka.client: confluent works in every pod
+    # kmq tracker run and kmq work set the SDK up from OTEL_* (the chart's otel values); the lag job makes no spans.
+    assert ("otel-sdk" in extras) == (target == "runtime")
 
 
 @pytest.mark.parametrize("target", ["runtime", "spark"])
@@ -53,7 +55,7 @@ def test_final_stages_run_confluent_kafka_which_they_install(target):
     # The name is kmq's own override of kafka.client: kmq tracker run, kmq work and the lag job read it so.
     assert Config.load(None, env={k: v for k, v in env.items() if k.startswith("KMQ_")}).kafka.client == "confluent"
     (install,) = [r for r in BY_NAME[target].all("RUN") if "pip install" in r.text]
-    assert "confluent" in re.search(r"kmq-\*\.whl\)\[([a-z,]+)\]", install.text).group(1).split(",")
+    assert "confluent" in re.search(r"kmq-\*\.whl\)\[([a-z,-]+)\]", install.text).group(1).split(",")
     assert Config.load(None, env={}).kafka.client == "kafka-python"  # the library's own default stays
 
 

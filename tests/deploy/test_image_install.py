@@ -92,6 +92,11 @@ def test_wheel_installs_in_a_clean_venv_and_runs(tmp_path):
                             cwd=tmp_path, env={**run_env, **stage_env(STAGES, "runtime")}, capture_output=True,
                             text=True, timeout=60)
     assert client.returncode == 0 and client.stdout.strip() == "confluent", client.stdout + client.stderr
+    # The OpenTelemetry SDK and the OTLP/HTTP exporter the chart's otel values send the tracker's spans through.
+    otel = subprocess.run([str(python), "-c", "from kmq.telemetry.otel_sdk import _exporter; "
+                           "print(type(_exporter('otlp_proto_http')).__name__)"],
+                          cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=60)
+    assert otel.returncode == 0 and otel.stdout.strip() == "OTLPSpanExporter", otel.stdout + otel.stderr
     # No Spark in the tracker image: the spark extra is the other target's.
     spark = subprocess.run([str(python), "-c", "import pyspark"], cwd=tmp_path, env=run_env, capture_output=True, timeout=60)
     assert spark.returncode != 0

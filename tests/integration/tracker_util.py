@@ -89,7 +89,8 @@ def http_status(port: int, path: str) -> int:
 class TrackerProcess:
     """``kmq tracker run`` as a real process (for SIGKILL / SIGTERM tests)."""
 
-    def __init__(self, cfg, workdir) -> None:
+    def __init__(self, cfg, workdir, env: dict[str, str] | None = None) -> None:
+        import os
         import subprocess
         import sys
 
@@ -102,6 +103,7 @@ class TrackerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kmq", "tracker", "run", "--config", str(self.path), "--http-host", "127.0.0.1"],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=None if env is None else {**os.environ, **env},
         )
         self.port: int | None = None
 

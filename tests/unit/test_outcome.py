@@ -156,6 +156,7 @@ def test_marked_settles_by_the_rule_through_the_writer():
 
     class Writer:
         queue = SimpleNamespace(name="orders", backoff=BACKOFF)
+        cfg = SimpleNamespace(consumer=SimpleNamespace(group_id="workers"))
 
         def __init__(self):
             self.open = set()

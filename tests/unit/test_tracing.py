@@ -25,7 +25,7 @@ def _msg(offset: int, headers=None) -> KmqMessage:
 
 
 def test_importing_kmq_the_consumer_and_the_tracker_does_not_import_opentelemetry():
-    code = ("import sys, kmq, kmq.aio, kmq.consumer.consumer, tracker.redeliver, tracker.service; "
+    code = ("import sys, kmq, kmq.aio, kmq.tracing, kmq.consumer.consumer, tracker.redeliver, tracker.service; "
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -111,3 +111,28 @@ def test_a_copy_of_a_record_without_context_starts_a_trace_with_no_link():
     (span,) = exporter.get_finished_spans()
     assert span.parent is None and list(span.links) == []
     assert tracing.trace_id_of(out) == format(span.context.trace_id, "032x")
+
+
+def test_a_handed_message_carries_its_span_and_use_span_makes_it_current():
+    from opentelemetry import trace
+
+    exporter = span_exporter()
+    t = tracing.delivery_tracing("workers")
+    m = _msg(7, [("traceparent", TRACEPARENT)])
+    assert m.span is None
+    t.handed([m])
+    with tracing.use_span(m) as span:
+        assert span is m.span and trace.get_current_span() is span
+        with trace.get_tracer("app").start_as_current_span("child"):
+            pass
+    assert trace.get_current_span() is not span  # detached on leaving
+    t.settled(m, "ack")
+    child, process = exporter.get_finished_spans()
+    assert child.parent.span_id == process.context.span_id and process.attributes["kmq.outcome"] == "ack"
+
+
+def test_use_span_does_nothing_while_tracing_is_off_and_refuses_what_is_no_message():
+    with tracing.use_span(_msg(7)) as span:
+        assert span is None
+    with pytest.raises(TypeError, match="use_span\\(\\) takes a message kmq handed out"):
+        tracing.use_span(object())

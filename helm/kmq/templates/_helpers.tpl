@@ -88,6 +88,9 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- if and (eq $k.saslMechanism "AWS_MSK_IAM") (eq $k.client "confluent") -}}
 {{- fail "kafka.client confluent has no AWS_MSK_IAM signer: set kafka.client: kafka-python with saslMechanism AWS_MSK_IAM (or use OAUTHBEARER with an MSK token command)" -}}
 {{- end -}}
+{{- if and .Values.otel.enabled (not .Values.otel.endpoint) -}}
+{{- fail "otel.endpoint is required with otel.enabled: the OTLP/HTTP base URL of your collector, e.g. http://otel-collector.observability:4318" -}}
+{{- end -}}
 {{- if and $k.tls.clientSecret (not (has $k.securityProtocol (list "SSL" "SASL_SSL"))) -}}
 {{- fail (printf "kafka.tls.clientSecret needs kafka.securityProtocol SSL or SASL_SSL, not %s" $k.securityProtocol) -}}
 {{- end -}}
@@ -171,6 +174,33 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/* OpenTelemetry of the tracker (otel.*): the standard OTEL_* variables kmq tracker run sets its SDK up
+     from (kmq.telemetry.otel_sdk); the pod and namespace name its spans' resource. */}}
+{{- define "kmq.otelEnv" -}}
+{{- if .Values.otel.enabled }}
+- name: OTEL_TRACES_EXPORTER
+  value: otlp
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: http/protobuf
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .Values.otel.endpoint | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .Values.otel.serviceName | quote }}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: "k8s.pod.name=$(K8S_POD_NAME),k8s.namespace.name={{ .Release.Namespace }}"
+{{- end }}
+{{- end -}}
+
+{{/* The port of otel.endpoint (for the NetworkPolicy): explicit, else the scheme's. */}}
+{{- define "kmq.otelPort" -}}
+{{- $u := urlParse .Values.otel.endpoint -}}
+{{- if contains ":" $u.host -}}{{ last (splitList ":" $u.host) }}{{- else if eq $u.scheme "https" -}}443{{- else -}}80{{- end -}}
 {{- end -}}
 
 {{/* Volumes and mounts: kmq.yaml from a ConfigMap (name in .configMap), credentials, CA, /tmp (.tmpSize, default 64Mi). */}}
