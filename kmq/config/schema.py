@@ -54,7 +54,7 @@ def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
     if meta.get("secret"):
         # Refused in kmq.yaml (read from the environment or a file): absent, null or empty only.
         return {"enum": [None, ""], "description": "a secret: set it in the environment or a file, never here"}
-    optional = kind in ("optduration", "optint", "optstr", "optchoice")
+    optional = kind in ("optduration", "optint", "optstr", "optchoice", "optname")
     base = kind[3:] if optional else kind
     schema: dict[str, Any]
     if base == "duration":
@@ -71,6 +71,8 @@ def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
     elif base == "choice":
         choices = [c.lower() for c in meta["choices"]] if meta.get("lower") else list(meta["choices"])
         schema = {"enum": choices}
+    elif base == "name":  # a name that becomes part of topic names (queues[].group)
+        schema = {"type": "string", "pattern": meta["pattern"]}
     elif kind == "topic":
         schema = {"type": "string", "pattern": TOPIC_PATTERN, "not": {"enum": [".", ".."]}}
     else:  # pragma: no cover - a new kind without a schema fails here, in the tests

@@ -74,11 +74,13 @@ def _ms(seconds: float) -> int:
     return max(0, int(round(seconds * 1000)))
 
 
-def _pick_queue(cfg: Config, queue: str | None) -> QueueConfig:
+def _pick_queue(cfg: Config, queue: str | None, group: str | None = None) -> QueueConfig:
     if queue is not None:
-        return cfg.queue(queue)
-    if len(cfg.queues) == 1:
+        return cfg.queue(queue, group)
+    if len(cfg.queues) == 1 and group is None:
         return cfg.queues[0]
+    if len({q.name for q in cfg.queues}) == 1:
+        return cfg.queue(cfg.queues[0].name, group)
     raise ValueError(f"pass queue=...: the configuration has {len(cfg.queues)} queues")
 
 
@@ -123,6 +125,8 @@ class MarkerWriter:
 
     :param cfg: the kmq configuration.
     :param queue: queue name (default: the only configured queue).
+    :param group: the queue's consumer group (``queues[].group``; ``default`` for the default group),
+        needed only when the queue is configured for several.
     :param consumer: the user's consumer, used by :meth:`start` to commit (a blocking
         ``kafka.KafkaConsumer`` or ``confluent_kafka.Consumer``; an asyncio one such as aiokafka's raises
         :class:`~kmq.core.errors.UnsupportedConsumer`).
@@ -142,9 +146,10 @@ class MarkerWriter:
         owner: str | None = None,
         check_topics: bool = True,
         flush_interval: float | None = None,
+        group: str | None = None,
     ) -> None:
         self.cfg = cfg
-        self.queue: QueueConfig = _pick_queue(cfg, queue)
+        self.queue: QueueConfig = _pick_queue(cfg, queue, group)
         self._adapter = _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
         self.metrics = metrics or ConsumerMetrics.shared()  # the application's default registry

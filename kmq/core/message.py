@@ -34,7 +34,10 @@ __all__ = [
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_ERROR",
     "HEADER_DLQ_TS",
+    "HEADER_GROUP",
     "header_text",
+    "group_of",
+    "for_group",
     "delivery_count_of",
     "origin_of",
     "origin_offset",
@@ -51,6 +54,9 @@ HEADER_ORIGIN = "kmq-origin"
 HEADER_DLQ_REASON = "kmq-dlq-reason"
 HEADER_DLQ_ERROR = "kmq-dlq-error"
 HEADER_DLQ_TS = "kmq-dlq-ts"
+# On a copy (or replayed dead letter) made for a named consumer group of the queue: that group only
+# delivers it. Originals and the default group's copies carry none.
+HEADER_GROUP = "kmq-group"
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -78,6 +84,18 @@ def header_text(headers: Headers | None, name: str) -> str | None:
     if raw is None:
         return None
     return raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+
+
+def group_of(headers: Headers | None) -> str | None:
+    """The consumer group a record is for (``kmq-group``); None: every group (an original, or a copy
+    of the default group)."""
+    return header_text(headers, HEADER_GROUP) if headers else None
+
+
+def for_group(headers: Headers | None, group: str | None) -> bool:
+    """Whether the workers of ``group`` (None: the default group) deliver a record with ``headers``:
+    an original is every group's, a copy only its own group's (the others skip it)."""
+    return not headers or group_of(headers) == group
 
 
 _I32_MAX = 2**31 - 1

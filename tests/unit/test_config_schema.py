@@ -47,6 +47,8 @@ PROBES = {
     "choice": ["SSL", "PLAIN", "INFO", "text", "json", "confluent", "COOPERATIVE-STICKY", "range", "nope", "", 3, None],
     "topic": ["orders", "orders.v2", "a" * 249, "a" * 250, "..", "orders queue", "", 5, None],
 }
+PROBES["optname"] = ["billing", "billing.v2", "a-b_c", "default", "a__b", "_a", "a_", "", "  ", "a b", 5, None,
+                      "a" * 200, "a" * 240]
 PROBES["optduration"] = PROBES["duration"]
 PROBES["optint"] = PROBES["int"]
 PROBES["optstr"] = PROBES["str"]
@@ -88,7 +90,8 @@ FIELDS = list(_all_fields())
 # topic names).
 NOT_SAYABLE = ("expected at least", "expected at most", "is set but kafka.security_protocol",
                "is false but kafka.security_protocol", "only used with sasl_mechanism", "markers_topic:",
-               "must be at least backoff.initial", "must stay below half of the markers retention")
+               "must be at least backoff.initial", "must stay below half of the markers retention",
+               "longer than Kafka's 249 characters")
 
 
 def _spelled_as_stored(value, f: dataclasses.Field):

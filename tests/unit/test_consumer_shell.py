@@ -29,8 +29,9 @@ def _done() -> Delivery:
 class FakeWriter:
     """What KmqConsumer uses of MarkerWriter; STARTs are acknowledged at once."""
 
-    def __init__(self, cfg: Config, queue: str | None = None, metrics: ConsumerMetrics | None = None) -> None:
-        self.queue = cfg.queue(queue or TOPIC)
+    def __init__(self, cfg: Config, queue: str | None = None, metrics: ConsumerMetrics | None = None,
+                 group: str | None = None) -> None:
+        self.queue = cfg.queue(queue or TOPIC, group)
         self.metrics = metrics or ConsumerMetrics()
         self.lock = threading.Lock()
         self.buffer = AckBuffer()

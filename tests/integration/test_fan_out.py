@@ -1,0 +1,129 @@
+"""Two consumer groups on one queue topic (fan-out) are independent: each has its own tracker,
+markers and DLQ, and a copy made for one group is never delivered to the other.
+
+The default group (``Q__markers``) NACKs some messages; the ``shipping`` group
+(``Q__shipping__markers``) abandons others as a crashed worker would (no marker: their leases run
+out). Each group gets every message, a copy only where its own group failed it, and each worker
+counts the other group's copies it skipped."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from kmq.client.kafka_python import clients
+from kmq.client.topics import ensure_topics
+from kmq.config import Config
+from kmq.consumer.consumer import KmqConsumer
+from kmq.core.message import HEADER_GROUP
+from tests.conftest import TEST_GROUP_TIMING, unique
+from tests.helpers.kafka import read_all, wait_until
+from tests.integration.tracker_util import running_tracker
+
+pytestmark = pytest.mark.integration
+
+N = 24
+QUEUE = {"lease": "2s", "max_deliveries": 5, "backoff": {"initial": "100ms", "max": "1s"}}
+
+
+def _config(bootstrap: str, queue: dict) -> Config:
+    return Config.from_dict({
+        "kafka": {"bootstrap_servers": bootstrap, **TEST_GROUP_TIMING},
+        "queues": [{**QUEUE, **queue}],
+        "consumer": {"group_id": unique("workers"), "ack_flush_interval": "50ms"},
+        "tracker": {"group_id": unique("tracker"), "http_port": 0},
+    })
+
+
+class Worker:
+    """A KmqConsumer on a thread: ``fail(i, delivery_count)`` says what to do instead of acking
+    (``"nack"``, ``"abandon"`` or None); every delivery is recorded."""
+
+    def __init__(self, cfg: Config, queue: str, fail) -> None:
+        self.consumer = KmqConsumer(cfg, queue=queue, batch_size=8)
+        self.fail = fail
+        self.deliveries: list[tuple[int, int]] = []  # (message number, delivery count)
+        self.acked: Counter[int] = Counter()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for msg in self.consumer:
+                i = int(msg.value)
+                self.deliveries.append((i, msg.delivery_count))
+                what = self.fail(i, msg.delivery_count)
+                if what == "nack":
+                    msg.nack(delay=0.1)
+                elif what == "abandon":
+                    msg.abandon()
+                else:
+                    msg.ack()
+                    self.acked[i] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            self.errors.append(exc)
+
+    def skipped(self) -> float:
+        q = self.consumer.queue
+        return self.consumer.metrics.copies_skipped.labels(q.label)._value.get()
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.thread.join(30)
+
+
+def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap):
+    name = unique("q")
+    billing = _config(bootstrap, {"name": name})  # the default group: today's topic names
+    shipping = _config(bootstrap, {"name": name, "group": "shipping"})
+    qa, qb = billing.queues[0], shipping.queues[0]
+    assert (qa.markers_topic, qb.markers_topic) == (f"{name}__markers", f"{name}__shipping__markers")
+    ensure_topics(billing.kafka, qa, 2)
+    ensure_topics(shipping.kafka, qb, 2)
+    p = clients.producer(billing.kafka)
+    for i in range(N):
+        p.send(name, key=b"k%d" % (i % 5), value=b"%d" % i)
+    p.flush()
+    p.close()
+
+    nacked = {i for i in range(N) if i % 4 == 0}  # the default group RELEASEs these once
+    abandoned = {i for i in range(N) if i % 3 == 0}  # shipping's worker drops these once, unsettled
+    workers: list[Worker] = []
+
+    def healthy(cond):
+        for w in workers:
+            if w.errors:
+                raise w.errors[0]
+        return cond()
+
+    with running_tracker(billing), running_tracker(shipping):
+        a = Worker(billing, name, lambda i, n: "nack" if i in nacked and n == 1 else None)
+        workers.append(a)
+        b = Worker(shipping, name, lambda i, n: "abandon" if i in abandoned and n == 1 else None)
+        workers.append(b)
+        try:
+            wait_until(lambda: healthy(lambda: set(a.acked) == set(b.acked) == set(range(N))), 60,
+                       what="every message acked by both groups")
+            # Each worker reads the other group's copies too: it skips them (or, wrongly, delivers them).
+            expect_a, expect_b = N + len(nacked), N + len(abandoned)
+            wait_until(lambda: healthy(lambda: (a.skipped() >= len(abandoned) and b.skipped() >= len(nacked))
+                                       or len(a.deliveries) > expect_a or len(b.deliveries) > expect_b), 30,
+                       what="each group's copies skipped by the other group")
+        finally:
+            for w in workers:
+                w.close()
+    assert not a.errors and not b.errors
+    # Every message once per group, a second delivery only where that group failed it.
+    assert sorted(a.deliveries) == sorted([(i, 1) for i in range(N)] + [(i, 2) for i in nacked])
+    assert sorted(b.deliveries) == sorted([(i, 1) for i in range(N)] + [(i, 2) for i in abandoned])
+    assert a.acked == b.acked == Counter(range(N))
+    assert (a.skipped(), b.skipped()) == (len(abandoned), len(nacked))
+    # The copies in the shared topic name their group; the default group's carry no kmq-group.
+    copies = [r for r in read_all(bootstrap, name, timeout=10) if r.headers]
+    groups = Counter(dict(r.headers).get(HEADER_GROUP) for r in copies)
+    assert groups == Counter({None: len(nacked), b"shipping": len(abandoned)})
+    # Nothing dead-lettered in either group's DLQ.
+    assert not read_all(bootstrap, qa.dlq_topic, timeout=2) and not read_all(bootstrap, qb.dlq_topic, timeout=2)
