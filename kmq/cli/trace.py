@@ -7,7 +7,7 @@ import time
 
 import click
 
-from kmq.cli.common import config_options
+from kmq.cli.common import config_options, group_option
 from kmq.config import Config, parse_duration
 from kmq.core.errors import ConfigError, TraceError
 from kmq.core.trace import Trace, clock, describe_event
@@ -41,10 +41,13 @@ def format_trace(t: Trace) -> list[str]:
                                        "committed marker offset.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--tracker-group", help="Tracker consumer group (default: tracker.group_id).")
-@click.option("--workers-group", help="Workers consumer group (default: consumer.group_id).")
+@click.option("--workers-group", help="Workers consumer group (default: the queue's workers_group, else "
+                                     "consumer.group_id).")
+@group_option
 @config_options
 def trace(queue: str, origin: str | None, key: str | None, partition: int | None, offset: int | None,
-          since: str | None, output: str, tracker_group: str | None, workers_group: str | None, cfg: Config) -> None:
+          since: str | None, output: str, tracker_group: str | None, workers_group: str | None, group: str | None,
+          cfg: Config) -> None:
     """The attempt timeline of one message of QUEUE: deliveries, START/RENEW/NACK/END/REJECT,
     lease expiries, CLOSED, the dead letter, and its final state.
 
@@ -73,7 +76,7 @@ def trace(queue: str, origin: str | None, key: str | None, partition: int | None
     try:
         traces = read_trace(cfg, queue, origin=origin, key=key, partition=partition, offset=offset,
                             since_s=since_s, tracker_group=tracker_group, workers_group=workers_group,
-                            progress=progress)
+                            progress=progress, group=group)
     finally:
         if last["shown"]:
             click.echo("", err=True)

@@ -33,6 +33,9 @@ import yaml
 
 from kmq.core.backoff import backoff_delay
 from kmq.core.errors import ConfigError
+# The name of a queue's default group (queues[].group unset): its topics keep the names
+# <queue>__markers and <queue>__dlq, and its copies carry no kmq-group header.
+from kmq.core.message import DEFAULT_GROUP
 
 __all__ = [
     "Config",
@@ -72,9 +75,6 @@ _TOPIC_RE = re.compile(TOPIC_PATTERN)
 #: either end, so ``<queue>__<group>__markers`` names one queue and one group only.
 GROUP_PATTERN = r"^(?!_)(?!.*__)[A-Za-z0-9._-]*[A-Za-z0-9.-]$"
 _GROUP_RE = re.compile(GROUP_PATTERN)
-#: The name of a queue's default group (``queues[].group`` unset): its topics keep the names
-#: ``<queue>__markers`` and ``<queue>__dlq``, and its copies carry no ``kmq-group`` header.
-DEFAULT_GROUP = "default"
 # The longest suffix kmq appends to ``<queue>__<group>``: the Spark job's metrics topic.
 _LONGEST_SUFFIX = len("__kmq_metrics")
 # Bounds that keep the tracker's arithmetic and the markers retention safe.

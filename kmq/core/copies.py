@@ -166,9 +166,9 @@ def copy_headers_for(original: Headers | None, topic: str, partition: int, offse
 
 
 def group_headers(headers: list[tuple[str, bytes]], group: str | None) -> list[tuple[str, bytes]]:
-    """``headers`` (without ``kmq-group``) for a record written to the queue topic for ``group``: with
-    ``kmq-group: <group>`` for a named group, without for the default group (whose records every
-    group's workers of an older kmq would deliver anyway)."""
+    """``headers`` (which hold no ``kmq-group``) plus ``kmq-group: <group>`` for a named consumer
+    ``group``: a copy for it, delivered by its workers only. The default group's copies (None) carry
+    none, as before groups: their delivery count tells them apart (:func:`~kmq.core.message.for_group`)."""
     if group is not None:
         headers.append((HEADER_GROUP, group.encode()))
     return headers

@@ -35,6 +35,7 @@ __all__ = [
     "HEADER_DLQ_ERROR",
     "HEADER_DLQ_TS",
     "HEADER_GROUP",
+    "DEFAULT_GROUP",
     "header_text",
     "group_of",
     "for_group",
@@ -54,9 +55,11 @@ HEADER_ORIGIN = "kmq-origin"
 HEADER_DLQ_REASON = "kmq-dlq-reason"
 HEADER_DLQ_ERROR = "kmq-dlq-error"
 HEADER_DLQ_TS = "kmq-dlq-ts"
-# On a copy (or replayed dead letter) made for a named consumer group of the queue: that group only
-# delivers it. Originals and the default group's copies carry none.
+# On a copy made for a named consumer group of the queue, and on a replayed dead letter (``default``
+# for the default group): that group only delivers it. Originals and the default group's copies carry none.
 HEADER_GROUP = "kmq-group"
+#: The name of a queue's default consumer group (``queues[].group`` unset or ``default``).
+DEFAULT_GROUP = "default"
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -84,18 +87,6 @@ def header_text(headers: Headers | None, name: str) -> str | None:
     if raw is None:
         return None
     return raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
-
-
-def group_of(headers: Headers | None) -> str | None:
-    """The consumer group a record is for (``kmq-group``); None: every group (an original, or a copy
-    of the default group)."""
-    return header_text(headers, HEADER_GROUP) if headers else None
-
-
-def for_group(headers: Headers | None, group: str | None) -> bool:
-    """Whether the workers of ``group`` (None: the default group) deliver a record with ``headers``:
-    an original is every group's, a copy only its own group's (the others skip it)."""
-    return not headers or group_of(headers) == group
 
 
 _I32_MAX = 2**31 - 1
@@ -172,6 +163,25 @@ def origin_of(headers: Headers | None, topic: str, partition: int, offset: int) 
         if parsed is not None and parsed[0] == topic:
             return f"{parsed[0]}/{parsed[1]}/{parsed[2]}"
     return f"{topic}/{partition}/{offset}"
+
+
+def group_of(headers: Headers | None) -> str | None:
+    """The consumer group a record was written for (``kmq-group``: a named group's copy, or any
+    group's replayed dead letter); None when the header is absent."""
+    return header_text(headers, HEADER_GROUP) if headers else None
+
+
+def for_group(headers: Headers | None, group: str | None) -> bool:
+    """Whether the workers of the queue's consumer ``group`` (None: the default group) deliver a
+    record with ``headers``. An original is every group's. A record ``kmq-group`` names is that
+    group's only (``default``: the default group's). A copy without it (``kmq-delivery-count``
+    above 1: the default group's tracker, of this kmq or an older one) is the default group's only."""
+    if not headers:
+        return True
+    named = group_of(headers)
+    if named is not None:
+        return named == (group or DEFAULT_GROUP)
+    return group is None or delivery_count_of(headers) <= 1
 
 
 def unsettled(messages: Sequence["KmqMessage"]) -> list["KmqMessage"]:

@@ -8,16 +8,20 @@ counts the other group's copies it skipped."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 
 import pytest
+from click.testing import CliRunner
+from kafka import KafkaProducer
 
+from kmq.cli import cli
 from kmq.client.kafka_python import clients
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
-from kmq.core.message import HEADER_GROUP
+from kmq.core.message import HEADER_GROUP, for_group
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import running_tracker
@@ -85,7 +89,8 @@ def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap):
     ensure_topics(shipping.kafka, qb, 2)
     p = clients.producer(billing.kafka)
     for i in range(N):
-        p.send(name, key=b"k%d" % (i % 5), value=b"%d" % i)
+        # Half carry the application's own headers: an original is every group's, headers or not.
+        p.send(name, key=b"k%d" % (i % 5), value=b"%d" % i, headers=[("app", b"x")] if i % 2 else None)
     p.flush()
     p.close()
 
@@ -122,8 +127,44 @@ def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap):
     assert a.acked == b.acked == Counter(range(N))
     assert (a.skipped(), b.skipped()) == (len(abandoned), len(nacked))
     # The copies in the shared topic name their group; the default group's carry no kmq-group.
-    copies = [r for r in read_all(bootstrap, name, timeout=10) if r.headers]
+    copies = [r for r in read_all(bootstrap, name, timeout=10) if "kmq-delivery-count" in dict(r.headers or [])]
     groups = Counter(dict(r.headers).get(HEADER_GROUP) for r in copies)
     assert groups == Counter({None: len(nacked), b"shipping": len(abandoned)})
     # Nothing dead-lettered in either group's DLQ.
     assert not read_all(bootstrap, qa.dlq_topic, timeout=2) and not read_all(bootstrap, qb.dlq_topic, timeout=2)
+
+
+def test_the_commands_take_the_group_and_a_replay_goes_to_its_group_only(bootstrap, tmp_path):
+    name = unique("q")
+    config = tmp_path / "kmq.yaml"
+    config.write_text(f"kafka: {{bootstrap_servers: '{bootstrap}'}}\n"
+                      f"queues: [{{name: {name}}}, {{name: {name}, group: billing, workers_group: billing-w}}]\n")
+    runner = CliRunner()
+
+    def kmq(*args: str) -> str:
+        res = runner.invoke(cli, [*args, "--config", str(config)])
+        assert res.exit_code == 0, res.output
+        return res.stdout
+
+    ambiguous = runner.invoke(cli, ["topics", "create", name, "--config", str(config)])
+    assert ambiguous.exit_code != 0
+    assert f"queue '{name}' is configured for 2 groups (default, billing): name one (--group" in ambiguous.output
+    kmq("topics", "create", name, "--partitions", "2", "--group", "default")
+    kmq("topics", "create", name, "--group", "billing")  # the queue topic exists: only billing's own topics
+    doc = json.loads(kmq("topics", "describe", name, "--group", "billing", "-o", "json"))
+    assert doc["group"] == "billing" and doc["aligned"] is True
+    assert [(t["name"], t["partitions"]) for t in doc["topics"]] == [
+        (name, 2), (f"{name}__billing__markers", 2), (f"{name}__billing__dlq", 2)]
+    status = json.loads(kmq("status", name, "--group", "billing", "-o", "json"))
+    assert (status["group"], status["workers_group"]) == ("billing", "billing-w")
+    # A dead letter of billing, replayed: to the shared queue topic, for billing only.
+    p = KafkaProducer(bootstrap_servers=bootstrap)
+    p.send(f"{name}__billing__dlq", key=b"k", value=b"v", partition=1,
+           headers=[("kmq-origin", f"{name}/1/0".encode()), ("kmq-dlq-reason", b"rejected")]).get(timeout=10)
+    p.close()
+    assert "1 dead letter(s)" in runner.invoke(cli, ["dlq", "list", name, "--queue-group", "billing",
+                                                     "--config", str(config)]).output
+    assert "replayed 1 message(s)" in kmq("dlq", "replay", name, "--queue-group", "billing")
+    [copy] = read_all(bootstrap, name, timeout=10, expect=1)
+    assert dict(copy.headers)[HEADER_GROUP] == b"billing"
+    assert not for_group(copy.headers, None) and for_group(copy.headers, "billing")

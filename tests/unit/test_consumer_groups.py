@@ -93,11 +93,15 @@ def test_a_copy_names_its_named_group_and_a_default_group_copy_names_none():
 
 @pytest.mark.parametrize("headers, group, delivered", [
     (None, None, True), (None, "billing", True),  # an original: every group's
+    ([("traceparent", b"00-ab")], "billing", True),  # an original with the application's headers too
+    ([("kmq-delivery-count", b"1")], "billing", True),
     ([("kmq-delivery-count", b"2")], None, True),  # a default group's copy (or an older tracker's)
     ([("kmq-delivery-count", b"2")], "billing", False),
     ([(HEADER_GROUP, b"billing")], "billing", True),
     ([(HEADER_GROUP, b"billing")], None, False),
     ([(HEADER_GROUP, b"billing")], "shipping", False),
+    ([(HEADER_GROUP, b"default")], None, True),  # a replayed dead letter of the default group
+    ([(HEADER_GROUP, b"default")], "billing", False),
 ])
 def test_a_worker_delivers_originals_and_its_own_groups_copies_only(headers, group, delivered):
     assert for_group(headers, group) is delivered
