@@ -14,16 +14,19 @@ from collections import Counter
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 
 from kmq.cli import cli
 from kmq.client.kafka_python import clients
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
+from kmq.consumer.writer import MarkerWriter, marked
+from kmq.core.markers import Start
 from kmq.core.message import HEADER_GROUP, for_group
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.workers import committed, markers_by_partition
 from tests.integration.tracker_util import running_tracker
 
 pytestmark = pytest.mark.integration
@@ -168,3 +171,43 @@ def test_the_commands_take_the_group_and_a_replay_goes_to_its_group_only(bootstr
     [copy] = read_all(bootstrap, name, timeout=10, expect=1)
     assert dict(copy.headers)[HEADER_GROUP] == b"billing"
     assert not for_group(copy.headers, None) and for_group(copy.headers, "billing")
+
+
+def test_a_marker_writer_loop_skips_other_groups_copies_and_commits_past_them(bootstrap):
+    name = unique("q")
+    cfg = _config(bootstrap, {"name": name, "group": "billing"})
+    q = cfg.queues[0]
+    ensure_topics(cfg.kafka, q, 1)
+    p = KafkaProducer(bootstrap_servers=bootstrap)
+    for value, headers in [(b"original", [("app", b"x")]),
+                           (b"default's copy", [("kmq-delivery-count", b"2"), ("kmq-origin", f"{name}/0/0".encode())]),
+                           (b"billing's copy", [("kmq-delivery-count", b"2"), (HEADER_GROUP, b"billing")]),
+                           (b"shipping's copy", [("kmq-delivery-count", b"2"), (HEADER_GROUP, b"shipping")])]:
+        p.send(name, value=value, headers=headers, partition=0)
+    p.flush()
+    p.close()
+    consumer = KafkaConsumer(name, bootstrap_servers=bootstrap, group_id=cfg.workers_group(q),
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    handled: list[bytes] = []
+    writer = MarkerWriter(cfg, queue=name, consumer=consumer)  # the only configured group: billing
+
+    @marked(writer)
+    def handle(record):
+        handled.append(record.value)
+
+    try:
+        polled: list = []
+        wait_until(lambda: polled.extend(r for rs in consumer.poll(timeout_ms=200).values() for r in rs)
+                   or len(polled) == 4, 30, what="the four records polled")
+        started = writer.start(polled)
+        for record in polled:  # the README's loop: over what was polled, through the marked handler
+            handle(record)
+        writer.flush()
+    finally:
+        writer.close()
+        consumer.close()
+    assert [r.value for r in started] == handled == [b"original", b"billing's copy"]
+    assert committed(bootstrap, cfg.workers_group(q), name) == {0: 4}  # past the skipped copies
+    [starts] = [[m for m in markers if isinstance(m, Start)] for markers in
+                markers_by_partition(bootstrap, q.markers_topic).values()]
+    assert [o for m in starts for r in m.ranges for o in r.offsets()] == [0, 2]
