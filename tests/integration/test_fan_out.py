@@ -8,6 +8,8 @@ counts the other group's copies it skipped."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import threading
 from collections import Counter
@@ -35,11 +37,11 @@ N = 24
 QUEUE = {"lease": "2s", "max_deliveries": 5, "backoff": {"initial": "100ms", "max": "1s"}}
 
 
-def _config(bootstrap: str, queue: dict) -> Config:
+def _config(bootstrap: str, queue: dict, ordering: str = "none") -> Config:
     return Config.from_dict({
         "kafka": {"bootstrap_servers": bootstrap, **TEST_GROUP_TIMING},
         "queues": [{**QUEUE, **queue}],
-        "consumer": {"group_id": unique("workers"), "ack_flush_interval": "50ms"},
+        "consumer": {"group_id": unique("workers"), "ack_flush_interval": "50ms", "ordering": ordering},
         "tracker": {"group_id": unique("tracker"), "http_port": 0},
     })
 
@@ -82,10 +84,18 @@ class Worker:
         self.thread.join(30)
 
 
-def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap):
+@pytest.mark.parametrize("trackers, ordering", [("one per group", "none"), ("one for both", "none"),
+                                               ("one per group", "key")])
+def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap, trackers, ordering):
     name = unique("q")
-    billing = _config(bootstrap, {"name": name})  # the default group: today's topic names
-    shipping = _config(bootstrap, {"name": name, "group": "shipping"})
+    billing = _config(bootstrap, {"name": name}, ordering)  # the default group: today's topic names
+    shipping = _config(bootstrap, {"name": name, "group": "shipping"}, ordering)
+    if trackers == "one per group":
+        tracker_configs = [billing, shipping]
+    else:  # one tracker consumes both groups' markers topics
+        both = billing.queues + (dataclasses.replace(shipping.queues[0], workers_group=shipping.consumer.group_id),)
+        tracker_configs = [Config.from_dict({**billing.to_dict(redact=False),
+                                             "queues": Config(queues=both).to_dict()["queues"]})]
     qa, qb = billing.queues[0], shipping.queues[0]
     assert (qa.markers_topic, qb.markers_topic) == (f"{name}__markers", f"{name}__shipping__markers")
     ensure_topics(billing.kafka, qa, 2)
@@ -107,7 +117,9 @@ def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap):
                 raise w.errors[0]
         return cond()
 
-    with running_tracker(billing), running_tracker(shipping):
+    with contextlib.ExitStack() as stack:
+        for tc in tracker_configs:
+            stack.enter_context(running_tracker(tc))
         a = Worker(billing, name, lambda i, n: "nack" if i in nacked and n == 1 else None)
         workers.append(a)
         b = Worker(shipping, name, lambda i, n: "abandon" if i in abandoned and n == 1 else None)
