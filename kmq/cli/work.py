@@ -188,7 +188,9 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     if redis_url or cfg.redis.url:
         from kmq.consumer.guard import IdempotencyGuard
 
-        guard = IdempotencyGuard(redis_url or cfg.redis.url)
+        # One group's effects are not another's: a named group's keys have a prefix of their own.
+        guard = IdempotencyGuard(redis_url or cfg.redis.url,
+                                 **({} if group in (None, "default") else {"prefix": f"kmq:done:{group}:"}))
     consumer: Any = None  # KmqConsumer, AsyncKmqConsumer with --asyncio, _ShareWorker with --share
 
     def count(kind: str) -> None:

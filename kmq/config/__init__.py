@@ -73,7 +73,7 @@ TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 _TOPIC_RE = re.compile(TOPIC_PATTERN)
 #: A queue's consumer group (``queues[].group``): letters, digits, ".", "_", "-", no "__" and no "_" at
 #: either end, so ``<queue>__<group>__markers`` names one queue and one group only.
-GROUP_PATTERN = r"^(?!_)(?!.*__)[A-Za-z0-9._-]*[A-Za-z0-9.-]$"
+GROUP_PATTERN = r"^[A-Za-z0-9.-]+(_[A-Za-z0-9.-]+)*$"  # no look-ahead: the chart's schema is read by Go (RE2)
 _GROUP_RE = re.compile(GROUP_PATTERN)
 # The longest suffix kmq appends to ``<queue>__<group>``: the Spark job's metrics topic.
 _LONGEST_SUFFIX = len("__kmq_metrics")
