@@ -328,19 +328,15 @@ class QueueConfig:
     @classmethod
     def named(cls, name: str, group: str | None = None, **kw: Any) -> "QueueConfig":
         """A queue with default settings and the default topic names of ``group`` (None: the default group)."""
-        prefix = topic_prefix(name, group)
+        prefix = _topic_prefix(name, group)
         return cls(name=name, group=group, markers_topic=f"{prefix}__markers", dlq_topic=f"{prefix}__dlq", **kw)
 
     @property
-    def prefix(self) -> str:
-        """``<name>`` for the default group, ``<name>__<group>`` for a named one: what the group's
-        topics are named after, and the ``queue`` label of its metrics."""
-        return topic_prefix(self.name, self.group)
-
-    @property
     def label(self) -> str:
-        """The queue's name in metrics and log lines: :attr:`prefix` (``orders``, ``orders__billing``)."""
-        return self.prefix
+        """``<name>`` for the default group, ``<name>__<group>`` for a named one (``orders``,
+        ``orders__billing``): what the group's topics are named after, and the ``queue`` label of its
+        metrics."""
+        return _topic_prefix(self.name, self.group)
 
     @property
     def group_name(self) -> str:
@@ -349,15 +345,15 @@ class QueueConfig:
 
     @property
     def metrics_topic(self) -> str:
-        return f"{self.prefix}__kmq_metrics"
+        return f"{self.label}__kmq_metrics"
 
 
-def topic_prefix(name: str, group: str | None) -> str:
-    """What the topics of queue ``name``'s ``group`` are named after (see :attr:`QueueConfig.prefix`)."""
+def _topic_prefix(name: str, group: str | None) -> str:
+    """What the topics of queue ``name``'s ``group`` are named after (:attr:`QueueConfig.label`)."""
     return name if group is None else f"{name}__{group}"
 
 
-def check_group(path: str, value: Any) -> str | None:
+def _check_group(path: str, value: Any) -> str | None:
     """A ``queues[].group`` value: None for the default group (unset or ``default``), else the name."""
     if value is None:
         return None
@@ -589,7 +585,7 @@ class Config:
             if entries:
                 return entries[0]
         else:
-            wanted = check_group("group", group)
+            wanted = _check_group("group", group)
             for q in entries:
                 if q.group == wanted:
                     return q
@@ -751,7 +747,7 @@ def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
     if kind == "topic":
         return _check_topic(path, value)
     if kind == "optname":
-        return check_group(path, value)
+        return _check_group(path, value)
     raise AssertionError(f"field {f.name} has no kind")  # pragma: no cover
 
 
@@ -783,8 +779,8 @@ def _build_queue(raw: Any, path: str, topics: TopicsConfig) -> QueueConfig:
     if "name" not in raw:
         raise ConfigError(f"{path}.name", "missing: every queue needs a name")
     name = _check_topic(f"{path}.name", raw["name"])
-    group = check_group(f"{path}.group", raw.get("group"))
-    prefix = topic_prefix(name, group)
+    group = _check_group(f"{path}.group", raw.get("group"))
+    prefix = _topic_prefix(name, group)
     if len(prefix) + _LONGEST_SUFFIX > 249:
         raise ConfigError(f"{path}.group", (
             f"queue {name!r} with group {group!r} makes topic names longer than Kafka's 249 characters "

@@ -47,8 +47,8 @@ class FetchBatch:
     """The records of one Kafka poll, in fetch order, on their way to user code.
 
     ``offsets`` (partition -> offsets, for the START markers) describe ``messages``; ``spans``
-    (partition -> (first, last), what a commit passes) cover the skipped records of the poll too; ``gen`` is the pipeline's revocation generation when
-    the batch was fetched (a partition revoked later is stale for it). ``handle`` is the I/O
+    (partition -> (first, last), what a commit passes) cover the poll's skipped records too;
+    ``gen`` is the pipeline's revocation generation when the batch was fetched (a partition revoked later is stale for it). ``handle`` is the I/O
     shell's own (its START futures); the pipeline never reads it."""
 
     __slots__ = ("messages", "offsets", "spans", "nbytes", "fetched_at", "leased_at", "gen", "state", "error",

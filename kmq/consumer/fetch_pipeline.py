@@ -29,9 +29,9 @@ The protocol's two guarantees, each kept in one place:
   that fails (or is not answered in time) gives back its batch *and every later one* and
   seeks their partitions back (:meth:`FetchPipeline._give_back_all`).
 
-Consumer groups of one queue (fan-out): a record whose ``kmq-group`` header names another group
-(that group's copy) is skipped where it is fetched (:class:`Skip`): never STARTed, never handed
-over, its offset committed past with the batch it came in (:class:`~kmq.consumer.fetch_batch.FetchBatch`
+Consumer groups of one queue (fan-out): another group's copy (:func:`~kmq.core.message.for_group`)
+is skipped where it is fetched (:class:`Skip`): never STARTed, never handed over, its offset
+committed past with the batch it came in (:class:`~kmq.consumer.fetch_batch.FetchBatch`
 ``spans``). A poll of skipped records only is a batch with nothing to START: committed in its turn.
 
 Rebalances: a partition revoked after a batch was fetched is *stale* for that batch, even if
@@ -54,8 +54,8 @@ from kmq.config import KafkaConfig
 from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch
 from kmq.core.message import KmqMessage, for_group
 
-__all__ = ["FetchPipeline", "ANSWER_POLL", "MAX_COMMIT_TRIES", "BACKPRESSURE_POLL", "PollStep", "WriteStarts", "Commit", "HandOver", "GiveBack", "SeekBack", "ClosePlan", "Skip",
-           "split_foreign"]
+__all__ = ["FetchPipeline", "ANSWER_POLL", "MAX_COMMIT_TRIES", "BACKPRESSURE_POLL", "PollStep", "WriteStarts", "Commit",
+           "HandOver", "GiveBack", "SeekBack", "ClosePlan", "Skip", "split_foreign"]
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class FetchPipeline:
         moves: batches fetched behind a stuck head cannot be handed over either, and each of
         their STARTs is a lease that, run out unhanded, becomes a copy. None: no limit.
     :param group: the queue's consumer group this consumer is in (``queues[].group``; None: the
-        default group): records another group's ``kmq-group`` names are skipped (:class:`Skip`).
+        default group): the other groups' copies are skipped (:class:`Skip`).
     """
 
     def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = MAX_COMMIT_TRIES,
