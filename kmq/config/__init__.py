@@ -592,6 +592,14 @@ class Config:
             group = wanted
         return _build_queue({"name": name, "group": group}, "queue", self.topics)
 
+    def queue_labelled(self, label: str) -> QueueConfig:
+        """The configured entry whose :attr:`~QueueConfig.label` is ``label`` (``orders``,
+        ``orders__billing``), else :meth:`queue` of that name (one configured group, or defaults)."""
+        for q in self.queues:
+            if q.label == label:
+                return q
+        return self.queue(label)
+
     def workers_group(self, queue: QueueConfig) -> str:
         """The Kafka consumer group of ``queue``'s workers: ``queues[].workers_group``, else ``consumer.group_id``."""
         return queue.workers_group or self.consumer.group_id

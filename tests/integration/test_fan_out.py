@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import threading
+import urllib.parse
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -223,3 +226,36 @@ def test_a_marker_writer_loop_skips_other_groups_copies_and_commits_past_them(bo
     [starts] = [[m for m in markers if isinstance(m, Start)] for markers in
                 markers_by_partition(bootstrap, q.markers_topic).values()]
     assert [o for m in starts for r in m.ranges for o in r.offsets()] == [0, 2]
+
+
+def test_the_console_shows_and_redrives_each_group_of_a_queue(bootstrap, tmp_path):
+    from tests.integration.test_ui import UiProcess
+
+    name = unique("q")
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap},
+                            "queues": [{"name": name}, {"name": name, "group": "billing", "workers_group": "bw"}]})
+    for q in cfg.queues:
+        ensure_topics(cfg.kafka, q, 1)
+    p = KafkaProducer(bootstrap_servers=bootstrap)
+    p.send(f"{name}__billing__dlq", key=b"k", value=b"billing-dead", partition=0,
+           headers=[("kmq-origin", f"{name}/0/0".encode()), ("kmq-dlq-reason", b"rejected")]).get(timeout=10)
+    p.close()
+    ui = UiProcess(cfg, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{ui.wait_port()}"
+
+        def get(path: str) -> str:
+            return urllib.request.urlopen(base + path, timeout=30).read().decode()
+
+        page = get(f"/dlq?queue={name}__billing")
+        assert "billing-dead" in page and f"<option selected>{name}__billing</option>" in page
+        assert "billing-dead" not in get(f"/dlq?queue={name}")  # the default group's DLQ is its own
+        assert f"kmq status {name} --group billing" in get(f"/?queue={name}__billing")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+        form = urllib.parse.urlencode({"csrf": csrf, "queue": f"{name}__billing", "mode": "selected", "pos": "0:0"})
+        done = urllib.request.urlopen(base + "/dlq/redrive", data=form.encode(), timeout=30).read().decode()
+        assert "moved 1 dead letter(s)" in done
+    finally:
+        ui.close()
+    [copy] = read_all(bootstrap, name, timeout=10, expect=1)
+    assert copy.value == b"billing-dead" and dict(copy.headers)[HEADER_GROUP] == b"billing"
