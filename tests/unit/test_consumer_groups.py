@@ -141,3 +141,13 @@ def test_a_poll_of_skipped_copies_only_is_committed_in_its_turn():
 def test_records_without_headers_are_not_looked_at():
     mine = [msg(0, 0), msg(0, 1)]
     assert split_foreign(mine, "billing") == (mine, [])
+
+
+def test_the_lag_job_watches_each_group_by_its_label():
+    from kmq.spark.job import JobOptions, _queues
+
+    c = cfg({"name": "orders"}, {"name": "orders", "group": "billing", "workers_group": "b"})
+    assert [q.label for q in _queues(c, JobOptions())] == ["orders", "orders__billing"]
+    [billing] = _queues(c, JobOptions(queues=("orders__billing",)))
+    assert (billing.name, billing.group, billing.metrics_topic) == ("orders", "billing", "orders__billing__kmq_metrics")
+    assert c.queue_labelled("orders").group is None
