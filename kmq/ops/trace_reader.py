@@ -32,7 +32,7 @@ from kmq.client.topics import require_aligned
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import TraceError
 from kmq.core.markers import Start, decode_record
-from kmq.core.message import origin_of
+from kmq.core.message import for_group, origin_of
 from kmq.core.trace import Trace, TraceBuilder, parse_origin
 
 __all__ = ["trace", "Progress", "MAX_KEY_MATCHES"]
@@ -193,6 +193,8 @@ class _Reader:
 
     def feed_queue(self, p: int, start: int | None, builders: dict[str, TraceBuilder], key: bytes | None) -> None:
         for rec in self._scan((self.q.name, p), start):
+            if not for_group(rec.headers, self.q.group):
+                continue  # another consumer group's copy: not a delivery of this group
             o = origin_of(rec.headers, self.q.name, p, rec.offset)
             if key is not None and rec.key == key and o not in builders:
                 builders[o] = TraceBuilder(self.q.name, o)

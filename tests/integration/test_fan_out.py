@@ -28,7 +28,9 @@ from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
 from kmq.consumer.writer import MarkerWriter, marked
 from kmq.core.markers import Start
+from kmq.cli.trace import format_trace
 from kmq.core.message import HEADER_GROUP, for_group
+from kmq.ops.trace_reader import trace
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition
@@ -58,6 +60,7 @@ class Worker:
         self.fail = fail
         self.deliveries: list[tuple[int, int]] = []  # (message number, delivery count)
         self.acked: Counter[int] = Counter()
+        self.origins: dict[int, str] = {}  # message number -> its origin (topic/partition/offset)
         self.errors: list[BaseException] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -67,6 +70,7 @@ class Worker:
             for msg in self.consumer:
                 i = int(msg.value)
                 self.deliveries.append((i, msg.delivery_count))
+                self.origins[i] = msg.origin
                 what = self.fail(i, msg.delivery_count)
                 if what == "nack":
                     msg.nack(delay=0.1)
@@ -148,6 +152,11 @@ def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap, trackers
     copies = [r for r in read_all(bootstrap, name, timeout=10) if "kmq-delivery-count" in dict(r.headers or [])]
     groups = Counter(dict(r.headers).get(HEADER_GROUP) for r in copies)
     assert groups == Counter({None: len(nacked), b"shipping": len(abandoned)})
+    # kmq trace of a message both groups failed once: two deliveries in each group, not the other's copy.
+    both = min(nacked & abandoned)
+    for cfg, w in ((billing, a), (shipping, b)):
+        [t] = trace(cfg, name, origin=w.origins[both], since_s=600)
+        assert t.deliveries == 2, format_trace(t)
     # Nothing dead-lettered in either group's DLQ.
     assert not read_all(bootstrap, qa.dlq_topic, timeout=2) and not read_all(bootstrap, qb.dlq_topic, timeout=2)
 
