@@ -93,7 +93,7 @@ def split_foreign(messages: list[KmqMessage], group: str | None) -> tuple[list[K
     mine: list[KmqMessage] = []
     foreign: list[KmqMessage] = []
     for m in messages:
-        (mine if for_group(m._headers, group) else foreign).append(m)
+        (mine if for_group(m._headers, group, m.topic, m.partition, m.offset) else foreign).append(m)
     return mine, foreign
 
 

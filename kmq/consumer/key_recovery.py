@@ -193,7 +193,7 @@ class KeyRecovery:
             for _tp, batch in reader.scan({(q.name, p): start if lowest is None else lowest}):
                 # Another consumer group's copies are not this group's deliveries: they hold no key here.
                 records.extend(QueueRecord(r.offset, r.key, origin_offset(r.headers, q.name, p, r.offset))
-                               for r in batch if for_group(r.headers, q.group))
+                               for r in batch if for_group(r.headers, q.group, q.name, p, r.offset))
                 if len(records) >= budget.queue or time.monotonic() > deadline:
                     if records[-1].offset < start:
                         raise _OverBudget(f"over the budget: more than {budget.queue} queue records below offset "

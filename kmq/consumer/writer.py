@@ -313,7 +313,7 @@ class MarkerWriter:
             if topic != self.queue.name:
                 raise ValueError(f"record of topic {topic!r} given to the writer of queue {self.queue.name!r}")
             polled[partition].append(offset)
-            if for_group(headers_of(r), group):
+            if for_group(headers_of(r), group, topic, partition, offset):
                 by_part[partition].append(offset)
                 mine.append(r)
         if not polled:
@@ -534,7 +534,7 @@ def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(record: Any, *args: Any, **kwargs: Any) -> Any:
-            if not for_group(headers_of(record), writer.queue.group):
+            if not for_group(headers_of(record), writer.queue.group, *coordinates(record)):
                 return None  # another consumer group's copy: writer.start did not START it
             try:
                 result = fn(record, *args, **kwargs)

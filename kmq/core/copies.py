@@ -168,7 +168,7 @@ def copy_headers_for(original: Headers | None, topic: str, partition: int, offse
 def group_headers(headers: list[tuple[str, bytes]], group: str | None) -> list[tuple[str, bytes]]:
     """``headers`` (which hold no ``kmq-group``) plus ``kmq-group: <group>`` for a named consumer
     ``group``: a copy for it, delivered by its workers only. The default group's copies (None) carry
-    none, as before groups: their delivery count tells them apart (:func:`~kmq.core.message.for_group`)."""
+    none, as before groups: their ``kmq-origin`` tells them from originals (:func:`~kmq.core.message.for_group`)."""
     if group is not None:
         headers.append((HEADER_GROUP, group.encode()))
     return headers

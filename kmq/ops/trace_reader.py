@@ -193,7 +193,7 @@ class _Reader:
 
     def feed_queue(self, p: int, start: int | None, builders: dict[str, TraceBuilder], key: bytes | None) -> None:
         for rec in self._scan((self.q.name, p), start):
-            if not for_group(rec.headers, self.q.group):
+            if not for_group(rec.headers, self.q.group, self.q.name, p, rec.offset):
                 continue  # another consumer group's copy: not a delivery of this group
             o = origin_of(rec.headers, self.q.name, p, rec.offset)
             if key is not None and rec.key == key and o not in builders:

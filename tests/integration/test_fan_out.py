@@ -194,7 +194,8 @@ def test_the_commands_take_the_group_and_a_replay_goes_to_its_group_only(bootstr
     assert "replayed 1 message(s)" in kmq("dlq", "replay", name, "--queue-group", "billing")
     [copy] = read_all(bootstrap, name, timeout=10, expect=1)
     assert dict(copy.headers)[HEADER_GROUP] == b"billing"
-    assert not for_group(copy.headers, None) and for_group(copy.headers, "billing")
+    assert not for_group(copy.headers, None, name, copy.partition, copy.offset)
+    assert for_group(copy.headers, "billing", name, copy.partition, copy.offset)
 
 
 def test_a_marker_writer_loop_skips_other_groups_copies_and_commits_past_them(bootstrap):
@@ -205,8 +206,10 @@ def test_a_marker_writer_loop_skips_other_groups_copies_and_commits_past_them(bo
     p = KafkaProducer(bootstrap_servers=bootstrap)
     for value, headers in [(b"original", [("app", b"x")]),
                            (b"default's copy", [("kmq-delivery-count", b"2"), ("kmq-origin", f"{name}/0/0".encode())]),
-                           (b"billing's copy", [("kmq-delivery-count", b"2"), (HEADER_GROUP, b"billing")]),
-                           (b"shipping's copy", [("kmq-delivery-count", b"2"), (HEADER_GROUP, b"shipping")])]:
+                           (b"billing's copy", [("kmq-delivery-count", b"2"), ("kmq-origin", f"{name}/0/0".encode()),
+                                                (HEADER_GROUP, b"billing")]),
+                           (b"shipping's copy", [("kmq-delivery-count", b"2"), ("kmq-origin", f"{name}/0/0".encode()),
+                                                 (HEADER_GROUP, b"shipping")])]:
         p.send(name, value=value, headers=headers, partition=0)
     p.flush()
     p.close()

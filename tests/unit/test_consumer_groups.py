@@ -91,26 +91,37 @@ def test_a_copy_names_its_named_group_and_a_default_group_copy_names_none():
     assert group_of(dead_letter_headers(original, "q/0/5", 1, "rejected", "", 0)) is None
 
 
+COPY = [("kmq-delivery-count", b"2"), ("kmq-origin", b"q/0/3")]  # a copy of q/0/3, read at q/0/9
+
+
 @pytest.mark.parametrize("headers, group, delivered", [
     (None, None, True), (None, "billing", True),  # an original: every group's
     ([("traceparent", b"00-ab")], "billing", True),  # an original with the application's headers too
-    ([("kmq-delivery-count", b"1")], "billing", True),
-    ([("kmq-delivery-count", b"2")], None, True),  # a default group's copy (or an older tracker's)
-    ([("kmq-delivery-count", b"2")], "billing", False),
-    ([(HEADER_GROUP, b"billing")], "billing", True),
-    ([(HEADER_GROUP, b"billing")], None, False),
-    ([(HEADER_GROUP, b"billing")], "shipping", False),
-    ([(HEADER_GROUP, b"default")], None, True),  # a replayed dead letter of the default group
-    ([(HEADER_GROUP, b"default")], "billing", False),
+    ([("kmq-origin", b"q/0/9")], "billing", True),  # names its own offset: not a copy
+    # Headers carried along from another queue's copy (Streams, Connect): an original here.
+    ([("kmq-delivery-count", b"2"), ("kmq-origin", b"other/0/3"), (HEADER_GROUP, b"shipping")], "billing", True),
+    (COPY, None, True),  # a default group's copy (or an older tracker's, or an older replay)
+    (COPY, "billing", False),
+    (COPY + [(HEADER_GROUP, b"billing")], "billing", True),
+    (COPY + [(HEADER_GROUP, b"billing")], None, False),
+    (COPY + [(HEADER_GROUP, b"billing")], "shipping", False),
+    (COPY + [(HEADER_GROUP, b"default")], None, True),  # a replayed dead letter of the default group
+    (COPY + [(HEADER_GROUP, b"default")], "billing", False),
+    # A replay that landed at its origin's offset (the queue topic was empty): still its group's only.
+    ([("kmq-origin", b"q/0/9"), (HEADER_GROUP, b"billing")], None, False),
+    ([("kmq-origin", b"q/0/9"), (HEADER_GROUP, b"billing")], "billing", True),
+    ([(HEADER_GROUP, b"billing")], None, True),  # no kmq-origin of this queue: not kmq's record
 ])
 def test_a_worker_delivers_originals_and_its_own_groups_copies_only(headers, group, delivered):
-    assert for_group(headers, group) is delivered
+    assert for_group(headers, group, "q", 0, 9) is delivered
 
 
 # ------------------------------------------------------------------ the fetch pipeline's skip
 def msg(p: int, o: int, group: str | None = None) -> KmqMessage:
-    headers = [("kmq-delivery-count", b"2")] + ([(HEADER_GROUP, group.encode())] if group else [])
-    return KmqMessage("q", p, o, None, b"v", headers if group is not None else [], 0, None, LOCK)
+    """An original (``group`` None), or a copy for ``group`` of the record at offset 1000."""
+    headers = [] if group is None else [("kmq-delivery-count", b"2"), ("kmq-origin", f"q/{p}/1000".encode()),
+                                        (HEADER_GROUP, group.encode())]
+    return KmqMessage("q", p, o, None, b"v", headers, 0, None, LOCK)
 
 
 def test_another_groups_copies_are_skipped_and_committed_past_without_a_start():
