@@ -106,9 +106,9 @@ class CatchUp:
         if gap is None:
             return
         q = owned.queue
-        self.metrics.marker_offset_resets.labels(q.name, gap.kind).inc()
+        self.metrics.marker_offset_resets.labels(q.label, gap.kind).inc()
         if gap.kind == BELOW_LOG_START and gap.lost is not None:
-            self.metrics.markers_lost.labels(q.name).inc(gap.lost.count)
+            self.metrics.markers_lost.labels(q.label).inc(gap.lost.count)
             log.error("%s[%d]: committed marker offset %d is below the log start %d: markers %d..%d were deleted by "
                       "retention before the tracker closed them. Messages whose START was among them and that were "
                       "not acked will NOT be redelivered. See docs/operations.md (markers lost to retention)",
@@ -176,7 +176,7 @@ class CatchUp:
             answered_ms = self._now_ms()  # the backoff counts from the answer: the look-up may have waited long
             delay = max(o.lookup_failed(answered_ms) for o in unanswered)
             for o in unanswered:
-                self.metrics.lookup_failures.labels(o.queue.name).inc()
+                self.metrics.lookup_failures.labels(o.queue.label).inc()
             log.warning("catch-up target of %s not read (%s); asked again in %.1fs (kmq_tracker_lookup_failures_total)",
                         partition_names(o.tp for o in unanswered), next(iter(failed.values()), "no answer"), delay)
 

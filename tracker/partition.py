@@ -149,7 +149,7 @@ def publish_gauges(owned: OwnedPartition, metrics: TrackerMetrics, highwater: Ca
     messages in flight (then its age and retention use keep changing)."""
     m = metrics
     if owned.gauges is None:
-        labels = (owned.queue.name, str(owned.partition))
+        labels = (owned.queue.label, str(owned.partition))
         owned.gauges = tuple(g.labels(*labels) for g in (m.in_flight, m.oldest_in_flight_seconds, m.failing_offsets,
                                                          m.retention_used_ratio, m.marker_lag))
     in_flight, oldest, failing, retention, lag = owned.gauges

@@ -369,7 +369,7 @@ class Redeliverer:
         held = state.hold_from(log_end, now, at)
         n = sum(r.count for r in held)
         report.past_end += n
-        self._metrics.past_log_end.labels(queue.name).inc(n)
+        self._metrics.past_log_end.labels(queue.label).inc(n)
         log.warning("%s[%d]: the queue log read ended at offset %d, below %d due offset(s) that START markers name "
                     "(%s); they are not closed: read again in %.1fs (kmq_tracker_offsets_past_log_end_total). "
                     "If this goes on, see docs/operations.md (KmqQueueLogBehindStarts)", queue.name, partition,
@@ -412,7 +412,7 @@ class Redeliverer:
             now = self._clock_ms()
             state.retry(coalesce(retry), retry_at)
             report.failed += len(retry)
-            self._metrics.redelivery_failures.labels(queue.name).inc(len(retry))
+            self._metrics.redelivery_failures.labels(queue.label).inc(len(retry))
             log.warning("%d redelivery send(s) for %s[%d] failed (first: %s); they stay open and are retried in "
                         "%.1fs", len(retry), queue.name, partition, first_failure, max(0.0, (retry_at - now) / 1000.0))
 
@@ -425,7 +425,7 @@ class Redeliverer:
         n = sum(r.count for r in left)
         state.retry(left, at)
         report.failed += n
-        self._metrics.redelivery_failures.labels(queue.name).inc(n)
+        self._metrics.redelivery_failures.labels(queue.label).inc(n)
         log.warning("redelivery of %d message(s) from %s[%d] failed (%s: %s); they stay open and are retried in %.1fs",
                     n, queue.name, partition, type(exc).__name__, exc, (at - now) / 1000.0)
 
@@ -435,7 +435,7 @@ class Redeliverer:
         self._write_closed(queue, partition, gone, Outcome.MISSING)
         state.close(gone)
         report.missing += n
-        self._metrics.missing_offsets.labels(queue.name).inc(n)
+        self._metrics.missing_offsets.labels(queue.label).inc(n)
         log.warning("%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) and "
                     "were closed as missing: %s", n, queue.name, partition, _show(gone))
 
@@ -463,14 +463,15 @@ class Redeliverer:
         # A backlog is copies, one per offset: their records are built inline here (names looked up
         # once, not per record); dead letters, references and traced copies go through _out_record.
         fast = self._tracing is None
-        name, copy, add, mark = queue.name, _COPY, out.append, at.append
+        name, group, copy, add, mark = queue.name, queue.group, _COPY, out.append, at.append
         out_record, new = client_api.OutRecord, tuple.__new__  # OutRecord(...) without its Python-level __new__
         for i, s in enumerate(sends):
             try:
                 rec = records[s.offset]
                 if fast and s.step is copy:
                     add(new(out_record, (name, partition, rec.key, rec.value,
-                                         copy_headers_for(rec.headers, name, partition, rec.offset, s.count))))
+                                         copy_headers_for(rec.headers, name, partition, rec.offset, s.count,
+                                                          group))))
                 else:
                     add(self._out_record(queue, partition, rec, s, now))
                 mark(i)
@@ -542,7 +543,7 @@ class Redeliverer:
         """The record to produce for ``s`` (the original record ``rec``): a copy, a dead letter or a reference."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
-            headers = copy_headers(rec.headers, origin, s.count)  # the origin is needed below too
+            headers = copy_headers(rec.headers, origin, s.count, queue.group)  # the origin is needed below too
             if self._tracing is not None:
                 headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, s.count + 1,
                                                rec.headers)
@@ -635,10 +636,10 @@ class Redeliverer:
         copy, reference = _COPY, _REFERENCE
         for s, res in zip(sends, results):
             if res.cause is not None:
-                m.record_failures.labels(queue.name, res.cause).inc()
+                m.record_failures.labels(queue.label, res.cause).inc()
                 report.causes[res.cause] += 1
                 if res.permanent and s.step is Step.DEAD_LETTER:  # the payload is in neither topic
-                    m.undeliverable.labels(queue.name, res.cause).inc()
+                    m.undeliverable.labels(queue.label, res.cause).inc()
                 continue
             delays[s.due_ms] += 1
             step = s.step
@@ -676,10 +677,10 @@ class Redeliverer:
         for (step, reason), n in produced.items():
             report.reasons[reason] += n
             if step is Step.COPY:
-                m.redelivered.labels(queue.name, reason).inc(n)
+                m.redelivered.labels(queue.label, reason).inc(n)
                 report.redelivered += n
             else:
-                m.dead_lettered.labels(queue.name, reason).inc(n)
+                m.dead_lettered.labels(queue.label, reason).inc(n)
                 report.dead_lettered += n
         for s in settled.unreferenced:
             report.undeliverable += 1

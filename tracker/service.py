@@ -295,7 +295,7 @@ class Tracker:
         self._membership.pauses.start()
         log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
                  f" (static member {self.cfg.tracker.instance_id})" if self.cfg.tracker.instance_id else "",
-                 ", ".join(q.name for q in self.cfg.queues))
+                 ", ".join(q.label for q in self.cfg.queues))
 
     def close(self) -> None:
         """Commit, leave the group, close the clients and the endpoints (:meth:`run` calls it)."""
@@ -444,7 +444,7 @@ class Tracker:
         delay = 0.0
         for o in failed:
             delay = max(delay, o.lookup_failed(now_ms))
-            self.metrics.lookup_failures.labels(o.queue.name).inc()
+            self.metrics.lookup_failures.labels(o.queue.label).inc()
         cause = next(iter(why.values()), "no answer")
         log.warning("the end of %s was not read (%s): leases there are judged once it is; asked again in %.1fs "
                     "(kmq_tracker_lookup_failures_total)", partition_names(o.tp for o in failed), cause, delay)
@@ -500,7 +500,7 @@ class Tracker:
             left = owned.state.open_within(r for i in items for r in i.ranges)
             n = sum(r.count for r in left)
             owned.state.retry(left, at)
-            self.metrics.record_failures.labels(owned.queue.name, "internal").inc(n)
+            self.metrics.record_failures.labels(owned.queue.label, "internal").inc(n)
             log.exception("redelivery of %d message(s) from %s[%d] failed unexpectedly; they stay open and are "
                           "retried in %.1fs", n, owned.queue.name, owned.partition, (at - now) / 1000.0)
             return 0
@@ -513,7 +513,7 @@ class Tracker:
             return False
         why += f" {when}"
         if copies and queue is not None:
-            self.metrics.stale_copies.labels(queue.name).inc(copies)
+            self.metrics.stale_copies.labels(queue.label).inc(copies)
             why += f"; {copies} record(s) produced meanwhile may duplicate the new owner's (kmq_tracker_stale_copies_total)"
         self._drop_view(why)
         return True
@@ -607,7 +607,7 @@ class Tracker:
         """Apply ``batch``, read at ``read_ms``; ``floor_ms``: its markers were written after it
         (None: replayed or read behind). Deadlines are on this tracker's clock
         (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge."""
-        state, qname, p = owned.state, owned.queue.name, owned.partition
+        state, qname, p = owned.state, owned.queue.label, owned.partition
         if owned.held is not None:
             return  # nothing after the marker it is held at (tracker.upgrades)
         if batch and owned.resume_from is not None:
@@ -728,7 +728,7 @@ class Tracker:
                 held.discard(tp)
             if owned is None:
                 continue
-            labels = (owned.queue.name, str(owned.partition))
+            labels = (owned.queue.label, str(owned.partition))
             for g in (m.in_flight, m.oldest_in_flight_seconds, m.marker_lag, m.failing_offsets, m.retention_used_ratio):
                 try:
                     g.remove(*labels)
@@ -738,7 +738,7 @@ class Tracker:
         _log_by_queue("revoked markers partitions: %s (offsets committed, state dropped)", revoked, self._queues)
 
     def _queue_names(self) -> list[str]:
-        return [q.name for q in self.cfg.queues]
+        return [q.label for q in self.cfg.queues]
 
 
 def _log_by_queue(text: str, tps: set[Partition], queues: dict[str, QueueConfig]) -> None:

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def note_newer(owned: OwnedPartition, version: int, metrics: TrackerMetrics) -> None:
     """A marker of wire ``version`` was read by its version-1 fields."""
-    metrics.newer_markers.labels(owned.queue.name, str(version), "read").inc()
+    metrics.newer_markers.labels(owned.queue.label, str(version), "read").inc()
     if version not in owned.newer_seen:
         owned.newer_seen.add(version)
         log.warning("%s[%d]: markers of wire version %d are read by their version-%d fields, the rest ignored: the "
@@ -45,7 +45,7 @@ def note_newer(owned: OwnedPartition, version: int, metrics: TrackerMetrics) -> 
 def hold(owned: OwnedPartition, offset: int, marker: BadMarker, metrics: TrackerMetrics) -> None:
     """Hold ``owned`` at the marker at ``offset`` that this tracker cannot read (see the module docstring)."""
     owned.held = (offset, marker.newer or 0)
-    metrics.newer_markers.labels(owned.queue.name, str(marker.newer), "held").inc()
+    metrics.newer_markers.labels(owned.queue.label, str(marker.newer), "held").inc()
     log.error("%s[%d] offset %d: %s. It is not skipped (it may open or keep a lease): the partition is held there. "
               "Nothing after it is applied, no lease written after it is judged and its committed offset stays "
               "there; the other partitions go on. Upgrade the tracker to a kmq that reads marker version %d (the "
@@ -58,6 +58,6 @@ def publish_held(owned: Iterable[OwnedPartition], queues: Iterable[str], metrics
     counts = dict.fromkeys(queues, 0)
     for o in owned:
         if o.held is not None:
-            counts[o.queue.name] = counts.get(o.queue.name, 0) + 1
+            counts[o.queue.label] = counts.get(o.queue.label, 0) + 1
     for name, n in counts.items():
         metrics.held_partitions.labels(name).set(n)

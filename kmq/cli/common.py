@@ -67,6 +67,20 @@ def output_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         show_default=True, help="text for people, json for scripts (one document on stdout).")(fn)
 
 
+_GROUP_HELP = ("The queue's consumer group (queues[].group; 'default' for the default group); needed when "
+               "QUEUE is configured for several.")
+
+
+def group_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--group G`` (``group``): which consumer group of the queue (fan-out)."""
+    return click.option("--group", "group", default=None, help=_GROUP_HELP)(fn)
+
+
+def queue_group_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--queue-group G`` (``queue_group``): :func:`group_option` where ``--group`` means something else."""
+    return click.option("--queue-group", "queue_group", default=None, help=_GROUP_HELP)(fn)
+
+
 def echo_json(doc: Any) -> None:
     import json
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import click
 
-from kmq.cli.common import bytes_field, config_options, echo_json, output_option
+from kmq.cli.common import bytes_field, config_options, echo_json, output_option, queue_group_option
 from kmq.config import Config
 
 
@@ -28,14 +28,16 @@ def _text(b: bytes | None, width: int = 40) -> str:
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most N dead letters.")
 @click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected", "undeliverable"]), help="Only this kmq-dlq-reason.")
 @output_option
+@queue_group_option
 @config_options
-def list_(queue: str, limit: int | None, reason: str | None, output: str, cfg: Config) -> None:
-    """Show QUEUE's dead letters with their headers."""
+def list_(queue: str, limit: int | None, reason: str | None, output: str, queue_group: str | None,
+          cfg: Config) -> None:
+    """Show QUEUE's dead letters with their headers (of one consumer group's DLQ: --queue-group)."""
     from kmq.ops.dlq import list_dead_letters
 
     n = 0
     docs = []
-    for dl in list_dead_letters(cfg, queue):
+    for dl in list_dead_letters(cfg, queue, group=queue_group):
         if reason is not None and dl.reason != reason:
             continue
         when = datetime.fromtimestamp(dl.timestamp / 1000, timezone.utc)
@@ -76,14 +78,18 @@ def _dead_letter_doc(dl, ts: str) -> dict:
 @click.option("--rate", type=click.FloatRange(min=0.001), help="At most R messages per second.")
 @click.option("--reason", type=click.Choice(["timeout", "nack-limit", "rejected", "undeliverable"]), help="Only this kmq-dlq-reason.")
 @click.option("--group", help="Replay consumer group that remembers the DLQ position "
-                              "(default: <tracker.group_id>-dlq-replay-QUEUE[-REASON]).")
+                              "(default: <tracker.group_id>-dlq-replay-QUEUE[__QUEUE_GROUP][-REASON]).")
 @click.option("--dry-run", is_flag=True, default=False,
               help="Show what would be replayed (and to which partition); produce and commit nothing.")
+@queue_group_option
 @output_option
 @config_options
 def replay(queue: str, limit: int | None, rate: float | None, reason: str | None, group: str | None,
-           dry_run: bool, output: str, cfg: Config) -> None:
-    """Move QUEUE's dead letters back to the queue with the delivery count reset."""
+           dry_run: bool, queue_group: str | None, output: str, cfg: Config) -> None:
+    """Move QUEUE's dead letters back to the queue with the delivery count reset.
+
+    With --queue-group, that consumer group's dead letters, back to that group only
+    (the other groups of QUEUE skip them: kmq-group)."""
     from kmq.ops.dlq import replay as do_replay
 
     bar = None
@@ -101,7 +107,7 @@ def replay(queue: str, limit: int | None, rate: float | None, reason: str | None
             bar.update(k)
 
         result = do_replay(cfg, queue, limit=limit, rate=rate, reason=reason, group=group,
-                           progress=progress, size_hint=size_hint, dry_run=dry_run)
+                           progress=progress, size_hint=size_hint, dry_run=dry_run, queue_group=queue_group)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)

@@ -39,7 +39,9 @@ def _seconds(text: str, what: str) -> float:
 @click.option("--max-offsets-per-trigger", default=1_000_000, show_default=True, type=int, help="0 = no cap.")
 @click.option("--fail-on-data-loss/--no-fail-on-data-loss", default=True, show_default=True,
               help="Fail (or skip) when markers were deleted by retention before the job read them.")
-@click.option("--queue", "queues", multiple=True, help="Queue(s) to watch (default: every configured queue).")
+@click.option("--queue", "queues", multiple=True,
+              help="Queue(s) to watch (default: every configured queue); a consumer group of a queue by its "
+                   "label, QUEUE__GROUP.")
 @click.option("--master", default=None, help="Spark master when not run by spark-submit (default local[2]).")
 @click.option("--conf", "confs", multiple=True, help="Extra Spark configuration KEY=VALUE (repeatable).")
 def lag_job(cfg, source, sinks, checkpoint, trigger, window, idle_close, parquet_path, prometheus_port,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kmq.cli.common import config_options, echo_json, output_option
+from kmq.cli.common import config_options, echo_json, group_option, output_option
 from kmq.config import Config
 from kmq.ops.status import age_text
 
@@ -16,12 +16,14 @@ def _n(v: int | None) -> str:
 @click.command()
 @click.argument("queue")
 @click.option("--tracker-url", help="Also show this tracker's metrics (e.g. http://tracker:9108).")
-@click.option("--workers-group", help="Workers consumer group (default: consumer.group_id).")
+@click.option("--workers-group", help="Workers consumer group (default: the queue's workers_group, else "
+                                     "consumer.group_id).")
 @click.option("--tracker-group", help="Tracker consumer group (default: tracker.group_id).")
 @output_option
+@group_option
 @config_options
 def status(queue: str, tracker_url: str | None, workers_group: str | None, tracker_group: str | None,
-           output: str, cfg: Config) -> None:
+           output: str, group: str | None, cfg: Config) -> None:
     """In-flight, oldest in-flight age, queue lag, marker lag and DLQ size per partition of QUEUE.
 
     Works while the tracker is down: it replays the markers from the tracker's
@@ -29,12 +31,15 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     """
     from kmq.ops.status import collect, tracker_metrics
 
-    rows = collect(cfg, queue, workers_group, tracker_group)
+    q = cfg.queue(queue, group)
+    rows = collect(cfg, queue, workers_group, tracker_group, group=group)
+    workers_group = workers_group or cfg.workers_group(q)
     if output == "json":
-        echo_json(_status_doc(queue, workers_group or cfg.consumer.group_id, tracker_group or cfg.tracker.group_id,
-                              rows, tracker_metrics(tracker_url, queue) if tracker_url else None))
+        doc = _status_doc(queue, workers_group, tracker_group or cfg.tracker.group_id, rows,
+                          tracker_metrics(tracker_url, q.label) if tracker_url else None)
+        echo_json(doc if q.group is None else {"queue": queue, "group": q.group, **doc})
         return
-    click.echo(f"queue {queue}  workers group {workers_group or cfg.consumer.group_id}  "
+    click.echo(f"queue {queue}{'' if q.group is None else f'  group {q.group}'}  workers group {workers_group}  "
                f"tracker group {tracker_group or cfg.tracker.group_id}")
     header = f"{'partition':>9}  {'in-flight':>9}  {'oldest':>8}  {'queue-lag':>9}  {'marker-lag':>10}  {'dlq':>6}"
     click.echo(header)
@@ -48,15 +53,15 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     if bad:
         click.echo(f"{bad} undecodable marker record(s) skipped while replaying")
     if any(r.dlq_missing for r in rows):
-        click.echo(f"DLQ topic {cfg.queue(queue).dlq_topic} does not exist: dead letters wait (their messages stay "
-                   f"in flight); run `kmq topics create {queue}`")
+        click.echo(f"DLQ topic {q.dlq_topic} does not exist: dead letters wait (their messages stay "
+                   f"in flight); run `kmq topics create {queue}{'' if q.group is None else f' --group {q.group}'}`")
     for r in rows:
         if r.markers_lost:
             click.echo(f"partition {r.partition}: {r.markers_lost} marker record(s) deleted by retention before the "
                        f"tracker read them; see docs/operations.md (markers lost to retention)")
     if tracker_url:
         click.echo(f"tracker {tracker_url}:")
-        for line in tracker_metrics(tracker_url, queue):
+        for line in tracker_metrics(tracker_url, q.label):
             click.echo(f"  {line}")
 
 

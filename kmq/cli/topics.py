@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kmq.cli.common import config_options, echo_json, fail, output_option
+from kmq.cli.common import config_options, echo_json, fail, group_option, output_option
 from kmq.config import Config
 from kmq.client.topics import TopicLayout, describe as describe_layout, ensure_topics
 
@@ -30,6 +30,7 @@ def _layout_doc(layout: TopicLayout) -> dict:
     q = layout.queue
     return {
         "queue": q.name,
+        **({} if q.group is None else {"group": q.group}),
         "topics": [
             {"role": "queue", "name": q.name, "partitions": layout.queue_partitions},
             {"role": "markers", "name": q.markers_topic, "partitions": layout.markers_partitions},
@@ -46,14 +47,18 @@ def _layout_doc(layout: TopicLayout) -> dict:
 @click.option("--replication-factor", type=click.IntRange(min=1),
               help="Replication factor of new topics (default: topics.replication_factor, else 3 when the "
                    "cluster has at least 3 brokers, else the broker count).")
+@group_option
 @config_options
-def create(queue: str, partitions: int | None, replication_factor: int | None, cfg: Config) -> None:
+def create(queue: str, partitions: int | None, replication_factor: int | None, group: str | None,
+           cfg: Config) -> None:
     """Create QUEUE, its markers and DLQ topics (idempotent; grows markers to match).
 
+    With --group, the markers and DLQ topics of that consumer group of QUEUE
+    (QUEUE__GROUP__markers, QUEUE__GROUP__dlq), beside the other groups'.
     New topics get the ``topics:`` settings of kmq.yaml (min.insync.replicas,
     markers and DLQ retention); existing topics are left as they are.
     """
-    layout = ensure_topics(cfg.kafka, cfg.queue(queue), partitions, replication_factor, settings=cfg.topics)
+    layout = ensure_topics(cfg.kafka, cfg.queue(queue, group), partitions, replication_factor, settings=cfg.topics)
     _print_layout(layout)
     if not layout.aligned:
         raise fail("; ".join(layout.problems()))
@@ -62,10 +67,11 @@ def create(queue: str, partitions: int | None, replication_factor: int | None, c
 @topics.command()
 @click.argument("queue")
 @output_option
+@group_option
 @config_options
-def describe(queue: str, output: str, cfg: Config) -> None:
+def describe(queue: str, output: str, group: str | None, cfg: Config) -> None:
     """Show the partitions of QUEUE's topics and whether they are aligned (exit 1 when not)."""
-    layout = describe_layout(cfg.kafka, cfg.queue(queue))
+    layout = describe_layout(cfg.kafka, cfg.queue(queue, group))
     if output == "json":
         echo_json(_layout_doc(layout))
     else:

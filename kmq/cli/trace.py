@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kmq.cli.common import ProgressLine, config_options, echo_json, output_option
+from kmq.cli.common import ProgressLine, config_options, echo_json, group_option, output_option
 from kmq.config import Config, parse_duration
 from kmq.core.errors import ConfigError, TraceError
 from kmq.core.trace import Trace, clock, describe_event
@@ -38,10 +38,13 @@ def format_trace(t: Trace) -> list[str]:
                                        "committed marker offset.")
 @output_option
 @click.option("--tracker-group", help="Tracker consumer group (default: tracker.group_id).")
-@click.option("--workers-group", help="Workers consumer group (default: consumer.group_id).")
+@click.option("--workers-group", help="Workers consumer group (default: the queue's workers_group, else "
+                                     "consumer.group_id).")
+@group_option
 @config_options
 def trace(queue: str, origin: str | None, key: str | None, partition: int | None, offset: int | None,
-          since: str | None, output: str, tracker_group: str | None, workers_group: str | None, cfg: Config) -> None:
+          since: str | None, output: str, tracker_group: str | None, workers_group: str | None, group: str | None,
+          cfg: Config) -> None:
     """The attempt timeline of one message of QUEUE: deliveries, START/RENEW/NACK/END/REJECT,
     lease expiries, CLOSED, the dead letter, and its final state.
 
@@ -67,7 +70,7 @@ def trace(queue: str, origin: str | None, key: str | None, partition: int | None
     try:
         traces = read_trace(cfg, queue, origin=origin, key=key, partition=partition, offset=offset,
                             since_s=since_s, tracker_group=tracker_group, workers_group=workers_group,
-                            progress=progress)
+                            progress=progress, group=group)
     finally:
         line.close()
     if output == "json":

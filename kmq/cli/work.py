@@ -34,7 +34,7 @@ from typing import Any, Callable, Generator, NamedTuple, Union
 
 import click
 
-from kmq.cli.common import config_options
+from kmq.cli.common import config_options, group_option
 from kmq.config import Config
 from kmq.core.errors import CannotListen
 from kmq.dev.workload import InjectedFailure, fate, is_poison, is_poison_index, payload
@@ -149,11 +149,12 @@ async def _await_steps(steps: Generator[_Wait, Any, None]) -> None:
               help="Consume through kmq.share.ShareConsumer (the share-consumer API) in explicit acknowledgement "
                    "mode: ACCEPT, RELEASE for the fail band, REJECT for poison, nothing for the hang band "
                    "(same handler behaviour and flags; --workers threads per batch).")
+@group_option
 @config_options
 def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate: float, poison_rate: float | None,
          processing_ms: float,
          ack_log: str | None, max_messages: int, metrics_port: int | None, metrics_host: str, redis_url: str | None,
-         use_asyncio: bool, use_share: bool, cfg: Config) -> None:
+         use_asyncio: bool, use_share: bool, group: str | None, cfg: Config) -> None:
     """Consume QUEUE with failure injection until SIGTERM/SIGINT (drain, flush, close).
 
     Deterministic per delivery: fate = blake2b-64("origin#delivery_count")/2^64;
@@ -170,10 +171,13 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
 
     if use_asyncio and use_share:
         raise click.BadParameter("--asyncio and --share are two ways to run the worker: choose one")
+    if use_share and group is not None:
+        raise click.BadParameter("--share reads the queue's default group (its group.id is consumer.group_id): "
+                                 "run --group without --share")
     if fail_rate + hang_rate + slow_rate > 1:
         raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
     tune_collector()
-    lease = cfg.queue(queue).lease
+    lease = cfg.queue(queue, group).lease
     slow_s = 1.5 * lease
     metrics = ConsumerMetrics.shared()
     if metrics_port is not None:
@@ -191,7 +195,9 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     if redis_url or cfg.redis.url:
         from kmq.consumer.guard import IdempotencyGuard
 
-        guard = IdempotencyGuard(redis_url or cfg.redis.url)
+        # One group's effects are not another's: a named group's keys have a prefix of their own.
+        guard = IdempotencyGuard(redis_url or cfg.redis.url,
+                                 **({} if group in (None, "default") else {"prefix": f"kmq:done:{group}:"}))
     consumer: Any = None  # KmqConsumer, AsyncKmqConsumer with --asyncio, _ShareWorker with --share
 
     def count(kind: str) -> None:
@@ -265,13 +271,13 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     with process_tracing("kmq-worker", lambda line: click.echo(line, err=True)):
         try:
             if use_asyncio:
-                asyncio.run(_run_async(cfg, queue, metrics, async_handler, workers, started))
+                asyncio.run(_run_async(cfg, queue, metrics, async_handler, workers, started, group))
             elif use_share:
                 worker = _ShareWorker(cfg, queue, delivery, workers)
                 started(worker)
                 worker.run()
             else:
-                started(KmqConsumer(cfg, queue=queue, metrics=metrics))
+                started(KmqConsumer(cfg, queue=queue, metrics=metrics, group=group))
                 try:
                     consumer.run(handler, workers=workers)
                 finally:
@@ -287,11 +293,11 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
 
 
 async def _run_async(cfg: Config, queue: str, metrics: Any, handler: Any, concurrency: int,
-                     started: Any) -> None:
+                     started: Any, group: str | None = None) -> None:
     """``kmq work --asyncio``: the handler on :meth:`kmq.aio.AsyncKmqConsumer.run`."""
     from kmq.consumer.aio import AsyncKmqConsumer
 
-    async with AsyncKmqConsumer(cfg, queue=queue, metrics=metrics) as consumer:
+    async with AsyncKmqConsumer(cfg, queue=queue, metrics=metrics, group=group) as consumer:
         started(consumer)
         await consumer.run(handler, concurrency=concurrency)
 

@@ -40,6 +40,9 @@ from kmq.config.client_settings import (
 )
 from kmq.core.backoff import backoff_delay
 from kmq.core.errors import ConfigError
+# The name of a queue's default group (queues[].group unset): its topics keep the names
+# <queue>__markers and <queue>__dlq, and its copies carry no kmq-group header.
+from kmq.core.message import DEFAULT_GROUP
 
 __all__ = [
     "Config",
@@ -58,6 +61,8 @@ __all__ = [
     "TOPIC_PATTERN",
     "PASSWORD_MECHANISMS",
     "COMPRESSION_CODECS",
+    "DEFAULT_GROUP",
+    "GROUP_PATTERN",
 ]
 
 ENV_PREFIX = "KMQ_"
@@ -73,6 +78,12 @@ _DURATION_RE = re.compile(DURATION_PATTERN)
 #: A Kafka topic name ("." and ".." excepted).
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 _TOPIC_RE = re.compile(TOPIC_PATTERN)
+#: A queue's consumer group (``queues[].group``): letters, digits, ".", "_", "-", no "__" and no "_" at
+#: either end, so ``<queue>__<group>__markers`` names one queue and one group only.
+GROUP_PATTERN = r"^[A-Za-z0-9.-]+(_[A-Za-z0-9.-]+)*$"  # no look-ahead: the chart's schema is read by Go (RE2)
+_GROUP_RE = re.compile(GROUP_PATTERN)
+# The longest suffix kmq appends to ``<queue>__<group>``: the Spark job's metrics topic.
+_LONGEST_SUFFIX = len("__kmq_metrics")
 # Bounds that keep the tracker's arithmetic and the markers retention safe.
 MARKERS_RETENTION_S = 7 * 24 * 3600.0  # = kmq.client.topics.MARKERS_RETENTION_MS
 # One lower bound for topics.markers_retention and queues[].markers_retention: a tracker outage
@@ -303,6 +314,12 @@ class BackoffConfig:
 @dataclass(frozen=True)
 class QueueConfig:
     name: str = _f("", "topic")
+    # The consumer group this entry is for (fan-out: every group gets every message once). None: the
+    # default group, whose topics are <name>__markers and <name>__dlq; a named group's are
+    # <name>__<group>__markers and <name>__<group>__dlq, and its copies carry kmq-group: <group>.
+    group: str | None = _f(None, "optname", pattern=GROUP_PATTERN)
+    # The Kafka consumer group of this group's workers; None: consumer.group_id.
+    workers_group: str | None = _f(None, "optstr")
     markers_topic: str = _f("", "topic")
     dlq_topic: str = _f("", "topic")
     lease: float = _f(30.0, "duration", min=0.001)
@@ -322,13 +339,41 @@ class QueueConfig:
         return self.markers_retention / 2
 
     @classmethod
-    def named(cls, name: str, **kw: Any) -> "QueueConfig":
-        """A queue with default settings and the default topic names."""
-        return cls(name=name, markers_topic=f"{name}__markers", dlq_topic=f"{name}__dlq", **kw)
+    def named(cls, name: str, group: str | None = None, **kw: Any) -> "QueueConfig":
+        """A queue with default settings and the default topic names of ``group`` (None: the default group)."""
+        prefix = _topic_prefix(name, group)
+        return cls(name=name, group=group, markers_topic=f"{prefix}__markers", dlq_topic=f"{prefix}__dlq", **kw)
+
+    @property
+    def label(self) -> str:
+        """``<name>`` for the default group, ``<name>__<group>`` for a named one (``orders``,
+        ``orders__billing``): what the group's topics are named after, and the ``queue`` label of its
+        metrics."""
+        return _topic_prefix(self.name, self.group)
+
+    @property
+    def group_name(self) -> str:
+        """The group as users name it: ``group``, or ``default``."""
+        return self.group or DEFAULT_GROUP
 
     @property
     def metrics_topic(self) -> str:
-        return f"{self.name}__kmq_metrics"
+        return f"{self.label}__kmq_metrics"
+
+
+def _topic_prefix(name: str, group: str | None) -> str:
+    """What the topics of queue ``name``'s ``group`` are named after (:attr:`QueueConfig.label`)."""
+    return name if group is None else f"{name}__{group}"
+
+
+def _check_group(path: str, value: Any) -> str | None:
+    """A ``queues[].group`` value: None for the default group (unset or ``default``), else the name."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _GROUP_RE.match(value):
+        raise ConfigError(path, f"expected a group name (letters, digits, '.', '_', '-'; no '__' and no '_' at "
+                                f"either end, as it becomes part of topic names), got {value!r}")
+    return None if value == DEFAULT_GROUP else value
 
 
 def _fetch_wait_ms(seconds: float) -> int:
@@ -535,22 +580,49 @@ class Config:
         return cfg
 
     # ------------------------------------------------------------ lookup
-    def queue(self, name: str) -> QueueConfig:
-        """The configured queue ``name``, or one with defaults when it is not configured."""
-        for q in self.queues:
-            if q.name == name:
-                return q
+    def queue(self, name: str, group: str | None = None) -> QueueConfig:
+        """The configured queue ``name`` of consumer group ``group``, or one with defaults when it is
+        not configured. ``group`` None: the queue's only configured group (the default group when
+        none is configured); a queue configured for several groups needs one named (``default`` for
+        the default group)."""
         try:
             _check_topic("queue", name)
         except ConfigError as exc:
             raise ConfigError("queue", exc.problem) from None
-        return QueueConfig.named(name, markers_retention=self.topics.markers_retention)
+        entries = [q for q in self.queues if q.name == name]
+        if group is None:
+            if len(entries) > 1:
+                raise ConfigError("group", (
+                    f"queue {name!r} is configured for {len(entries)} groups "
+                    f"({', '.join(q.group_name for q in entries)}): name one (--group, or group=...)"))
+            if entries:
+                return entries[0]
+        else:
+            wanted = _check_group("group", group)
+            for q in entries:
+                if q.group == wanted:
+                    return q
+            group = wanted
+        return _build_queue({"name": name, "group": group}, "queue", self.topics)
 
-    def with_queue(self, name: str) -> "Config":
-        """This config with ``name`` among its queues (added with defaults if missing)."""
-        if any(q.name == name for q in self.queues):
+    def queue_labelled(self, label: str) -> QueueConfig:
+        """The configured entry whose :attr:`~QueueConfig.label` is ``label`` (``orders``,
+        ``orders__billing``), else :meth:`queue` of that name (one configured group, or defaults)."""
+        for q in self.queues:
+            if q.label == label:
+                return q
+        return self.queue(label)
+
+    def workers_group(self, queue: QueueConfig) -> str:
+        """The Kafka consumer group of ``queue``'s workers: ``queues[].workers_group``, else ``consumer.group_id``."""
+        return queue.workers_group or self.consumer.group_id
+
+    def with_queue(self, name: str, group: str | None = None) -> "Config":
+        """This config with ``name`` (of ``group``) among its queues (added with defaults if missing)."""
+        q = self.queue(name, group)
+        if q in self.queues:
             return self
-        return dataclasses.replace(self, queues=self.queues + (self.queue(name),))
+        return dataclasses.replace(self, queues=self.queues + (q,))
 
     def replace(self, **sections: Any) -> "Config":
         return dataclasses.replace(self, **sections)
@@ -709,6 +781,8 @@ def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
     if kind == "settings":
         return client_settings(path, value, CONFLUENT_REFUSED if f.metadata["client"] == "confluent"
                                else KAFKA_PYTHON_REFUSED)
+    if kind == "optname":
+        return _check_group(path, value)
     raise AssertionError(f"field {f.name} has no kind")  # pragma: no cover
 
 
@@ -740,7 +814,13 @@ def _build_queue(raw: Any, path: str, topics: TopicsConfig) -> QueueConfig:
     if "name" not in raw:
         raise ConfigError(f"{path}.name", "missing: every queue needs a name")
     name = _check_topic(f"{path}.name", raw["name"])
-    filled = {"markers_topic": f"{name}__markers", "dlq_topic": f"{name}__dlq", **raw}
+    group = _check_group(f"{path}.group", raw.get("group"))
+    prefix = _topic_prefix(name, group)
+    if len(prefix) + _LONGEST_SUFFIX > 249:
+        raise ConfigError(f"{path}.group", (
+            f"queue {name!r} with group {group!r} makes topic names longer than Kafka's 249 characters "
+            f"({prefix}__kmq_metrics): use a shorter group name"))
+    filled = {"markers_topic": f"{prefix}__markers", "dlq_topic": f"{prefix}__dlq", **raw}
     q = _build(QueueConfig, filled, path, {"backoff": lambda v, p: _build(BackoffConfig, v, p)})
     retention_key = f"{path}.markers_retention"
     if "markers_retention" not in raw:
@@ -771,12 +851,8 @@ def _build_config(raw: dict) -> Config:
         raise ConfigError("queues", f"expected a list of queues, got {type(queues_raw).__name__}")
     topics: TopicsConfig = kwargs["topics"]
     queues = tuple(_build_queue(q, f"queues[{i}]", topics) for i, q in enumerate(queues_raw))
-    seen: dict[str, int] = {}
-    for i, q in enumerate(queues):
-        if q.name in seen:
-            raise ConfigError(f"queues[{i}].name", f"queue {q.name!r} is configured twice (also queues[{seen[q.name]}])")
-        seen[q.name] = i
     consumer: ConsumerConfig = kwargs["consumer"]
+    _check_groups(queues, consumer)
     if consumer.hand_over == "started" and consumer.ordering == "key":
         raise ConfigError("consumer.hand_over", (
             "started cannot be combined with consumer.ordering: key: a batch handed over before its commit "
@@ -793,6 +869,35 @@ def _build_config(raw: dict) -> Config:
         raise ConfigError("topics.min_insync_replicas", f"({topics.min_insync_replicas}) must not exceed "
                           f"topics.replication_factor ({topics.replication_factor}), or no write can succeed")
     return Config(queues=queues, **kwargs)
+
+
+def _check_groups(queues: tuple[QueueConfig, ...], consumer: ConsumerConfig) -> None:
+    """No two entries share a group's state: each (queue, group) once, each markers and DLQ topic
+    belongs to one entry only, and two groups of one queue have different workers groups (one Kafka
+    consumer group would split the queue's partitions between them)."""
+    seen: dict[tuple[str, str | None], int] = {}
+    owner: dict[str, tuple[int, str]] = {q.name: (-1, "queue") for q in queues}
+    workers: dict[tuple[str, str], int] = {}
+    for i, q in enumerate(queues):
+        other = seen.setdefault((q.name, q.group), i)
+        if other != i:
+            what = f"queue {q.name!r}" if q.group is None else f"group {q.group!r} of queue {q.name!r}"
+            raise ConfigError(f"queues[{i}].name", f"{what} is configured twice (also queues[{other}])")
+        for key in ("markers_topic", "dlq_topic"):
+            topic = getattr(q, key)
+            j, role = owner.setdefault(topic, (i, key))
+            if j != i:
+                where = f"the queue topic {topic!r}" if j < 0 else f"queues[{j}].{role}"
+                raise ConfigError(f"queues[{i}].{key}", (
+                    f"{topic!r} is also {where}: each group of a queue needs its own markers and DLQ topics, or "
+                    f"their leases and dead letters mix (leave {key} unset to get <queue>__<group>__...)"))
+        wg = q.workers_group or consumer.group_id
+        j = workers.setdefault((q.name, wg), i)
+        if j != i:
+            raise ConfigError(f"queues[{i}].workers_group", (
+                f"groups {queues[j].group_name!r} and {q.group_name!r} of queue {q.name!r} would both use the "
+                f"workers consumer group {wg!r}, which splits the queue's partitions between them so neither "
+                f"gets every message: set queues[].workers_group to a consumer group of its own for each"))
 
 
 def _check_security_keys(kafka: KafkaConfig) -> None:

@@ -54,7 +54,7 @@ def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
     if meta.get("secret"):
         # Refused in kmq.yaml (read from the environment or a file): absent, null or empty only.
         return {"enum": [None, ""], "description": "a secret: set it in the environment or a file, never here"}
-    optional = kind in ("optduration", "optint", "optstr", "optchoice")
+    optional = kind in ("optduration", "optint", "optstr", "optchoice", "optname")
     base = kind[3:] if optional else kind
     schema: dict[str, Any]
     if base == "duration":
@@ -74,6 +74,8 @@ def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
     elif kind == "settings":
         # A client's own settings by name (scalars); which names pass is checked by kmq, not here.
         return {"type": ["object", "null"], "additionalProperties": {"type": ["string", "number", "boolean"]}}
+    elif base == "name":  # a name that becomes part of topic names (queues[].group)
+        schema = {"type": "string", "pattern": meta["pattern"]}
     elif kind == "topic":
         schema = {"type": "string", "pattern": TOPIC_PATTERN, "not": {"enum": [".", ".."]}}
     else:  # pragma: no cover - a new kind without a schema fails here, in the tests

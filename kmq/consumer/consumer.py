@@ -35,7 +35,7 @@ from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config
 from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import STARTING
-from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
+from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, Skip, WriteStarts
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close, nack_all
 from kmq.consumer.handler_pool import run_handlers
@@ -89,6 +89,9 @@ class KmqConsumer:
 
     :param cfg: the kmq configuration (group from ``consumer.group_id``).
     :param queue: queue name (default: the only configured queue).
+    :param group: the queue's consumer group (``queues[].group``; ``default`` for the default group),
+        needed only when the queue is configured for several. Each group gets every message; a copy
+        made for another group is skipped (docs/protocol.md, "Consumer groups of one queue").
     :param batch_size: default ``max_records`` of :meth:`poll` (and what :meth:`run` takes at a time).
     :param fetch_size: most records the fetcher takes per Kafka poll; one START per partition
         per fetch (default ``8 * batch_size``, :data:`FETCH_BATCHES`); flow control may ask for fewer.
@@ -115,9 +118,10 @@ class KmqConsumer:
         metrics: ConsumerMetrics | None = None,
         stage_hook: StageHook | None = None,
         clients: ClientFactory = KAFKA_CLIENTS,
+        group: str | None = None,
     ) -> None:
         self.cfg = cfg
-        self.writer = MarkerWriter(cfg, queue, metrics=metrics, clients=clients)
+        self.writer = MarkerWriter(cfg, queue, metrics=metrics, clients=clients, group=group)
         self.queue = self.writer.queue
         self.metrics = self.writer.metrics
         self.batch_size = batch_size
@@ -166,7 +170,7 @@ class KmqConsumer:
             overrides = {"metadata_max_age_ms": int(cfg.kafka.metadata_max_age * 1000)}
             if wait_ms is not None:
                 overrides["fetch_max_wait_ms"] = wait_ms
-            self._kc = clients.group_consumer(cfg.kafka, cfg.consumer.group_id, cfg.consumer.assignor,
+            self._kc = clients.group_consumer(cfg.kafka, cfg.workers_group(self.queue), cfg.consumer.assignor,
                                                  self.fetch_size, **overrides)
         except BaseException:
             self.writer.close()
@@ -176,15 +180,16 @@ class KmqConsumer:
         self._recovery = None if self._keyed is None else KeyRecovery(
             cfg, self.queue, self._keyed, self.metrics, self._copy_wait, lambda: clients.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
-        self._tracing = delivery_tracing(cfg.consumer.group_id)
+        self._tracing = delivery_tracing(cfg.workers_group(self.queue))
 
     def _init_fetcher(self, cfg: Config) -> None:
         """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
         self._pipeline = FetchPipeline.for_kafka(cfg.kafka, self.queue.lease,
-                                                 hand_over_started=cfg.consumer.hand_over == "started")
+                                                 hand_over_started=cfg.consumer.hand_over == "started",
+                                                 group=self.queue.group)
         self._do: dict[type, Callable[[Any], None]] = {
             WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
-            GiveBack: self._give_back, SeekBack: self._seek_back}
+            GiveBack: self._give_back, SeekBack: self._seek_back, Skip: self._skip}
         self._todo: deque = deque()  # actions decided, not carried out yet
         self._running = False  # carrying out actions
         self._commit: Any = None  # the commit in flight (the client's future)
@@ -511,6 +516,14 @@ class KmqConsumer:
                 fut.add_both(self._answered)
         except MarkerWriteError as exc:
             self._run(self._pipeline.start_answered(b, exc, time.monotonic()))
+
+    def _skip(self, action: Skip) -> None:
+        """Copies made for another consumer group of the queue: counted, never delivered here."""
+        self.metrics.copies_skipped.labels(self.queue.label).inc(len(action.messages))
+        if log.isEnabledFor(logging.DEBUG):
+            m = action.messages[0]
+            log.debug("%s: skipped %d copy(ies) of other consumer groups (first %s/%d/%d)", self.queue.label,
+                      len(action.messages), m.topic, m.partition, m.offset)
 
     def _answered(self, *_result: Any) -> None:
         """A START or commit was answered (on the client's thread): the fetcher carries on at once."""

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from kmq.core.message import KmqMessage
 
-__all__ = ["FetchBatch", "first_offsets", "STARTING", "STARTED", "START_FAILED", "GIVEN_BACK"]
+__all__ = ["FetchBatch", "first_offsets", "first_last", "STARTING", "STARTED", "START_FAILED", "GIVEN_BACK"]
 
 #: START sent, no answer yet.
 STARTING = "starting"
@@ -31,23 +31,38 @@ def first_offsets(messages: Iterable[KmqMessage]) -> dict[int, int]:
     return first
 
 
+def first_last(messages: Iterable[KmqMessage]) -> dict[int, list[int]]:
+    """Partition -> [first offset, last offset] of ``messages``."""
+    out: dict[int, list[int]] = {}
+    for m in messages:
+        span = out.get(m.partition)
+        if span is None:
+            out[m.partition] = [m.offset, m.offset]
+        else:
+            span[0], span[1] = min(span[0], m.offset), max(span[1], m.offset)
+    return out
+
+
 class FetchBatch:
     """The records of one Kafka poll, in fetch order, on their way to user code.
 
-    ``offsets`` (partition -> offsets, for the START markers) and ``spans`` (partition ->
-    (first, last)) describe ``messages``; ``gen`` is the pipeline's revocation generation when
-    the batch was fetched (a partition revoked later is stale for it). ``handle`` is the I/O
+    ``offsets`` (partition -> offsets, for the START markers) describe ``messages``; ``spans``
+    (partition -> (first, last), what a commit passes) cover the poll's skipped records too;
+    ``gen`` is the pipeline's revocation generation when the batch was fetched (a partition revoked later is stale for it). ``handle`` is the I/O
     shell's own (its START futures); the pipeline never reads it."""
 
     __slots__ = ("messages", "offsets", "spans", "nbytes", "fetched_at", "leased_at", "gen", "state", "error",
                  "handle", "handed")
 
     def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], now: float, gen: int,
-                 nbytes: int = 0) -> None:
+                 nbytes: int = 0, skipped: dict[int, list[int]] | None = None) -> None:
         self.messages = messages
         self.offsets = offsets
         self.nbytes = nbytes  # payload bytes, what flow control counts
         self.spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
+        for p, offs in (skipped or {}).items():  # committed past like the others, never STARTed
+            lo, hi = self.spans.get(p, (offs[0], offs[-1]))
+            self.spans[p] = (min(lo, offs[0]), max(hi, offs[-1]))
         self.fetched_at = now  # START sent: its answer is awaited from here
         self.leased_at = now  # when its lease was last started or renewed
         self.gen = gen
@@ -59,8 +74,11 @@ class FetchBatch:
         self.handed = False
 
     @classmethod
-    def of(cls, messages: list[KmqMessage], now: float, gen: int) -> "FetchBatch":
-        """The batch of ``messages`` as one poll returned them (in fetch order per partition)."""
+    def of(cls, messages: list[KmqMessage], now: float, gen: int,
+           skipped: list[KmqMessage] | None = None) -> "FetchBatch":
+        """The batch of ``messages`` as one poll returned them (in fetch order per partition);
+        ``skipped``: records of the same poll that are not delivered (another consumer group's
+        copies), whose offsets the batch's commit passes without a START."""
         offsets: dict[int, list[int]] = {}
         nbytes = 0
         for m in messages:
@@ -70,7 +88,7 @@ class FetchBatch:
                 offsets[m.partition] = [m.offset]
             else:
                 offs.append(m.offset)
-        return cls(messages, offsets, now, gen, nbytes)
+        return cls(messages, offsets, now, gen, nbytes, first_last(skipped) if skipped else None)
 
     def drop(self, partitions: set[int]) -> list[KmqMessage]:
         """Take the messages of ``partitions`` out of the batch; returns them."""

@@ -7,7 +7,7 @@ shell) feeds it events and executes the actions it returns, in order:
 =================================  ====================================================
 event                              actions it may return
 =================================  ====================================================
-``polled`` (a Kafka poll returned)  :class:`WriteStarts` for the new batch
+``polled`` (a Kafka poll returned)  :class:`WriteStarts` for the new batch; :class:`Skip`
 ``start_answered``                  :class:`Commit`; or :class:`GiveBack` + :class:`SeekBack`
 ``commit_answered``                 :class:`HandOver`, the next :class:`Commit`, ...
 ``tick`` (time passes: timeouts)    as above
@@ -29,6 +29,11 @@ The protocol's two guarantees, each kept in one place:
   that fails (or is not answered in time) gives back its batch *and every later one* and
   seeks their partitions back (:meth:`FetchPipeline._give_back_all`).
 
+Consumer groups of one queue (fan-out): another group's copy (:func:`~kmq.core.message.for_group`)
+is skipped where it is fetched (:class:`Skip`): never STARTed, never handed over, its offset
+committed past with the batch it came in (:class:`~kmq.consumer.fetch_batch.FetchBatch`
+``spans``). A poll of skipped records only is a batch with nothing to START: committed in its turn.
+
 Rebalances: a partition revoked after a batch was fetched is *stale* for that batch, even if
 it is assigned to this member again (its position was then reset to the group's committed
 offset, which an interim owner may have moved on). Stale records are never committed, sought
@@ -47,9 +52,10 @@ from typing import Any, Iterable, Mapping
 
 from kmq.config import KafkaConfig
 from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch
-from kmq.core.message import KmqMessage
+from kmq.core.message import KmqMessage, for_group
 
-__all__ = ["FetchPipeline", "ANSWER_POLL", "MAX_COMMIT_TRIES", "BACKPRESSURE_POLL", "PollStep", "WriteStarts", "Commit", "HandOver", "GiveBack", "SeekBack", "ClosePlan"]
+__all__ = ["FetchPipeline", "ANSWER_POLL", "MAX_COMMIT_TRIES", "BACKPRESSURE_POLL", "PollStep", "WriteStarts", "Commit",
+           "HandOver", "GiveBack", "SeekBack", "ClosePlan", "Skip", "split_foreign"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,26 @@ class Commit:
 
     offsets: dict[int, int]
     batches: tuple[FetchBatch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Records fetched for another consumer group of the queue (its copies): not delivered here, no
+    marker, their offsets committed past with their batch. Only counted and logged."""
+
+    messages: list[KmqMessage]
+
+
+def split_foreign(messages: list[KmqMessage], group: str | None) -> tuple[list[KmqMessage], list[KmqMessage]]:
+    """``messages`` split into those ``group`` (None: the default group) delivers and the copies of
+    another group (``kmq-group``, :func:`~kmq.core.message.for_group`), each in fetch order."""
+    if not any(m._headers for m in messages):  # no header, no copy of any group: the common case
+        return messages, []
+    mine: list[KmqMessage] = []
+    foreign: list[KmqMessage] = []
+    for m in messages:
+        (mine if for_group(m._headers, group, m.topic, m.partition, m.offset) else foreign).append(m)
+    return mine, foreign
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +191,14 @@ class FetchPipeline:
         commit before the fetcher stops fetching (polls with every partition paused) until it
         moves: batches fetched behind a stuck head cannot be handed over either, and each of
         their STARTs is a lease that, run out unhanded, becomes a copy. None: no limit.
+    :param group: the queue's consumer group this consumer is in (``queues[].group``; None: the
+        default group): the other groups' copies are skipped (:class:`Skip`).
     """
 
     def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = MAX_COMMIT_TRIES,
                  backpressure_poll: float = BACKPRESSURE_POLL, max_head_wait: float | None = None,
-                 hand_over_started: bool = False) -> None:
+                 hand_over_started: bool = False, group: str | None = None) -> None:
+        self.group = group
         self.start_timeout = start_timeout
         self.hand_over_started = hand_over_started
         self.max_head_wait = max_head_wait
@@ -192,13 +221,15 @@ class FetchPipeline:
         self._blocked_since: float | None = None  # since when there is no room to fetch
 
     @classmethod
-    def for_kafka(cls, kafka: KafkaConfig, lease: float | None = None, hand_over_started: bool = False) -> "FetchPipeline":
+    def for_kafka(cls, kafka: KafkaConfig, lease: float | None = None, hand_over_started: bool = False,
+                  group: str | None = None) -> "FetchPipeline":
         """The pipeline a consumer with these Kafka settings runs (its timeouts follow the client's);
         with the queue's ``lease``, no fetching while the oldest batch has waited half of it."""
         # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
         return cls(start_timeout=kafka.connect_timeout + 2.0,
                    commit_timeout=kafka.session_timeout + kafka.connect_timeout,
-                   max_head_wait=None if lease is None else lease / 2, hand_over_started=hand_over_started)
+                   max_head_wait=None if lease is None else lease / 2, hand_over_started=hand_over_started,
+                   group=group)
 
     # ------------------------------------------------------------ events
     def polled(self, messages: list[KmqMessage], now: float) -> list[Any]:
@@ -207,9 +238,15 @@ class FetchPipeline:
         self._await_poll = False
         out: list[Any] = []
         if messages:
-            batch = FetchBatch.of(messages, now, self._gen)
+            mine, foreign = split_foreign(messages, self.group)
+            batch = FetchBatch.of(mine, now, self._gen, foreign)
             self.pending.append(batch)
-            out.append(WriteStarts(batch))
+            if foreign:
+                out.append(Skip(foreign))
+            if mine:
+                out.append(WriteStarts(batch))
+            else:  # nothing to START: committed past in its turn
+                batch.state = STARTED
         self._advance(now, out)
         return out
 

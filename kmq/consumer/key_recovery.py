@@ -37,7 +37,7 @@ from kmq.consumer.keyed_ready import KeyedReadyQueue
 from kmq.core.errors import KmqError
 from kmq.core.inherited_keys import DEFAULT_BUDGET, MarkerFold, QueueRecord, RecoveryBudget, inherit
 from kmq.core.markers import BadMarker, decode_record
-from kmq.core.message import origin_offset
+from kmq.core.message import for_group, origin_offset
 from kmq.telemetry.metrics import ConsumerMetrics
 
 __all__ = ["KeyRecovery", "TAIL_INTERVAL"]
@@ -72,7 +72,7 @@ class KeyRecovery:
                  copy_wait: float, open_reader: Callable[[], LogReader],
                  budget: RecoveryBudget = DEFAULT_BUDGET) -> None:
         self.queue, self.keyed, self.metrics = queue, keyed, metrics
-        self.tracker_group, self.group = cfg.tracker.group_id, cfg.consumer.group_id
+        self.tracker_group, self.group = cfg.tracker.group_id, cfg.workers_group(queue)
         self.copy_wait, self.budget = copy_wait, budget
         self._open_reader = open_reader
         self._reader: LogReader | None = None
@@ -191,8 +191,9 @@ class KeyRecovery:
         cut = False
         try:
             for _tp, batch in reader.scan({(q.name, p): start if lowest is None else lowest}):
+                # Another consumer group's copies are not this group's deliveries: they hold no key here.
                 records.extend(QueueRecord(r.offset, r.key, origin_offset(r.headers, q.name, p, r.offset))
-                               for r in batch)
+                               for r in batch if for_group(r.headers, q.group, q.name, p, r.offset))
                 if len(records) >= budget.queue or time.monotonic() > deadline:
                     if records[-1].offset < start:
                         raise _OverBudget(f"over the budget: more than {budget.queue} queue records below offset "

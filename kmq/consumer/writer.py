@@ -45,7 +45,7 @@ from kmq.config import Config, QueueConfig
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerWriteError, MessageAlreadySettled, UnsupportedConsumer
 from kmq.consumer.marker_sender import MarkerSender
 from kmq.core.markers import Renew, Start, clip_owner, encode
-from kmq.core.message import ACK, delivery_count_of
+from kmq.core.message import ACK, delivery_count_of, for_group
 from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import current, delivery_tracing
@@ -75,11 +75,13 @@ def _ms(seconds: float) -> int:
     return max(0, int(round(seconds * 1000)))
 
 
-def _pick_queue(cfg: Config, queue: str | None) -> QueueConfig:
+def _pick_queue(cfg: Config, queue: str | None, group: str | None = None) -> QueueConfig:
     if queue is not None:
-        return cfg.queue(queue)
-    if len(cfg.queues) == 1:
+        return cfg.queue(queue, group)
+    if len(cfg.queues) == 1 and group is None:
         return cfg.queues[0]
+    if len({q.name for q in cfg.queues}) == 1:
+        return cfg.queue(cfg.queues[0].name, group)
     raise ValueError(f"pass queue=...: the configuration has {len(cfg.queues)} queues")
 
 
@@ -124,6 +126,8 @@ class MarkerWriter:
 
     :param cfg: the kmq configuration.
     :param queue: queue name (default: the only configured queue).
+    :param group: the queue's consumer group (``queues[].group``; ``default`` for the default group),
+        needed only when the queue is configured for several.
     :param consumer: the user's consumer, used by :meth:`start` to commit (a blocking
         ``kafka.KafkaConsumer`` or ``confluent_kafka.Consumer``; an asyncio one such as aiokafka's raises
         :class:`~kmq.core.errors.UnsupportedConsumer`).
@@ -146,9 +150,10 @@ class MarkerWriter:
         check_topics: bool = True,
         flush_interval: float | None = None,
         clients: ClientFactory = KAFKA_CLIENTS,
+        group: str | None = None,
     ) -> None:
         self.cfg = cfg
-        self.queue: QueueConfig = _pick_queue(cfg, queue)
+        self.queue: QueueConfig = _pick_queue(cfg, queue, group)
         self._adapter = _check_consumer(consumer)  # before any side effect (topic check, producer, thread)
         self.consumer = consumer
         self.metrics = metrics or ConsumerMetrics.shared()  # the application's default registry
@@ -292,7 +297,10 @@ class MarkerWriter:
         confluent-kafka (a ``Message`` or None), or a list of records (``consume()``).
 
         Returns the records (flat list, confluent error events dropped) once START
-        was acknowledged by Kafka and the offsets were committed; only then process them."""
+        was acknowledged by Kafka and the offsets were committed; only then process them.
+        Copies made for another consumer group of the queue (``kmq-group``) are left out of
+        what is returned and of the STARTs, and committed past (a :func:`marked` handler
+        skips them too, so a loop over the polled records stays right)."""
         if consumer is None:
             adapter = self._adapter
         else:
@@ -301,21 +309,31 @@ class MarkerWriter:
             raise ValueError("MarkerWriter.start needs the consumer (pass consumer= here or to MarkerWriter)")
         flat = _flatten(records)
         by_part: dict[int, list[int]] = defaultdict(list)
+        polled: dict[int, list[int]] = defaultdict(list)  # with the skipped copies: what the commit passes
+        mine = []
+        group = self.queue.group
         for r in flat:
             topic, partition, offset = coordinates(r)
             if topic != self.queue.name:
                 raise ValueError(f"record of topic {topic!r} given to the writer of queue {self.queue.name!r}")
-            by_part[partition].append(offset)
-        if not by_part:
+            polled[partition].append(offset)
+            if for_group(headers_of(r), group, topic, partition, offset):
+                by_part[partition].append(offset)
+                mine.append(r)
+        if not polled:
             return flat
+        if len(mine) < len(flat):
+            self.metrics.copies_skipped.labels(self.queue.label).inc(len(flat) - len(mine))
+            flat = mine
         try:
-            self.write_starts(by_part)
-            self.commit(adapter, {p: max(offs) + 1 for p, offs in by_part.items()})
+            if by_part:
+                self.write_starts(by_part)
+            self.commit(adapter, {p: max(offs) + 1 for p, offs in polled.items()})
         except (MarkerWriteError, CommitError):
             # poll() already moved the position past the batch: without this, a caller that
             # catches the (retriable) error and polls on would commit past records that
             # have no START -- lost. Back at the batch, the next poll returns it again.
-            self._rewind(adapter, by_part)
+            self._rewind(adapter, polled)
             raise
         with self.lock:
             for p, offs in by_part.items():
@@ -524,6 +542,8 @@ def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(record: Any, *args: Any, **kwargs: Any) -> Any:
+            if not for_group(headers_of(record), writer.queue.group, *coordinates(record)):
+                return None  # another consumer group's copy: writer.start did not START it
             span = None if tracing is None else tracing.start(*coordinates(record), headers_of(record))
             try:
                 if span is None:

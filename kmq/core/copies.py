@@ -37,6 +37,7 @@ from kmq.core.message import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_TS,
+    HEADER_GROUP,
     HEADER_ORIGIN,
     header_text,
     origin_of,
@@ -59,6 +60,7 @@ __all__ = [
     "copy_problem",
     "copy_headers",
     "copy_headers_for",
+    "group_headers",
     "dead_letter_headers",
     "reference_headers",
     "reference_of",
@@ -83,7 +85,7 @@ COPY_HEADROOM = 8192
 
 # Headers the tracker sets itself on a copy or dead letter (an original's values are replaced).
 _REPLACED = frozenset({HEADER_DELIVERY_COUNT, HEADER_ORIGIN, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS,
-                       HEADER_DLQ_REFERENCE, HEADER_DLQ_SIZE})
+                       HEADER_DLQ_REFERENCE, HEADER_DLQ_SIZE, HEADER_GROUP})
 
 Headers = Sequence[tuple[str, "bytes | None"]]
 
@@ -143,22 +145,33 @@ def restore_null_headers(headers: Sequence[tuple[str, bytes]] | None) -> list[tu
     return [(k, None if k in nulls and v == b"" else v) for k, v in items if k != HEADER_NULL_HEADER]
 
 
-def copy_headers(original: Headers | None, origin: str, count: int) -> list[tuple[str, bytes]]:
+def copy_headers(original: Headers | None, origin: str, count: int, group: str | None = None) -> list[tuple[str, bytes]]:
     """Headers of the redelivered copy of a record delivered ``count`` times: the application's
-    headers (producible), ``kmq-delivery-count`` = count + 1 and ``kmq-origin``."""
+    headers (producible), ``kmq-delivery-count`` = count + 1, ``kmq-origin`` and, for a named
+    consumer ``group`` of the queue, ``kmq-group`` (only that group's workers deliver the copy)."""
     headers = _kept(original)
     headers.append((HEADER_DELIVERY_COUNT, str(count + 1).encode()))
     headers.append((HEADER_ORIGIN, origin.encode()))
-    return headers
+    return group_headers(headers, group)
 
 
 def copy_headers_for(original: Headers | None, topic: str, partition: int, offset: int,
-                     count: int) -> list[tuple[str, bytes]]:
+                     count: int, group: str | None = None) -> list[tuple[str, bytes]]:
     """The headers of the copy of the record at ``topic/partition/offset`` delivered ``count``
     times: :func:`copy_headers` with the record's origin (:func:`~kmq.core.message.origin_of`)."""
     if not original:  # most originals of a backlog: no header to keep, no origin to honour
-        return [(HEADER_DELIVERY_COUNT, str(count + 1).encode()), (HEADER_ORIGIN, f"{topic}/{partition}/{offset}".encode())]
-    return copy_headers(original, origin_of(original, topic, partition, offset), count)
+        return group_headers([(HEADER_DELIVERY_COUNT, str(count + 1).encode()),
+                              (HEADER_ORIGIN, f"{topic}/{partition}/{offset}".encode())], group)
+    return copy_headers(original, origin_of(original, topic, partition, offset), count, group)
+
+
+def group_headers(headers: list[tuple[str, bytes]], group: str | None) -> list[tuple[str, bytes]]:
+    """``headers`` (which hold no ``kmq-group``) plus ``kmq-group: <group>`` for a named consumer
+    ``group``: a copy for it, delivered by its workers only. The default group's copies (None) carry
+    none, as before groups: their ``kmq-origin`` tells them from originals (:func:`~kmq.core.message.for_group`)."""
+    if group is not None:
+        headers.append((HEADER_GROUP, group.encode()))
+    return headers
 
 
 def dead_letter_headers(original: Headers | None, origin: str, count: int, reason: str, error: str,

@@ -34,7 +34,11 @@ __all__ = [
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_ERROR",
     "HEADER_DLQ_TS",
+    "HEADER_GROUP",
+    "DEFAULT_GROUP",
     "header_text",
+    "group_of",
+    "for_group",
     "delivery_count_of",
     "origin_of",
     "origin_offset",
@@ -51,6 +55,12 @@ HEADER_ORIGIN = "kmq-origin"
 HEADER_DLQ_REASON = "kmq-dlq-reason"
 HEADER_DLQ_ERROR = "kmq-dlq-error"
 HEADER_DLQ_TS = "kmq-dlq-ts"
+# On a copy made for a named consumer group of the queue, and on a replayed dead letter (``default``
+# for the default group): that group only delivers it (:func:`for_group`). The default group's
+# copies carry none.
+HEADER_GROUP = "kmq-group"
+#: The name of a queue's default consumer group (``queues[].group`` unset or ``default``).
+DEFAULT_GROUP = "default"
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -154,6 +164,34 @@ def origin_of(headers: Headers | None, topic: str, partition: int, offset: int) 
         if parsed is not None and parsed[0] == topic:
             return f"{parsed[0]}/{parsed[1]}/{parsed[2]}"
     return f"{topic}/{partition}/{offset}"
+
+
+def group_of(headers: Headers | None) -> str | None:
+    """The consumer group a record was written for (``kmq-group``: a named group's copy, or any
+    group's replayed dead letter); None when the header is absent."""
+    return header_text(headers, HEADER_GROUP) if headers else None
+
+
+def for_group(headers: Headers | None, group: str | None, topic: str, partition: int, offset: int) -> bool:
+    """Whether the workers of the queue's consumer ``group`` (None: the default group) deliver the
+    record at ``topic/partition/offset`` with ``headers``.
+
+    Only a record whose ``kmq-origin`` names this topic is kmq's (headers copied along from another
+    topic's records count for nothing). Of those, one with ``kmq-group`` (a named group's copy, or
+    any group's replayed dead letter) is that group's (``default``: the default group's), one
+    without whose origin is another offset of its partition (a copy of the default group's tracker,
+    of any version, or a replay by an older kmq) is the default group's. Everything else is an
+    original: every group's."""
+    if not headers:
+        return True
+    text = header_text(headers, HEADER_ORIGIN)
+    origin = parse_origin(text) if text is not None else None
+    if origin is None or origin[0] != topic:
+        return True
+    named = group_of(headers)
+    if named is None:
+        return group is None or origin[1] != partition or origin[2] == offset
+    return (None if named == DEFAULT_GROUP else named) == group
 
 
 def unsettled(messages: Sequence["KmqMessage"]) -> list["KmqMessage"]:

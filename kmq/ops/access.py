@@ -68,10 +68,10 @@ def required_grants(cfg: Config, queue: str, component: str) -> list[Grant]:
     if component == "worker":
         if cfg.consumer.ordering == "key":  # a new partition owner reads what the earlier one left unsettled
             return [_g("topic", q.name, "Read", "Describe"), _g("topic", q.markers_topic, "Read", "Write", "Describe"),
-                    _g("topic", q.dlq_topic, "Describe"), _g("group", cfg.consumer.group_id, "Read"),
+                    _g("topic", q.dlq_topic, "Describe"), _g("group", cfg.workers_group(q), "Read"),
                     _g("group", cfg.tracker.group_id, "Describe")]
         return [_g("topic", q.name, "Read", "Describe"), _g("topic", q.markers_topic, "Write", "Describe"),
-                _g("topic", q.dlq_topic, "Describe"), _g("group", cfg.consumer.group_id, "Read")]
+                _g("topic", q.dlq_topic, "Describe"), _g("group", cfg.workers_group(q), "Read")]
     if component == "tracker":
         return [_g("topic", q.name, "Read", "Write", "Describe"),
                 _g("topic", q.markers_topic, "Read", "Write", "Describe"),
@@ -80,7 +80,7 @@ def required_grants(cfg: Config, queue: str, component: str) -> list[Grant]:
         return [_g("topic", t, "Create", "Alter", "Describe") for t in topics]
     if component == "status":
         return [*(_g("topic", t, "Read", "Describe") for t in topics),
-                _g("group", cfg.consumer.group_id, "Describe"), _g("group", cfg.tracker.group_id, "Describe")]
+                _g("group", cfg.workers_group(q), "Describe"), _g("group", cfg.tracker.group_id, "Describe")]
     if component == "dlq-list":
         return [_g("topic", q.dlq_topic, "Read", "Describe")]
     if component == "dlq-replay":

@@ -40,6 +40,7 @@ from kmq.core.message import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_TS,
+    HEADER_GROUP,
     HEADER_ORIGIN,
     header_text,
     parse_origin,
@@ -49,7 +50,7 @@ __all__ = ["DeadLetter", "list_dead_letters", "replay", "ReplayResult", "Planned
            "HEADER_REPLAY_OF"]
 
 REASONS = ("timeout", "nack-limit", "rejected", "undeliverable")
-_DROPPED = {HEADER_DELIVERY_COUNT, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS}
+_DROPPED = {HEADER_DELIVERY_COUNT, HEADER_DLQ_REASON, HEADER_DLQ_ERROR, HEADER_DLQ_TS, HEADER_GROUP}
 _BATCH = 500
 # On every replayed copy: the dead letter it was made from (``dlq-topic/partition/offset``).
 HEADER_REPLAY_OF = "kmq-replay-of"
@@ -97,7 +98,8 @@ class DeadLetter:
 
 
 def replay_group(cfg: Config, queue: str, reason: str | None) -> str:
-    """Default replay group: one per queue and reason filter, so filtered replays do not skip each other."""
+    """Default replay group: one per queue (its :attr:`~kmq.config.QueueConfig.label` for a named consumer
+    group) and reason filter, so filtered replays do not skip each other."""
     return f"{cfg.tracker.group_id}-dlq-replay-{queue}" + (f"-{reason}" if reason else "")
 
 
@@ -110,10 +112,11 @@ def _dead_letter(tp: Partition, rec: Any) -> DeadLetter:
     return DeadLetter(tp[1], rec.offset, rec.key, rec.value, tuple(rec.headers or ()), rec.timestamp)
 
 
-def list_dead_letters(cfg: Config, queue: str, timeout_s: float = 10.0) -> Iterator[DeadLetter]:
-    """Every dead letter of ``queue`` now in the DLQ (read-only, no group). ``timeout_s``: how long
-    the read waits for an answer from the broker."""
-    q = cfg.queue(queue)
+def list_dead_letters(cfg: Config, queue: str, timeout_s: float = 10.0,
+                      group: str | None = None) -> Iterator[DeadLetter]:
+    """Every dead letter of ``queue`` (of its consumer ``group``) now in the DLQ (read-only, no group).
+    ``timeout_s``: how long the read waits for an answer from the broker."""
+    q = cfg.queue(queue, group)
     tps, _ = _dlq_partitions(cfg, q)
     if not tps:
         return
@@ -152,7 +155,8 @@ class ReplayResult:
 def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | None = None, reason: str | None = None,
            group: str | None = None, progress: Callable[[int], None] | None = None,
            size_hint: Callable[[int], None] | None = None, timeout_s: float = 10.0,
-           select: Callable[[DeadLetter], bool] | None = None, dry_run: bool = False) -> ReplayResult:
+           select: Callable[[DeadLetter], bool] | None = None, dry_run: bool = False,
+           queue_group: str | None = None) -> ReplayResult:
     """Move dead letters of ``queue`` back to it; see the module docstring.
 
     ``rate`` caps replayed messages per second; ``progress(n)`` is called with
@@ -172,12 +176,16 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
     ``dry_run``: read only: the result says what a replay would copy (:attr:`ReplayResult.planned`,
     each one's target partition) and leave; nothing is produced and nothing is committed. A record
     the broker would refuse (larger than the producer's request size) shows up only in a real run.
+
+    ``queue_group``: the queue's consumer group whose DLQ is replayed (needed when the queue is
+    configured for several). A named group's copies carry its ``kmq-group``, so the other groups'
+    workers skip them; the default group's carry none.
     """
     if reason is not None and reason not in REASONS:
         raise KmqError(f"--reason must be one of {', '.join(REASONS)}, got {reason!r}")
-    q = cfg.queue(queue)
+    q = cfg.queue(queue, queue_group)
     tps, queue_partitions = _dlq_partitions(cfg, q)
-    group = group or replay_group(cfg, queue, reason)
+    group = group or replay_group(cfg, q.label, reason)
     result = ReplayResult(group=group, dry_run=dry_run)
     if not tps:
         return result
@@ -296,6 +304,8 @@ def _send_one(p, q: QueueConfig, dl: DeadLetter, queue_partitions: int, sent: li
     target_p = _target_partition(dl, queue_partitions)
     headers = producible_headers([(k, v) for k, v in dl.headers if k not in _DROPPED and k != HEADER_REPLAY_OF])
     headers.append((HEADER_REPLAY_OF, f"{tp[0]}/{tp[1]}/{dl.offset}".encode()))
+    # A replay's delivery count is reset: kmq-group (default included) keeps it the group's own.
+    headers.append((HEADER_GROUP, q.group_name.encode()))
     try:
         fut = p.send(q.name, key=dl.key, value=dl.value, headers=headers, partition=target_p)
     except refused_record_errors() as exc:

@@ -59,10 +59,11 @@ def _replay(reader: LogReader, q: QueueConfig, tps: list[Partition],
 
 
 def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_group: str | None = None,
-            now_ms: int | None = None, timeout_s: float = 30.0) -> list[PartitionStatus]:
-    """Per queue partition: in-flight, oldest age, queue lag, marker lag, DLQ size.
+            now_ms: int | None = None, timeout_s: float = 30.0, group: str | None = None) -> list[PartitionStatus]:
+    """Per queue partition: in-flight, oldest age, queue lag, marker lag, DLQ size, of the queue's
+    consumer ``group`` (needed when the queue is configured for several).
     ``timeout_s``: how long a read waits for an answer from the broker."""
-    q = cfg.queue(queue)
+    q = cfg.queue(queue, group)
     layout = describe(cfg.kafka, q)
     if layout.dlq_partitions is None and layout.queue_partitions is not None and layout.markers_partitions is not None:
         dlq_missing = True  # still worth a status: the tracker keeps dead letters open until the DLQ exists
@@ -75,7 +76,7 @@ def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_g
     dtps = [(q.dlq_topic, p) for p in range(layout.dlq_partitions or 0)]
     reader = open_log_reader(cfg.kafka, timeout_s)
     try:
-        worker_off = reader.committed(workers_group or cfg.consumer.group_id, qtps)
+        worker_off = reader.committed(workers_group or cfg.workers_group(q), qtps)
         tracker_off = reader.committed(tracker_group or cfg.tracker.group_id, mtps)
         bounds = reader.bounds(qtps + mtps + dtps)
         states = _replay(reader, q, mtps, tracker_off)

@@ -32,7 +32,7 @@ from kmq.client.topics import require_aligned
 from kmq.config import Config, QueueConfig
 from kmq.core.errors import TraceError
 from kmq.core.markers import Start, decode_record
-from kmq.core.message import origin_of
+from kmq.core.message import for_group, origin_of
 from kmq.core.trace import Trace, TraceBuilder, parse_origin
 
 __all__ = ["trace", "Progress", "MAX_KEY_MATCHES"]
@@ -55,14 +55,14 @@ class _Window:
 def trace(cfg: Config, queue: str, *, origin: str | None = None, key: str | None = None,
           partition: int | None = None, offset: int | None = None, since_s: float | None = None,
           tracker_group: str | None = None, workers_group: str | None = None, now_ms: int | None = None,
-          progress: Progress | None = None, timeout_s: float = 30.0) -> list[Trace]:
+          progress: Progress | None = None, timeout_s: float = 30.0, group: str | None = None) -> list[Trace]:
     """Timelines of the message(s) selected by exactly one of ``origin``, ``key`` or
     ``partition`` + ``offset``; see the module docstring for what is read."""
     chosen = sum(x is not None for x in (origin, key, offset if partition is not None else None))
     if chosen != 1 or (partition is None) != (offset is None):
         raise TraceError("name exactly one message: ORIGIN (topic/partition/offset), --key K, "
                          "or --partition P --offset O")
-    q = cfg.queue(queue)
+    q = cfg.queue(queue, group)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     since_ms = None if since_s is None else now_ms - int(since_s * 1000)
     layout = require_aligned(cfg.kafka, q)
@@ -70,7 +70,7 @@ def trace(cfg: Config, queue: str, *, origin: str | None = None, key: str | None
     reader = _Reader(cfg, q, since_ms, progress, timeout_s)
     try:
         return _trace(reader, cfg, q, n, layout.dlq_partitions or 0, origin, key, partition, offset,
-                      tracker_group or cfg.tracker.group_id, workers_group or cfg.consumer.group_id, now_ms)
+                      tracker_group or cfg.tracker.group_id, workers_group or cfg.workers_group(q), now_ms)
     except LogReadError as exc:
         raise LogReadError(f"reading the history of {queue} failed: {exc}") from exc
     finally:
@@ -193,6 +193,8 @@ class _Reader:
 
     def feed_queue(self, p: int, start: int | None, builders: dict[str, TraceBuilder], key: bytes | None) -> None:
         for rec in self._scan((self.q.name, p), start):
+            if not for_group(rec.headers, self.q.group, self.q.name, p, rec.offset):
+                continue  # another consumer group's copy: not a delivery of this group
             o = origin_of(rec.headers, self.q.name, p, rec.offset)
             if key is not None and rec.key == key and o not in builders:
                 builders[o] = TraceBuilder(self.q.name, o)

@@ -67,7 +67,7 @@ def preflight(cfg: Config, opts: JobOptions) -> None:
         for q in _queues(cfg, opts):
             if not c.partitions_for_topic(q.markers_topic):
                 raise TopicMissing(
-                    f"markers topic {q.markers_topic!r} of queue {q.name!r} does not exist: run `kmq topics create`"
+                    f"markers topic {q.markers_topic!r} of queue {q.label!r} does not exist: run `kmq topics create`"
                 )
     finally:
         c.close()
@@ -184,7 +184,8 @@ def _connector_conf(spark_cfg: SparkConfig, conf: dict[str, str]) -> tuple[cn.Co
 
 # ------------------------------------------------------------------ source
 def _queues(cfg: Config, opts: JobOptions):
-    qs = [cfg.queue(n) for n in opts.queues] if opts.queues else list(cfg.queues)
+    # A queue's consumer groups are watched apart, each by its label (orders, orders__billing).
+    qs = [cfg.queue_labelled(n) for n in opts.queues] if opts.queues else list(cfg.queues)
     if not qs:
         raise KmqError("no queue to watch: list queues in the config (queues:) or pass --queue NAME")
     return qs
@@ -332,7 +333,7 @@ def build_windows(spark, cfg: Config, opts: JobOptions, markers=None):
     raw = markers if markers is not None else read_markers(spark, cfg, opts)
     from pyspark.sql import functions as F
 
-    topic_to_queue = F.create_map(*[F.lit(x) for q in queues for x in (q.markers_topic, q.name)])
+    topic_to_queue = F.create_map(*[F.lit(x) for q in queues for x in (q.markers_topic, q.label)])
     # Decoding happens inside the stateful step, batch-wise with kmq.core.markers_bulk:
     # one Python hop per record instead of two (see docs/spark.md).
     queue = F.coalesce(topic_to_queue[F.col("topic")], F.col("topic")).alias("queue")

@@ -239,7 +239,7 @@ class BatchSinks:
 
         from kmq.client.kafka_python.clients import admin_client
 
-        topics = {q.name: q.markers_topic for q in self.cfg.queues}
+        topics = {q.label: q.markers_topic for q in self.cfg.queues}
         keys = {(topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"]) for r in rows}
         # One OffsetFetch for every partition of the batch (consumer.committed() asks once per
         # partition, a round trip each: with many partitions that was most of a batch's sink time).
@@ -309,7 +309,7 @@ class BatchSinks:
                 self._producer = producer(self.cfg.kafka)
             futures = []
             for r in rows:
-                topic = self.cfg.queue(r["queue"]).metrics_topic
+                topic = self.cfg.queue_labelled(r["queue"]).metrics_topic
                 self._ensure_topic(topic)
                 value = json.dumps({**r, "batch_id": batch_id}, separators=(",", ":")).encode()
                 futures.append(self._producer.send(topic, key=row_key(r).encode(), value=value))

@@ -63,6 +63,11 @@ class ConsumerMetrics:
             "flow control or the in-flight cap, the tracker redelivers them; a later settlement is still written",
             ["queue"], registry=r,
         )
+        self.copies_skipped = Counter(
+            "kmq_consumer_copies_skipped_total",
+            "Copies made for another consumer group of the queue (kmq-group names it): committed past, never "
+            "STARTed or delivered here", ["queue"], registry=r,
+        )
         self.marker_write_seconds = Histogram(
             "kmq_consumer_marker_write_seconds", "Time to write START markers and get Kafka's acknowledgement",
             buckets=LATENCY_BUCKETS, registry=r,

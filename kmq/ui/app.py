@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from kmq.config import Config, parse_duration
+from kmq.config import Config, QueueConfig, parse_duration
 from kmq.core.errors import ConfigError, KmqError
 from kmq.core.trace import STATES, clock, describe_event
 from kmq.ops.dlq import REASONS, list_dead_letters
@@ -159,15 +159,19 @@ class _Console:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ helpers
-    def _queue(self, request: Request) -> str:
-        name = request.query_params.get("queue") or (self.cfg.queues[0].name if self.cfg.queues else "")
-        if not name:
+    def _queue(self, request: Request, label: str | None = None) -> QueueConfig:
+        """The queue the page is about: ``?queue=`` names an entry by its label (``orders``, or
+        ``orders__billing`` for a consumer group of the queue)."""
+        label = label or request.query_params.get("queue") or (self.cfg.queues[0].label if self.cfg.queues else "")
+        if not label:
             raise KmqError("no queue configured: pass ?queue=NAME or add queues to kmq.yaml")
-        self.cfg.queue(name)
-        return name
+        return self.cfg.queue_labelled(label)
 
     def _page(self, request: Request, template: str, status: int = 200, **ctx: Any) -> Response:
-        ctx.setdefault("queues", [q.name for q in self.cfg.queues])
+        ctx.setdefault("queues", [q.label for q in self.cfg.queues])
+        q = ctx.get("q")
+        if isinstance(q, QueueConfig):  # the queue's topic and group, for the text of the page
+            ctx.update(queue=q.label, topic=q.name, group=q.group)
         return self.templates.TemplateResponse(request, template, {"csrf": self.csrf, **ctx}, status_code=status)
 
     def failure(self, request: Request, exc: Exception) -> Response:
@@ -176,9 +180,9 @@ class _Console:
                           error=str(exc), queue=request.query_params.get("queue"))
 
     # ------------------------------------------------------------ overview
-    def _overview(self, queue: str) -> dict[str, Any]:
+    def _overview(self, q: QueueConfig) -> dict[str, Any]:
 
-        rows = collect(self.cfg, queue, self.settings.workers_group, self.settings.tracker_group)
+        rows = collect(self.cfg, q.name, self.settings.workers_group, self.settings.tracker_group, group=q.group_name)
         totals = {
             "in_flight": sum(r.in_flight for r in rows),
             "oldest": _age(max((r.oldest_age_s for r in rows), default=0)),
@@ -187,7 +191,7 @@ class _Console:
             "dlq": sum(r.dlq_size or 0 for r in rows),
             "bad": sum(r.bad_markers for r in rows),
         }
-        return {"queue": queue, "rows": rows, "totals": totals, "age": _age, "tracker": self._tracker(queue),
+        return {"q": q, "rows": rows, "totals": totals, "age": _age, "tracker": self._tracker(q.label),
                 "refresh_s": self.settings.refresh_s,
                 "now": datetime.now(timezone.utc).strftime("%H:%M:%S UTC")}
 
@@ -239,12 +243,12 @@ class _Console:
 
     def dlq(self, request: Request) -> Response:
 
-        queue = self._queue(request)
+        q = self._queue(request)
         now_ms = int(time.time() * 1000)
         qp = request.query_params
         sel = self._filter(qp, now_ms)
         rows, total, shown = [], 0, 0
-        for dl in list_dead_letters(self.cfg, queue):
+        for dl in list_dead_letters(self.cfg, q.name, group=q.group_name):
             total += 1
             if not sel.matches(dl):
                 continue
@@ -256,7 +260,7 @@ class _Console:
                     "origin": dl.header("kmq-origin"), "error": dl.header("kmq-dlq-error"),
                     "headers": [(k, _text(v, 200)) for k, v in dl.headers],
                 })
-        return self._page(request, "dlq.html", queue=queue, rows=rows, total=total, shown=shown, reasons=REASONS,
+        return self._page(request, "dlq.html", q=q, rows=rows, total=total, shown=shown, reasons=REASONS,
                           reason=qp.get("reason", ""), key=qp.get("key", ""), since=qp.get("since", ""),
                           max_rows=MAX_ROWS)
 
@@ -282,41 +286,40 @@ class _Console:
 
     async def redrive_preview(self, request: Request) -> Response:
         form = await self._form(request)
-        queue = str(form.get("queue", ""))
-        self.cfg.queue(queue)
+        q = self._queue(request, str(form.get("queue", "")))
         sel = self._selection(form)
         from starlette.concurrency import run_in_threadpool
 
-        count, moved = await run_in_threadpool(preview, self.cfg, queue, sel)
-        return self._page(request, "confirm.html", queue=queue, sel=sel, count=count, moved=moved,
-                          positions=sorted(sel.positions), group=sel.group(self.cfg, queue))
+        count, moved = await run_in_threadpool(preview, self.cfg, q, sel)
+        return self._page(request, "confirm.html", q=q, sel=sel, count=count, moved=moved,
+                          positions=sorted(sel.positions), replay_group=sel.group(self.cfg, q.label))
 
     async def redrive_confirm(self, request: Request) -> Response:
         form = await self._form(request)
-        queue = str(form.get("queue", ""))
-        self.cfg.queue(queue)
+        q = self._queue(request, str(form.get("queue", "")))
         sel = self._selection(form)
         from starlette.concurrency import run_in_threadpool
 
-        log.info("redriving %s from the DLQ of %s", sel.canonical(), queue)
-        result = await run_in_threadpool(redrive, self.cfg, queue, sel)
-        return self._page(request, "done.html", queue=queue, result=result)
+        log.info("redriving %s from the DLQ of %s", sel.canonical(), q.label)
+        result = await run_in_threadpool(redrive, self.cfg, q, sel)
+        return self._page(request, "done.html", q=q, result=result)
 
     # ------------------------------------------------------------ trace
     def trace(self, request: Request) -> Response:
 
-        queue = self._queue(request)
+        q = self._queue(request)
         qp = request.query_params
         form = {k: qp.get(k, "") for k in ("origin", "key", "partition", "offset", "since")}
         traces, error = None, None
         if form["origin"] or form["key"] or form["offset"]:
             try:
                 since = parse_duration(form["since"], "since") if form["since"] else None
-                traces = read_trace(self.cfg, queue, origin=form["origin"] or None, key=form["key"] or None,
+                traces = read_trace(self.cfg, q.name, group=q.group_name, origin=form["origin"] or None,
+                                    key=form["key"] or None,
                                     partition=_int(form["partition"], "partition") if form["offset"] else None,
                                     offset=_int(form["offset"], "offset"), since_s=since,
                                     tracker_group=self.settings.tracker_group,
                                     workers_group=self.settings.workers_group)
             except KmqError as exc:
                 error = str(exc)
-        return self._page(request, "trace.html", queue=queue, form=form, traces=traces, error=error)
+        return self._page(request, "trace.html", q=q, form=form, traces=traces, error=error)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from kafka import TopicPartition
 
 from kmq.client.kafka_python.clients import broker_errors, consumer as make_consumer
-from kmq.config import Config
+from kmq.config import Config, QueueConfig
 from kmq.ops.dlq import DeadLetter, ReplayResult, list_dead_letters, replay
 
 __all__ = ["Selection", "preview", "redrive", "matching"]
@@ -58,18 +58,19 @@ class Selection:
         return f"{cfg.tracker.group_id}-ui-redrive-{queue}-{digest}"
 
 
-def matching(cfg: Config, queue: str, sel: Selection) -> list[DeadLetter]:
-    """The dead letters the selection names (whether or not already redriven)."""
-    return [dl for dl in list_dead_letters(cfg, queue) if sel.matches(dl)]
+def matching(cfg: Config, q: QueueConfig, sel: Selection) -> list[DeadLetter]:
+    """The dead letters of ``q`` (a queue's consumer group) the selection names (whether or not
+    already redriven)."""
+    return [dl for dl in list_dead_letters(cfg, q.name, group=q.group_name) if sel.matches(dl)]
 
 
-def preview(cfg: Config, queue: str, sel: Selection) -> tuple[int, int]:
+def preview(cfg: Config, q: QueueConfig, sel: Selection) -> tuple[int, int]:
     """Dry run: (dead letters a redrive would move now, ones this selection already moved)."""
-    found = matching(cfg, queue, sel)
-    c = make_consumer(cfg.kafka, group_id=sel.group(cfg, queue), enable_auto_commit=False)
+    found = matching(cfg, q, sel)
+    c = make_consumer(cfg.kafka, group_id=sel.group(cfg, q.label), enable_auto_commit=False)
     try:
         with broker_errors(cfg.kafka):
-            done = {p: c.committed(TopicPartition(cfg.queue(queue).dlq_topic, p))
+            done = {p: c.committed(TopicPartition(q.dlq_topic, p))
                     for p in {dl.partition for dl in found}}
     finally:
         c.close()
@@ -77,6 +78,7 @@ def preview(cfg: Config, queue: str, sel: Selection) -> tuple[int, int]:
     return len(found) - moved, moved
 
 
-def redrive(cfg: Config, queue: str, sel: Selection) -> ReplayResult:
-    """Move the selected dead letters back to the queue, exactly as ``kmq dlq replay`` does."""
-    return replay(cfg, queue, select=sel.matches, group=sel.group(cfg, queue))
+def redrive(cfg: Config, q: QueueConfig, sel: Selection) -> ReplayResult:
+    """Move the selected dead letters back to the queue, exactly as ``kmq dlq replay`` does (to
+    ``q``'s consumer group only)."""
+    return replay(cfg, q.name, select=sel.matches, group=sel.group(cfg, q.label), queue_group=q.group_name)

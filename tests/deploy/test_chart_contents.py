@@ -252,3 +252,21 @@ def test_client_certificate_secret_is_mounted_and_named_in_kmq_yaml():
     # OAUTHBEARER and AWS_MSK_IAM need no password Secret (AWS_MSK_IAM signs on kafka-python only).
     render({"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": "OAUTHBEARER"}})
     render({"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": "AWS_MSK_IAM", "client": "kafka-python"}})
+
+
+def test_consumer_groups_of_one_queue_get_their_own_topics_alerts_and_init_commands():
+    groups = [{"name": "orders", "partitions": 4}, {"name": "orders", "group": "billing", "workers_group": "billing-w"}]
+    rule = {"enabled": True, "runbookBaseUrl": "https://docs.example.com/kmq/docs/operations.md"}
+    docs = render({"queues": groups, "prometheusRule": rule,
+                   "topicInit": {"mode": "strimzi", "strimzi": {"clusterName": "c"}}})
+    cfg = Config.from_dict(yaml.safe_load(find(docs, "ConfigMap", "kmq")["data"]["kmq.yaml"]))
+    assert [(q.group, q.markers_topic, cfg.workers_group(q)) for q in cfg.queues] == [
+        (None, "orders__markers", cfg.consumer.group_id), ("billing", "orders__billing__markers", "billing-w")]
+    # One KafkaTopic for the shared queue topic, one markers and one DLQ topic per group.
+    topics = sorted(d["spec"]["topicName"] for d in docs if d["kind"] == "KafkaTopic")
+    assert topics == ["orders", "orders__billing__dlq", "orders__billing__markers", "orders__dlq", "orders__markers"]
+    exprs = [r.get("expr", "") for g in find(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert any('queue="orders__billing"' in e for e in exprs) and any('queue="orders"' in e for e in exprs)
+    script = find(render({"queues": groups}), "Job", "-topic-init")["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "kmq topics create orders --partitions 4 --config /etc/kmq/kmq.yaml --group default" in script
+    assert "kmq topics create orders --config /etc/kmq/kmq.yaml --group billing" in script

@@ -53,7 +53,8 @@ def test_list_and_replay_once_with_reason_limit_and_rate(bootstrap, queue_topics
             h = headers(r)
             assert r.partition == 1 and r.value == b"bad"
             assert h.pop("kmq-replay-of").startswith(f"{q.dlq_topic}/1/")
-            assert h == {"app": "b", "kmq-origin": f"{q.name}/1/{r.key.decode()[1:]}"}  # count and dlq headers dropped
+            # Count and dlq headers dropped; kmq-group keeps the replay its group's (the default group here).
+            assert h == {"app": "b", "kmq-origin": f"{q.name}/1/{r.key.decode()[1:]}", "kmq-group": "default"}
         # Unfiltered replay: its own group, limited and rate-capped, then the rest, each exactly once.
         assert "replayed 2 message(s)" in replay("--limit", "2", "--rate", "50")
         assert "replayed 3 message(s)" in replay()

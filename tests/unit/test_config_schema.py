@@ -50,6 +50,8 @@ PROBES = {
 # A client's settings: scalars by name; which names pass is kmq's (and the client's) to say.
 PROBES["settings"] = [{}, None, {"fetch_min_bytes": 1, "linger.ms": 5.5, "x": True}, {"client.rack": "a"},
                       {"enable.auto.commit": True}, {"client_id": "x"}, {"a": {"b": 1}}, {"a": [1]}, "text", []]
+PROBES["optname"] = ["billing", "billing.v2", "a-b_c", "default", "a__b", "_a", "a_", "", "  ", "a b", 5, None,
+                      "a" * 200, "a" * 240]
 PROBES["optduration"] = PROBES["duration"]
 PROBES["optint"] = PROBES["int"]
 PROBES["optstr"] = PROBES["str"]
@@ -92,7 +94,8 @@ FIELDS = list(_all_fields())
 NOT_SAYABLE = ("expected at least", "expected at most", "is set but kafka.security_protocol",
                "is false but kafka.security_protocol", "only used with sasl_mechanism", "markers_topic:",
                "must be at least backoff.initial", "must stay below half of the markers retention",
-               "kmq sets this itself", "kafka-python takes its keyword argument names")
+               "kmq sets this itself", "kafka-python takes its keyword argument names",
+               "longer than Kafka's 249 characters")
 
 
 def _spelled_as_stored(value, f: dataclasses.Field):

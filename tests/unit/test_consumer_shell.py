@@ -30,8 +30,8 @@ class FakeWriter:
     """What KmqConsumer uses of MarkerWriter; STARTs are acknowledged at once."""
 
     def __init__(self, cfg: Config, queue: str | None = None, metrics: ConsumerMetrics | None = None,
-                 clients: object = None) -> None:
-        self.queue = cfg.queue(queue or TOPIC)
+                 clients: object = None, group: str | None = None) -> None:
+        self.queue = cfg.queue(queue or TOPIC, group)
         self.metrics = metrics or ConsumerMetrics()
         self.lock = threading.Lock()
         self.buffer = AckBuffer()

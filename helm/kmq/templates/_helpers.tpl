@@ -62,6 +62,12 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 
 {{/* A kmq duration (250ms, 30s, 5m, 1h, 7d or a number of seconds; spaces allowed around the
      number and the unit, as kmq reads it: kmq.config DURATION_PATTERN) in seconds. */}}
+{{- /* The prefix of a queues[] entry's topics and its metrics' queue label: the queue's name for the
+default group (group unset or "default"), <name>__<group> for a named consumer group (docs/protocol.md). */ -}}
+{{- define "kmq.queuePrefix" -}}
+{{- if and .group (ne .group "default") -}}{{ printf "%s__%s" .name .group }}{{- else -}}{{ .name }}{{- end -}}
+{{- end -}}
+
 {{- define "kmq.seconds" -}}
 {{- $v := toString . | trim -}}
 {{- if hasSuffix "ms" $v -}}{{ divf (trimSuffix "ms" $v | trim | float64) 1000 }}
@@ -115,10 +121,11 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 {{- $seen := dict -}}
 {{- range $i, $q := .Values.queues -}}
-{{- if hasKey $seen $q.name -}}
-{{- fail (printf "queues[%d].name: queue %q is configured twice" $i $q.name) -}}
+{{- $id := include "kmq.queuePrefix" $q -}}
+{{- if hasKey $seen $id -}}
+{{- fail (printf "queues[%d].name: queue %q (group %q) is configured twice" $i $q.name ($q.group | default "default")) -}}
 {{- end -}}
-{{- $_ := set $seen $q.name true -}}
+{{- $_ := set $seen $id true -}}
 {{- end -}}
 {{- end -}}
 
