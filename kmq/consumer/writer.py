@@ -537,7 +537,7 @@ def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
     children) and ended with the settlement the decorator makes."""
 
     rule = OutcomeRule(writer.queue.backoff.delay, reject_on)
-    tracing = delivery_tracing(writer.cfg.consumer.group_id)
+    tracing = delivery_tracing(writer.cfg.workers_group(writer.queue))
 
     def deco(fn: F) -> F:
         @functools.wraps(fn)

@@ -155,8 +155,8 @@ def test_marked_settles_by_the_rule_through_the_writer():
     rec = Recorder()
 
     class Writer:
-        queue = SimpleNamespace(name="orders", backoff=BACKOFF)
-        cfg = SimpleNamespace(consumer=SimpleNamespace(group_id="workers"))
+        queue = SimpleNamespace(name="orders", backoff=BACKOFF, group=None)
+        cfg = SimpleNamespace(consumer=SimpleNamespace(group_id="workers"), workers_group=lambda queue: "workers")
 
         def __init__(self):
             self.open = set()
