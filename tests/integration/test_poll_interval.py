@@ -1,9 +1,10 @@
 """consumer.max_poll_interval: an application that stops taking messages gives its partitions to
 the rest of the group (as a Kafka consumer not polled for max.poll.interval.ms leaves it), and
-joins again when it takes again."""
+joins again when it takes again; a kmq.share.ShareConsumer dropped without close() leaves too."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 
@@ -101,4 +102,34 @@ def test_a_stalled_application_gives_its_partitions_to_a_healthy_member_and_rejo
     assert len(keys) == len(set(keys)) == 600  # each message handed exactly once: nothing lost, none twice
     assert {m.delivery_count for m in deliveries} == {1}
     assert not [m for ms in markers.values() for m in ms if isinstance(m, Nack)]
+
+
+def test_a_share_consumer_dropped_without_close_leaves_its_group(queue_topics, bootstrap, kafka_client):
+    from kmq.share import ShareConsumer
+
+    cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})
+    produce(cfg, q.name, 200, partitions=2)
+    conf = {"bootstrap.servers": bootstrap, "group.id": cfg.consumer.group_id, "kmq.kafka.client": kafka_client,
+            "kmq.session.timeout.ms": 6000, "kmq.heartbeat.interval.ms": 1000, "max.poll.records": 10}
+    got: dict[tuple[int, int], int] = {}
+
+    def take(c: ShareConsumer) -> None:
+        for m in c.poll(timeout=0.1):
+            got[(m.partition(), m.offset())] = m.kmq_message.delivery_count
+
+    dropped = ShareConsumer(conf)
+    dropped.subscribe([q.name])
+    wait_until(lambda: take(dropped) or got, 30, what="the first member's first records")
+    dropped.commit_sync()  # what it returned is accepted; the rest it fetched was never returned
+    first = dict(got)
+    queue = dropped.kmq_consumer
+    del dropped
+    gc.collect()
+    wait_until(lambda: queue._closed and not queue._fetcher.is_alive(), 30, what="the dropped consumer closed")
+    # The default max.poll.interval.ms (5 min) is far away: only the close gives the partitions up.
+    with ShareConsumer(conf) as second:
+        second.subscribe([q.name])
+        wait_until(lambda: take(second) or len(got) >= 200, REBALANCE, what="every record returned")
+    assert set(got) == {(p, o) for p in range(2) for o in range(100)} and set(first) < set(got)
+    assert set(got.values()) == {1}
 
