@@ -303,7 +303,6 @@ class AsyncKmqConsumer:
         c = self._consumer
         if c is None or self._closed or c.stopping:
             return None
-        c._takes += 1  # a take: the application is alive (consumer.max_poll_interval)
         return c._ahead.next(0)
 
     def _keep_late(self, fut: concurrent.futures.Future) -> None:

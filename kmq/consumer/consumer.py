@@ -154,8 +154,9 @@ class KmqConsumer:
         self._fetcher: threading.Thread | None = None
         self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
         self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
-        #: Takes by the application (poll, iteration, workers): a bare count, no clock read per take;
-        #: the fetcher tells a stalled application by it (:mod:`kmq.core.poll_interval`).
+        #: Takes by the application (poll, workers; iteration's are counted by TakeAhead): a bare
+        #: count, no clock read per take; the fetcher tells a stalled application by it
+        #: (:mod:`kmq.core.poll_interval`).
         self._takes = 0
         self._join_at = 0.0  # out of the group: not before this time is joining tried again
         self._init_fetcher(cfg)
@@ -403,7 +404,6 @@ class KmqConsumer:
         self._ensure_started()
         ahead = self._ahead
         while not self.stopping:
-            self._takes += 1
             msg = ahead.next(0.5)  # raises the fetcher's error once nothing is ready
             if msg is not None:
                 yield msg
@@ -442,7 +442,7 @@ class KmqConsumer:
                     self._feed_answers(now)
                     self._held.renew_due(self._pipeline.pending, self._ready, now)
                 self._expire_leases(now)
-                if watch.look(now, self._takes, self._ready.ready) is LEAVE and kc is not None:
+                if watch.look(now, self._takes + self._ahead.takes, self._ready.ready) is LEAVE and kc is not None:
                     self._leave(kc, watch.stalled_for(now))
                     kc = None
                 if kc is None:  # out of the group (the application stopped taking)
