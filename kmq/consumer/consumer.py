@@ -48,8 +48,8 @@ from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields
-from kmq.core.poll_interval import LEAVE, PollInterval
 from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
+from kmq.core.poll_interval import LEAVE, PollInterval
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
 
