@@ -400,6 +400,9 @@ class ConsumerConfig:
     assignor: str = _f("COOPERATIVE-STICKY", "choice", choices=("COOPERATIVE-STICKY", "RANGE"))
     # A fetcher whose Kafka poll has not returned for this long is stalled: the consumer fails loudly.
     fetch_stall_timeout: float = _f(10.0, "duration", min=1.0)
+    # Kafka's max.poll.interval.ms for the application: messages ready and none taken by it for this
+    # long, the consumer gives its partitions up (leaves the group) until the application takes again.
+    max_poll_interval: float = _f(300.0, "duration", min=1.0)
     # none: handlers get messages in any order; key: one message per (partition, key) at a time, in
     # offset order, through failures (docs/protocol.md, "Per-key ordering").
     ordering: str = _f("none", "choice", choices=("NONE", "KEY"), lower=True)

@@ -50,6 +50,7 @@ from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields, partitions_fields
 from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
+from kmq.core.poll_interval import LEAVE, PollInterval
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
 
@@ -67,6 +68,12 @@ FETCH_BATCHES = 8
 #: Seconds the fetcher, closing, waits for a take for iteration that is in progress (it ends at
 #: once when the close wakes it; this bounds only a taker that cannot run meanwhile).
 TAKE_WAIT = 1.0
+
+#: Seconds between the fetcher's looks while the consumer is out of the group (the application
+#: stopped taking, ``consumer.max_poll_interval``): how soon a take brings it back.
+OUT_WAIT = 0.1
+#: Seconds before a failed join after such a stall is tried again.
+REJOIN_RETRY = 1.0
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
@@ -121,6 +128,7 @@ class KmqConsumer:
         group: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self._clients = clients
         self.writer = MarkerWriter(cfg, queue, metrics=metrics, clients=clients, group=group)
         self.queue = self.writer.queue
         self.metrics = self.writer.metrics
@@ -157,6 +165,11 @@ class KmqConsumer:
         self._fetcher: threading.Thread | None = None
         self._settled_counts = [0, 0]  # [messages, bytes] settled by user code since the last fold
         self._returned_counts = [0, 0]  # [messages, bytes] given back unprocessed since the last fold
+        #: Takes by the application (poll, workers; iteration's are counted by TakeAhead): a bare
+        #: count, no clock read per take; the fetcher tells a stalled application by it
+        #: (:mod:`kmq.core.poll_interval`).
+        self._takes = 0
+        self._join_at = 0.0  # out of the group: not before this time is joining tried again
         self._init_fetcher(cfg)
         #: Outstanding-message bounds and the measured rate (under self._lock).
         self.flow = FlowControl(FlowLimits(
@@ -166,12 +179,7 @@ class KmqConsumer:
             min_messages=max(1, min(batch_size, cfg.consumer.max_outstanding_messages)),
         ), time.monotonic())
         try:
-            wait_ms = cfg.consumer.fetch_wait_ms
-            overrides = {"metadata_max_age_ms": int(cfg.kafka.metadata_max_age * 1000)}
-            if wait_ms is not None:
-                overrides["fetch_max_wait_ms"] = wait_ms
-            self._kc = clients.group_consumer(cfg.kafka, cfg.workers_group(self.queue), cfg.consumer.assignor,
-                                                 self.fetch_size, **overrides)
+            self._kc = self._open_kafka_consumer()
         except BaseException:
             self.writer.close()
             raise
@@ -181,6 +189,15 @@ class KmqConsumer:
             cfg, self.queue, self._keyed, self.metrics, self._copy_wait, lambda: clients.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
         self._tracing = delivery_tracing(cfg.workers_group(self.queue))
+
+    def _open_kafka_consumer(self) -> Any:
+        """A new group consumer of this consumer's group (not subscribed yet)."""
+        cfg = self.cfg
+        overrides = {"metadata_max_age_ms": int(cfg.kafka.metadata_max_age * 1000)}
+        if cfg.consumer.fetch_wait_ms is not None:
+            overrides["fetch_max_wait_ms"] = cfg.consumer.fetch_wait_ms
+        return self._clients.group_consumer(cfg.kafka, cfg.workers_group(self.queue), cfg.consumer.assignor,
+                                            self.fetch_size, **overrides)
 
     def _init_fetcher(self, cfg: Config) -> None:
         """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
@@ -371,6 +388,7 @@ class KmqConsumer:
         fetcher's error (e.g. :class:`~kmq.core.errors.MarkerWriteError`) once ready
         messages are used up."""
         self._ensure_started()
+        self._takes += 1
         n = self.batch_size if max_records is None else max_records
         if self._ahead:  # an iteration left messages taken ahead: they come first
             held = self._ahead.take(n if n > 0 else MOST)
@@ -382,6 +400,7 @@ class KmqConsumer:
         """Ready messages of one batch with what putting them back needs (:mod:`kmq.consumer.take_ahead`);
         what a taker does not hand on goes to ``self._ahead.keep``."""
         self._ensure_started()
+        self._takes += 1
         return self._ready.take_chunk(timeout, max_records, self._stopped)
 
     def _stopped(self) -> bool:
@@ -424,16 +443,27 @@ class KmqConsumer:
         """Feed the fetch pipeline (:mod:`kmq.consumer.fetch_pipeline`) its events and carry out its
         actions: this thread is the only one that touches the Kafka consumer."""
         kc = self._kc
+        watch = PollInterval(self.cfg.consumer.max_poll_interval, time.monotonic())
         try:
-            kc.subscribe([self.queue.name], self._assigned, self._revoked,
-                         commit_on_revoke=self._rewind_on_revoke, on_commit_failed=self._rewind_failed)
+            self._subscribe(kc)
             fed_at = time.monotonic()  # last poll that returned records (or had no room to)
             while not self._stop.is_set():
                 self._wake.clear()  # before reading the answers: one that comes after sets it again
                 now = time.monotonic()
-                self._feed_answers(now)
-                self._held.renew_due(self._pipeline.pending, self._ready, now)
+                if kc is not None:
+                    self._feed_answers(now)
+                    self._held.renew_due(self._pipeline.pending, self._ready, now)
                 self._expire_leases(now)
+                if watch.look(now, self._takes + self._ahead.takes, self._ready.ready) is LEAVE and kc is not None:
+                    self._leave(kc, watch.stalled_for(now))
+                    kc = None
+                if kc is None:  # out of the group (the application stopped taking)
+                    self._room(now)  # settlements into flow control, the gauges
+                    kc = None if watch.left or now < self._join_at else self._rejoin(now)
+                    if kc is None:
+                        self._wake.wait(OUT_WAIT)
+                        continue
+                    fed_at = time.monotonic()
                 # A fresh reading: carrying out the answers above may have handed batches over (at a
                 # later time than `now`), and flow control counts busy time from then.
                 now = time.monotonic()
@@ -458,10 +488,66 @@ class KmqConsumer:
                 error.__cause__ = exc
             self._fail(error or exc)
         finally:
-            try:
-                self._give_back_unhanded(kc)
-            finally:  # whatever happened there: leave the group now, not after max.poll.interval
+            if kc is None:
+                self._nack_left_behind()
+            else:
+                try:
+                    self._give_back_unhanded(kc)
+                finally:  # whatever happened there: leave the group now, not after max.poll.interval
+                    self._close_kafka_consumer()
+
+    def _subscribe(self, kc: Any) -> None:
+        kc.subscribe([self.queue.name], self._assigned, self._revoked,
+                     commit_on_revoke=self._rewind_on_revoke, on_commit_failed=self._rewind_failed)
+
+    def _leave(self, kc: Any, waited: float) -> None:
+        """The application took nothing for ``consumer.max_poll_interval`` while messages were ready
+        (:mod:`kmq.core.poll_interval`): give the partitions up as closing does (never-handed messages
+        committed back, their leases handed off) and leave the group; messages in user code stay."""
+        name = self.queue.name
+        self.metrics.poll_interval_exceeded.labels(name).inc()
+        log.warning("%s: the application took no message for %.0fs while messages were ready (consumer.max_poll_interval"
+                    " %gs): this member gives its partitions to the rest of the group and leaves it (never-handed "
+                    "messages go back to the group, messages in user code stay here); it joins again at the "
+                    "application's next poll", name, waited, self.cfg.consumer.max_poll_interval)
+        try:
+            self._give_back_unhanded(kc, final=False)
+        finally:
+            self._close_kafka_consumer()
+        self._feed_rebalances()  # the close's own revocations
+        # Out of the group: nothing fetched so far may be committed, sought or committed back to any more.
+        self._run(self._pipeline.revoked(set(self._pipeline.owned)))
+        self._closing, self._rewound, self._forwarded, self._commit, self._paused = None, [], {}, None, False
+
+    def _rejoin(self, now: float) -> Any:
+        """The application takes again after :meth:`_leave`: a new Kafka consumer joins the group.
+        None when the broker cannot be reached (tried again after :data:`REJOIN_RETRY`)."""
+        name = self.queue.name
+        kc = None
+        try:
+            kc = self._kc = self._open_kafka_consumer()
+            kc.watch(self.cfg.consumer.fetch_stall_timeout, self._stalled, name)
+            self._subscribe(kc)
+        except Exception as exc:
+            error = client_api.client_error(self.cfg.kafka, exc, f"joining the group of {name} again")
+            if kc is not None:
                 self._close_kafka_consumer()
+            if error is None or not error.retriable:
+                raise
+            log.warning("%s: joining the group again failed (%s); retrying in %gs", name, error, REJOIN_RETRY)
+            self._join_at = now + REJOIN_RETRY
+            return None
+        log.info("%s: the application takes messages again: joining the group", name)
+        return kc
+
+    def _nack_left_behind(self) -> None:
+        """Closing out of the group: messages taken ahead for iteration and put back by the close
+        belong to partitions given up; only the tracker can redeliver them (nacked)."""
+        plan = self._pipeline.close_plan(self._ready.drain(), set())
+        if plan.nack:
+            self._nack_refused(plan.nack)
+            self.writer.flush_buffer()
+        give_back(plan.give_back)
 
     def _feed_answers(self, now: float) -> None:
         """Report the STARTs and the commit Kafka answered, and the time (for the timeouts)."""
@@ -779,16 +865,17 @@ class KmqConsumer:
             else:
                 self._run(self._pipeline.revoked(parts, rewound))
 
-    def _give_back_unhanded(self, kc: Any) -> None:
-        """On close: never-handed messages go back to the group (:func:`kmq.consumer.give_back.give_back_on_close`)."""
+    def _give_back_unhanded(self, kc: Any, final: bool = True) -> None:
+        """On close (or, not ``final``, on leaving the group while the application stalls): never-handed
+        messages go back to the group (:func:`kmq.consumer.give_back.give_back_on_close`)."""
         # Drained first (user code takes nothing more); a revocation during the polls below still
         # commits its partitions' share back (_take_out_closing). A take for iteration that was in
         # progress when close() began puts its rest back first (kmq.consumer.take_ahead); the wait
         # is bounded for a taker that cannot finish (close() from a signal handler on its thread).
-        if not self._ahead.idle(TAKE_WAIT):
+        if final and not self._ahead.idle(TAKE_WAIT):
             log.warning("%s: a take for iteration did not finish within %gs of the close; messages it brings "
                         "later are nacked (the tracker redelivers them)", self.queue.name, TAKE_WAIT)
-        self._closing = self._ready.drain()
+        self._closing = self._ready.drain(final)
 
         def plan(assigned: set[int]) -> ClosePlan:
             self._feed_rebalances()  # the polls that complete a rebalance can revoke partitions

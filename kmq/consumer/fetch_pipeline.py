@@ -396,11 +396,17 @@ class FetchPipeline:
         return ClosePlan(rewind, nack, back, handoff, self.handed_ends(owned, rewind))
 
     def closed(self) -> None:
-        """Closing took everything out (after :meth:`close_plan` was carried out)."""
+        """Closing took everything out (after :meth:`close_plan` was carried out). The pipeline may
+        be fed again afterwards (a consumer that left the group while its application stalled and
+        joins again): nothing of the commits before is kept."""
         for batch in self.pending:
             batch.state = GIVEN_BACK
         self.pending.clear()
         self._committing = 0
+        self._commit_tries = 0
+        self.commit_retrying = False
+        self._await_poll = False
+        self._blocked_since = None
 
     # ------------------------------------------------------------ the machine
     def _advance(self, now: float, out: list[Any]) -> None:

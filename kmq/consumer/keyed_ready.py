@@ -195,8 +195,14 @@ class KeyedReadyQueue:
         with self.cond:
             self.cond.notify_all()
 
-    def drain(self) -> list[tuple[list[KmqMessage], int]]:
-        """Take every waiting message out, held ones too (closing): ``(messages, generation)`` groups."""
+    @property
+    def ready(self) -> bool:
+        """Whether a message may be taken (read without the lock: a glance for the fetcher)."""
+        return self._order.ready > 0
+
+    def drain(self, final: bool = True) -> list[tuple[list[KmqMessage], int]]:
+        """Take every waiting message out, held ones too (closing, or giving the partitions up
+        for a while: ``final`` changes nothing here): ``(messages, generation)`` groups."""
         with self.cond:
             self._settled.clear()
             groups: dict[int, list[KmqMessage]] = {}

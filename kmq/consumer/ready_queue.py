@@ -129,12 +129,19 @@ class ReadyQueue:
         with self.cond:
             self.cond.notify_all()
 
-    def drain(self) -> list[tuple[list[KmqMessage], int]]:
-        """Take every ready message out (closing): ``(messages, generation)`` per batch."""
+    @property
+    def ready(self) -> bool:
+        """Whether messages wait to be taken (read without the lock: a glance for the fetcher)."""
+        return bool(self._batches)
+
+    def drain(self, final: bool = True) -> list[tuple[list[KmqMessage], int]]:
+        """Take every ready message out (closing): ``(messages, generation)`` per batch. Not
+        ``final``: the consumer gives its partitions up for a while (the application stopped
+        taking) and fills the queue again when it rejoins; :meth:`put_back` still works."""
         with self.cond:
             out = [(e[_MSGS][e[_POS]:], e[_GEN]) for e in self._batches]
             self._batches.clear()
-            self._drained = True
+            self._drained = final
             self.cond.notify_all()
         return out
 

@@ -69,6 +69,8 @@ class TakeAhead:
         self._taking = 0  # takes from the ready queue in progress (their rest not kept yet)
         #: Set by :meth:`put_back` (closing): where what comes later goes instead of being held.
         self._closed: tuple[PutBack, Refused] | None = None
+        #: Calls of :meth:`next`: the taker is alive (``consumer.max_poll_interval``); a bare count.
+        self.takes = 0
 
     def __bool__(self) -> bool:
         """Whether messages are held."""
@@ -77,6 +79,7 @@ class TakeAhead:
     def next(self, timeout: float = 0.0) -> KmqMessage | None:
         """The next message: a held one, else one taken now (waiting up to ``timeout`` seconds
         for one to be ready); None when none came. Raises what the ready queue raises."""
+        self.takes += 1
         m = self._pop()
         if m is not None:
             return m

@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Callable, Mapping
 
 from kmq.config import Config
@@ -89,16 +90,18 @@ def _seconds(timeout: Any, what: str) -> float:
 class _Call:
     """The call discipline of a share consumer (``with consumer._call("poll"):``): one thread at a
     time, nothing from inside the commit callback, nothing after close. A class rather than a
-    generator context manager: explicit mode enters it once per record."""
+    generator context manager: explicit mode enters it once per record. It holds the closed flag
+    itself, not its consumer: no reference cycle, so a consumer dropped without ``close()`` is
+    finalised (and leaves its group) as soon as its last reference goes."""
 
-    __slots__ = ("_consumer", "_lock", "owner", "in_callback", "what")
+    __slots__ = ("_lock", "owner", "in_callback", "what", "closed")
 
-    def __init__(self, consumer: "ShareConsumer") -> None:
-        self._consumer = consumer
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self.owner: int | None = None
         self.in_callback = False
         self.what = ""
+        self.closed = False
 
     def __enter__(self) -> None:
         me = threading.get_ident()
@@ -108,7 +111,7 @@ class _Call:
             raise ConcurrentModificationException(
                 f"{self.what}() called while another thread is inside a call of this share consumer; "
                 "it is not thread-safe: use one consumer per thread")
-        if self._consumer._closed:
+        if self.closed:
             self._lock.release()
             raise IllegalStateException(_CLOSED)
         self.owner = me
@@ -116,6 +119,32 @@ class _Call:
     def __exit__(self, *exc: object) -> None:
         self.owner = None
         self._lock.release()
+
+
+class _Subscription:
+    """The queue consumer of a subscription, shared with the finaliser of its share consumer."""
+
+    __slots__ = ("queue", "topic")
+
+    def __init__(self) -> None:
+        self.queue: Any = None
+        self.topic: str | None = None
+
+
+def _close_dropped(sub: _Subscription) -> None:
+    """A share consumer was garbage-collected without ``close()``: close its queue consumer (leave the
+    group, give never-handed messages back) on a thread of its own, since a collection can run on any
+    thread, the consumer's own included, and closing waits for them. The last poll's records are left
+    to their locks (the tracker redelivers them), as a dropped native consumer's are."""
+    queue, topic, sub.queue = sub.queue, sub.topic, None
+    if queue is None:
+        return
+    log.warning("a kmq.share.ShareConsumer of %s was garbage-collected without close(): closing it, so it leaves "
+                "the group; records it returned and nobody acknowledged are redelivered when their locks end", topic)
+    try:
+        threading.Thread(target=queue.close, name=f"kmq-share-close-{topic}").start()
+    except RuntimeError:  # the interpreter is shutting down: its threads end with it
+        log.debug("not closing the dropped share consumer of %s: interpreter shutting down", topic)
 
 
 class ShareConsumer:
@@ -150,8 +179,7 @@ class ShareConsumer:
         conf = {**(config or {}), **kwargs}
         self._settings = read_settings(conf)
         self._mode = self._settings.mode
-        self._topic: str | None = None
-        self._queue: Any = None  # the KmqConsumer of the subscribed topic
+        self._sub = _Subscription()  # the KmqConsumer of the subscribed topic
         #: Subscribed, queue not open yet (no broker answered): its configuration and retry timing.
         self._cfg: Config | None = None
         self._backoff: Backoff | None = None
@@ -166,8 +194,33 @@ class ShareConsumer:
         self._unreported: list[tuple[dict[TopicPartition, set[int]], int]] = []
         #: Their outcome once known (written, or failed), for the callback of the next call.
         self._settled: list[tuple[dict[TopicPartition, set[int]], KafkaException | None]] = []
-        self._closed = False
-        self._guard = _Call(self)
+        self._guard = _Call()
+        # Dropped without close(): its queue consumer is closed all the same (else its fetcher thread
+        # keeps it in the group). Not at interpreter exit: a consumer still referenced then is the
+        # application's to close, and a closing thread started then would not be waited for.
+        self._finalizer = weakref.finalize(self, _close_dropped, self._sub)
+        self._finalizer.atexit = False
+
+    @property
+    def _queue(self) -> Any:
+        """The :class:`KmqConsumer` of the subscribed topic (None when not subscribed)."""
+        return self._sub.queue
+
+    @_queue.setter
+    def _queue(self, queue: Any) -> None:
+        self._sub.queue = queue
+
+    @property
+    def _topic(self) -> str | None:
+        return self._sub.topic
+
+    @_topic.setter
+    def _topic(self, topic: str | None) -> None:
+        self._sub.topic = topic
+
+    @property
+    def _closed(self) -> bool:
+        return self._guard.closed
 
     # ------------------------------------------------------------ call discipline
     def _call(self, what: str) -> "_Call":
@@ -509,7 +562,8 @@ class ShareConsumer:
                 self._leave(closing=True)
                 self._report(0.0)
             finally:
-                self._closed = True
+                self._guard.closed = True
+                self._finalizer.detach()
 
     def __enter__(self) -> "ShareConsumer":
         return self

@@ -85,6 +85,9 @@ KAFKA_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
     "ssl.certificate.location": ("kafka", "ssl_certfile", _text),
     "ssl.key.location": ("kafka", "ssl_keyfile", _text),
     "ssl.key.password": ("kafka", "ssl_password", _text),
+    # Natively, a member not polled for this long leaves its group; on kmq the consumer gives its
+    # partitions up the same way (consumer.max_poll_interval, docs/protocol.md).
+    "max.poll.interval.ms": ("consumer", "max_poll_interval", _ms),
 }
 
 #: kmq's own keys -> (kmq section, kmq key, converter); section "queue" is the subscribed queue.
@@ -119,7 +122,7 @@ REFUSED_KEYS: dict[str, str] = {
 
 #: librdkafka keys a native share consumer may carry that mean nothing to kmq: accepted, ignored.
 IGNORED_KEYS = frozenset({
-    "socket.timeout.ms", "socket.keepalive.enable", "max.poll.interval.ms", "fetch.min.bytes",
+    "socket.timeout.ms", "socket.keepalive.enable", "fetch.min.bytes",
     "fetch.max.bytes", "fetch.wait.max.ms", "max.partition.fetch.bytes",
     "reconnect.backoff.ms", "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
     "topic.metadata.refresh.interval.ms", "statistics.interval.ms", "debug", "log_level", "log.connection.close",

@@ -68,6 +68,12 @@ class ConsumerMetrics:
             "Copies made for another consumer group of the queue (kmq-group names it): committed past, never "
             "STARTed or delivered here", ["queue"], registry=r,
         )
+        self.poll_interval_exceeded = Counter(
+            "kmq_consumer_poll_interval_exceeded_total",
+            "Times the application took no message for consumer.max_poll_interval while messages were ready: "
+            "the consumer gave its partitions up (left the group) until the application took again",
+            ["queue"], registry=r,
+        )
         self.marker_write_seconds = Histogram(
             "kmq_consumer_marker_write_seconds", "Time to write START markers and get Kafka's acknowledgement",
             buckets=LATENCY_BUCKETS, registry=r,

@@ -13,7 +13,7 @@ from kmq.config import Config
 from kmq.consumer import consumer as consumer_module
 from kmq.consumer.ack_buffer import AckBuffer
 from kmq.consumer.consumer import KmqConsumer
-from kmq.core.markers import Nack
+from kmq.core.markers import End, Nack
 from kmq.telemetry.metrics import ConsumerMetrics
 from tests.helpers.kafka import wait_until
 
@@ -280,3 +280,32 @@ def test_hand_over_started_a_revocation_commits_handed_messages_on_without_handi
     consumer._rewind_failed(RuntimeError("fenced"))  # that commit failed: the cost is said
     assert "up to offset {0: 10}) may be delivered again" in caplog.text
     consumer._revoked({(TOPIC, 0)})
+
+
+def test_an_application_that_stops_taking_gives_its_partition_back_and_joins_again_when_it_takes(monkeypatch):
+    first, again = FakeKafka(records=5), FakeKafka(records=5)
+    again._position = 1  # the group's committed offset after the first member gave 1..4 back
+    clients = iter([first, again])
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
+                            "queues": [{"name": TOPIC}], "consumer": {"group_id": "g", "max_poll_interval": "1s"}})
+    monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
+    monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a, **kw: next(clients))
+    committed = threading.Event()
+    consumer = KmqConsumer(cfg, stage_hook=lambda stage, spans: stage == "committed" and committed.set())
+    try:
+        held = consumer.poll(timeout=5, max_records=1)
+        assert [m.offset for m in held] == [0]
+        assert committed.wait(5)  # 1..4 ready, and the application takes nothing more
+        assert first.closed.wait(10), "the stalled member stayed in the group"
+        # Given back as a close does: leases handed off, the offset committed back to the first never handed.
+        assert consumer.writer.handed_off == [{0: [1, 2, 3, 4]}] and first.commits[-1] == {(TOPIC, 0): 1}
+        assert consumer.metrics.registry.get_sample_value(
+            "kmq_consumer_poll_interval_exceeded_total", {"queue": TOPIC}) == 1
+        held[0].ack()  # a message in user code is still settled by this member
+        got: list = []
+        wait_until(lambda: got.extend(consumer.poll(timeout=0.1)) or len(got) >= 4, 10, what="work after the rejoin")
+        assert [m.offset for m in got] == [1, 2, 3, 4] and not again.closed.is_set()
+    finally:
+        consumer.close(timeout=5)
+    ended = {o for m in consumer.writer.flushed if isinstance(m, End) for r in m.ranges for o in r.offsets()}
+    assert 0 in ended

@@ -4,6 +4,7 @@ surface held against confluent_kafka's (names, values, methods)."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 import socket
@@ -28,6 +29,7 @@ from kmq.share.acknowledgements import due, unacknowledged
 from kmq.share.connection import Unreachable
 from kmq.share.settings import IGNORED_KEYS, KAFKA_KEYS, REFUSED_KEYS, AckMode, read_settings
 from kmq.share.types import Message
+from tests.helpers.kafka import wait_until
 
 BASE = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}
 
@@ -92,6 +94,16 @@ def test_a_bad_value_names_its_key(conf, key):
     with pytest.raises(ConfigError) as err:
         read_settings({**BASE, **conf})
     assert err.value.path == key
+
+
+def test_max_poll_interval_ms_is_the_consumers_max_poll_interval():
+    # Natively a member not polled within it leaves the group; on kmq the consumer gives its partitions up.
+    assert read_settings(BASE).config_for("orders").consumer.max_poll_interval == 300.0
+    cfg = read_settings({**BASE, "max.poll.interval.ms": "45000"}).config_for("orders")
+    assert cfg.consumer.max_poll_interval == 45.0
+    with pytest.raises(ConfigError) as err:
+        read_settings({**BASE, "max.poll.interval.ms": "soon"})
+    assert err.value.path == "max.poll.interval.ms"
 
 
 # ------------------------------------------------------------------ a fake queue consumer
@@ -170,6 +182,29 @@ def consumer(mode: str = "explicit", records: int = 3) -> tuple[FakeShareConsume
     q = c.queues[0]
     q.give(records)
     return c, q
+
+
+def test_a_share_consumer_dropped_without_close_closes_its_queue_consumer_at_once():
+    c, q = consumer("implicit")
+    c.poll(0)
+    collecting = gc.isenabled()
+    gc.disable()  # no reference cycle keeps it: it goes with its last reference, not at a later collection
+    try:
+        del c
+        wait_until(lambda: q.closed, 5, what="the dropped consumer's queue consumer closed")
+    finally:
+        if collecting:
+            gc.enable()
+    assert q.settler.outcomes == []  # what the last poll returned is left to its locks
+
+
+def test_a_closed_share_consumer_is_not_closed_again_when_dropped():
+    c, q = consumer("implicit")
+    c.close()
+    q.closed = False
+    del c
+    gc.collect()
+    assert not q.closed
 
 
 # ------------------------------------------------------------------ the acknowledgement rules

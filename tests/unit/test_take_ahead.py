@@ -177,3 +177,16 @@ def test_a_close_while_a_take_is_in_progress_waits_for_it_before_the_ready_queue
     taker.join()
     assert sorted(m.offset for msgs, _gen in q.drain() for m in msgs) == list(range(63, 200)) and not ahead
     assert busy
+
+
+def test_every_step_counts_as_a_take_also_one_served_from_what_was_taken_ahead():
+    # The fetcher tells a stalled application by this count (consumer.max_poll_interval): a loop that
+    # works through messages taken ahead is taking, though it reaches the ready queue rarely.
+    clock = Clock()
+    ahead, sizes = _ahead(_queue(10), clock)
+    for _ in range(5):
+        assert ahead.next() is not None
+    assert ahead.takes == 5 and len(sizes) < 5
+    q = ReadyQueue()
+    idle = TakeAhead(lambda timeout, n: q.take_chunk(timeout, n, lambda: False), clock)
+    assert idle.next() is None and idle.takes == 1  # a take that found nothing is a take too
