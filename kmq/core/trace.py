@@ -226,7 +226,8 @@ class TraceBuilder:
         elif isinstance(marker, Nack):
             if not done:
                 c.cause, c.nack_due_ms = "nack", ts + marker.delay_ms
-            self._add(ts, "nack", c.offset, delay_ms=marker.delay_ms, due_ms=ts + marker.delay_ms, marker_offset=moff)
+            self._add(ts, "nack", c.offset, delay_ms=marker.delay_ms, due_ms=ts + marker.delay_ms, marker_offset=moff,
+                      counted=marker.counted)
         elif isinstance(marker, Reject):
             if not done:
                 c.cause = "reject"
@@ -300,6 +301,8 @@ def describe_event(e: TraceEvent) -> str:
         late = " (late: the copy was already settled, ignored)" if d.get("late") else ""
         return f"RENEW lease {_ms(d['lease_ms'])} (until {clock(d['deadline_ms'])}){late}"
     if e.kind == "nack":
+        if d.get("counted", True) is False:
+            return f"given back without a delivery (NACK, same delivery count), redeliver after {_ms(d['delay_ms'])}"
         return f"NACK, redeliver after {_ms(d['delay_ms'])}"
     if e.kind == "ack":
         return "END: acknowledged" + (" again (duplicate ack)" if d.get("duplicate") else "")

@@ -7,9 +7,14 @@ is applied (sent as a marker); what each call applies:
 call                      implicit mode                                explicit mode
 ========================  ===========================================  ==========================================
 ``poll``, ``commit_*``    every record of the last poll: ACCEPT        the records acknowledged since, as recorded
-``close``                 every record of the last poll: RELEASE       the recorded ones; the rest: RELEASE
+``close``                 every record of the last poll: RELEASE*      the recorded ones; the rest: RELEASE*
 ``poll`` (explicit only)  --                                           refused while a record is unacknowledged
 ========================  ===========================================  ==========================================
+
+RELEASE* is the release of a record the application did not acknowledge: as
+natively, it does not count a delivery (the copy keeps ``kmq-delivery-count``;
+its kmq argument is a :class:`~kmq.core.settlement.Released` delay). A
+RELEASE the application asked for counts one.
 
 A record acknowledged twice before it is applied keeps the last type (as the
 native consumer); once applied it is no longer in flight.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from kmq.core.settlement import Released
 from kmq.share.settings import AckMode
 from kmq.share.types import AcknowledgeType, Message, TopicPartition
 
@@ -30,7 +36,7 @@ KMQ_REJECT_REASON = "AcknowledgeType.REJECT"
 #: (message, type, kmq argument: the nack delay of RELEASE, the reason of REJECT, None for ACCEPT).
 Due = tuple[Message, AcknowledgeType, Any]
 
-_RELEASE_NOW: tuple[AcknowledgeType, Any] = (AcknowledgeType.RELEASE, 0.0)
+_RELEASE_NOW: tuple[AcknowledgeType, Any] = (AcknowledgeType.RELEASE, Released(0.0))
 
 
 def due(batch: Iterable[Message], mode: AckMode, closing: bool = False) -> list[Due]:
