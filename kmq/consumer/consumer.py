@@ -36,6 +36,7 @@ from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import STARTING
 from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
 from kmq.consumer.flow import FlowControl, FlowLimits
+from kmq.consumer.scheduled import hold_back_scheduled
 from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close, release_all
 from kmq.consumer.handler_pool import run_handlers
 from kmq.consumer.key_recovery import KeyRecovery
@@ -49,6 +50,7 @@ from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields
 from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
+from kmq.core.schedule import longest_delay_ms
 from kmq.core.settlement import Released
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
@@ -181,6 +183,7 @@ class KmqConsumer:
             WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
             GiveBack: self._give_back, SeekBack: self._seek_back}
         self._todo: deque = deque()  # actions decided, not carried out yet
+        self._longest_delay_ms = longest_delay_ms(self.queue.markers_retention)  # scheduled messages
         self._running = False  # carrying out actions
         self._commit: Any = None  # the commit in flight (the client's future)
         #: Rebalance callbacks not reported to the pipeline yet: (assigned?, partitions).
@@ -222,7 +225,9 @@ class KmqConsumer:
         self._acks.settle(p, msg.offset, outcome, arg)
         self._inflight[p] -= 1
         # Counted here, folded into the flow state by the fetcher (no clock read per message).
-        c = self._returned_counts if outcome is ABANDON and arg == RETURNED else self._settled_counts
+        # Given back without a delivery (RETURNED, Released: a close, a scheduled message): no settlement for the rate.
+        c = self._returned_counts if outcome is not ACK and (
+            (outcome is ABANDON and arg == RETURNED) or type(arg) is Released) else self._settled_counts
         c[0] += 1
         c[1] += msg._nbytes
         if self._tracked:  # only messages still unsettled after their batch's look are tracked
@@ -524,7 +529,10 @@ class KmqConsumer:
         b = action.batch
         if self._hook:
             self._hook("handed" if self._pipeline.hand_over_started else "committed", b.spans)
-        messages = action.messages
+        # Scheduled messages not due yet go back to the tracker until their time (kmq.consumer.scheduled).
+        messages = hold_back_scheduled(action.messages, self._longest_delay_ms, self.queue.name, self._count_outcome)
+        if not messages:
+            return
         with self._lock:
             now = time.monotonic()
             self.flow.handed(len(messages), now)
@@ -538,6 +546,9 @@ class KmqConsumer:
         if self._tracing is not None:
             self._tracing.handed(messages)
         self._ready.put(messages, b.leased_at, b.gen)
+
+    def _count_outcome(self, outcome: str, n: int) -> None:
+        self.writer.metrics.messages.labels(self.queue.name, outcome).inc(n)
 
     def _give_back(self, action: GiveBack) -> None:
         log.info("%s: %d message(s) given back to the group (%s)", self.queue.name, len(action.messages), action.why)
