@@ -11,8 +11,8 @@ call                      implicit mode                                explicit 
 ``poll`` (explicit only)  --                                           refused while a record is unacknowledged
 ========================  ===========================================  ==========================================
 
-RELEASE* is the release of a record the application did not acknowledge: as
-natively, it does not count a delivery (the copy keeps ``kmq-delivery-count``;
+RELEASE* is the release of a record the application did not acknowledge: it
+does not count a delivery (unlike native share groups, where it does) (the copy keeps ``kmq-delivery-count``;
 its kmq argument is a :class:`~kmq.core.settlement.Released` delay). A
 RELEASE the application asked for counts one.
 

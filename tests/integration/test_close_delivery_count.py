@@ -1,8 +1,8 @@
 """Closing gives back what user code never handled without counting a delivery.
 
 A service that restarts often closes its consumers again and again; a record that was fetched,
-never handled and given back by ``close()`` must come back with the delivery count it had (as
-natively on Kafka share groups), else such a service dead-letters records no handler ever saw.
+never handled and given back by ``close()`` must come back with the delivery count it had, else
+such a service dead-letters records no handler ever saw.
 Each test restarts a consumer a few times with records it was given and did not handle, against
 a real broker and a real tracker, then reads every record once more: each has its first delivery
 count, and nothing reached the DLQ.
@@ -101,8 +101,8 @@ def test_a_rolling_restart_keeps_the_delivery_count_of_messages_no_handler_took(
 def test_share_consumer_closed_with_a_batch_in_hand_keeps_its_delivery_count(
         queue_topics, bootstrap, kafka_client, mode):
     # close() releases the records of the last poll that were not acknowledged (implicit mode: all
-    # of them). Natively they keep their delivery count; kmq nacked them (count + 1 per restart,
-    # so with max_deliveries 2 the second restart dead-lettered records nobody had handled).
+    # of them). kmq nacked them (count + 1 per restart, so a restart loop uses up max_deliveries on
+    # records nobody acknowledged); now they keep their delivery count.
     cfg, q = queue_topics(partitions=1, **_settings(kafka_client))
     produce(cfg, q.name, N)
     conf = {"bootstrap.servers": bootstrap, "group.id": cfg.consumer.group_id, "share.acknowledgement.mode": mode,
