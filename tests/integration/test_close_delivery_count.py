@@ -93,7 +93,8 @@ def test_a_rolling_restart_keeps_the_delivery_count_of_messages_no_handler_took(
             old.close()
         seen = _drain_all(cfg, q.name, tracker, produced[0] - len(handled))
     fresh = {v: n for v, n in seen.items() if v not in handled}
-    assert fresh and set(fresh.values()) == {1}, f"delivery counts after {RESTARTS} restarts: {fresh}"
+    counted = {v: n for v, n in fresh.items() if n != 1}
+    assert fresh and not counted, f"delivery counts above 1 after {RESTARTS} restarts: {counted}"
     assert read_all(bootstrap, q.dlq_topic, timeout=2) == []
 
 
