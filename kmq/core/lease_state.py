@@ -179,6 +179,11 @@ class PartitionState:
     def segment_count(self) -> int:
         return len(self._segs)
 
+    def scheduled(self, now_ms: int) -> int:
+        """Open offsets given back without a delivery and due only after ``now_ms``: scheduled
+        messages (``kmq-not-before``) waiting for their time (``kmq status``)."""
+        return sum(s.end - s.first for s in self._segs if s.reason is Reason.RELEASE and s.due_ms > now_ms)
+
     def oldest_started_ms(self) -> int | None:
         """Marker time of the oldest open START, or None when nothing is open."""
         return min((s.opened_ms for s in self._segs), default=None)

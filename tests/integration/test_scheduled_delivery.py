@@ -15,6 +15,7 @@ import kmq
 from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.markers import Nack, decode
+from kmq.ops.status import collect
 from kmq.ops.trace_reader import trace
 from tests.helpers.kafka import read_all, wait_until
 from tests.integration.tracker_util import running_tracker
@@ -64,6 +65,7 @@ def test_a_scheduled_message_arrives_after_its_time_with_delivery_count_1_across
     [t] = trace(cfg, q.name, origin=f"{q.name}/0/0", tracker_group=cfg.tracker.group_id,
                 workers_group=cfg.consumer.group_id)
     assert t.state == "scheduled", t.to_dict()
+    assert [r.scheduled for r in collect(cfg, q.name)] == [1]  # kmq status
     assert time.time() * 1000 < due_ms - 1000, "the restarts below must happen before the message is due"
 
     # Tracker and worker restarted while it waits: the NACK in the markers keeps the schedule.

@@ -318,6 +318,7 @@ def test_a_nack_not_a_delivery_is_copied_at_its_delay_whatever_the_delivery_coun
     s.apply(Start(R(10, 1), lease_ms=30_000, owner="w"), 0, 1_000)
     s.apply(Nack(R(10, 1), delay_ms=5_000, counted=False), 1, 2_000)
     assert s.due(6_999) == []
+    assert (s.scheduled(6_999), s.scheduled(7_000)) == (1, 0)  # kmq status: waiting for its time until then
     [item] = s.due(7_000)
     assert item.reason is Reason.RELEASE
     assert s.plan(item, count, 7_000).action is Action.REDELIVER  # never dead-lettered: no delivery was made
