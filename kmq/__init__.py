@@ -25,6 +25,7 @@ from kmq.core.errors import (
 from kmq.consumer.consumer import KmqConsumer
 from kmq.consumer.guard import IdempotencyGuard
 from kmq.core.message import KmqMessage
+from kmq.core.schedule import HEADER_NOT_BEFORE, ScheduleError, schedule
 from kmq.consumer.writer import MarkerWriter, marked
 from kmq.version import __version__
 
@@ -38,6 +39,9 @@ __all__ = [
     "MarkerWriter",
     "marked",
     "IdempotencyGuard",
+    # producing
+    "schedule",
+    "HEADER_NOT_BEFORE",
     # errors
     "KmqError",
     "ConfigError",
@@ -49,6 +53,7 @@ __all__ = [
     "MarkerWriteError",
     "MessageAlreadySettled",
     "InvalidSettlement",
+    "ScheduleError",
     "UnsupportedConsumer",
     "ClientNotInstalled",
 ]

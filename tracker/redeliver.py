@@ -70,6 +70,7 @@ from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
 from kmq.core.copies import (
     REASON_UNDELIVERABLE,
     Step,
+    copy_count,
     copy_headers,
     copy_headers_for,
     copy_request_size,
@@ -80,7 +81,7 @@ from kmq.core.copies import (
     smallest_record_limit,
 )
 from kmq.core.errors import DeadLetterTopicUnavailable
-from kmq.core.lease_state import DueItem, PartitionState
+from kmq.core.lease_state import DueItem, PartitionState, Reason
 from kmq.core.log_fields import log_fields
 from kmq.core.markers import Closed, Outcome, encode, encode_key
 from kmq.core.message import origin_of
@@ -471,7 +472,7 @@ class Redeliverer:
                 if fast and s.step is copy:
                     add(new(out_record, (name, partition, rec.key, rec.value,
                                          copy_headers_for(rec.headers, name, partition, rec.offset, s.count,
-                                                          group))))
+                                                          group, counted=s.reason != _RELEASE))))
                 else:
                     add(self._out_record(queue, partition, rec, s, now))
                 mark(i)
@@ -543,9 +544,11 @@ class Redeliverer:
         """The record to produce for ``s`` (the original record ``rec``): a copy, a dead letter or a reference."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
-            headers = copy_headers(rec.headers, origin, s.count, queue.group)  # the origin is needed below too
+            count = copy_count(s.count, s.reason)
+            headers = copy_headers(rec.headers, origin, s.count, queue.group,  # the origin is needed below too
+                                   counted=count > s.count)
             if self._tracing is not None:
-                headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, s.count + 1,
+                headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, count,
                                                rec.headers)
             return client_api.OutRecord(queue.name, partition, rec.key, rec.value, headers)
         dlq_p = partition % self._dlq_partition_count(queue.dlq_topic)
@@ -648,7 +651,7 @@ class Redeliverer:
                 if step is copy:
                     if debug:  # one line per copy: its fields only when shown
                         log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
-                                  s.reason, s.count + 1,
+                                  s.reason, copy_count(s.count, s.reason),
                                   extra=log_fields(queue.name, partition, s.offset, headers=records[s.offset].headers,
                                                    outcome="redeliver", reason=s.reason))
                     continue
@@ -712,6 +715,9 @@ class Redeliverer:
         self._dlq_partitions.pop(topic, None)
         if first:
             log.error("%s", why)
+
+
+_RELEASE = Reason.RELEASE.value
 
 
 def _show(ranges: list[OffsetRange], limit: int = 5) -> str:

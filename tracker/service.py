@@ -631,7 +631,7 @@ class Tracker:
                                 owned.topic, p, rec.offset, exc)
                 state.skip(rec.offset)
                 continue
-            if rec.value[0] != VERSION:
+            if rec.value[0] > VERSION:
                 note_newer(owned, rec.value[0], self.metrics)
             eff = state.apply(marker, rec.offset, rec.timestamp, read_ms, floor_ms)
             if floor_ms is not None and isinstance(marker, Start):

@@ -49,6 +49,9 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     click.echo(f"{'total':>9}  {sum(r.in_flight for r in rows):>9}  {age_text(max((r.oldest_age_s for r in rows), default=0)):>8}  "
                f"{sum(r.queue_lag or 0 for r in rows):>9}  {sum(r.marker_lag or 0 for r in rows):>10}  "
                f"{sum(r.dlq_size or 0 for r in rows):>6}")
+    scheduled = sum(r.scheduled for r in rows)
+    if scheduled:
+        click.echo(f"{scheduled} of the in-flight message(s) are scheduled (kmq-not-before): held until their time")
     bad = sum(r.bad_markers for r in rows)
     if bad:
         click.echo(f"{bad} undecodable marker record(s) skipped while replaying")
@@ -69,7 +72,7 @@ def _status_doc(queue: str, workers_group: str, tracker_group: str, rows, tracke
     """``kmq status -o json``: the same figures as the table (null where the table shows -)."""
     parts = [{"partition": r.partition, "in_flight": r.in_flight, "oldest_age_seconds": round(r.oldest_age_s, 3),
               "queue_lag": r.queue_lag, "marker_lag": r.marker_lag, "dlq_size": r.dlq_size,
-              "bad_markers": r.bad_markers} for r in rows]
+              "bad_markers": r.bad_markers, "scheduled": r.scheduled} for r in rows]
     doc = {
         "queue": queue, "workers_group": workers_group, "tracker_group": tracker_group, "partitions": parts,
         "total": {
@@ -79,6 +82,7 @@ def _status_doc(queue: str, workers_group: str, tracker_group: str, rows, tracke
             "marker_lag": sum(r.marker_lag or 0 for r in rows),
             "dlq_size": sum(r.dlq_size or 0 for r in rows),
             "bad_markers": sum(r.bad_markers for r in rows),
+            "scheduled": sum(r.scheduled for r in rows),
         },
     }
     if tracker_lines is not None:

@@ -57,7 +57,7 @@ class AckBuffer:
 
     def __init__(self, max_ranges: int = 0xFFFF) -> None:
         self._end: dict[int, list[int]] = defaultdict(list)
-        self._nack: dict[tuple[int, int], list[int]] = defaultdict(list)  # (partition, delay_ms)
+        self._nack: dict[tuple[int, int, bool], list[int]] = defaultdict(list)  # (partition, delay_ms, counted)
         self._reject: dict[tuple[int, str], list[int]] = defaultdict(list)  # (partition, reason)
         self._renew: dict[tuple[int, int], list[int]] = defaultdict(list)  # (partition, lease_ms)
         self._size = 0
@@ -74,7 +74,7 @@ class AckBuffer:
 
     def settle(self, partition: int, offset: int, outcome: str, arg: object) -> None:
         """Buffer the marker of a :class:`~kmq.core.message.KmqMessage` settlement: ACK, NACK
-        (``arg``: delay in seconds), REJECT (``arg``: reason); ABANDON writes none. An ACK's ``arg``
+        (``arg``: delay in seconds; a :class:`~kmq.core.settlement.Released` one is not a delivery), REJECT (``arg``: reason); ABANDON writes none. An ACK's ``arg``
         is None or the future of an ack with a response (handed out by :meth:`drain`)."""
         if outcome is ACK:
             self._end[partition].append(offset)
@@ -82,7 +82,7 @@ class AckBuffer:
             if arg is not None:
                 self._waiting.append((partition, offset, arg))
         elif outcome is NACK:
-            self.nack(partition, offset, settlement.delay_ms(arg))
+            self.nack(partition, offset, settlement.delay_ms(arg), not isinstance(arg, settlement.Released))
         elif outcome is REJECT:
             self.reject(partition, offset, str(arg))
 
@@ -90,8 +90,9 @@ class AckBuffer:
         self._end[partition].extend(offsets)
         self._size += len(offsets)
 
-    def nack(self, partition: int, offset: int, delay_ms: int = 0) -> None:
-        self._nack[(partition, _u32_ms("delay_ms", delay_ms))].append(offset)
+    def nack(self, partition: int, offset: int, delay_ms: int = 0, counted: bool = True) -> None:
+        """``counted=False``: given back without a delivery (the copy keeps the delivery count)."""
+        self._nack[(partition, _u32_ms("delay_ms", delay_ms), counted)].append(offset)
         self._size += 1
 
     def reject(self, partition: int, offset: int, reason: str = "") -> None:
@@ -139,11 +140,11 @@ class AckBuffer:
                 settled[p].update(offs)
             for chunk in _chunks(offs, self.max_ranges):
                 body.append((p, End(tuple(chunk))))
-        for (p, delay), offs in nacks.items():
+        for (p, delay, counted), offs in nacks.items():
             counts["nacked"] += len(offs)
             settled[p].update(offs)
             for chunk in _chunks(offs, self.max_ranges):
-                body.append((p, Nack(tuple(chunk), delay)))
+                body.append((p, Nack(tuple(chunk), delay, counted)))
         for (p, reason), offs in rejects.items():
             counts["rejected"] += len(offs)
             settled[p].update(offs)

@@ -37,7 +37,8 @@ from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import STARTING
 from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, Skip, WriteStarts
 from kmq.consumer.flow import FlowControl, FlowLimits
-from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close, nack_all
+from kmq.consumer.scheduled import hold_back_scheduled
+from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close, release_all
 from kmq.consumer.handler_pool import run_handlers
 from kmq.consumer.key_recovery import KeyRecovery
 from kmq.consumer.keyed_ready import KeyedReadyQueue
@@ -51,6 +52,8 @@ from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields, partitions_fields
 from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
 from kmq.core.poll_interval import LEAVE, PollInterval
+from kmq.core.schedule import longest_delay_ms
+from kmq.core.settlement import Released
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
 
@@ -208,6 +211,7 @@ class KmqConsumer:
             WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
             GiveBack: self._give_back, SeekBack: self._seek_back, Skip: self._skip}
         self._todo: deque = deque()  # actions decided, not carried out yet
+        self._longest_delay_ms = longest_delay_ms(self.queue.markers_retention)  # scheduled messages
         self._running = False  # carrying out actions
         self._commit: Any = None  # the commit in flight (the client's future)
         #: Rebalance callbacks not reported to the pipeline yet: (assigned?, partitions).
@@ -249,7 +253,9 @@ class KmqConsumer:
         self._acks.settle(p, msg.offset, outcome, arg)
         self._inflight[p] -= 1
         # Counted here, folded into the flow state by the fetcher (no clock read per message).
-        c = self._returned_counts if outcome is ABANDON and arg == RETURNED else self._settled_counts
+        # Given back without a delivery (RETURNED, Released: a close, a scheduled message): no settlement for the rate.
+        c = self._returned_counts if outcome is not ACK and (
+            (outcome is ABANDON and arg == RETURNED) or type(arg) is Released) else self._settled_counts
         c[0] += 1
         c[1] += msg._nbytes
         if self._tracked:  # only messages still unsettled after their batch's look are tracked
@@ -267,7 +273,9 @@ class KmqConsumer:
     def _key_settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
         """ordering: key: an ack or reject releases the message's key; a nack or abandon keeps it
         blocked until the copy comes, unless this was the last delivery (the tracker dead-letters it)."""
-        final = outcome is ACK or outcome is REJECT or msg.delivery_count >= self.queue.max_deliveries
+        # A NACK "not a delivery" (Released) counts none: its copy comes, whatever the count.
+        final = outcome is ACK or outcome is REJECT or (
+            msg.delivery_count >= self.queue.max_deliveries and not isinstance(arg, Released))
         delay = float(arg) if outcome is NACK else 0.0
         self._keyed.settled(msg, final, 0.0 if final else time.monotonic() + delay + self._copy_wait)
 
@@ -358,17 +366,17 @@ class KmqConsumer:
         """Closing: messages taken ahead for iteration and never handed out go back into the ready
         queue before the fetcher stops, and it gives them back to the group with the rest (same
         delivery count). Where they cannot go back (``ordering: key``: their keys were let go; a
-        fetcher already gone: nothing gives them back) they are nacked: the tracker redelivers
-        them now, with their delivery count + 1."""
+        fetcher already gone: nothing gives them back) they are nacked "not a delivery": the
+        tracker redelivers them now, with the delivery count they had."""
         fetching = self._fetcher is not None and self._fetcher.is_alive()
         # A take in progress meanwhile brings its rest back the same way (the fetcher waits for it).
         self._ahead.put_back(self._ready.put_back if fetching else _refuse, self._nack_refused)
 
     def _nack_refused(self, refused: list[KmqMessage]) -> None:
-        nack_all(refused)
+        release_all(refused)
         log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
-                    "not be given back to the group; nacked: the tracker redelivers them now with their "
-                    "delivery count + 1", self.queue.name, len(refused))
+                    "not be given back to the group; nacked: the tracker redelivers them now with the same "
+                    "delivery count", self.queue.name, len(refused))
 
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
@@ -626,7 +634,10 @@ class KmqConsumer:
         b = action.batch
         if self._hook:
             self._hook("handed" if self._pipeline.hand_over_started else "committed", b.spans)
-        messages = action.messages
+        # Scheduled messages not due yet go back to the tracker until their time (kmq.consumer.scheduled).
+        messages = hold_back_scheduled(action.messages, self._longest_delay_ms, self.queue.name, self._count_outcome)
+        if not messages:
+            return
         with self._lock:
             now = time.monotonic()
             self.flow.handed(len(messages), now)
@@ -640,6 +651,9 @@ class KmqConsumer:
         if self._tracing is not None:
             self._tracing.handed(messages)
         self._ready.put(messages, b.leased_at, b.gen)
+
+    def _count_outcome(self, outcome: str, n: int) -> None:
+        self.writer.metrics.messages.labels(self.queue.name, outcome).inc(n)
 
     def _give_back(self, action: GiveBack) -> None:
         log.info("%s: %d message(s) given back to the group (%s)", self.queue.name, len(action.messages), action.why)
@@ -766,8 +780,8 @@ class KmqConsumer:
     def _rewind_on_revoke(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Before ``partitions`` go, while this member still owns them: the offsets to commit back so
         the group delivers their ready messages (committed, never handed) again, to the next owner
-        with the same delivery count. Kept, they would be handed over here, or NACKed (a copy with
-        a higher delivery count) if this member closed first, as a rolling restart does. Runs inside
+        with the same delivery count. Kept, they would be handed over here, or NACKed "not a
+        delivery" (a copy) if this member closed first, as a rolling restart does. Runs inside
         the fetcher's poll (kafka-python: on its I/O thread); the messages are out of the ready
         queue until :meth:`_revoked` gives them back, or :meth:`_rewind_failed` returns them."""
         mine = {p for t, p in partitions if t == self.queue.name}

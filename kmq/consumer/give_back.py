@@ -6,8 +6,8 @@ delivers it again, with the same delivery count. On close that takes one
 commit per partition back to its first never-handed offset
 (:func:`give_back_on_close`); committed messages of partitions no longer
 owned, or owned again only since an interim owner moved their committed
-offset on, can only come back through the tracker, so they are nacked (a
-copy with a higher delivery count: the one case that costs one).
+offset on, can only come back through the tracker: they are nacked "not a
+delivery", so its copy keeps their delivery count.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kmq.consumer.fetch_pipeline import ClosePlan
 from kmq.core.errors import MessageAlreadySettled
 from kmq.core.message import ABANDON, KmqMessage
 
-__all__ = ["RETURNED", "give_back", "nack_all", "give_back_on_close"]
+__all__ = ["RETURNED", "give_back", "release_all", "give_back_on_close"]
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,12 @@ def give_back(messages: Iterable[KmqMessage]) -> None:
             pass
 
 
-def nack_all(messages: Iterable[KmqMessage]) -> None:
-    """NACK with no delay: the tracker redelivers them now (with a higher delivery count)."""
+def release_all(messages: Iterable[KmqMessage]) -> None:
+    """NACK "not a delivery" with no delay: the tracker redelivers them now, with the delivery
+    count they had (they never reached user code)."""
     for m in messages:
         try:
-            m.nack(0.0)
+            m._give_back(0.0)
         except MessageAlreadySettled:
             pass
 
@@ -51,14 +52,15 @@ def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan
                        session_timeout: float, hand_off: Callable[[dict[int, list[int]]], Any]) -> bool:
     """Carry out the close plan of the never-handed messages: commit each partition in its
     ``rewind`` back to its first never-handed offset, so the group delivers those messages again
-    (no copy, same delivery count), NACK what only the tracker can redeliver, give back the rest.
+    (no copy, same delivery count), NACK "not a delivery" what only the tracker can redeliver (a
+    copy, same delivery count), give back the rest.
     Returns whether any message was nacked (the caller flushes then).
 
     ``plan(assigned)`` is :meth:`kmq.consumer.fetch_pipeline.FetchPipeline.close_plan` for the
     partitions ``kc`` (a :class:`~kmq.client.GroupConsumerAdapter`) still holds; it is asked
     again after each retry, since the polls that complete a rebalance can revoke partitions.
     Never raises for a Kafka error: if the commit cannot be made, the committed messages are
-    NACKed instead (copies with a higher delivery count) and the caller closes the client.
+    NACKed instead (copies, same delivery count) and the caller closes the client.
     ``hand_off(offsets)`` (:meth:`~kmq.consumer.writer.MarkerWriter.hand_off`) runs before each
     commit back, for the offsets it returns to the group. The same commit carries the plan's
     ``forward`` offsets: messages handed over before their commit (``consumer.hand_over:
@@ -81,10 +83,10 @@ def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan
         except Exception as exc:  # noqa: BLE001 - e.g. a rebalance in progress: let it finish, retry
             if time.monotonic() > deadline or not _poll_paused(kc, pause_all, topic):
                 log.warning("%s: committing offsets back for never-handed messages failed (%s); they are "
-                            "nacked instead and come back as copies with a higher delivery count", topic, exc)
+                            "nacked instead and come back as copies with the same delivery count", topic, exc)
                 current = plan(set())  # as if nothing were ours: every committed message is nacked
                 break
-    nack_all(current.nack)
+    release_all(current.nack)
     give_back(current.give_back)
     n_back = len(current.give_back) - len(current.nack)
     log.info("%s: closing; %d never-handed message(s) given back to the group (offsets committed back to %s)%s%s",

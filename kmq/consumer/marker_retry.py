@@ -41,7 +41,7 @@ def _arg(marker: Marker) -> Any:
     if isinstance(marker, Renew):
         return marker.lease_ms
     if isinstance(marker, Nack):
-        return marker.delay_ms
+        return (marker.delay_ms, marker.counted)
     if isinstance(marker, Reject):
         return marker.reason
     if isinstance(marker, End):
@@ -55,7 +55,7 @@ def _build(kind: MarkerType, arg: Any, ranges: tuple) -> Marker:
     if kind is MarkerType.RENEW:
         return Renew(ranges, arg)
     if kind is MarkerType.NACK:
-        return Nack(ranges, arg)
+        return Nack(ranges, *arg)
     return Reject(ranges, arg)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Mapping, Sequence
 
+from kmq.core.lease_state import Reason
 from kmq.core.message import (
     HEADER_DELIVERY_COUNT,
     HEADER_DLQ_ERROR,
@@ -59,6 +60,7 @@ __all__ = [
     "restore_null_headers",
     "copy_problem",
     "copy_headers",
+    "copy_count",
     "copy_headers_for",
     "group_headers",
     "dead_letter_headers",
@@ -145,24 +147,33 @@ def restore_null_headers(headers: Sequence[tuple[str, bytes]] | None) -> list[tu
     return [(k, None if k in nulls and v == b"" else v) for k, v in items if k != HEADER_NULL_HEADER]
 
 
-def copy_headers(original: Headers | None, origin: str, count: int, group: str | None = None) -> list[tuple[str, bytes]]:
+def copy_count(count: int, reason: str) -> int:
+    """``kmq-delivery-count`` of the copy of a record delivered ``count`` times, redelivered for
+    ``reason`` (a :class:`~kmq.core.lease_state.Reason` value): count + 1, but a record given back
+    without being delivered to user code (``release``: a NACK "not a delivery") keeps its count."""
+    return count if reason == Reason.RELEASE.value else count + 1
+
+
+def copy_headers(original: Headers | None, origin: str, count: int, group: str | None = None, *,
+                 counted: bool = True) -> list[tuple[str, bytes]]:
     """Headers of the redelivered copy of a record delivered ``count`` times: the application's
-    headers (producible), ``kmq-delivery-count`` = count + 1, ``kmq-origin`` and, for a named
-    consumer ``group`` of the queue, ``kmq-group`` (only that group's workers deliver the copy)."""
+    headers (producible), ``kmq-delivery-count`` = count + 1 (``counted=False``: count, for a
+    record given back without a delivery), ``kmq-origin`` and, for a named consumer ``group`` of
+    the queue, ``kmq-group`` (only that group's workers deliver the copy)."""
     headers = _kept(original)
-    headers.append((HEADER_DELIVERY_COUNT, str(count + 1).encode()))
+    headers.append((HEADER_DELIVERY_COUNT, str(count + 1 if counted else count).encode()))
     headers.append((HEADER_ORIGIN, origin.encode()))
     return group_headers(headers, group)
 
 
 def copy_headers_for(original: Headers | None, topic: str, partition: int, offset: int,
-                     count: int, group: str | None = None) -> list[tuple[str, bytes]]:
+                     count: int, group: str | None = None, *, counted: bool = True) -> list[tuple[str, bytes]]:
     """The headers of the copy of the record at ``topic/partition/offset`` delivered ``count``
     times: :func:`copy_headers` with the record's origin (:func:`~kmq.core.message.origin_of`)."""
     if not original:  # most originals of a backlog: no header to keep, no origin to honour
-        return group_headers([(HEADER_DELIVERY_COUNT, str(count + 1).encode()),
+        return group_headers([(HEADER_DELIVERY_COUNT, str(count + 1 if counted else count).encode()),
                               (HEADER_ORIGIN, f"{topic}/{partition}/{offset}".encode())], group)
-    return copy_headers(original, origin_of(original, topic, partition, offset), count, group)
+    return copy_headers(original, origin_of(original, topic, partition, offset), count, group, counted=counted)
 
 
 def group_headers(headers: list[tuple[str, bytes]], group: str | None) -> list[tuple[str, bytes]]:

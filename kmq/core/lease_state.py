@@ -51,6 +51,7 @@ class Reason(str, Enum):
 
     TIMEOUT = "timeout"  # lease deadline passed
     NACK = "nack"  # consumer asked for redelivery
+    RELEASE = "release"  # given back never delivered to user code (NACK "not a delivery"): the count stays
     REJECT = "rejected"  # consumer asked for the DLQ
 
 
@@ -62,7 +63,8 @@ class Action(str, Enum):
 
 def dlq_reason(reason: Reason) -> str:
     """The ``kmq-dlq-reason`` header value for a segment's reason."""
-    return {Reason.TIMEOUT: "timeout", Reason.NACK: "nack-limit", Reason.REJECT: "rejected"}[reason]
+    return {Reason.TIMEOUT: "timeout", Reason.NACK: "nack-limit", Reason.RELEASE: "nack-limit",
+            Reason.REJECT: "rejected"}[reason]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +179,11 @@ class PartitionState:
     def segment_count(self) -> int:
         return len(self._segs)
 
+    def scheduled(self, now_ms: int) -> int:
+        """Open offsets given back without a delivery and due only after ``now_ms``: scheduled
+        messages (``kmq-not-before``) waiting for their time (``kmq status``)."""
+        return sum(s.end - s.first for s in self._segs if s.reason is Reason.RELEASE and s.due_ms > now_ms)
+
     def oldest_started_ms(self) -> int | None:
         """Marker time of the oldest open START, or None when nothing is open."""
         return min((s.opened_ms for s in self._segs), default=None)
@@ -282,6 +289,8 @@ class PartitionState:
         """Decide for one record of ``item`` whose delivery count is ``count``."""
         if item.reason is Reason.REJECT:
             return Plan(Action.DEAD_LETTER, dlq_reason(Reason.REJECT))
+        if item.reason is Reason.RELEASE:
+            return Plan(Action.REDELIVER)  # no delivery was made: the copy keeps the count, however high
         if count >= self.max_deliveries:
             return Plan(Action.DEAD_LETTER, dlq_reason(item.reason))
         if item.reason is Reason.TIMEOUT:
@@ -324,9 +333,10 @@ class PartitionState:
                     late += self._closed_count(r)
             return MarkerEffect(late=late) if late else _NO_EFFECT
         if isinstance(marker, Nack):
+            reason = Reason.NACK if marker.counted else Reason.RELEASE
             for r in marker.ranges:
                 for s in self._pieces(r.first, r.end):
-                    s.reason = Reason.NACK
+                    s.reason = reason
                     self._reschedule(s, ts_ms + self._hold(marker.delay_ms))
             return _NO_EFFECT
         if isinstance(marker, Reject):

@@ -1,4 +1,4 @@
-"""Marker wire format, version 1 (docs/protocol.md, "Marker wire format").
+"""Marker wire format, version 1, and version 2's NACK flags (docs/protocol.md, "Marker wire format").
 
 Pure: no Kafka import. A marker record is written to markers partition p for
 queue partition p:
@@ -39,6 +39,7 @@ from kmq.core.ranges import OffsetRange, RangeOverlapError, normalize
 
 __all__ = [
     "VERSION",
+    "NACK_NOT_A_DELIVERY",
     "MarkerType",
     "Outcome",
     "Start",
@@ -62,7 +63,13 @@ __all__ = [
     "clip_utf8",
 ]
 
-VERSION = 1
+#: The newest wire version this build reads and writes. Every marker is written as version 1 but a
+#: NACK that is not a delivery (``counted=False``), written as version 2: its version-1 body plus a
+#: ``u8 flags`` (docs/protocol.md, "Marker wire format"). A version-1 reader reads that NACK by its
+#: version-1 fields: a delivery counted, which is what it did before (safe).
+VERSION = 2
+#: Version 2 NACK flags: bit 0 set = not a delivery (the copy keeps ``kmq-delivery-count``).
+NACK_NOT_A_DELIVERY = 0x01
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -175,9 +182,12 @@ class Renew(_Base):
 
 @dataclass(frozen=True, slots=True)
 class Nack(_Base):
-    """Redeliver after delay_ms (0 = now)."""
+    """Redeliver after delay_ms (0 = now). ``counted=False``: the messages were given back without
+    being delivered to user code (a close, a scheduled message not due yet): the copy keeps their
+    delivery count (a version-2 marker)."""
 
     delay_ms: int = 0
+    counted: bool = True
     TYPE: ClassVar[MarkerType] = MarkerType.NACK
 
     def __post_init__(self) -> None:
@@ -252,7 +262,7 @@ def _encode_ranges(ranges: tuple[OffsetRange, ...]) -> bytes:
 
 def encode(marker: Marker) -> bytes:
     """Marker value bytes (version 1)."""
-    head = _HEAD.pack(VERSION, marker.TYPE)
+    head = _HEAD.pack(2 if isinstance(marker, Nack) and not marker.counted else 1, marker.TYPE)
     body = _encode_ranges(marker.ranges)
     if isinstance(marker, Start):
         owner = marker.owner.encode("utf-8")
@@ -263,6 +273,8 @@ def encode(marker: Marker) -> bytes:
         tail = _U32.pack(marker.lease_ms)
     elif isinstance(marker, Nack):
         tail = _U32.pack(marker.delay_ms)
+        if not marker.counted:
+            tail += _U8.pack(NACK_NOT_A_DELIVERY)
     elif isinstance(marker, Reject):
         reason = marker.reason.encode("utf-8")
         tail = _U16.pack(len(reason)) + reason
@@ -343,10 +355,10 @@ def decode(value: bytes | bytearray | memoryview | None) -> Marker:
         raise MarkerDecodeError(f"marker value must be bytes, got {type(value).__name__}")
     rd = _Reader(bytes(value))
     version, code = rd.take(_HEAD, "header")
-    if version == VERSION:
-        return _decode_body(rd, code)
-    if version < VERSION:
-        raise MarkerDecodeError(f"unknown marker version {version} (this build reads version {VERSION})")
+    if 1 <= version <= VERSION:
+        return _decode_body(rd, code, version)
+    if version < 1:
+        raise MarkerDecodeError(f"unknown marker version {version} (this build reads versions 1..{VERSION})")
     try:
         ranges = rd.ranges()  # every version starts with them: a value whose ranges do not parse is no marker
     except MarkerDecodeError as exc:
@@ -354,10 +366,10 @@ def decode(value: bytes | bytearray | memoryview | None) -> Marker:
                                 f"({exc.reason})") from None
     rd.pos = _HEAD.size
     try:
-        return _decode_body(rd, code, newer=True)
+        return _decode_body(rd, code, version, newer=True)
     except MarkerDecodeError as exc:
         what = f"type {code}" if code not in _TYPES else f"{MarkerType(code).name} ({exc.reason})"
-        raise NewerMarkerVersion(f"marker of wire version {version} (this build reads version {VERSION}) with "
+        raise NewerMarkerVersion(f"marker of wire version {version} (this build reads versions 1..{VERSION}) with "
                                  f"{what} not readable by its version-1 fields; it names offsets "
                                  f"{ranges[0].first}..{ranges[-1].last}", version, code) from None
 
@@ -365,9 +377,9 @@ def decode(value: bytes | bytearray | memoryview | None) -> Marker:
 _TYPES = frozenset(int(t) for t in MarkerType)
 
 
-def _decode_body(rd: _Reader, code: int, newer: bool = False) -> Marker:
-    """The marker of type ``code`` from the ranges on; ``newer``: of a later version, whose fields
-    after the version-1 ones are ignored."""
+def _decode_body(rd: _Reader, code: int, version: int, newer: bool = False) -> Marker:
+    """The marker of type ``code`` from the ranges on, of wire ``version``; ``newer``: of a later
+    version than this build reads, whose fields after the ones it knows are ignored."""
     try:
         mtype = MarkerType(code)
     except ValueError:
@@ -386,7 +398,10 @@ def _decode_body(rd: _Reader, code: int, newer: bool = False) -> Marker:
         marker = _new(Renew, ranges=ranges, lease_ms=lease)
     elif mtype is MarkerType.NACK:
         (delay,) = rd.take(_U32, "delay_ms")
-        marker = _new(Nack, ranges=ranges, delay_ms=delay)
+        flags = 0
+        if version >= 2:  # version 2 appended the flags; bits other than NACK_NOT_A_DELIVERY are ignored
+            (flags,) = rd.take(_U8, "NACK flags")
+        marker = _new(Nack, ranges=ranges, delay_ms=delay, counted=not flags & NACK_NOT_A_DELIVERY)
     elif mtype is MarkerType.REJECT:
         (n,) = rd.take(_U16, "reason length")
         reason = rd.text(n, "reject reason")

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Protocol, Sequence
 
 from kmq.core.errors import MessageAlreadySettled
-from kmq.core.settlement import delay_ms, lease_ms, reject_reason
+from kmq.core.settlement import Released, delay_ms, lease_ms, reject_reason
 
 __all__ = [
     "KmqMessage",
@@ -336,6 +336,13 @@ class KmqMessage:
         stays unsettled."""
         delay_ms(delay)  # InvalidSettlement before the outcome is set: the message stays settleable
         self._settle(NACK, float(delay))
+
+    def _give_back(self, delay: float = 0.0) -> None:
+        """Given back by kmq without a delivery (never handed to user code: a close, a scheduled
+        message not due yet): the tracker copies it after ``delay`` seconds and the copy keeps its
+        delivery count (a NACK "not a delivery", docs/protocol.md)."""
+        delay_ms(delay)
+        self._settle(NACK, Released(delay))
 
     def reject(self, reason: str = "") -> None:
         """The message can never be processed: the tracker sends it to the DLQ with ``reason``.

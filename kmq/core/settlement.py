@@ -25,12 +25,21 @@ from typing import Any
 from kmq.core.errors import InvalidSettlement
 from kmq.core.markers import clip_utf8
 
-__all__ = ["MAX_MS", "MAX_REASON_BYTES", "delay_ms", "lease_ms", "reject_reason", "clip_reason"]
+__all__ = ["MAX_MS", "MAX_REASON_BYTES", "Released", "delay_ms", "lease_ms", "reject_reason", "clip_reason"]
 
 #: Largest ``u32`` milliseconds value on the wire (about 49.7 days).
 MAX_MS = 0xFFFFFFFF
 #: Largest REJECT reason in utf-8 bytes (``u16`` length prefix).
 MAX_REASON_BYTES = 0xFFFF
+
+
+class Released(float):
+    """The NACK delay (seconds) of a message given back *without a delivery*: fetched, never handed
+    to user code (a close, a scheduled message not due yet). Written as a NACK "not a delivery"
+    (docs/protocol.md), so the tracker's copy keeps the message's ``kmq-delivery-count``. A float,
+    so every place that takes a nack delay takes it."""
+
+    __slots__ = ()
 
 
 def _show(value: Any) -> str:

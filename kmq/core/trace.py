@@ -52,6 +52,7 @@ STATES = {
     "dead-lettered": "in the dead-letter topic",
     "in-flight": "held by a consumer under a lease",
     "awaiting-redelivery": "the tracker will redeliver it (lease over, NACKed or REJECTed)",
+    "scheduled": "scheduled (kmq-not-before): the tracker delivers it at its time, no delivery counted before",
     "queued": "in the queue, not yet polled by a consumer",
     "missing": "gone from the queue log before it could be redelivered",
     "unknown": "polled before the scanned markers: trace again with a longer --since",
@@ -225,8 +226,11 @@ class TraceBuilder:
                       late=done, marker_offset=moff)
         elif isinstance(marker, Nack):
             if not done:
-                c.cause, c.nack_due_ms = "nack", ts + marker.delay_ms
-            self._add(ts, "nack", c.offset, delay_ms=marker.delay_ms, due_ms=ts + marker.delay_ms, marker_offset=moff)
+                # A NACK "not a delivery" with a delay is a scheduled message held back until its time.
+                scheduled = not marker.counted and marker.delay_ms > 0
+                c.cause, c.nack_due_ms = "scheduled" if scheduled else "nack", ts + marker.delay_ms
+            self._add(ts, "nack", c.offset, delay_ms=marker.delay_ms, due_ms=ts + marker.delay_ms, marker_offset=moff,
+                      counted=marker.counted)
         elif isinstance(marker, Reject):
             if not done:
                 c.cause = "reject"
@@ -267,6 +271,8 @@ class TraceBuilder:
         if last.closed is Outcome.REDELIVERED:
             return "awaiting-redelivery"  # its next copy is not in the scanned range yet
         if last.started:
+            if last.cause == "scheduled" and last.nack_due_ms is not None and last.nack_due_ms > now_ms:
+                return "scheduled"
             overdue = last.deadline_ms is not None and last.deadline_ms <= now_ms
             return "awaiting-redelivery" if last.cause or overdue else "in-flight"
         if workers_committed is not None and last.offset < workers_committed:
@@ -300,6 +306,10 @@ def describe_event(e: TraceEvent) -> str:
         late = " (late: the copy was already settled, ignored)" if d.get("late") else ""
         return f"RENEW lease {_ms(d['lease_ms'])} (until {clock(d['deadline_ms'])}){late}"
     if e.kind == "nack":
+        if d.get("counted", True) is False:
+            if d["delay_ms"] > 0:
+                return f"scheduled: held back until {clock(d['due_ms'])} (kmq-not-before; no delivery counted)"
+            return "given back without a delivery (NACK, same delivery count), redeliver now"
         return f"NACK, redeliver after {_ms(d['delay_ms'])}"
     if e.kind == "ack":
         return "END: acknowledged" + (" again (duplicate ack)" if d.get("duplicate") else "")

@@ -37,6 +37,7 @@ class PartitionStatus:
     # tracker read them (docs/operations.md, markers lost to retention).
     markers_lost: int = 0
     dlq_missing: bool = False  # the DLQ topic does not exist (dead letters wait, see docs/operations.md)
+    scheduled: int = 0  # of in_flight: scheduled messages (kmq-not-before) waiting for their time
 
 
 def _replay(reader: LogReader, q: QueueConfig, tps: list[Partition],
@@ -100,7 +101,7 @@ def collect(cfg: Config, queue: str, workers_group: str | None = None, tracker_g
             marker_lag=m_end - (tc if tc is not None else m_start),
             dlq_size=dlq, bad_markers=bad,
             markers_lost=max(0, m_start - tc) if tc is not None else 0,
-            dlq_missing=dlq_missing,
+            dlq_missing=dlq_missing, scheduled=st.scheduled(now_ms),
         ))
     return out
 

@@ -7,9 +7,9 @@ is applied (sent as a marker); what each call applies:
 call                        implicit mode                                explicit mode
 ==========================  ===========================================  ==========================================
 ``poll``, ``commit_*``      every record of the last poll: ACCEPT        the records acknowledged since, as recorded
-``subscribe``,              every record of the last poll: ACCEPT        the recorded ones; the rest: RELEASE
+``subscribe``,              every record of the last poll: ACCEPT        the recorded ones; the rest: RELEASE*
 ``unsubscribe``
-``close``                   every record of the last poll: RELEASE       the recorded ones; the rest: RELEASE
+``close``                   every record of the last poll: RELEASE*      the recorded ones; the rest: RELEASE*
 ``poll`` (explicit only)    --                                           refused while a record is unacknowledged
 ==========================  ===========================================  ==========================================
 
@@ -17,6 +17,11 @@ A subscription change accepts in implicit mode as the native clients do: the Jav
 ``KafkaShareConsumer`` keeps the last batch across ``subscribe``/``unsubscribe``
 and accepts it with the next ``poll`` or commit, and confluent-kafka's reports it
 accepted; kmq leaves its consumer group on the change, so it accepts then.
+
+RELEASE* is the release of a record the application did not acknowledge: it
+does not count a delivery (unlike native share groups, where it does) (the copy keeps ``kmq-delivery-count``;
+its kmq argument is a :class:`~kmq.core.settlement.Released` delay). A
+RELEASE the application asked for counts one.
 
 A record acknowledged twice before it is applied keeps the last type (as the
 native consumer); once applied it is no longer in flight.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from kmq.core.settlement import Released
 from kmq.share.settings import AckMode
 from kmq.share.types import AcknowledgeType, Message, TopicPartition
 
@@ -37,7 +43,7 @@ KMQ_REJECT_REASON = "AcknowledgeType.REJECT"
 #: (message, type, kmq argument: the nack delay of RELEASE, the reason of REJECT, None for ACCEPT).
 Due = tuple[Message, AcknowledgeType, Any]
 
-_RELEASE_NOW: tuple[AcknowledgeType, Any] = (AcknowledgeType.RELEASE, 0.0)
+_RELEASE_NOW: tuple[AcknowledgeType, Any] = (AcknowledgeType.RELEASE, Released(0.0))
 
 
 def due(batch: Iterable[Message], mode: AckMode, closing: bool = False) -> list[Due]:

@@ -10,7 +10,8 @@ says where the two differ and how to move a queue between them.
 The mapping: ``poll()`` is ``KmqConsumer.poll`` (every record's START is in
 Kafka before it is returned); ``ACCEPT`` is ``ack()``, ``RELEASE`` ``nack(0)``
 (redelivered by the tracker at once, delivery count one higher), ``REJECT``
-``reject()`` (dead-lettered); a record not acknowledged within the lock (the
+``reject()`` (dead-lettered); a record ``close()`` releases unacknowledged keeps its
+delivery count (a NACK "not a delivery"; docs/share-consumer.md says where native differs); a record not acknowledged within the lock (the
 queue's lease, ``kmq.lease.ms``) is redelivered by the tracker. Which
 acknowledgements each call applies is :mod:`kmq.share.acknowledgements`;
 "commit" means: their markers are written and acknowledged by Kafka.
@@ -424,6 +425,8 @@ class ShareConsumer:
             try:
                 if kind is AcknowledgeType.ACCEPT:
                     km.ack()
+                elif isinstance(arg, settlement.Released):  # released by close(): not a delivery
+                    km._give_back(arg)
                 elif kind is AcknowledgeType.RELEASE:
                     km.nack(arg)
                 else:
@@ -553,8 +556,8 @@ class ShareConsumer:
 
     # ------------------------------------------------------------ closing
     def close(self) -> None:
-        """Apply what was acknowledged, release the rest of the last poll (redelivered at once),
-        wait for the markers, call back, leave the group. A second call does nothing."""
+        """Apply what was acknowledged, release the rest of the last poll (redelivered at once, with
+        the delivery count it had: not a delivery), wait for the markers, call back, leave the group. A second call does nothing."""
         if self._closed:
             return
         with self._call("close"):

@@ -102,3 +102,16 @@ def test_negative_offsets_are_refused_by_the_marker():
     buf.ack(0, -1)
     with pytest.raises(ValueError):
         buf.drain()
+
+
+def test_a_released_nack_is_a_nack_not_a_delivery_of_its_own():
+    from kmq.core.message import NACK
+    from kmq.core.settlement import Released
+
+    b = AckBuffer()
+    b.settle(0, 5, NACK, Released(0.0))
+    b.settle(0, 6, NACK, 0.0)
+    b.settle(0, 7, NACK, Released(0.0))
+    markers = sorted(b.drain().markers, key=lambda pm: pm[1].counted)
+    assert markers == [(0, Nack([(5, 1), (7, 1)], 0, counted=False)), (0, Nack([(6, 1)], 0))]
+    assert decode(encode(markers[0][1])) == markers[0][1]

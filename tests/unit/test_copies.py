@@ -102,3 +102,14 @@ def test_a_record_under_every_topics_limit_refused_as_too_large_was_refused_with
     assert not refused_with_its_batch(limit - COPY_HEADROOM + 1, limit)
     assert not refused_with_its_batch(32_780, limit)
     assert smallest_record_limit(16_384, {"q": 1_048_588}) == 16_384  # the configured size caps it
+
+
+def test_a_copy_of_a_record_given_back_without_a_delivery_keeps_its_delivery_count():
+    from kmq.core.copies import copy_count
+    from kmq.core.message import delivery_count_of
+
+    assert (copy_count(2, "release"), copy_count(2, "nack"), copy_count(2, "timeout")) == (2, 3, 3)
+    kept = copy_headers_for([("kmq-delivery-count", b"2")], "q", 0, 7, 2, counted=False)
+    assert delivery_count_of(kept) == 2
+    assert delivery_count_of(copy_headers_for(None, "q", 0, 7, 1, counted=False)) == 1
+    assert delivery_count_of(copy_headers_for(None, "q", 0, 7, 1)) == 2

@@ -309,3 +309,24 @@ def test_leases_and_nack_delays_are_cut_to_the_hold_bound():
     st.apply(_Renew([(0, 1)], lease_ms=0xFFFFFFFF), 1, 500)
     st.apply(_Nack([(1, 1)], delay_ms=0xFFFFFFFF), 2, 600)
     assert sorted(r.first for i in st.due(1600) for r in i.ranges) == [0, 1]
+
+
+# ------------------------------------------------------------------ a NACK that is not a delivery
+@pytest.mark.parametrize("count", [1, 3, 7])
+def test_a_nack_not_a_delivery_is_copied_at_its_delay_whatever_the_delivery_count(count):
+    s = state(max_deliveries=3)
+    s.apply(Start(R(10, 1), lease_ms=30_000, owner="w"), 0, 1_000)
+    s.apply(Nack(R(10, 1), delay_ms=5_000, counted=False), 1, 2_000)
+    assert s.due(6_999) == []
+    assert (s.scheduled(6_999), s.scheduled(7_000)) == (1, 0)  # kmq status: waiting for its time until then
+    [item] = s.due(7_000)
+    assert item.reason is Reason.RELEASE
+    assert s.plan(item, count, 7_000).action is Action.REDELIVER  # never dead-lettered: no delivery was made
+
+
+def test_a_counted_nack_at_the_last_delivery_is_still_dead_lettered():
+    s = state(max_deliveries=3)
+    s.apply(Start(R(10, 1), lease_ms=30_000, owner="w"), 0, 1_000)
+    s.apply(Nack(R(10, 1)), 1, 2_000)
+    [item] = s.due(2_000)
+    assert (item.reason, s.plan(item, 3, 2_000).action) == (Reason.NACK, Action.DEAD_LETTER)

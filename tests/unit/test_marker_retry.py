@@ -78,3 +78,12 @@ def test_start_markers_are_not_retried_here():
 def test_describe_names_type_count_and_offsets():
     text = describe([(0, End(((5, 12),)), 0.0), (2, Nack(((7, 1),), 0), 0.0)])
     assert text == "END 12 msgs [0] 5..16; NACK 1 msg [2] 7..7"
+
+
+def test_a_nack_not_a_delivery_is_resent_as_one_and_kept_apart_from_counted_ones():
+    retry = MarkerRetry(budget=60, interval=1.0)
+    retry.add(0, Nack(((5, 1),), 0, counted=False), since=1.0)
+    retry.add(0, Nack(((6, 1),), 0), since=1.0)
+    resend, _ = retry.take(now=2.0)
+    assert sorted(m.counted for _, m, _ in resend) == [False, True]
+    assert {m.ranges[0].first: m.counted for _, m, _ in resend} == {5: False, 6: True}

@@ -24,6 +24,7 @@ from kmq.core.errors import (
     MarkerWriteError,
 )
 from kmq.core.message import KmqMessage
+from kmq.core.settlement import Released
 from kmq.share import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
 from kmq.share.acknowledgements import due, unacknowledged
 from kmq.share.connection import Unreachable
@@ -217,6 +218,7 @@ def test_implicit_mode_accepts_the_last_poll_on_the_next_and_releases_it_on_clos
     assert q.settler.outcomes == [(0, "ack", None), (1, "ack", None), (2, "ack", None)]
     c.close()
     assert q.settler.outcomes[3:] == [(3, "nack", 0.0)] and q.closed
+    assert isinstance(q.settler.outcomes[3][2], Released)  # released by close: not a delivery (kmq keeps the count)
 
 
 def test_explicit_mode_applies_the_last_type_recorded_and_releases_the_rest_on_close():
@@ -229,8 +231,10 @@ def test_explicit_mode_applies_the_last_type_recorded_and_releases_the_rest_on_c
     assert q.settler.outcomes == [(0, "reject", "AcknowledgeType.REJECT"), (1, "nack", 0.0)]
     with pytest.raises(IllegalStateException, match="not in flight"):
         c.acknowledge(a, AcknowledgeType.ACCEPT)  # sent by the commit
+    assert not isinstance(q.settler.outcomes[1][2], Released)  # a RELEASE asked for counts a delivery
     c.close()
     assert q.settler.outcomes[2:] == [(2, "nack", 0.0)]
+    assert isinstance(q.settler.outcomes[2][2], Released)  # released by close: not a delivery (kmq keeps the count)
 
 
 def test_explicit_mode_refuses_a_poll_while_a_record_is_unacknowledged():

@@ -184,3 +184,22 @@ def test_origin_parts_and_json_shape():
     f.queue(0, 0)
     d = f.b.result(now_ms=1).to_dict()
     assert d["state"] == "queued" and d["events"][0]["time"] == "1970-01-01T00:00:00.000+00:00"
+
+
+def test_a_scheduled_message_shows_as_scheduled_until_its_time_and_its_copy_keeps_the_count():
+    from kmq.core.trace import describe_event
+
+    f = Feed()
+    f.queue(0, 1000, [("kmq-not-before", b"61000")])
+    f.marker(m.Start([(0, 1)], 30_000, "w1"), 1001)
+    f.marker(m.Nack([(0, 1)], 59_999, counted=False), 1001)
+    t = f.b.result(now_ms=30_000)
+    assert t.state == "scheduled" and t.kinds() == ["delivered", "start", "nack"]
+    assert "scheduled: held back until" in describe_event(t.events[2])
+    assert f.b.result(now_ms=61_001).state == "awaiting-redelivery"  # its time came: the copy is due
+    f.marker(m.Closed([(0, 1)], m.Outcome.REDELIVERED), 61_000)
+    f.queue(7, 61_000, copy_headers(1) + [("kmq-not-before", b"61000")])
+    f.marker(m.Start([(7, 1)], 30_000, "w1"), 61_010)
+    f.marker(m.End([(7, 1)]), 61_020)
+    t = f.b.result(now_ms=62_000)
+    assert t.state == "acked" and [e.detail["delivery_count"] for e in t.events if e.kind == "delivered"] == [1, 1]
