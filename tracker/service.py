@@ -47,7 +47,8 @@ import signal
 import threading
 import time
 from collections import Counter as Tally
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -116,7 +117,9 @@ class Tracker:
         default ``time.monotonic``).
     :param pauses: what tells it how long the process was frozen (``longest_since(t)``, ``start()``,
         ``stop()``; default: a :class:`~tracker.membership.PauseWatch` thread on ``monotonic``).
-    :mod:`kmq.testing` passes a simulated cluster's clients and its virtual clock for all three.
+    :mod:`kmq.testing` passes a simulated cluster's clients and its virtual clock for all three;
+    ``kmq sim`` (:mod:`kmq.dev.sim.tracker_loop`) and ``kmq bench tracker --idle-partitions`` pass
+    theirs too, and then call :meth:`open`, so each runs the tracker as ``run`` builds it.
     """
 
     def __init__(self, cfg: Config, registry: CollectorRegistry | None = None, http_host: str = "0.0.0.0",
@@ -204,6 +207,13 @@ class Tracker:
             if self._thread.is_alive():
                 raise KmqError(f"tracker did not stop within {timeout}s")
             self._thread = None
+
+    @property
+    def partitions(self) -> Mapping[Partition, OwnedPartition]:
+        """The markers partitions it holds now, by ``(topic, partition)``: each one's
+        :class:`~tracker.partition.OwnedPartition` (its lease state, whether it caught up). A
+        read-only view, for probes and tests; the tracker's own loop changes them."""
+        return MappingProxyType(self._owned)
 
     def ready(self) -> tuple[bool, str]:
         """(ready, detail): joined the group and every assigned partition caught up (or held at a
