@@ -180,7 +180,7 @@ class ServiceTrackerActor:
         self.tracker = service.Tracker(self.world.config, registry=CollectorRegistry(),
                                        clock=lambda: c.clock.now_ms() / 1000.0, clients=self.clients,
                                        monotonic=c.clock.monotonic,
-                                       pauses=FaultPlanPauses(c, self.name))  # type: ignore[arg-type]
+                                       pauses=FaultPlanPauses(c, self.name))
         self.tracker.open(serve_http=False)
 
     def _restart(self) -> None:
