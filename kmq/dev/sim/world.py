@@ -162,14 +162,16 @@ class World:
     """One seed's schedule: the cluster, the topics, the actors and the per-message notes.
 
     :param reader: makes the tracker's log reader from the cluster (the search plants defects here).
+    :param config: the kmq configuration the tracker and the workers are given (default:
+        :func:`queue_config` of ``workload``; another must keep its queue).
     """
 
     def __init__(self, cluster: SimCluster, workload: Workload, seed: int,
-                 reader: Callable[[SimCluster], Any] | None = None) -> None:
+                 reader: Callable[[SimCluster], Any] | None = None, config: Config | None = None) -> None:
         self.cluster = cluster
         self.workload = workload
         self.rng = random.Random(f"world-{seed}")
-        self.config = queue_config(workload)
+        self.config = config or queue_config(workload)
         self.queue: QueueConfig = self.config.queues[0]
         for topic in (QUEUE, self.queue.markers_topic, self.queue.dlq_topic):
             cluster.create_topic(topic, workload.partitions)
