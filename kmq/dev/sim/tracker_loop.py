@@ -119,9 +119,14 @@ class TrackerClients(ClientFactory):
     def __init__(self, cluster: SimCluster, name: str, reader: LogReader, hw_reader: LogReader) -> None:
         self.cluster = cluster
         self.name = name
-        self.incarnation = 0  # the process the next consumer belongs to (ServiceTrackerActor counts them)
+        self.incarnation = 0  # the process the next consumer belongs to
         self._readers = itertools.cycle((reader, hw_reader))
         self.producers: list[SimProducer] = []  # those of the current process
+
+    def new_process(self, incarnation: int) -> None:
+        """What is built from now on belongs to tracker process ``incarnation``."""
+        self.incarnation = incarnation
+        self.producers = []
 
     def group_consumer(self, kafka: KafkaConfig, group_id: str, assignor: str, max_records: int,
                        **overrides: Any) -> Any:
@@ -175,8 +180,7 @@ class ServiceTrackerActor:
         nothing in memory, its markers partitions positioned from its commits."""
         c = self.world.cluster
         self.incarnation += 1
-        self.clients.incarnation = self.incarnation
-        self.clients.producers = []
+        self.clients.new_process(self.incarnation)
         self.tracker = service.Tracker(self.world.config, registry=CollectorRegistry(),
                                        clock=lambda: c.clock.now_ms() / 1000.0, clients=self.clients,
                                        monotonic=c.clock.monotonic,
