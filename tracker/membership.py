@@ -24,9 +24,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Callable
+from typing import Callable, Protocol
 
-__all__ = ["PauseLog", "PauseWatch", "MembershipCheck"]
+__all__ = ["PauseLog", "Pauses", "PauseWatch", "MembershipCheck"]
 
 # Gaps shorter than this are scheduling noise, not pauses worth remembering.
 _NOTABLE_S = 0.5
@@ -57,6 +57,20 @@ class PauseLog:
             if ended > since:
                 longest = max(longest, length)
         return longest
+
+
+class Pauses(Protocol):
+    """What tells the tracker how long the whole process stood still: :class:`PauseWatch` in the
+    service; the simulator answers from its fault plan, tests from the pauses they declare."""
+
+    def start(self) -> None:
+        """Begin watching (the tracker's ``open``)."""
+
+    def stop(self) -> None:
+        """Stop watching (the tracker's ``close``)."""
+
+    def longest_since(self, since: float) -> float:
+        """Seconds of the longest pause that ended after ``since`` or is going on (the clock's seconds)."""
 
 
 class PauseWatch:
@@ -102,7 +116,7 @@ class MembershipCheck:
     (seconds); ``pauses`` answers ``longest_since(t)``; ``clock`` is the pauses' clock."""
 
     def __init__(self, session_timeout: float, heartbeat_interval: float, max_poll_interval: float,
-                 pauses: PauseWatch, clock: Callable[[], float]) -> None:
+                 pauses: Pauses, clock: Callable[[], float]) -> None:
         self.pauses = pauses
         self._clock = clock
         self._pause_limit = session_timeout - heartbeat_interval

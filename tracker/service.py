@@ -19,7 +19,7 @@ the open leases.
 * The view is dropped (every partition re-read from its committed offset
   before acting) only when the group may have moved partitions without the
   listener being told: after a whole-process pause past the session timeout
-  (:mod:`tracker.pauses`; heartbeats run on the client's own thread, so a slow
+  (:mod:`tracker.membership`; heartbeats run on the client's own thread, so a slow
   step is no such risk), past ``max.poll.interval`` without a poll, or when the
   group refuses a commit. Copies made after such a pause are counted as
   possible duplicates.
@@ -47,7 +47,8 @@ import signal
 import threading
 import time
 from collections import Counter as Tally
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -63,7 +64,7 @@ from kmq.core.markers import VERSION, BadMarker, Start, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.http import HealthServer
-from tracker.membership import MembershipCheck, PauseWatch
+from tracker.membership import MembershipCheck, Pauses, PauseWatch
 from tracker.catch_up import CatchUp
 from tracker.clock_skew import SkewGauge
 from tracker.partition import OwnedPartition, partition_names, publish_gauges
@@ -114,14 +115,16 @@ class Tracker:
         the clients ``kafka.client`` names, on the configured cluster).
     :param monotonic: its monotonic clock (commit and metrics intervals, the step budget, liveness;
         default ``time.monotonic``).
-    :param pauses: what tells it how long the process was frozen (``longest_since(t)``, ``start()``,
-        ``stop()``; default: a :class:`~tracker.membership.PauseWatch` thread on ``monotonic``).
-    :mod:`kmq.testing` passes a simulated cluster's clients and its virtual clock for all three.
+    :param pauses: what tells it how long the process was frozen (:class:`~tracker.membership.Pauses`;
+        default: a :class:`~tracker.membership.PauseWatch` thread on ``monotonic``).
+    :mod:`kmq.testing` passes a simulated cluster's clients and its virtual clock for all three;
+    ``kmq sim`` (:mod:`kmq.dev.sim.tracker_loop`) and ``kmq bench tracker --idle-partitions`` pass
+    theirs too, and then call :meth:`open`, so each runs the tracker as ``run`` builds it.
     """
 
     def __init__(self, cfg: Config, registry: CollectorRegistry | None = None, http_host: str = "0.0.0.0",
                  clock: Callable[[], float] = time.time, *, clients: ClientFactory = KAFKA_CLIENTS,
-                 monotonic: Callable[[], float] | None = None, pauses: PauseWatch | None = None) -> None:
+                 monotonic: Callable[[], float] | None = None, pauses: Pauses | None = None) -> None:
         if not cfg.queues:
             raise KmqError("the tracker needs at least one queue under `queues:` in the configuration")
         self.cfg = cfg
@@ -204,6 +207,13 @@ class Tracker:
             if self._thread.is_alive():
                 raise KmqError(f"tracker did not stop within {timeout}s")
             self._thread = None
+
+    @property
+    def partitions(self) -> Mapping[Partition, OwnedPartition]:
+        """The markers partitions it holds now, by ``(topic, partition)``: each one's
+        :class:`~tracker.partition.OwnedPartition` (its lease state, whether it caught up). A
+        read-only view, for probes and tests; the tracker's own loop changes them."""
+        return MappingProxyType(self._owned)
 
     def ready(self) -> tuple[bool, str]:
         """(ready, detail): joined the group and every assigned partition caught up (or held at a

@@ -5,7 +5,10 @@ The real :class:`~tracker.service.Tracker` and its real main loop
 ``N`` markers partitions with no traffic, at a given tick. Only the edges are
 stand-ins: a markers consumer whose fetch waits out its timeout and returns
 nothing (what a poll of an idle topic does), log readers that report every
-partition at its committed offset, and a producer that is never used. So the
+partition at its committed offset, and a producer that is never used, handed
+to the tracker's constructor as :class:`IdleClients` (a
+:class:`~kmq.client.parts.ClientFactory`) and opened by its
+:meth:`~tracker.service.Tracker.open` as the service opens them. So the
 figure is the tracker's own cost; the Kafka client's cost of fetching ``N``
 idle partitions comes on top (librdkafka's threads are cheap at idle,
 kafka-python's fetch loop is not).
@@ -21,9 +24,13 @@ import time
 from typing import Any, Callable
 
 from kmq.client import LogEnds
+from kmq.client.parts import ClientFactory
 from kmq.dev.broker import broker_unless
 
-__all__ = ["idle_cost", "process_idle_cost", "plain_markers_consumer", "IdleConsumer", "IdleReader"]
+__all__ = ["idle_cost", "process_idle_cost", "plain_markers_consumer", "IdleClients", "IdleConsumer", "IdleReader"]
+
+#: What a broker reports as ``max.message.bytes`` by default.
+_KAFKA_MAX_MESSAGE_BYTES = 1_048_588
 
 
 def _rss_mb() -> float:
@@ -37,10 +44,16 @@ def _rss_mb() -> float:
 class IdleConsumer:
     """A markers consumer of idle partitions: ``fetch`` waits out its timeout and returns nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
         self._wake = threading.Event()
         self._positions: dict[tuple[str, int], int] = {}
         self.commits = 0
+
+    def subscribe(self, topics: list, on_assigned: Callable[[set], None], on_revoked: Callable[[set], None],
+                  commit_on_revoke: Any = None, on_commit_failed: Any = None) -> None:
+        """Every one of ``partitions`` partitions of each topic is assigned at once (no group)."""
+        on_assigned({(topic, p) for topic in topics for p in range(self.partitions)})
 
     def fetch(self, timeout: float, max_records: int) -> list:
         self._wake.wait(timeout)
@@ -96,11 +109,35 @@ class _NoProducer:
         pass
 
 
+class IdleClients(ClientFactory):
+    """The :class:`~kmq.client.parts.ClientFactory` of the idle stand-ins: an :class:`IdleConsumer`
+    assigned ``partitions`` partitions of every markers topic, :class:`IdleReader` s, a producer
+    never used; the topics aligned, with Kafka's default ``max.message.bytes``."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+
+    def group_consumer(self, kafka: Any, group_id: str, assignor: str, max_records: int, **overrides: Any) -> Any:
+        return IdleConsumer(self.partitions)
+
+    def producer(self, kafka: Any, timeout_s: float | None = None, settle_on_flush: bool = False,
+                 **overrides: Any) -> Any:
+        return _NoProducer()
+
+    def open_log_reader(self, kafka: Any, timeout_s: float = 10.0, fetch_wait_ms: int = 50, **overrides: Any) -> Any:
+        return IdleReader()
+
+    def require_aligned(self, kafka: Any, queue: Any) -> Any:
+        return None
+
+    def max_message_bytes(self, kafka: Any, names: list[str]) -> dict[str, int | None]:
+        return dict.fromkeys(names, _KAFKA_MAX_MESSAGE_BYTES)
+
+
 def _tracker(partitions: int, tick_s: float) -> Any:
-    """A real Tracker on idle edges, ``partitions`` markers partitions assigned to it."""
+    """A real Tracker on idle edges (:class:`IdleClients`), not opened yet: its open assigns it
+    ``partitions`` markers partitions."""
     from kmq.config import Config
-    from tracker.membership import MembershipCheck, PauseWatch
-    from tracker.redeliver import Redeliverer
     from tracker.service import Tracker
 
     cfg = Config.from_dict({
@@ -108,17 +145,7 @@ def _tracker(partitions: int, tick_s: float) -> Any:
         "queues": [{"name": "idle"}],
         "tracker": {"group_id": "idle-tracker", "tick": f"{tick_s}s", "http_port": 0},
     })
-    t = Tracker(cfg, http_host="127.0.0.1")
-    kafka = cfg.kafka
-    t._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, 300.0, PauseWatch(), time.monotonic)
-    t._consumer = IdleConsumer()
-    t._reader = t._hw_reader = IdleReader()
-    t._producer = _NoProducer()
-    t._redeliverer = Redeliverer(t._producer, t._reader, t.metrics, t._now_ms)
-    t._next_commit = t._next_metrics = time.monotonic()
-    topic = cfg.queues[0].markers_topic
-    t._on_assigned({(topic, p) for p in range(partitions)})
-    return t
+    return Tracker(cfg, clients=IdleClients(partitions))
 
 
 def idle_cost(partitions: int = 10_000, tick_s: float = 0.1, seconds: float = 5.0) -> dict:
@@ -127,7 +154,7 @@ def idle_cost(partitions: int = 10_000, tick_s: float = 0.1, seconds: float = 5.
 
     base = _rss_mb()
     t = _tracker(partitions, tick_s)
-    t._membership.pauses.start()
+    t.open(serve_http=False)  # as the service opens it: the pause watch runs, the partitions are assigned
     try:
         deadline = time.monotonic() + 60
         delay = 0.0
@@ -145,7 +172,7 @@ def idle_cost(partitions: int = 10_000, tick_s: float = 0.1, seconds: float = 5.
             steps += 1
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
     finally:
-        t._membership.pauses.stop()
+        t.close()
     rss = _rss_mb()
     return {"partitions": partitions, "tick_ms": round(tick_s * 1000), "seconds": round(wall, 2), "steps": steps,
             "cpu_pct_of_core": round(100 * cpu / wall, 2), "cpu_ms_per_step": round(1000 * cpu / max(1, steps), 3),

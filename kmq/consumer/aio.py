@@ -144,6 +144,10 @@ class AsyncKmqConsumer:
     :param metrics: :class:`~kmq.telemetry.metrics.ConsumerMetrics` to record into.
     :param poll_timeout: seconds a waiting poll blocks its thread before looking at
         stop/cancel again (it never blocks the loop).
+    :param consumer: the threaded consumer to drive, already built (default: none, a
+        :class:`~kmq.consumer.consumer.KmqConsumer` is built at :meth:`start`). Given, this one is
+        started already and closes it with itself; it needs what this class calls of a
+        ``KmqConsumer``: ``poll``, ``take_chunk``, ``ahead``, ``stop``, ``stopping``, ``close``.
     :param consumer_kwargs: further keyword arguments for :class:`~kmq.consumer.consumer.KmqConsumer`.
 
     Nothing connects until ``async with`` (or :meth:`start`); the Kafka work
@@ -157,12 +161,13 @@ class AsyncKmqConsumer:
     YIELD_EVERY = 0.001
 
     def __init__(self, cfg: Config, queue: str | None = None, *, batch_size: int = 500,
-                 metrics: ConsumerMetrics | None = None, poll_timeout: float = 0.5, **consumer_kwargs: Any) -> None:
+                 metrics: ConsumerMetrics | None = None, poll_timeout: float = 0.5, consumer: Any = None,
+                 **consumer_kwargs: Any) -> None:
         self.cfg = cfg
         self._queue_name = queue
         self._kwargs = dict(consumer_kwargs, batch_size=batch_size, metrics=metrics)
         self.poll_timeout = poll_timeout
-        self._consumer: Any = None  # kmq.consumer.consumer.KmqConsumer once started
+        self._consumer: Any = consumer  # kmq.consumer.consumer.KmqConsumer once started
         # The construction under way (on a thread), shared by concurrent start() and close() calls.
         self._starting: asyncio.Future | None = None
         # Orders _closed against the construction thread's hand-over of the consumer it built.
@@ -292,7 +297,7 @@ class AsyncKmqConsumer:
         ready = consumer.poll(timeout=0, max_records=max_records)
         if ready or consumer.stopping:
             return ready
-        fut = self._poller.submit(consumer._take_chunk, self.poll_timeout, max_records)
+        fut = self._poller.submit(consumer.take_chunk, self.poll_timeout, max_records)
         try:
             return (await asyncio.wrap_future(fut))[0]
         except asyncio.CancelledError:
@@ -306,12 +311,12 @@ class AsyncKmqConsumer:
         c = self._consumer
         if c is None or self._closed or c.stopping:
             return None
-        return c._ahead.next(0)
+        return c.ahead.next(0)
 
     def _keep_late(self, fut: concurrent.futures.Future) -> None:
         # On the poll thread: what it returned after its waiter was cancelled, for the next taker (or close).
         if not fut.cancelled() and fut.exception() is None:
-            self.consumer._ahead.keep(*fut.result())
+            self.consumer.ahead.keep(*fut.result())
 
     def __aiter__(self) -> "AsyncKmqConsumer":
         return self

@@ -115,6 +115,9 @@ class KmqConsumer:
         of ``consumer.ordering: key``; :class:`~kmq.client.parts.ClientFactory`). Default: the
         clients ``kafka.client`` names, on the configured cluster. :mod:`kmq.testing` passes the
         simulated cluster's.
+    :param writer: the queue's marker writer (default: a :class:`~kmq.consumer.writer.MarkerWriter`
+        built from ``cfg``, ``queue``, ``metrics`` and ``clients``). Given, the consumer takes its
+        queue and metrics from it and closes it on :meth:`close`, as it closes its own.
     """
 
     def __init__(
@@ -129,10 +132,11 @@ class KmqConsumer:
         stage_hook: StageHook | None = None,
         clients: ClientFactory = KAFKA_CLIENTS,
         group: str | None = None,
+        writer: MarkerWriter | None = None,
     ) -> None:
         self.cfg = cfg
         self._clients = clients
-        self.writer = MarkerWriter(cfg, queue, metrics=metrics, clients=clients, group=group)
+        self.writer = writer or MarkerWriter(cfg, queue, metrics=metrics, clients=clients, group=group)
         self.queue = self.writer.queue
         self.metrics = self.writer.metrics
         self.batch_size = batch_size
@@ -147,8 +151,9 @@ class KmqConsumer:
         self._keyed: KeyedReadyQueue | None = KeyedReadyQueue() if cfg.consumer.ordering == "key" else None
         self._ready: Any = self._keyed or ReadyQueue()
         #: Ready messages taken for iteration (``for msg in consumer``, :mod:`kmq.consumer.aio`) a few at
-        #: a time and handed on one by one; put back when closing.
-        self._ahead = TakeAhead(self._take_chunk)
+        #: a time and handed on one by one; put back when closing. Public for :mod:`kmq.consumer.aio`,
+        #: which takes from it too; not for applications.
+        self.ahead = TakeAhead(self.take_chunk)
         self._inflight: dict[int, int] = defaultdict(int)
         #: Ready batches taken out for the commit back before a revocation (:meth:`_rewind_on_revoke`).
         self._rewound: list[tuple[list[KmqMessage], float, int]] = []
@@ -370,7 +375,7 @@ class KmqConsumer:
         tracker redelivers them now, with the delivery count they had."""
         fetching = self._fetcher is not None and self._fetcher.is_alive()
         # A take in progress meanwhile brings its rest back the same way (the fetcher waits for it).
-        self._ahead.put_back(self._ready.put_back if fetching else _refuse, self._nack_refused)
+        self.ahead.put_back(self._ready.put_back if fetching else _refuse, self._nack_refused)
 
     def _nack_refused(self, refused: list[KmqMessage]) -> None:
         release_all(refused)
@@ -398,15 +403,16 @@ class KmqConsumer:
         self._ensure_started()
         self._takes += 1
         n = self.batch_size if max_records is None else max_records
-        if self._ahead:  # an iteration left messages taken ahead: they come first
-            held = self._ahead.take(n if n > 0 else MOST)
+        if self.ahead:  # an iteration left messages taken ahead: they come first
+            held = self.ahead.take(n if n > 0 else MOST)
             if held:
                 return held
         return self._ready.take(timeout, n, self._stopped)
 
-    def _take_chunk(self, timeout: float, max_records: int) -> tuple[list[KmqMessage], float, int]:
+    def take_chunk(self, timeout: float, max_records: int) -> tuple[list[KmqMessage], float, int]:
         """Ready messages of one batch with what putting them back needs (:mod:`kmq.consumer.take_ahead`);
-        what a taker does not hand on goes to ``self._ahead.keep``."""
+        what a taker does not hand on goes to ``self.ahead.keep``. Waits at most ``timeout`` seconds.
+        For :mod:`kmq.consumer.aio`'s poll thread; applications call :meth:`poll`."""
         self._ensure_started()
         self._takes += 1
         return self._ready.take_chunk(timeout, max_records, self._stopped)
@@ -422,7 +428,7 @@ class KmqConsumer:
         (``break``, an exception) strands nothing: what it took ahead comes first to the next
         :meth:`poll` or loop, and :meth:`close` gives it back to the group with the rest."""
         self._ensure_started()
-        ahead = self._ahead
+        ahead = self.ahead
         while not self.stopping:
             msg = ahead.next(0.5)  # raises the fetcher's error once nothing is ready
             if msg is not None:
@@ -462,7 +468,7 @@ class KmqConsumer:
                     self._feed_answers(now)
                     self._held.renew_due(self._pipeline.pending, self._ready, now)
                 self._expire_leases(now)
-                if watch.look(now, self._takes + self._ahead.takes, self._ready.ready) is LEAVE and kc is not None:
+                if watch.look(now, self._takes + self.ahead.takes, self._ready.ready) is LEAVE and kc is not None:
                     self._leave(kc, watch.stalled_for(now))
                     kc = None
                 if kc is None:  # out of the group (the application stopped taking)
@@ -647,7 +653,7 @@ class KmqConsumer:
                 # consumer are settled by then and cost the schedule nothing.
                 schedule.track_soon(messages, b.leased_at, now)
                 schedule.look(now)
-        self.writer._c_received.inc(len(messages))
+        self.writer.count_received(len(messages))
         if self._tracing is not None:
             self._tracing.handed(messages)
         self._ready.put(messages, b.leased_at, b.gen)
@@ -886,7 +892,7 @@ class KmqConsumer:
         # commits its partitions' share back (_take_out_closing). A take for iteration that was in
         # progress when close() began puts its rest back first (kmq.consumer.take_ahead); the wait
         # is bounded for a taker that cannot finish (close() from a signal handler on its thread).
-        if final and not self._ahead.idle(TAKE_WAIT):
+        if final and not self.ahead.idle(TAKE_WAIT):
             log.warning("%s: a take for iteration did not finish within %gs of the close; messages it brings "
                         "later are nacked (the tracker redelivers them)", self.queue.name, TAKE_WAIT)
         self._closing = self._ready.drain(final)

@@ -98,7 +98,7 @@ class LeaseExpiry:
         extended = self.extended
         for msgs in due:
             for m in msgs:
-                if m._outcome is not None:
+                if m.settled:
                     continue
                 if extended:
                     key = (m.partition, m.offset)

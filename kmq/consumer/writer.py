@@ -181,6 +181,11 @@ class MarkerWriter:
         self._flusher.start()
         self._c_received = self.metrics.messages.labels(self.queue.name, "received")
 
+    def count_received(self, n: int) -> None:
+        """``n`` more messages of this queue were handed to the application
+        (``kmq_consumer_messages_total{outcome="received"}``)."""
+        self._c_received.inc(n)
+
     # ------------------------------------------------------------ START
     @property
     def owner(self) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kmq.client import ClientCommitFailed, LogEnds, Record
+from kmq.client.parts import ClientFactory
 from kmq.core.errors import BrokerUnavailable, LogReadError
 from kmq.core.markers import encode, encode_key
 from kmq.core.ranges import OffsetRange
@@ -260,3 +261,37 @@ class FakeLogReader:
 
     def close(self) -> None:
         pass
+
+
+class FakeClients(ClientFactory):
+    """The :class:`~kmq.client.parts.ClientFactory` of a :class:`FakeKafka`, for
+    :class:`tracker.service.Tracker` (``clients=``): what its ``open`` builds is kept here.
+    The two log readers it opens come in its order: the queue reader (given ``on_read``), then
+    the markers look-up reader. Topics are aligned, their ``max.message.bytes`` unknown."""
+
+    def __init__(self, kafka: FakeKafka, on_read: Callable[[int], None] | None = None,
+                 refuse: Callable | None = None) -> None:
+        self.kafka = kafka
+        self.on_read = on_read
+        self.refuse = refuse
+        self.consumer: FakeGroupConsumer | None = None
+        self.producers: list[FakeProducer] = []
+        self.readers: list[FakeLogReader] = []
+
+    def group_consumer(self, kafka, group_id, assignor, max_records, **overrides) -> FakeGroupConsumer:
+        self.consumer = FakeGroupConsumer(self.kafka)
+        return self.consumer
+
+    def producer(self, kafka, timeout_s=None, settle_on_flush=False, **overrides) -> FakeProducer:
+        self.producers.append(FakeProducer(self.kafka, self.refuse))
+        return self.producers[-1]
+
+    def open_log_reader(self, kafka, timeout_s: float = 10.0, fetch_wait_ms: int = 50, **overrides) -> FakeLogReader:
+        self.readers.append(FakeLogReader(self.kafka, None if self.readers else self.on_read, timeout_s=timeout_s))
+        return self.readers[-1]
+
+    def require_aligned(self, kafka, queue) -> dict:
+        return dict(self.kafka.partitions)
+
+    def max_message_bytes(self, kafka, names) -> dict:
+        return dict.fromkeys(names)

@@ -437,7 +437,7 @@ def test_iteration_takes_ahead_and_what_it_took_comes_first_or_goes_back_to_the_
             seen.append(msg.offset)
             if len(seen) == 10:
                 break
-        assert consumer._ahead, "the loop took nothing ahead"
+        assert consumer.ahead, "the loop took nothing ahead"
         # What the loop took ahead comes first, to the next poll as to the next loop.
         nxt = consumer.poll(timeout=5, max_records=1)
         assert [m.offset for m in nxt] == [10]
@@ -448,7 +448,7 @@ def test_iteration_takes_ahead_and_what_it_took_comes_first_or_goes_back_to_the_
             seen.append(msg.offset)
             if len(seen) == 20:
                 break
-        assert seen == list(range(20)) and consumer._ahead
+        assert seen == list(range(20)) and consumer.ahead
     # Closing gave back what was taken ahead with the rest: the next member gets every other message
     # once, as a first delivery (committed back, not nacked).
     assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 20}

@@ -42,7 +42,7 @@ class ReadyConsumer:
         self.queue = types.SimpleNamespace(name="q", lease=30.0, backoff=types.SimpleNamespace(delay=lambda n: 1.0))
         self.stopping = False
         self.taken = 0
-        self._ahead = TakeAhead(self._take_chunk)
+        self.ahead = TakeAhead(self.take_chunk)
 
     def stop(self) -> None:
         self.stopping = True
@@ -50,7 +50,7 @@ class ReadyConsumer:
     def raise_error(self) -> None:
         self.ready.raise_error()
 
-    def _take_chunk(self, timeout: float, max_records: int) -> tuple[list[KmqMessage], float, int]:
+    def take_chunk(self, timeout: float, max_records: int) -> tuple[list[KmqMessage], float, int]:
         out = self.ready.take_chunk(timeout, max_records, lambda: self.stopping)
         self.taken += len(out[0])
         return out
@@ -58,13 +58,11 @@ class ReadyConsumer:
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[KmqMessage]:
         """As KmqConsumer.poll: what was taken ahead first, then the ready queue."""
         n = max_records or self.batch_size
-        return self._ahead.take(n) or self._take_chunk(timeout, n)[0]
+        return self.ahead.take(n) or self.take_chunk(timeout, n)[0]
 
 
 def _consumer(fake: ReadyConsumer) -> AsyncKmqConsumer:
-    c = AsyncKmqConsumer(None, poll_timeout=0.05)
-    c._consumer = fake
-    return c
+    return AsyncKmqConsumer(None, poll_timeout=0.05, consumer=fake)
 
 
 def test_run_settles_every_message_by_its_outcome_and_takes_no_more_than_free_slots():
@@ -199,7 +197,7 @@ def test_async_for_over_a_ready_backlog_takes_a_few_ahead_and_leaves_the_rest_fo
     assert 0 < max(ahead) < MOST and fake.taken > 130
     # What was taken ahead stays with the consumer (whose close puts it back), in order.
     rest = []
-    fake._ahead.put_back(lambda msgs, leased_at, gen: rest.extend(msgs) or True, rest.extend)
+    fake.ahead.put_back(lambda msgs, leased_at, gen: rest.extend(msgs) or True, rest.extend)
     assert [m.offset for m in rest] == list(range(130, fake.taken))
     assert len(fake.settler.outcomes) == 130
 

@@ -8,14 +8,13 @@ from typing import Any, Callable
 import pytest
 
 from kmq.config import Config
-from kmq.consumer import consumer as consumer_module
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.errors import LogReadError
 from kmq.core.markers import End, Start
 from kmq.core.message import HEADER_DELIVERY_COUNT, HEADER_ORIGIN
 from tests.helpers.fake_kafka import FakeKafka as Log, FakeLogReader, FakeTime
 from tests.helpers.kafka import wait_until
-from tests.unit.test_consumer_shell import TOPIC, FakeKafka, FakeWriter
+from tests.unit.test_consumer_shell import TOPIC, FakeClients, FakeKafka, FakeWriter
 
 
 class KeyedKafka(FakeKafka):
@@ -45,18 +44,17 @@ def copy_of(offset: int, delivery: int = 2) -> list:
 
 
 @pytest.fixture
-def keyed_consumer(monkeypatch):
+def keyed_consumer():
     made: list[KmqConsumer] = []
 
-    def make(kafka: FakeKafka, ordering: str = "key", log: Log | None = None, **queue: Any) -> KmqConsumer:
+    def make(kafka: FakeKafka, ordering: str = "key", log: Log | None = None, reader: Any = None,
+             **queue: Any) -> KmqConsumer:
+        """``reader``: the log reader of the key recovery (default: one of ``log``)."""
         log = log or Log(FakeTime())
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
                                 "queues": [{"name": TOPIC, **queue}],
                                 "consumer": {"group_id": "g", "ordering": ordering}})
-        monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
-        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a, **kw: kafka)
-        monkeypatch.setattr(consumer_module.client_api, "open_log_reader", lambda *a, **k: FakeLogReader(log))
-        c = KmqConsumer(cfg)
+        c = KmqConsumer(cfg, writer=FakeWriter(cfg), clients=FakeClients(kafka, lambda: reader or FakeLogReader(log)))
         made.append(c)
         return c
 
@@ -156,7 +154,7 @@ def test_a_new_owner_holds_a_key_whose_earlier_message_is_unsettled_until_its_co
     # this consumer starts at 2. The tracker's copy of 0 sits at 5.
     keys = [b"a", b"b", b"a", b"b", b"c", b"a"]
     kafka = KeyedKafka([(k, copy_of(0) if o == 5 else []) for o, k in enumerate(keys)])
-    kafka._position = 2
+    kafka.position_at = 2
     consumer = keyed_consumer(kafka, log=earlier_owner(keys, 2, Start(((0, 2),), 3000), End(((1, 1),))))
     got = {}
     wait_until(lambda: got.update({m.offset: m for m in consumer.poll(timeout=0.1)}) or len(got) >= 3, 10,
@@ -171,7 +169,7 @@ def test_a_new_owner_releases_a_key_when_the_markers_show_the_earlier_message_se
     keys = [b"a", b"b", b"a", b"b"]
     log = earlier_owner(keys, 2, Start(((0, 2),), 3000), End(((1, 1),)))
     kafka = KeyedKafka([(k, []) for k in keys])
-    kafka._position = 2
+    kafka.position_at = 2
     consumer = keyed_consumer(kafka, log=log)
     assert [m.offset for m in consumer.poll(timeout=5)] == [3]
     assert consumer.poll(timeout=0.2) == []  # 2 waits: 0 is still open at the earlier owner
@@ -189,9 +187,8 @@ def test_a_partition_whose_lookup_fails_goes_on_without_it(keyed_consumer, monke
     reader = FakeLogReader(log)
     monkeypatch.setattr(reader, "committed", refused)
     kafka = KeyedKafka([(k, []) for k in keys])
-    kafka._position = 2
-    consumer = keyed_consumer(kafka, log=log)
-    monkeypatch.setattr(consumer._recovery, "_open_reader", lambda: reader)
+    kafka.position_at = 2
+    consumer = keyed_consumer(kafka, log=log, reader=reader)
     assert [m.offset for m in consumer.poll(timeout=5)] == [2]
     assert "could not learn which messages an earlier owner left unsettled" in caplog.text
     assert consumer.metrics.ordering_recoveries.labels(TOPIC, "given_up")._value.get() == 1

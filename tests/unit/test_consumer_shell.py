@@ -9,8 +9,8 @@ from typing import Any, Callable
 import pytest
 
 from kmq.client.api import ClientCommitFailed, Delivery
+from kmq.client.parts import ClientFactory
 from kmq.config import Config
-from kmq.consumer import consumer as consumer_module
 from kmq.consumer.ack_buffer import AckBuffer
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.markers import End, Nack
@@ -37,9 +37,11 @@ class FakeWriter:
         self.buffer = AckBuffer()
         self.flush_interval = 0.05
         self.owner = "test"
-        self._c_received = self.metrics.messages.labels(self.queue.name, "received")
         self.flushed: list = []
         self.handed_off: list[dict[int, list[int]]] = []
+
+    def count_received(self, n: int) -> None:
+        self.metrics.messages.labels(self.queue.name, "received").inc(n)
 
     def send_starts(self, offsets: dict) -> list:
         return [(p, list(o), _done()) for p, o in offsets.items()]
@@ -73,7 +75,7 @@ class FakeKafka:
     def __init__(self, records: int) -> None:
         self.raw = None
         self._records = list(range(records))
-        self._position = 0
+        self.position_at = 0  # the next offset fetch() returns
         self._assigned: set[tuple[str, int]] = set()
         self._on_assigned: Callable[[set], None] | None = None
         self._idle = threading.Event()
@@ -92,8 +94,8 @@ class FakeKafka:
             self._assigned = {(TOPIC, 0)}
             self._on_assigned(set(self._assigned))
             self._on_assigned = None
-        batch = self._records[self._position:self._position + max_records]
-        self._position += len(batch)
+        batch = self._records[self.position_at:self.position_at + max_records]
+        self.position_at += len(batch)
         if not batch:
             self._idle.wait(timeout)
         return [build(TOPIC, 0, o, None, b"v%d" % o, [], 0) for o in batch]
@@ -126,7 +128,7 @@ class FakeKafka:
         return set(self._assigned)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
-        self._position = offset
+        self.position_at = offset
 
     def pause(self, partitions) -> None:
         if self.fail_pause:
@@ -142,16 +144,30 @@ class FakeKafka:
         self.closed.set()
 
 
+class FakeClients(ClientFactory):
+    """Hands KmqConsumer the test's group consumer and, for ``consumer.ordering: key``, log readers
+    made by ``reader()``."""
+
+    def __init__(self, kafka: Any, reader: Callable[[], Any] | None = None) -> None:
+        self.kafka = kafka
+        self.reader = reader
+
+    def group_consumer(self, kafka, group_id, assignor, max_records, **overrides) -> Any:
+        return self.kafka
+
+    def open_log_reader(self, kafka, timeout_s=10.0, fetch_wait_ms=50, **overrides) -> Any:
+        assert self.reader is not None, "this test gives the consumer no log reader"
+        return self.reader()
+
+
 @pytest.fixture
-def consumer_on(monkeypatch):
+def consumer_on():
     made: list[KmqConsumer] = []
 
     def make(kafka: FakeKafka, hand_over: str = "committed", writer: type = FakeWriter, **kw) -> KmqConsumer:
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
                                 "queues": [{"name": TOPIC}], "consumer": {"group_id": "g", "hand_over": hand_over}})
-        monkeypatch.setattr(consumer_module, "MarkerWriter", writer)
-        monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a, **kw: kafka)
-        c = KmqConsumer(cfg, **kw)
+        c = KmqConsumer(cfg, writer=writer(cfg, metrics=kw.pop("metrics", None)), clients=FakeClients(kafka), **kw)
         made.append(c)
         return c
 
@@ -178,7 +194,7 @@ class WaitsOnlyForWake(FakeKafka):
     (kafka-python's short waits are taken so): the fetcher must be woken by the answers it awaits."""
 
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None, wake=None) -> list:
-        if self._on_assigned is None and self._position >= len(self._records):
+        if self._on_assigned is None and self.position_at >= len(self._records):
             assert wake is not None, "the fetcher gives the client no event to wait on"
             wake.wait(60)
             return []
@@ -282,16 +298,25 @@ def test_hand_over_started_a_revocation_commits_handed_messages_on_without_handi
     consumer._revoked({(TOPIC, 0)})
 
 
-def test_an_application_that_stops_taking_gives_its_partition_back_and_joins_again_when_it_takes(monkeypatch):
+class GroupConsumersInTurn(FakeClients):
+    """A new group consumer each time KmqConsumer asks for one (a member that left and joins again)."""
+
+    def __init__(self, *kafkas: Any) -> None:
+        super().__init__(None)
+        self._kafkas = iter(kafkas)
+
+    def group_consumer(self, kafka, group_id, assignor, max_records, **overrides) -> Any:
+        return next(self._kafkas)
+
+
+def test_an_application_that_stops_taking_gives_its_partition_back_and_joins_again_when_it_takes():
     first, again = FakeKafka(records=5), FakeKafka(records=5)
-    again._position = 1  # the group's committed offset after the first member gave 1..4 back
-    clients = iter([first, again])
+    again.position_at = 1  # the group's committed offset after the first member gave 1..4 back
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "session_timeout": "1s"},
                             "queues": [{"name": TOPIC}], "consumer": {"group_id": "g", "max_poll_interval": "1s"}})
-    monkeypatch.setattr(consumer_module, "MarkerWriter", FakeWriter)
-    monkeypatch.setattr(consumer_module.client_api, "group_consumer", lambda *a, **kw: next(clients))
     committed = threading.Event()
-    consumer = KmqConsumer(cfg, stage_hook=lambda stage, spans: stage == "committed" and committed.set())
+    consumer = KmqConsumer(cfg, writer=FakeWriter(cfg), clients=GroupConsumersInTurn(first, again),
+                           stage_hook=lambda stage, spans: stage == "committed" and committed.set())
     try:
         held = consumer.poll(timeout=5, max_records=1)
         assert [m.offset for m in held] == [0]

@@ -16,13 +16,20 @@ from kmq.core.message import KmqMessage
 LOCK = threading.Lock()
 
 
+class NoSettler:
+    """The settler is not part of this test: a settlement only marks the message settled."""
+
+    def settled(self, msg, outcome, arg) -> None:
+        pass
+
+
 def msgs(first: int, n: int, partition: int = 0) -> list[KmqMessage]:
-    return [KmqMessage("q", partition, o, None, b"v", [], 0, None, LOCK) for o in range(first, first + n)]
+    return [KmqMessage("q", partition, o, None, b"v", [], 0, NoSettler(), LOCK) for o in range(first, first + n)]
 
 
 def settle(messages) -> None:
     for m in messages:
-        m._outcome = "ack"  # what KmqMessage.ack() sets (the settler is not part of this test)
+        m.ack()
 
 
 def simulate(seconds: float, with_expiry: bool, lease: float = 2.0, unsettled_every: int = 3) -> int:

@@ -121,7 +121,7 @@ class Source:
         self.queue = SimpleNamespace(name="orders", backoff=BACKOFF)
         self.batch_size = 10
         self.msgs = list(msgs)
-        self._ahead = TakeAhead(self._take_chunk)
+        self.ahead = TakeAhead(self.take_chunk)
 
     @property
     def stopping(self):
@@ -134,7 +134,7 @@ class Source:
         out, self.msgs = self.msgs[:max_records], self.msgs[max_records:]
         return out
 
-    def _take_chunk(self, timeout, max_records):  # what AsyncKmqConsumer takes with
+    def take_chunk(self, timeout, max_records):  # what AsyncKmqConsumer takes with
         return self.poll(timeout, max_records), 0.0, 0
 
 
@@ -206,8 +206,7 @@ def test_async_run_settles_by_the_rule_with_reject_on(monkeypatch):
     source.queue.lease = 5.0
 
     async def main():
-        c = AsyncKmqConsumer(SimpleNamespace(), "orders")
-        c._consumer = source  # the threaded consumer's place: run() drives it through poll()
+        c = AsyncKmqConsumer(SimpleNamespace(), "orders", consumer=source)  # run() drives it through poll()
 
         async def async_handler(amsg):
             handler(amsg.message)

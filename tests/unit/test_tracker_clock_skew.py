@@ -61,22 +61,21 @@ def acked_within_the_lease(h: Harness, worker: Worker) -> None:
 
 
 @pytest.mark.parametrize("skew_s", [-10.0, 10.0, -3600.0, 3600.0])
-def test_a_handler_that_acks_within_its_lease_costs_no_copy_and_no_dead_letter_whatever_the_skew(
-        monkeypatch, skew_s):
-    h = Harness(monkeypatch)
+def test_a_handler_that_acks_within_its_lease_costs_no_copy_and_no_dead_letter_whatever_the_skew(skew_s):
+    h = Harness()
     run_for(h, 0.2)  # positioned and caught up on the empty partitions: markers are read as they come
     acked_within_the_lease(h, Worker(h, skew_s))
     assert copies(h, MESSAGES) == 0 and dead_letters(h) == 0
     assert h.closed(0) == []
-    state = h.tracker._owned[(h.q.markers_topic, 0)].state
+    state = h.tracker.partitions[(h.q.markers_topic, 0)].state
     assert state.in_flight == 0 and h.metric("late_acks", h.q.name) == 0
 
 
 @pytest.mark.parametrize("skew_s", [-10.0, 10.0])
-def test_a_tracker_restart_in_the_middle_of_a_lease_costs_no_copy_under_skew(monkeypatch, skew_s):
+def test_a_tracker_restart_in_the_middle_of_a_lease_costs_no_copy_under_skew(skew_s):
     """The START is replayed (the tracker was just assigned the partition): it has no read-at-the-
     log-end floor, and counts from its record time plus the skew allowance, at most its read time."""
-    h = Harness(monkeypatch)
+    h = Harness()
     worker = Worker(h, skew_s)
     worker.start(0)
     run_for(h, 0.3)  # positions, catches up (the START replayed), serves
@@ -86,8 +85,8 @@ def test_a_tracker_restart_in_the_middle_of_a_lease_costs_no_copy_under_skew(mon
 
 
 @pytest.mark.parametrize("skew_s", [10.0, 365 * 86400.0])
-def test_a_worker_clock_ahead_does_not_hold_its_leases_longer(monkeypatch, skew_s):
-    h = Harness(monkeypatch)
+def test_a_worker_clock_ahead_does_not_hold_its_leases_longer(skew_s):
+    h = Harness()
     run_for(h, 0.2)
     Worker(h, skew_s).start(0)  # and the worker dies: no END
     started = h.time.wall
@@ -97,10 +96,10 @@ def test_a_worker_clock_ahead_does_not_hold_its_leases_longer(monkeypatch, skew_
     assert h.time.wall - started == pytest.approx(2.1, abs=0.2)
 
 
-def test_a_replayed_start_gets_at_most_the_skew_allowance_however_often_it_is_replayed(monkeypatch):
+def test_a_replayed_start_gets_at_most_the_skew_allowance_however_often_it_is_replayed():
     """A restart does not give the re-read STARTs fresh leases: an open START older than the
     allowance plus its lease is due as soon as the partition has caught up."""
-    h = Harness(monkeypatch)
+    h = Harness()
     h.kafka.append(h.q.name, 0, b"k", b"v")
     h.kafka.marker(h.q.markers_topic, 0, Start([(0, 1)], lease_ms=LEASE_MS, owner="w"),
                    ts_ms=int(h.time.wall * 1000) - SKEW_ALLOWANCE_MS - LEASE_MS - 1_000)
@@ -108,8 +107,8 @@ def test_a_replayed_start_gets_at_most_the_skew_allowance_however_often_it_is_re
     assert h.copies()[0] == 1
 
 
-def test_the_skew_of_each_owner_is_measured_on_the_starts_read_at_the_log_end(monkeypatch):
-    h = Harness(monkeypatch)
+def test_the_skew_of_each_owner_is_measured_on_the_starts_read_at_the_log_end():
+    h = Harness()
     run_for(h, 0.2)
     behind, ahead = Worker(h, -10.0, owner="behind"), Worker(h, 4.0, owner="ahead")
     behind.start(0)
@@ -133,12 +132,11 @@ def jump(h: Harness, seconds: float) -> None:
     h.time.wall += seconds
 
 
-def test_after_its_clock_went_back_the_tracker_judges_no_lease_on_a_read_through_time_of_the_old_clock(
-        monkeypatch, caplog):
+def test_after_its_clock_went_back_the_tracker_judges_no_lease_on_a_read_through_time_of_the_old_clock(caplog):
     """Caught up at wall time T, the tracker keeps "every marker written before T was read". Its
     clock set back 30 s, that would vouch for 30 s of markers on the new clock it never read: an END
     its fetch has not brought yet would be taken for a lapsed lease. So it re-reads first."""
-    h = Harness(monkeypatch)
+    h = Harness()
     run_for(h, 0.2)  # caught up on the empty partitions
     jump(h, -30.0)
     worker = Worker(h, 30.0)  # the worker's clock did not move
@@ -152,13 +150,13 @@ def test_after_its_clock_went_back_the_tracker_judges_no_lease_on_a_read_through
     assert copies(h, 1) == 0, "copied a message whose END was in the markers log"
     stuck["on"] = False
     run_for(h, 0.5)
-    assert h.tracker._owned[(h.q.markers_topic, 0)].state.in_flight == 0 and copies(h, 1) == 0
+    assert h.tracker.partitions[(h.q.markers_topic, 0)].state.in_flight == 0 and copies(h, 1) == 0
     assert h.metric("clock_jumps", "back") == 1 and h.metric("clock_jump_seconds", "back") == pytest.approx(30, abs=0.1)
     assert "clock jumped 30.0s back" in caplog.text and h.metric("stale_views") == 0
 
 
-def test_after_its_clock_went_back_an_abandoned_lease_is_still_redelivered_once(monkeypatch):
-    h = Harness(monkeypatch)
+def test_after_its_clock_went_back_an_abandoned_lease_is_still_redelivered_once():
+    h = Harness()
     run_for(h, 0.2)
     worker = Worker(h, 0.0)
     worker.start(0)  # and the worker dies: no END
@@ -173,9 +171,9 @@ def test_after_its_clock_went_back_an_abandoned_lease_is_still_redelivered_once(
     assert h.copies()[0] == 1
 
 
-def test_after_its_clock_jumped_forward_a_handler_within_its_lease_costs_no_copy(monkeypatch):
+def test_after_its_clock_jumped_forward_a_handler_within_its_lease_costs_no_copy():
     """Set forward 30 s, the tracker's deadlines of the old clock would end every open lease at once."""
-    h = Harness(monkeypatch)
+    h = Harness()
     run_for(h, 0.2)
     worker = Worker(h, 0.0)
     worker.start(0)

@@ -18,16 +18,20 @@ from kmq.core.markers import End, Start, encode, encode_key
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import BrokerPause, FaultPlan, SlowFetch
 from kmq.dev.sim.workload import QUEUE, Workload
-from kmq.dev.sim.world import World
+from kmq.dev.sim.world import World, queue_config
 from tracker.partition import OwnedPartition
 
 LEASE = 1.0
 
 
-def _world(faults) -> World:
+def _world(faults, outage_grace: str | None = None) -> World:
+    """One partition, a tracker and nothing else; with ``outage_grace``, its ``tracker.outage_grace``."""
     cluster = SimCluster(seed=0, faults=FaultPlan(faults))
     w = Workload(partitions=1, messages=1, workers=1, lease=LEASE, tracker_crash_chance=0.0)
-    world = World(cluster, w, seed=0)
+    config = queue_config(w)
+    if outage_grace is not None:
+        config = replace(config, tracker=replace(config.tracker, outage_grace=parse_duration(outage_grace)))
+    world = World(cluster, w, seed=0, config=config)
     # The test writes the queue record and the markers itself: no producer, no worker.
     world.actors = [world.tracker]
     return world
@@ -48,11 +52,7 @@ def _copies(world: World) -> int:
 def _started(faults, outage_grace: str | None = None) -> World:
     """One queue record whose START (lease 1 s) the tracker read at about 0.5 s; with ``outage_grace``,
     the tracker runs with that ``tracker.outage_grace``."""
-    world = _world(faults)
-    if outage_grace is not None:
-        tracker = world.config.tracker
-        world.config = replace(world.config, tracker=replace(tracker, outage_grace=parse_duration(outage_grace)))
-        world.tracker._build()  # built again with it, before it ran
+    world = _world(faults, outage_grace)
     world.cluster.append(QUEUE, 0, b"k", b"v", source="producer")
     _run(world, 0.5)
     _marker(world, Start([(0, 1)], lease_ms=int(LEASE * 1000), owner="w"))

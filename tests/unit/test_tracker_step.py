@@ -16,8 +16,7 @@ from kmq.client import ClientCommitFailed
 from kmq.config import Config
 from kmq.core.marker_clock import SKEW_ALLOWANCE_MS
 from kmq.core.markers import Closed, End, Start, decode
-from tests.helpers.fake_kafka import FakeGroupConsumer, FakeKafka, FakeLogReader, FakeProducer, FakeTime
-from tracker.redeliver import Redeliverer
+from tests.helpers.fake_kafka import FakeClients, FakeKafka, FakeTime
 
 QUEUE = "q"
 PARTITIONS = 3
@@ -27,34 +26,58 @@ READ_TIMEOUT_S = 10.0  # the log reader's own bound; an unreachable leader costs
 EXPIRED_MS = SKEW_ALLOWANCE_MS + 60_000
 
 
-def config(**tracker) -> Config:
+def config(*more_queues: str, **tracker) -> Config:
     return Config.from_dict({
         "kafka": {"bootstrap_servers": "127.0.0.1:1", "session_timeout": "6s", "heartbeat_interval": "1s"},
         "queues": [{"name": QUEUE, "lease": "1s", "max_deliveries": 5,
-                    "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0}}],
+                    "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0}},
+                   *({"name": name} for name in more_queues)],
         "tracker": {"tick": "50ms", "http_port": 0, **tracker},
     })
 
 
-class Harness:
-    """A Tracker whose clients are the in-memory fakes (what ``_setup`` would build against Kafka)."""
+class Pauses:
+    """Stands in for the tracker's pause watch (tracker.membership): pauses the test declares."""
 
-    def __init__(self, monkeypatch, on_read=None, refuse=None) -> None:
+    def __init__(self, clock: FakeTime) -> None:
+        self.clock = clock
+        self.seen: list[tuple[float, float]] = []  # (ended at, length)
+
+    def start(self) -> None:
+        """No thread: the test declares the pauses."""
+
+    def stop(self) -> None:
+        """See :meth:`start`."""
+
+    def pause(self, length: float) -> None:
+        self.clock.advance(length)
+        self.seen.append((self.clock.mono, length))
+
+    def longest_since(self, since: float) -> float:
+        return max((length for ended, length in self.seen if ended > since), default=0.0)
+
+
+class Harness:
+    """A Tracker opened on the in-memory fakes (its clients, clocks and pause watch passed in), its
+    markers consumer assigned every partition of ``q``; ``more_queues``: further queues in its
+    configuration (with ``partitions`` partitions each, none assigned)."""
+
+    def __init__(self, on_read=None, refuse=None, more_queues: dict[str, int] | None = None) -> None:
         self.time = FakeTime()
-        monkeypatch.setattr(service, "time", self.time)
         self.kafka = FakeKafka(self.time)
-        q = config().queues[0]
-        self.q = q
-        for topic in (q.name, q.markers_topic, q.dlq_topic):
-            self.kafka.create(topic, PARTITIONS)
-        self.tracker = t = service.Tracker(config(), clock=self.time.time)
-        t._consumer = self.consumer = FakeGroupConsumer(self.kafka)
-        t._reader = self.reader = FakeLogReader(self.kafka, on_read)
-        t._hw_reader = self.hw_reader = FakeLogReader(self.kafka, timeout_s=READ_TIMEOUT_S)
-        t._producer = self.producer = FakeProducer(self.kafka, refuse)
-        t._redeliverer = Redeliverer(self.producer, self.reader, t.metrics, clock_ms=t._now_ms)
-        t._next_commit = t._next_metrics = 0.0
-        t._join_group()
+        cfg = config(*(more_queues or {}))
+        for q in cfg.queues:
+            for topic in (q.name, q.markers_topic, q.dlq_topic):
+                self.kafka.create(topic, (more_queues or {}).get(q.name, PARTITIONS))
+        self.q = q = cfg.queues[0]
+        self.clients = FakeClients(self.kafka, on_read, refuse)
+        self.pauses = Pauses(self.time)
+        self.tracker = t = service.Tracker(cfg, clock=self.time.time, clients=self.clients,
+                                           monotonic=self.time.monotonic, pauses=self.pauses)
+        t.open(serve_http=False)
+        self.consumer = self.clients.consumer
+        self.reader, self.hw_reader = self.clients.readers
+        self.producer = self.clients.producers[0]
         self.consumer.assign([(q.markers_topic, p) for p in range(PARTITIONS)])
 
     def expired_start_in_every_partition(self) -> None:
@@ -81,7 +104,7 @@ class Harness:
         return (m.labels(*labels) if labels else m)._value.get()
 
 
-def test_an_unreachable_partition_does_not_starve_the_others_and_keeps_its_backoff(monkeypatch):
+def test_an_unreachable_partition_does_not_starve_the_others_and_keeps_its_backoff():
     read_ends: list[float] = []
 
     def unreachable_leader_of_partition_0(p: int) -> None:
@@ -90,14 +113,14 @@ def test_an_unreachable_partition_does_not_starve_the_others_and_keeps_its_backo
             read_ends.append(h.time.wall)
             raise service.LogReadError("timed out reading q[0]")  # ... and fails
 
-    h = Harness(monkeypatch, on_read=unreachable_leader_of_partition_0)
+    h = Harness(on_read=unreachable_leader_of_partition_0)
     h.expired_start_in_every_partition()
     h.steps(12)
     assert h.copies() == {0: 0, 1: 1, 2: 1}
     assert [len(h.closed(p)) for p in range(PARTITIONS)] == [0, 1, 1]
     # Nothing was dropped: a slow step that copied nothing puts no partition at risk.
     assert h.metric("stale_views") == 0
-    owned0 = h.tracker._owned[(h.q.markers_topic, 0)]
+    owned0 = h.tracker.partitions[(h.q.markers_topic, 0)]
     assert owned0.state.failing == 1 and owned0.caught_up
     # Partition 0 keeps its retry backoff: between its failed reads it waits 0.5 s, 1 s, 2 s (one step more at most).
     h.steps(100)
@@ -114,11 +137,11 @@ def _timed_lookups(h: Harness) -> list[tuple[float, list]]:
     return seen
 
 
-def test_a_markers_partition_whose_look_ups_get_no_answer_costs_only_itself(monkeypatch):
+def test_a_markers_partition_whose_look_ups_get_no_answer_costs_only_itself():
     """The leader of markers partition 0 stops answering: each look-up of its end waits out the
     reader's timeout. The other partitions still get their copies within their lease and one such
     wait, message after message, while partition 0 backs off on its own (its failures counted)."""
-    h = Harness(monkeypatch)
+    h = Harness()
     h.steps(2)  # every partition caught up
     m = h.q.markers_topic
     h.hw_reader.unreachable = {(m, 0)}
@@ -149,7 +172,7 @@ def test_a_markers_partition_whose_look_ups_get_no_answer_costs_only_itself(monk
     gaps = [b - a - READ_TIMEOUT_S for a, b in zip(failing, failing[1:])]
     assert len(gaps) >= 2 and all(later > earlier for earlier, later in zip(gaps, gaps[1:])), gaps
     assert h.metric("lookup_failures", QUEUE) == len(failing)
-    assert h.tracker._owned[(m, 0)].state.in_flight == 1  # nothing judged there on an unread end
+    assert h.tracker.partitions[(m, 0)].state.in_flight == 1  # nothing judged there on an unread end
     # The leader answers again: partition 0 is asked at its next backoff, and copies after the grace.
     h.hw_reader.unreachable = set()
     back = h.time.wall
@@ -158,8 +181,8 @@ def test_a_markers_partition_whose_look_ups_get_no_answer_costs_only_itself(monk
     assert h.copies()[0] == 1
 
 
-def test_a_partition_whose_catch_up_target_gets_no_answer_holds_back_only_itself(monkeypatch):
-    h = Harness(monkeypatch)  # assigned, not caught up yet
+def test_a_partition_whose_catch_up_target_gets_no_answer_holds_back_only_itself():
+    h = Harness()  # assigned, not caught up yet
     m = h.q.markers_topic
     h.hw_reader.unreachable = {(m, 0)}
     lookups = _timed_lookups(h)
@@ -168,21 +191,21 @@ def test_a_partition_whose_catch_up_target_gets_no_answer_holds_back_only_itself
     while h.time.wall - began < 60 and (h.copies()[1], h.copies()[2]) != (1, 1):
         h.steps(1)
     assert h.copies() == {0: 0, 1: 1, 2: 1} and h.time.wall - began <= READ_TIMEOUT_S + 2.0
-    assert not h.tracker._owned[(m, 0)].caught_up
+    assert not h.tracker.partitions[(m, 0)].caught_up
     h.steps(200)
     assert h.metric("lookup_failures", QUEUE) >= 2
     assert all(tps == [(m, 0)] for _, tps in lookups[1:] if (m, 0) in tps)  # asked on its own
     h.hw_reader.unreachable = set()
     h.steps(700)  # its backoff ends (at most 30 s)
-    assert h.tracker._owned[(m, 0)].caught_up and h.copies()[0] == 1
+    assert h.tracker.partitions[(m, 0)].caught_up and h.copies()[0] == 1
 
 
-def test_a_slow_partition_that_copies_late_without_a_pause_drops_nothing(monkeypatch):
+def test_a_slow_partition_that_copies_late_without_a_pause_drops_nothing():
     def slow_partition_0(p: int) -> None:
         if p == 0:
             h.time.advance(READ_TIMEOUT_S - 1)  # slow, longer than the session timeout, but it answers
 
-    h = Harness(monkeypatch, on_read=slow_partition_0)
+    h = Harness(on_read=slow_partition_0)
     h.expired_start_in_every_partition()
     h.steps(6)
     assert h.copies() == {0: 1, 1: 1, 2: 1}
@@ -191,28 +214,13 @@ def test_a_slow_partition_that_copies_late_without_a_pause_drops_nothing(monkeyp
     assert h.reader.reads == [0, 1, 2]
 
 
-class Pauses:
-    """Stands in for the tracker's pause watch (tracker.membership): pauses the test declares."""
-
-    def __init__(self, clock: FakeTime) -> None:
-        self.clock = clock
-        self.seen: list[tuple[float, float]] = []  # (ended at, length)
-
-    def pause(self, length: float) -> None:
-        self.clock.advance(length)
-        self.seen.append((self.clock.mono, length))
-
-    def longest_since(self, since: float) -> float:
-        return max((length for ended, length in self.seen if ended > since), default=0.0)
-
-
-def test_copies_made_across_a_process_pause_are_counted_and_every_view_is_re_read(monkeypatch):
+def test_copies_made_across_a_process_pause_are_counted_and_every_view_is_re_read():
     def paused_while_partition_0_is_read(p: int) -> None:
         if p == 0 and not pauses.seen:
             pauses.pause(5.5)  # longer than the session timeout (6 s) less one heartbeat interval (1 s)
 
-    h = Harness(monkeypatch, on_read=paused_while_partition_0_is_read)
-    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h = Harness(on_read=paused_while_partition_0_is_read)
+    pauses = h.pauses
     h.expired_start_in_every_partition()
     h.steps(10)
     # Partition 0's copy was made after the pause: counted as a possible duplicate, and every view was
@@ -222,22 +230,22 @@ def test_copies_made_across_a_process_pause_are_counted_and_every_view_is_re_rea
     assert h.reader.reads == [0, 1, 2]
 
 
-def test_a_pause_shorter_than_the_session_timeout_less_a_heartbeat_changes_nothing(monkeypatch):
+def test_a_pause_shorter_than_the_session_timeout_less_a_heartbeat_changes_nothing():
     def paused_while_partition_0_is_read(p: int) -> None:
         if p == 0:
             pauses.pause(4.9)  # heartbeats resumed in time: the group kept us
 
-    h = Harness(monkeypatch, on_read=paused_while_partition_0_is_read)
-    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h = Harness(on_read=paused_while_partition_0_is_read)
+    pauses = h.pauses
     h.expired_start_in_every_partition()
     h.steps(5)
     assert h.metric("stale_views") == 0 and h.metric("stale_copies", QUEUE) == 0
     assert h.copies() == {0: 1, 1: 1, 2: 1}
 
 
-def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads(monkeypatch):
-    h = Harness(monkeypatch)
-    h.tracker._membership.pauses = pauses = Pauses(h.time)
+def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads():
+    h = Harness()
+    pauses = h.pauses
     h.steps(2)  # positioned and caught up on empty partitions
     h.expired_start_in_every_partition()
     pauses.pause(30.0)  # e.g. SIGSTOP between two steps
@@ -247,22 +255,22 @@ def test_a_pause_before_the_step_discards_what_the_poll_returned_and_re_reads(mo
     assert h.copies() == {0: 1, 1: 1, 2: 1} and h.metric("stale_copies", QUEUE) == 0
 
 
-def stood_still_with_leases_overdue(monkeypatch) -> Harness:
+def stood_still_with_leases_overdue() -> Harness:
     """A tracker caught up on every partition, then paused past its session while each partition's
     one START ran out: its next step doubts its membership and re-reads everything."""
-    h = Harness(monkeypatch)
-    h.tracker._membership.pauses = pauses = Pauses(h.time)
+    h = Harness()
+    pauses = h.pauses
     h.steps(2)
     h.expired_start_in_every_partition()
     pauses.pause(30.0)
     return h
 
 
-def test_after_a_pause_nothing_is_redelivered_until_the_group_accepts_a_commit(monkeypatch, caplog):
+def test_after_a_pause_nothing_is_redelivered_until_the_group_accepts_a_commit(caplog):
     # The group gave every partition to another tracker while this one stood still, and that one
     # copied them; its CLOSED markers are not written yet, and this client has not learnt at a
     # heartbeat that its session expired. The re-read view finds the STARTs open and overdue.
-    h = stood_still_with_leases_overdue(monkeypatch)
+    h = stood_still_with_leases_overdue()
     h.consumer.refuse_commits = ClientCommitFailed("IllegalGenerationError", rebalanced=True)  # fenced
     h.steps(10)
     assert h.metric("stale_views") == 1 and h.copies() == {0: 0, 1: 0, 2: 0}
@@ -277,9 +285,9 @@ def test_after_a_pause_nothing_is_redelivered_until_the_group_accepts_a_commit(m
     assert h.copies() == {0: 0, 1: 1, 2: 0}
 
 
-def test_after_a_pause_a_commit_the_group_accepts_resumes_redelivery(monkeypatch, caplog):
+def test_after_a_pause_a_commit_the_group_accepts_resumes_redelivery(caplog):
     caplog.set_level(logging.INFO, "tracker")
-    h = stood_still_with_leases_overdue(monkeypatch)  # the group kept it (a longer session than assumed)
+    h = stood_still_with_leases_overdue()  # the group kept it (a longer session than assumed)
     h.consumer.commits.clear()
     h.steps(1)
     assert h.metric("stale_views") == 1
@@ -290,8 +298,8 @@ def test_after_a_pause_a_commit_the_group_accepts_resumes_redelivery(monkeypatch
     assert "still its own, and redelivery resumes" in caplog.text
 
 
-def test_after_a_pause_a_confirming_commit_that_fails_is_retried_without_redelivering(monkeypatch, caplog):
-    h = stood_still_with_leases_overdue(monkeypatch)
+def test_after_a_pause_a_confirming_commit_that_fails_is_retried_without_redelivering(caplog):
+    h = stood_still_with_leases_overdue()
     h.consumer.refuse_commits = ClientCommitFailed("coordinator not available")
     tried = []
     commit = h.consumer.commit
@@ -306,8 +314,8 @@ def test_after_a_pause_a_confirming_commit_that_fails_is_retried_without_redeliv
     assert h.copies() == {0: 1, 1: 1, 2: 1}
 
 
-def test_a_revoked_partition_commits_what_changed_before_its_state_is_dropped(monkeypatch):
-    h = Harness(monkeypatch)
+def test_a_revoked_partition_commits_what_changed_before_its_state_is_dropped():
+    h = Harness()
     m = h.q.markers_topic
     now_ms = int(h.time.wall * 1000)
     for p in range(PARTITIONS):  # offset 0: an acked START; offset 2: a START still open
@@ -319,44 +327,44 @@ def test_a_revoked_partition_commits_what_changed_before_its_state_is_dropped(mo
     h.steps(1)  # the periodic commit: each partition at its open START
     assert h.consumer.commits == {(m, p): 2 for p in range(PARTITIONS)}
     h.consumer.commits.clear()
-    h.tracker._owned[(m, 0)].state.apply(End([(1, 1)]), 3, now_ms)  # partition 0: nothing open any more
+    h.tracker.partitions[(m, 0)].state.apply(End([(1, 1)]), 3, now_ms)  # partition 0: nothing open any more
     h.consumer.assign([(m, 1)])  # an eager rebalance: all three revoked, partition 1 given back
     assert h.consumer.commits == {(m, 0): 4}  # the others' commits had not changed
-    assert set(h.tracker._owned) == {(m, 1)} and h.tracker.ready() == (False, f"not ready: catching up 1 of 1 partition(s): {m}[1]")
+    assert set(h.tracker.partitions) == {(m, 1)} and h.tracker.ready() == (False, f"not ready: catching up 1 of 1 partition(s): {m}[1]")
     h.steps(2)  # re-read from its commit: its START is open again
-    assert h.tracker._owned[(m, 1)].state.in_flight == 1 and h.tracker.ready() == (True, "ready: 1 partition(s)")
+    assert h.tracker.partitions[(m, 1)].state.in_flight == 1 and h.tracker.ready() == (True, "ready: 1 partition(s)")
 
 
-def test_a_commit_the_group_refuses_is_counted_and_drops_the_view(monkeypatch):
-    h = Harness(monkeypatch)
+def test_a_commit_the_group_refuses_is_counted_and_drops_the_view():
+    h = Harness()
     h.expired_start_in_every_partition()
     h.steps(2)  # positioned and caught up: each partition's open START is committable
     h.consumer.refuse_commits = ClientCommitFailed("fenced", rebalanced=True)
     h.time.advance(1.0)
     h.steps(1)
     assert h.metric("fenced_commits") == 1 and h.metric("stale_views") == 1
-    assert not any(o.caught_up for o in h.tracker._owned.values())
+    assert not any(o.caught_up for o in h.tracker.partitions.values())
     copies = h.copies()
     h.steps(2)  # re-read from the commits; the commit that would confirm them is refused too
-    assert h.metric("fenced_commits") == 2 and not any(o.caught_up for o in h.tracker._owned.values())
+    assert h.metric("fenced_commits") == 2 and not any(o.caught_up for o in h.tracker.partitions.values())
     assert h.copies() == copies
     h.consumer.assign([(h.q.markers_topic, 0)])  # the revoke's commit is refused too: counted, state dropped
-    assert h.metric("fenced_commits") == 3 and set(h.tracker._owned) == {(h.q.markers_topic, 0)}
+    assert h.metric("fenced_commits") == 3 and set(h.tracker.partitions) == {(h.q.markers_topic, 0)}
 
 
-def test_a_failed_commit_of_a_member_still_in_the_group_keeps_the_view(monkeypatch):
-    h = Harness(monkeypatch)
+def test_a_failed_commit_of_a_member_still_in_the_group_keeps_the_view():
+    h = Harness()
     h.expired_start_in_every_partition()
     h.steps(2)
     h.consumer.refuse_commits = ClientCommitFailed("coordinator not available")
     h.time.advance(1.0)
     h.steps(1)
     assert h.metric("fenced_commits") == 0 and h.metric("stale_views") == 0
-    assert all(o.caught_up for o in h.tracker._owned.values())
+    assert all(o.caught_up for o in h.tracker.partitions.values())
 
 
-def test_a_partition_whose_committed_offset_is_not_read_is_not_acted_on_until_it_is(monkeypatch):
-    h = Harness(monkeypatch)
+def test_a_partition_whose_committed_offset_is_not_read_is_not_acted_on_until_it_is():
+    h = Harness()
     h.expired_start_in_every_partition()
     h.consumer.offsets_unavailable = True
     h.consumer.pos = {tp: 0 for tp in h.consumer.assigned}  # the client fetches from somewhere meanwhile
@@ -368,14 +376,14 @@ def test_a_partition_whose_committed_offset_is_not_read_is_not_acted_on_until_it
     assert h.metric("markers", QUEUE, "start") == PARTITIONS and h.copies() == {0: 1, 1: 1, 2: 1}
 
 
-def test_a_pause_after_which_the_client_already_revoked_everything_drops_no_view_but_says_so(monkeypatch, caplog):
-    h = Harness(monkeypatch)
-    h.tracker._membership.pauses = pauses = Pauses(h.time)
+def test_a_pause_after_which_the_client_already_revoked_everything_drops_no_view_but_says_so(caplog):
+    h = Harness()
+    pauses = h.pauses
     h.steps(2)
     pauses.pause(30.0)
     h.consumer.assign([])  # the client learnt of the expired session first (inside its poll) and revoked
     h.steps(1)
-    assert h.metric("stale_views") == 0 and not h.tracker._owned
+    assert h.metric("stale_views") == 0 and not h.tracker.partitions
     assert "the process stood still for 30.0s" in caplog.text and "no partition is held any more" in caplog.text
 
 
@@ -383,9 +391,9 @@ def test_an_idle_step_visits_no_partition_and_a_due_one_is_served_alone(monkeypa
     from kmq.core.lease_state import PartitionState
 
     asked: list[tuple[str, int]] = []  # (what, partition) for every question put to a partition's state
-    h = Harness(monkeypatch)
+    h = Harness()
     h.steps(2)  # positioned and caught up on empty partitions
-    partition_of = {id(o.state): o.partition for o in h.tracker._owned.values()}
+    partition_of = {id(o.state): o.partition for o in h.tracker.partitions.values()}
     for name in ("due", "committable_offset", "next_due_ms", "oldest_age_s"):
         def asking(self, *args, _name=name, _real=getattr(PartitionState, name), **kwargs):
             asked.append((_name, partition_of[id(self)]))
@@ -402,15 +410,14 @@ def test_an_idle_step_visits_no_partition_and_a_due_one_is_served_alone(monkeypa
     assert [what for what, _ in asked].count("due") == 1  # asked once: when it was due
 
 
-def test_thousands_of_partitions_catch_up_in_bounded_look_ups_and_a_failed_one_loses_only_its_own(monkeypatch):
+def test_thousands_of_partitions_catch_up_in_bounded_look_ups_and_a_failed_one_loses_only_its_own():
     """A tracker given many partitions at once positions them and reads their log ends a bounded
     number per step (each step short, so SIGTERM and the pause watch are served), and a look-up that
     fails costs only its own partitions a retry, never the answers already read."""
-    h = Harness(monkeypatch)
     many = service._PARTITIONS_PER_LOOKUP * 2 + 100
-    h.kafka.create("big__markers", many)
+    h = Harness(more_queues={"big": many})
     asked: list[int] = []
-    real = h.tracker._hw_reader.log_ends
+    real = h.hw_reader.log_ends
     fail_once = [True]
 
     def log_ends(starts):
@@ -420,8 +427,7 @@ def test_thousands_of_partitions_catch_up_in_bounded_look_ups_and_a_failed_one_l
             raise service.LogReadError("no answer from the broker for 10s")
         return real(starts)
 
-    h.tracker._hw_reader.log_ends = log_ends
-    h.tracker._queues["big__markers"] = h.q
+    h.hw_reader.log_ends = log_ends
     h.consumer.assign([(h.q.markers_topic, p) for p in range(PARTITIONS)] + [("big__markers", p) for p in range(many)])
     h.steps(20)  # the failed ones are asked again after their backoff (0.5 s)
     assert max(asked) <= service._PARTITIONS_PER_LOOKUP
@@ -430,10 +436,8 @@ def test_thousands_of_partitions_catch_up_in_bounded_look_ups_and_a_failed_one_l
     assert sum(asked) == many + PARTITIONS + service._PARTITIONS_PER_LOOKUP
 
 
-def test_the_readiness_answer_names_a_few_partitions_and_counts_the_rest(monkeypatch):
-    h = Harness(monkeypatch)
-    h.kafka.create("big__markers", 50)
-    h.tracker._queues["big__markers"] = h.q
+def test_the_readiness_answer_names_a_few_partitions_and_counts_the_rest():
+    h = Harness(more_queues={"big": 50})
     h.consumer.assign([("big__markers", p) for p in range(50)])
     ok, detail = h.tracker.ready()
     assert not ok
@@ -441,11 +445,11 @@ def test_the_readiness_answer_names_a_few_partitions_and_counts_the_rest(monkeyp
     assert detail.endswith(" and 40 more")
 
 
-def test_a_position_the_broker_does_not_answer_during_catch_up_is_asked_again_and_stops_nothing(monkeypatch):
+def test_a_position_the_broker_does_not_answer_during_catch_up_is_asked_again_and_stops_nothing():
     """A partition without a committed offset catches up from the log start, whose offset the client
     may have to ask the broker for; a broker too busy to answer delays that partition's catch-up
     (the service goes on, the others catch up), it does not stop the tracker."""
-    h = Harness(monkeypatch)
+    h = Harness()
     for p in range(PARTITIONS):  # not empty: the position must be known to judge the catch-up
         h.kafka.append(h.q.markers_topic, p, b"x", b"not a marker")
     real = h.consumer.position
@@ -460,7 +464,7 @@ def test_a_position_the_broker_does_not_answer_during_catch_up_is_asked_again_an
     h.consumer.position = position
     h.tracker.step(0.0)  # positions, looks the ends up, asks partition 1's position: refused, no exception
     assert refusals == [1]
-    assert not h.tracker._owned[(h.q.markers_topic, 1)].caught_up
+    assert not h.tracker.partitions[(h.q.markers_topic, 1)].caught_up
     h.steps(10)
     assert h.tracker.ready()[0]
 
@@ -469,10 +473,10 @@ def test_a_backlog_due_before_the_catch_up_is_worked_off_without_a_look_up_per_s
     """The catch-up target read is a look-up of its own: a backlog due before it is judged on it,
     step after step, and the log end is asked for again only for what fell due past it."""
     monkeypatch.setattr(service, "_DUE_LIMIT", 2)  # a step hands out 2 offsets: 6 take three steps
-    h = Harness(monkeypatch)
+    h = Harness()
     asked: list[dict] = []
-    real = h.tracker._hw_reader.log_ends
-    h.tracker._hw_reader.log_ends = lambda starts: asked.append(dict(starts)) or real(starts)
+    real = h.hw_reader.log_ends
+    h.hw_reader.log_ends = lambda starts: asked.append(dict(starts)) or real(starts)
     m, now_ms = h.q.markers_topic, int(h.time.wall * 1000)
     for o in range(6):
         h.kafka.append(h.q.name, 0, b"k%d" % o, b"v%d" % o)
@@ -481,7 +485,7 @@ def test_a_backlog_due_before_the_catch_up_is_worked_off_without_a_look_up_per_s
     catch_up = len(asked)
     assert catch_up >= 1
     h.steps(1)
-    assert h.tracker._owned[(m, 0)].caught_up
+    assert h.tracker.partitions[(m, 0)].caught_up
     h.steps(6)
     assert len(h.kafka.records(h.q.name, 0)) == 6 + 6  # the originals and a copy of each
     assert len(asked) == catch_up  # neither a look-up per step nor a probe of the broker

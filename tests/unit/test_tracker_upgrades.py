@@ -30,9 +30,9 @@ def run_for(h: Harness, seconds: float) -> None:
     h.steps(round(seconds / TICK_S))
 
 
-def test_markers_of_a_newer_version_are_read_by_their_version_1_fields(monkeypatch, caplog):
+def test_markers_of_a_newer_version_are_read_by_their_version_1_fields(caplog):
     caplog.set_level(logging.WARNING)
-    h = Harness(monkeypatch)
+    h = Harness()
     run_for(h, 0.2)
     for o in range(2):
         h.kafka.append(h.q.name, 0, b"k%d" % o, b"v%d" % o)
@@ -42,14 +42,14 @@ def test_markers_of_a_newer_version_are_read_by_their_version_1_fields(monkeypat
     run_for(h, 3)
     # The acked one is not copied; the abandoned one is, once (a START skipped would have lost it).
     assert [r.key for r in h.kafka.records(h.q.name, 0)[2:]] == [b"k1"]
-    assert h.tracker._owned[(h.q.markers_topic, 0)].state.in_flight == 0
+    assert h.tracker.partitions[(h.q.markers_topic, 0)].state.in_flight == 0
     assert h.metric("newer_markers", h.q.name, "3", "read") == 1 and h.metric("newer_markers", h.q.name, "4", "read") == 1
     assert h.metric("bad_markers") == 0
     assert caplog.text.count("markers of wire version 3 are read by their version-2 fields") == 1
 
 
-def test_a_marker_the_tracker_cannot_read_holds_its_partition_and_nothing_is_skipped_or_closed(monkeypatch, caplog):
-    h = Harness(monkeypatch)
+def test_a_marker_the_tracker_cannot_read_holds_its_partition_and_nothing_is_skipped_or_closed(caplog):
+    h = Harness()
     run_for(h, 0.2)
     m = h.q.markers_topic
     for o in range(3):
@@ -69,7 +69,7 @@ def test_a_marker_the_tracker_cannot_read_holds_its_partition_and_nothing_is_ski
     markers = [decode_record(r.key, r.value, 0) for r in h.kafka.records(m, 0)]
     assert len(h.kafka.records(h.q.name, 0)) == 3 and h.metric("bad_markers") == 0
     assert not any(isinstance(x, Closed) for x in markers)
-    owned = h.tracker._owned[(m, 0)]
+    owned = h.tracker.partitions[(m, 0)]
     assert owned.held == (held_at, 3) and owned.state.position == held_at
     # ... and the other partitions go on; the tracker stays up, ready, and says why.
     assert h.copies()[1] == 1
@@ -81,13 +81,13 @@ def test_a_marker_the_tracker_cannot_read_holds_its_partition_and_nothing_is_ski
     assert f"offset {held_at}: marker of wire version 3" in caplog.text and "Upgrade the tracker" in caplog.text
 
 
-def test_a_partition_held_while_catching_up_does_not_keep_the_tracker_unready(monkeypatch):
-    h = Harness(monkeypatch)
+def test_a_partition_held_while_catching_up_does_not_keep_the_tracker_unready():
+    h = Harness()
     m = h.q.markers_topic
     h.kafka.append(h.q.name, 0, b"k", b"v")
     write(h, 0, encode(Start([(0, 1)], lease_ms=1000, owner="w")), ts_ms=int(h.time.wall * 1000) - EXPIRED_MS)
     held_at = write(h, 0, newer(Start([(1, 1)], lease_ms=1000), appended=b"")[:-5])  # a START body it cannot read
     run_for(h, 1)
-    assert h.tracker._owned[(m, 0)].held == (held_at, 3)
-    assert h.tracker.ready()[0] and all(h.tracker._owned[(m, p)].caught_up for p in range(1, PARTITIONS))
+    assert h.tracker.partitions[(m, 0)].held == (held_at, 3)
+    assert h.tracker.ready()[0] and all(h.tracker.partitions[(m, p)].caught_up for p in range(1, PARTITIONS))
     assert h.copies()[0] == 0  # a partition held before it caught up is not judged at all

@@ -1,49 +1,59 @@
 """The tracker service's own main loop (``tracker.service.Tracker.step``) on a :class:`SimCluster`.
 
 :class:`ServiceTrackerActor` builds a real :class:`~tracker.service.Tracker`
-and gives it what ``open`` would build against Kafka, on the simulated
-cluster: a markers consumer, the log readers, the producer and the
-:class:`~tracker.redeliver.Redeliverer`, and the virtual clock as its wall
-and monotonic clocks. So the search also runs the loop around the redelivery
-step: applying markers, catch-up, committing marker offsets, the step budget,
-and the membership rule (a frozen tracker drops its view and re-reads from
-its commits).
+as production does: its constructor is given the parts (:class:`TrackerClients`,
+a :class:`~kmq.client.parts.ClientFactory` of the simulated cluster's clients;
+the virtual clock as its wall and monotonic clocks; :class:`FaultPlanPauses` as
+its pause watch), and its :meth:`~tracker.service.Tracker.open` builds the
+markers consumer, the log readers, the producer and the
+:class:`~tracker.redeliver.Redeliverer` from them. So the search also runs the
+loop around the redelivery step: applying markers, catch-up, committing marker
+offsets, the step budget, and the membership rule (a frozen tracker drops its
+view and re-reads from its commits).
 
 A crash (``crash_at``, drawn by the world) loses the process: its producer's
 unsent records and all in-memory state; it comes back ``down_for`` seconds
 later and replays the markers from its committed offsets.
 
 What is modelled instead: the markers partitions are assigned to the tracker
-(no group, no rebalance listener), and the pause watch is answered from the
-fault plan's :class:`~kmq.dev.sim.faults.MemberPause` spans of the tracker
-(what the real watch thread would have seen).
+when it subscribes (no group, no rebalance), and the pause watch is answered
+from the fault plan's :class:`~kmq.dev.sim.faults.MemberPause` spans of the
+tracker (what the real watch thread would have seen).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 
-from kmq.client.api import Partition
+from kmq.client.api import ClientCommitFailed, LogReader, Partition
+from kmq.client.parts import ClientFactory
+from kmq.config import KafkaConfig, QueueConfig
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.downtime import Downtime
+from kmq.dev.sim.producer import SimProducer
 from tracker import service
-from tracker.membership import MembershipCheck
 
-__all__ = ["ServiceTrackerActor", "MarkersConsumer", "FaultPlanPauses"]
-
-_MAX_POLL_INTERVAL_S = 300.0
+__all__ = ["ServiceTrackerActor", "MarkersConsumer", "FaultPlanPauses", "TrackerClients"]
 
 
 class FaultPlanPauses:
     """Answers the pause watch's question from the fault plan: the longest freeze of ``name`` that
-    ended after ``since`` (or is going on now)."""
+    ended after ``since`` (or is going on now). Passed as the tracker's ``pauses``: nothing to
+    start or stop, the plan is known in advance."""
 
     def __init__(self, cluster: SimCluster, name: str) -> None:
         self.cluster = cluster
         self.spans = cluster.faults.frozen_spans(name)
+
+    def start(self) -> None:
+        """No thread: the fault plan is the record of pauses."""
+
+    def stop(self) -> None:
+        """See :meth:`start`."""
 
     def longest_since(self, since: float) -> float:
         now = self.cluster.clock.monotonic()
@@ -59,6 +69,15 @@ class MarkersConsumer:
         self.cluster = cluster
         self.group = group
         self.sim = SimConsumer(cluster, name, group_id=group)
+
+    def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None], on_revoked: Callable[[set], None],
+                  commit_on_revoke: Callable[[set], Mapping[Partition, int]] | None = None,
+                  on_commit_failed: Callable[[ClientCommitFailed], None] | None = None) -> None:
+        """Every partition of ``topics`` is assigned at once (no group: nothing is ever revoked)."""
+        counts = self.cluster.partition_counts()
+        tps = [(topic, p) for topic in topics for p in range(counts[topic])]
+        self.assign(tps)
+        on_assigned(set(tps))
 
     def assign(self, tps: list[Partition]) -> None:
         self.sim.assign(list(tps), offsets={})
@@ -89,18 +108,65 @@ class MarkersConsumer:
         self.sim.close()
 
 
+class TrackerClients(ClientFactory):
+    """What :meth:`~tracker.service.Tracker.open` builds, on the simulated cluster: a
+    :class:`MarkersConsumer` per process (``name#incarnation``), a :class:`SimProducer` per
+    producer it asks for, and the two log readers it opens, in its order: ``reader`` (the queue's,
+    which the search may replace to plant a defect), then ``hw_reader`` (the markers' look-ups).
+    Topics are taken as aligned and of unknown ``max.message.bytes`` (the simulated logs take any
+    record: ``tracker.max_request_size`` sizes the producer)."""
+
+    def __init__(self, cluster: SimCluster, name: str, reader: LogReader, hw_reader: LogReader) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.incarnation = 0  # the process the next consumer belongs to
+        self._readers = itertools.cycle((reader, hw_reader))
+        self.producers: list[SimProducer] = []  # those of the current process
+
+    def new_process(self, incarnation: int) -> None:
+        """What is built from now on belongs to tracker process ``incarnation``."""
+        self.incarnation = incarnation
+        self.producers = []
+
+    def group_consumer(self, kafka: KafkaConfig, group_id: str, assignor: str, max_records: int,
+                       **overrides: Any) -> Any:
+        return MarkersConsumer(self.cluster, f"{self.name}#{self.incarnation}", group_id)
+
+    def producer(self, kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush: bool = False,
+                 **overrides: Any) -> Any:
+        # The simulated log keeps records, not batches: compression_type has nothing to act on.
+        producer = SimProducer(self.cluster, self.name, delivery_timeout=overrides["delivery_timeout_ms"] / 1000.0,
+                               max_request_size=overrides["max_request_size"])
+        self.producers.append(producer)
+        return producer
+
+    def open_log_reader(self, kafka: KafkaConfig, timeout_s: float = 10.0, fetch_wait_ms: int = 50,
+                        **overrides: Any) -> Any:
+        return next(self._readers)
+
+    def require_aligned(self, kafka: KafkaConfig, queue: QueueConfig) -> Any:
+        return self.cluster.partition_counts()
+
+    def max_message_bytes(self, kafka: KafkaConfig, names: list[str]) -> dict[str, int | None]:
+        return dict.fromkeys(names)
+
+
 class ServiceTrackerActor:
     """``Tracker.step`` as an actor of :class:`~kmq.dev.sim.world.World` (same interface as its
-    ``TrackerActor``: ``states``, ``max_in_flight``, ``busy``)."""
+    ``TrackerActor``: ``states``, ``max_in_flight``, ``busy``).
+
+    :param reader: the tracker's queue log reader; ``hw_reader``: its markers look-up reader
+        (both kept over restarts, as a reader keeps nothing between reads).
+    """
 
     interval = 0.05
 
-    def __init__(self, world: Any, reader: Any, hw_reader: Any, new_producer: Any, new_redeliverer: Any,
-                 name: str = "tracker", crash_at: float | None = None, down_for: float = 2.0) -> None:
+    def __init__(self, world: Any, reader: Any, hw_reader: Any, name: str = "tracker", crash_at: float | None = None,
+                 down_for: float = 2.0) -> None:
         self.world = world
         self.name = name
         self.wake = 0.0
-        self._parts = (reader, hw_reader, new_producer, new_redeliverer)
+        self.clients = TrackerClients(world.cluster, name, reader, hw_reader)
         self.crash_at, self.down_for = crash_at, down_for
         self.downtime = Downtime()
         self.incarnation = 0
@@ -110,25 +176,16 @@ class ServiceTrackerActor:
         self._build()
 
     def _build(self) -> None:
-        """A tracker process: nothing in memory, its markers partitions positioned from its commits."""
-        world, c = self.world, self.world.cluster
-        reader, hw_reader, new_producer, new_redeliverer = self._parts
+        """A tracker process, opened as ``Tracker.run`` opens it (without the HTTP endpoints):
+        nothing in memory, its markers partitions positioned from its commits."""
+        c = self.world.cluster
         self.incarnation += 1
-        self.tracker = t = service.Tracker(world.config, registry=CollectorRegistry(),
-                                           clock=lambda: c.clock.now_ms() / 1000.0)
-        t._mono = c.clock.monotonic
-        kafka = world.config.kafka
-        t._membership = MembershipCheck(kafka.session_timeout, kafka.heartbeat_interval, _MAX_POLL_INTERVAL_S,
-                                        FaultPlanPauses(c, self.name), c.clock.monotonic)  # type: ignore[arg-type]
-        t._consumer = self.consumer = MarkersConsumer(c, f"{self.name}#{self.incarnation}", f"{self.name}-group")
-        t._reader, t._hw_reader = reader, hw_reader
-        t._producer = self.producer = new_producer()
-        t._redeliverer = new_redeliverer(self.producer, t.metrics, t._now_ms)
-        t._next_commit = t._next_metrics = 0.0
-        q = world.queue
-        tps = [(q.markers_topic, p) for p in range(world.workload.partitions)]
-        self.consumer.assign(tps)
-        t._on_assigned(set(tps))
+        self.clients.new_process(self.incarnation)
+        self.tracker = service.Tracker(self.world.config, registry=CollectorRegistry(),
+                                       clock=lambda: c.clock.now_ms() / 1000.0, clients=self.clients,
+                                       monotonic=c.clock.monotonic,
+                                       pauses=FaultPlanPauses(c, self.name))
+        self.tracker.open(serve_http=False)
 
     def _restart(self) -> None:
         self._build()
@@ -140,14 +197,15 @@ class ServiceTrackerActor:
         c.record(f"world tracker#{self.incarnation} crashes")
         self.crashes.append(c.t())
         self.view_drops += self._view_drops()
-        self.producer.close(timeout=0.0)
+        for producer in self.clients.producers:
+            producer.close(timeout=0.0)
         self.crash_at = None
         self.downtime.crashed(c.t(), self.down_for)
 
     @property
     def states(self) -> dict:
         """Each markers partition's :class:`PartitionState` (the current one: a dropped view is replaced)."""
-        return {tp[1]: o.state for tp, o in self.tracker._owned.items()}
+        return {tp[1]: o.state for tp, o in self.tracker.partitions.items()}
 
     def step(self) -> None:
         c = self.world.cluster
@@ -170,5 +228,5 @@ class ServiceTrackerActor:
     def busy(self) -> bool:
         if self.downtime.down or self.crash_at is not None:
             return True
-        owned = self.tracker._owned.values()
+        owned = self.tracker.partitions.values()
         return any(not o.caught_up or o.state.in_flight for o in owned)

@@ -45,7 +45,8 @@ __all__ = ["World", "Worker", "Producer", "TrackerActor", "QUEUE", "GROUP", "mes
 TRACKER = "tracker"
 TRACKER_READER = "tracker-reader"
 # The tracker sizes its producer from the topics' max.message.bytes (copy_request_size_for); the simulated
-# topics take any record, so it is sized for the largest the fault plan writes (2 MiB).
+# topics report none and take any record, so tracker.max_request_size sizes it for the largest the fault
+# plan writes (2 MiB).
 TRACKER_REQUEST_SIZE = 4 * 1024 * 1024
 
 
@@ -55,7 +56,8 @@ def queue_config(w: Workload) -> Config:
         "kafka": {"bootstrap_servers": "sim:9092", "session_timeout": "10s", "heartbeat_interval": "1s"},
         "queues": [{"name": QUEUE, "lease": f"{int(w.lease * 1000)}ms", "max_deliveries": w.max_deliveries,
                     "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}],
-        "tracker": {"tick": "50ms", "http_port": 0},
+        "tracker": {"tick": "50ms", "http_port": 0, "group_id": f"{TRACKER}-group",
+                    "max_request_size": TRACKER_REQUEST_SIZE},
     })
 
 
@@ -160,14 +162,16 @@ class World:
     """One seed's schedule: the cluster, the topics, the actors and the per-message notes.
 
     :param reader: makes the tracker's log reader from the cluster (the search plants defects here).
+    :param config: the kmq configuration the tracker and the workers are given (default:
+        :func:`queue_config` of ``workload``; another must keep its queue).
     """
 
     def __init__(self, cluster: SimCluster, workload: Workload, seed: int,
-                 reader: Callable[[SimCluster], Any] | None = None) -> None:
+                 reader: Callable[[SimCluster], Any] | None = None, config: Config | None = None) -> None:
         self.cluster = cluster
         self.workload = workload
         self.rng = random.Random(f"world-{seed}")
-        self.config = queue_config(workload)
+        self.config = config or queue_config(workload)
         self.queue: QueueConfig = self.config.queues[0]
         for topic in (QUEUE, self.queue.markers_topic, self.queue.dlq_topic):
             cluster.create_topic(topic, workload.partitions)
@@ -191,21 +195,10 @@ class World:
         self.actors: list[_Actor] = [self.producer, *self.workers, self.tracker]
 
     def _service_tracker(self, reader: Any) -> ServiceTrackerActor:
-        c, kafka = self.cluster, self.config.kafka
-
-        def new_producer(compression: str = "none") -> SimProducer:  # the simulated log keeps records, not batches
-            return SimProducer(c, TRACKER, delivery_timeout=delivery_timeout_s(kafka),
-                               max_request_size=TRACKER_REQUEST_SIZE)
-
-        def new_redeliverer(producer: SimProducer, metrics: TrackerMetrics, now_ms: Callable[[], int]) -> Redeliverer:
-            return Redeliverer(producer, reader, metrics, clock_ms=now_ms, send_timeout_s=send_wait_s(kafka),
-                               max_request_size=TRACKER_REQUEST_SIZE, new_producer=new_producer)
-
         w = self.workload
         crash_at = (round(self.rng.uniform(0.0, w.produce_over * 2), 6)
                     if self.rng.random() < w.tracker_crash_chance else None)
-        return ServiceTrackerActor(self, reader, SimLogReader(c, TRACKER_READER), new_producer, new_redeliverer,
-                                   TRACKER, crash_at=crash_at)
+        return ServiceTrackerActor(self, reader, SimLogReader(self.cluster, TRACKER_READER), TRACKER, crash_at=crash_at)
 
     def note(self, mid: str | None, text: str) -> None:
         """One line of a message's history (also in the cluster's history, so in the digest)."""
