@@ -34,6 +34,24 @@ def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def reaches_kafka_at_once(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """For a one-shot command (below :func:`config_options`): when every bootstrap server refuses
+    the connection or does not resolve, fail at once with that, instead of after the clients'
+    ``kafka.connect_timeout`` of retries. The services (``kmq work``, ``kmq tracker run``) keep
+    waiting: a broker that is starting may still answer within it."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, cfg: Config, **kwargs: Any) -> Any:
+        from kmq.client.diagnose import refused_everywhere
+
+        refused = refused_everywhere(cfg.kafka)
+        if refused is not None:
+            raise refused
+        return fn(*args, cfg=cfg, **kwargs)
+
+    return wrapper
+
+
 def load_config(path: str | None, bootstrap: str | None = None) -> Config:
     if path is None and Path("kmq.yaml").exists():
         path = "kmq.yaml"

@@ -7,7 +7,9 @@ from datetime import datetime, timezone
 
 import click
 
-from kmq.cli.common import bytes_field, config_options, echo_json, output_option, queue_group_option
+from kmq.cli.common import (
+    bytes_field, config_options, echo_json, output_option, queue_group_option, reaches_kafka_at_once,
+)
 from kmq.config import Config
 
 
@@ -30,6 +32,7 @@ def _text(b: bytes | None, width: int = 40) -> str:
 @output_option
 @queue_group_option
 @config_options
+@reaches_kafka_at_once
 def list_(queue: str, limit: int | None, reason: str | None, output: str, queue_group: str | None,
           cfg: Config) -> None:
     """Show QUEUE's dead letters with their headers (of one consumer group's DLQ: --queue-group)."""
@@ -84,6 +87,7 @@ def _dead_letter_doc(dl, ts: str) -> dict:
 @queue_group_option
 @output_option
 @config_options
+@reaches_kafka_at_once
 def replay(queue: str, limit: int | None, rate: float | None, reason: str | None, group: str | None,
            dry_run: bool, queue_group: str | None, output: str, cfg: Config) -> None:
     """Move QUEUE's dead letters back to the queue with the delivery count reset.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kmq.cli.common import config_options, echo_json, group_option, output_option
+from kmq.cli.common import config_options, echo_json, group_option, output_option, reaches_kafka_at_once
 from kmq.config import Config
 from kmq.ops.status import age_text
 
@@ -22,6 +22,7 @@ def _n(v: int | None) -> str:
 @output_option
 @group_option
 @config_options
+@reaches_kafka_at_once
 def status(queue: str, tracker_url: str | None, workers_group: str | None, tracker_group: str | None,
            output: str, group: str | None, cfg: Config) -> None:
     """In-flight, oldest in-flight age, queue lag, marker lag and DLQ size per partition of QUEUE.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kmq.cli.common import config_options, echo_json, fail, group_option, output_option
+from kmq.cli.common import config_options, echo_json, fail, group_option, output_option, reaches_kafka_at_once
 from kmq.config import Config
 from kmq.client.topics import TopicLayout, describe as describe_layout, ensure_topics
 
@@ -49,6 +49,7 @@ def _layout_doc(layout: TopicLayout) -> dict:
                    "cluster has at least 3 brokers, else the broker count).")
 @group_option
 @config_options
+@reaches_kafka_at_once
 def create(queue: str, partitions: int | None, replication_factor: int | None, group: str | None,
            cfg: Config) -> None:
     """Create QUEUE, its markers and DLQ topics (idempotent; grows markers to match).
@@ -69,6 +70,7 @@ def create(queue: str, partitions: int | None, replication_factor: int | None, g
 @output_option
 @group_option
 @config_options
+@reaches_kafka_at_once
 def describe(queue: str, output: str, group: str | None, cfg: Config) -> None:
     """Show the partitions of QUEUE's topics and whether they are aligned (exit 1 when not)."""
     layout = describe_layout(cfg.kafka, cfg.queue(queue, group))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kmq.cli.common import ProgressLine, config_options, echo_json, group_option, output_option
+from kmq.cli.common import ProgressLine, config_options, echo_json, group_option, output_option, reaches_kafka_at_once
 from kmq.config import Config, parse_duration
 from kmq.core.errors import ConfigError, TraceError
 from kmq.core.trace import Trace, clock, describe_event
@@ -42,6 +42,7 @@ def format_trace(t: Trace) -> list[str]:
                                      "consumer.group_id).")
 @group_option
 @config_options
+@reaches_kafka_at_once
 def trace(queue: str, origin: str | None, key: str | None, partition: int | None, offset: int | None,
           since: str | None, output: str, tracker_group: str | None, workers_group: str | None, group: str | None,
           cfg: Config) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Generator, NamedTuple, Union
 
 import click
 
-from kmq.cli.common import config_options, group_option
+from kmq.cli.common import config_options, group_option, reaches_kafka_at_once
 from kmq.config import Config
 from kmq.core.errors import CannotListen
 from kmq.dev.workload import InjectedFailure, fate, is_poison, is_poison_index, payload
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
                    "message i is poison when floor((i+1)*p) > floor(i*p)).")
 @click.option("--start", type=click.IntRange(min=0), default=0, help="Number of the first message (payload index).")
 @config_options
+@reaches_kafka_at_once
 def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, start: int, cfg: Config) -> None:
     """Produce COUNT demo messages to QUEUE (key = message number), compressed with its queues[].compression."""
     from kmq.client.kafka_python import clients

@@ -61,7 +61,7 @@ from kmq.core.errors import (
     TlsHandshakeFailed,
 )
 
-__all__ = ["diagnose", "unreachable", "broker_certificate_error", "tls_alert_error", "API_VERSIONS_V0"]
+__all__ = ["diagnose", "refused_everywhere", "unreachable", "broker_certificate_error", "tls_alert_error", "API_VERSIONS_V0"]
 
 _FIX_BOOTSTRAP = ("Check kafka.bootstrap_servers (or KMQ_KAFKA__BOOTSTRAP_SERVERS); `kmq dev broker` starts a local one")
 _CORRELATION_ID = 0x6B6D71  # "kmq"
@@ -69,6 +69,9 @@ _CORRELATION_ID = 0x6B6D71  # "kmq"
 _REQUEST = struct.pack(">hhih", 18, 0, _CORRELATION_ID, 3) + b"kmq"
 API_VERSIONS_V0 = struct.pack(">i", len(_REQUEST)) + _REQUEST
 _STEP_TIMEOUT_S = 5.0
+#: How long :func:`refused_everywhere` waits for a TCP answer: a refusal comes at once, and anything
+#: slower is left to the client and its own timeout.
+_REFUSAL_WAIT_S = 0.5
 _VERDICT_WAIT_S = 1.0
 
 log = logging.getLogger(__name__)
@@ -336,6 +339,30 @@ def probe(kafka: KafkaConfig, timeout_s: float) -> list[tuple[str, KmqError | No
         except KmqError as exc:  # a ConfigError from the TLS context, AuthenticationFailed from the token source
             found.append((entry, exc))
     return found
+
+
+def refused_everywhere(kafka: KafkaConfig, timeout_s: float = _REFUSAL_WAIT_S) -> BrokerUnavailable | None:
+    """The "nothing answers" error when every bootstrap server refuses the TCP connection or has a
+    name that does not resolve, found in milliseconds; None when any server accepts a connection,
+    or is slow to answer (then the client's own timeout and :func:`diagnose` decide). For one-shot
+    commands: the clients retry a refused connection until ``kafka.connect_timeout``."""
+    causes: list[str] = []
+    for entry in kafka.servers:
+        host, _, port = entry.rpartition(":")
+        if not port.isdigit():
+            return None  # reported by the client's own checks
+        try:
+            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+        except socket.gaierror as exc:
+            causes.append(f"cannot resolve {host}: {exc.strerror}")
+        except ConnectionRefusedError:
+            causes.append(f"connection refused by {entry}")
+        except OSError:
+            return None
+        else:
+            sock.close()
+            return None
+    return unreachable(kafka, cause="; ".join(causes)) if causes else None
 
 
 def diagnose(kafka: KafkaConfig, timeout_s: float, cause: object = None) -> KmqError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import click
 import pytest
@@ -63,6 +64,23 @@ def test_unreachable_broker_is_one_line_exit_1():
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach Kafka" in lines[0] and "kmq dev broker" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("command", [["status", "q"], ["dlq", "list", "q"], ["dlq", "replay", "q", "--dry-run"],
+                                     ["trace", "q", "q/0/1"], ["topics", "create", "q"], ["topics", "describe", "q"],
+                                     ["produce", "q", "--count", "1"]])
+def test_a_refused_connection_is_reported_at_once_not_after_the_connect_timeout(command):
+    from kmq.dev.broker import free_port
+
+    env = {**__import__("os").environ, "KMQ_KAFKA__CONNECT_TIMEOUT": "30s"}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "kmq", *command, "--bootstrap", f"127.0.0.1:{free_port()}"],
+                          capture_output=True, text=True, timeout=90, env=env)
+    took = time.monotonic() - started
+    assert proc.returncode == 1 and "connection refused by 127.0.0.1:" in proc.stderr, proc.stderr
+    # The clients retry a refused connection for the whole connect timeout (30 s here); the check
+    # before them answers in the time it takes to start the interpreter.
+    assert took < 15, f"{command} took {took:.1f}s to report a refused connection"
 
 
 def test_import_kmq_does_not_import_pyspark_or_redis():
