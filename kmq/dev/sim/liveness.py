@@ -38,7 +38,7 @@ from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.workload import QUEUE
 from kmq.dev.sim.world import World
 
-__all__ = ["serve_bound", "overdue", "view_drops", "SETTLE_S", "READ_TIMEOUT_S"]
+__all__ = ["serve_bound", "overdue", "view_drops", "clean", "markers_of", "SETTLE_S", "READ_TIMEOUT_S"]
 
 #: The simulated log reader's timeout (the real readers' default).
 READ_TIMEOUT_S = 10.0
@@ -60,7 +60,7 @@ def _window(f: Fault) -> tuple[float, float]:
     return f.at, getattr(f, "until", f.at)
 
 
-def _clean(world: World, partition: int, start: float, end: float) -> bool:
+def clean(world: World, partition: int, start: float, end: float) -> bool:
     """No fault but slow reads of other partitions, and the tracker up, in ``[start, end]``."""
     for f in world.cluster.faults.faults:
         at, until = _window(f)
@@ -77,7 +77,7 @@ def _t(ts_ms: int) -> float:
     return ts_ms / 1000.0 - EPOCH_S
 
 
-def _markers(world: World, partition: int) -> Iterator[tuple[int, int, object]]:
+def markers_of(world: World, partition: int) -> Iterator[tuple[int, int, object]]:
     plog = world.cluster.log(world.queue.markers_topic, partition)
     for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
         yield rec.offset, rec.timestamp, decode_record(rec.key, rec.value, partition)
@@ -92,9 +92,9 @@ def overdue(world: World, where: dict[tuple[int, int], str]) -> list[Violation]:
     out = []
     for p in range(world.workload.partitions):
         oracle = PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
-        for moff, ts, marker in [*_markers(world, p), (None, end_ms, None)]:
+        for moff, ts, marker in [*markers_of(world, p), (None, end_ms, None)]:
             due_ms = oracle.next_due_ms()
-            if due_ms is not None and _t(ts) - _t(due_ms) > bound and _clean(world, p, _t(due_ms) - SETTLE_S,
+            if due_ms is not None and _t(ts) - _t(due_ms) > bound and clean(world, p, _t(due_ms) - SETTLE_S,
                                                                                 _t(due_ms) + bound):
                 item = oracle.due(due_ms)[0]
                 off = item.ranges[0].first

@@ -1,0 +1,166 @@
+"""Leases honoured: a copy waits out its lease and backoff, and a lease kept alive is never copied.
+
+Read from the queue and markers logs at the end of a schedule, with the
+simulator's own arithmetic (not kmq's, which is what is checked):
+
+* ``backoff-early``: a copy with ``kmq-delivery-count`` k was sent no earlier
+  than the lease of the delivery it copies ran out (its first START's record
+  time plus the lease, capped at ``max_hold``) plus the backoff for delivery
+  count k-1 (``initial * multiplier ** (k - 2)``, at most ``max``). Not judged
+  for a copy of a delivery NACKed or rejected before it (the simulated
+  handlers NACK with no delay), nor where the delivery copied is not known for
+  sure (another record with the same origin and delivery count: a copy sent
+  twice).
+* ``copied-while-leased``: a delivery whose lease never lapsed (its one
+  START, each RENEW written before the lease it extends ran out, and its END
+  before the last one ran out; no NACK, no REJECT) is never copied. Judged
+  only where its partition was clean (:func:`~kmq.dev.sim.liveness.clean`) from
+  :data:`~kmq.dev.sim.liveness.SETTLE_S` before its START to a second after its END.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from kmq.core.markers import End, Nack, Reject, Renew, Start
+from kmq.core.message import HEADER_DELIVERY_COUNT, header_text, origin_of
+from kmq.dev.sim.clock import EPOCH_S
+from kmq.dev.sim.liveness import SETTLE_S, clean, markers_of
+from kmq.dev.sim.violation import Violation
+from kmq.dev.sim.workload import QUEUE
+from kmq.dev.sim.world import World, message_id
+
+__all__ = ["backoff_early", "copied_while_leased", "leases"]
+
+
+@dataclass
+class _Delivery:
+    """One record of the queue with what the markers say about it."""
+
+    offset: int
+    mid: str
+    origin: str
+    count: int
+    ts_ms: int
+    starts: list[tuple[int, int]] = field(default_factory=list)  # (record time, lease ms)
+    renews: list[tuple[int, int]] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    settled_early: list[int] = field(default_factory=list)  # NACK and REJECT record times
+
+
+def _count(headers) -> int:
+    text = header_text(headers, HEADER_DELIVERY_COUNT) if headers else None
+    return int(text) if text is not None and text.isascii() and text.isdigit() else 1
+
+
+def _deliveries(world: World, p: int) -> dict[int, _Delivery]:
+    plog = world.cluster.log(QUEUE, p)
+    out: dict[int, _Delivery] = {}
+    for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
+        mid = message_id(rec.value)
+        if mid is not None:
+            out[rec.offset] = _Delivery(rec.offset, mid, origin_of(rec.headers, QUEUE, p, rec.offset),
+                                        _count(rec.headers), rec.timestamp)
+    for _moff, ts, marker in markers_of(world, p):
+        for r in getattr(marker, "ranges", ()):
+            for off in range(r.first, r.end):
+                d = out.get(off)
+                if d is None:
+                    continue
+                if isinstance(marker, Start):
+                    d.starts.append((ts, marker.lease_ms))
+                elif isinstance(marker, Renew):
+                    d.renews.append((ts, marker.lease_ms))
+                elif isinstance(marker, End):
+                    d.ends.append(ts)
+                elif isinstance(marker, (Nack, Reject)):
+                    d.settled_early.append(ts)
+    return out
+
+
+def _backoff_ms(world: World, count: int) -> float:
+    b = world.queue.backoff
+    if count < 1:
+        return 0.0
+    return min(b.max, b.initial * b.multiplier ** min(count - 1, 64)) * 1000.0
+
+
+def _hold_ms(world: World, lease_ms: int) -> int:
+    return min(lease_ms, int(world.queue.max_hold * 1000))
+
+
+def _t(ts_ms: float) -> float:
+    return ts_ms / 1000.0 - EPOCH_S
+
+
+def _by_origin(deliveries: dict[int, _Delivery]) -> dict[tuple[str, int], list[_Delivery]]:
+    out: dict[tuple[str, int], list[_Delivery]] = defaultdict(list)
+    for d in deliveries.values():
+        out[(d.origin, d.count)].append(d)
+    return out
+
+
+def backoff_early(world: World, p: int, deliveries: dict[int, _Delivery]) -> list[Violation]:
+    """The ``backoff-early`` invariant (module docstring) for queue partition ``p``."""
+    by_origin = _by_origin(deliveries)
+    for c in sorted(deliveries.values(), key=lambda d: d.offset):
+        if c.count < 2:
+            continue
+        sources = [s for s in by_origin.get((c.origin, c.count - 1), []) if s.offset < c.offset]
+        if len(sources) != 1:
+            continue
+        s = sources[0]
+        if not s.starts or any(t <= c.ts_ms for t in s.settled_early):
+            continue
+        start_ts, lease_ms = min(s.starts)
+        earliest = start_ts + _hold_ms(world, lease_ms) + _backoff_ms(world, s.count)
+        if c.ts_ms < earliest - 1:  # ms rounding
+            return [Violation("backoff-early", f"{QUEUE}[{p}]@{c.offset} (delivery {c.count}) copied from @{s.offset} "
+                              f"at t={_t(c.ts_ms):.3f}s, before its lease and backoff ran out at "
+                              f"t={_t(earliest):.3f}s (START at t={_t(start_ts):.3f}s, lease {lease_ms} ms, "
+                              f"backoff {_backoff_ms(world, s.count):.0f} ms)", c.mid)]
+    return []
+
+
+def _kept_until(world: World, d: _Delivery) -> int | None:
+    """The record time of ``d``'s END when its lease never lapsed before it, else None."""
+    if len(d.starts) != 1 or len(d.ends) != 1 or d.settled_early:
+        return None
+    start_ts, lease_ms = d.starts[0]
+    deadline = start_ts + _hold_ms(world, lease_ms)
+    for ts, renew_ms in sorted(d.renews):
+        if ts >= deadline:
+            return None
+        deadline = max(deadline, ts + _hold_ms(world, renew_ms))
+    end = d.ends[0]
+    return end if end < deadline else None
+
+
+def copied_while_leased(world: World, p: int, deliveries: dict[int, _Delivery]) -> list[Violation]:
+    """The ``copied-while-leased`` invariant (module docstring) for queue partition ``p``."""
+    by_origin = _by_origin(deliveries)
+    for d in sorted(deliveries.values(), key=lambda x: x.offset):
+        if len(by_origin[(d.origin, d.count)]) != 1:
+            continue
+        end = _kept_until(world, d)
+        if end is None:
+            continue
+        copies = [c for c in by_origin.get((d.origin, d.count + 1), []) if c.offset > d.offset]
+        if not copies or not clean(world, p, _t(d.starts[0][0]) - SETTLE_S, _t(end) + 1.0):
+            continue
+        renews = f", renewed {len(d.renews)} time(s)" if d.renews else ""
+        return [Violation("copied-while-leased", f"{QUEUE}[{p}]@{d.offset} was copied to @{copies[0].offset} "
+                          f"although its lease never ran out (START at t={_t(d.starts[0][0]):.3f}s{renews}, END at "
+                          f"t={_t(end):.3f}s) and no fault touched its partition", d.mid)]
+    return []
+
+
+def leases(world: World) -> list[Violation]:
+    """Both invariants of the module docstring, over every queue partition (at most one of each per partition)."""
+    out: list[Violation] = []
+    for p in range(world.workload.partitions):
+        deliveries = _deliveries(world, p)
+        out += backoff_early(world, p, deliveries)
+        out += copied_while_leased(world, p, deliveries)
+    return out
