@@ -29,13 +29,19 @@ from kmq.dev.sim.errors import FaultPlanError
 __all__ = [
     "SlowFetch", "SlowRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
     "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
-    "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS",
+    "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
+    "MARKER_KINDS",
 ]
 
 DELAYED, LOST = "delayed", "lost"
 NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS = (
     "null-header", "tombstone", "null-record", "huge-value", "bad-kmq-headers")
 UNEXPECTED_KINDS = (NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS)
+#: A record of a markers topic with a marker's header (this wire version) and ranges naming every offset of its
+#: queue partition, but a type no kmq writes (another program's, or a later kmq's): readers skip it. Not among
+#: the kinds a random plan draws; the search adds it on a stream of its own (``kmq.dev.sim.search``).
+FOREIGN_MARKER = "foreign-marker"
+MARKER_KINDS = (FOREIGN_MARKER,)
 
 
 def _check_window(fault: object) -> None:
@@ -168,7 +174,8 @@ class Retention:
 
 @dataclass(frozen=True, slots=True)
 class UnexpectedRecord:
-    """At ``at``, another producer writes a record of ``kind`` (see :data:`UNEXPECTED_KINDS`)."""
+    """At ``at``, another producer writes a record of ``kind`` (see :data:`UNEXPECTED_KINDS` and
+    :data:`MARKER_KINDS`, for a markers topic)."""
 
     at: float
     topic: str
@@ -177,8 +184,8 @@ class UnexpectedRecord:
 
     def __post_init__(self) -> None:
         _check_window(self)
-        if self.kind not in UNEXPECTED_KINDS:
-            raise FaultPlanError(f"UnexpectedRecord.kind must be one of {', '.join(UNEXPECTED_KINDS)}, "
+        if self.kind not in UNEXPECTED_KINDS + MARKER_KINDS:
+            raise FaultPlanError(f"UnexpectedRecord.kind must be one of {', '.join(UNEXPECTED_KINDS + MARKER_KINDS)}, "
                                  f"not {self.kind!r}")
 
 

@@ -46,11 +46,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from kmq.core.markers import BadMarker, End, Reject, Start, decode_record
+from kmq.core.markers import BadMarker, End, Reject, Start
 from kmq.core.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, parse_origin
 from kmq.core.copies import reference_of
 from kmq.dev.sim.leases import leases
-from kmq.dev.sim.liveness import overdue, view_drops
+from kmq.dev.sim.liveness import checked_marker, overdue, view_drops
 from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.world import GROUP, QUEUE, World, message_id
 
@@ -89,7 +89,7 @@ def scan(world: World) -> Scan:
     for p in range(parts):
         plog = c.log(q.markers_topic, p)
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
-            marker = decode_record(rec.key, rec.value, p)
+            marker = checked_marker(rec.key, rec.value, p)
             if isinstance(marker, BadMarker):
                 continue
             for r in marker.ranges:
