@@ -96,7 +96,14 @@ _TRACKER_TESTS = ("tests/unit/test_tracker_step.py", "tests/unit/test_tracker_re
 
 #: The table: each breaks the at-least-once guarantee or a documented promise in one small way.
 MUTANTS: tuple[Mutant, ...] = (
-    _m("closed-before-copy-acked", "CLOSED only once Kafka acknowledged the copy (an undecided send counts as sent)",
+    _m("closed-before-copy-acked", "CLOSED only once Kafka acknowledged the copy (written before the flush)",
+       "tracker/redeliver.py",
+       "        self._flush(f\"redeliveries of {queue.name}[{partition}]\")\n",
+       "        self._write_outcomes(queue, partition, state, {Outcome.REDELIVERED: [\n"
+       "            s.offset for st in pending.started for s in st.sends if s.step is _COPY]})\n"
+       "        self._flush(f\"redeliveries of {queue.name}[{partition}]\")\n",
+       _REDELIVER_TESTS),
+    _m("undecided-copy-closed", "a send the producer left undecided is retried (on a new producer), not closed",
        "tracker/redeliver.py",
        "            if verdict is None:\n                results[i] = SENT",
        "            if verdict is None or verdict is client_api.UNDECIDED:\n                results[i] = SENT",

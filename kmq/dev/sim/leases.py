@@ -4,12 +4,12 @@ Read from the queue and markers logs at the end of a schedule, with the
 simulator's own arithmetic (not kmq's, which is what is checked):
 
 * ``backoff-early``: a copy with ``kmq-delivery-count`` k was sent no earlier
-  than the lease of the delivery it copies ran out (its first START's record
-  time plus the lease, capped at ``max_hold``) plus the backoff for delivery
-  count k-1 (``initial * multiplier ** (k - 2)``, at most ``max``). Not judged
-  for a copy of a delivery NACKed or rejected before it (the simulated
-  handlers NACK with no delay), nor where the delivery copied is not known for
-  sure (another record with the same origin and delivery count: a copy sent
+  than the delivery it copies was due: its first START's record time plus the
+  lease (capped at ``max_hold``) plus the backoff for delivery count k-1
+  (``initial * multiplier ** (k - 2)``, at most ``max``), or, if sooner, a
+  NACK's record time plus its delay. Not judged for a copy of a delivery
+  rejected before it, nor where the delivery copied is not known for sure
+  (another record with the same origin and delivery count: a copy sent
   twice).
 * ``copied-while-leased``: a delivery whose lease never lapsed (its one
   START, each RENEW written before the lease it extends ran out, and its END
@@ -46,7 +46,8 @@ class _Delivery:
     starts: list[tuple[int, int]] = field(default_factory=list)  # (record time, lease ms)
     renews: list[tuple[int, int]] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
-    settled_early: list[int] = field(default_factory=list)  # NACK and REJECT record times
+    nacks: list[tuple[int, int]] = field(default_factory=list)  # (record time, delay ms)
+    rejects: list[int] = field(default_factory=list)
 
 
 def _count(headers) -> int:
@@ -74,8 +75,10 @@ def _deliveries(world: World, p: int) -> dict[int, _Delivery]:
                     d.renews.append((ts, marker.lease_ms))
                 elif isinstance(marker, End):
                     d.ends.append(ts)
-                elif isinstance(marker, (Nack, Reject)):
-                    d.settled_early.append(ts)
+                elif isinstance(marker, Nack):
+                    d.nacks.append((ts, marker.delay_ms))
+                elif isinstance(marker, Reject):
+                    d.rejects.append(ts)
     return out
 
 
@@ -111,21 +114,26 @@ def backoff_early(world: World, p: int, deliveries: dict[int, _Delivery]) -> lis
         if len(sources) != 1:
             continue
         s = sources[0]
-        if not s.starts or any(t <= c.ts_ms for t in s.settled_early):
+        if any(t <= c.ts_ms for t in s.rejects):
             continue
-        start_ts, lease_ms = min(s.starts)
-        earliest = start_ts + _hold_ms(world, lease_ms) + _backoff_ms(world, s.count)
+        # Due at the first of: the first lease run out and its backoff waited, a NACK's delay over.
+        bounds = [(start_ts + _hold_ms(world, lease_ms) + _backoff_ms(world, s.count),
+                   f"START at t={_t(start_ts):.3f}s, lease {lease_ms} ms, backoff {_backoff_ms(world, s.count):.0f} ms")
+                  for start_ts, lease_ms in sorted(s.starts)[:1]]
+        bounds += [(ts + _hold_ms(world, delay_ms), f"NACK at t={_t(ts):.3f}s, delay {delay_ms} ms")
+                   for ts, delay_ms in s.nacks if ts <= c.ts_ms]
+        if not bounds:
+            continue
+        earliest, why = min(bounds)
         if c.ts_ms < earliest - 1:  # ms rounding
             return [Violation("backoff-early", f"{QUEUE}[{p}]@{c.offset} (delivery {c.count}) copied from @{s.offset} "
-                              f"at t={_t(c.ts_ms):.3f}s, before its lease and backoff ran out at "
-                              f"t={_t(earliest):.3f}s (START at t={_t(start_ts):.3f}s, lease {lease_ms} ms, "
-                              f"backoff {_backoff_ms(world, s.count):.0f} ms)", c.mid)]
+                              f"at t={_t(c.ts_ms):.3f}s, before it was due at t={_t(earliest):.3f}s ({why})", c.mid)]
     return []
 
 
 def _kept_until(world: World, d: _Delivery) -> int | None:
     """The record time of ``d``'s END when its lease never lapsed before it, else None."""
-    if len(d.starts) != 1 or len(d.ends) != 1 or d.settled_early:
+    if len(d.starts) != 1 or len(d.ends) != 1 or d.nacks or d.rejects:
         return None
     start_ts, lease_ms = d.starts[0]
     deadline = start_ts + _hold_ms(world, lease_ms)

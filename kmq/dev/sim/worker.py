@@ -315,9 +315,10 @@ class Worker:
                 self._crash(m)
                 return True
             self._held -= 1
+            nack_ms = int(self.world.workload.nack_delay * 1000)
             if self.keyed is not None:
                 self._key_settled(m, fate.kind, due)
-            marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], 0),
+            marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], nack_ms),
                       REJECT: lambda: Reject([(m.offset, 1)], "sim handler rejected it")}.get(fate.kind)
             self.world.note(message_id(m.value), f"{self.owner} settles {QUEUE}[{m.partition}]@{m.offset}: {fate.kind}")
             if marker is not None:
