@@ -31,7 +31,7 @@ from kmq.dev.sim.assignors import COOPERATIVE_STICKY
 from kmq.dev.sim.clock import EPOCH_S, VirtualClock
 from kmq.dev.sim.errors import SimulationError
 from kmq.dev.sim.faults import (
-    BAD_KMQ_HEADERS, HUGE_VALUE, LOST, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan,
+    BAD_KMQ_HEADERS, DELAYED, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan,
     MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, SlowRead, UnexpectedRecord,
 )
 from kmq.dev.sim.groups import GroupCoordinator
@@ -187,13 +187,14 @@ class SimCluster:
 
         Returns a cancel function (a producer closed before the write happened: it never happens)."""
         now = self.t()
-        fault = self.faults.produce_fault(topic, partition, now)
+        fault = self.faults.produce_fault(topic, partition, now, producer)
+        hung = fault is not None and fault.ack == HUNG
         lane = (producer, topic, partition)
         append_at = max(self.served_at(now) + self.rng.uniform(*self.latency), self._last_append.get(lane, now))
         deadline = now + delivery_timeout
         written = (fault is None or fault.written) and append_at <= deadline
         ack_at = max(append_at + (fault.ack_delay if fault else 0.0), self._last_ack.get(lane, now))
-        acked = written and (fault is None or fault.ack != LOST) and ack_at <= deadline
+        acked = written and (fault is None or fault.ack == DELAYED) and ack_at <= deadline
         cancelled = [False]
 
         def fail() -> None:
@@ -218,7 +219,7 @@ class SimCluster:
                 write()
             else:
                 self._at(append_at, write)
-        if not acked:
+        if not acked and not hung:  # hung: no answer until the producer is closed (it cancels, failing the send)
             self._at(deadline, fail)
 
         def cancel() -> None:

@@ -33,7 +33,7 @@ __all__ = [
     "MARKER_KINDS",
 ]
 
-DELAYED, LOST = "delayed", "lost"
+DELAYED, LOST, HUNG = "delayed", "lost", "hung"
 NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS = (
     "null-header", "tombstone", "null-record", "huge-value", "bad-kmq-headers")
 UNEXPECTED_KINDS = (NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS)
@@ -97,9 +97,11 @@ class StaleHighWater:
 
 @dataclass(frozen=True, slots=True)
 class ProduceFault:
-    """Produce requests to the partition in ``[at, until)``: the record is ``written`` or not; its
-    acknowledgement is ``DELAYED`` by ``ack_delay`` seconds or ``LOST`` (the producer reports a
-    timeout after its delivery timeout). Acknowledged but not written is refused."""
+    """Produce requests to the partition in ``[at, until)`` (of ``producer``, or any): the record is
+    ``written`` or not; its acknowledgement is ``DELAYED`` by ``ack_delay`` seconds, ``LOST`` (the
+    producer reports a timeout after its delivery timeout) or ``HUNG``: the producer never hears
+    back, past its own delivery timeout, until it is closed (kafka-python can lose a response
+    across a broker restart: its future never completes). Acknowledged but not written is refused."""
 
     at: float
     until: float
@@ -108,12 +110,13 @@ class ProduceFault:
     written: bool = True
     ack: str = DELAYED
     ack_delay: float = 0.0
+    producer: str | None = None
 
     def __post_init__(self) -> None:
         _check_window(self)
-        if self.ack not in (DELAYED, LOST):
-            raise FaultPlanError(f"ProduceFault.ack must be {DELAYED!r} or {LOST!r}, not {self.ack!r}")
-        if not self.written and self.ack != LOST:
+        if self.ack not in (DELAYED, LOST, HUNG):
+            raise FaultPlanError(f"ProduceFault.ack must be {DELAYED!r}, {LOST!r} or {HUNG!r}, not {self.ack!r}")
+        if not self.written and self.ack == DELAYED:
             raise FaultPlanError("refused: with acks=all Kafka never acknowledges a record it did not write; "
                                  "use written=False with ack=LOST (a produce request that timed out)")
         if self.ack_delay < 0:
@@ -239,9 +242,9 @@ class FaultPlan:
         return any(_named(f.consumer, consumer) and _named(f.topic, topic) and _named(f.partition, partition)
                    and _during(f, now) for f in self.of(StaleHighWater))
 
-    def produce_fault(self, topic: str, partition: int, now: float) -> ProduceFault | None:
-        return next((f for f in self.of(ProduceFault)
-                     if _named(f.topic, topic) and _named(f.partition, partition) and _during(f, now)), None)
+    def produce_fault(self, topic: str, partition: int, now: float, producer: str | None = None) -> ProduceFault | None:
+        return next((f for f in self.of(ProduceFault) if _named(f.topic, topic) and _named(f.partition, partition)
+                     and _named(f.producer, producer) and _during(f, now)), None)
 
     def commit_fault(self, consumer: str, now: float) -> CommitFault | None:
         return next((f for f in self.of(CommitFault) if _named(f.consumer, consumer) and _during(f, now)), None)

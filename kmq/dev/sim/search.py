@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
-from kmq.dev.sim.faults import FOREIGN_MARKER, FaultPlan, Retention, SlowRead, UnexpectedRecord
+from kmq.dev.sim.faults import FOREIGN_MARKER, HUNG, FaultPlan, ProduceFault, Retention, SlowRead, UnexpectedRecord
 from kmq.dev.sim.invariants import Violation, check
 from kmq.dev.sim.timeline import timeline
 from kmq.dev.sim.workload import SERVICE, Workload
@@ -47,6 +47,10 @@ SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE, hand_over_started_share
 # Seeds (of those without a stalled read) where another program writes a marker of a type kmq does not
 # know to a markers partition while messages are in flight (FOREIGN_MARKER).
 FOREIGN_MARKER_SHARE = 0.25
+# Seeds (of those without a stalled read) where the tracker's producer hears nothing back about its copies
+# for a while, past its delivery timeout (HUNG), and how long such sends go on.
+HUNG_SHARE = 0.25
+HUNG_SPAN_S = (0.5, 5.0)
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -116,7 +120,10 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
 
     In :data:`FOREIGN_MARKER_SHARE` of the other seeds (a stream of its own too) a record with a
     marker's header and ranges but a type kmq does not know is written to a markers partition
-    while the producer sends (:data:`~kmq.dev.sim.faults.FOREIGN_MARKER`): readers must skip it."""
+    while the producer sends (:data:`~kmq.dev.sim.faults.FOREIGN_MARKER`): readers must skip it; and
+    in :data:`HUNG_SHARE` of them (another stream) the tracker's copies get no answer at all for a
+    while (:data:`~kmq.dev.sim.faults.HUNG`, written or not): the tracker must take such a send
+    for undecided, never for sent."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
@@ -132,6 +139,11 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
         if foreign.random() < FOREIGN_MARKER_SHARE:
             faults.append(UnexpectedRecord(round(foreign.uniform(1.0, workload.produce_over), 3),
                                            f"{QUEUE}__markers", foreign.randrange(parts), FOREIGN_MARKER))
+        hung = random.Random(f"hung-ack-{seed}")
+        if hung.random() < HUNG_SHARE:
+            at = round(hung.uniform(2.0, workload.produce_over + 10.0), 3)
+            faults.append(ProduceFault(at, round(at + hung.uniform(*HUNG_SPAN_S), 3), QUEUE, None,
+                                       hung.random() < 0.5, HUNG, 0.0, TRACKER))
     return FaultPlan(faults)
 
 
