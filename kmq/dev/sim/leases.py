@@ -1,4 +1,5 @@
-"""Leases honoured: a copy waits out its lease and backoff, and a lease kept alive is never copied.
+"""Leases honoured: a copy waits out its lease and backoff, a lease kept alive is never copied, and no
+message is delivered more than ``max_deliveries`` times.
 
 Read from the queue and markers logs at the end of a schedule, with the
 simulator's own arithmetic (not kmq's, which is what is checked):
@@ -11,9 +12,12 @@ simulator's own arithmetic (not kmq's, which is what is checked):
   rejected before it, nor where the delivery copied is not known for sure
   (another record with the same origin and delivery count: a copy sent
   twice).
+* ``over-max-deliveries``: no copy carries a ``kmq-delivery-count`` above
+  ``max_deliveries`` (the last delivery's failure dead-letters it).
 * ``copied-while-leased``: a delivery whose lease never lapsed (its one
   START, each RENEW written before the lease it extends ran out, and its END
-  before the last one ran out; no NACK, no REJECT) is never copied. Judged
+  or REJECT before the last one ran out; no NACK) is never copied (a
+  rejected one is dead-lettered). Judged
   only where its partition was clean (:func:`~kmq.dev.sim.liveness.clean`) from
   :data:`~kmq.dev.sim.liveness.SETTLE_S` before its START to a second after its END.
 """
@@ -31,7 +35,7 @@ from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.workload import QUEUE
 from kmq.dev.sim.world import World, message_id
 
-__all__ = ["backoff_early", "copied_while_leased", "leases"]
+__all__ = ["backoff_early", "copied_while_leased", "over_max_deliveries", "leases"]
 
 
 @dataclass
@@ -131,9 +135,9 @@ def backoff_early(world: World, p: int, deliveries: dict[int, _Delivery]) -> lis
     return []
 
 
-def _kept_until(world: World, d: _Delivery) -> int | None:
-    """The record time of ``d``'s END when its lease never lapsed before it, else None."""
-    if len(d.starts) != 1 or len(d.ends) != 1 or d.nacks or d.rejects:
+def _kept_until(world: World, d: _Delivery) -> tuple[int, str] | None:
+    """The record time of ``d``'s END or REJECT (and which) when its lease never lapsed before it, else None."""
+    if len(d.starts) != 1 or len(d.ends) + len(d.rejects) != 1 or d.nacks:
         return None
     start_ts, lease_ms = d.starts[0]
     deadline = start_ts + _hold_ms(world, lease_ms)
@@ -141,8 +145,8 @@ def _kept_until(world: World, d: _Delivery) -> int | None:
         if ts >= deadline:
             return None
         deadline = max(deadline, ts + _hold_ms(world, renew_ms))
-    end = d.ends[0]
-    return end if end < deadline else None
+    end, kind = (d.ends[0], "END") if d.ends else (d.rejects[0], "REJECT")
+    return (end, kind) if end < deadline else None
 
 
 def copied_while_leased(world: World, p: int, deliveries: dict[int, _Delivery]) -> list[Violation]:
@@ -151,24 +155,37 @@ def copied_while_leased(world: World, p: int, deliveries: dict[int, _Delivery]) 
     for d in sorted(deliveries.values(), key=lambda x: x.offset):
         if len(by_origin[(d.origin, d.count)]) != 1:
             continue
-        end = _kept_until(world, d)
-        if end is None:
+        kept = _kept_until(world, d)
+        if kept is None:
             continue
+        end, kind = kept
         copies = [c for c in by_origin.get((d.origin, d.count + 1), []) if c.offset > d.offset]
         if not copies or not clean(world, p, _t(d.starts[0][0]) - SETTLE_S, _t(end) + 1.0):
             continue
         renews = f", renewed {len(d.renews)} time(s)" if d.renews else ""
         return [Violation("copied-while-leased", f"{QUEUE}[{p}]@{d.offset} was copied to @{copies[0].offset} "
-                          f"although its lease never ran out (START at t={_t(d.starts[0][0]):.3f}s{renews}, END at "
+                          f"although its lease never ran out (START at t={_t(d.starts[0][0]):.3f}s{renews}, {kind} at "
                           f"t={_t(end):.3f}s) and no fault touched its partition", d.mid)]
     return []
 
 
+def over_max_deliveries(world: World, p: int, deliveries: dict[int, _Delivery]) -> list[Violation]:
+    """The ``over-max-deliveries`` invariant (module docstring) for queue partition ``p``."""
+    md = world.queue.max_deliveries
+    over = [d for d in sorted(deliveries.values(), key=lambda x: x.offset) if d.count > md]
+    if not over:
+        return []
+    d = over[0]
+    return [Violation("over-max-deliveries", f"{QUEUE}[{p}]@{d.offset} is delivery {d.count} of {d.origin}, more "
+                      f"than max_deliveries = {md}", d.mid)]
+
+
 def leases(world: World) -> list[Violation]:
-    """Both invariants of the module docstring, over every queue partition (at most one of each per partition)."""
+    """The invariants of the module docstring, over every queue partition (at most one of each per partition)."""
     out: list[Violation] = []
     for p in range(world.workload.partitions):
         deliveries = _deliveries(world, p)
+        out += over_max_deliveries(world, p, deliveries)
         out += backoff_early(world, p, deliveries)
         out += copied_while_leased(world, p, deliveries)
     return out
