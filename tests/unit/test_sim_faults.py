@@ -6,8 +6,9 @@ import pytest
 
 from kmq.client import ClientCommitFailed, ProduceFailed
 from kmq.dev.sim import (
-    LOST, BrokerPause, CommitFault, FaultPlan, FaultPlanError, MemberJoinsAndLeaves, MemberPause, ProduceFault,
-    Retention, SimCluster, SimConsumer, SimProducer, SlowFetch, StaleHighWater, UnexpectedRecord,
+    LOST, BrokerPause, CommitFault, FaultPlan, FaultPlanError, LaggingRead, MemberJoinsAndLeaves, MemberPause,
+    ProduceFault, Retention, SimCluster, SimConsumer, SimLogReader, SimProducer, SlowFetch, StaleHighWater,
+    UnexpectedRecord,
 )
 from kmq.dev.sim.faults import BAD_KMQ_HEADERS, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE
 
@@ -98,6 +99,19 @@ def test_a_hung_send_of_the_named_producer_is_answered_only_when_its_producer_cl
     hung.close(timeout=0.0)
     with pytest.raises(ProduceFailed, match="closed before the record was acknowledged"):
         fut.get(0)
+
+
+def test_a_lagging_read_ends_where_the_log_ended_when_the_fault_began():
+    c = _cluster(LaggingRead(1.0, 5.0, "q", 0, reader="tracker-reader"), records=2)
+    c.clock.advance(2.0)
+    for i in (2, 3):
+        c.append("q", 0, b"k", b"v%d" % i)  # written during the fault: not there for the lagging reader
+    lagging, other = SimLogReader(c, "tracker-reader"), SimLogReader(c, "other")
+    got = lagging.read("q", 0, [(0, 4)])
+    assert sorted(got.records) == [0, 1] and got.log_end == 2 and got.missing == []
+    assert sorted(other.read("q", 0, [(0, 4)]).records) == [0, 1, 2, 3]
+    c.clock.advance(3.0)  # the fault is over
+    assert sorted(lagging.read("q", 0, [(0, 4)]).records) == [0, 1, 2, 3]
 
 
 def test_an_ack_for_a_record_not_written_is_refused_as_a_fault():

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Union
 from kmq.dev.sim.errors import FaultPlanError
 
 __all__ = [
-    "SlowFetch", "SlowRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
+    "SlowFetch", "SlowRead", "LaggingRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
     "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
     "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
     "MARKER_KINDS",
@@ -69,6 +69,23 @@ class SlowRead:
     tiered-storage fetch of old offsets): a read of ``reader`` (None: any) waits until ``until`` or
     its timeout. Group consumers' fetches at the head of the log and produce requests are answered
     as usual; the tracker, which reads the originals of expired messages back, is what waits."""
+
+    at: float
+    until: float
+    topic: str
+    partition: int
+    reader: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LaggingRead:
+    """In ``[at, until)`` log reads of the partition by ``reader`` (None: any) end where its log
+    ended at ``at`` (the records written since have a later timestamp), as reads from a new leader
+    whose high-water mark lags after a leader change: the records after it exist (consumers fetched
+    them) but are not there for the read yet. Group consumers' fetches are answered as usual."""
 
     at: float
     until: float
@@ -205,7 +222,7 @@ class MemberJoinsAndLeaves:
         _check_window(self)
 
 
-Fault = Union[SlowFetch, SlowRead, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
+Fault = Union[SlowFetch, SlowRead, LaggingRead, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
               UnexpectedRecord, MemberJoinsAndLeaves]
 
 
@@ -237,6 +254,11 @@ class FaultPlan:
         ends = [f.until for f in self.of(SlowRead)
                 if _named(f.reader, reader) and f.topic == topic and f.partition == partition and _during(f, now)]
         return max(ends) if ends else None
+
+    def read_lag(self, reader: str, topic: str, partition: int, now: float) -> LaggingRead | None:
+        """The :class:`LaggingRead` of a read of ``topic[partition]`` by ``reader`` at ``now``, if any."""
+        return next((f for f in self.of(LaggingRead) if _named(f.reader, reader) and f.topic == topic
+                     and f.partition == partition and _during(f, now)), None)
 
     def high_water_stale(self, consumer: str, topic: str, partition: int, now: float) -> bool:
         return any(_named(f.consumer, consumer) and _named(f.topic, topic) and _named(f.partition, partition)
