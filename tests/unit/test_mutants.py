@@ -62,3 +62,24 @@ def test_a_mutant_that_loses_every_message_is_caught_by_the_sim_and_a_harmless_o
     table = markdown([r, r2], seeds=2)
     assert "| `everything-lost` | nothing is lost | caught: `lost` (seed 0) | missed |" in table
     assert "1/2 caught by the simulator over 2 seeds" in table
+
+
+# What the simulator's newer checks and faults catch, each at the first seed that shows it (the
+# seeds follow the simulator's histories: after a change to them, `kmq sim --mutants --mutant NAME
+# --seeds 300` finds the new first seed). Before these checks and faults, each of these mutants
+# went unseen over seeds 0..299 (docs/architecture.md, "Mutation testing").
+@pytest.mark.parametrize("name, seed, invariant", [
+    ("commit-past-unacked-start", 11, "commit-before-start-acked"),
+    ("hand-over-before-start-acked", 1, "hand-over-before-start-acked"),
+    ("backoff-lost", 0, "backoff-early"),
+    ("nack-delay-ignored", 0, "backoff-early"),
+    ("renew-ignored", 14, "copied-while-leased"),
+    ("reject-as-nack", 0, "copied-while-leased"),
+    ("max-deliveries-late", 3, "over-max-deliveries"),
+    ("unknown-marker-type-as-end", 5, "lost"),  # the foreign marker fault
+    ("undecided-copy-closed", 12, "lost"),  # the hung send fault
+    ("past-log-end-closed-missing", 4, "lost"),  # the lagging read fault
+])
+def test_the_newer_checks_and_faults_catch_their_mutant(name, seed, invariant):
+    r = run_mutant(select([name])[0], ROOT, seeds=1, start=seed, tests=False, timeout=120)
+    assert r.sim == "caught" and invariant in r.invariants, r
