@@ -7,7 +7,7 @@ import contextlib
 import click
 
 from kmq.cli.common import fail
-from kmq.dev.mutants import MutantError, markdown, repo_root, run_all, select
+from kmq.dev.mutants import MutantError, MutantResult, markdown, repo_root, run_all, select
 from kmq.dev.sim.search import ORDERED_SHARE, STARTED_SHARE, SeedResult, quiet_actors, search
 from kmq.dev.sim.shrink import shrink as shrink_plan
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
@@ -28,8 +28,8 @@ __all__ = ["sim"]
 @click.option("--quiet", "-q", is_flag=True, help="Print only failing seeds and the summary.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first seed with a violation.")
 @click.option("--mutants", is_flag=True,
-              help="Mutation testing: run the search (--seeds, --fail-fast) on a copy of the source tree for each "
-                   "mutant of kmq/dev/mutants.py, and their unit tests; print a markdown table.")
+              help="Mutation testing: for each mutant of kmq/dev/mutants.py, run the search (--seeds, up to the first "
+                   "failing seed) and its unit tests on a copy of the source tree; print a markdown table.")
 @click.option("--mutant", "only", multiple=True, metavar="NAME", help="With --mutants: only this one (repeatable).")
 @click.option("--mutant-tests/--no-mutant-tests", default=True, show_default=True,
               help="With --mutants: run each mutant's unit tests too.")
@@ -78,7 +78,7 @@ def _mutants(seeds: int, start: int, sim_args: list[str], only: tuple[str, ...],
     except MutantError as exc:
         raise fail(str(exc)) from None
 
-    def progress(r) -> None:
+    def progress(r: MutantResult) -> None:
         where = f"{', '.join(r.invariants)} (seed {r.seed})" if r.sim == "caught" else r.sim
         click.echo(f"{r.mutant.name}: sim {where}; unit tests {r.tests or 'not run'}; {r.seconds:.0f}s", err=True)
 

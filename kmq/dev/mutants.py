@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Sequence
 
 from kmq.core.errors import KmqError
 
-__all__ = ["Edit", "Mutant", "MutantError", "MutantResult", "MUTANTS", "apply", "check_table", "copy_tree",
+__all__ = ["Edit", "Mutant", "MutantError", "MutantResult", "MUTANTS", "apply", "check_table", "copy_tree", "run_all",
            "markdown", "repo_root", "run_mutant", "select"]
 
 #: Not copied: history, environments, caches and build outputs.
