@@ -6,10 +6,11 @@ import pytest
 
 from kmq.client import ClientCommitFailed, ProduceFailed
 from kmq.dev.sim import (
-    LOST, BrokerPause, CommitFault, FaultPlan, FaultPlanError, MemberJoinsAndLeaves, MemberPause, ProduceFault,
-    Retention, SimCluster, SimConsumer, SimProducer, SlowFetch, StaleHighWater, UnexpectedRecord,
+    LOST, BrokerPause, CommitFault, FaultPlan, FaultPlanError, LaggingRead, MemberJoinsAndLeaves, MemberPause,
+    ProduceFault, Retention, SimCluster, SimConsumer, SimLogReader, SimProducer, SlowFetch, StaleHighWater,
+    UnexpectedRecord,
 )
-from kmq.dev.sim.faults import BAD_KMQ_HEADERS, HUGE_VALUE, NULL_HEADER, NULL_RECORD, TOMBSTONE
+from kmq.dev.sim.faults import BAD_KMQ_HEADERS, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE
 
 
 def _cluster(*faults, partitions: int = 1, records: int = 0, **kw) -> SimCluster:
@@ -84,6 +85,33 @@ def test_a_produce_request_that_never_reached_the_log_fails_and_writes_nothing()
     with pytest.raises(ProduceFailed, match="no acknowledgement"):
         fut.get()
     assert c.log("q", 0).high_water == 0 and c.t() == 2.0
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_a_hung_send_of_the_named_producer_is_answered_only_when_its_producer_closes(written):
+    c = _cluster(ProduceFault(0.0, 1.0, "q", 0, written=written, ack=HUNG, producer="tracker"))
+    hung, other = SimProducer(c, "tracker", delivery_timeout=2.0), SimProducer(c, "app", delivery_timeout=2.0)
+    fut, fine = hung.send("q", b"v", key=b"k"), other.send("q", b"w", key=b"k")
+    with pytest.raises(ProduceFailed, match="not delivered within 10"):
+        hung.flush(10.0)  # far past its delivery timeout: still no answer
+    assert not fut.is_done and fine.get(0).offset == (1 if written else 0)
+    assert c.log("q", 0).high_water == (2 if written else 1)
+    hung.close(timeout=0.0)
+    with pytest.raises(ProduceFailed, match="closed before the record was acknowledged"):
+        fut.get(0)
+
+
+def test_a_lagging_read_ends_where_the_log_ended_when_the_fault_began():
+    c = _cluster(LaggingRead(1.0, 5.0, "q", 0, reader="tracker-reader"), records=2)
+    c.clock.advance(2.0)
+    for i in (2, 3):
+        c.append("q", 0, b"k", b"v%d" % i)  # written during the fault: not there for the lagging reader
+    lagging, other = SimLogReader(c, "tracker-reader"), SimLogReader(c, "other")
+    got = lagging.read("q", 0, [(0, 4)])
+    assert sorted(got.records) == [0, 1] and got.log_end == 2 and got.missing == []
+    assert sorted(other.read("q", 0, [(0, 4)]).records) == [0, 1, 2, 3]
+    c.clock.advance(3.0)  # the fault is over
+    assert sorted(lagging.read("q", 0, [(0, 4)]).records) == [0, 1, 2, 3]
 
 
 def test_an_ack_for_a_record_not_written_is_refused_as_a_fault():

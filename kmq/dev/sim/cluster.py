@@ -26,17 +26,18 @@ import random
 from typing import Callable, Sequence
 
 from kmq.client.api import ProduceFailed
+from kmq.core.markers import End, encode, encode_key
 from kmq.dev.sim.assignors import COOPERATIVE_STICKY
 from kmq.dev.sim.clock import EPOCH_S, VirtualClock
 from kmq.dev.sim.errors import SimulationError
 from kmq.dev.sim.faults import (
-    BAD_KMQ_HEADERS, HUGE_VALUE, LOST, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan,
+    BAD_KMQ_HEADERS, DELAYED, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan,
     MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, SlowRead, UnexpectedRecord,
 )
 from kmq.dev.sim.groups import GroupCoordinator
 from kmq.dev.sim.log import PartitionLog
 
-__all__ = ["SimCluster", "RecordMetadata", "UNEXPECTED_VALUES"]
+__all__ = ["SimCluster", "RecordMetadata", "UNEXPECTED_VALUES", "FOREIGN_MARKER_TYPE", "foreign_marker"]
 
 #: (key, value, headers) of each unexpected record kind.
 UNEXPECTED_VALUES: dict[str, tuple[bytes | None, bytes | None, tuple]] = {
@@ -46,6 +47,18 @@ UNEXPECTED_VALUES: dict[str, tuple[bytes | None, bytes | None, tuple]] = {
     HUGE_VALUE: (b"huge", b"x" * (2 * 1024 * 1024), ()),
     BAD_KMQ_HEADERS: (b"bad-headers", b"v", (("kmq-delivery-count", b"\xff\xfe"), ("kmq-origin", None))),
 }
+
+
+#: The type code of :data:`~kmq.dev.sim.faults.FOREIGN_MARKER` records (kmq's are 1..6).
+FOREIGN_MARKER_TYPE = 0x7F
+
+
+def foreign_marker(partition: int) -> tuple[bytes, bytes, tuple]:
+    """(key, value, headers) of a foreign marker for queue ``partition``: an END's bytes, naming every
+    offset, with the type code :data:`FOREIGN_MARKER_TYPE`."""
+    value = bytearray(encode(End([(0, 1 << 31)])))
+    value[1] = FOREIGN_MARKER_TYPE
+    return encode_key(partition), bytes(value), ()
 
 
 class RecordMetadata(tuple):
@@ -174,13 +187,14 @@ class SimCluster:
 
         Returns a cancel function (a producer closed before the write happened: it never happens)."""
         now = self.t()
-        fault = self.faults.produce_fault(topic, partition, now)
+        fault = self.faults.produce_fault(topic, partition, now, producer)
+        hung = fault is not None and fault.ack == HUNG
         lane = (producer, topic, partition)
         append_at = max(self.served_at(now) + self.rng.uniform(*self.latency), self._last_append.get(lane, now))
         deadline = now + delivery_timeout
         written = (fault is None or fault.written) and append_at <= deadline
         ack_at = max(append_at + (fault.ack_delay if fault else 0.0), self._last_ack.get(lane, now))
-        acked = written and (fault is None or fault.ack != LOST) and ack_at <= deadline
+        acked = written and (fault is None or fault.ack == DELAYED) and ack_at <= deadline
         cancelled = [False]
 
         def fail() -> None:
@@ -205,7 +219,7 @@ class SimCluster:
                 write()
             else:
                 self._at(append_at, write)
-        if not acked:
+        if not acked and not hung:  # hung: no answer until the producer is closed (it cancels, failing the send)
             self._at(deadline, fail)
 
         def cancel() -> None:
@@ -250,7 +264,7 @@ class SimCluster:
         elif isinstance(f, Retention):
             self.retention(f.topic, f.partition, f.segments)
         else:
-            key, value, headers = UNEXPECTED_VALUES[f.kind]
+            key, value, headers = UNEXPECTED_VALUES[f.kind] if f.kind in UNEXPECTED_VALUES else foreign_marker(f.partition)
             self.append(f.topic, f.partition, key, value, headers, source=f"unexpected-{f.kind}")
 
     def _phantom_joins(self, f: MemberJoinsAndLeaves) -> None:

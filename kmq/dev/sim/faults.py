@@ -27,15 +27,21 @@ from typing import Iterable, Mapping, Union
 from kmq.dev.sim.errors import FaultPlanError
 
 __all__ = [
-    "SlowFetch", "SlowRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
+    "SlowFetch", "SlowRead", "LaggingRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
     "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
-    "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS",
+    "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
+    "MARKER_KINDS",
 ]
 
-DELAYED, LOST = "delayed", "lost"
+DELAYED, LOST, HUNG = "delayed", "lost", "hung"
 NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS = (
     "null-header", "tombstone", "null-record", "huge-value", "bad-kmq-headers")
 UNEXPECTED_KINDS = (NULL_HEADER, TOMBSTONE, NULL_RECORD, HUGE_VALUE, BAD_KMQ_HEADERS)
+#: A record of a markers topic with a marker's header (this wire version) and ranges naming every offset of its
+#: queue partition, but a type no kmq writes (another program's, or a later kmq's): readers skip it. Not among
+#: the kinds a random plan draws; the search adds it on a stream of its own (``kmq.dev.sim.search``).
+FOREIGN_MARKER = "foreign-marker"
+MARKER_KINDS = (FOREIGN_MARKER,)
 
 
 def _check_window(fault: object) -> None:
@@ -75,6 +81,23 @@ class SlowRead:
 
 
 @dataclass(frozen=True, slots=True)
+class LaggingRead:
+    """In ``[at, until)`` log reads of the partition by ``reader`` (None: any) end where its log
+    ended at ``at`` (the records written since have a later timestamp), as reads from a new leader
+    whose high-water mark lags after a leader change: the records after it exist (consumers fetched
+    them) but are not there for the read yet. Group consumers' fetches are answered as usual."""
+
+    at: float
+    until: float
+    topic: str
+    partition: int
+    reader: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
 class StaleHighWater:
     """In ``[at, until)`` fetches of ``consumer`` leave the cached high-water mark where it was,
     and a partition assigned again keeps the mark seen before (kafka-python does that)."""
@@ -91,9 +114,11 @@ class StaleHighWater:
 
 @dataclass(frozen=True, slots=True)
 class ProduceFault:
-    """Produce requests to the partition in ``[at, until)``: the record is ``written`` or not; its
-    acknowledgement is ``DELAYED`` by ``ack_delay`` seconds or ``LOST`` (the producer reports a
-    timeout after its delivery timeout). Acknowledged but not written is refused."""
+    """Produce requests to the partition in ``[at, until)`` (of ``producer``, or any): the record is
+    ``written`` or not; its acknowledgement is ``DELAYED`` by ``ack_delay`` seconds, ``LOST`` (the
+    producer reports a timeout after its delivery timeout) or ``HUNG``: the producer never hears
+    back, past its own delivery timeout, until it is closed (kafka-python can lose a response
+    across a broker restart: its future never completes). Acknowledged but not written is refused."""
 
     at: float
     until: float
@@ -102,12 +127,13 @@ class ProduceFault:
     written: bool = True
     ack: str = DELAYED
     ack_delay: float = 0.0
+    producer: str | None = None
 
     def __post_init__(self) -> None:
         _check_window(self)
-        if self.ack not in (DELAYED, LOST):
-            raise FaultPlanError(f"ProduceFault.ack must be {DELAYED!r} or {LOST!r}, not {self.ack!r}")
-        if not self.written and self.ack != LOST:
+        if self.ack not in (DELAYED, LOST, HUNG):
+            raise FaultPlanError(f"ProduceFault.ack must be {DELAYED!r}, {LOST!r} or {HUNG!r}, not {self.ack!r}")
+        if not self.written and self.ack == DELAYED:
             raise FaultPlanError("refused: with acks=all Kafka never acknowledges a record it did not write; "
                                  "use written=False with ack=LOST (a produce request that timed out)")
         if self.ack_delay < 0:
@@ -168,7 +194,8 @@ class Retention:
 
 @dataclass(frozen=True, slots=True)
 class UnexpectedRecord:
-    """At ``at``, another producer writes a record of ``kind`` (see :data:`UNEXPECTED_KINDS`)."""
+    """At ``at``, another producer writes a record of ``kind`` (see :data:`UNEXPECTED_KINDS` and
+    :data:`MARKER_KINDS`, for a markers topic)."""
 
     at: float
     topic: str
@@ -177,8 +204,8 @@ class UnexpectedRecord:
 
     def __post_init__(self) -> None:
         _check_window(self)
-        if self.kind not in UNEXPECTED_KINDS:
-            raise FaultPlanError(f"UnexpectedRecord.kind must be one of {', '.join(UNEXPECTED_KINDS)}, "
+        if self.kind not in UNEXPECTED_KINDS + MARKER_KINDS:
+            raise FaultPlanError(f"UnexpectedRecord.kind must be one of {', '.join(UNEXPECTED_KINDS + MARKER_KINDS)}, "
                                  f"not {self.kind!r}")
 
 
@@ -195,7 +222,7 @@ class MemberJoinsAndLeaves:
         _check_window(self)
 
 
-Fault = Union[SlowFetch, SlowRead, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
+Fault = Union[SlowFetch, SlowRead, LaggingRead, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
               UnexpectedRecord, MemberJoinsAndLeaves]
 
 
@@ -228,13 +255,18 @@ class FaultPlan:
                 if _named(f.reader, reader) and f.topic == topic and f.partition == partition and _during(f, now)]
         return max(ends) if ends else None
 
+    def read_lag(self, reader: str, topic: str, partition: int, now: float) -> LaggingRead | None:
+        """The :class:`LaggingRead` of a read of ``topic[partition]`` by ``reader`` at ``now``, if any."""
+        return next((f for f in self.of(LaggingRead) if _named(f.reader, reader) and f.topic == topic
+                     and f.partition == partition and _during(f, now)), None)
+
     def high_water_stale(self, consumer: str, topic: str, partition: int, now: float) -> bool:
         return any(_named(f.consumer, consumer) and _named(f.topic, topic) and _named(f.partition, partition)
                    and _during(f, now) for f in self.of(StaleHighWater))
 
-    def produce_fault(self, topic: str, partition: int, now: float) -> ProduceFault | None:
-        return next((f for f in self.of(ProduceFault)
-                     if _named(f.topic, topic) and _named(f.partition, partition) and _during(f, now)), None)
+    def produce_fault(self, topic: str, partition: int, now: float, producer: str | None = None) -> ProduceFault | None:
+        return next((f for f in self.of(ProduceFault) if _named(f.topic, topic) and _named(f.partition, partition)
+                     and _named(f.producer, producer) and _during(f, now)), None)
 
     def commit_fault(self, consumer: str, now: float) -> CommitFault | None:
         return next((f for f in self.of(CommitFault) if _named(f.consumer, consumer) and _during(f, now)), None)

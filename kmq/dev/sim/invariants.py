@@ -18,6 +18,14 @@ retention faults, so they are complete) and checked:
   means copies multiply;
 * ``commit-without-start``: no committed offset of the workers' group passes
   a queue record that no START marker covers;
+* ``commit-before-start-acked`` and ``hand-over-before-start-acked``: seen by
+  the workers as it happens (:meth:`World.breach`): no commit covers, and no
+  hand-over gives user code, a batch before Kafka acknowledged every START
+  marker of it (the START's futures decide, not the fetch pipeline's state);
+* ``backoff-early`` and ``copied-while-leased``: a copy waits out the lease
+  and the backoff of the delivery it copies, and a delivery whose lease never
+  lapsed (renewed in time, acked within it) is never copied
+  (:mod:`kmq.dev.sim.leases`);
 * ``tracker-state``: the tracker's open offsets of a partition never exceeded
   the records of that queue partition, and nothing is left open at the end;
 * ``not-quiet``: the world went quiet (every delivery settled, every partition
@@ -38,10 +46,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from kmq.core.markers import BadMarker, End, Reject, Start, decode_record
+from kmq.core.markers import BadMarker, End, Reject, Start
 from kmq.core.message import HEADER_DLQ_REASON, HEADER_ORIGIN, header_text, parse_origin
 from kmq.core.copies import reference_of
-from kmq.dev.sim.liveness import overdue, view_drops
+from kmq.dev.sim.leases import leases
+from kmq.dev.sim.liveness import checked_marker, overdue, view_drops
 from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.world import GROUP, QUEUE, World, message_id
 
@@ -80,7 +89,7 @@ def scan(world: World) -> Scan:
     for p in range(parts):
         plog = c.log(q.markers_topic, p)
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
-            marker = decode_record(rec.key, rec.value, p)
+            marker = checked_marker(rec.key, rec.value, p)
             if isinstance(marker, BadMarker):
                 continue
             for r in marker.ranges:
@@ -147,6 +156,8 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
             mid = s.where.get((p, unstarted[0]))
             out.append(Violation("commit-without-start", f"{QUEUE}[{p}] committed at {committed} past offset(s) "
                                  f"{unstarted[:10]} without a START", mid))
+    out += world.breaches
+    out += leases(world)
     out += key_order(world, s.where)
     out += overdue(world, s.where)
     out += view_drops(world)

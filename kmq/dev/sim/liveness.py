@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from kmq.core.lease_state import PartitionState
-from kmq.core.markers import BadMarker, decode_record
+from kmq.core.markers import BadMarker, Marker, decode_record
 from kmq.dev.sim.clock import EPOCH_S
 from kmq.dev.sim.faults import CommitFault, Fault, MemberPause, SlowRead
 from kmq.dev.sim.reader import POLL_S
@@ -38,7 +38,7 @@ from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.workload import QUEUE
 from kmq.dev.sim.world import World
 
-__all__ = ["serve_bound", "overdue", "view_drops", "SETTLE_S", "READ_TIMEOUT_S"]
+__all__ = ["serve_bound", "overdue", "view_drops", "clean", "markers_of", "checked_marker", "SETTLE_S", "READ_TIMEOUT_S"]
 
 #: The simulated log reader's timeout (the real readers' default).
 READ_TIMEOUT_S = 10.0
@@ -60,7 +60,7 @@ def _window(f: Fault) -> tuple[float, float]:
     return f.at, getattr(f, "until", f.at)
 
 
-def _clean(world: World, partition: int, start: float, end: float) -> bool:
+def clean(world: World, partition: int, start: float, end: float) -> bool:
     """No fault but slow reads of other partitions, and the tracker up, in ``[start, end]``."""
     for f in world.cluster.faults.faults:
         at, until = _window(f)
@@ -77,10 +77,21 @@ def _t(ts_ms: int) -> float:
     return ts_ms / 1000.0 - EPOCH_S
 
 
-def _markers(world: World, partition: int) -> Iterator[tuple[int, int, object]]:
+def checked_marker(key: bytes | None, value: bytes | None, partition: int) -> Marker | BadMarker:
+    """:func:`~kmq.core.markers.decode_record`, cross-checked with the type byte on the wire: a marker
+    decoded as another type than its bytes name counts as a bad one (a check must not take the
+    decoder it checks at its word)."""
+    marker = decode_record(key, value, partition)
+    if not isinstance(marker, BadMarker) and (value is None or len(value) < 2 or value[1] != marker.TYPE):
+        return BadMarker(f"decoded as {type(marker).__name__}, type byte {value[1] if value and len(value) > 1 else None}")
+    return marker
+
+
+def markers_of(world: World, partition: int) -> Iterator[tuple[int, int, object]]:
+    """(offset, record time, marker or :class:`BadMarker`) of each record of a markers partition."""
     plog = world.cluster.log(world.queue.markers_topic, partition)
     for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
-        yield rec.offset, rec.timestamp, decode_record(rec.key, rec.value, partition)
+        yield rec.offset, rec.timestamp, checked_marker(rec.key, rec.value, partition)
 
 
 def overdue(world: World, where: dict[tuple[int, int], str]) -> list[Violation]:
@@ -92,9 +103,9 @@ def overdue(world: World, where: dict[tuple[int, int], str]) -> list[Violation]:
     out = []
     for p in range(world.workload.partitions):
         oracle = PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
-        for moff, ts, marker in [*_markers(world, p), (None, end_ms, None)]:
+        for moff, ts, marker in [*markers_of(world, p), (None, end_ms, None)]:
             due_ms = oracle.next_due_ms()
-            if due_ms is not None and _t(ts) - _t(due_ms) > bound and _clean(world, p, _t(due_ms) - SETTLE_S,
+            if due_ms is not None and _t(ts) - _t(due_ms) > bound and clean(world, p, _t(due_ms) - SETTLE_S,
                                                                                 _t(due_ms) + bound):
                 item = oracle.due(due_ms)[0]
                 off = item.ranges[0].first

@@ -17,6 +17,7 @@ from typing import Iterable, Mapping, TypeVar
 from kmq.client.api import LogEnds, Record
 from kmq.client.kafka_python.log_reader import LogReadError, ReadResult
 from kmq.core.ranges import RangeSet, missing
+from kmq.dev.sim.clock import EPOCH_S
 from kmq.dev.sim.cluster import SimCluster
 
 __all__ = ["SimLogReader"]
@@ -62,16 +63,29 @@ class SimLogReader:
             return ReadResult(found, [])
         self._wait_until_answered(f"{topic}[{partition}]", (topic, partition))
         plog = self.cluster.log(topic, partition)
+        end = self._end(topic, partition)
         for r in wanted.ranges():
-            lo, hi = max(r.first, plog.log_start), min(r.end, plog.high_water)
+            lo, hi = max(r.first, plog.log_start), min(r.end, end)
             for rec in plog.read(lo, hi - lo):
                 found[rec.offset] = Record(topic, partition, rec.offset, rec.key, rec.value, list(rec.headers),
                                            rec.timestamp)
         last = wanted.ranges()[-1].last
-        log_end = plog.high_water if last >= plog.high_water else None
+        log_end = end if last >= end else None
         self.cluster.record(f"read {self.name} {topic}[{partition}] {len(found)} found, log end {log_end}")
         below = wanted.ranges() if log_end is None else wanted.intersection(0, log_end)
         return ReadResult(found, missing(below, found), log_end)
+
+    def _end(self, topic: str, partition: int) -> int:
+        """Where a read of the partition now finds its log ending: the high-water mark, or under a
+        :class:`~kmq.dev.sim.faults.LaggingRead` the first record written since the fault began."""
+        c = self.cluster
+        plog = c.log(topic, partition)
+        lag = c.faults.read_lag(self.name, topic, partition, c.t())
+        if lag is None:
+            return plog.high_water
+        cut_ms = int((EPOCH_S + lag.at) * 1000)
+        return next((rec.offset for rec in plog.read(plog.log_start, plog.high_water - plog.log_start)
+                     if rec.timestamp >= cut_ms), plog.high_water)
 
     def high_waters(self, starts: Mapping[K, int | None]) -> dict[K, int]:
         """High-water marks now, keyed as given (``(topic, partition)`` tuples or kafka-python's

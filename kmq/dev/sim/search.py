@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
-from kmq.dev.sim.faults import FaultPlan, Retention, SlowRead
+from kmq.dev.sim.faults import (
+    FOREIGN_MARKER, HUNG, FaultPlan, LaggingRead, ProduceFault, Retention, SlowRead, UnexpectedRecord,
+)
 from kmq.dev.sim.invariants import Violation, check
 from kmq.dev.sim.timeline import timeline
 from kmq.dev.sim.workload import SERVICE, Workload
-from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, World
+from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, TRACKER_READER, World
 
 __all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE", "STARTED_SHARE",
            "quiet_actors"]
@@ -44,6 +46,17 @@ ORDERED_SHARE = 0.3
 STARTED_SHARE = 0.5
 #: The workload the search runs unless given another.
 SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE, hand_over_started_share=STARTED_SHARE)
+# Seeds (of those without a stalled read) where another program writes a marker of a type kmq does not
+# know to a markers partition while messages are in flight (FOREIGN_MARKER).
+FOREIGN_MARKER_SHARE = 0.25
+# Seeds (of those without a stalled read) where the tracker's producer hears nothing back about its copies
+# for a while, past its delivery timeout (HUNG), and how long such sends go on.
+HUNG_SHARE = 0.25
+HUNG_SPAN_S = (0.5, 5.0)
+# Seeds (of those without a stalled read) where the tracker's reads of one queue partition end below its
+# high-water mark for a while (LaggingRead: a new leader's), and how long.
+LAGGING_READ_SHARE = 0.25
+LAGGING_READ_SPAN_S = (3.0, 12.0)
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -109,7 +122,17 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     loop only: the order of partitions is the service's, and the simulator's loop around the
     redelivery step alone, serving them in partition order, holds every actor up (the world runs
     one actor at a time) for a stuck read after another, long enough for the workers' sessions to
-    expire, which real workers, heartbeating from their own processes, would not see."""
+    expire, which real workers, heartbeating from their own processes, would not see.
+
+    In :data:`FOREIGN_MARKER_SHARE` of the other seeds (a stream of its own too) a record with a
+    marker's header and ranges but a type kmq does not know is written to a markers partition
+    while the producer sends (:data:`~kmq.dev.sim.faults.FOREIGN_MARKER`): readers must skip it; and
+    in :data:`HUNG_SHARE` of them (another stream) the tracker's copies get no answer at all for a
+    while (:data:`~kmq.dev.sim.faults.HUNG`, written or not): the tracker must take such a send
+    for undecided, never for sent; and in :data:`LAGGING_READ_SHARE` (another stream) the
+    tracker's reads of one queue partition end below its high-water mark for a while
+    (:class:`~kmq.dev.sim.faults.LaggingRead`): what a START names past that end must be read
+    again, never closed as missing."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
@@ -120,6 +143,21 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
         at = round(rng.uniform(0.0, workload.produce_over / 2), 3)
         slow = SlowRead(at, round(at + rng.uniform(*SLOW_READ_SPAN_S), 3), QUEUE, rng.randrange(parts))
         faults = [slow, *faults[:rng.randint(0, 2)]]
+    else:
+        foreign = random.Random(f"foreign-marker-{seed}")
+        if foreign.random() < FOREIGN_MARKER_SHARE:
+            faults.append(UnexpectedRecord(round(foreign.uniform(1.0, workload.produce_over), 3),
+                                           f"{QUEUE}__markers", foreign.randrange(parts), FOREIGN_MARKER))
+        hung = random.Random(f"hung-ack-{seed}")
+        if hung.random() < HUNG_SHARE:
+            at = round(hung.uniform(2.0, workload.produce_over + 10.0), 3)
+            faults.append(ProduceFault(at, round(at + hung.uniform(*HUNG_SPAN_S), 3), QUEUE, None,
+                                       hung.random() < 0.5, HUNG, 0.0, TRACKER))
+        lagging = random.Random(f"lagging-read-{seed}")
+        if lagging.random() < LAGGING_READ_SHARE:
+            at = round(lagging.uniform(2.0, workload.produce_over), 3)
+            faults.append(LaggingRead(at, round(at + lagging.uniform(*LAGGING_READ_SPAN_S), 3), QUEUE,
+                                      lagging.randrange(parts), TRACKER_READER))
     return FaultPlan(faults)
 
 

@@ -37,6 +37,7 @@ from kmq.core.ranges import coalesce
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.downtime import Downtime
 from kmq.dev.sim.producer import SimProducer
+from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.workload import ACK, CRASH, GROUP, HANG, NACK, QUEUE, REJECT, Fate, message_id
 
 if TYPE_CHECKING:
@@ -188,6 +189,11 @@ class Worker:
         return []
 
     def _send_commit(self, action: Commit) -> list:
+        early = [b for b in action.batches if not _start_acked(b)]
+        if early:
+            self.world.breach(Violation("commit-before-start-acked", f"{self.owner} commits {QUEUE} at "
+                                        f"{dict(sorted(action.offsets.items()))}, over offsets "
+                                        f"{_offsets(early)} whose START Kafka had not acknowledged"))
         try:
             self._commit = self.consumer.commit_async({(QUEUE, p): o for p, o in action.offsets.items()})
         except ClientCommitFailed as exc:
@@ -195,6 +201,11 @@ class Worker:
         return []
 
     def _hand_over(self, action: HandOver) -> None:
+        if not _start_acked(action.batch):
+            first = action.messages[0] if action.messages else None
+            self.world.breach(Violation("hand-over-before-start-acked", f"{self.owner} hands over "
+                                        f"{_offsets([action.batch])} before Kafka acknowledged their START",
+                                        message_id(first.value) if first is not None else None))
         if self.keyed is not None:
             self._held += len(action.messages)
             self.keyed.put(list(action.messages), action.batch.leased_at)
@@ -304,9 +315,10 @@ class Worker:
                 self._crash(m)
                 return True
             self._held -= 1
+            nack_ms = int(self.world.workload.nack_delay * 1000)
             if self.keyed is not None:
                 self._key_settled(m, fate.kind, due)
-            marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], 0),
+            marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], nack_ms),
                       REJECT: lambda: Reject([(m.offset, 1)], "sim handler rejected it")}.get(fate.kind)
             self.world.note(message_id(m.value), f"{self.owner} settles {QUEUE}[{m.partition}]@{m.offset}: {fate.kind}")
             if marker is not None:
@@ -325,3 +337,20 @@ class Worker:
         self.pipeline.closed()
         self.downtime.crashed(c.t(), self.world.workload.restart_after)
 
+
+
+def _start_acked(batch: Any) -> bool:
+    """Whether Kafka acknowledged every START marker of ``batch`` (its futures, not the pipeline's
+    state: the invariant must not take the code under test at its word)."""
+    return batch.handle is not None and all(f.is_done and f.exception is None for f in batch.handle)
+
+
+def _offsets(batches: list) -> dict[int, tuple[int, int]]:
+    """Partition -> (first, last) of ``batches``' offsets."""
+    out: dict[int, tuple[int, int]] = {}
+    for b in batches:
+        for p, offs in b.offsets.items():
+            if offs:
+                lo, hi = out.get(p, (offs[0], offs[-1]))
+                out[p] = (min(lo, offs[0]), max(hi, offs[-1]))
+    return dict(sorted(out.items()))

@@ -59,6 +59,8 @@ class Workload:
     # Handler fates, as weights (normalised by the draw).
     weights: tuple[tuple[str, float], ...] = ((ACK, 0.72), (NACK, 0.08), (REJECT, 0.04), (HANG, 0.13), (CRASH, 0.03))
     processing: tuple[float, float] = (0.01, 1.5)  # seconds, uniform; past the lease sometimes (late END)
+    # The delay a handler's NACK asks for (KmqConsumer.run asks for the backoff of the delivery count).
+    nack_delay: float = 0.5
     restart_after: float = 3.0  # a crashed worker comes back after this long
     tracker_loop: str = SERVICE
     tracker_crash_chance: float = 0.3  # the service tracker is killed once, at a random time, in this share of seeds

@@ -35,6 +35,7 @@ from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.producer import SimDelivery, SimProducer
 from kmq.dev.sim.reader import SimLogReader
 from kmq.dev.sim.tracker_loop import ServiceTrackerActor
+from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.worker import KeyedDone, Worker
 from kmq.dev.sim.workload import GROUP, QUEUE, SERVICE, Workload, message_id
 from kmq.telemetry.metrics import TrackerMetrics
@@ -184,6 +185,8 @@ class World:
         self.done: list[KeyedDone] = []  # what handlers acked or rejected, in order (ordering: key)
         self.released: set[tuple[str, int, bytes | None]] = set()  # (owner, partition, key) given up on
         self.started: dict[int, set[int]] = {p: set() for p in range(workload.partitions)}
+        #: Violations an actor saw as they happened (the invariants read the end state; these, the moment).
+        self.breaches: list[Violation] = []
         self.producer = Producer(self, workload.send_times(self.rng))
         self.workers = [Worker(self, f"w{i}") for i in range(workload.workers)]
         make_reader = reader or (lambda cl: SimLogReader(cl, TRACKER_READER))
@@ -199,6 +202,12 @@ class World:
         crash_at = (round(self.rng.uniform(0.0, w.produce_over * 2), 6)
                     if self.rng.random() < w.tracker_crash_chance else None)
         return ServiceTrackerActor(self, reader, SimLogReader(self.cluster, TRACKER_READER), TRACKER, crash_at=crash_at)
+
+    def breach(self, v: Violation) -> None:
+        """An actor saw ``v`` happen (at most a few of each kind are kept: one proves it)."""
+        if sum(b.invariant == v.invariant for b in self.breaches) < 3:
+            self.breaches.append(v)
+        self.cluster.record(f"world breach {v.invariant}: {v.detail}")
 
     def note(self, mid: str | None, text: str) -> None:
         """One line of a message's history (also in the cluster's history, so in the digest)."""
