@@ -256,14 +256,14 @@ def test_a_wrong_command_or_flag_is_named_with_file_and_line(tmp_path):
           --partition 6         # misspelled flag, on a continued line
         ```
 
-        Replay with `kmq dlq replay orders -o json`, list with `kmq dlq list|replay
+        Replay with `kmq dlq replay orders --purge`, list with `kmq dlq list|replay
         orders --limit 5`, or `kmq dlq purge orders`.
         """))
     blocks = [(where, command_problem(shlex.split(line)) or parse_problem(line)) for where, line in kmq_block_lines(doc)]
     assert [where for where, _ in blocks] == [f"{doc}:4", f"{doc}:5", f"{doc}:6"]
     assert blocks[0][1] is None and "'stauts'" in blocks[1][1] and "--partition" in blocks[2][1], blocks
     spans = [(where, command_problem(text.split())) for where, text in kmq_inline_spans(doc)]
-    assert spans == [(f"{doc}:10", "`kmq dlq replay` has no option -o"), (f"{doc}:10", None),
+    assert spans == [(f"{doc}:10", "`kmq dlq replay` has no option --purge"), (f"{doc}:10", None),
                      (f"{doc}:11", "`kmq dlq` has no command 'purge'")]
 
 
