@@ -59,8 +59,11 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
     """Produce COUNT demo messages to QUEUE (key = message number), compressed with its queues[].compression."""
     from kmq.client.kafka_python import clients
 
-    producer = clients.producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024,
-                                compression_type=cfg.queue(queue).compression)
+    # Originals go to the queue topic every consumer group of the queue reads: any group's entry
+    # names the codec (the first configured one), none is needed.
+    entries = [q for q in cfg.queues if q.name == queue]
+    compression = (entries[0] if entries else cfg.queue(queue)).compression
+    producer = clients.producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024, compression_type=compression)
     t0 = time.monotonic()
     poisons = 0
     try:
