@@ -203,23 +203,6 @@ class ShareConsumer:
         self._finalizer.atexit = False
 
     @property
-    def _queue(self) -> Any:
-        """The :class:`KmqConsumer` of the subscribed topic (None when not subscribed)."""
-        return self._sub.queue
-
-    @_queue.setter
-    def _queue(self, queue: Any) -> None:
-        self._sub.queue = queue
-
-    @property
-    def _topic(self) -> str | None:
-        return self._sub.topic
-
-    @_topic.setter
-    def _topic(self, topic: str | None) -> None:
-        self._sub.topic = topic
-
-    @property
     def _closed(self) -> bool:
         return self._guard.closed
 
@@ -231,9 +214,9 @@ class ShareConsumer:
     def _connect(self) -> bool:
         """Try to open the subscribed queue's consumer. A broker that does not answer is reported
         (``error_cb``, from the next poll) and tried again after the backoff; anything else raises."""
-        assert self._cfg is not None and self._backoff is not None and self._topic is not None
+        assert self._cfg is not None and self._backoff is not None and self._sub.topic is not None
         try:
-            self._queue = self.open_queue(self._cfg, self._topic, self._settings.max_poll_records)
+            self._sub.queue = self.open_queue(self._cfg, self._sub.topic, self._settings.max_poll_records)
         except BaseException as exc:
             self._backoff.failed(time.monotonic())
             if not is_transport(exc):
@@ -252,7 +235,7 @@ class ShareConsumer:
             raise IllegalStateException("not subscribed: call subscribe([topic]) before poll()")
         while True:
             if backoff.due(time.monotonic()) and self._connect():
-                return self._queue
+                return self._sub.queue
             self._serve_errors()
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -269,10 +252,10 @@ class ShareConsumer:
                 callback(error)
             elif not self._warned:
                 log.warning("share consumer of %s: %s (retrying; set error_cb to see every error)",
-                            self._topic, error.str())
+                            self._sub.topic, error.str())
                 self._warned = True
             else:
-                log.debug("share consumer of %s: %s", self._topic, error.str())
+                log.debug("share consumer of %s: %s", self._sub.topic, error.str())
 
     # ------------------------------------------------------------ subscription
     def subscribe(self, topics: list[str]) -> None:
@@ -286,16 +269,16 @@ class ShareConsumer:
             if len(topics) > 1:
                 raise ValueError(f"kmq.share.ShareConsumer consumes one queue per consumer, got {topics!r}: "
                                  "create one ShareConsumer per topic")
-            if topics and topics[0] == self._topic:
+            if topics and topics[0] == self._sub.topic:
                 return
             self._leave(closing=False)
             if topics:
                 self._cfg = self._settings.config_for(topics[0])
-                self._topic, self._backoff = topics[0], Backoff()
+                self._sub.topic, self._backoff = topics[0], Backoff()
                 try:
                     self._connect()  # no broker: subscribed all the same; poll() tries again
                 except BaseException:
-                    self._topic = self._cfg = self._backoff = None
+                    self._sub.topic = self._cfg = self._backoff = None
                     raise
 
     def unsubscribe(self) -> None:
@@ -306,15 +289,15 @@ class ShareConsumer:
 
     def subscription(self) -> list[str]:
         with self._call("subscription"):
-            return [self._topic] if self._topic else []
+            return [self._sub.topic] if self._sub.topic else []
 
     def _leave(self, closing: bool) -> None:
         """End the subscription: apply what a subscription change (or ``closing``) settles, wait
         for the markers, close the queue consumer. The callback is left to the next call, as natively."""
-        queue = self._queue
+        queue = self._sub.queue
         self._cfg = self._backoff = None
         if queue is None:
-            self._topic = None
+            self._sub.topic = None
             return
         try:
             self._apply(due_on_leave(self._batch, self._mode, closing))
@@ -322,7 +305,7 @@ class ShareConsumer:
             if self._unreported:
                 self._settle_unreported(self._flush(None))
         finally:
-            self._queue = self._topic = None
+            self._sub.queue = self._sub.topic = None
             queue.close()
 
     # ------------------------------------------------------------ polling
@@ -334,7 +317,7 @@ class ShareConsumer:
         with self._call("poll"):
             wait = _seconds(timeout, "timeout")
             deadline = None if wait < 0 else time.monotonic() + wait
-            queue = self._queue if self._queue is not None else self._connect_until(deadline)
+            queue = self._sub.queue if self._sub.queue is not None else self._connect_until(deadline)
             if queue is None:  # no broker answered by the deadline: nothing, as natively
                 self._report(0.0)
                 return Messages([])
@@ -450,7 +433,7 @@ class ShareConsumer:
         subscribed, as natively)."""
         with self._call("commit_sync"):
             wait = _seconds(timeout, "timeout")
-            if self._queue is None:
+            if self._sub.queue is None:
                 self._report(0.0)
                 return {}
             applied = self._apply(due(self._batch, self._mode), results=True)
@@ -466,7 +449,7 @@ class ShareConsumer:
         """Apply the pending acknowledgements and send their markers without waiting; the
         commit callback reports them from a later call. Does nothing when not subscribed (as natively)."""
         with self._call("commit_async"):
-            queue = self._queue
+            queue = self._sub.queue
             if queue is None:
                 self._report(0.0)
                 return
@@ -487,11 +470,11 @@ class ShareConsumer:
                 self._settled.clear()
 
     def _queue_writer_failures(self) -> int:
-        return self._queue.writer.failed_writes if self._queue is not None else 0
+        return self._sub.queue.writer.failed_writes if self._sub.queue is not None else 0
 
     def _flush(self, timeout: float | None) -> KafkaException | None:
         try:
-            self._queue.writer.flush(timeout)
+            self._sub.queue.writer.flush(timeout)
         except MarkerWriteError as exc:
             err = KafkaException(KafkaError(KafkaError._TIMED_OUT, str(exc), retriable=True))
             err.__cause__ = exc
@@ -505,7 +488,7 @@ class ShareConsumer:
     def _report(self, timeout: float | None) -> None:
         """Call back for applied acknowledgements whose markers are written (or given up), waiting
         at most ``timeout`` seconds for them (None: until the writer gives up)."""
-        if self._unreported and self._queue is not None:
+        if self._unreported and self._sub.queue is not None:
             error = self._flush(timeout)
             # A failure is reported at once when a marker was given up (else it may still arrive).
             if error is None or timeout is None or self._queue_writer_failures() > min(f for _, f in self._unreported):
@@ -534,7 +517,7 @@ class ShareConsumer:
     def kmq_consumer(self) -> KmqConsumer | None:
         """kmq extra: the :class:`~kmq.consumer.consumer.KmqConsumer` of the subscription (its
         ``in_flight()``, ``writer``, metrics), None when not subscribed."""
-        return self._queue
+        return self._sub.queue
 
     def kmq_release(self, message: Message, delay: float) -> None:
         """kmq extra: ``RELEASE`` with a redelivery delay in seconds (a NACK with that delay)."""
