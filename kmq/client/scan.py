@@ -16,7 +16,7 @@ __all__ = ["cut", "read_result", "log_deleted", "check_planned_end"]
 log = logging.getLogger(__name__)
 
 
-def cut(batch: Sequence[Any], limit: int, offset_of: Callable[[Any], int]) -> Sequence[Any]:
+def cut(batch: list[Any], limit: int, offset_of: Callable[[Any], int]) -> list[Any]:
     """The records of ``batch`` (in offset order) below ``limit``: one look at the last record
     when the whole batch is inside, the usual case; no per-record work for a full batch."""
     if not batch or offset_of(batch[-1]) < limit:

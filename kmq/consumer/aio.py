@@ -52,7 +52,7 @@ from kmq.config import Config
 from kmq.core.errors import KmqError
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.message import KmqMessage
-from kmq.core.outcome import OutcomeRule, RejectOn, settle
+from kmq.core.outcome import HandlerOutcome, OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import current
 
@@ -481,7 +481,7 @@ class _HandlerPool:
                     with current(m._span):
                         await handler(_wrap(m))
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
-                outcome = rule.failed(exc, m.delivery_count)
+                outcome: HandlerOutcome | None = rule.failed(exc, m.delivery_count)
             else:
                 outcome = rule.returned(m._outcome is not None)
             settle(m, outcome)
@@ -490,7 +490,7 @@ class _HandlerPool:
         # A handler's BaseException (or the fetcher's error) ends its worker and run() (after the
         # drain), as it would end a plain loop; a handler's ordinary exceptions were settled by _work.
         if not task.cancelled() and task.exception() is not None:
-            self.fatal.append(task.exception())
+            self.fatal.append(task.exception())  # type: ignore[arg-type]  # not None: checked above
             self._stop()
             if self._idle_waiter is not None:
                 _resolve(self._idle_waiter, True)

@@ -282,6 +282,7 @@ class KmqConsumer:
         final = outcome is ACK or outcome is REJECT or (
             msg.delivery_count >= self.queue.max_deliveries and not isinstance(arg, Released))
         delay = float(arg) if outcome is NACK else 0.0
+        assert self._keyed is not None  # called under ordering: key only
         self._keyed.settled(msg, final, 0.0 if final else time.monotonic() + delay + self._copy_wait)
 
     def _settled_late(self, msg: KmqMessage, outcome: str) -> None:
@@ -651,7 +652,7 @@ class KmqConsumer:
             if schedule is not None:
                 # Tracked for renewal only if still unsettled 10 ms on: most messages of a busy
                 # consumer are settled by then and cost the schedule nothing.
-                schedule.track_soon(messages, b.leased_at, now)
+                schedule.track_soon(messages, b.leased_at, now)  # type: ignore[arg-type]  # list invariance
                 schedule.look(now)
         self.writer.count_received(len(messages))
         if self._tracing is not None:
@@ -707,6 +708,7 @@ class KmqConsumer:
     def _key_gauges(self, now: float) -> None:
         """ordering: key: release keys whose copy did not come in time; publish the held gauges."""
         keyed, name = self._keyed, self.queue.name
+        assert keyed is not None  # called under ordering: key only
         released = keyed.expire(now)
         if released:
             self.metrics.ordering_released.labels(name).inc(len(released))
@@ -828,6 +830,7 @@ class KmqConsumer:
         messages of ``mine`` already drained for the close are committed back now, as a revocation
         does with the ready queue; left in the close plan they could only be NACKed (copies)."""
         out, rest = [], []
+        assert self._closing is not None  # called while closing only
         for msgs, gen in self._closing:
             gone = {p for p in mine if not self._pipeline.stale(p, gen)}
             kept = [m for m in msgs if m.partition not in gone]

@@ -46,7 +46,7 @@ from kmq.core.errors import BrokerUnavailable, KmqError, MarkerWriteError, Messa
 from kmq.consumer.marker_sender import MarkerSender
 from kmq.core.markers import Renew, Start, clip_owner, encode
 from kmq.core.message import ACK, delivery_count_of, for_group
-from kmq.core.outcome import OutcomeRule, RejectOn, settle
+from kmq.core.outcome import HandlerOutcome, OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import current, delivery_tracing
 from kmq.core.ranges import coalesce
@@ -208,7 +208,7 @@ class MarkerWriter:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
                 futures.append((p, ranges, self._sender.send_awaited(p, value)))
-        except (*produce_errors(), BrokerUnavailable) as exc:
+        except (*produce_errors(), BrokerUnavailable) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
             raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
         finally:
             self.markers_sent += len(futures)
@@ -263,7 +263,7 @@ class MarkerWriter:
                     ranges = coalesce(offs)
                     if ranges:
                         futures.append((p, self._sender.send_awaited(p, encode(Renew(tuple(ranges), ms)))))
-            except (*produce_errors(), BrokerUnavailable) as exc:
+            except (*produce_errors(), BrokerUnavailable) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
                 log.warning("%s: hand-off RENEW not sent (%s)", self.queue.name, exc)
             self.markers_sent += len(futures)
             for p, fut in futures:
@@ -557,7 +557,7 @@ def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
                     with current(span):
                         result = fn(record, *args, **kwargs)
             except Exception as exc:
-                outcome = rule.failed(exc, delivery_count_of(headers_of(record)))
+                outcome: HandlerOutcome | None = rule.failed(exc, delivery_count_of(headers_of(record)))
                 result = None
             except BaseException:  # not a handler failure: the record is left to its lease
                 if span is not None:

@@ -26,7 +26,7 @@ class OffsetRange(NamedTuple):
     """Offsets ``first`` to ``first + count - 1``."""
 
     first: int
-    count: int
+    count: int  # type: ignore[assignment]  # a field named count shadows tuple.count, on purpose
 
     @property
     def end(self) -> int:

@@ -94,7 +94,7 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
     if r.since_ms is not None:
         window = _Window(r.offsets_at(markers_tps), "since")
     else:
-        window = _Window({tp[1]: committed[tp] for tp in markers_tps if committed[tp] is not None},
+        window = _Window({tp[1]: committed[tp] for tp in markers_tps if committed[tp] is not None},  # type: ignore[misc]
                          "tracker committed offset")
     builders: dict[str, TraceBuilder] = {}
     for p in partitions:
@@ -142,6 +142,7 @@ class _Reader:
 
     def offsets_at(self, tps: list[Partition]) -> dict[int, int]:
         """First offset at or after ``since`` per partition (the log end when there is none)."""
+        assert self.since_ms is not None  # callers check
         found = self.reader.offsets_at(tps, self.since_ms)
         return {tp[1]: (off if off is not None else self._end(tp)) for tp, off in found.items()}
 
@@ -165,7 +166,7 @@ class _Reader:
                     if self.since_ms is None or rec.timestamp >= self.since_ms:
                         yield rec
                 if total is not None:
-                    self.progress(tp[0], tp[1], done, max(total, done))
+                    self.progress(tp[0], tp[1], done, max(total, done))  # type: ignore[misc]  # total: with a progress
         finally:
             self.records_read += done
 

@@ -153,7 +153,7 @@ class TestQueue:
 
     # ------------------------------------------------------------ producing
     def produce(self, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
-                headers: Sequence[tuple[str, bytes]] | None = None) -> Delivered:
+                headers: Sequence[tuple[str, bytes | None]] | None = None) -> Delivered:
         """Write a message to the queue topic now (as an application's producer would)."""
         with self.shared.use() as c:
             counts = c.partition_counts()[self.queue.name]
