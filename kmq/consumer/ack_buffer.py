@@ -110,10 +110,9 @@ class AckBuffer:
     def drop_partition(self, partition: int) -> int:
         """Forget everything buffered for ``partition``; return how many entries."""
         n = len(self._end.pop(partition, ()))
-        table: dict[Any, list[int]]  # three key shapes
         for table in (self._nack, self._reject, self._renew):
             for k in [k for k in table if k[0] == partition]:
-                n += len(table.pop(k))
+                n += len(table.pop(k))  # type: ignore[arg-type]  # k is a key of table
         self._size -= n
         return n
 

@@ -266,7 +266,7 @@ class AsyncIdempotencyGuard(_GuardRules):
 
     async def state(self, msg: Any) -> str | None:
         """None (never seen or released), ``"running"`` or ``"done"``."""
-        return _state_of(await self._call(self._redis.get, self._key(_origin(msg))))
+        return _state_of(await self._call(self._redis.get, self._key(_origin(msg))))  # type: ignore[arg-type]  # bytes: not decoded
 
     async def run(self, msg: Any, fn: Callable[[Any], Awaitable[T]]) -> tuple[bool, T | None]:
         """``await fn(msg)`` unless ``msg`` is a duplicate; the same contract as :meth:`IdempotencyGuard.run`."""

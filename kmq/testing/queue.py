@@ -344,9 +344,9 @@ class TestQueue:
                         self.settle()
                         return
             if time.monotonic() > deadline:
-                held = {p: n for c in running for p, n in c.in_flight().items()}
+                per_partition = {p: n for c in running for p, n in c.in_flight().items()}
                 raise TestQueueError(f"{self.queue.name} was not quiet within {timeout:g}s (real time): unsettled "
-                                     f"messages per partition {held or 'none'}; a handler that blocks, or a "
+                                     f"messages per partition {per_partition or 'none'}; a handler that blocks, or a "
                                      "timeout too short")
             self.tracker.step(0.0)
             self.shared.wait_for_change(seen + 1, 0.005)

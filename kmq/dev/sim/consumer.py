@@ -291,7 +291,7 @@ class SimConsumer:
 
     def pause(self, partitions: Iterable[TP]) -> None:
         """Stop fetching ``partitions`` (those assigned; a partition assigned later arrives unpaused)."""
-        self._paused |= {tuple(tp) for tp in partitions} & self._assigned  # type: ignore[misc]
+        self._paused |= {tuple(tp) for tp in partitions} & self._assigned  # type: ignore[arg-type]  # a TP is a (topic, partition) pair
 
     def resume(self, partitions: Iterable[TP]) -> None:
         self._paused -= {tuple(tp) for tp in partitions}  # type: ignore[misc]
