@@ -99,7 +99,7 @@ def _check_consumer(consumer: Any) -> ConsumerAdapter | None:
     return adapt_consumer(consumer)
 
 
-def _flatten(records: Any) -> list:
+def _flatten(records: Any) -> list[Any]:
     """The records of a ``poll()`` result of either client: kafka-python's
     ``{TopicPartition: [records]}``, a list (kafka-python records, confluent
     ``consume()``), one confluent ``Message`` or None (``poll()``). Confluent
@@ -197,7 +197,7 @@ class MarkerWriter:
     def owner(self, value: str) -> None:
         self._owner = clip_owner(value)
 
-    def send_starts(self, offsets: Mapping[int, Iterable[int]]) -> list[tuple[int, list, Any]]:
+    def send_starts(self, offsets: Mapping[int, Iterable[int]]) -> list[tuple[int, list[Any], Any]]:
         """Send one START per partition covering ``offsets``; returns
         ``[(partition, ranges, future)]`` for :meth:`wait_starts` (no wait here)."""
         futures = []
@@ -214,7 +214,7 @@ class MarkerWriter:
             self.markers_sent += len(futures)
         return futures
 
-    def _start_error(self, futures: list, exc: BaseException) -> MarkerWriteError:
+    def _start_error(self, futures: list[Any], exc: BaseException) -> MarkerWriteError:
         what = ", ".join(f"{self.queue.name}[{p}] {r[0].first}..{r[-1].last}" for p, r, _ in futures if r) or self.queue.name
         return MarkerWriteError(
             f"START marker for {what} was not acknowledged by Kafka at {self.cfg.kafka.bootstrap_servers} "
@@ -222,7 +222,7 @@ class MarkerWriter:
             f"not committed, so the consumer group will deliver it again"
         )
 
-    def wait_starts(self, futures: list[tuple[int, list, Any]], timeout: float | None = None) -> None:
+    def wait_starts(self, futures: list[tuple[int, list[Any], Any]], timeout: float | None = None) -> None:
         """Wait until Kafka acknowledged every START in ``futures``; :class:`MarkerWriteError` if not."""
         try:
             for _, _, fut in futures:
@@ -296,7 +296,7 @@ class MarkerWriter:
                 ) from exc
             raise CommitError(f"committing {self.queue.name} offsets failed: {exc}") from exc
 
-    def start(self, records: Any, consumer: Any = None) -> list:
+    def start(self, records: Any, consumer: Any = None) -> list[Any]:
         """START + synchronous commit for ``records`` of the queue topic: a
         ``poll()`` result of kafka-python (``{TopicPartition: [records]}``) or of
         confluent-kafka (a ``Message`` or None), or a list of records (``consume()``).

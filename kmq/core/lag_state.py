@@ -358,7 +358,7 @@ class PartitionLagState:
                 buckets = w.ack_latency_buckets
                 for j in range(a, b):
                     first, count = firsts[j], counts[j]
-                    if first < closed.max_end() and closed.min() < first + count:  # type: ignore[operator]
+                    if first < closed.max_end() and closed.min() < first + count:
                         w.late_acks += sum(r.count for r in closed.intersection(first, count))
                     k = bisect_left(o_starts, first)
                     if k < len(o_starts) and o_starts[k] == first and o_ends[k] == first + count:

@@ -147,7 +147,7 @@ class TestQueue:
         self._running = _Running()  # handler calls of the run() under way
         clock = self.cluster.clock
         self.tracker = Tracker(config, registry=CollectorRegistry(), clock=clock.now, clients=self.clients,
-                               monotonic=clock.monotonic, pauses=_NoPauses())  # type: ignore[arg-type]
+                               monotonic=clock.monotonic, pauses=_NoPauses())
         self.tracker.open(serve_http=False)
         self._closed = False
 
@@ -191,7 +191,7 @@ class TestQueue:
 
         cls = type("TestShareConsumer", (ShareConsumer,), {"open_queue": staticmethod(open_queue)})
         conf = {"bootstrap.servers": _BOOTSTRAP, "group.id": self.config.consumer.group_id, **(config or {}), **kwargs}
-        consumer = cls(conf)
+        consumer: ShareConsumer = cls(conf)
         self._closers.append(consumer.close)
         return consumer
 
@@ -322,7 +322,7 @@ class TestQueue:
         """Wait (real time) until the ``running`` consumers have taken and settled everything in the
         queue, the tracker applied it, and nothing it redelivered at once is left."""
         deadline = time.monotonic() + timeout
-        held_since: tuple[tuple, float] | None = None  # ordering: key: what stood still, and since when
+        held_since: tuple[tuple[Any, ...], float] | None = None  # ordering: key: what stood still, and since when
         while True:
             seen = self.shared.changes()
             if self._failed:
