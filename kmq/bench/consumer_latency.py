@@ -113,7 +113,9 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
                 kc.commit()
         kc.close()
     lat.sort()
-    pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan"))
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")
+
     print("RESULT " + json.dumps({"measured": len(lat), "p50_ms": pct(0.5), "p95_ms": pct(0.95),
                                   "p99_ms": pct(0.99), "mean_ms": statistics.fmean(lat) * 1000 if lat else None}),
           flush=True)

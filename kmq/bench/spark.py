@@ -141,7 +141,8 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_
         _produce(cfg, q.markers_topic, _marker_records(partitions, markers, t0, 3_000_000 / markers, offsets))
         _fence(cfg, q.markers_topic, partitions)
         write_s = time.monotonic() - t_write
-        opts = JobOptions(source=source, sinks=("prometheus",), checkpoint=f"{workdir}/ck", trigger=f"{int(parse_duration(trigger) * 1000)} milliseconds",
+        opts = JobOptions(source=source, sinks=("prometheus",), checkpoint=f"{workdir}/ck",
+                          trigger=f"{int(parse_duration(trigger) * 1000)} milliseconds",
                           window_s=parse_duration(window), prometheus_port=None,
                           max_offsets_per_trigger=max_offsets_per_trigger)
         spark = spark_session(opts, app_name=f"kmq-bench-spark-{source}")

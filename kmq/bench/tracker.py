@@ -149,7 +149,7 @@ def redelivery_delay(bootstrap: str, messages: int = 400, batch: int = 10) -> di
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    for i in range(messages):
+    for _ in range(messages):
         p.send(q.name, value=b"x" * 100, partition=0)
     p.flush()
     t = Tracker(cfg, http_host="127.0.0.1").start()
@@ -259,7 +259,7 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     p = client_api.producer(cfg.kafka, linger_ms=20)
-    for i in range(messages):
+    for _ in range(messages):
         p.send(q.name, value=b"x" * 100, partition=0)
     for first in range(0, messages, batch):
         p.send(q.markers_topic, key=encode_key(0), value=encode(Start((OffsetRange(first, batch),), lease_ms=1)), partition=0)

@@ -4,7 +4,7 @@ do alike around the scan cursor: cut a batch to the scan, assemble a read's resu
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from kmq.client.api import Deleted, ReadResult
 from kmq.core.errors import LogReadError

@@ -675,7 +675,7 @@ def _apply_env(raw: dict, env: Mapping[str, str]) -> None:
         if parts[0] == "kafka" and (parts[-1] in _VERBATIM_KAFKA_KEYS or (len(parts) == 3 and is_secret(parts[2]))):
             value = env[name]  # keep strings verbatim (a password may look like a number)
         node: Any = raw
-        for i, part in enumerate(parts[:-1]):
+        for _i, part in enumerate(parts[:-1]):
             if isinstance(node, list):
                 if not part.isdigit():
                     raise ConfigError(name, f"expected a list index in {name} at {part!r}")

@@ -74,8 +74,9 @@ class AckBuffer:
 
     def settle(self, partition: int, offset: int, outcome: str, arg: object) -> None:
         """Buffer the marker of a :class:`~kmq.core.message.KmqMessage` settlement: ACK, NACK
-        (``arg``: delay in seconds; a :class:`~kmq.core.settlement.Released` one is not a delivery), REJECT (``arg``: reason); ABANDON writes none. An ACK's ``arg``
-        is None or the future of an ack with a response (handed out by :meth:`drain`)."""
+        (``arg``: delay in seconds; a :class:`~kmq.core.settlement.Released` one is not a delivery),
+        REJECT (``arg``: reason); ABANDON writes none. An ACK's ``arg`` is None or the future of an ack
+        with a response (handed out by :meth:`drain`)."""
         if outcome is ACK:
             self._end[partition].append(offset)
             self._size += 1

@@ -228,7 +228,7 @@ class AsyncIdempotencyGuard(_GuardRules):
                  client: "redis.asyncio.Redis | None" = None) -> None:
         super().__init__(redis_url, ttl, lock_ttl, prefix)
         redis = _import_redis(type(self).__name__)
-        import redis.asyncio
+        import redis.asyncio  # noqa: F811 - the same module, with its asyncio part loaded
 
         self._redis_error = redis.RedisError
         self._redis = client or redis.asyncio.Redis.from_url(redis_url)

@@ -116,7 +116,7 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
         r.feed_dlq(dp, [b for bs in by_partition.values() for b in bs])
     workers = r.committed(workers_group, [(q.name, p) for p in by_partition])
     out = []
-    for o, b in builders.items():
+    for _o, b in builders.items():
         t = b.result(now_ms, workers.get((q.name, b.partition)))
         scan = {"since_ms": r.since_ms, "markers_from": window.markers_from.get(b.partition),
                 "markers_from_source": window.markers_source if b.partition in window.markers_from else "log start",

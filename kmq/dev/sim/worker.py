@@ -237,7 +237,7 @@ class Worker:
             w.released.add((self.owner, r.partition, r.key))
             w.cluster.record(f"world {self.owner} releases key {r.key!r} of {QUEUE}[{r.partition}]: no copy of "
                              f"@{r.origin} in time")
-        for tp, (m, lease_end) in sorted(self._taken.items()):
+        for _tp, (m, lease_end) in sorted(self._taken.items()):
             if lease_end <= now:
                 self._lapse(m)
         lease = w.workload.lease
@@ -318,8 +318,9 @@ class Worker:
             nack_ms = int(self.world.workload.nack_delay * 1000)
             if self.keyed is not None:
                 self._key_settled(m, fate.kind, due)
-            marker = {ACK: lambda: End((OffsetRange(m.offset, 1),)), NACK: lambda: Nack((OffsetRange(m.offset, 1),), nack_ms),
-                      REJECT: lambda: Reject((OffsetRange(m.offset, 1),), "sim handler rejected it")}.get(fate.kind)
+            # The lambdas run at once, in this iteration.
+            marker = {ACK: lambda: End((OffsetRange(m.offset, 1),)), NACK: lambda: Nack((OffsetRange(m.offset, 1),), nack_ms),  # noqa: B023
+                      REJECT: lambda: Reject((OffsetRange(m.offset, 1),), "sim handler rejected it")}.get(fate.kind)  # noqa: B023
             self.world.note(message_id(m.value), f"{self.owner} settles {QUEUE}[{m.partition}]@{m.offset}: {fate.kind}")
             if marker is not None:
                 self.markers.send(self.world.queue.markers_topic, value=encode(marker()),  # type: ignore[arg-type]  # an END, NACK or REJECT
