@@ -56,7 +56,7 @@ from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, P
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
-from kmq.core.errors import KmqError, MarkerDecodeError
+from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError  # noqa: F401 - tests reach service.BrokerUnavailable
 from kmq.core.lease_state import PartitionState
 from kmq.core.log_fields import partitions_fields
 from kmq.core.marker_clock import ClockWatch
