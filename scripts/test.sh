@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the kmq test suite on this machine from a clean clone:
 #   ./scripts/test.sh [pytest args]
-# Creates/uses .venv, installs kmq with its extras, installs Debian's
+# Creates/uses .venv, installs kmq with its extras, runs scripts/lint.sh (ruff and mypy: a finding
+# fails the run before any test; KMQ_LINT=0 skips it for a quick rerun), installs Debian's
 # redis-server, promtool, chromium, stunnel, a Java runtime and Maven when missing (as root),
 # then runs pytest. The suite runs on Apache Kafka 4.2 (kmq.dev.kafka, resolved from Maven Central
 # once): one broker per test process, three-broker clusters for the cluster-fault tests; then the
@@ -11,6 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-env.sh
 ensure_venv
+if [ "${KMQ_LINT:-1}" != 0 ]; then
+  ./scripts/lint.sh || { echo "scripts/test.sh: stopped by scripts/lint.sh (the findings are above); no test ran" >&2; exit 1; }
+fi
 ensure_redis
 ensure_promtool
 ensure_chromium

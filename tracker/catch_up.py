@@ -237,6 +237,7 @@ class CatchUp:
         """Whether the position reached the catch-up target."""
         if owned.resume_from is not None and owned.state.position == owned.resume_from:
             self._check_resume_position(owned, consumer)
+        assert owned.target is not None  # update() asks for a partition with a target only
         pos = owned.state.position
         if pos is None and owned.target == 0:
             # An empty log (its end is 0, so its start too): nothing to replay, no position to ask for.
@@ -252,10 +253,10 @@ class CatchUp:
             # The consumer's offset reset moved the position before anything was read.
             self.check_resume(owned, cur)
             owned.state.position = cur
-        elif owned.resume_from > owned.target:
+        elif owned.resume_from > owned.target:  # type: ignore[operator]  # both set: see _reached
             # Committed offset past the log end (topic recreated or truncated). Kafka's fetch would
             # reset to the log start on its own; do it explicitly rather than rely on the broker.
             consumer.seek_to_beginning([owned.tp])
             start = consumer.position(owned.topic, owned.partition)
-            self.check_resume(owned, start)
+            self.check_resume(owned, start)  # type: ignore[arg-type]  # None (position unknown) is not handled here
             owned.state.position = start

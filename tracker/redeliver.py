@@ -291,7 +291,7 @@ class Redeliverer:
             try:
                 with _collector_paused(sum(it.offset_count for it in items) >= _GC_PAUSE_OFFSETS):
                     self._step(queue, partition, state, items, report)
-            except (LogReadError, OSError, *client_api.produce_errors()) as exc:
+            except (LogReadError, OSError, *client_api.produce_errors()) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
                 self._retry_all(queue, partition, state, items, exc, report)
                 self._replace_unusable(exc)
             finally:
@@ -324,7 +324,7 @@ class Redeliverer:
             chunk, rest = take_chunk(rest, most)
             try:
                 log_end = self._read_and_start(queue, partition, state, chunk, pending, report)
-            except (LogReadError, OSError, *client_api.produce_errors()) as exc:
+            except (LogReadError, OSError, *client_api.produce_errors()) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
                 # What was started is judged and closed first; only the offsets not yet planned are retried.
                 self._finish(queue, partition, state, pending, report)
                 self._retry_all(queue, partition, state, chunk + rest, exc, report)
@@ -352,12 +352,12 @@ class Redeliverer:
             report.deferred += d.offset_count
         if step.unread:
             n = sum(r.count for r in step.unread)
-            state.retry(step.unread, step.retry_at_ms)
+            state.retry(step.unread, step.retry_at_ms)  # type: ignore[arg-type]  # set with unread
             report.failed += n
             log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
                         "they stay open and are retried", n, queue.name, partition)
         if step.past_end:
-            self._hold_past_end(queue, partition, state, step.log_end, step.past_end_at_ms, now, report)
+            self._hold_past_end(queue, partition, state, step.log_end, step.past_end_at_ms, now, report)  # type: ignore[arg-type]  # set with past_end
         if step.sends:
             pending.add(self._start_all(queue, partition, read.records, step.sends, now), size)
         return step.log_end if step.past_end else None

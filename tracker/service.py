@@ -56,7 +56,7 @@ from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, P
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
-from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
+from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError  # noqa: F401 - tests reach service.BrokerUnavailable
 from kmq.core.lease_state import PartitionState
 from kmq.core.log_fields import partitions_fields
 from kmq.core.marker_clock import ClockWatch
@@ -336,6 +336,7 @@ class Tracker:
     def step(self, wait_s: float = 0.0) -> float:
         """Poll markers for up to ``wait_s``, apply them, redeliver what is due,
         commit; return how long the next poll may wait."""
+        assert self._consumer is not None  # open() made it
         sent_ms = self._now_ms()
         records = self._consumer.fetch(wait_s, _POLL_RECORDS)
         read_ms = self._now_ms()
@@ -608,6 +609,7 @@ class Tracker:
     def _note_end(self, owned: OwnedPartition) -> None:
         """Whether ``owned`` is at its log end as of the fetch just made (the client's mark of it):
         then the markers read next were written after that fetch was sent."""
+        assert self._consumer is not None  # open() made it
         hw = self._consumer.highwater(*owned.tp)
         pos = owned.state.position
         owned.at_end = hw is not None and pos is not None and pos >= hw
@@ -641,8 +643,8 @@ class Tracker:
                                 owned.topic, p, rec.offset, exc)
                 state.skip(rec.offset)
                 continue
-            if rec.value[0] > VERSION:
-                note_newer(owned, rec.value[0], self.metrics)
+            if rec.value[0] > VERSION:  # type: ignore[index]  # decoded: not None
+                note_newer(owned, rec.value[0], self.metrics)  # type: ignore[index]
             eff = state.apply(marker, rec.offset, rec.timestamp, read_ms, floor_ms)
             if floor_ms is not None and isinstance(marker, Start):
                 self._skew.observe(qname, marker.owner, read_ms, rec.timestamp)
@@ -657,11 +659,12 @@ class Tracker:
         for tp in list(self._owned) if force else self._to_commit:
             owned = self._owned.get(tp)
             c = owned.state.committable_offset() if owned is not None else None
-            if c is not None and (force or c != owned.committed):
+            if owned is not None and c is not None and (force or c != owned.committed):
                 offsets[tp] = (owned, c)
         if not offsets:
             self._to_commit.clear()
             return
+        assert self._consumer is not None  # open() made it
         try:
             self._consumer.commit({tp: c for tp, (_, c) in offsets.items()})
         except ClientCommitFailed as exc:
@@ -682,6 +685,7 @@ class Tracker:
         """Publish the per-partition gauges of the partitions whose state changed since the last
         update, and of those with messages in flight (their age and retention use grow with time);
         the others' gauges still hold what they show."""
+        assert self._consumer is not None  # open() made it
         now = self._now_ms()
         visit, self._to_publish = self._to_publish | self._published_open, set()
         self._published_open = set()
@@ -695,6 +699,7 @@ class Tracker:
     def _join_group(self) -> None:
         """Subscribe to the markers topics. The client calls back inside fetch() and close()
         (kafka-python on its I/O thread, while the main thread waits in that call)."""
+        assert self._consumer is not None  # open() made it
         self._consumer.subscribe(sorted(self._queues), self._on_assigned, self._on_revoked,
                                  commit_on_revoke=self._revoke_offsets, on_commit_failed=self._revoke_commit_failed)
 
@@ -717,7 +722,7 @@ class Tracker:
         for tp in revoked:
             owned = self._owned.get(tp)
             c = owned.state.committable_offset() if owned is not None else None
-            if c is not None and c != owned.committed:
+            if owned is not None and c is not None and c != owned.committed:
                 offsets[tp] = c
         return offsets
 

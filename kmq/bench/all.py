@@ -31,14 +31,14 @@ ORDER = ("consumer", "consumer_latency", "aio", "overload", "tracker", "spark")
 # the consumer pair, its latency and the Spark lag job on Spark's connector and on each client (kafka.client); asyncio on confluent
 # with every variant's collector tuned as `kmq work` tunes it; a crash-sized redelivery backlog, 3 times
 # (judged on the median); an idle tracker at 10,000 partitions. These are the sizes kmq.bench.targets judges.
-FULL = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")},
+FULL: dict[str, dict[str, Any]] = {"consumer": {"rounds": 5, "clients": ("kafka-python", "confluent")},
         "consumer_latency": {"rate": 5000, "seconds": 10.0, "rounds": 3, "clients": ("kafka-python", "confluent")},
         "aio": {"client": "confluent", "tuned_gc": True},
         "tracker": {"idle_partitions": 10_000, "messages": 200_000, "redelivery_rounds": 3},
         "spark": {"sources": ("kafka", "python"), "clients": ("confluent", "kafka-python")}}
 # --quick: small enough for a smoke run (tests/integration/test_bench_smoke.py: 100-115 s on 2 cores, most of it
 # group joins, which tansu holds for half the session timeout, and Spark's start).
-QUICK = {
+QUICK: dict[str, dict[str, Any]] = {
     "consumer": {"messages": 20_000, "rounds": 1, "clients": ("kafka-python", "confluent")},
     "consumer_latency": {"rate": 1000, "seconds": 2.0, "rounds": 1, "clients": ("kafka-python", "confluent")},
     "aio": {"messages": 20_000, "rounds": 1},

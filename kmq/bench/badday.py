@@ -106,7 +106,7 @@ def _produce_hostile(bootstrap: str, topic: str, partitions: int, say: Callable[
     except ImportError:
         say("confluent-kafka is not installed: no hostile records (pip install confluent-kafka)")
         return 0
-    records = [
+    records: list[dict[str, Any]] = [
         {"key": b"tombstone", "value": None},
         {"key": None, "value": b"null header value", "headers": [("x", None)]},
         {"key": None, "value": b"B" * _HOSTILE_VALUE_BYTES},

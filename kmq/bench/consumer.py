@@ -107,6 +107,7 @@ def _child_plain_confluent(cfg: Any, messages: int, batch: int, tuned: bool = Fa
                 acc ^= handler(r.value())
                 n += 1
         c.commit(asynchronous=False)
+    assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
     c.close()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0}
@@ -133,6 +134,7 @@ def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
                 acc ^= handler(r.value)
             n += len(recs)
         kc.commit()
+    assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
     kc.close()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0}
@@ -155,10 +157,11 @@ def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) ->
         if msgs[0].key is not None:
             most_per_key = max(most_per_key, max(Counter((m.partition, m.key) for m in msgs).values()))
         for m in msgs:
-            acc ^= handler(m.value)
+            acc ^= handler(m.value)  # type: ignore[arg-type]  # the bench's records have values
             m.ack()
         n += len(msgs)
     c.writer.flush()
+    assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
     c.close()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent,
@@ -176,12 +179,13 @@ def _child_kmq_iter(cfg: Any, messages: int, batch: int, fetch: int | None = Non
     for m in c:
         if n == 0:
             t0, c0 = time.perf_counter(), _cpu()
-        acc ^= handler(m.value)
+        acc ^= handler(m.value)  # type: ignore[arg-type]
         m.ack()
         n += 1
         if n == messages:
             break
     c.writer.flush()
+    assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
     c.close()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent}
@@ -209,10 +213,12 @@ def _child_share(cfg: Any, messages: int, batch: int, flush_interval: str) -> di
         if t0 is None:
             t0, c0 = time.perf_counter(), _cpu()
         for m in msgs:
-            acc ^= handler(m.value())
+            acc ^= handler(m.value())  # type: ignore[arg-type]
         n += len(msgs)
     c.commit_sync(60)  # accepts the last batch and waits for every marker
+    assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
+    assert c.kmq_consumer is not None  # opened by the first poll
     markers = c.kmq_consumer.writer.markers_sent
     c.close()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": markers}

@@ -58,7 +58,7 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
     cfg = _config(bootstrap, queue, f"lat-{variant}-{uuid.uuid4().hex[:8]}", "100ms", client, fetch_wait=f"{FETCH_WAIT_MS}ms",
                   hand_over=HAND_OVER.get(variant, "committed"))
     lat: list[float] = []
-    state = {"from": None, "until": None}
+    state: dict[str, float | None] = {"from": None, "until": None}
 
     def seen(value: bytes) -> bool:
         """Record one latency; False once the measured window is over."""
@@ -68,9 +68,9 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
             print("READY", flush=True)
             state["from"] = now + WARM_UP
             state["until"] = now + WARM_UP + seconds
-        if sent >= state["until"]:
+        if sent >= state["until"]:  # type: ignore[operator]  # set by the probe record
             return False
-        if sent >= state["from"]:
+        if sent >= state["from"]:  # type: ignore[operator]
             lat.append(now - sent)
         return True
 
@@ -81,7 +81,7 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
         going = True
         while going:
             for m in c.poll(timeout=0.5, max_records=batch):
-                going = seen(m.value) and going
+                going = seen(m.value) and going  # type: ignore[arg-type]  # the bench's records have values
                 m.ack()
         c.close()
     elif client == "confluent":
@@ -113,7 +113,9 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
                 kc.commit()
         kc.close()
     lat.sort()
-    pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan"))
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")
+
     print("RESULT " + json.dumps({"measured": len(lat), "p50_ms": pct(0.5), "p95_ms": pct(0.95),
                                   "p99_ms": pct(0.99), "mean_ms": statistics.fmean(lat) * 1000 if lat else None}),
           flush=True)

@@ -62,7 +62,7 @@ class _Consumer:
                                          "share.acknowledgement.mode": "explicit", "log_level": 3, **a.get("native_extra", {})})
             self.c.subscribe([topic])
         elif variant == "kmq-share":
-            from kmq.share import AcknowledgeType, ShareConsumer
+            from kmq.share import AcknowledgeType, ShareConsumer  # type: ignore[assignment]  # confluent_kafka's API
 
             self._accept = AcknowledgeType.ACCEPT
             self.c = ShareConsumer({
@@ -115,7 +115,8 @@ def throughput(variant: str, a: dict) -> dict:
     handle = _handler(a["processing_ms"])
     c = _Consumer(variant, a)
     n = redelivered = 0
-    t0 = c0 = None
+    t0: float | None = None
+    c0 = 0.0
     deadline = time.monotonic() + a["timeout"]
     while n < a["messages"] and time.monotonic() < deadline:
         batch = c.poll(0.5)
@@ -141,7 +142,8 @@ def latency(variant: str, a: dict) -> dict:
     handle = _handler(a["processing_ms"])
     c = _Consumer(variant, a)
     lat: list[float] = []
-    start = until = None
+    start: float | None = None
+    until = 0.0  # set with start
     seen = 0
     deadline = time.monotonic() + a["timeout"]
     cpu0 = _cpu()

@@ -29,6 +29,7 @@ import click
 
 from kmq.bench.per_client import per_client
 from kmq.core import markers as mk
+from kmq.core.ranges import OffsetRange
 
 __all__ = ["command", "run"]
 
@@ -43,8 +44,8 @@ def _marker_records(partitions: int, count: int, t0_ms: int, spacing_ms: float, 
         off = first_offsets[p]
         first_offsets[p] = off + 10
         ts = int(t0_ms + i * 2 * spacing_ms)
-        yield p, ts, mk.encode_key(p), mk.encode(mk.Start(ranges=((off, 10),), lease_ms=30_000, owner="bench"))
-        yield p, ts + 1, mk.encode_key(p), mk.encode(mk.End(ranges=((off, 10),)))
+        yield p, ts, mk.encode_key(p), mk.encode(mk.Start(ranges=(OffsetRange(off, 10),), lease_ms=30_000, owner="bench"))
+        yield p, ts + 1, mk.encode_key(p), mk.encode(mk.End(ranges=(OffsetRange(off, 10),)))
 
 
 def _offsets(value) -> dict:
@@ -90,7 +91,7 @@ def _fence(cfg, topic: str, partitions: int) -> None:
     p = producer(cfg.kafka)
     try:
         for part in range(partitions):
-            p.send(topic, key=mk.encode_key(part), value=mk.encode(mk.Renew(ranges=((0, 10),), lease_ms=30_000)),
+            p.send(topic, key=mk.encode_key(part), value=mk.encode(mk.Renew(ranges=(OffsetRange(0, 10),), lease_ms=30_000)),
                    partition=part, timestamp_ms=int(time.time() * 1000) - 3_600_000)
             p.flush()
     finally:
@@ -140,7 +141,8 @@ def run(bootstrap: str | None = None, partitions: int = 4, markers: int = 8_000_
         _produce(cfg, q.markers_topic, _marker_records(partitions, markers, t0, 3_000_000 / markers, offsets))
         _fence(cfg, q.markers_topic, partitions)
         write_s = time.monotonic() - t_write
-        opts = JobOptions(source=source, sinks=("prometheus",), checkpoint=f"{workdir}/ck", trigger=f"{int(parse_duration(trigger) * 1000)} milliseconds",
+        opts = JobOptions(source=source, sinks=("prometheus",), checkpoint=f"{workdir}/ck",
+                          trigger=f"{int(parse_duration(trigger) * 1000)} milliseconds",
                           window_s=parse_duration(window), prometheus_port=None,
                           max_offsets_per_trigger=max_offsets_per_trigger)
         spark = spark_session(opts, app_name=f"kmq-bench-spark-{source}")

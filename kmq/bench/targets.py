@@ -172,7 +172,7 @@ def _spark(report: dict[str, Any]) -> Verdict:
     # Judged on the kmq-kafka source (the figures per client, or one client's); Spark's connector
     # ("kafka", when the run had both sources) is reported beside it.
     connector = both.get("kafka") if isinstance(both.get("kafka"), dict) and "python" in both else None
-    spark = both.get("python") if connector is not None and isinstance(both.get("python"), dict) else both
+    spark: Any = both.get("python") if connector is not None and isinstance(both.get("python"), dict) else both
     fig = spark.get("confluent") if "confluent" in spark else spark
     rate = _num(fig.get("markers_per_s")) if isinstance(fig, dict) else None
     p95 = _num(_get(fig, "latency_window_end_to_sink_s", "p95"))

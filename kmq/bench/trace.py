@@ -49,6 +49,7 @@ def run(bootstrap: str | None = None, markers: int = 200_000, queue: int = 20_00
 
     from kmq.config import Config
     from kmq.core.markers import End, Start, encode, encode_key
+    from kmq.core.ranges import OffsetRange
     from kmq.client.topics import ensure_topics
     from kmq.ops.trace_reader import trace
 
@@ -61,7 +62,7 @@ def run(bootstrap: str | None = None, markers: int = 200_000, queue: int = 20_00
         for i in range(queue):
             p.send(name, key=b"k%d" % i, value=b"x" * 100, partition=0)
         for i in range(markers):
-            m = Start([(i // 2, 1)], 30_000, "w") if i % 2 == 0 else End([(i // 2, 1)])
+            m = Start((OffsetRange(i // 2, 1),), 30_000, "w") if i % 2 == 0 else End((OffsetRange(i // 2, 1),))
             p.send(cfg.queues[0].markers_topic, key=encode_key(0), value=encode(m), partition=0)
         p.flush()
         p.close()

@@ -59,7 +59,7 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except KmqError as exc:
             err = click.ClickException(str(exc))
-            err.exit_code = exit_code(exc)
+            err.exit_code = exit_code(exc)  # type: ignore[misc]  # click's stubs say ClassVar; click reads the instance's
             raise err from exc
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:

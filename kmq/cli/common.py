@@ -75,7 +75,7 @@ def _apply_logging(cfg: Config) -> None:
 def fail(message: str) -> click.ClickException:
     """A runtime failure (exit 1) with one clear line."""
     exc = click.ClickException(message)
-    exc.exit_code = 1
+    exc.exit_code = 1  # type: ignore[misc]  # click's stubs say ClassVar; click reads the instance's
     return exc
 
 

@@ -82,5 +82,5 @@ def trace(queue: str, origin: str | None, key: str | None, partition: int | None
     for i, t in enumerate(traces):
         if i:
             click.echo("")
-        for line in format_trace(t):
-            click.echo(line)
+        for text in format_trace(t):
+            click.echo(text)

@@ -104,7 +104,7 @@ def _run_steps(steps: Generator[_Wait, Any, None]) -> None:
     try:
         step = next(steps)
         while True:
-            step = steps.send(time.sleep(step.seconds) if isinstance(step, _Sleep) else step.call(step.arg))
+            step = steps.send(time.sleep(step.seconds) if isinstance(step, _Sleep) else step.call(step.arg))  # type: ignore[func-returns-value]  # sends None
     except StopIteration:
         return
 
@@ -200,8 +200,8 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
         from kmq.consumer.guard import IdempotencyGuard
 
         # One group's effects are not another's: a named group's keys have a prefix of their own.
-        guard = IdempotencyGuard(redis_url or cfg.redis.url,
-                                 **({} if group in (None, "default") else {"prefix": f"kmq:done:{group}:"}))
+        guard = IdempotencyGuard(redis_url or cfg.redis.url,  # type: ignore[arg-type]  # one is set: the test above
+                                 **({} if group in (None, "default") else {"prefix": f"kmq:done:{group}:"}))  # type: ignore[arg-type]
     consumer: Any = None  # KmqConsumer, AsyncKmqConsumer with --asyncio, _ShareWorker with --share
 
     def count(kind: str) -> None:

@@ -191,7 +191,8 @@ def _client_certificate_verdict(kafka: KafkaConfig, server: str, sock: ssl.SSLSo
     except ssl.SSLError as exc:
         if isinstance(exc, ssl.SSLEOFError):
             return _closed_after_handshake(kafka, server)
-        return tls_alert_error(server, exc, kafka.ssl_certfile) or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
+        return tls_alert_error(server, exc, kafka.ssl_certfile) or TlsHandshakeFailed(
+            f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
     except OSError:
         return _closed_after_handshake(kafka, server)
     return None  # data nobody asked for: let the Kafka request below judge the listener

@@ -72,7 +72,7 @@ def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int,
 
         strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
         return confluent_consumer(kafka, group_id=group_id, enable_auto_commit=False,
-                                  **{"partition.assignment.strategy": strategy}, **overrides)
+                                  **{"partition.assignment.strategy": strategy}, **overrides)  # type: ignore[arg-type]  # a librdkafka name
     return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
                                                 max_poll_records=max_records,
                                                 partition_assignment_strategy=clients.assignors(assignor),

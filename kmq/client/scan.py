@@ -4,7 +4,7 @@ do alike around the scan cursor: cut a batch to the scan, assemble a read's resu
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from kmq.client.api import Deleted, ReadResult
 from kmq.core.errors import LogReadError
@@ -16,7 +16,7 @@ __all__ = ["cut", "read_result", "log_deleted", "check_planned_end"]
 log = logging.getLogger(__name__)
 
 
-def cut(batch: Sequence[Any], limit: int, offset_of: Callable[[Any], int]) -> Sequence[Any]:
+def cut(batch: list[Any], limit: int, offset_of: Callable[[Any], int]) -> list[Any]:
     """The records of ``batch`` (in offset order) below ``limit``: one look at the last record
     when the whole batch is inside, the usual case; no per-record work for a full batch."""
     if not batch or offset_of(batch[-1]) < limit:

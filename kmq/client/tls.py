@@ -31,7 +31,8 @@ def ssl_context(kafka: KafkaConfig) -> ssl.SSLContext:
             ctx.load_cert_chain(kafka.ssl_certfile, kafka.ssl_keyfile, password=lambda: password or "")
         except (ssl.SSLError, OSError) as exc:
             if password is None and kafka.ssl_keyfile:
-                key, hint = "kafka.ssl_keyfile", "not a PEM key that matches the certificate, or encrypted (set KMQ_KAFKA__SSL_PASSWORD or kafka.ssl_password_file)"
+                key, hint = "kafka.ssl_keyfile", ("not a PEM key that matches the certificate, or encrypted "
+                                                  "(set KMQ_KAFKA__SSL_PASSWORD or kafka.ssl_password_file)")
             elif password is not None:
                 key = "kafka.ssl_password" if kafka.ssl_password is not None else "kafka.ssl_password_file"
                 hint = "wrong key password, or the key does not match the certificate"

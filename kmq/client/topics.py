@@ -110,7 +110,7 @@ def _partition_counts(admin, names: list[str]) -> dict[str, int | None]:
 
 def _counts(topics: list[dict]) -> dict[str, int | None]:
     """Partition count per topic of a describe_topics answer (None: missing or in error)."""
-    return {t.get("name") or t.get("topic"): len(t["partitions"]) if t.get("error_code", 0) == 0 and t.get("partitions")
+    return {t.get("name") or t.get("topic"): len(t["partitions"]) if t.get("error_code", 0) == 0 and t.get("partitions")  # type: ignore[misc]
             else None for t in topics}
 
 
@@ -210,7 +210,7 @@ def ensure_topics(
             qp = counts[queue.name]
             mp = counts[queue.markers_topic]
             grow_queue = qp is not None and partitions is not None and partitions > qp
-            if grow_queue and mp is not None and mp < partitions:
+            if grow_queue and partitions is not None and mp is not None and mp < partitions:
                 # The markers topic first: a worker handed a new queue partition writes its STARTs to the
                 # markers partition of the same number, which must exist by then.
                 _grow(admin, queue.markers_topic, partitions)
@@ -219,6 +219,7 @@ def ensure_topics(
                 qp = partitions or 1
                 _create(admin, queue.name, qp, rf, configs["queue"])
             elif grow_queue:
+                assert partitions is not None  # grow_queue says so
                 _grow(admin, queue.name, partitions)
                 qp = partitions
             if mp is None:

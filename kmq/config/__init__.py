@@ -634,7 +634,7 @@ class Config:
         """Plain mapping (durations as text); secrets replaced by ``***``."""
         def conv(obj: Any) -> Any:
             if dataclasses.is_dataclass(obj):
-                out = {}
+                out: dict[str, Any] = {}
                 for f in dataclasses.fields(obj):
                     v = getattr(obj, f.name)
                     if f.metadata.get("secret") and v is not None and redact:
@@ -675,7 +675,7 @@ def _apply_env(raw: dict, env: Mapping[str, str]) -> None:
         if parts[0] == "kafka" and (parts[-1] in _VERBATIM_KAFKA_KEYS or (len(parts) == 3 and is_secret(parts[2]))):
             value = env[name]  # keep strings verbatim (a password may look like a number)
         node: Any = raw
-        for i, part in enumerate(parts[:-1]):
+        for _i, part in enumerate(parts[:-1]):
             if isinstance(node, list):
                 if not part.isdigit():
                     raise ConfigError(name, f"expected a list index in {name} at {part!r}")
@@ -838,8 +838,7 @@ def _build_queue(raw: Any, path: str, topics: TopicsConfig) -> QueueConfig:
             f"half of the markers retention ({retention_key}: {_duration_text(q.markers_retention)}), or an open "
             f"START can be deleted by retention before it is redelivered: shorten them or raise the markers "
             f"topic's retention.ms and {retention_key} together"))
-    topics = {q.name, q.markers_topic, q.dlq_topic}
-    if len(topics) != 3:
+    if len({q.name, q.markers_topic, q.dlq_topic}) != 3:
         raise ConfigError(path, "queue, markers_topic and dlq_topic must be three different topics")
     return q
 

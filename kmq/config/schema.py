@@ -50,7 +50,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
     """The JSON Schema of one config field, from its metadata."""
     meta = f.metadata
-    kind = meta.get("kind")
+    kind: Any = meta.get("kind")
     if meta.get("secret"):
         # Refused in kmq.yaml (read from the environment or a file): absent, null or empty only.
         return {"enum": [None, ""], "description": "a secret: set it in the environment or a file, never here"}
@@ -90,7 +90,7 @@ def section_schema(cls: type, nullable: bool = True) -> dict[str, Any]:
     props: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         nested = hints[f.name]
-        props[f.name] = section_schema(nested) if dataclasses.is_dataclass(nested) else field_schema(f)
+        props[f.name] = section_schema(nested) if dataclasses.is_dataclass(nested) else field_schema(f)  # type: ignore[arg-type]  # a class
     return {"type": ["object", "null"] if nullable else "object", "additionalProperties": False, "properties": props}
 
 

@@ -74,8 +74,9 @@ class AckBuffer:
 
     def settle(self, partition: int, offset: int, outcome: str, arg: object) -> None:
         """Buffer the marker of a :class:`~kmq.core.message.KmqMessage` settlement: ACK, NACK
-        (``arg``: delay in seconds; a :class:`~kmq.core.settlement.Released` one is not a delivery), REJECT (``arg``: reason); ABANDON writes none. An ACK's ``arg``
-        is None or the future of an ack with a response (handed out by :meth:`drain`)."""
+        (``arg``: delay in seconds; a :class:`~kmq.core.settlement.Released` one is not a delivery),
+        REJECT (``arg``: reason); ABANDON writes none. An ACK's ``arg`` is None or the future of an ack
+        with a response (handed out by :meth:`drain`)."""
         if outcome is ACK:
             self._end[partition].append(offset)
             self._size += 1
@@ -112,7 +113,7 @@ class AckBuffer:
         n = len(self._end.pop(partition, ()))
         for table in (self._nack, self._reject, self._renew):
             for k in [k for k in table if k[0] == partition]:
-                n += len(table.pop(k))
+                n += len(table.pop(k))  # type: ignore[arg-type]  # k is a key of table
         self._size -= n
         return n
 

@@ -52,7 +52,7 @@ from kmq.config import Config
 from kmq.core.errors import KmqError
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.message import KmqMessage
-from kmq.core.outcome import OutcomeRule, RejectOn, settle
+from kmq.core.outcome import HandlerOutcome, OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import current
 
@@ -167,9 +167,9 @@ class AsyncKmqConsumer:
         self._queue_name = queue
         self._kwargs = dict(consumer_kwargs, batch_size=batch_size, metrics=metrics)
         self.poll_timeout = poll_timeout
-        self._consumer: Any = consumer  # kmq.consumer.consumer.KmqConsumer once started
+        self._consumer: KmqConsumer | None = consumer  # once started
         # The construction under way (on a thread), shared by concurrent start() and close() calls.
-        self._starting: asyncio.Future | None = None
+        self._starting: asyncio.Future[Any] | None = None
         # Orders _closed against the construction thread's hand-over of the consumer it built.
         self._state_lock = threading.Lock()
         # One thread for waiting polls: the consumer hands batches to one taker at a time anyway.
@@ -177,11 +177,11 @@ class AsyncKmqConsumer:
         self._closed = False
         self._yielded_at = 0.0
         # run() calls under way (their end, the task running them): close() lets them drain first.
-        self._runs: dict[asyncio.Future, asyncio.Task | None] = {}
+        self._runs: dict[asyncio.Future[Any], asyncio.Task[Any] | None] = {}
 
     # ------------------------------------------------------------ lifecycle
     @property
-    def consumer(self) -> Any:
+    def consumer(self) -> KmqConsumer:
         """The underlying :class:`~kmq.consumer.consumer.KmqConsumer` (after :meth:`start`)."""
         if self._consumer is None:
             raise KmqError("the AsyncKmqConsumer is not started: use 'async with' or 'await consumer.start()'")
@@ -313,7 +313,7 @@ class AsyncKmqConsumer:
             return None
         return c.ahead.next(0)
 
-    def _keep_late(self, fut: concurrent.futures.Future) -> None:
+    def _keep_late(self, fut: concurrent.futures.Future[Any]) -> None:
         # On the poll thread: what it returned after its waiter was cancelled, for the next taker (or close).
         if not fut.cancelled() and fut.exception() is None:
             self.consumer.ahead.keep(*fut.result())
@@ -400,8 +400,8 @@ class _HandlerPool:
         self._ready_one = ready_one
         self._stop = stop
         #: Idle workers, each waiting on its future for a message (None: end).
-        self._idle: deque[asyncio.Future] = deque()
-        self._idle_waiter: asyncio.Future | None = None
+        self._idle: deque[asyncio.Future[KmqMessage | None]] = deque()
+        self._idle_waiter: asyncio.Future[bool] | None = None
         self._closing = False
         # The workers' shared turn on the loop: they run ready messages back to back for at most
         # YIELD_EVERY, then all of them yield until the loop has run everything else once.
@@ -410,7 +410,7 @@ class _HandlerPool:
         #: SystemExit, KeyboardInterrupt and the like raised by a handler, or the fetcher's error
         #: met by a worker taking a message (they end run()).
         self.fatal: list[BaseException] = []
-        self.workers: set[asyncio.Task] = {asyncio.create_task(self._work(), name=f"kmq-handler-{i}")
+        self.workers: set[asyncio.Task[None]] = {asyncio.create_task(self._work(), name=f"kmq-handler-{i}")
                                            for i in range(size)}
         for task in self.workers:
             task.add_done_callback(self._ended)
@@ -428,7 +428,8 @@ class _HandlerPool:
     async def until_idle(self, timeout: float) -> bool:
         """Wait until a worker is idle (True) or ``timeout`` seconds passed (False)."""
         loop = asyncio.get_running_loop()
-        waiter = self._idle_waiter = loop.create_future()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._idle_waiter = waiter
         timer = loop.call_later(timeout, _resolve, waiter, False)
         try:
             return await waiter
@@ -458,7 +459,7 @@ class _HandlerPool:
         m = self._ready_one()
         if m is not None:
             return m
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[KmqMessage | None] = asyncio.get_running_loop().create_future()
         self._idle.append(fut)
         if self._idle_waiter is not None:
             _resolve(self._idle_waiter, True)
@@ -481,32 +482,32 @@ class _HandlerPool:
                     with current(m._span):
                         await handler(_wrap(m))
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
-                outcome = rule.failed(exc, m.delivery_count)
+                outcome: HandlerOutcome | None = rule.failed(exc, m.delivery_count)
             else:
                 outcome = rule.returned(m._outcome is not None)
             settle(m, outcome)
 
-    def _ended(self, task: asyncio.Task) -> None:
+    def _ended(self, task: asyncio.Task[Any]) -> None:
         # A handler's BaseException (or the fetcher's error) ends its worker and run() (after the
         # drain), as it would end a plain loop; a handler's ordinary exceptions were settled by _work.
         if not task.cancelled() and task.exception() is not None:
-            self.fatal.append(task.exception())
+            self.fatal.append(task.exception())  # type: ignore[arg-type]  # not None: checked above
             self._stop()
             if self._idle_waiter is not None:
                 _resolve(self._idle_waiter, True)
 
 
-def _resolve(fut: asyncio.Future, value: bool) -> None:
+def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
     if not fut.done():
         fut.set_result(value)
 
 
-def _log_close_failure(fut: asyncio.Future) -> None:
+def _log_close_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.warning("closing the consumer of a cancelled start failed: %s", fut.exception())
 
 
-async def _drain(tasks: set[asyncio.Task], timeout: float, queue: str) -> None:
+async def _drain(tasks: set[asyncio.Task[Any]], timeout: float, queue: str) -> None:
     """Await running handlers up to ``timeout`` seconds, then cancel the rest (their messages
     stay unsettled: the tracker redelivers them when their leases end)."""
     if not tasks:

@@ -84,7 +84,7 @@ REJOIN_RETRY = 1.0
 #: with ``consumer.hand_over: started``, "handed" (about to hand over, the commit
 #: not answered yet) instead of "committed". For tests and diagnostics; it runs on
 #: the fetcher thread and blocks it.
-StageHook = Callable[[str, dict], None]
+StageHook = Callable[[str, dict[int, tuple[int, int]]], None]
 
 
 class KmqConsumer:
@@ -149,7 +149,7 @@ class KmqConsumer:
         #: Committed batches waiting for user code, and the fetcher's error; with ``consumer.ordering: key``
         #: handed out one message per key at a time (:mod:`kmq.consumer.keyed_ready`).
         self._keyed: KeyedReadyQueue | None = KeyedReadyQueue() if cfg.consumer.ordering == "key" else None
-        self._ready: Any = self._keyed or ReadyQueue()
+        self._ready: KeyedReadyQueue | ReadyQueue = self._keyed or ReadyQueue()
         #: Ready messages taken for iteration (``for msg in consumer``, :mod:`kmq.consumer.aio`) a few at
         #: a time and handed on one by one; put back when closing. Public for :mod:`kmq.consumer.aio`,
         #: which takes from it too; not for applications.
@@ -215,7 +215,7 @@ class KmqConsumer:
         self._do: dict[type, Callable[[Any], None]] = {
             WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
             GiveBack: self._give_back, SeekBack: self._seek_back, Skip: self._skip}
-        self._todo: deque = deque()  # actions decided, not carried out yet
+        self._todo: deque[Any] = deque()  # actions decided, not carried out yet
         self._longest_delay_ms = longest_delay_ms(self.queue.markers_retention)  # scheduled messages
         self._running = False  # carrying out actions
         self._commit: Any = None  # the commit in flight (the client's future)
@@ -282,6 +282,7 @@ class KmqConsumer:
         final = outcome is ACK or outcome is REJECT or (
             msg.delivery_count >= self.queue.max_deliveries and not isinstance(arg, Released))
         delay = float(arg) if outcome is NACK else 0.0
+        assert self._keyed is not None  # called under ordering: key only
         self._keyed.settled(msg, final, 0.0 if final else time.monotonic() + delay + self._copy_wait)
 
     def _settled_late(self, msg: KmqMessage, outcome: str) -> None:
@@ -583,7 +584,7 @@ class KmqConsumer:
             self._run(pipeline.commit_answered(commit.exception if commit.failed() else None, now))
         self._run(pipeline.tick(now))
 
-    def _run(self, actions: list) -> None:
+    def _run(self, actions: list[Any]) -> None:
         """Carry out the pipeline's actions in order. An action that feeds an event back (a START
         that cannot even be sent) queues that event's actions behind the ones already decided."""
         self._todo.extend(actions)
@@ -651,7 +652,7 @@ class KmqConsumer:
             if schedule is not None:
                 # Tracked for renewal only if still unsettled 10 ms on: most messages of a busy
                 # consumer are settled by then and cost the schedule nothing.
-                schedule.track_soon(messages, b.leased_at, now)
+                schedule.track_soon(messages, b.leased_at, now)  # type: ignore[arg-type]  # list invariance
                 schedule.look(now)
         self.writer.count_received(len(messages))
         if self._tracing is not None:
@@ -707,6 +708,7 @@ class KmqConsumer:
     def _key_gauges(self, now: float) -> None:
         """ordering: key: release keys whose copy did not come in time; publish the held gauges."""
         keyed, name = self._keyed, self.queue.name
+        assert keyed is not None  # called under ordering: key only
         released = keyed.expire(now)
         if released:
             self.metrics.ordering_released.labels(name).inc(len(released))
@@ -828,6 +830,7 @@ class KmqConsumer:
         messages of ``mine`` already drained for the close are committed back now, as a revocation
         does with the ready queue; left in the close plan they could only be NACKed (copies)."""
         out, rest = [], []
+        assert self._closing is not None  # called while closing only
         for msgs, gen in self._closing:
             gone = {p for p in mine if not self._pipeline.stale(p, gen)}
             kept = [m for m in msgs if m.partition not in gone]

@@ -228,7 +228,7 @@ class AsyncIdempotencyGuard(_GuardRules):
                  client: "redis.asyncio.Redis | None" = None) -> None:
         super().__init__(redis_url, ttl, lock_ttl, prefix)
         redis = _import_redis(type(self).__name__)
-        import redis.asyncio
+        import redis.asyncio  # noqa: F811 - the same module, with its asyncio part loaded
 
         self._redis_error = redis.RedisError
         self._redis = client or redis.asyncio.Redis.from_url(redis_url)
@@ -266,7 +266,7 @@ class AsyncIdempotencyGuard(_GuardRules):
 
     async def state(self, msg: Any) -> str | None:
         """None (never seen or released), ``"running"`` or ``"done"``."""
-        return _state_of(await self._call(self._redis.get, self._key(_origin(msg))))
+        return _state_of(await self._call(self._redis.get, self._key(_origin(msg))))  # type: ignore[arg-type]  # bytes: not decoded
 
     async def run(self, msg: Any, fn: Callable[[Any], Awaitable[T]]) -> tuple[bool, T | None]:
         """``await fn(msg)`` unless ``msg`` is a duplicate; the same contract as :meth:`IdempotencyGuard.run`."""

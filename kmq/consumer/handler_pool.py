@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol
 
 from kmq.core.message import KmqMessage
-from kmq.core.outcome import OutcomeRule, RejectOn, settle
+from kmq.core.outcome import HandlerOutcome, OutcomeRule, RejectOn, settle
 from kmq.telemetry.tracing import current
 
 __all__ = ["run_handlers", "MessageSource"]
@@ -58,7 +58,7 @@ def run_handlers(consumer: MessageSource, handler: Callable[[KmqMessage], Any], 
                     with current(msg._span):
                         handler(msg)
             except Exception as exc:
-                outcome = rule.failed(exc, msg.delivery_count)
+                outcome: HandlerOutcome | None = rule.failed(exc, msg.delivery_count)
             else:
                 outcome = rule.returned(msg.outcome is not None)
             settle(msg, outcome)

@@ -177,6 +177,7 @@ class KeyRecovery:
         """The folded markers from the tracker's committed offset; the queue records from the lowest
         unsettled offset below ``start`` into the backlog (True: the backlog read was cut by the budget)."""
         reader, q, budget = self._reader, self.queue, self.budget
+        assert reader is not None  # opened by _start
         mtp = (q.markers_topic, p)
         committed = reader.committed(self.tracker_group, [mtp]).get(mtp)
         fold = MarkerFold(committed)
@@ -216,6 +217,7 @@ class KeyRecovery:
         """Read the new markers of the watched partitions; release origins settled for good."""
         q = self.queue
         starts = {(q.markers_topic, p): w.fold.position for p, w in self._watched.items()}
+        assert self._reader is not None  # opened by the recovery that began the watch
         try:
             for (_t, p), batch in self._reader.scan(starts):
                 self._fold(self._watched[p].fold, p, batch)

@@ -22,7 +22,7 @@ who must not process the batch (docs/protocol.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 from kmq.core.markers import End, Marker, MarkerType, Nack, Reject, Renew
 from kmq.core.ranges import RangeSet
@@ -90,7 +90,7 @@ class MarkerRetry:
         self.budget = budget
         self.interval = interval
         self.max_ranges = max_ranges
-        self._entries: dict[Hashable, _Entry] = {}
+        self._entries: dict[tuple[int, MarkerType, Any], _Entry] = {}  # (partition, type, its argument)
         self._next_at = 0.0
 
     def __len__(self) -> int:
@@ -154,8 +154,8 @@ class MarkerRetry:
         return out
 
     @staticmethod
-    def _markers(key: Hashable, entry: _Entry) -> list[Pending]:
-        partition, kind, arg = key  # type: ignore[misc]
+    def _markers(key: tuple[int, MarkerType, Any], entry: _Entry) -> list[Pending]:
+        partition, kind, arg = key
         ranges = entry.ranges.ranges()
         return [
             (partition, _build(kind, arg, tuple(ranges[i : i + _WIRE_MAX_RANGES])), entry.since)

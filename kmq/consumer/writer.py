@@ -46,7 +46,7 @@ from kmq.core.errors import BrokerUnavailable, KmqError, MarkerWriteError, Messa
 from kmq.consumer.marker_sender import MarkerSender
 from kmq.core.markers import Renew, Start, clip_owner, encode
 from kmq.core.message import ACK, delivery_count_of, for_group
-from kmq.core.outcome import OutcomeRule, RejectOn, settle
+from kmq.core.outcome import HandlerOutcome, OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import current, delivery_tracing
 from kmq.core.ranges import coalesce
@@ -99,7 +99,7 @@ def _check_consumer(consumer: Any) -> ConsumerAdapter | None:
     return adapt_consumer(consumer)
 
 
-def _flatten(records: Any) -> list:
+def _flatten(records: Any) -> list[Any]:
     """The records of a ``poll()`` result of either client: kafka-python's
     ``{TopicPartition: [records]}``, a list (kafka-python records, confluent
     ``consume()``), one confluent ``Message`` or None (``poll()``). Confluent
@@ -197,7 +197,7 @@ class MarkerWriter:
     def owner(self, value: str) -> None:
         self._owner = clip_owner(value)
 
-    def send_starts(self, offsets: Mapping[int, Iterable[int]]) -> list[tuple[int, list, Any]]:
+    def send_starts(self, offsets: Mapping[int, Iterable[int]]) -> list[tuple[int, list[Any], Any]]:
         """Send one START per partition covering ``offsets``; returns
         ``[(partition, ranges, future)]`` for :meth:`wait_starts` (no wait here)."""
         futures = []
@@ -208,13 +208,13 @@ class MarkerWriter:
                     continue
                 value = encode(Start(tuple(ranges), self.lease_ms, self.owner))
                 futures.append((p, ranges, self._sender.send_awaited(p, value)))
-        except (*produce_errors(), BrokerUnavailable) as exc:
+        except (*produce_errors(), BrokerUnavailable) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
             raise self._start_error(futures or [(p, coalesce(o), None) for p, o in offsets.items()], exc) from exc
         finally:
             self.markers_sent += len(futures)
         return futures
 
-    def _start_error(self, futures: list, exc: BaseException) -> MarkerWriteError:
+    def _start_error(self, futures: list[Any], exc: BaseException) -> MarkerWriteError:
         what = ", ".join(f"{self.queue.name}[{p}] {r[0].first}..{r[-1].last}" for p, r, _ in futures if r) or self.queue.name
         return MarkerWriteError(
             f"START marker for {what} was not acknowledged by Kafka at {self.cfg.kafka.bootstrap_servers} "
@@ -222,7 +222,7 @@ class MarkerWriter:
             f"not committed, so the consumer group will deliver it again"
         )
 
-    def wait_starts(self, futures: list[tuple[int, list, Any]], timeout: float | None = None) -> None:
+    def wait_starts(self, futures: list[tuple[int, list[Any], Any]], timeout: float | None = None) -> None:
         """Wait until Kafka acknowledged every START in ``futures``; :class:`MarkerWriteError` if not."""
         try:
             for _, _, fut in futures:
@@ -263,7 +263,7 @@ class MarkerWriter:
                     ranges = coalesce(offs)
                     if ranges:
                         futures.append((p, self._sender.send_awaited(p, encode(Renew(tuple(ranges), ms)))))
-            except (*produce_errors(), BrokerUnavailable) as exc:
+            except (*produce_errors(), BrokerUnavailable) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
                 log.warning("%s: hand-off RENEW not sent (%s)", self.queue.name, exc)
             self.markers_sent += len(futures)
             for p, fut in futures:
@@ -296,7 +296,7 @@ class MarkerWriter:
                 ) from exc
             raise CommitError(f"committing {self.queue.name} offsets failed: {exc}") from exc
 
-    def start(self, records: Any, consumer: Any = None) -> list:
+    def start(self, records: Any, consumer: Any = None) -> list[Any]:
         """START + synchronous commit for ``records`` of the queue topic: a
         ``poll()`` result of kafka-python (``{TopicPartition: [records]}``) or of
         confluent-kafka (a ``Message`` or None), or a list of records (``consume()``).
@@ -557,7 +557,7 @@ def marked(writer: MarkerWriter, reject_on: RejectOn = ()) -> Callable[[F], F]:
                     with current(span):
                         result = fn(record, *args, **kwargs)
             except Exception as exc:
-                outcome = rule.failed(exc, delivery_count_of(headers_of(record)))
+                outcome: HandlerOutcome | None = rule.failed(exc, delivery_count_of(headers_of(record)))
                 result = None
             except BaseException:  # not a handler failure: the record is left to its lease
                 if span is not None:

@@ -159,6 +159,7 @@ def inherit(fold: MarkerFold, records: Iterable[QueueRecord], start: int) -> Inh
     watch: dict[int, tuple[bytes, int]] = {}
     for origin, rec in latest.items():
         if fold.pending(rec.offset):
+            assert rec.key is not None  # null keys were skipped above
             pending.setdefault(rec.key, set()).add(origin)
             watch[rec.offset] = (rec.key, origin)
     for rec in backlog:

@@ -152,6 +152,7 @@ class KeyOrder(Generic[T]):
         if k is None or k.busy != offset:
             return False
         origin, k.busy, k.busy_origin = k.busy_origin, None, None
+        assert origin is not None  # set together with busy
         if final:
             if k.awaiting is not None and origin >= k.awaiting:  # not when an earlier origin's copy went first
                 k.awaiting = None

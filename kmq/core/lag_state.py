@@ -150,9 +150,9 @@ class OpenSegments:
             out.append((ce - cs, t))
             self.size -= ce - cs
             if s < cs:
-                ks.append(s), ke.append(cs), kt.append(t)
+                ks.append(s), ke.append(cs), kt.append(t)  # type: ignore[func-returns-value]  # one line, three lists
             if ce < e:
-                ks.append(ce), ke.append(e), kt.append(t)
+                ks.append(ce), ke.append(e), kt.append(t)  # type: ignore[func-returns-value]
         self.starts[lo:hi] = ks
         self.ends[lo:hi] = ke
         self.times[lo:hi] = kt
@@ -324,7 +324,7 @@ class PartitionLagState:
         o_starts, o_ends, o_times = opn.starts, opn.ends, opn.times
         remember, limit = closed.add_bounded, CLOSED_MEMORY_RANGES
         w = self.current
-        w_idx = None if w is None else w.window_start_ms // wms
+        w_idx = -1 if w is None else w.window_start_ms // wms  # -1: unread while w is None
         hw = self.high_water
         for i, (off, ts, t) in enumerate(zip(marker_offsets, ts_ms, mtypes)):
             if off < hw:
@@ -347,7 +347,7 @@ class PartitionLagState:
                     if first < closed.max_end():
                         closed.remove(first, count)
                     if not o_ends or o_ends[-1] < first:  # past every open offset: append
-                        o_starts.append(first), o_ends.append(first + count), o_times.append(ts)
+                        o_starts.append(first), o_ends.append(first + count), o_times.append(ts)  # type: ignore[func-returns-value]
                         opn.size += count
                     elif o_ends[-1] == first and o_times[-1] == ts:
                         o_ends[-1] = first + count
@@ -358,7 +358,7 @@ class PartitionLagState:
                 buckets = w.ack_latency_buckets
                 for j in range(a, b):
                     first, count = firsts[j], counts[j]
-                    if first < closed.max_end() and closed.min() < first + count:  # type: ignore[operator]
+                    if first < closed.max_end() and closed.min() < first + count:
                         w.late_acks += sum(r.count for r in closed.intersection(first, count))
                     k = bisect_left(o_starts, first)
                     if k < len(o_starts) and o_starts[k] == first and o_ends[k] == first + count:

@@ -64,7 +64,7 @@ class Ledger:
     _deliveries: int = 0
 
     # ------------------------------------------------------------ feeding
-    def add_queue_record(self, partition: int, offset: int, headers: Sequence[tuple[str, bytes]] | None) -> None:
+    def add_queue_record(self, partition: int, offset: int, headers: Sequence[tuple[str, bytes | None]] | None) -> None:
         key = (partition, offset)
         if key in self._origin_of:
             return
@@ -106,7 +106,7 @@ class Ledger:
             elif marker.outcome is Outcome.MISSING:
                 self._missing += n
 
-    def add_dlq_record(self, partition: int, offset: int, headers: Sequence[tuple[str, bytes]] | None) -> None:
+    def add_dlq_record(self, partition: int, offset: int, headers: Sequence[tuple[str, bytes | None]] | None) -> None:
         origin = header_text(headers, HEADER_ORIGIN) or f"?dlq/{partition}/{offset}"
         self._dlq_origins[origin] += 1
         reason = header_text(headers, HEADER_DLQ_REASON) or "unknown"

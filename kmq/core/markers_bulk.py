@@ -80,11 +80,11 @@ def _fast_rows(values: Sequence[bytes | None], n: int):
     lens = np.full(n, -1, dtype=np.int64)
     present = [i for i, v in enumerate(values) if v is not None] if None in values else None
     if present is None:
-        lens[:] = np.fromiter(map(len, values), np.int64, n)
+        lens[:] = np.fromiter(map(len, values), np.int64, n)  # type: ignore[arg-type]  # no None here
         joined = b"".join(values)  # type: ignore[arg-type]
     else:
         sel = [values[i] for i in present]
-        lens[present] = np.fromiter(map(len, sel), np.int64, len(sel))
+        lens[present] = np.fromiter(map(len, sel), np.int64, len(sel))  # type: ignore[arg-type]  # no None here
         joined = b"".join(sel)  # type: ignore[arg-type]
     b = np.frombuffer(joined + bytes(_PAD), dtype=np.uint8)
     starts = np.zeros(n, dtype=np.int64)

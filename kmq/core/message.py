@@ -62,7 +62,8 @@ HEADER_GROUP = "kmq-group"
 #: The name of a queue's default consumer group (``queues[].group`` unset or ``default``).
 DEFAULT_GROUP = "default"
 
-Headers = Sequence[tuple[str, bytes]]
+# A value may be None: Kafka allows null header values, and every reader here treats one as absent or empty.
+Headers = Sequence[tuple[str, "bytes | None"]]
 
 
 class Settler(Protocol):

@@ -26,7 +26,7 @@ class OffsetRange(NamedTuple):
     """Offsets ``first`` to ``first + count - 1``."""
 
     first: int
-    count: int
+    count: int  # type: ignore[assignment]  # a field named count shadows tuple.count, on purpose
 
     @property
     def end(self) -> int:
@@ -37,7 +37,7 @@ class OffsetRange(NamedTuple):
     def last(self) -> int:
         return self.first + self.count - 1
 
-    def __contains__(self, offset: object) -> bool:  # type: ignore[override]
+    def __contains__(self, offset: object) -> bool:
         return isinstance(offset, int) and self.first <= offset < self.first + self.count
 
     def offsets(self) -> range:

@@ -80,7 +80,7 @@ class Send(NamedTuple):
 
     offset: int
     step: Step
-    count: int  # delivery count of the record read (a copy carries count + 1)
+    count: int  # type: ignore[assignment]  # delivery count of the record read (a copy carries count + 1)
     reason: str  # copy: why redelivered (timeout, nack); dead letter: kmq-dlq-reason
     error: str = ""  # kmq-dlq-error
     due_ms: int = 0  # when its lease became due (the redelivery delay metric)
@@ -245,7 +245,7 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
                 decision, fields = entry
                 action = decision.action
                 if action is wait:
-                    deferred[(decision.until_ms, count)].append(off)
+                    deferred[(decision.until_ms, count)].append(off)  # type: ignore[index]  # WAIT sets until_ms
                 elif action is dead or problem(rec.key, rec.value) is None:
                     add(new_send(Send, (off, *fields)))  # Send(off, *fields) without its Python-level __new__
                 else:

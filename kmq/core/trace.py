@@ -144,7 +144,7 @@ class TraceBuilder:
 
     # ------------------------------------------------------------ feeding
     def add_queue_record(self, partition: int, offset: int, ts_ms: int, key: bytes | None,
-                         headers: Sequence[tuple[str, bytes]] | None) -> bool:
+                         headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
         """A record of the queue topic; True when it is a copy of this message."""
         if partition != self.partition or offset < self.origin_offset or offset in self._copies:
             return False
@@ -182,7 +182,7 @@ class TraceBuilder:
                     self._apply(self._copies[off], marker, marker_offset, ts_ms)
 
     def add_dlq_record(self, partition: int, offset: int, ts_ms: int,
-                       headers: Sequence[tuple[str, bytes]] | None) -> bool:
+                       headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
         """A record of the DLQ; True when it is a dead letter of this message."""
         if header_text(headers, HEADER_ORIGIN) != self.origin:
             return False

@@ -232,7 +232,7 @@ def _guard_skipped(workdir: Path, workers: int) -> int:
     total = 0
     for i in range(workers):
         text = (workdir / f"worker-{i}.log").read_text(errors="replace")
-        lines = [l for l in text.splitlines() if l.startswith("settled:")]
+        lines = [line for line in text.splitlines() if line.startswith("settled:")]
         if lines:
             fields = dict(f.split("=", 1) for f in lines[-1].split()[1:] if "=" in f)
             total += int(fields.get("duplicate", 0))

@@ -222,9 +222,9 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
         reader.commit(group, offsets)
         pending.clear()
         if failed:
-            (topic, partition), (off, exc) = min(failed.items(), key=lambda kv: kv[1][0])
+            (topic, partition), (off, err) = min(failed.items(), key=lambda kv: kv[1][0])
             raise KmqError(f"DLQ replay of {queue} stopped at {topic}[{partition}] offset {off}: "
-                           f"{type(exc).__name__}: {exc}; everything before it is committed in group {group}, "
+                           f"{type(err).__name__}: {err}; everything before it is committed in group {group}, "
                            f"run it again to continue (nothing is copied twice)")
 
     try:
@@ -236,7 +236,7 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
         committed = reader.committed(group, tps)
         if size_hint is not None:
             bounds = reader.bounds(tps)
-            size_hint(sum(max(0, end - (committed[tp] if committed[tp] is not None else start))
+            size_hint(sum(max(0, end - (c if (c := committed[tp]) is not None else start))
                           for tp, (start, end) in bounds.items()))
         started = time.monotonic()
         for tp, records in reader.scan(committed):
@@ -271,7 +271,7 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
             if limit is not None and result.replayed >= limit:
                 break
         settle()
-    except (LogReadError, *produce_errors()) as exc:
+    except (LogReadError, *produce_errors()) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
         raise KmqError(f"DLQ replay of {queue} stopped: {exc}; positions up to the last acknowledged batch are "
                        f"committed in group {group}, run it again to continue") from exc
     finally:

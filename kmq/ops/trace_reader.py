@@ -94,7 +94,7 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
     if r.since_ms is not None:
         window = _Window(r.offsets_at(markers_tps), "since")
     else:
-        window = _Window({tp[1]: committed[tp] for tp in markers_tps if committed[tp] is not None},
+        window = _Window({tp[1]: committed[tp] for tp in markers_tps if committed[tp] is not None},  # type: ignore[misc]
                          "tracker committed offset")
     builders: dict[str, TraceBuilder] = {}
     for p in partitions:
@@ -116,7 +116,7 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
         r.feed_dlq(dp, [b for bs in by_partition.values() for b in bs])
     workers = r.committed(workers_group, [(q.name, p) for p in by_partition])
     out = []
-    for o, b in builders.items():
+    for _o, b in builders.items():
         t = b.result(now_ms, workers.get((q.name, b.partition)))
         scan = {"since_ms": r.since_ms, "markers_from": window.markers_from.get(b.partition),
                 "markers_from_source": window.markers_source if b.partition in window.markers_from else "log start",
@@ -142,6 +142,7 @@ class _Reader:
 
     def offsets_at(self, tps: list[Partition]) -> dict[int, int]:
         """First offset at or after ``since`` per partition (the log end when there is none)."""
+        assert self.since_ms is not None  # callers check
         found = self.reader.offsets_at(tps, self.since_ms)
         return {tp[1]: (off if off is not None else self._end(tp)) for tp, off in found.items()}
 
@@ -165,7 +166,7 @@ class _Reader:
                     if self.since_ms is None or rec.timestamp >= self.since_ms:
                         yield rec
                 if total is not None:
-                    self.progress(tp[0], tp[1], done, max(total, done))
+                    self.progress(tp[0], tp[1], done, max(total, done))  # type: ignore[misc]  # total: with a progress
         finally:
             self.records_read += done
 

@@ -18,6 +18,7 @@ raise it, rather than retried.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from kmq.client.diagnose import probe
 from kmq.config import KafkaConfig
@@ -61,7 +62,7 @@ def require_reachable(kafka: KafkaConfig, timeout_s: float = PROBE_TIMEOUT_S) ->
     raise Unreachable([(server, err) for server, err in found if err is not None])
 
 
-def is_transport(exc: BaseException) -> bool:
+def is_transport(exc: BaseException) -> TypeGuard[BrokerUnavailable]:
     """A broker that did not answer (refused, no answer, unknown host): worth trying again."""
     return isinstance(exc, BrokerUnavailable) and not isinstance(exc, _NOT_TRANSPORT)
 

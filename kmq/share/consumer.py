@@ -340,10 +340,12 @@ class ShareConsumer:
             self._batch = [Message(m, token) for m in records]
             return Messages(self._batch)
 
-    def _take(self, queue: Any, deadline: float | None) -> list:
+    def _take(self, queue: Any, deadline: float | None) -> list[Any]:
+        records: list[Any]
         try:
             if deadline is not None:
-                return queue.poll(max(0.0, deadline - time.monotonic()), self._settings.max_poll_records)
+                records = queue.poll(max(0.0, deadline - time.monotonic()), self._settings.max_poll_records)
+                return records
             while True:
                 records = queue.poll(1.0, self._settings.max_poll_records)
                 if records:
@@ -517,7 +519,8 @@ class ShareConsumer:
     def kmq_consumer(self) -> KmqConsumer | None:
         """kmq extra: the :class:`~kmq.consumer.consumer.KmqConsumer` of the subscription (its
         ``in_flight()``, ``writer``, metrics), None when not subscribed."""
-        return self._sub.queue
+        queue: KmqConsumer | None = self._sub.queue
+        return queue
 
     def kmq_release(self, message: Message, delay: float) -> None:
         """kmq extra: ``RELEASE`` with a redelivery delay in seconds (a NACK with that delay)."""

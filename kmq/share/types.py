@@ -17,6 +17,7 @@ written against it reads these unchanged:
 from __future__ import annotations
 
 from enum import IntEnum
+import builtins
 from typing import Any, Iterable, Iterator, Union
 
 from kmq.core.message import KmqMessage, delivery_count_of
@@ -119,10 +120,10 @@ class KafkaError:
     def __hash__(self) -> int:
         return hash(self._code)
 
-    def __str__(self) -> str:
+    def __str__(self) -> builtins.str:  # builtins: the method str() above shadows the type here
         return self._reason
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> builtins.str:
         return f"KafkaError{{code={self.name()},val={self._code},str=\"{self._reason}\"}}"
 
 

@@ -94,7 +94,7 @@ class JobOptions:
     window_s: float = 10.0
     idle_close_s: float | None = None  # default: max(window, 2 s)
     parquet_path: str | None = None
-    prometheus_port: int = 9109
+    prometheus_port: int | None = 9109  # None: no metrics endpoint (kmq.bench)
     prometheus_host: str = "0.0.0.0"
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = 1_000_000
@@ -154,12 +154,14 @@ def spark_session(opts: JobOptions, app_name: str = "kmq-lag-job", master: str |
     except Exception as exc:  # pyspark's JAVA_GATEWAY_EXITED: the JVM stopped before it started Spark
         if not resolving:
             raise
+        assert connector is not None  # resolving: _connector_conf gave one
         raise cn.ConnectorUnavailable(
             f"Spark did not start while resolving its Kafka connector {connector.coordinate} from "
             f"{spark_cfg.maven_repository} into {cn.home(spark_cfg.jars_cache, connector)} (the report above says "
             "why: an artifact Ivy could not fetch, or Java itself); check spark.maven_repository, or set "
             "spark.source: python") from exc
     if resolving:
+        assert connector is not None
         cn.mark_cached(spark_cfg.jars_cache, connector)
     return spark
 

@@ -55,5 +55,6 @@ def retry_until(what: str, step: Callable[[], T], retriable: tuple[type[BaseExce
             delay = min(max_delay, delay * 2)
             continue
         if tries:
+            assert started is not None  # set at the first failure
             log.warning("%s succeeded after %d failed tries (%.1f s)", what, tries, clock() - started)
         return result

@@ -178,7 +178,7 @@ class BatchSinks:
             self.http_port = server.server_port
             log.info("Prometheus metrics on http://%s:%d/metrics", prometheus_host, self.http_port)
         self._topic_committed = _CommittedBatch(spark, checkpoint, "topic") if "topic" in self.sinks else None
-        self._producer = None
+        self._producer: Any = None  # a producer of kmq.client
         self._offsets_admin = None
         self._refusing = False
         self._topics_ready: set[str] = set()
@@ -293,6 +293,7 @@ class BatchSinks:
         schema = OUTPUT_SCHEMA + ", marker_lag long"
         cols = [c.strip().split(" ")[0] for c in schema.split(",")]
         out = spark.createDataFrame(pdf[cols].astype(object).where(pdf[cols].notna(), None), schema)
+        assert self.parquet_path is not None  # __init__ refuses the parquet sink without it
         out.coalesce(1).write.mode("overwrite").parquet(f"{self.parquet_path.rstrip('/')}/batch_id={batch_id}")
 
     def _write_topic(self, rows: list[dict], batch_id: int) -> None:

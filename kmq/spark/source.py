@@ -192,7 +192,7 @@ def read_partition(part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
         if confluent:
             from kmq.spark.source_confluent import append_marker_columns as append
         else:
-            append = _append_kafka_python_markers
+            append = _append_kafka_python_markers  # type: ignore[assignment]  # the same call; a parameter's name differs
     elif confluent:
         from kmq.spark.source_confluent import append_columns
 
@@ -278,7 +278,7 @@ def _chunk(cols: dict[str, list], part: KafkaInputPartition) -> pa.RecordBatch:
     from kmq.spark.marker_chunks import pack
 
     n = len(cols["offset"])
-    decoded = decode_records(cols["value"], cols["key"], np.full(n, part.partition, dtype=np.int64))
+    decoded = decode_records(cols["value"], cols["key"], np.full(n, part.partition, dtype=np.int64))  # type: ignore[arg-type]  # an array
     return pa.RecordBatch.from_arrays(
         [
             pa.array([part.topic], pa.string()),
@@ -334,7 +334,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         """The topics' partitions, asked of the cluster at most every ``metadataMaxAgeMs``; while it
         does not answer (an outage) the last known ones, so planning rides through."""
         now = time.monotonic()
-        out = []
+        out: list[tuple[str, int]] = []
         for t in self.topics:
             n, asked = self._counts.get(t, (0, None))
             if asked is None or now - asked >= self.metadata_max_age_ms / 1000:

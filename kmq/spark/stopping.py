@@ -22,7 +22,7 @@ import logging
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from kmq.core.errors import KmqError
 

@@ -50,7 +50,7 @@ def _plain(value: object) -> bool:
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):
         return sys.stderr
 

@@ -131,7 +131,7 @@ def process_tracing(service: str, announce: Callable[[str], None],
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    announce(f"OpenTelemetry: spans of service {resource.attributes[SERVICE_NAME]} go to "
+    announce(f"OpenTelemetry: spans of service {resource.attributes[SERVICE_NAME]!s} go to "
              + ", ".join(destination(n, env) for n in names))
     try:
         yield True

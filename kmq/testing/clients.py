@@ -136,12 +136,13 @@ class SharedConsumer(GroupConsumerAdapter):
             self.sim = SimConsumer(cluster, name, group_id=group_id, assignor=assignor)
         self.fetches = 0  # fetches made (the test queue waits for one after moving the clock)
 
-    def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None], on_revoked: Callable[[set], None],
-                  commit_on_revoke: Callable[[set], Mapping[Partition, int]] | None = None,
+    def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set[Partition]], None],
+                  on_revoked: Callable[[set[Partition]], None],
+                  commit_on_revoke: Callable[[set[Partition]], Mapping[Partition, int]] | None = None,
                   on_commit_failed: Callable[[ClientCommitFailed], None] | None = None) -> None:
         shared = self.shared
 
-        def revoked(parts: set) -> None:
+        def revoked(parts: set[Partition]) -> None:
             if commit_on_revoke is not None:
                 offsets = shared.outside(commit_on_revoke, parts)
                 if offsets:
@@ -156,7 +157,7 @@ class SharedConsumer(GroupConsumerAdapter):
             self.sim.subscribe(topics, lambda parts: shared.outside(on_assigned, parts), revoked)
 
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record,
-              wake: threading.Event | None = None) -> list:
+              wake: threading.Event | None = None) -> list[Any]:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             seen = self.shared.changes()
@@ -181,7 +182,7 @@ class SharedConsumer(GroupConsumerAdapter):
 
     def committed(self, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
         with self.shared.use() as cluster:
-            return {tp: cluster.groups.committed(self.sim.group_id, tp) for tp in partitions}
+            return {tp: cluster.groups.committed(self.sim.group_id, tp) for tp in partitions}  # type: ignore[arg-type]  # a group's
 
     def assignment(self) -> set[Partition]:
         with self.shared.use():
@@ -278,7 +279,7 @@ class SharedLogReader(LogReader):
         with self.shared.use():
             return self.sim.partition_count(topic)
 
-    def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list]]:
+    def scan(self, starts: Mapping[Partition, int | None]) -> Iterator[tuple[Partition, list[Any]]]:
         """Each partition from its start (None: the log start) to its end now, in one batch."""
         for (topic, partition), start in starts.items():
             with self.shared.use() as cluster:
@@ -329,7 +330,7 @@ class SimClients(ClientFactory):
 
     def open_log_reader(self, kafka: KafkaConfig, timeout_s: float = 10.0, fetch_wait_ms: int = 50,
                         **overrides: Any) -> LogReader:
-        return SharedLogReader(self.shared, self._name("reader"), timeout_s)
+        return SharedLogReader(self.shared, self._name("reader"), timeout_s)  # type: ignore[abstract]  # the tracker's reads only
 
     def require_aligned(self, kafka: KafkaConfig, queue: QueueConfig) -> Any:
         with self.shared.use() as cluster:

@@ -147,13 +147,13 @@ class TestQueue:
         self._running = _Running()  # handler calls of the run() under way
         clock = self.cluster.clock
         self.tracker = Tracker(config, registry=CollectorRegistry(), clock=clock.now, clients=self.clients,
-                               monotonic=clock.monotonic, pauses=_NoPauses())  # type: ignore[arg-type]
+                               monotonic=clock.monotonic, pauses=_NoPauses())
         self.tracker.open(serve_http=False)
         self._closed = False
 
     # ------------------------------------------------------------ producing
     def produce(self, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
-                headers: Sequence[tuple[str, bytes]] | None = None) -> Delivered:
+                headers: Sequence[tuple[str, bytes | None]] | None = None) -> Delivered:
         """Write a message to the queue topic now (as an application's producer would)."""
         with self.shared.use() as c:
             counts = c.partition_counts()[self.queue.name]
@@ -191,7 +191,7 @@ class TestQueue:
 
         cls = type("TestShareConsumer", (ShareConsumer,), {"open_queue": staticmethod(open_queue)})
         conf = {"bootstrap.servers": _BOOTSTRAP, "group.id": self.config.consumer.group_id, **(config or {}), **kwargs}
-        consumer = cls(conf)
+        consumer: ShareConsumer = cls(conf)
         self._closers.append(consumer.close)
         return consumer
 
@@ -322,7 +322,7 @@ class TestQueue:
         """Wait (real time) until the ``running`` consumers have taken and settled everything in the
         queue, the tracker applied it, and nothing it redelivered at once is left."""
         deadline = time.monotonic() + timeout
-        held_since: tuple[tuple, float] | None = None  # ordering: key: what stood still, and since when
+        held_since: tuple[tuple[Any, ...], float] | None = None  # ordering: key: what stood still, and since when
         while True:
             seen = self.shared.changes()
             if self._failed:
@@ -344,9 +344,9 @@ class TestQueue:
                         self.settle()
                         return
             if time.monotonic() > deadline:
-                held = {p: n for c in running for p, n in c.in_flight().items()}
+                per_partition = {p: n for c in running for p, n in c.in_flight().items()}
                 raise TestQueueError(f"{self.queue.name} was not quiet within {timeout:g}s (real time): unsettled "
-                                     f"messages per partition {held or 'none'}; a handler that blocks, or a "
+                                     f"messages per partition {per_partition or 'none'}; a handler that blocks, or a "
                                      "timeout too short")
             self.tracker.step(0.0)
             self.shared.wait_for_change(seen + 1, 0.005)

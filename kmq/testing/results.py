@@ -18,6 +18,7 @@ from kmq.config import QueueConfig
 from kmq.core.markers import End, Nack, Reject, decode_record
 from kmq.core.message import HEADER_DLQ_ERROR, HEADER_DLQ_REASON, HEADER_ORIGIN, delivery_count_of, header_text
 from kmq.dev.sim import SimCluster
+from kmq.dev.sim.log import StoredRecord
 
 __all__ = ["Delivered", "Nacked", "Rejected", "DeadLetter", "QueueView"]
 
@@ -80,8 +81,8 @@ class QueueView:
         self.cluster = cluster
         self.queue = queue
 
-    def _records(self, topic: str) -> list[tuple[int, object]]:
-        out = []
+    def _records(self, topic: str) -> list[tuple[int, StoredRecord]]:
+        out: list[tuple[int, StoredRecord]] = []
         for p in range(self.cluster.partition_counts()[topic]):
             plog = self.cluster.log(topic, p)
             out.extend((p, r) for r in plog.read(plog.log_start, plog.high_water - plog.log_start))
@@ -90,7 +91,7 @@ class QueueView:
     def records(self) -> list[Delivered]:
         """Every record of the queue topic, by partition and offset."""
         return [Delivered(r.value, r.key, p, r.offset, delivery_count_of(list(r.headers)), tuple(r.headers))
-                for p, r in self._records(self.queue.name)]  # type: ignore[attr-defined]
+                for p, r in self._records(self.queue.name)]
 
     def settlements(self) -> list[tuple[object, Delivered]]:
         """``(marker, record)`` for each offset an END, NACK or REJECT settled, in the order written
@@ -98,7 +99,7 @@ class QueueView:
         by_offset = {(d.partition, d.offset): d for d in self.records()}
         out: list[tuple[object, Delivered]] = []
         for p, r in self._records(self.queue.markers_topic):
-            marker = decode_record(r.key, r.value, p)  # type: ignore[attr-defined]
+            marker = decode_record(r.key, r.value, p)
             if not isinstance(marker, (End, Nack, Reject)):
                 continue
             for rng in marker.ranges:
@@ -111,8 +112,8 @@ class QueueView:
     def dead_letters(self) -> list[DeadLetter]:
         out = []
         for _p, r in self._records(self.queue.dlq_topic):
-            headers = list(r.headers)  # type: ignore[attr-defined]
-            out.append(DeadLetter(r.value, r.key, header_text(headers, HEADER_DLQ_REASON) or "",  # type: ignore[attr-defined]
+            headers = list(r.headers)
+            out.append(DeadLetter(r.value, r.key, header_text(headers, HEADER_DLQ_REASON) or "",
                                   header_text(headers, HEADER_DLQ_ERROR) or "", delivery_count_of(headers),
                                   header_text(headers, HEADER_ORIGIN), tuple(headers)))
         return out

@@ -247,7 +247,8 @@ class _Console:
         now_ms = int(time.time() * 1000)
         qp = request.query_params
         sel = self._filter(qp, now_ms)
-        rows, total, shown = [], 0, 0
+        rows: list[dict[str, Any]] = []
+        total, shown = 0, 0
         for dl in list_dead_letters(self.cfg, q.name, group=q.group_name):
             total += 1
             if not sel.matches(dl):

@@ -237,7 +237,7 @@ class ConfluentProducer:
                 try:
                     # produce(topic, value, key, partition, callback, on_delivery, timestamp, headers):
                     # positional, as keywords cost a sixth of the call (timestamp 0: now; headers None: none).
-                    produce(topic, value, key, partition, report, None, 0, headers)
+                    produce(topic, value, key, partition, report, None, 0, headers)  # type: ignore[arg-type]  # list invariance
                     break
                 except BufferError:  # local queue full: wait for deliveries to drain it
                     poll(0.05)

@@ -79,12 +79,12 @@ class FlushSettlement:
         failed_futures: dict[int, Exception] = {}
         if failures and not self._match(batches, futures, failures, failed, failed_futures):
             return  # verdicts stay undecided: nothing is vouched for
-        for records, verdicts in batches:
+        for _records, verdicts in batches:
             errors = failed.get(id(verdicts), {})
             verdicts[:] = [errors.get(i, unknown) if v is UNDECIDED else v for i, v in enumerate(verdicts)]
         for i, (fut, (topic, partition, _, _, _)) in enumerate(futures):
             if i in failed_futures or unknown is not None:
-                fut.failure(failed_futures.get(i, unknown))
+                fut.failure(failed_futures.get(i, unknown))  # type: ignore[arg-type]  # not None: the condition above
             else:
                 fut.success((topic, partition, None))  # the offset is not reported for an acknowledged record
 

@@ -84,7 +84,7 @@ def construct(make: Callable[[dict[str, Any]], T], conf: Mapping[str, Any], kafk
     try:
         return make(dict(conf))
     except Exception as exc:
-        err = exc.args[0] if exc.args else None
+        err: Any = exc.args[0] if exc.args else None
         text = err.str() if hasattr(err, "str") else str(exc)
         m = _PROPERTY.search(text)
         if m and m.group(1) in kafka.confluent:

@@ -52,7 +52,7 @@ class GrowingTopicsProducer(KafkaProducer):
                  partition, topic)
         while True:
             answered = threading.Event()
-            self._metadata.request_update().add_both(lambda _result: answered.set())
+            self._metadata.request_update().add_both(lambda _result: answered.set())  # noqa: B023 - a late answer wakes a later wait: it looks again
             self._sender.wakeup()
             answered.wait(max(0.0, min(_ASK_EVERY, deadline - time.monotonic())))
             if partition in (self._metadata.partitions_for_topic(topic) or ()):

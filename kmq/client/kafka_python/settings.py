@@ -51,7 +51,7 @@ def client_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
 _CLIENTS = (KafkaConsumer, KafkaProducer, KafkaAdminClient)
 
 
-def passthrough(kafka: KafkaConfig, client: type) -> dict[str, Any]:
+def passthrough(kafka: KafkaConfig, client: type[Any]) -> dict[str, Any]:
     """The keys of ``kafka.kafka_python`` that ``client`` (``KafkaConsumer``, ``KafkaProducer`` or
     ``KafkaAdminClient``) takes, applied over kmq's own, last. A name no kafka-python client takes
     (its ``DEFAULT_CONFIG``), or one that takes a Python object, raises :class:`ConfigError` naming it;

@@ -44,7 +44,7 @@ def unstrand_records(kc: Any) -> None:
     rebalance, and its remaining partition stopped at position < high-water for
     good. Clearing a drained slot is what the fetcher itself does on its next
     completion; no records are dropped."""
-    fetcher = getattr(kc, "_fetcher", None)
+    fetcher: Any = getattr(kc, "_fetcher", None)
     nxt = getattr(fetcher, "_next_partition_records", None)
     if nxt is not None and not nxt and getattr(fetcher, "_paused_partition_records", None):
         fetcher._next_partition_records = None

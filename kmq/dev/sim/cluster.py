@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 from kmq.client.api import ProduceFailed
 from kmq.core.markers import End, encode, encode_key
+from kmq.core.ranges import OffsetRange
 from kmq.dev.sim.assignors import COOPERATIVE_STICKY
 from kmq.dev.sim.clock import EPOCH_S, VirtualClock
 from kmq.dev.sim.errors import SimulationError
@@ -56,7 +57,7 @@ FOREIGN_MARKER_TYPE = 0x7F
 def foreign_marker(partition: int) -> tuple[bytes, bytes, tuple]:
     """(key, value, headers) of a foreign marker for queue ``partition``: an END's bytes, naming every
     offset, with the type code :data:`FOREIGN_MARKER_TYPE`."""
-    value = bytearray(encode(End([(0, 1 << 31)])))
+    value = bytearray(encode(End((OffsetRange(0, 1 << 31),))))
     value[1] = FOREIGN_MARKER_TYPE
     return encode_key(partition), bytes(value), ()
 
@@ -240,9 +241,9 @@ class SimCluster:
     def _schedule_faults(self) -> None:
         for f in self.faults.faults:
             if isinstance(f, (Retention, UnexpectedRecord)):
-                self._at(f.at, lambda f=f: self._log_fault(f))
+                self._at(f.at, lambda f=f: self._log_fault(f))  # type: ignore[misc]  # f bound per fault
             elif isinstance(f, MemberJoinsAndLeaves):
-                self._at(f.at, lambda f=f: self._phantom_joins(f))
+                self._at(f.at, lambda f=f: self._phantom_joins(f))  # type: ignore[misc]
             elif isinstance(f, (SlowFetch, SlowRead, BrokerPause, MemberPause)):
                 # Nothing happens then, but a wait re-checks: a fetch returns as soon as the fault ends.
                 self._at(f.until, lambda: None)

@@ -291,10 +291,10 @@ class SimConsumer:
 
     def pause(self, partitions: Iterable[TP]) -> None:
         """Stop fetching ``partitions`` (those assigned; a partition assigned later arrives unpaused)."""
-        self._paused |= {tuple(tp) for tp in partitions} & self._assigned  # type: ignore[misc]
+        self._paused |= {tuple(tp) for tp in partitions} & self._assigned  # type: ignore[arg-type]  # a TP is a (topic, partition) pair
 
     def resume(self, partitions: Iterable[TP]) -> None:
-        self._paused -= {tuple(tp) for tp in partitions}  # type: ignore[misc]
+        self._paused -= {tuple(tp) for tp in partitions}
 
     def position(self, topic: str, partition: int) -> int | None:
         """The offset the next fetch of the partition starts at (kafka-python's ``position``; not part

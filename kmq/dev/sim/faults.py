@@ -45,7 +45,7 @@ MARKER_KINDS = (FOREIGN_MARKER,)
 
 
 def _check_window(fault: object) -> None:
-    at, until = getattr(fault, "at"), getattr(fault, "until", None)
+    at, until = getattr(fault, "at"), getattr(fault, "until", None)  # noqa: B009 - any fault class
     if at < 0 or (until is not None and until < at):
         raise FaultPlanError(f"{fault!r}: needs 0 <= at <= until")
 

@@ -129,7 +129,7 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
         out.append(Violation("not-quiet", f"not quiet by the end; busy: {', '.join(busy) or 'none'}; "
                              f"tracker in flight: {[st.in_flight for _, st in sorted(world.tracker.states.items())]}"))
     for i in range(world.workload.messages):
-        mid = f"m{i:05d}"
+        mid: str | None = f"m{i:05d}"
         if mid not in s.ended and mid not in s.dead:
             out.append(Violation("lost", f"{mid} was neither acked (END) nor dead-lettered", mid))
     for mid, reasons in sorted(s.dead.items()):

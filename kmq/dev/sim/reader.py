@@ -105,7 +105,7 @@ class SimLogReader:
         given_up = c.clock.now() + self._timeout_s + POLL_S
 
         def blocked() -> list:
-            return [tp for tp in starts if c.faults.read_blocked_until(self.name, tp[0], tp[1], c.t()) is not None]
+            return [tp for tp in starts if c.faults.read_blocked_until(self.name, tp[0], tp[1], c.t()) is not None]  # type: ignore[index]
 
         c.clock.run_until(given_up, lambda: not blocked())
         failed = {tp: f"timed out reading {tp[0]}[{tp[1]}] (simulated {self._timeout_s:g}s)" for tp in blocked()}

@@ -84,7 +84,7 @@ def _shorter(f: Fault) -> Fault | None:
     until = getattr(f, "until", None)
     if until is None or until - f.at <= MIN_SPAN_S:
         return None
-    return dataclasses.replace(f, until=round(f.at + max(MIN_SPAN_S, (until - f.at) / 2), 3))  # type: ignore[type-var]
+    return dataclasses.replace(f, until=round(f.at + max(MIN_SPAN_S, (until - f.at) / 2), 3))
 
 
 def shrink(failed: SeedResult, workload: Workload = SEARCH_WORKLOAD, *,

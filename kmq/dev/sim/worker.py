@@ -33,7 +33,7 @@ from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOve
 from kmq.consumer.keyed_ready import KeyedReadyQueue, copy_origin
 from kmq.core.markers import End, Nack, Reject, Renew, Start, encode, encode_key
 from kmq.core.message import KmqMessage
-from kmq.core.ranges import coalesce
+from kmq.core.ranges import OffsetRange, coalesce
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.downtime import Downtime
 from kmq.dev.sim.producer import SimProducer
@@ -178,7 +178,7 @@ class Worker:
         w, b = self.world, action.batch
         futures = []
         for p, offs in sorted(b.offsets.items()):
-            start = Start([(r.first, r.count) for r in coalesce(offs)], lease_ms=int(w.workload.lease * 1000),
+            start = Start(tuple(coalesce(offs)), lease_ms=int(w.workload.lease * 1000),
                           owner=self.owner)
             try:
                 futures.append(self.markers.send(w.queue.markers_topic, value=encode(start), key=encode_key(p),
@@ -237,7 +237,7 @@ class Worker:
             w.released.add((self.owner, r.partition, r.key))
             w.cluster.record(f"world {self.owner} releases key {r.key!r} of {QUEUE}[{r.partition}]: no copy of "
                              f"@{r.origin} in time")
-        for tp, (m, lease_end) in sorted(self._taken.items()):
+        for _tp, (m, lease_end) in sorted(self._taken.items()):
             if lease_end <= now:
                 self._lapse(m)
         lease = w.workload.lease
@@ -245,7 +245,7 @@ class Worker:
         for m in keyed.due_for_renewal(now - lease / 2, now):
             renew.setdefault(m.partition, []).append(m.offset)
         for p, offs in sorted(renew.items()):
-            marker = Renew([(r.first, r.count) for r in coalesce(offs)], int(lease * 1000))
+            marker = Renew(tuple(coalesce(offs)), int(lease * 1000))
             self.markers.send(w.queue.markers_topic, value=encode(marker), key=encode_key(p), partition=p)
         taken = keyed.take(0.0, 0, lambda: True)
         for msgs, _first, _end, leased_at in keyed.taken():
@@ -318,11 +318,12 @@ class Worker:
             nack_ms = int(self.world.workload.nack_delay * 1000)
             if self.keyed is not None:
                 self._key_settled(m, fate.kind, due)
-            marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], nack_ms),
-                      REJECT: lambda: Reject([(m.offset, 1)], "sim handler rejected it")}.get(fate.kind)
+            # The lambdas run at once, in this iteration.
+            marker = {ACK: lambda: End((OffsetRange(m.offset, 1),)), NACK: lambda: Nack((OffsetRange(m.offset, 1),), nack_ms),  # noqa: B023
+                      REJECT: lambda: Reject((OffsetRange(m.offset, 1),), "sim handler rejected it")}.get(fate.kind)  # noqa: B023
             self.world.note(message_id(m.value), f"{self.owner} settles {QUEUE}[{m.partition}]@{m.offset}: {fate.kind}")
             if marker is not None:
-                self.markers.send(self.world.queue.markers_topic, value=encode(marker()),
+                self.markers.send(self.world.queue.markers_topic, value=encode(marker()),  # type: ignore[arg-type]  # an END, NACK or REJECT
                                   key=encode_key(m.partition), partition=m.partition)
         return False
 

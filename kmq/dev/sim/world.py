@@ -195,7 +195,7 @@ class World:
             self.tracker = self._service_tracker(make_reader(cluster))
         else:
             self.tracker = TrackerActor(self, make_reader(cluster))
-        self.actors: list[_Actor] = [self.producer, *self.workers, self.tracker]
+        self.actors: list[_Actor] = [self.producer, *self.workers, self.tracker]  # type: ignore[list-item]  # duck-typed actors
 
     def _service_tracker(self, reader: Any) -> ServiceTrackerActor:
         w = self.workload
