@@ -270,7 +270,7 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
             if isinstance(wrapped, KmqError):
                 return wrapped
             sock = wrapped
-            verdict = _client_certificate_verdict(kafka, server, sock, min(timeout, _VERDICT_WAIT_S))
+            verdict = _client_certificate_verdict(kafka, server, wrapped, min(timeout, _VERDICT_WAIT_S))
             if verdict is not None:
                 return verdict
             sock.settimeout(timeout)
@@ -304,7 +304,7 @@ def _connect(kafka: KafkaConfig, host: str, port: int, timeout: float) -> socket
 
 
 def _start_tls(kafka: KafkaConfig, raw: socket.socket, host: str, server: str,
-               timeout: float) -> socket.socket | KmqError:
+               timeout: float) -> ssl.SSLSocket | KmqError:
     """The TLS handshake on ``raw``: the TLS socket, or what the failed handshake means."""
     from kmq.client.tls import ssl_context
 

@@ -66,7 +66,7 @@ class Walk:
                 self.on_deleted(Deleted(tp[0], tp[1], r))
         return action
 
-    def hand_out(self, tp: Any, batch: Sequence[Any]) -> Iterator[tuple[Any, Sequence[Any]]]:
+    def hand_out(self, tp: Any, batch: Any) -> Iterator[tuple[Any, Any]]:
         """Yield ``tp``'s ``batch`` (if any) to the caller, counting the time the caller holds it."""
         if batch:
             t = time.monotonic()

@@ -202,9 +202,10 @@ class ConfluentLogReader:
                 self._assign(w.at, w.active, w.fresh)
             while w.active:
                 yield from self._consumed(w, self._take(w))
-            if park and w.may_park():
+            single = w.single
+            if park and single is not None and w.may_park():
                 # Read on by the next read if it starts here: at the first record taken but not used.
-                self._parked = _Parked(w.single, w.last[0].offset() if w.last else w.at[w.single], w.last)
+                self._parked = _Parked(single, w.last[0].offset() if w.last else w.at[single], w.last)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             cause = as_kafka_python_error(err) if isinstance(err, KafkaError) else exc
