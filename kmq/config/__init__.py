@@ -16,6 +16,11 @@ need SSL); :meth:`KafkaConfig.check_security` (run by :meth:`Config.load`
 and again before any client is built) checks what only the running process
 can know: credentials present after the environment is applied, TLS files and
 the OAUTHBEARER token file readable.
+
+Here: :class:`Config` and :class:`KafkaConfig`, and the rules between sections.
+The rest is in :mod:`kmq.config.fields` (how a field is declared and read),
+:mod:`kmq.config.sections`, :mod:`kmq.config.queues` and :mod:`kmq.config.env`
+(``KMQ_...`` overrides); users import them all from ``kmq.config``.
 """
 
 from __future__ import annotations
