@@ -42,6 +42,16 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
         return
     click.echo(f"queue {queue}{'' if q.group is None else f'  group {q.group}'}  workers group {workers_group}  "
                f"tracker group {tracker_group or cfg.tracker.group_id}")
+    _status_table(rows)
+    _status_notes(q, queue, rows)
+    if tracker_url:
+        click.echo(f"tracker {tracker_url}:")
+        for line in tracker_metrics(tracker_url, q.label):
+            click.echo(f"  {line}")
+
+
+def _status_table(rows) -> None:
+    """The table of ``kmq status``: a line per partition and the totals."""
     header = f"{'partition':>9}  {'in-flight':>9}  {'oldest':>8}  {'queue-lag':>9}  {'marker-lag':>10}  {'dlq':>6}"
     click.echo(header)
     for r in rows:
@@ -50,6 +60,10 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
     click.echo(f"{'total':>9}  {sum(r.in_flight for r in rows):>9}  {age_text(max((r.oldest_age_s for r in rows), default=0)):>8}  "
                f"{sum(r.queue_lag or 0 for r in rows):>9}  {sum(r.marker_lag or 0 for r in rows):>10}  "
                f"{sum(r.dlq_size or 0 for r in rows):>6}")
+
+
+def _status_notes(q, queue: str, rows) -> None:
+    """What the table does not show: scheduled messages, skipped or lost markers, a missing DLQ."""
     scheduled = sum(r.scheduled for r in rows)
     if scheduled:
         click.echo(f"{scheduled} of the in-flight message(s) are scheduled (kmq-not-before): held until their time")
@@ -63,10 +77,6 @@ def status(queue: str, tracker_url: str | None, workers_group: str | None, track
         if r.markers_lost:
             click.echo(f"partition {r.partition}: {r.markers_lost} marker record(s) deleted by retention before the "
                        f"tracker read them; see docs/operations.md (markers lost to retention)")
-    if tracker_url:
-        click.echo(f"tracker {tracker_url}:")
-        for line in tracker_metrics(tracker_url, q.label):
-            click.echo(f"  {line}")
 
 
 def _status_doc(queue: str, workers_group: str, tracker_group: str, rows, tracker_lines) -> dict:

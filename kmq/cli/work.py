@@ -173,13 +173,7 @@ def work(queue: str, workers: int, fail_rate: float, hang_rate: float, slow_rate
     from kmq.telemetry.metrics import ConsumerMetrics
     from kmq.telemetry.otel_sdk import process_tracing
 
-    if use_asyncio and use_share:
-        raise click.BadParameter("--asyncio and --share are two ways to run the worker: choose one")
-    if use_share and group is not None:
-        raise click.BadParameter("--share reads the queue's default group (its group.id is consumer.group_id): "
-                                 "run --group without --share")
-    if fail_rate + hang_rate + slow_rate > 1:
-        raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
+    _check_options(use_asyncio, use_share, group, fail_rate + hang_rate + slow_rate)
     tune_collector()
     lease = cfg.queue(queue, group).lease
     slow_s = 1.5 * lease
@@ -304,6 +298,17 @@ async def _run_async(cfg: Config, queue: str, metrics: Any, handler: Any, concur
     async with AsyncKmqConsumer(cfg, queue=queue, metrics=metrics, group=group) as consumer:
         started(consumer)
         await consumer.run(handler, concurrency=concurrency)
+
+
+def _check_options(use_asyncio: bool, use_share: bool, group: str | None, rates: float) -> None:
+    """Options of ``kmq work`` that do not go together (``rates``: the fail, hang and slow rates added)."""
+    if use_asyncio and use_share:
+        raise click.BadParameter("--asyncio and --share are two ways to run the worker: choose one")
+    if use_share and group is not None:
+        raise click.BadParameter("--share reads the queue's default group (its group.id is consumer.group_id): "
+                                 "run --group without --share")
+    if rates > 1:
+        raise click.BadParameter("--fail-rate, --hang-rate and --slow-rate must not add up to more than 1")
 
 
 class _ShareDelivery:

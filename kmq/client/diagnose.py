@@ -260,8 +260,40 @@ def _sasl_login(kafka: KafkaConfig, server: str, sock: socket.socket, unread: in
 def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> KmqError | None:
     """One bootstrap server: the error found, or None when every step worked."""
     server = f"{host}:{port}"
+    raw = _connect(kafka, host, port, timeout)
+    if isinstance(raw, KmqError):
+        return raw
+    sock: socket.socket = raw
     try:
-        raw = socket.create_connection((host, port), timeout=timeout)
+        sock.settimeout(timeout)
+        if kafka.uses_tls:
+            wrapped = _start_tls(kafka, raw, host, server, timeout)
+            if isinstance(wrapped, KmqError):
+                return wrapped
+            sock = wrapped
+            verdict = _client_certificate_verdict(kafka, server, wrapped, min(timeout, _VERDICT_WAIT_S))
+            if verdict is not None:
+                return verdict
+            sock.settimeout(timeout)
+        size = _api_versions(kafka, sock, server, timeout)
+        if isinstance(size, KmqError):
+            return size
+        if _logs_in_with_password(kafka):
+            return _sasl_login(kafka, server, sock, size - 4)
+    finally:
+        sock.close()
+    if kafka.sasl_mechanism == "OAUTHBEARER":
+        from kmq.client.oauth import token_provider
+
+        token_provider(kafka).token()  # raises AuthenticationFailed naming the token source
+    return None
+
+
+def _connect(kafka: KafkaConfig, host: str, port: int, timeout: float) -> socket.socket | KmqError:
+    """A TCP connection to the server, or why there is none."""
+    server = f"{host}:{port}"
+    try:
+        return socket.create_connection((host, port), timeout=timeout)
     except socket.gaierror as exc:
         return unreachable(kafka, cause=f"cannot resolve {host}: {exc.strerror}")
     except ConnectionRefusedError:
@@ -270,60 +302,53 @@ def _probe_server(kafka: KafkaConfig, host: str, port: int, timeout: float) -> K
         return unreachable(kafka, cause=f"no answer from {server} within {timeout:g}s")
     except OSError as exc:
         return unreachable(kafka, cause=f"{server}: {exc.strerror or exc}")
-    sock: socket.socket = raw
+
+
+def _start_tls(kafka: KafkaConfig, raw: socket.socket, host: str, server: str,
+               timeout: float) -> ssl.SSLSocket | KmqError:
+    """The TLS handshake on ``raw``: the TLS socket, or what the failed handshake means."""
+    from kmq.client.tls import ssl_context
+
     try:
-        sock.settimeout(timeout)
+        return ssl_context(kafka).wrap_socket(raw, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        return broker_certificate_error(server, exc)
+    except ssl.SSLError as exc:
+        alert = tls_alert_error(server, exc, kafka.ssl_certfile)
+        if alert is not None:
+            return alert
+        return _tls_to_plaintext(server, exc.reason or str(exc), kafka)
+    except TimeoutError:
+        return _tls_to_plaintext(server, f"no TLS answer within {timeout:g}s")
+    except OSError as exc:  # EOF or reset: a plaintext Kafka port drops a ClientHello
+        return _tls_to_plaintext(server, f"connection closed: {exc.strerror or type(exc).__name__}", kafka)
+
+
+def _api_versions(kafka: KafkaConfig, sock: socket.socket, server: str, timeout: float) -> int | KmqError:
+    """Ask for the API versions: the size of a Kafka answer, or what no such answer means."""
+    try:
+        sock.sendall(API_VERSIONS_V0)
+        head = _recv_exactly(sock, 8)
+    except ssl.SSLError as exc:
+        found = tls_alert_error(server, exc, kafka.ssl_certfile)
+        if found is None and isinstance(exc, ssl.SSLEOFError):
+            # TLS 1.3 clients learn the broker's verdict on their certificate only now; a TLS
+            # terminator that drops the connection instead of sending an alert means the same.
+            found = _closed_after_handshake(kafka, server)
+        return found or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
+    except TimeoutError:
         if kafka.uses_tls:
-            from kmq.client.tls import ssl_context
-
-            try:
-                sock = ssl_context(kafka).wrap_socket(raw, server_hostname=host)
-            except ssl.SSLCertVerificationError as exc:
-                return broker_certificate_error(server, exc)
-            except ssl.SSLError as exc:
-                alert = tls_alert_error(server, exc, kafka.ssl_certfile)
-                if alert is not None:
-                    return alert
-                return _tls_to_plaintext(server, exc.reason or str(exc), kafka)
-            except TimeoutError:
-                return _tls_to_plaintext(server, f"no TLS answer within {timeout:g}s")
-            except OSError as exc:  # EOF or reset: a plaintext Kafka port drops a ClientHello
-                return _tls_to_plaintext(server, f"connection closed: {exc.strerror or type(exc).__name__}", kafka)
-            verdict = _client_certificate_verdict(kafka, server, sock, min(timeout, _VERDICT_WAIT_S))
-            if verdict is not None:
-                return verdict
-            sock.settimeout(timeout)
-        try:
-            sock.sendall(API_VERSIONS_V0)
-            head = _recv_exactly(sock, 8)
-        except ssl.SSLError as exc:
-            found = tls_alert_error(server, exc, kafka.ssl_certfile)
-            if found is None and isinstance(exc, ssl.SSLEOFError):
-                # TLS 1.3 clients learn the broker's verdict on their certificate only now; a TLS
-                # terminator that drops the connection instead of sending an alert means the same.
-                found = _closed_after_handshake(kafka, server)
-            return found or TlsHandshakeFailed(f"TLS with Kafka at {server} failed after the handshake: {exc.reason or exc}")
-        except TimeoutError:
-            if kafka.uses_tls:
-                return unreachable(kafka, cause=f"{server} accepted TLS but did not answer a Kafka request within {timeout:g}s")
-            return _plaintext_to_tls(server, f"no answer within {timeout:g}s")
-        except OSError as exc:
-            head, closed = b"", exc.strerror or type(exc).__name__
-        else:
-            closed = "connection closed"
-        if len(head) < 8 or struct.unpack(">i", head[4:8])[0] != _CORRELATION_ID:
-            if head[:1] == b"\x15" or not kafka.uses_tls:  # 0x15: a TLS alert record
-                return _plaintext_to_tls(server, "answered with TLS" if head[:1] == b"\x15" else closed)
-            return unreachable(kafka, cause=f"{server} closed the connection after the TLS handshake; is it a Kafka listener?")
-        if _logs_in_with_password(kafka):
-            return _sasl_login(kafka, server, sock, struct.unpack(">i", head[:4])[0] - 4)
-    finally:
-        sock.close()
-    if kafka.sasl_mechanism == "OAUTHBEARER":
-        from kmq.client.oauth import token_provider
-
-        token_provider(kafka).token()  # raises AuthenticationFailed naming the token source
-    return None
+            return unreachable(kafka, cause=f"{server} accepted TLS but did not answer a Kafka request within {timeout:g}s")
+        return _plaintext_to_tls(server, f"no answer within {timeout:g}s")
+    except OSError as exc:
+        head, closed = b"", exc.strerror or type(exc).__name__
+    else:
+        closed = "connection closed"
+    if len(head) < 8 or struct.unpack(">i", head[4:8])[0] != _CORRELATION_ID:
+        if head[:1] == b"\x15" or not kafka.uses_tls:  # 0x15: a TLS alert record
+            return _plaintext_to_tls(server, "answered with TLS" if head[:1] == b"\x15" else closed)
+        return unreachable(kafka, cause=f"{server} closed the connection after the TLS handshake; is it a Kafka listener?")
+    return struct.unpack(">i", head[:4])[0]
 
 
 def probe(kafka: KafkaConfig, timeout_s: float) -> list[tuple[str, KmqError | None]]:

@@ -320,9 +320,6 @@ class PartitionLagState:
         firsts = decoded.firsts.tolist()
         counts = decoded.counts.tolist()
         wms = self.window_ms
-        opn, closed = self.open, self.closed
-        o_starts, o_ends, o_times = opn.starts, opn.ends, opn.times
-        remember, limit = closed.add_bounded, CLOSED_MEMORY_RANGES
         w = self.current
         w_idx = -1 if w is None else w.window_start_ms // wms  # -1: unread while w is None
         hw = self.high_water
@@ -342,47 +339,66 @@ class PartitionLagState:
             w.markers[names[t]] += 1
             a, b = rstart[i], rstart[i + 1]
             if t == _START:
-                for j in range(a, b):
-                    first, count = firsts[j], counts[j]
-                    if first < closed.max_end():
-                        closed.remove(first, count)
-                    if not o_ends or o_ends[-1] < first:  # past every open offset: append
-                        o_starts.append(first), o_ends.append(first + count), o_times.append(ts)  # type: ignore[func-returns-value]
-                        opn.size += count
-                    elif o_ends[-1] == first and o_times[-1] == ts:
-                        o_ends[-1] = first + count
-                        opn.size += count
-                    else:
-                        opn.add(first, count, ts)
+                self._open_ranges(firsts, counts, a, b, ts)
             elif t == _END:
-                buckets = w.ack_latency_buckets
-                for j in range(a, b):
-                    first, count = firsts[j], counts[j]
-                    if first < closed.max_end() and closed.min() < first + count:
-                        w.late_acks += sum(r.count for r in closed.intersection(first, count))
-                    k = bisect_left(o_starts, first)
-                    if k < len(o_starts) and o_starts[k] == first and o_ends[k] == first + count:
-                        # The whole of one START's range acked (the common case): drop its segment.
-                        parts = [(count, o_times[k])]
-                        del o_starts[k], o_ends[k], o_times[k]
-                        opn.size -= count
-                    else:
-                        parts = opn.remove(first, count)
-                    for n, started in parts:
-                        lat = ts - started if ts > started else 0
-                        w.acked += n
-                        buckets[bisect_left(LATENCY_BUCKETS_MS, lat)] += n
-                        w.ack_latency_sum_ms += n * lat
-                    remember(first, count, limit)
+                self._ack_ranges(w, firsts, counts, a, b, ts)
             elif t == _REJECT or t == _CLOSED:
-                for j in range(a, b):
-                    first, count = firsts[j], counts[j]
-                    opn.remove(first, count)
-                    remember(first, count, limit)
-                    if t == _CLOSED:
-                        _count_closed(w, outcomes[i], count)
+                self._close_ranges(w, firsts, counts, a, b, t == _CLOSED, outcomes[i])
         self.high_water = hw
         return emitted
+
+    def _open_ranges(self, firsts: list[int], counts: list[int], a: int, b: int, ts: int) -> None:
+        """A decoded START of the ranges ``firsts[a:b]``/``counts[a:b]``: reopen what was closed, open at
+        ``ts`` (appended when past every open offset)."""
+        opn, closed = self.open, self.closed
+        o_starts, o_ends, o_times = opn.starts, opn.ends, opn.times
+        for j in range(a, b):
+            first, count = firsts[j], counts[j]
+            if first < closed.max_end():
+                closed.remove(first, count)
+            if not o_ends or o_ends[-1] < first:  # past every open offset: append
+                o_starts.append(first), o_ends.append(first + count), o_times.append(ts)  # type: ignore[func-returns-value]
+                opn.size += count
+            elif o_ends[-1] == first and o_times[-1] == ts:
+                o_ends[-1] = first + count
+                opn.size += count
+            else:
+                opn.add(first, count, ts)
+
+    def _ack_ranges(self, w: WindowStats, firsts: list[int], counts: list[int], a: int, b: int,
+                    ts: int) -> None:
+        """A decoded END: close what is open (counting its latency in ``w``), count late acks."""
+        opn, closed = self.open, self.closed
+        o_starts, o_ends, o_times = opn.starts, opn.ends, opn.times
+        buckets = w.ack_latency_buckets
+        for j in range(a, b):
+            first, count = firsts[j], counts[j]
+            if first < closed.max_end() and closed.min() < first + count:  # type: ignore[operator]
+                w.late_acks += sum(r.count for r in closed.intersection(first, count))
+            k = bisect_left(o_starts, first)
+            if k < len(o_starts) and o_starts[k] == first and o_ends[k] == first + count:
+                # The whole of one START's range acked (the common case): drop its segment.
+                parts = [(count, o_times[k])]
+                del o_starts[k], o_ends[k], o_times[k]
+                opn.size -= count
+            else:
+                parts = opn.remove(first, count)
+            for n, started in parts:
+                lat = ts - started if ts > started else 0
+                w.acked += n
+                buckets[bisect_left(LATENCY_BUCKETS_MS, lat)] += n
+                w.ack_latency_sum_ms += n * lat
+            closed.add_bounded(first, count, CLOSED_MEMORY_RANGES)
+
+    def _close_ranges(self, w: WindowStats, firsts: list[int], counts: list[int], a: int, b: int,
+                      tracker_closed: bool, outcome: int) -> None:
+        """A decoded REJECT, or a CLOSED (``tracker_closed``) whose ``outcome`` is counted in ``w``."""
+        for j in range(a, b):
+            first, count = firsts[j], counts[j]
+            self.open.remove(first, count)
+            self.closed.add_bounded(first, count, CLOSED_MEMORY_RANGES)
+            if tracker_closed:
+                _count_closed(w, outcome, count)
 
     # ------------------------------------------------------------ persistence
     def to_json(self) -> str:

@@ -312,46 +312,63 @@ class PartitionState:
         if isinstance(marker, Start):
             return self._start(marker, marker_offset, ts_ms)
         if isinstance(marker, End):
-            closed = late = 0
-            for r in marker.ranges:
-                n = self._remove(r.first, r.end)
-                closed += n
-                if n < r.count:
-                    late += self._closed_count(r)
-            return MarkerEffect(closed=closed, late=late) if closed or late else _NO_EFFECT
+            return self._on_end(marker)
         if isinstance(marker, Renew):
-            late = 0
-            deadline = ts_ms + self._hold(marker.lease_ms)
-            for r in marker.ranges:
-                touched = 0
-                for s in self._pieces(r.first, r.end):
-                    touched += s.end - s.first
-                    if s.reason is Reason.TIMEOUT:
-                        s.deadline_ms = deadline
-                        self._reschedule(s, deadline + self._backoff_ms(max(s.count, 1)))
-                if touched < r.count:
-                    late += self._closed_count(r)
-            return MarkerEffect(late=late) if late else _NO_EFFECT
+            return self._on_renew(marker, ts_ms)
         if isinstance(marker, Nack):
-            reason = Reason.NACK if marker.counted else Reason.RELEASE
-            for r in marker.ranges:
-                for s in self._pieces(r.first, r.end):
-                    s.reason = reason
-                    self._reschedule(s, ts_ms + self._hold(marker.delay_ms))
-            return _NO_EFFECT
+            return self._on_nack(marker, ts_ms)
         if isinstance(marker, Reject):
-            for r in marker.ranges:
-                for s in self._pieces(r.first, r.end):
-                    s.reason, s.error = Reason.REJECT, marker.reason
-                    self._reschedule(s, ts_ms)
-            return _NO_EFFECT
+            return self._on_reject(marker, ts_ms)
         if isinstance(marker, Closed):
-            closed = 0
-            for r in marker.ranges:
-                closed += self._remove(r.first, r.end)
-                self._remember_closed(r)
-            return MarkerEffect(closed=closed) if closed else _NO_EFFECT
+            return self._on_closed(marker)
         raise TypeError(f"not a marker: {marker!r}")  # pragma: no cover
+
+    def _on_end(self, marker: End) -> MarkerEffect:
+        """Close what is open; what was closed already is a late ack."""
+        closed = late = 0
+        for r in marker.ranges:
+            n = self._remove(r.first, r.end)
+            closed += n
+            if n < r.count:
+                late += self._closed_count(r)
+        return MarkerEffect(closed=closed, late=late) if closed or late else _NO_EFFECT
+
+    def _on_renew(self, marker: Renew, ts_ms: int) -> MarkerEffect:
+        """Move the deadline of what is open and leased; a RENEW of closed offsets is late."""
+        late = 0
+        deadline = ts_ms + self._hold(marker.lease_ms)
+        for r in marker.ranges:
+            touched = 0
+            for s in self._pieces(r.first, r.end):
+                touched += s.end - s.first
+                if s.reason is Reason.TIMEOUT:
+                    s.deadline_ms = deadline
+                    self._reschedule(s, deadline + self._backoff_ms(max(s.count, 1)))
+            if touched < r.count:
+                late += self._closed_count(r)
+        return MarkerEffect(late=late) if late else _NO_EFFECT
+
+    def _on_nack(self, marker: Nack, ts_ms: int) -> MarkerEffect:
+        reason = Reason.NACK if marker.counted else Reason.RELEASE
+        for r in marker.ranges:
+            for s in self._pieces(r.first, r.end):
+                s.reason = reason
+                self._reschedule(s, ts_ms + self._hold(marker.delay_ms))
+        return _NO_EFFECT
+
+    def _on_reject(self, marker: Reject, ts_ms: int) -> MarkerEffect:
+        for r in marker.ranges:
+            for s in self._pieces(r.first, r.end):
+                s.reason, s.error = Reason.REJECT, marker.reason
+                self._reschedule(s, ts_ms)
+        return _NO_EFFECT
+
+    def _on_closed(self, marker: Closed) -> MarkerEffect:
+        closed = 0
+        for r in marker.ranges:
+            closed += self._remove(r.first, r.end)
+            self._remember_closed(r)
+        return MarkerEffect(closed=closed) if closed else _NO_EFFECT
 
     def skip(self, marker_offset: int) -> None:
         """Advance past a record that is not a valid marker."""

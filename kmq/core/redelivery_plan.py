@@ -222,46 +222,58 @@ def plan(state: PartitionState, items: Sequence[DueItem], records: Mapping[int, 
     out = StepPlan(missing=state.open_within(gone) if gone else [], log_end=log_end)
     deferred: dict[tuple[int, int], list[int]] = defaultdict(list)
     unread: list[int] = []
-    # One pass per offset of a backlog: names looked up once (an enum member through its class
-    # costs a few hundred ns), and each Send built from the fields its item and count share.
-    add, get, new_send, problem = out.sends.append, records.get, tuple.__new__, copy_problem
-    wait, dead = Action.WAIT, Action.DEAD_LETTER
     for item in items:
-        # By delivery count: the decision and the send's fields, the same for every record of the item.
-        decided: dict[int, tuple[Plan, tuple]] = {}
-        for r in item.ranges:
-            for off in r.offsets():
-                rec = get(off)
-                if rec is None:
-                    if off not in gone and (log_end is None or off < log_end):
-                        unread.append(off)
-                    continue  # missing, or past the log end (below)
-                headers = rec.headers
-                count = delivery_count_of(headers) if headers else 1  # no headers: a first delivery
-                entry = decided.get(count)
-                if entry is None:
-                    decision = state.plan(item, count, now_ms)
-                    entry = decided[count] = (decision, _send_fields(item, count, decision))
-                decision, fields = entry
-                action = decision.action
-                if action is wait:
-                    deferred[(decision.until_ms, count)].append(off)  # type: ignore[index]  # WAIT sets until_ms
-                elif action is dead or problem(rec.key, rec.value) is None:
-                    add(new_send(Send, (off, *fields)))  # Send(off, *fields) without its Python-level __new__
-                else:
-                    add(_first_send(item, off, rec, count, action, decision.dlq_reason))
+        _plan_item(state, item, records, gone, log_end, now_ms, out.sends, deferred, unread)
     out.defer = [Defer(tuple(coalesce(offs)), until, count) for (until, count), offs in deferred.items()]
     out.unread = state.open_within(coalesce(unread)) if unread else []
     if out.unread:
         out.retry_at_ms = retry_at_ms(max(i.failures for i in items), now_ms)
     if log_end is not None:
-        past = [i for i in items if i.ranges[-1].end > log_end]
-        out.past_end = state.open_within(
-            (max(r.first, log_end), r.end - max(r.first, log_end)) for i in past for r in i.ranges if r.end > log_end)
-        if out.past_end:
-            out.past_end_at_ms = retry_at_ms(max(i.failures for i in past), now_ms)
+        _plan_past_end(out, state, items, log_end, now_ms)
     return out
 
+
+def _plan_item(state: PartitionState, item: DueItem, records: Mapping[int, RecordLike], gone: RangeSet,
+               log_end: int | None, now_ms: int, sends: list[Send], deferred: dict[tuple[int, int], list[int]],
+               unread: list[int]) -> None:
+    """The offsets of one due item: a send each (to ``sends``), deferred by (until, count), or unread."""
+    # One pass per offset of a backlog: names looked up once (an enum member through its class
+    # costs a few hundred ns), and each Send built from the fields its item and count share.
+    add, get, new_send, problem = sends.append, records.get, tuple.__new__, copy_problem
+    wait, dead = Action.WAIT, Action.DEAD_LETTER
+    # By delivery count: the decision and the send's fields, the same for every record of the item.
+    decided: dict[int, tuple[Plan, tuple]] = {}
+    for r in item.ranges:
+        for off in r.offsets():
+            rec = get(off)
+            if rec is None:
+                if off not in gone and (log_end is None or off < log_end):
+                    unread.append(off)
+                continue  # missing, or past the log end (below)
+            headers = rec.headers
+            count = delivery_count_of(headers) if headers else 1  # no headers: a first delivery
+            entry = decided.get(count)
+            if entry is None:
+                decision = state.plan(item, count, now_ms)
+                entry = decided[count] = (decision, _send_fields(item, count, decision))
+            decision, fields = entry
+            action = decision.action
+            if action is wait:
+                deferred[(decision.until_ms, count)].append(off)  # type: ignore[index]  # WAIT sets until_ms
+            elif action is dead or problem(rec.key, rec.value) is None:
+                add(new_send(Send, (off, *fields)))  # Send(off, *fields) without its Python-level __new__
+            else:
+                add(_first_send(item, off, rec, count, action, decision.dlq_reason))
+
+
+def _plan_past_end(out: StepPlan, state: PartitionState, items: Sequence[DueItem], log_end: int,
+                   now_ms: int) -> None:
+    """The open offsets of ``items`` at or past ``log_end``: never closed, retried later."""
+    past = [i for i in items if i.ranges[-1].end > log_end]
+    out.past_end = state.open_within(
+        (max(r.first, log_end), r.end - max(r.first, log_end)) for i in past for r in i.ranges if r.end > log_end)
+    if out.past_end:
+        out.past_end_at_ms = retry_at_ms(max(i.failures for i in past), now_ms)
 
 def settle(sends: Sequence[Send], results: Sequence[SendResult], now_ms: int) -> Settled:
     """Decide from each send's result (``results[i]`` is the result of ``sends[i]``)."""

@@ -189,88 +189,13 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
     result = ReplayResult(group=group, dry_run=dry_run)
     if not tps:
         return result
-    qtps = [(q.name, p) for p in range(queue_partitions)]
     reader = open_log_reader(cfg.kafka, timeout_s)
     p = None if dry_run else producer(cfg.kafka, max_request_size=cfg.tracker.max_request_size,
                                       compression_type=q.compression)
-    pending: dict[Partition, int] = {}  # DLQ position after the last record handled
-    sent: list[tuple[Partition, int, Any]] = []  # (DLQ partition, DLQ offset, future) of the open batch
-    marks: dict[Partition, int] = {}  # queue watermark: after our last acknowledged copy
-
-    def settle() -> None:
-        """Commit what is acknowledged: per DLQ partition up to its first failed copy, never past it."""
-        if p is None:  # a dry run writes nothing
-            pending.clear()
-            return
-        try:
-            p.flush(timeout=30)
-        except produce_errors():
-            pass  # unfinished sends fail below, one by one
-        failed: dict[Partition, tuple[int, BaseException]] = {}
-        for tp, off, fut in sent:
-            try:
-                _topic, copy_partition, copy_offset = delivered_at(fut.get(timeout=0))
-            except Exception as exc:  # noqa: BLE001 - decided per record
-                if tp not in failed or off < failed[tp][0]:
-                    failed[tp] = (off, exc)
-                continue
-            qtp = (q.name, copy_partition)
-            marks[qtp] = max(marks.get(qtp, 0), copy_offset + 1)
-        sent.clear()
-        offsets = {tp: min(off, failed[tp][0]) if tp in failed else off for tp, off in pending.items()}
-        offsets.update(marks)
-        reader.commit(group, offsets)
-        pending.clear()
-        if failed:
-            (topic, partition), (off, err) = min(failed.items(), key=lambda kv: kv[1][0])
-            raise KmqError(f"DLQ replay of {queue} stopped at {topic}[{partition}] offset {off}: "
-                           f"{type(err).__name__}: {err}; everything before it is committed in group {group}, "
-                           f"run it again to continue (nothing is copied twice)")
-
+    run = _ReplayRun(queue, q, group, reader, p, queue_partitions, result,
+                     _Choice(reason, select, limit, rate), progress)
     try:
-        done = _already_copied(reader, group, q, qtps)
-        # Watermarks before the first copy of this run: a crash in its first batch is recovered too.
-        marks.update({qtp: end for qtp, (_start, end) in reader.bounds(qtps).items()})
-        if p is not None:
-            reader.commit(group, marks)
-        committed = reader.committed(group, tps)
-        if size_hint is not None:
-            bounds = reader.bounds(tps)
-            size_hint(sum(max(0, end - (c if (c := committed[tp]) is not None else start))
-                          for tp, (start, end) in bounds.items()))
-        started = time.monotonic()
-        for tp, records in reader.scan(committed):
-            for rec in records:
-                if limit is not None and result.replayed >= limit:
-                    break
-                dl = _dead_letter(tp, rec)
-                if (tp[1], rec.offset) in done:
-                    result.already += 1
-                elif (reason is None or dl.reason == reason) and (select is None or select(dl)):
-                    if rate and p is not None:
-                        wait = started + result.replayed / rate - time.monotonic()
-                        if wait > 0:
-                            time.sleep(wait)  # the rate limit itself
-                    problem = _unreplayable(dl)
-                    if problem is None and p is not None:
-                        problem = _send_one(p, q, dl, queue_partitions, sent, tp)
-                    if problem is None:
-                        result.replayed += 1
-                        if p is None:
-                            result.planned.append(PlannedCopy(tp[1], rec.offset, dl.reason,
-                                                              _target_partition(dl, queue_partitions), dl.key))
-                    else:
-                        result.unreplayable.append(f"{tp[1]}:{rec.offset} {problem}")
-                else:
-                    result.skipped += 1
-                pending[tp] = rec.offset + 1
-                if progress is not None:
-                    progress(1)
-                if len(sent) >= _BATCH:
-                    settle()
-            if limit is not None and result.replayed >= limit:
-                break
-        settle()
+        run.copy_all(run.start(tps, size_hint))
     except (LogReadError, *produce_errors()) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
         raise KmqError(f"DLQ replay of {queue} stopped: {exc}; positions up to the last acknowledged batch are "
                        f"committed in group {group}, run it again to continue") from exc
@@ -279,6 +204,138 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
         if p is not None:
             close_producer(p)
     return result
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """Which dead letters a replay copies, how many and how fast."""
+
+    reason: str | None
+    select: Callable[[DeadLetter], bool] | None
+    limit: int | None
+    rate: float | None
+
+    def wants(self, dl: DeadLetter) -> bool:
+        return (self.reason is None or dl.reason == self.reason) and (self.select is None or self.select(dl))
+
+
+class _ReplayRun:
+    """One replay: the DLQ records it reads, the copies it sends, and the positions it commits
+    once those copies are acknowledged."""
+
+    def __init__(self, queue: str, q: QueueConfig, group: str, reader: LogReader, p: Any, queue_partitions: int,
+                 result: ReplayResult, choice: _Choice, progress: Callable[[int], None] | None) -> None:
+        self.queue = queue  # as the caller named it, for errors
+        self.q = q
+        self.group = group
+        self.reader = reader
+        self.p = p  # None: a dry run, which writes nothing
+        self.queue_partitions = queue_partitions
+        self.result = result
+        self.choice = choice
+        self.progress = progress
+        self.pending: dict[Partition, int] = {}  # DLQ position after the last record handled
+        self.sent: list[tuple[Partition, int, Any]] = []  # (DLQ partition, DLQ offset, future) of the open batch
+        self.marks: dict[Partition, int] = {}  # queue watermark: after our last acknowledged copy
+        self.done: set[tuple[int, int]] = set()  # copied by an earlier, interrupted run
+        self.started = time.monotonic()
+
+    def start(self, tps: list[Partition], size_hint: Callable[[int], None] | None) -> dict[Partition, int | None]:
+        """Recover what an earlier run copied and commit the watermarks; the DLQ positions to read from."""
+        qtps = [(self.q.name, p) for p in range(self.queue_partitions)]
+        self.done = _already_copied(self.reader, self.group, self.q, qtps)
+        # Watermarks before the first copy of this run: a crash in its first batch is recovered too.
+        self.marks.update({qtp: end for qtp, (_start, end) in self.reader.bounds(qtps).items()})
+        if self.p is not None:
+            self.reader.commit(self.group, self.marks)
+        committed = self.reader.committed(self.group, tps)
+        if size_hint is not None:
+            bounds = self.reader.bounds(tps)
+            size_hint(sum(max(0, end - (c if (c := committed[tp]) is not None else start))
+                          for tp, (start, end) in bounds.items()))
+        self.started = time.monotonic()
+        return committed
+
+    def copy_all(self, committed: dict[Partition, int | None]) -> None:
+        """Read the DLQ from ``committed`` to its end (or the limit), copying and committing in batches."""
+        for tp, records in self.reader.scan(committed):
+            for rec in records:
+                if self._at_limit():
+                    break
+                self._handle(tp, rec)
+                if len(self.sent) >= _BATCH:
+                    self.settle()
+            if self._at_limit():
+                break
+        self.settle()
+
+    def _at_limit(self) -> bool:
+        return self.choice.limit is not None and self.result.replayed >= self.choice.limit
+
+    def _handle(self, tp: Partition, rec: Any) -> None:
+        dl = _dead_letter(tp, rec)
+        if (tp[1], rec.offset) in self.done:
+            self.result.already += 1
+        elif self.choice.wants(dl):
+            self._copy(tp, dl)
+        else:
+            self.result.skipped += 1
+        self.pending[tp] = rec.offset + 1
+        if self.progress is not None:
+            self.progress(1)
+
+    def _copy(self, tp: Partition, dl: DeadLetter) -> None:
+        """Send ``dl``'s copy (a dry run plans it), or report why it stays in the DLQ."""
+        if self.choice.rate and self.p is not None:
+            wait = self.started + self.result.replayed / self.choice.rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # the rate limit itself
+        problem = _unreplayable(dl)
+        if problem is None and self.p is not None:
+            problem = _send_one(self.p, self.q, dl, self.queue_partitions, self.sent, tp)
+        if problem is not None:
+            self.result.unreplayable.append(f"{tp[1]}:{dl.offset} {problem}")
+            return
+        self.result.replayed += 1
+        if self.p is None:
+            self.result.planned.append(PlannedCopy(tp[1], dl.offset, dl.reason,
+                                                   _target_partition(dl, self.queue_partitions), dl.key))
+
+    def settle(self) -> None:
+        """Commit what is acknowledged: per DLQ partition up to its first failed copy, never past it."""
+        if self.p is None:  # a dry run writes nothing
+            self.pending.clear()
+            return
+        try:
+            self.p.flush(timeout=30)
+        except produce_errors():
+            pass  # unfinished sends fail below, one by one
+        failed = self._collect_sent()
+        offsets = {tp: min(off, failed[tp][0]) if tp in failed else off for tp, off in self.pending.items()}
+        offsets.update(self.marks)
+        self.reader.commit(self.group, offsets)
+        self.pending.clear()
+        if failed:
+            (topic, partition), (off, exc) = min(failed.items(), key=lambda kv: kv[1][0])
+            raise KmqError(f"DLQ replay of {self.queue} stopped at {topic}[{partition}] offset {off}: "
+                           f"{type(exc).__name__}: {exc}; everything before it is committed in group {self.group}, "
+                           f"run it again to continue (nothing is copied twice)")
+
+    def _collect_sent(self) -> dict[Partition, tuple[int, BaseException]]:
+        """Move the queue watermarks past the acknowledged copies of the open batch; per DLQ
+        partition, the first copy that failed (offset, error)."""
+        failed: dict[Partition, tuple[int, BaseException]] = {}
+        for tp, off, fut in self.sent:
+            try:
+                _topic, copy_partition, copy_offset = delivered_at(fut.get(timeout=0))
+            except Exception as exc:  # noqa: BLE001 - decided per record
+                if tp not in failed or off < failed[tp][0]:
+                    failed[tp] = (off, exc)
+                continue
+            qtp = (self.q.name, copy_partition)
+            self.marks[qtp] = max(self.marks.get(qtp, 0), copy_offset + 1)
+        self.sent.clear()
+        return failed
 
 
 def _unreplayable(dl: DeadLetter) -> str | None:

@@ -79,6 +79,27 @@ def trace(cfg: Config, queue: str, *, origin: str | None = None, key: str | None
 
 def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin, key, partition, offset,
            tracker_group: str, workers_group: str, now_ms: int) -> list[Trace]:
+    origin, partition, offset = _target(r, q, n, origin, partition, offset)
+    partitions = range(n) if key is not None else [partition]
+    markers_tps = [(q.markers_topic, p) for p in partitions]
+    window = _markers_window(r, tracker_group, markers_tps)
+    builders = _builders(r, q, partitions, origin, offset, key, window)
+    by_partition: dict[int, list[TraceBuilder]] = {}
+    for b in builders.values():
+        by_partition.setdefault(b.partition, []).append(b)
+    for p, bs in sorted(by_partition.items()):
+        r.feed_markers(p, window.markers_from.get(p), bs)
+    for dp in sorted({p % dlq_n for p in by_partition} if dlq_n else ()):
+        r.feed_dlq(dp, [b for bs in by_partition.values() for b in bs])
+    workers = r.committed(workers_group, [(q.name, p) for p in by_partition])
+    out = [replace(b.result(now_ms, workers.get((q.name, b.partition))), scan=_scan_notes(r, window, b))
+           for b in builders.values()]
+    return sorted(out, key=lambda t: parse_origin(t.origin)[1:])
+
+
+def _target(r: "_Reader", q: QueueConfig, n: int, origin, partition, offset) -> tuple:
+    """(origin, partition, offset) of the message traced: from its origin, or from a position in the
+    queue (a copy names its first delivery: traced from there). A key search keeps them as given."""
     if partition is not None and not 0 <= partition < n:
         raise TraceError(f"{q.name} has partitions 0..{n - 1}, not {partition}")
     if origin is not None:
@@ -88,14 +109,22 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
     elif partition is not None:
         origin = r.origin_at(partition, offset)
         offset = parse_origin(origin)[2]  # a copy names its first delivery: read from there
-    partitions = range(n) if key is not None else [partition]
-    markers_tps = [(q.markers_topic, p) for p in partitions]
+    return origin, partition, offset
+
+
+def _markers_window(r: "_Reader", tracker_group: str, markers_tps: list[Partition]) -> "_Window":
+    """Where the markers are read from: ``since``, else the tracker's committed offsets."""
     committed = r.committed(tracker_group, markers_tps)
     if r.since_ms is not None:
-        window = _Window(r.offsets_at(markers_tps), "since")
-    else:
-        window = _Window({tp[1]: committed[tp] for tp in markers_tps if committed[tp] is not None},  # type: ignore[misc]
-                         "tracker committed offset")
+        return _Window(r.offsets_at(markers_tps), "since")
+    return _Window({tp[1]: committed[tp] for tp in markers_tps if committed[tp] is not None},  # type: ignore[misc]
+                   "tracker committed offset")
+
+
+def _builders(r: "_Reader", q: QueueConfig, partitions, origin, offset, key,
+              window: "_Window") -> dict[str, TraceBuilder]:
+    """A builder per message traced, fed from the queue: the one at ``origin``, or the newest
+    ``MAX_KEY_MATCHES`` with ``key``."""
     builders: dict[str, TraceBuilder] = {}
     for p in partitions:
         if key is None:
@@ -107,22 +136,14 @@ def _trace(r: "_Reader", cfg: Config, q: QueueConfig, n: int, dlq_n: int, origin
     if len(builders) > MAX_KEY_MATCHES:  # keep the newest messages with this key
         newest = sorted(builders, key=lambda o: parse_origin(o)[2])[-MAX_KEY_MATCHES:]
         builders = {o: builders[o] for o in newest}
-    by_partition: dict[int, list[TraceBuilder]] = {}
-    for b in builders.values():
-        by_partition.setdefault(b.partition, []).append(b)
-    for p, bs in sorted(by_partition.items()):
-        r.feed_markers(p, window.markers_from.get(p), bs)
-    for dp in sorted({p % dlq_n for p in by_partition} if dlq_n else ()):
-        r.feed_dlq(dp, [b for bs in by_partition.values() for b in bs])
-    workers = r.committed(workers_group, [(q.name, p) for p in by_partition])
-    out = []
-    for _o, b in builders.items():
-        t = b.result(now_ms, workers.get((q.name, b.partition)))
-        scan = {"since_ms": r.since_ms, "markers_from": window.markers_from.get(b.partition),
-                "markers_from_source": window.markers_source if b.partition in window.markers_from else "log start",
-                "records_read": r.records_read, "bad_markers": b.bad_markers}
-        out.append(replace(t, scan=scan))
-    return sorted(out, key=lambda t: parse_origin(t.origin)[1:])
+    return builders
+
+
+def _scan_notes(r: "_Reader", window: "_Window", b: TraceBuilder) -> dict:
+    """What a trace says about the read behind it."""
+    return {"since_ms": r.since_ms, "markers_from": window.markers_from.get(b.partition),
+            "markers_from_source": window.markers_source if b.partition in window.markers_from else "log start",
+            "records_read": r.records_read, "bad_markers": b.bad_markers}
 
 
 class _Reader:

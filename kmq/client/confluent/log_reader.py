@@ -29,13 +29,13 @@ kafka-python (uncommitted by default) had already been handed.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, NamedTuple
 
 from kmq.client.api import Deleted, LogEnds, Partition, ReadResult, Record
 from kmq.client.confluent.consumer import as_kafka_python_error
 from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, construct, passthrough, settings
 from kmq.client.kafka_python.clients import classify
-from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
+from kmq.client.scan import Walk, check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
 from kmq.core.errors import LogReadError
 from kmq.core.ranges import RangeSet
@@ -191,119 +191,101 @@ class ConfluentLogReader:
         partition's read that ends before the log end keeps its assignment for a read that continues it.
         ``stalled``: a partition the broker does not answer is put there with why and the walk goes on
         without it (None: the walk raises)."""
-        c = self._consumer
-        at: dict[Partition, int] = {}  # where each partition's assignment reads: an offset or OFFSET_BEGINNING
-        keep: dict[Partition, bool] = {}
-        fresh: set[Partition] = set()  # partitions whose assignment delivered a record or an end-of-partition
-        active = set(cursors)
-        single = next(iter(cursors)) if len(cursors) == 1 else None
-        pause = single is None  # a partition done stops fetching while others go on; a single one ends the walk
-        held = 0.0
+        w = _Walk(cursors, done, on_deleted, stalled)
         parked, self._parked = self._parked, None
-        queued: list = []  # messages the last read took from the queue but did not use
-        carried = False  # reading on from the last read's assignment: records only (module docstring)
-        last: list = []  # the last consume's records past the scan's limit
-        events = False  # the last consume held an event
         try:
             for tp, cur in cursors.items():
-                self._act(tp, cur.start(), at, keep, active, done, pause, stalled)
-            if (parked is not None and single is not None and parked.tp == single and single in active
-                    and keep.get(single) and at.get(single) == parked.position):
-                carried, queued = True, parked.queued
+                self._act(w, tp, cur.start())
+            if parked is not None and w.continues(parked):
+                w.carried, w.queued = True, parked.queued
             else:
-                self._assign(at, active, fresh)
-            while active:
-                last = []
-                if queued:
-                    msgs, queued = queued, []
-                else:
-                    # consume(n, timeout) waits for n messages or the timeout: wait for one (a record or
-                    # an end-of-partition event), then take what is queued behind it, so a look-up of an
-                    # idle partition's end and the last chunk of a read do not wait out the timeout.
-                    msgs = c.consume(1, _POLL_S)
-                    if msgs and self._batch > 1:
-                        msgs += c.consume(self._batch - 1, 0)
-                now = time.monotonic() - held  # the reader's own waiting time
-                by_tp, eof, out_of_range = _sort(msgs, single, cursors)
-                events = bool(eof or out_of_range)
-                renew = carried and (events or not msgs)
-                if renew:
-                    # The kept assignment's fetches may predate this read: only its records count.
-                    carried, eof, out_of_range = False, {}, []
-                seek = renew
-                for tp in list(active):
-                    cur = cursors[tp]
-                    if tp in out_of_range:
-                        before = len(cur.deleted)
-                        action = cur.out_of_range(self._log_start(*tp), now)
-                        if on_deleted is not None:
-                            for r in cur.deleted[before:]:
-                                on_deleted(Deleted(tp[0], tp[1], r))
-                        seek |= self._act(tp, action, at, keep, active, done, pause, stalled)
-                        continue
-                    batch = by_tp.get(tp)
-                    nxt = mark = None
-                    if batch:
-                        if not carried:
-                            fresh.add(tp)
-                        nxt = at[tp] = batch[-1].offset() + 1
-                    if tp in eof:
-                        fresh.add(tp)
-                        nxt = at[tp] = eof[tp]
-                        mark = eof[tp]  # the fetch that reached the end: its mark
-                    elif tp in fresh and cur.log_end is None:
-                        mark = self._cached_mark(tp)
-                    if nxt is None and mark is None and msgs:
-                        continue  # another partition's turn: no news for this one
-                    action = cur.polled(nxt, mark, now)
-                    if batch and keep.get(tp):
-                        whole, batch = batch, cut(batch, cur.limit, _offset)
-                        last = whole[len(batch):]
-                        if batch:
-                            t = time.monotonic()
-                            yield tp, batch
-                            held += time.monotonic() - t  # the caller's time with the batch is no broker silence
-                    seek |= self._act(tp, action, at, keep, active, done, pause, stalled)
-                if seek and active:
-                    self._assign(at, active, fresh)
-                    carried = False
-            if park and single is not None and not events and _before_the_end(done.get(single)) and keep.get(single):
+                self._assign(w.at, w.active, w.fresh)
+            while w.active:
+                yield from self._consumed(w, self._take(w))
+            single = w.single
+            if park and single is not None and w.may_park():
                 # Read on by the next read if it starts here: at the first record taken but not used.
-                self._parked = _Parked(single, last[0].offset() if last else at[single], last)
+                self._parked = _Parked(single, w.last[0].offset() if w.last else w.at[single], w.last)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             cause = as_kafka_python_error(err) if isinstance(err, KafkaError) else exc
             raise classify(self._kafka, cause) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
         finally:
             if self._parked is None:
-                c.unassign()
+                self._consumer.unassign()
 
-    def _act(self, tp: Partition, action: Any, at: dict, keep: dict, active: set, done: dict,
-             pause: bool = True, stalled: dict | None = None) -> bool:
-        """Apply ``action``; True when the assignment must be made anew (a seek). ``pause``: a
-        partition done stops fetching (others of the walk go on). ``stalled``: see :meth:`_walk`."""
+    def _take(self, w: _Walk) -> list:
+        """The next messages of the walk: those the last read took from the queue but did not use, else a consume."""
+        if w.queued:
+            msgs, w.queued = w.queued, []
+            return msgs
+        # consume(n, timeout) waits for n messages or the timeout: wait for one (a record or
+        # an end-of-partition event), then take what is queued behind it, so a look-up of an
+        # idle partition's end and the last chunk of a read do not wait out the timeout.
+        msgs = self._consumer.consume(1, _POLL_S)
+        if msgs and self._batch > 1:
+            msgs += self._consumer.consume(self._batch - 1, 0)
+        return msgs
+
+    def _consumed(self, w: _Walk, msgs: list) -> Iterator[tuple[Partition, list]]:
+        """Hand one consume's messages to each partition's cursor, yielding what is the scan's;
+        assign anew when a cursor seeks (or the kept assignment proves nothing more)."""
+        w.last = []
+        now = w.now()
+        by_tp, eof, out_of_range = _sort(msgs, w.single, w.cursors)
+        w.events = bool(eof or out_of_range)
+        renew = w.carried and (w.events or not msgs)
+        if renew:
+            # The kept assignment's fetches may predate this read: only its records count.
+            w.carried, eof, out_of_range = False, {}, []
+        seek = renew
+        for tp in list(w.active):
+            if tp in out_of_range:
+                seek |= self._act(w, tp, w.out_of_range(tp, self._log_start(*tp), now))
+            else:
+                seek |= yield from self._polled(w, tp, by_tp.get(tp), eof.get(tp), bool(msgs), now)
+        if seek and w.active:
+            self._assign(w.at, w.active, w.fresh)
+            w.carried = False
+
+    def _polled(self, w: _Walk, tp: Partition, batch: list | None, eof: int | None, anything: bool,
+                now: float) -> Generator[tuple[Partition, list], None, bool]:
+        """``tp``'s part of a consume (``eof``: its end-of-partition offset; ``anything``: the consume
+        brought messages): tell its cursor, yield its records cut to its scan, act on the answer.
+        Returns True when ``tp`` seeks."""
+        cur = w.cursors[tp]
+        nxt = mark = None
+        if batch:
+            if not w.carried:
+                w.fresh.add(tp)
+            nxt = w.at[tp] = batch[-1].offset() + 1
+        if eof is not None:
+            w.fresh.add(tp)
+            nxt = w.at[tp] = eof
+            mark = eof  # the fetch that reached the end: its mark
+        elif tp in w.fresh and cur.log_end is None:
+            mark = self._cached_mark(tp)
+        if nxt is None and mark is None and anything:
+            return False  # another partition's turn: no news for this one
+        action = cur.polled(nxt, mark, now)
+        if batch and w.keep.get(tp):
+            whole, batch = batch, cut(batch, cur.limit, _offset)
+            w.last = whole[len(batch):]
+            yield from w.hand_out(tp, batch)
+        return self._act(w, tp, action)
+
+    def _act(self, w: _Walk, tp: Partition, action: Any) -> bool:
+        """Apply ``action``; True when the assignment must be made anew (a seek). A partition done
+        stops fetching when others of the walk go on; a stalled one always."""
         if isinstance(action, Seek):
-            keep[tp] = not action.probe
-            at[tp] = ck.OFFSET_BEGINNING if action.offset is None else action.offset
+            w.keep[tp] = not action.probe
+            w.at[tp] = ck.OFFSET_BEGINNING if action.offset is None else action.offset
             return True
-        if isinstance(action, Done):
-            done[tp] = action
-            active.discard(tp)
-            if not pause:
-                return False
+        if w.finish(tp, action) and (w.pause or isinstance(action, Stalled)):
             try:
                 self._consumer.pause([TopicPartition(*tp)])  # no more fetches for it (it stays assigned till the next seek)
             except KafkaException:
                 pass  # not assigned yet (done before its first fetch): nothing to pause
-        elif isinstance(action, Stalled):
-            if stalled is None:
-                raise LogReadError(action.reason)
-            stalled[tp] = action.reason
-            active.discard(tp)
-            try:
-                self._consumer.pause([TopicPartition(*tp)])
-            except KafkaException:
-                pass  # not assigned yet
         return False
 
     def _assign(self, at: dict[Partition, int], active: set[Partition], fresh: set[Partition]) -> None:
@@ -388,6 +370,38 @@ class _Parked(NamedTuple):
     tp: Partition
     position: int
     queued: list
+
+
+class _Walk(Walk):
+    """A confluent walk's read state: the scan's (:class:`~kmq.client.scan.Walk`) and what librdkafka's
+    assignments add to it: where each partition's assignment reads, which assignments delivered (their
+    cached marks count), and the kept assignment of the last read, when the walk reads on from it."""
+
+    def __init__(self, cursors: dict[Partition, ScanCursor], done: dict,
+                 on_deleted: Callable[[Deleted], None] | None, stalled: dict | None) -> None:
+        super().__init__(cursors, done, on_deleted, stalled)
+        self.at: dict[Partition, int] = {}  # where each partition's assignment reads: an offset or OFFSET_BEGINNING
+        self.fresh: set[Partition] = set()  # partitions whose assignment delivered a record or an end-of-partition
+        self.single = next(iter(cursors)) if len(cursors) == 1 else None
+        # A partition done stops fetching while others go on; a single one ends the walk.
+        self.pause = self.single is None
+        self.queued: list = []  # messages the last read took from the queue but did not use
+        self.carried = False  # reading on from the last read's assignment: records only (module docstring)
+        self.last: list[Any] = []  # the last consume's records past the scan's limit
+        self.events = False  # the last consume held an event
+
+    def continues(self, parked: _Parked) -> bool:
+        """Whether this walk starts where the read that kept ``parked`` stopped."""
+        single = self.single
+        return (single is not None and parked.tp == single and single in self.active
+                and bool(self.keep.get(single)) and self.at.get(single) == parked.position)
+
+    def may_park(self) -> bool:
+        """Whether a read of one partition may keep its assignment for the next: it ended before the log
+        end, with its assignment reading for the scan, and the last consume held no event."""
+        single = self.single
+        return (single is not None and not self.events and _before_the_end(self.done.get(single))
+                and bool(self.keep.get(single)))
 
 
 def _before_the_end(done: Any) -> bool:

@@ -22,11 +22,11 @@ from kafka.structs import OffsetAndMetadata
 from kmq.client.api import Deleted, LogEnds, Partition, ReadResult
 from kmq.client.kafka_python.clients import classify, consumer as make_consumer
 from kmq.client.kafka_python.watchdog import unstrand_records
-from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
+from kmq.client.scan import Walk, check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
 from kmq.core.errors import LogReadError
 from kmq.core.ranges import RangeSet
-from kmq.core.scan_cursor import Done, ScanCursor, Seek, Stalled
+from kmq.core.scan_cursor import ScanCursor, Seek
 
 __all__ = ["LogReader", "ReadResult", "LogReadError"]
 
@@ -143,43 +143,43 @@ class LogReader:
         ``done`` gets each partition's final :class:`Done`. ``stalled``: a partition the broker does
         not answer is put there with why and the walk goes on without it (None: the walk raises)."""
         c = self._consumer
-        keep: dict[TopicPartition, bool] = {}
-        active = set(cursors)
-        held = 0.0
+        w = Walk(cursors, done, on_deleted, stalled)
         try:
             c.unsubscribe()  # forgets every mark: only this assignment's fetches answer highwater()
             c.assign(list(cursors))
             for tp, cur in cursors.items():
-                self._act(tp, cur.start(), keep, active, done, stalled)
-            while active:
+                self._act(w, tp, cur.start())
+            while w.active:
                 try:
-                    polled, marked = self._poll(cursors, active)
+                    polled, marked = self._poll(cursors, w.active)
                 except OffsetOutOfRangeError as exc:
-                    self._out_of_range(exc, cursors, keep, active, done, on_deleted, time.monotonic() - held, stalled)
+                    self._out_of_range(w, exc)
                     continue
-                now = time.monotonic() - held  # the reader's own waiting time
-                anything = marked or any(polled.get(tp) for tp in active)
-                for tp in list(active):
-                    cur = cursors[tp]
-                    batch = polled.get(tp)
-                    mark = c.highwater(tp) if cur.log_end is None else None
-                    if not batch and mark is None and anything:
-                        continue  # another partition's turn: no news for this one
-                    nxt = None
-                    if batch:
-                        nxt = max(c.position(tp, timeout_ms=0) or 0, batch[-1].offset + 1)
-                    elif mark is not None:
-                        nxt = c.position(tp, timeout_ms=0)
-                    action = cur.polled(nxt, mark, now)
-                    if batch and keep.get(tp):
-                        batch = cut(batch, cur.limit, _offset)
-                        if batch:
-                            t = time.monotonic()
-                            yield tp, batch
-                            held += time.monotonic() - t  # the caller's time with the batch is no broker silence
-                    self._act(tp, action, keep, active, done, stalled)
+                now = w.now()
+                anything = marked or any(polled.get(tp) for tp in w.active)
+                for tp in list(w.active):
+                    yield from self._polled(w, tp, polled.get(tp), anything, now)
         except KafkaError as exc:
             raise classify(self._kafka, exc) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
+
+    def _polled(self, w: Walk, tp: TopicPartition, batch: list | None, anything: bool,
+                now: float) -> Iterator[tuple[TopicPartition, list]]:
+        """``tp``'s part of a poll (``anything``: the poll brought records or a mark for some
+        partition): tell its cursor, yield its records cut to its scan, act on the answer."""
+        c = self._consumer
+        cur = w.cursors[tp]
+        mark = c.highwater(tp) if cur.log_end is None else None
+        if not batch and mark is None and anything:
+            return  # another partition's turn: no news for this one
+        nxt = None
+        if batch:
+            nxt = max(c.position(tp, timeout_ms=0) or 0, batch[-1].offset + 1)
+        elif mark is not None:
+            nxt = c.position(tp, timeout_ms=0)
+        action = cur.polled(nxt, mark, now)
+        if batch and w.keep.get(tp):
+            yield from w.hand_out(tp, cut(batch, cur.limit, _offset))
+        self._act(w, tp, action)
 
     def _poll(self, cursors: dict[TopicPartition, ScanCursor], active: set[TopicPartition]) -> tuple[dict, bool]:
         """One poll of up to ``_POLL_MS``: (records by partition, whether it ended early because a
@@ -202,38 +202,23 @@ class LogReader:
             if any(c.highwater(tp) is not None for tp in waiting):
                 return polled, True
 
-    def _act(self, tp: TopicPartition, action: Any, keep: dict, active: set, done: dict,
-             stalled: dict | None = None) -> None:
+    def _act(self, w: Walk, tp: TopicPartition, action: Any) -> None:
         if isinstance(action, Seek):
-            keep[tp] = not action.probe
+            w.keep[tp] = not action.probe
             if action.offset is None:
                 self._consumer.seek_to_beginning(tp)
             else:
                 self._consumer.seek(tp, action.offset)
-        elif isinstance(action, Done):
-            done[tp] = action
-            active.discard(tp)
-            self._consumer.pause(tp)
-        elif isinstance(action, Stalled):
-            if stalled is None:
-                raise LogReadError(action.reason)
-            stalled[tp] = action.reason
-            active.discard(tp)
+        elif w.finish(tp, action):
             self._consumer.pause(tp)
 
-    def _out_of_range(self, exc: OffsetOutOfRangeError, cursors: dict, keep: dict, active: set, done: dict,
-                      on_deleted: Callable[[Deleted], None] | None, now: float, stalled: dict | None = None) -> None:
+    def _out_of_range(self, w: Walk, exc: OffsetOutOfRangeError) -> None:
+        now = w.now()
         offsets = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-        hit = [tp for tp in offsets if tp in active] or list(active)
+        hit = [tp for tp in offsets if tp in w.active] or list(w.active)
         starts = self._consumer.beginning_offsets(hit)
         for tp in hit:
-            cur = cursors[tp]
-            before = len(cur.deleted)
-            action = cur.out_of_range(starts[tp], now)
-            if on_deleted is not None:
-                for r in cur.deleted[before:]:
-                    on_deleted(Deleted(tp.topic, tp.partition, r))
-            self._act(tp, action, keep, active, done, stalled)
+            self._act(w, tp, w.out_of_range(tp, starts[tp], now))
 
     # ------------------------------------------------------------ offsets and metadata
     def committed(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
