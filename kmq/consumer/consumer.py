@@ -39,11 +39,13 @@ from kmq.consumer.fetch_pipeline import FetchPipeline, HandOver
 from kmq.consumer.fetcher import Fetcher, FetcherParts
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.scheduled import hold_back_scheduled
-from kmq.consumer.give_back import RETURNED, give_back, release_all
+from kmq.consumer.give_back import RETURNED, nack_refused
 from kmq.consumer.handler_pool import run_handlers
+from kmq.consumer.key_hold import KeyHold
 from kmq.consumer.key_recovery import KeyRecovery
 from kmq.consumer.keyed_ready import KeyedReadyQueue
 from kmq.consumer.lease_expiry import LeaseExpiry
+from kmq.consumer.membership import Membership
 from kmq.consumer.leases import AutoRenewal, HeldLeases, LateSettler, auto_renewal
 from kmq.consumer.ready_queue import ReadyQueue
 from kmq.consumer.take_ahead import MOST, TakeAhead
@@ -51,8 +53,7 @@ from kmq.consumer.writer import MarkerWriter, _ms
 from kmq.core.errors import FetcherStalled, KmqError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields
-from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
-from kmq.core.poll_interval import LEAVE, PollInterval
+from kmq.core.message import ABANDON, ACK, KmqMessage, message_builder
 from kmq.core.schedule import longest_delay_ms
 from kmq.core.settlement import Released
 from kmq.telemetry.metrics import ConsumerMetrics
@@ -76,8 +77,6 @@ TAKE_WAIT = 1.0
 #: Seconds between the fetcher's looks while the consumer is out of the group (the application
 #: stopped taking, ``consumer.max_poll_interval``): how soon a take brings it back.
 OUT_WAIT = 0.1
-#: Seconds before a failed join after such a stall is tried again.
-REJOIN_RETRY = 1.0
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
@@ -169,7 +168,6 @@ class KmqConsumer:
         #: count, no clock read per take; the fetcher tells a stalled application by it
         #: (:mod:`kmq.core.poll_interval`).
         self._takes = 0
-        self._join_at = 0.0  # out of the group: not before this time is joining tried again
         self._pipeline = FetchPipeline.for_kafka(
             cfg.kafka, self.queue.lease, hand_over_started=cfg.consumer.hand_over == "started", group=self.queue.group,
             # ordering: key: held messages have a bound of their own
@@ -191,7 +189,8 @@ class KmqConsumer:
         self._init_leases(cfg)
         #: ordering: key: what an earlier owner of an assigned partition left unsettled (kmq.consumer.key_recovery).
         self._recovery = None if self._keyed is None else KeyRecovery(
-            cfg, self.queue, self._keyed, self.metrics, self._copy_wait, lambda: clients.open_log_reader(cfg.kafka))
+            cfg, self.queue, self._keyed, self.metrics, self._keys.copy_wait,  # type: ignore[union-attr]
+            lambda: clients.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
         self._tracing = delivery_tracing(cfg.workers_group(self.queue))
         recovery = self._recovery
@@ -224,10 +223,12 @@ class KmqConsumer:
         #: Handed-over messages until settled or past their lease (then they leave flow control).
         self._expiry = LeaseExpiry(self.queue.lease)
         self._extended = self._expiry.extended  # read per settlement: the dict itself, one lookup less
-        self._late = LateSettler(self.queue.name, self.queue.lease, self._acks, self._settled_late)
-        #: ordering: key: how long a key waits for a failed message's copy before it is released
-        #: (every delivery left, each a lease and the longest backoff).
-        self._copy_wait = self.queue.max_deliveries * (self.queue.lease + self.queue.backoff.max)
+        #: ordering: key: settlements and ended leases for the key order; a key waits for a failed
+        #: message's copy every delivery left, each a lease and the longest backoff, before it is released.
+        self._keys = None if self._keyed is None else KeyHold(
+            self._keyed, self.queue, self.metrics, self.queue.max_deliveries * (self.queue.lease + self.queue.backoff.max))
+        self._late = LateSettler(self.queue.name, self.queue.lease, self._acks,
+                                 _not_keyed if self._keys is None else self._keys.settled_late)
         self._expired_logged = False
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
@@ -258,26 +259,11 @@ class KmqConsumer:
             self._extended.pop((p, msg.offset), None)
         if self._tracing is not None:
             self._tracing.settled(msg, outcome)
-        if self._keyed is not None:
+        if self._keys is not None:
             if outcome is ACK:  # the common case, kept short
-                self._keyed.settled(msg, True, 0.0)
+                self._keys.keyed.settled(msg, True, 0.0)
             else:
-                self._key_settled(msg, outcome, arg)
-
-    def _key_settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
-        """ordering: key: an ack or reject releases the message's key; a nack or abandon keeps it
-        blocked until the copy comes, unless this was the last delivery (the tracker dead-letters it)."""
-        # A NACK "not a delivery" (Released) counts none: its copy comes, whatever the count.
-        final = outcome is ACK or outcome is REJECT or (
-            msg.delivery_count >= self.queue.max_deliveries and not isinstance(arg, Released))
-        delay = float(arg) if outcome is NACK else 0.0
-        self._keyed.settled(msg, final, 0.0 if final else time.monotonic() + delay + self._copy_wait)
-
-    def _settled_late(self, msg: KmqMessage, outcome: str) -> None:
-        """A message settled after its lease ran out (its key awaits the copy): an ack or reject
-        releases the key; the copy, if the tracker made one, is then handed in offset order."""
-        if self._keyed is not None and (outcome is ACK or outcome is REJECT):
-            self._keyed.settled_late(msg)
+                self._keys.settled(msg, outcome, arg)
 
     def _fold_settlements(self, now: float) -> None:
         """Move the settlement counts into the flow state (under self._lock)."""
@@ -364,13 +350,8 @@ class KmqConsumer:
         tracker redelivers them now, with the delivery count they had."""
         fetching = self._fetcher is not None and self._fetcher.is_alive()
         # A take in progress meanwhile brings its rest back the same way (the fetcher waits for it).
-        self.ahead.put_back(self._ready.put_back if fetching else _refuse, self._nack_refused)
-
-    def _nack_refused(self, refused: list[KmqMessage]) -> None:
-        release_all(refused)
-        log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
-                    "not be given back to the group; nacked: the tracker redelivers them now with the same "
-                    "delivery count", self.queue.name, len(refused))
+        self.ahead.put_back(self._ready.put_back if fetching else _refuse,
+                            lambda refused: nack_refused(self.queue.name, refused))
 
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
@@ -446,7 +427,8 @@ class KmqConsumer:
         """Run the fetcher step (:mod:`kmq.consumer.fetcher`) until the stop, with each turn's lease
         work: this thread is the only one that touches the Kafka consumer."""
         step = self._step
-        watch = PollInterval(self.cfg.consumer.max_poll_interval, time.monotonic())
+        member = Membership(self.cfg, self.queue.name, self.metrics, step, self._open_watched,
+                            lambda: self._give_back_unhanded(final=False), self._close_kafka_consumer, time.monotonic())
         try:
             step.subscribe()
             while not self._stop.is_set():
@@ -456,13 +438,10 @@ class KmqConsumer:
                     step.answers(now)
                     self._held.renew_due(self._pipeline.pending, self._ready, now)
                 self._expire_leases(now)
-                if watch.look(now, self._takes + self.ahead.takes, self._ready.ready) is LEAVE and step.consumer:
-                    self._leave(watch.stalled_for(now))
-                if step.consumer is None:  # out of the group (the application stopped taking)
-                    self._room(now)  # settlements into flow control, the gauges
-                    if watch.left or now < self._join_at or not self._rejoin(now):
-                        self._wake.wait(OUT_WAIT)
-                        continue
+                if not member.look(now, self._takes + self.ahead.takes, self._ready.ready):
+                    self._room(now)  # out of the group (the application stopped taking): settlements, gauges
+                    self._wake.wait(OUT_WAIT)
+                    continue
                 # A fresh reading: carrying out the answers above may have handed batches over (at a
                 # later time than `now`), and flow control counts busy time from then.
                 wait = step.poll(*self._room(time.monotonic()))
@@ -477,49 +456,22 @@ class KmqConsumer:
             self._fail(error or exc)
         finally:
             if step.consumer is None:
-                self._nack_left_behind()
+                step.nack_left_behind()
             else:
                 try:
                     self._give_back_unhanded()
                 finally:  # whatever happened there: leave the group now, not after max.poll.interval
                     self._close_kafka_consumer()
 
-    def _leave(self, waited: float) -> None:
-        """The application took nothing for ``consumer.max_poll_interval`` while messages were ready
-        (:mod:`kmq.core.poll_interval`): give the partitions up as closing does (never-handed messages
-        committed back, their leases handed off) and leave the group; messages in user code stay."""
-        name = self.queue.name
-        self.metrics.poll_interval_exceeded.labels(name).inc()
-        log.warning("%s: the application took no message for %.0fs while messages were ready (consumer.max_poll_interval"
-                    " %gs): this member gives its partitions to the rest of the group and leaves it (never-handed "
-                    "messages go back to the group, messages in user code stay here); it joins again at the "
-                    "application's next poll", name, waited, self.cfg.consumer.max_poll_interval)
+    def _open_watched(self) -> Any:
+        """A new group consumer (joining again after a stall, :mod:`kmq.consumer.membership`), watched."""
+        kc = self._kc = self._open_kafka_consumer()
         try:
-            self._give_back_unhanded(final=False)
-        finally:
+            kc.watch(self.cfg.consumer.fetch_stall_timeout, self._stalled, self.queue.name)
+        except BaseException:
             self._close_kafka_consumer()
-        self._step.left()
-
-    def _rejoin(self, now: float) -> bool:
-        """The application takes again after :meth:`_leave`: a new Kafka consumer joins the group.
-        False when the broker cannot be reached (tried again after :data:`REJOIN_RETRY`)."""
-        name = self.queue.name
-        kc = None
-        try:
-            kc = self._kc = self._open_kafka_consumer()
-            kc.watch(self.cfg.consumer.fetch_stall_timeout, self._stalled, name)
-            self._step.join(kc)
-        except Exception as exc:
-            error = client_api.client_error(self.cfg.kafka, exc, f"joining the group of {name} again")
-            if kc is not None:
-                self._close_kafka_consumer()
-            if error is None or not error.retriable:
-                raise
-            log.warning("%s: joining the group again failed (%s); retrying in %gs", name, error, REJOIN_RETRY)
-            self._join_at = now + REJOIN_RETRY
-            return False
-        log.info("%s: the application takes messages again: joining the group", name)
-        return True
+            raise
+        return kc
 
     def _give_back_unhanded(self, final: bool = True) -> None:
         """On close (or, not ``final``, on leaving the group while the application stalls): never-handed
@@ -531,15 +483,6 @@ class KmqConsumer:
             log.warning("%s: a take for iteration did not finish within %gs of the close; messages it brings "
                         "later are nacked (the tracker redelivers them)", self.queue.name, TAKE_WAIT)
         self._step.give_back_unhanded(self._ready.drain(final))
-
-    def _nack_left_behind(self) -> None:
-        """Closing out of the group: messages taken ahead for iteration and put back by the close
-        belong to partitions given up; only the tracker can redeliver them (nacked)."""
-        plan = self._pipeline.close_plan(self._ready.drain(), set())
-        if plan.nack:
-            self._nack_refused(plan.nack)
-            self.writer.flush_buffer()
-        give_back(plan.give_back)
 
     # ------------------------------------------------------------ the fetcher step's parts
     def _fetched(self, b: FetchBatch) -> None:
@@ -587,23 +530,9 @@ class KmqConsumer:
             self._gauge_at = now + 0.5
             for p, n in snapshot.items():
                 self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
-            if self._keyed is not None:
-                self._key_gauges(now)
+            if self._keys is not None:
+                self._keys.look(now)
         return room, held
-
-    def _key_gauges(self, now: float) -> None:
-        """ordering: key: release keys whose copy did not come in time; publish the held gauges."""
-        keyed, name = self._keyed, self.queue.name
-        released = keyed.expire(now)
-        if released:
-            self.metrics.ordering_released.labels(name).inc(len(released))
-            r = released[0]
-            log.warning("%s: %d key(s) (first %r of partition %d) waited longer than %gs for the copy of a failed "
-                        "message (first %s/%d/%d): released, their later messages go on and that copy, if it comes, "
-                        "may be handled after some of them", name, len(released), r.key, r.partition, self._copy_wait, name,
-                        r.partition, r.origin)
-        self.metrics.ordering_held.labels(name).set(keyed.held)
-        self.metrics.ordering_keys_blocked.labels(name).set(keyed.blocked_keys())
 
     def _expire_leases(self, now: float) -> None:
         """Messages whose lease ended in user code unsettled leave flow control and the in-flight
@@ -625,8 +554,8 @@ class KmqConsumer:
                     # redelivering (after an abandon, until max_lease), so none is written any more.
                     self._schedule.untrack(m)
                 nbytes += m._nbytes
-                if self._keyed is not None:  # its key waits for the copy (or is released at its last delivery)
-                    self._key_settled(m, ABANDON, None)
+                if self._keys is not None:  # its key waits for the copy (or is released at its last delivery)
+                    self._keys.settled(m, ABANDON, None)
             if expired:
                 self.flow.expired(len(expired), nbytes, now)
         if expired:
@@ -659,3 +588,7 @@ class KmqConsumer:
 
 def _refuse(messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
     return False
+
+
+def _not_keyed(msg: KmqMessage, outcome: str) -> None:
+    """A late settlement without ``ordering: key``: nothing to release."""

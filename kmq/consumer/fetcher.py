@@ -26,7 +26,7 @@ from kmq.client import ClientCommitFailed
 from kmq.consumer.fetch_batch import STARTING, FetchBatch
 from kmq.consumer.fetch_pipeline import (ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, Skip,
                                          WriteStarts)
-from kmq.consumer.give_back import give_back, give_back_on_close
+from kmq.consumer.give_back import give_back, give_back_on_close, nack_refused
 from kmq.core.errors import MarkerWriteError
 from kmq.core.log_fields import partitions_fields
 from kmq.core.message import KmqMessage
@@ -48,7 +48,8 @@ class FetcherParts:
     :param topic: the queue topic; ``label`` names the queue in metrics.
     :param writer: the marker writer (:class:`~kmq.consumer.writer.MarkerWriter` or one with its
         ``send_starts``, ``wait_starts``, ``hand_off``, ``replace_producer``, ``flush_buffer`` and ``owner``).
-    :param ready: the ready queue (its ``take_out`` and ``put``: a revocation commits its messages back).
+    :param ready: the ready queue (``take_out`` and ``put``: a revocation commits its messages back;
+        ``drain``: :meth:`Fetcher.nack_left_behind`).
     :param build: what the group consumer builds each fetched record into.
     :param hand_over: gives a :class:`HandOver`'s messages to user code.
     :param fetched: counts a new batch outstanding, before its STARTs go.
@@ -381,3 +382,13 @@ class Fetcher:
         except BaseException:
             self.consumer = None
             raise
+
+    def nack_left_behind(self) -> None:
+        """Closing out of the group (after :meth:`left`): messages taken ahead for iteration and put
+        back into the ready queue by the close belong to partitions given up; only the tracker can
+        redeliver them (nacked)."""
+        plan = self.pipeline.close_plan(self.parts.ready.drain(), set())
+        if plan.nack:
+            nack_refused(self._topic, plan.nack)
+            self._writer.flush_buffer()
+        give_back(plan.give_back)
