@@ -36,10 +36,10 @@ from kmq.config import Config
 from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import FetchBatch
 from kmq.consumer.fetch_pipeline import FetchPipeline, HandOver
-from kmq.consumer.fetcher import Fetcher, FetcherParts
+from kmq.consumer.fetcher import Fetcher, FetcherParts, nack_refused
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.scheduled import hold_back_scheduled
-from kmq.consumer.give_back import RETURNED, nack_refused
+from kmq.consumer.give_back import RETURNED
 from kmq.consumer.handler_pool import run_handlers
 from kmq.consumer.key_hold import KeyHold
 from kmq.consumer.key_recovery import KeyRecovery
@@ -188,9 +188,8 @@ class KmqConsumer:
             raise
         self._init_leases(cfg)
         #: ordering: key: what an earlier owner of an assigned partition left unsettled (kmq.consumer.key_recovery).
-        self._recovery = None if self._keyed is None else KeyRecovery(
-            cfg, self.queue, self._keyed, self.metrics, self._keys.copy_wait,  # type: ignore[union-attr]
-            lambda: clients.open_log_reader(cfg.kafka))
+        self._recovery = None if self._keys is None else KeyRecovery(
+            cfg, self.queue, self._keys.keyed, self.metrics, self._keys.copy_wait, lambda: clients.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
         self._tracing = delivery_tracing(cfg.workers_group(self.queue))
         recovery = self._recovery

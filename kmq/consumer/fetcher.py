@@ -26,15 +26,25 @@ from kmq.client import ClientCommitFailed
 from kmq.consumer.fetch_batch import STARTING, FetchBatch
 from kmq.consumer.fetch_pipeline import (ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, Skip,
                                          WriteStarts)
-from kmq.consumer.give_back import give_back, give_back_on_close, nack_refused
+from kmq.consumer.give_back import give_back, give_back_on_close, release_all
 from kmq.core.errors import MarkerWriteError
 from kmq.core.log_fields import partitions_fields
 from kmq.core.message import KmqMessage
 from kmq.telemetry.metrics import ConsumerMetrics
 
-__all__ = ["Fetcher", "FetcherParts"]
+__all__ = ["Fetcher", "FetcherParts", "nack_refused"]
 
-log = logging.getLogger(__name__)
+#: The consumer's own logger: its lines keep the name applications filter them by.
+log = logging.getLogger("kmq.consumer.consumer")
+
+
+def nack_refused(queue: str, refused: list[KmqMessage]) -> None:
+    """Closing: messages taken for iteration and never handed out that cannot go back to the group
+    (their partitions given up, or their keys let go): nacked "not a delivery"."""
+    release_all(refused)
+    log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
+                "not be given back to the group; nacked: the tracker redelivers them now with the same "
+                "delivery count", queue, len(refused))
 
 
 def _no_rest(_seconds: float) -> None:

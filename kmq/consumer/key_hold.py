@@ -21,7 +21,8 @@ from kmq.telemetry.metrics import ConsumerMetrics
 
 __all__ = ["KeyHold"]
 
-log = logging.getLogger(__name__)
+#: The consumer's own logger: its lines keep the name applications filter them by.
+log = logging.getLogger("kmq.consumer.consumer")
 
 
 class KeyHold:
