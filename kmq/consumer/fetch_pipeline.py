@@ -1,8 +1,9 @@
 """The consumer's fetch pipeline as a pure state machine: fetch -> START -> commit -> hand over.
 
 Pure, like :mod:`kmq.core.lease_state`: no Kafka import, no threads, no clock (``now`` is
-passed in). The fetcher thread of :class:`~kmq.consumer.consumer.KmqConsumer` (the I/O
-shell) feeds it events and executes the actions it returns, in order:
+passed in). Its I/O shell, :class:`~kmq.consumer.fetcher.Fetcher` (run by the fetcher thread
+of :class:`~kmq.consumer.consumer.KmqConsumer`, and by the simulator's worker), feeds it events
+and executes the actions it returns, in order:
 
 =================================  ====================================================
 event                              actions it may return

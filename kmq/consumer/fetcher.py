@@ -106,7 +106,7 @@ class Fetcher:
     def __init__(self, parts: FetcherParts, consumer: Any) -> None:
         self.parts = parts
         self.pipeline = parts.pipeline
-        #: The group consumer; None while out of the group (:meth:`leave`).
+        #: The group consumer; None while out of the group (:meth:`left`).
         self.consumer: Any = consumer
         self._topic = parts.topic
         self._writer = parts.writer
