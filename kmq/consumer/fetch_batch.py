@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from kmq.core.message import KmqMessage
+from kmq.core.message import KmqMessage, for_group
+from kmq.core.schedule import HEADER_NOT_BEFORE
 
-__all__ = ["FetchBatch", "first_offsets", "first_last", "STARTING", "STARTED", "START_FAILED", "GIVEN_BACK"]
+__all__ = ["FetchBatch", "classify", "first_offsets", "first_last", "STARTING", "STARTED", "START_FAILED", "GIVEN_BACK"]
 
 #: START sent, no answer yet.
 STARTING = "starting"
@@ -41,6 +42,29 @@ def first_last(messages: Iterable[KmqMessage]) -> dict[int, list[int]]:
         else:
             span[0], span[1] = min(span[0], m.offset), max(span[1], m.offset)
     return out
+
+
+def classify(messages: list[KmqMessage], group: str | None) -> tuple[list[KmqMessage], list[KmqMessage],
+                                                                    list[KmqMessage]]:
+    """One look at the headers of a poll's ``messages``: those ``group`` (None: the default group)
+    delivers, the copies of another group (``kmq-group``, :func:`~kmq.core.message.for_group`),
+    and of the first the scheduled ones (a ``kmq-not-before`` header), each in fetch order."""
+    if not any(m._headers for m in messages):  # no header, no copy, nothing scheduled: the common case
+        return messages, [], []
+    mine: list[KmqMessage] = []
+    foreign: list[KmqMessage] = []
+    scheduled: list[KmqMessage] = []
+    for m in messages:
+        headers = m._headers
+        if not headers:
+            mine.append(m)
+        elif for_group(headers, group, m.topic, m.partition, m.offset):
+            mine.append(m)
+            if any(k == HEADER_NOT_BEFORE for k, _ in headers):
+                scheduled.append(m)
+        else:
+            foreign.append(m)
+    return mine, foreign, scheduled
 
 
 class FetchBatch:

@@ -35,8 +35,9 @@ Consumer groups of one queue (fan-out): another group's copy (:func:`~kmq.core.m
 is skipped where it is fetched (:class:`Skip`): never STARTed, never handed over, its offset
 committed past with the batch it came in (:class:`~kmq.consumer.fetch_batch.FetchBatch`
 ``spans``). A poll of skipped records only is a batch with nothing to START: committed in its turn.
-The same look at each record's headers notes the scheduled ones (``kmq-not-before``): the
-:class:`HandOver` names them, so the hand-over decides for those alone (:mod:`kmq.consumer.scheduled`).
+The same look at each record's headers (:func:`~kmq.consumer.fetch_batch.classify`) notes the
+scheduled ones (``kmq-not-before``): the :class:`HandOver` names them, so the hand-over decides
+for those alone (:mod:`kmq.consumer.scheduled`).
 
 Rebalances: a partition revoked after a batch was fetched is *stale* for that batch, even if
 it is assigned to this member again (its position was then reset to the group's committed
@@ -55,12 +56,11 @@ from itertools import islice
 from typing import Any, Iterable, Mapping
 
 from kmq.config import KafkaConfig
-from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch
-from kmq.core.message import KmqMessage, for_group
-from kmq.core.schedule import HEADER_NOT_BEFORE
+from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch, classify
+from kmq.core.message import KmqMessage
 
 __all__ = ["FetchPipeline", "ANSWER_POLL", "MAX_COMMIT_TRIES", "BACKPRESSURE_POLL", "PollStep", "WriteStarts", "Commit",
-           "HandOver", "GiveBack", "SeekBack", "ClosePlan", "CommitBack", "Skip", "classify"]
+           "HandOver", "GiveBack", "SeekBack", "ClosePlan", "CommitBack", "Skip"]
 
 log = logging.getLogger(__name__)
 
@@ -88,29 +88,6 @@ class Skip:
     marker, their offsets committed past with their batch. Only counted and logged."""
 
     messages: list[KmqMessage]
-
-
-def classify(messages: list[KmqMessage], group: str | None) -> tuple[list[KmqMessage], list[KmqMessage],
-                                                                    list[KmqMessage]]:
-    """One look at the headers of a poll's ``messages``: those ``group`` (None: the default group)
-    delivers, the copies of another group (``kmq-group``, :func:`~kmq.core.message.for_group`),
-    and of the first the scheduled ones (a ``kmq-not-before`` header), each in fetch order."""
-    if not any(m._headers for m in messages):  # no header, no copy, nothing scheduled: the common case
-        return messages, [], []
-    mine: list[KmqMessage] = []
-    foreign: list[KmqMessage] = []
-    scheduled: list[KmqMessage] = []
-    for m in messages:
-        headers = m._headers
-        if not headers:
-            mine.append(m)
-        elif for_group(headers, group, m.topic, m.partition, m.offset):
-            mine.append(m)
-            if any(k == HEADER_NOT_BEFORE for k, _ in headers):
-                scheduled.append(m)
-        else:
-            foreign.append(m)
-    return mine, foreign, scheduled
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from kmq.config import Config, QueueConfig
-from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, HandOver, Skip, WriteStarts, classify
+from kmq.consumer.fetch_batch import classify
+from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, HandOver, Skip, WriteStarts
 from kmq.core.copies import copy_headers, copy_headers_for, dead_letter_headers
 from kmq.core.errors import ConfigError
 from kmq.core.message import HEADER_GROUP, KmqMessage, for_group, group_of
