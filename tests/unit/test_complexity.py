@@ -27,7 +27,7 @@ NOT_COUNTED = ("kmq/bench/", "kmq/dev/")  # benchmarks and developer tools: bran
 
 #: "path::qualified name" (or a path, for its line count) -> the most it may have until split.
 ALLOWED: dict[str, int] = {
-    "kmq/consumer/consumer.py": 915,
+    "kmq/consumer/consumer.py": 600,
     "tracker/redeliver.py": 725,
     "tracker/service.py": 779,
     "tracker/service.py::Tracker._read_through": 24,
