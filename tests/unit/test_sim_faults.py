@@ -6,7 +6,8 @@ import pytest
 
 from kmq.client import ClientCommitFailed, ProduceFailed
 from kmq.dev.sim import (
-    LOST, BrokerPause, CommitFault, FaultPlan, FaultPlanError, LaggingRead, MemberJoinsAndLeaves, MemberPause,
+    LOST, BrokerPause, ClockSkew, CommitFault, FaultPlan, FaultPlanError, LaggingRead, LeaderChange,
+    MemberJoinsAndLeaves, MemberPause,
     ProduceFault, Retention, SimCluster, SimConsumer, SimLogReader, SimProducer, SlowFetch, StaleHighWater,
     UnexpectedRecord,
 )
@@ -219,3 +220,33 @@ def test_a_member_joining_and_leaving_revokes_mid_batch_and_assigns_back():
     while c.t() < 3.5:
         w.fetch(0.2, 10)
     assert w.assignment() == {("q", 0), ("q", 1)} and events[-1][1] == "+"
+
+
+def test_a_leader_change_holds_group_fetches_and_their_mark_but_not_fresh_look_ups():
+    c = _cluster(LeaderChange(1.0, 4.0, "q", 0), partitions=2, records=2)
+    r = _reader(c, partitions=2)
+    assert len(r.fetch(0.0, 10)) == 2 and r.highwater("q", 0) == 1
+    c.clock.advance(2.0)
+    c.append("q", 0, b"k", b"during")  # written and acknowledged by the new leader
+    c.append("q", 1, b"k", b"other")
+    got = r.fetch(0.5, 10)
+    assert [(m.partition, m.value) for m in got] == [(1, b"other")]  # the other partition reads on
+    assert r.highwater("q", 0) == 1 and r.position("q", 0) == 1  # its mark kept, nothing fetched
+    reader = SimLogReader(c, "tracker-reader")
+    assert reader.log_ends({("q", 0): 1}).ends == {("q", 0): 2}  # a fresh look-up finds the record
+    assert r.fetch(5.0, 10)[0].value == b"during" and c.t() == 4.0  # fetched once the leader is found
+    assert r.highwater("q", 0) == 2
+
+
+def test_a_skewed_host_stamps_its_records_with_its_clock_and_the_log_keeps_how_far_off():
+    c = _cluster(ClockSkew(0.0, "w1", -12.5), ClockSkew(2.0, "tracker", 30.0))
+    now = c.clock.now_ms()
+    SimProducer(c, "w1-markers").send("q", value=b"a").get(1.0)
+    SimProducer(c, "w2-markers").send("q", value=b"b").get(1.0)
+    first, second = c.log("q", 0).read(0, 2)
+    assert first.timestamp == now - 12_500 and first.skew_ms == -12_500
+    assert second.timestamp == now and second.skew_ms == 0
+    assert c.wall_ms("tracker#2") == now  # its clock is set forward only at 2 s
+    c.clock.advance(2.0)
+    assert c.wall_ms("tracker#2") == c.clock.now_ms() + 30_000 and c.wall_ms("tracker-reader") == c.wall_ms("tracker")
+    assert c.wall_ms("w2") == c.clock.now_ms()

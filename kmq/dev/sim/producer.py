@@ -100,11 +100,12 @@ class SimProducer:
             fut.failure(ProduceFailed(f"{topic}[{partition}]: the record is {size} bytes, more than max_request_size "
                                       f"({self.max_request_size})"))
             return fut
-        ts = self.cluster.clock.now_ms() if timestamp_ms is None else timestamp_ms
+        ts = self.cluster.wall_ms(self.name) if timestamp_ms is None else timestamp_ms
+        skew_ms = ts - self.cluster.clock.now_ms() if timestamp_ms is None else 0
         cancel = self.cluster.produce(
             self.name, topic, partition, None if key is None else bytes(key), None if value is None else bytes(value),
             headers, ts, self.delivery_timeout, on_written=lambda _offset: None, on_acked=fut.success,
-            on_failed=fut.failure)
+            on_failed=fut.failure, skew_ms=skew_ms)
         self._pending.append((fut, cancel))
         return fut
 
