@@ -102,7 +102,7 @@ class LaggingRead:
 class LeaderChange:
     """The partition's leadership moves in ``[at, until)``: group consumers' fetches of it return
     nothing (their client is still finding the new leader) and their cached high-water mark stays
-    where it was (a new leader's mark lags for a moment after it takes over, KAFKA-2334, and
+    where it was (a new leader's mark lags for a moment after it takes over, and
     kafka-python keeps the mark it saw). Produce requests and the log readers' fresh reads and
     look-ups reach the new leader and are answered: a tracker that takes its consumer's cached mark
     for the log end believes it has read markers that are there but not fetched yet."""
