@@ -219,6 +219,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "        return moved if abs(moved) > self.bound_ms else 0",
        "        return 0  # mutant: no jump is ever seen",
        ("tests/unit/test_marker_clock.py", "tests/unit/test_tracker_clock_skew.py")),
+    _m("fatal-producer-kept", "a producer in a fatal state is replaced (it sends nothing more)",
+       "tracker/redeliver.py",
+       "        ``reason``: the label of ``kmq_tracker_producer_replacements_total``.\"\"\"\n",
+       "        ``reason``: the label of ``kmq_tracker_producer_replacements_total``.\"\"\"\n"
+       "        if reason == \"fatal\":\n            return  # mutant: the fatal producer is kept\n",
+       _REDELIVER_TESTS),
     _m("reject-as-nack", "a rejected message is dead-lettered at once",
        "kmq/core/lease_state.py",
        "                    s.reason, s.error = Reason.REJECT, marker.reason",

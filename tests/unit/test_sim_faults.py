@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.client import ClientCommitFailed, ProduceFailed
+from kmq.client import ClientCommitFailed, ProduceFailed, ProducerFatal
 from kmq.dev.sim import (
     LOST, BrokerPause, ClockSkew, CommitFault, FaultPlan, FaultPlanError, LaggingRead, LeaderChange,
-    MemberJoinsAndLeaves, MemberPause,
+    MemberJoinsAndLeaves, MemberPause, ProducerGoesFatal,
     ProduceFault, Retention, SimCluster, SimConsumer, SimLogReader, SimProducer, SlowFetch, StaleHighWater,
     UnexpectedRecord,
 )
-from kmq.dev.sim.faults import BAD_KMQ_HEADERS, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE
+from kmq.dev.sim.faults import BAD_KMQ_HEADERS, DELAYED, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE
 
 
 def _cluster(*faults, partitions: int = 1, records: int = 0, **kw) -> SimCluster:
@@ -250,3 +250,17 @@ def test_a_skewed_host_stamps_its_records_with_its_clock_and_the_log_keeps_how_f
     c.clock.advance(2.0)
     assert c.wall_ms("tracker#2") == c.clock.now_ms() + 30_000 and c.wall_ms("tracker-reader") == c.wall_ms("tracker")
     assert c.wall_ms("w2") == c.clock.now_ms()
+
+
+def test_a_producer_gone_fatal_fails_what_it_holds_and_every_later_send_and_a_new_one_is_healthy():
+    c = _cluster(ProducerGoesFatal(1.0, "tracker"), ProduceFault(0.0, 5.0, "q", 0, ack=DELAYED, ack_delay=3.0))
+    old = SimProducer(c, "tracker")
+    held = old.send("q", value=b"a")  # written at once, its acknowledgement 3 s away
+    assert old.fatal is None
+    c.clock.advance(1.5)
+    assert isinstance(old.fatal, ProducerFatal) and isinstance(held.exception, ProducerFatal)
+    assert c.log("q", 0).high_water == 1  # written all the same: a duplicate at worst when sent again
+    assert isinstance(old.send("q", value=b"b").exception, ProducerFatal)
+    new = SimProducer(c, "tracker")  # made after the fault: healthy
+    c.clock.advance(4.0)  # past the produce fault
+    assert new.send("q", value=b"c").get(1.0).offset == 1 and new.fatal is None

@@ -37,6 +37,7 @@ from kmq.dev.sim.consumer import SIM, SimConsumer
 from kmq.dev.sim.errors import FaultPlanError, SimulationError
 from kmq.dev.sim.faults import (
     DELAYED, LOST, BrokerPause, ClockSkew, CommitFault, FaultPlan, MemberJoinsAndLeaves, MemberPause, ProduceFault,
+    ProducerGoesFatal,
     Retention,
     LaggingRead, LeaderChange, SlowFetch, SlowRead, StaleHighWater, UnexpectedRecord,
 )
@@ -49,7 +50,7 @@ __all__ = [
     "SIM", "RANGE", "COOPERATIVE_STICKY",
     # faults
     "FaultPlan", "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "StaleHighWater",
-    "ProduceFault", "CommitFault", "MemberPause", "BrokerPause",
+    "ProduceFault", "ProducerGoesFatal", "CommitFault", "MemberPause", "BrokerPause",
     "Retention", "UnexpectedRecord", "MemberJoinsAndLeaves", "DELAYED", "LOST",
     # errors
     "SimulationError", "FaultPlanError",

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Union
 from kmq.dev.sim.errors import FaultPlanError
 
 __all__ = [
-    "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "StaleHighWater",
+    "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "ProducerGoesFatal", "StaleHighWater",
     "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
     "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
     "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
@@ -126,6 +126,20 @@ class ClockSkew:
     at: float
     host: str
     offset_s: float
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerGoesFatal:
+    """At ``at``, every producer named ``producer`` (or of that host, see :func:`on_host`) made before
+    then enters a fatal state (librdkafka's fatal error: an idempotence guarantee it can no longer
+    keep): what it has not had acknowledged fails (a record already written stays written), and so
+    does every later send. A producer made after ``at`` is healthy: the owner must replace it."""
+
+    at: float
+    producer: str
 
     def __post_init__(self) -> None:
         _check_window(self)
@@ -256,7 +270,7 @@ class MemberJoinsAndLeaves:
         _check_window(self)
 
 
-Fault = Union[SlowFetch, SlowRead, LaggingRead, LeaderChange, ClockSkew, StaleHighWater,
+Fault = Union[SlowFetch, SlowRead, LaggingRead, LeaderChange, ClockSkew, ProducerGoesFatal, StaleHighWater,
               ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
               UnexpectedRecord, MemberJoinsAndLeaves]
 
@@ -307,6 +321,10 @@ class FaultPlan:
     def skew_s(self, client: str, now: float) -> float:
         """How far the wall clock of ``client``'s host reads off at ``now`` (seconds)."""
         return sum(f.offset_s for f in self.of(ClockSkew) if f.at <= now and on_host(client, f.host))
+
+    def fatal_at(self, producer: str, made: float) -> list[float]:
+        """When a producer named ``producer``, made at ``made``, goes fatal (:class:`ProducerGoesFatal`)."""
+        return sorted(f.at for f in self.of(ProducerGoesFatal) if f.at >= made and on_host(producer, f.producer))
 
     def leader_changing(self, topic: str, partition: int, now: float) -> bool:
         """Whether a :class:`LeaderChange` of ``topic[partition]`` is going on at ``now``."""

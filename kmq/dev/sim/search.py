@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import (
-    FOREIGN_MARKER, HUNG, ClockSkew, FaultPlan, LaggingRead, LeaderChange, ProduceFault, Retention, SlowRead,
+    FOREIGN_MARKER, HUNG, ClockSkew, FaultPlan, LaggingRead, LeaderChange, ProduceFault, ProducerGoesFatal, Retention,
+    SlowRead,
     UnexpectedRecord,
 )
 from kmq.dev.sim.invariants import Violation, check
@@ -67,6 +68,8 @@ LEADER_CHANGE_SPAN_S = (2.0, 10.0)
 CLOCK_SKEW_SHARE = 0.25
 CLOCK_JUMP_SHARE = 0.15
 CLOCK_SKEW_S = (2.0, 30.0)
+# Seeds (service loop) where the tracker's producer goes fatal once (ProducerGoesFatal) while copies are made.
+PRODUCER_FATAL_SHARE = 0.2
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -149,7 +152,10 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     was written in time meanwhile. With the service loop, in :data:`CLOCK_SKEW_SHARE` of all seeds
     (a stream of their own) a worker's clock reads off by 2 to 30 s either way from the start, and
     in :data:`CLOCK_JUMP_SHARE` (another) the tracker's is set that far forward or back mid-run
-    (:class:`~kmq.dev.sim.faults.ClockSkew`): leases are judged on the tracker's clock."""
+    (:class:`~kmq.dev.sim.faults.ClockSkew`): leases are judged on the tracker's clock; and in
+    :data:`PRODUCER_FATAL_SHARE` (another) the tracker's producer goes fatal once
+    (:class:`~kmq.dev.sim.faults.ProducerGoesFatal`): it must be replaced, and nothing it did not
+    have acknowledged is taken for sent."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
@@ -193,6 +199,9 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
         if jump.random() < CLOCK_JUMP_SHARE:
             faults.append(ClockSkew(round(jump.uniform(1.0, workload.produce_over), 3), TRACKER,
                                     round(jump.choice((-1, 1)) * jump.uniform(*CLOCK_SKEW_S), 3)))
+        fatal = random.Random(f"producer-fatal-{seed}")
+        if fatal.random() < PRODUCER_FATAL_SHARE:
+            faults.append(ProducerGoesFatal(round(fatal.uniform(2.0, workload.produce_over + 10.0), 3), TRACKER))
     return FaultPlan(faults)
 
 
