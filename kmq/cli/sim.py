@@ -23,6 +23,9 @@ __all__ = ["sim"]
               help="Messages the producer sends per schedule.")
 @click.option("--tracker-loop", type=click.Choice([SERVICE, STEP]), default=SERVICE, show_default=True,
               help="service: the tracker service's whole loop; step: its redelivery step alone.")
+@click.option("--slow-markers", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="Of the seeds that stall one partition's reads, the share where it is a markers partition's "
+                   "(the tracker's look-ups of its end get no answer).")
 @click.option("--shrink/--no-shrink", default=True, show_default=True,
               help="Replay a failing seed with fewer and shorter faults and print the smallest plan that still fails.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failing seeds and the summary.")
@@ -35,7 +38,8 @@ __all__ = ["sim"]
               help="With --mutants: run each mutant's unit tests too.")
 @click.option("--mutant-timeout", type=click.FloatRange(1), default=300.0, show_default=True,
               help="With --mutants: seconds for each run (the search, the unit tests).")
-def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: str, shrink: bool, quiet: bool,
+def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: str, slow_markers: float,
+        shrink: bool, quiet: bool,
         fail_fast: bool, mutants: bool, only: tuple[str, ...], mutant_tests: bool, mutant_timeout: float) -> None:
     """Run one simulated schedule per seed (producer, kmq workers, the tracker, faults drawn from
     the seed) and check that no message is lost and nothing waits too long. Exit 1 on a violation;
@@ -47,10 +51,11 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
     code run there, one mutant at a time, and a markdown table says what caught each."""
     if mutants or only:
         _mutants(seeds, start, ["--partitions", str(partitions), "--messages", str(messages), "--tracker-loop",
-                                tracker_loop], only, mutant_tests, mutant_timeout)
+                                tracker_loop, "--slow-markers", str(slow_markers)], only, mutant_tests, mutant_timeout)
         return
     workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop,
-                        ordering_share=ORDERED_SHARE, hand_over_started_share=STARTED_SHARE)
+                        slow_markers_share=slow_markers, ordering_share=ORDERED_SHARE,
+                        hand_over_started_share=STARTED_SHARE)
     root = click.get_current_context().find_root()
     def show(r: SeedResult) -> None:
         if not r.ok:

@@ -79,6 +79,10 @@ def test_a_mutant_that_loses_every_message_is_caught_by_the_sim_and_a_harmless_o
     ("unknown-marker-type-as-end", 5, "lost"),  # the foreign marker fault
     ("undecided-copy-closed", 12, "lost"),  # the hung send fault
     ("past-log-end-closed-missing", 4, "lost"),  # the lagging read fault
+    ("due-end-from-cached-high-water", 33, "copied-while-leased"),  # the leader change fault
+    ("lease-on-writer-clock", 1, "backoff-early"),  # the clock skew fault
+    ("clock-jump-ignored", 1, "backoff-early"),
+    ("fatal-producer-kept", 1, "lost"),  # the producer fatal fault
 ])
 def test_the_newer_checks_and_faults_catch_their_mutant(name, seed, invariant):
     r = run_mutant(select([name])[0], ROOT, seeds=1, start=seed, tests=False, timeout=120)

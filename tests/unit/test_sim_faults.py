@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.client import ClientCommitFailed, ProduceFailed
+from kmq.client import ClientCommitFailed, ProduceFailed, ProducerFatal
 from kmq.dev.sim import (
-    LOST, BrokerPause, CommitFault, FaultPlan, FaultPlanError, LaggingRead, MemberJoinsAndLeaves, MemberPause,
+    LOST, BrokerPause, ClockSkew, CommitFault, FaultPlan, FaultPlanError, LaggingRead, LeaderChange,
+    MemberJoinsAndLeaves, MemberPause, ProducerGoesFatal,
     ProduceFault, Retention, SimCluster, SimConsumer, SimLogReader, SimProducer, SlowFetch, StaleHighWater,
     UnexpectedRecord,
 )
-from kmq.dev.sim.faults import BAD_KMQ_HEADERS, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE
+from kmq.dev.sim.faults import BAD_KMQ_HEADERS, DELAYED, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE
 
 
 def _cluster(*faults, partitions: int = 1, records: int = 0, **kw) -> SimCluster:
@@ -219,3 +220,47 @@ def test_a_member_joining_and_leaving_revokes_mid_batch_and_assigns_back():
     while c.t() < 3.5:
         w.fetch(0.2, 10)
     assert w.assignment() == {("q", 0), ("q", 1)} and events[-1][1] == "+"
+
+
+def test_a_leader_change_holds_group_fetches_and_their_mark_but_not_fresh_look_ups():
+    c = _cluster(LeaderChange(1.0, 4.0, "q", 0), partitions=2, records=2)
+    r = _reader(c, partitions=2)
+    assert len(r.fetch(0.0, 10)) == 2 and r.highwater("q", 0) == 1
+    c.clock.advance(2.0)
+    c.append("q", 0, b"k", b"during")  # written and acknowledged by the new leader
+    c.append("q", 1, b"k", b"other")
+    got = r.fetch(0.5, 10)
+    assert [(m.partition, m.value) for m in got] == [(1, b"other")]  # the other partition reads on
+    assert r.highwater("q", 0) == 1 and r.position("q", 0) == 1  # its mark kept, nothing fetched
+    reader = SimLogReader(c, "tracker-reader")
+    assert reader.log_ends({("q", 0): 1}).ends == {("q", 0): 2}  # a fresh look-up finds the record
+    assert r.fetch(5.0, 10)[0].value == b"during" and c.t() == 4.0  # fetched once the leader is found
+    assert r.highwater("q", 0) == 2
+
+
+def test_a_skewed_host_stamps_its_records_with_its_clock_and_the_log_keeps_how_far_off():
+    c = _cluster(ClockSkew(0.0, "w1", -12.5), ClockSkew(2.0, "tracker", 30.0))
+    now = c.clock.now_ms()
+    SimProducer(c, "w1-markers").send("q", value=b"a").get(1.0)
+    SimProducer(c, "w2-markers").send("q", value=b"b").get(1.0)
+    first, second = c.log("q", 0).read(0, 2)
+    assert first.timestamp == now - 12_500 and first.skew_ms == -12_500
+    assert second.timestamp == now and second.skew_ms == 0
+    assert c.wall_ms("tracker#2") == now  # its clock is set forward only at 2 s
+    c.clock.advance(2.0)
+    assert c.wall_ms("tracker#2") == c.clock.now_ms() + 30_000 and c.wall_ms("tracker-reader") == c.wall_ms("tracker")
+    assert c.wall_ms("w2") == c.clock.now_ms()
+
+
+def test_a_producer_gone_fatal_fails_what_it_holds_and_every_later_send_and_a_new_one_is_healthy():
+    c = _cluster(ProducerGoesFatal(1.0, "tracker"), ProduceFault(0.0, 5.0, "q", 0, ack=DELAYED, ack_delay=3.0))
+    old = SimProducer(c, "tracker")
+    held = old.send("q", value=b"a")  # written at once, its acknowledgement 3 s away
+    assert old.fatal is None
+    c.clock.advance(1.5)
+    assert isinstance(old.fatal, ProducerFatal) and isinstance(held.exception, ProducerFatal)
+    assert c.log("q", 0).high_water == 1  # written all the same: a duplicate at worst when sent again
+    assert isinstance(old.send("q", value=b"b").exception, ProducerFatal)
+    new = SimProducer(c, "tracker")  # made after the fault: healthy
+    c.clock.advance(4.0)  # past the produce fault
+    assert new.send("q", value=b"c").get(1.0).offset == 1 and new.fatal is None

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from kmq.cli import cli
 from kmq.client.api import ReadResult
 from kmq.core.ranges import RangeSet, missing
-from kmq.dev.sim import SimCluster, SimLogReader
+from kmq.dev.sim import ClockSkew, FaultPlan, LeaderChange, SimCluster, SimLogReader
 from kmq.dev.sim.search import ORDERED_SHARE, SEARCH_WORKLOAD, quiet_actors, run_seed, search
 from kmq.dev.sim.shrink import ddmin, shrink
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
@@ -199,3 +199,14 @@ def test_a_tracker_that_dead_letters_on_the_first_timeout_is_caught(monkeypatch,
     assert report.failures, "an early dead letter went unnoticed"
     kinds = {v.invariant for v in report.failures[0].violations}
     assert "early-dead-letter" in kinds, report.failures[0].describe()
+
+
+# Clocks apart (a worker 20 s behind, another 25 s ahead, the tracker set 15 s forward then 30 s back) and
+# a markers partition's leader moving: the tracker judges leases on its own clock and looks its ends up
+# fresh, so nothing is copied while leased, early or late past the checks' allowance.
+@pytest.mark.parametrize("seed", [1, 33])
+def test_skewed_clocks_and_a_leader_change_break_nothing(seed):
+    plan = FaultPlan([ClockSkew(0.0, "w0", -20.0), ClockSkew(0.0, "w1", 25.0), ClockSkew(4.0, "tracker", 15.0),
+                      ClockSkew(12.0, "tracker", -30.0), LeaderChange(5.0, 9.0, "q__markers", 0)])
+    r = run_seed(seed, faults=plan)
+    assert r.ok, r.describe()

@@ -36,8 +36,10 @@ from kmq.dev.sim.cluster import RecordMetadata, SimCluster
 from kmq.dev.sim.consumer import SIM, SimConsumer
 from kmq.dev.sim.errors import FaultPlanError, SimulationError
 from kmq.dev.sim.faults import (
-    DELAYED, LOST, BrokerPause, CommitFault, FaultPlan, MemberJoinsAndLeaves, MemberPause, ProduceFault, Retention,
-    LaggingRead, SlowFetch, SlowRead, StaleHighWater, UnexpectedRecord,
+    DELAYED, LOST, BrokerPause, ClockSkew, CommitFault, FaultPlan, MemberJoinsAndLeaves, MemberPause, ProduceFault,
+    ProducerGoesFatal,
+    Retention,
+    LaggingRead, LeaderChange, SlowFetch, SlowRead, StaleHighWater, UnexpectedRecord,
 )
 from kmq.dev.sim.producer import SimDelivery, SimProducer
 from kmq.dev.sim.reader import SimLogReader
@@ -47,7 +49,8 @@ __all__ = [
     "SimCluster", "SimConsumer", "SimProducer", "SimDelivery", "SimLogReader", "RecordMetadata", "VirtualClock",
     "SIM", "RANGE", "COOPERATIVE_STICKY",
     # faults
-    "FaultPlan", "SlowFetch", "SlowRead", "LaggingRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause",
+    "FaultPlan", "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "StaleHighWater",
+    "ProduceFault", "ProducerGoesFatal", "CommitFault", "MemberPause", "BrokerPause",
     "Retention", "UnexpectedRecord", "MemberJoinsAndLeaves", "DELAYED", "LOST",
     # errors
     "SimulationError", "FaultPlanError",

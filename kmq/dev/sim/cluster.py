@@ -32,8 +32,8 @@ from kmq.dev.sim.assignors import COOPERATIVE_STICKY
 from kmq.dev.sim.clock import EPOCH_S, VirtualClock
 from kmq.dev.sim.errors import SimulationError
 from kmq.dev.sim.faults import (
-    BAD_KMQ_HEADERS, DELAYED, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, FaultPlan,
-    MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, SlowRead, UnexpectedRecord,
+    BAD_KMQ_HEADERS, DELAYED, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, ClockSkew, FaultPlan,
+    LeaderChange, MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, SlowRead, UnexpectedRecord,
 )
 from kmq.dev.sim.groups import GroupCoordinator
 from kmq.dev.sim.log import PartitionLog
@@ -99,6 +99,10 @@ class SimCluster:
         self._logs: dict[str, list[PartitionLog]] = {}
         self._last_append: dict[tuple, float] = {}
         self._last_ack: dict[tuple, float] = {}
+        #: (consumer, topic, partition, offset) -> the longest time between the fetch that returned the
+        #: record and the consumer's fetch before it (seconds): how old "written since my last fetch" can be.
+        #: Kept only when a clock is skewed (the lease checks ask then).
+        self.fetch_gaps: dict[tuple[str, str, int, int], float] = {}
         self.groups = GroupCoordinator(self.partition_counts, self.record, self.faults.frozen_spans,
                                        lambda t: self.faults.broker_paused_until(t) is not None,
                                        session_timeout, max_poll_interval)
@@ -118,6 +122,10 @@ class SimCluster:
     def digest(self) -> str:
         """SHA-256 of the history: equal for equal runs."""
         return hashlib.sha256(self.history_bytes()).hexdigest()
+
+    def wall_ms(self, client: str) -> int:
+        """The wall clock of ``client``'s host in milliseconds (:class:`~kmq.dev.sim.faults.ClockSkew`)."""
+        return self.clock.now_ms() + round(self.faults.skew_s(client, self.t()) * 1000)
 
     def served_at(self, t: float) -> float:
         """When a request made at ``t`` is served: at once, or when the broker pause(s) around it end."""
@@ -154,10 +162,11 @@ class SimCluster:
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
                headers: Sequence[tuple[str, bytes | None]] = (), timestamp_ms: int | None = None,
-               source: str = "admin") -> int:
-        """Write one record at once, past any producer (another application, a test's setup)."""
+               source: str = "admin", skew_ms: int = 0) -> int:
+        """Write one record at once, past any producer (another application, a test's setup);
+        ``skew_ms``: how far the clock that stamped it read off."""
         ts = self.clock.now_ms() if timestamp_ms is None else timestamp_ms
-        offset = self.log(topic, partition).append(key, value, headers, ts)
+        offset = self.log(topic, partition).append(key, value, headers, ts, skew_ms)
         self.record(f"append {topic}[{partition}]@{offset} by {source} key={_show(key)} "
                     f"value={_size(value)} headers={len(headers)}")
         return offset
@@ -177,13 +186,22 @@ class SimCluster:
         self.record(f"retention {topic}[{partition}] log start now {plog.log_start}")
         return plog.log_start
 
+    def fetched(self, consumer: str, tp: tuple[str, int], first: int, end: int, gap: float) -> None:
+        """``consumer`` fetched offsets ``first`` to ``end`` of ``tp``, ``gap`` seconds after its previous fetch."""
+        if not self.faults.of(ClockSkew):
+            return  # only the lease checks under clock skew ask
+        for off in range(first, end):
+            key = (consumer, tp[0], tp[1], off)
+            self.fetch_gaps[key] = max(gap, self.fetch_gaps.get(key, 0.0))
+
     # ------------------------------------------------------------ producing
     def produce(self, producer: str, topic: str, partition: int, key: bytes | None, value: bytes | None,
                 headers: Sequence[tuple[str, bytes | None]], timestamp_ms: int, delivery_timeout: float,
                 on_written: Callable[[int], None], on_acked: Callable[[RecordMetadata], None],
-                on_failed: Callable[[BaseException], None]) -> Callable[[], None]:
-        """A produce request: the record is appended when the broker serves it (after latency and any
-        broker pause), and acknowledged, acknowledged late, or reported failed as the fault plan says.
+                on_failed: Callable[[BaseException], None], skew_ms: int = 0) -> Callable[[], None]:
+        """A produce request (``skew_ms``: how far the clock that stamped ``timestamp_ms`` read off):
+        the record is appended when the broker serves it (after latency and any broker pause), and
+        acknowledged, acknowledged late, or reported failed as the fault plan says.
         Records of one producer and partition are written and acknowledged in send order.
 
         Returns a cancel function (a producer closed before the write happened: it never happens)."""
@@ -207,7 +225,8 @@ class SimCluster:
         def write() -> None:
             if cancelled[0]:
                 return
-            offset = self.append(topic, partition, key, value, headers, timestamp_ms, source=producer)
+            offset = self.append(topic, partition, key, value, headers, timestamp_ms, source=producer,
+                                 skew_ms=skew_ms)
             on_written(offset)
             if acked:
                 self._at(ack_at, lambda: self._ack(producer, topic, partition, offset, on_acked))
@@ -244,7 +263,9 @@ class SimCluster:
                 self._at(f.at, lambda f=f: self._log_fault(f))  # type: ignore[misc]  # f bound per fault
             elif isinstance(f, MemberJoinsAndLeaves):
                 self._at(f.at, lambda f=f: self._phantom_joins(f))  # type: ignore[misc]
-            elif isinstance(f, (SlowFetch, SlowRead, BrokerPause, MemberPause)):
+            elif isinstance(f, ClockSkew):
+                self._at(f.at, lambda f=f: self.record(f"clock of {f.host} set {f.offset_s:+g}s"))
+            elif isinstance(f, (SlowFetch, SlowRead, LeaderChange, BrokerPause, MemberPause)):
                 # Nothing happens then, but a wait re-checks: a fetch returns as soon as the fault ends.
                 self._at(f.until, lambda: None)
                 if isinstance(f, MemberPause) and f.until - f.at > self.groups.session_timeout:

@@ -85,6 +85,7 @@ class SimConsumer:
         self._paused: set[TP] = set()
         self._rotation = 0
         self._closed = False
+        self._fetched_at: float | None = None  # when the previous fetch was made (simulation seconds)
 
     # ------------------------------------------------------------ membership
     def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
@@ -132,13 +133,14 @@ class SimConsumer:
         self._thaw()
         clock = self.cluster.clock
         deadline = clock.now_us() + to_us(max(0.0, timeout))
+        since, self._fetched_at = self._fetched_at, self.cluster.t()
         self._sync()
-        out = self._take(max_records, build)
+        out = self._take(max_records, build, since)
         if out or timeout <= 0:
             return out
         clock.run_until_us(deadline, lambda: self._fetchable() or self._group_pending())
         self._sync()
-        return self._take(max_records, build)
+        return self._take(max_records, build, since)
 
     def _sync(self) -> None:
         """Learn the group's decisions: join, rejoin after expiry, run the rebalance callbacks."""
@@ -194,11 +196,12 @@ class SimConsumer:
             return False
         for tp in sorted(self._assigned - self._paused):
             plog = self.cluster.log(*tp)
-            if self._position(tp, plog) < plog.high_water:
+            if (self._position(tp, plog) < plog.high_water
+                    and not self.cluster.faults.leader_changing(tp[0], tp[1], self.cluster.t())):
                 return True
         return False
 
-    def _take(self, max_records: int, build: Callable[..., Any]) -> list:
+    def _take(self, max_records: int, build: Callable[..., Any], since: float | None = None) -> list:
         if not self._answering():
             return []
         c = self.cluster
@@ -212,6 +215,8 @@ class SimConsumer:
         for tp in order:
             plog = c.log(*tp)
             pos = self._position(tp, plog)
+            if c.faults.leader_changing(tp[0], tp[1], t):
+                continue  # nothing from it, its mark kept, until the new leader is found
             if not c.faults.high_water_stale(self.name, tp[0], tp[1], t):
                 self._hw[tp] = plog.high_water
             records = plog.read(pos, max_records - len(out))
@@ -220,6 +225,8 @@ class SimConsumer:
             topic, partition = tp
             out.extend(build(topic, partition, r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in records)
             self._positions[tp] = records[-1].offset + 1
+            if since is not None:
+                c.fetched(self.name, tp, records[0].offset, records[-1].offset + 1, t - since)
             c.record(f"fetch {self.name} {topic}[{partition}] {records[0].offset}..{records[-1].offset} "
                      f"hw {self._hw.get(tp)}")
         return out

@@ -27,7 +27,8 @@ from typing import Iterable, Mapping, Union
 from kmq.dev.sim.errors import FaultPlanError
 
 __all__ = [
-    "SlowFetch", "SlowRead", "LaggingRead", "StaleHighWater", "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
+    "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "ProducerGoesFatal", "StaleHighWater",
+    "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
     "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
     "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
     "MARKER_KINDS",
@@ -92,6 +93,53 @@ class LaggingRead:
     topic: str
     partition: int
     reader: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """The partition's leadership moves in ``[at, until)``: group consumers' fetches of it return
+    nothing (their client is still finding the new leader) and their cached high-water mark stays
+    where it was (a new leader's mark lags for a moment after it takes over, and
+    kafka-python keeps the mark it saw). Produce requests and the log readers' fresh reads and
+    look-ups reach the new leader and are answered: a tracker that takes its consumer's cached mark
+    for the log end believes it has read markers that are there but not fetched yet."""
+
+    at: float
+    until: float
+    topic: str
+    partition: int
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ClockSkew:
+    """From ``at`` on, the wall clock of ``host`` reads ``offset_s`` seconds off the cluster's (a
+    skewed host, or, mid-run, a clock set forward or back; the offsets of several add up). A host's
+    clients are named ``host``, ``host-...`` or ``host#...``: the record timestamps its producers
+    write (CreateTime) and the tracker's wall clock come from it; its monotonic clock does not move."""
+
+    at: float
+    host: str
+    offset_s: float
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerGoesFatal:
+    """At ``at``, every producer named ``producer`` (or of that host, see :func:`on_host`) made before
+    then enters a fatal state (librdkafka's fatal error: an idempotence guarantee it can no longer
+    keep): what it has not had acknowledged fails (a record already written stays written), and so
+    does every later send. A producer made after ``at`` is healthy: the owner must replace it."""
+
+    at: float
+    producer: str
 
     def __post_init__(self) -> None:
         _check_window(self)
@@ -222,8 +270,14 @@ class MemberJoinsAndLeaves:
         _check_window(self)
 
 
-Fault = Union[SlowFetch, SlowRead, LaggingRead, StaleHighWater, ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
+Fault = Union[SlowFetch, SlowRead, LaggingRead, LeaderChange, ClockSkew, ProducerGoesFatal, StaleHighWater,
+              ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
               UnexpectedRecord, MemberJoinsAndLeaves]
+
+
+def on_host(client: str, host: str) -> bool:
+    """Whether the client named ``client`` runs on ``host`` (``host``, ``host-...``, ``host#...``)."""
+    return client == host or client.startswith((f"{host}-", f"{host}#"))
 
 
 def _named(wanted: object, actual: object) -> bool:
@@ -239,9 +293,13 @@ class FaultPlan:
 
     def __init__(self, faults: Iterable[Fault] = ()) -> None:
         self.faults: tuple[Fault, ...] = tuple(sorted(faults, key=lambda f: (f.at, type(f).__name__, repr(f))))
+        self._of: dict[type, list] = {}  # asked on every fetch and send: kept per kind
 
     def of(self, kind: type) -> list:
-        return [f for f in self.faults if isinstance(f, kind)]
+        got = self._of.get(kind)
+        if got is None:
+            got = self._of[kind] = [f for f in self.faults if isinstance(f, kind)]
+        return got
 
     # ------------------------------------------------------------ questions the cluster asks
     def fetch_blocked_until(self, consumer: str, now: float) -> float | None:
@@ -260,9 +318,23 @@ class FaultPlan:
         return next((f for f in self.of(LaggingRead) if _named(f.reader, reader) and f.topic == topic
                      and f.partition == partition and _during(f, now)), None)
 
+    def skew_s(self, client: str, now: float) -> float:
+        """How far the wall clock of ``client``'s host reads off at ``now`` (seconds)."""
+        return sum(f.offset_s for f in self.of(ClockSkew) if f.at <= now and on_host(client, f.host))
+
+    def fatal_at(self, producer: str, made: float) -> list[float]:
+        """When a producer named ``producer``, made at ``made``, goes fatal (:class:`ProducerGoesFatal`)."""
+        return sorted(f.at for f in self.of(ProducerGoesFatal) if f.at >= made and on_host(producer, f.producer))
+
+    def leader_changing(self, topic: str, partition: int, now: float) -> bool:
+        """Whether a :class:`LeaderChange` of ``topic[partition]`` is going on at ``now``."""
+        return any(f.topic == topic and f.partition == partition and _during(f, now) for f in self.of(LeaderChange))
+
     def high_water_stale(self, consumer: str, topic: str, partition: int, now: float) -> bool:
-        return any(_named(f.consumer, consumer) and _named(f.topic, topic) and _named(f.partition, partition)
-                   and _during(f, now) for f in self.of(StaleHighWater))
+        """Whether fetches of ``consumer`` leave its cached mark of ``topic[partition]`` where it was."""
+        return self.leader_changing(topic, partition, now) or any(
+            _named(f.consumer, consumer) and _named(f.topic, topic) and _named(f.partition, partition)
+            and _during(f, now) for f in self.of(StaleHighWater))
 
     def produce_fault(self, topic: str, partition: int, now: float, producer: str | None = None) -> ProduceFault | None:
         return next((f for f in self.of(ProduceFault) if _named(f.topic, topic) and _named(f.partition, partition)

@@ -19,7 +19,16 @@ simulator's own arithmetic (not kmq's, which is what is checked):
   or REJECT before the last one ran out; no NACK) is never copied (a
   rejected one is dead-lettered). Judged
   only where its partition was clean (:func:`~kmq.dev.sim.liveness.clean`) from
-  :data:`~kmq.dev.sim.liveness.SETTLE_S` before its START to a second after its END.
+  :data:`~kmq.dev.sim.liveness.SETTLE_S` before its START to a second after its END,
+  but for faults only the tracker sees (:data:`TRACKER_SIDE`): a leader change of a markers
+  partition (the markers are written and a fresh look-up finds them, however long the
+  tracker's own fetches wait for the new leader) and hosts' clocks reading off (the checks
+  take each record's time on the cluster's clock; the tracker must judge leases on its own).
+
+Where a clock reads off, ``backoff-early`` and ``copied-while-leased`` allow a delivery's lease to
+start as early as the tracker's fetch before the one that read its START (or a RENEW, a NACK): the tracker
+takes a marker read at the log end as written no earlier than that, and with clocks apart that is
+all it can know.
 """
 
 from __future__ import annotations
@@ -30,12 +39,18 @@ from dataclasses import dataclass, field
 from kmq.core.markers import End, Nack, Reject, Renew, Start
 from kmq.core.message import HEADER_DELIVERY_COUNT, header_text, origin_of
 from kmq.dev.sim.clock import EPOCH_S
+from kmq.dev.sim.faults import ClockSkew, LeaderChange, on_host
 from kmq.dev.sim.liveness import SETTLE_S, clean, markers_of
 from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.workload import QUEUE
-from kmq.dev.sim.world import World, message_id
+from kmq.dev.sim.world import TRACKER, World, message_id
 
-__all__ = ["backoff_early", "copied_while_leased", "over_max_deliveries", "leases"]
+__all__ = ["backoff_early", "copied_while_leased", "over_max_deliveries", "leases", "TRACKER_SIDE"]
+
+#: Faults that keep a partition clean for ``copied-while-leased``: they touch only what the tracker
+#: sees of the markers, and it must not copy a delivery kept alive whatever they do.
+TRACKER_SIDE: tuple[type, ...] = (LeaderChange, ClockSkew)
+
 
 
 @dataclass
@@ -52,6 +67,7 @@ class _Delivery:
     ends: list[int] = field(default_factory=list)
     nacks: list[tuple[int, int]] = field(default_factory=list)  # (record time, delay ms)
     rejects: list[int] = field(default_factory=list)
+    gap_ms: int = 0  # the longest fetch gap of the tracker over its START, RENEWs and NACKs (see _slack_ms)
 
 
 def _count(headers) -> int:
@@ -66,13 +82,16 @@ def _deliveries(world: World, p: int) -> dict[int, _Delivery]:
         mid = message_id(rec.value)
         if mid is not None:
             out[rec.offset] = _Delivery(rec.offset, mid, origin_of(rec.headers, QUEUE, p, rec.offset),
-                                        _count(rec.headers), rec.timestamp)
-    for _moff, ts, marker in markers_of(world, p):
+                                        _count(rec.headers), rec.timestamp - rec.skew_ms)
+    gaps = _tracker_fetch_gaps(world, p)
+    for moff, ts, marker in markers_of(world, p):
         for r in getattr(marker, "ranges", ()):
             for off in range(r.first, r.end):
                 d = out.get(off)
                 if d is None:
                     continue
+                if isinstance(marker, (Start, Renew, Nack)):
+                    d.gap_ms = max(d.gap_ms, gaps.get(moff, 0))
                 if isinstance(marker, Start):
                     d.starts.append((ts, marker.lease_ms))
                 elif isinstance(marker, Renew):
@@ -95,6 +114,24 @@ def _backoff_ms(world: World, count: int) -> float:
 
 def _hold_ms(world: World, lease_ms: int) -> int:
     return min(lease_ms, int(world.queue.max_hold * 1000))
+
+
+def _tracker_fetch_gaps(world: World, p: int) -> dict[int, int]:
+    """Markers offset of partition ``p`` -> the longest time (ms) between the tracker's fetch that read
+    it and the fetch before (over its processes)."""
+    topic = world.queue.markers_topic
+    out: dict[int, int] = {}
+    for (consumer, t, part, off), gap in world.cluster.fetch_gaps.items():
+        if t == topic and part == p and on_host(consumer, TRACKER):
+            out[off] = max(out.get(off, 0), round(gap * 1000))
+    return out
+
+
+def _slack_ms(world: World, d: _Delivery) -> int:
+    """What ``d``'s lease may lose where clocks disagree: a marker read at the log end counts from
+    no earlier than the tracker's fetch before the one that read it, however far its writer's clock
+    reads off (:func:`kmq.core.marker_clock.marker_time`); with clocks apart that is all it knows."""
+    return d.gap_ms + 1 if world.cluster.faults.of(ClockSkew) else 0
 
 
 def _t(ts_ms: float) -> float:
@@ -129,7 +166,7 @@ def backoff_early(world: World, p: int, deliveries: dict[int, _Delivery]) -> lis
         if not bounds:
             continue
         earliest, why = min(bounds)
-        if c.ts_ms < earliest - 1:  # ms rounding
+        if c.ts_ms < earliest - 1 - _slack_ms(world, s):  # ms rounding
             return [Violation("backoff-early", f"{QUEUE}[{p}]@{c.offset} (delivery {c.count}) copied from @{s.offset} "
                               f"at t={_t(c.ts_ms):.3f}s, before it was due at t={_t(earliest):.3f}s ({why})", c.mid)]
     return []
@@ -142,11 +179,11 @@ def _kept_until(world: World, d: _Delivery) -> tuple[int, str] | None:
     start_ts, lease_ms = d.starts[0]
     deadline = start_ts + _hold_ms(world, lease_ms)
     for ts, renew_ms in sorted(d.renews):
-        if ts >= deadline:
+        if ts >= deadline - _slack_ms(world, d):
             return None
         deadline = max(deadline, ts + _hold_ms(world, renew_ms))
     end, kind = (d.ends[0], "END") if d.ends else (d.rejects[0], "REJECT")
-    return (end, kind) if end < deadline else None
+    return (end, kind) if end < deadline - _slack_ms(world, d) else None
 
 
 def copied_while_leased(world: World, p: int, deliveries: dict[int, _Delivery]) -> list[Violation]:
@@ -160,12 +197,12 @@ def copied_while_leased(world: World, p: int, deliveries: dict[int, _Delivery]) 
             continue
         end, kind = kept
         copies = [c for c in by_origin.get((d.origin, d.count + 1), []) if c.offset > d.offset]
-        if not copies or not clean(world, p, _t(d.starts[0][0]) - SETTLE_S, _t(end) + 1.0):
+        if not copies or not clean(world, p, _t(d.starts[0][0]) - SETTLE_S, _t(end) + 1.0, TRACKER_SIDE):
             continue
         renews = f", renewed {len(d.renews)} time(s)" if d.renews else ""
         return [Violation("copied-while-leased", f"{QUEUE}[{p}]@{d.offset} was copied to @{copies[0].offset} "
                           f"although its lease never ran out (START at t={_t(d.starts[0][0]):.3f}s{renews}, {kind} at "
-                          f"t={_t(end):.3f}s) and no fault touched its partition", d.mid)]
+                          f"t={_t(end):.3f}s) and no fault but the tracker's own touched its partition", d.mid)]
     return []
 
 

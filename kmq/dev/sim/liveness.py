@@ -12,7 +12,7 @@ time in between.
   must follow within :func:`serve_bound` seconds. Checked only where the
   partition was *clean*: from :data:`SETTLE_S` before it became due to the
   bound after it, no fault was active but :class:`~kmq.dev.sim.faults.SlowRead`
-  of other partitions, and the tracker was not down. So a slow partition may
+  of other partitions (queue or markers), and the tracker was not down. So a slow partition may
   delay the others by one stuck read, never starve them. Judged with the
   service loop only: which partition goes first is the service's choice
   (least recently served), and the simulator's loop around the redelivery
@@ -29,14 +29,15 @@ from __future__ import annotations
 from typing import Iterator
 
 from kmq.core.lease_state import PartitionState
+from kmq.core.marker_clock import SKEW_ALLOWANCE_MS
 from kmq.core.markers import BadMarker, Marker, decode_record
 from kmq.dev.sim.clock import EPOCH_S
-from kmq.dev.sim.faults import CommitFault, Fault, MemberPause, SlowRead
+from kmq.dev.sim.faults import ClockSkew, CommitFault, Fault, MemberPause, SlowRead
 from kmq.dev.sim.reader import POLL_S
 from kmq.dev.sim.tracker_loop import ServiceTrackerActor
 from kmq.dev.sim.violation import Violation
 from kmq.dev.sim.workload import QUEUE
-from kmq.dev.sim.world import World
+from kmq.dev.sim.world import TRACKER, World
 
 __all__ = ["serve_bound", "overdue", "view_drops", "clean", "markers_of", "checked_marker", "SETTLE_S", "READ_TIMEOUT_S"]
 
@@ -57,16 +58,21 @@ def serve_bound(world: World) -> float:
 
 
 def _window(f: Fault) -> tuple[float, float]:
+    if isinstance(f, ClockSkew) and f.host == TRACKER:
+        # The tracker re-reads every partition after its clock jumps, and a replayed lease may last
+        # the skew allowance longer: not judged until that is over.
+        return f.at, f.at + SKEW_ALLOWANCE_MS / 1000.0
     return f.at, getattr(f, "until", f.at)
 
 
-def clean(world: World, partition: int, start: float, end: float) -> bool:
-    """No fault but slow reads of other partitions, and the tracker up, in ``[start, end]``."""
+def clean(world: World, partition: int, start: float, end: float, ignore: tuple[type, ...] = ()) -> bool:
+    """No fault but slow reads of other partitions (of the queue or of its markers; and faults of
+    the kinds in ``ignore``), and the tracker up, in ``[start, end]``."""
     for f in world.cluster.faults.faults:
         at, until = _window(f)
-        if at > end or until < start:
+        if at > end or until < start or isinstance(f, ignore):
             continue
-        if isinstance(f, SlowRead) and not (f.topic == QUEUE and f.partition == partition):
+        if isinstance(f, SlowRead) and not (f.topic in (QUEUE, world.queue.markers_topic) and f.partition == partition):
             continue
         return False
     down_for = getattr(world.tracker, "down_for", 0.0)
@@ -88,10 +94,11 @@ def checked_marker(key: bytes | None, value: bytes | None, partition: int) -> Ma
 
 
 def markers_of(world: World, partition: int) -> Iterator[tuple[int, int, object]]:
-    """(offset, record time, marker or :class:`BadMarker`) of each record of a markers partition."""
+    """(offset, record time, marker or :class:`BadMarker`) of each record of a markers partition; the
+    record time is when it was stamped on the cluster's clock (its writer's may read off)."""
     plog = world.cluster.log(world.queue.markers_topic, partition)
     for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
-        yield rec.offset, rec.timestamp, checked_marker(rec.key, rec.value, partition)
+        yield rec.offset, rec.timestamp - rec.skew_ms, checked_marker(rec.key, rec.value, partition)
 
 
 def overdue(world: World, where: dict[tuple[int, int], str]) -> list[Violation]:

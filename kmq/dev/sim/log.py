@@ -30,6 +30,7 @@ class StoredRecord:
     value: bytes | None
     headers: Headers
     timestamp: int  # milliseconds since the epoch (CreateTime)
+    skew_ms: int = 0  # how far the writer's clock read off when it stamped it (the checks' true time: timestamp - skew)
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
@@ -59,10 +60,10 @@ class PartitionLog:
         return self._log_start + len(self._records)
 
     def append(self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]],
-               timestamp: int) -> int:
+               timestamp: int, skew_ms: int = 0) -> int:
         """Append one record; returns its offset."""
         offset = self.high_water
-        self._records.append(StoredRecord(offset, key, value, tuple((k, v) for k, v in headers), timestamp))
+        self._records.append(StoredRecord(offset, key, value, tuple((k, v) for k, v in headers), timestamp, skew_ms))
         return offset
 
     def read(self, position: int, max_records: int) -> list[StoredRecord]:

@@ -4,7 +4,10 @@
 whose ``get`` waits in simulated time. The record is written and acknowledged
 when the cluster says so (at once without faults; later, never, or written
 but reported failed under a :class:`~kmq.dev.sim.faults.ProduceFault` or a
-broker pause). Callbacks run when the clock reaches the acknowledgement,
+broker pause), or fail with :class:`~kmq.client.api.ProducerFatal` once the
+producer went fatal (:class:`~kmq.dev.sim.faults.ProducerGoesFatal`: then
+:attr:`SimProducer.fatal` says so, as confluent-kafka's producers do, and it
+sends nothing more). Callbacks run when the clock reaches the acknowledgement,
 inside whichever call advanced it, as a real client's I/O thread runs them
 at a moment of its own.
 
@@ -28,7 +31,7 @@ import itertools
 import zlib
 from typing import Any, Sequence
 
-from kmq.client.api import CONFLUENT, KAFKA_PYTHON, Delivery, ProduceFailed
+from kmq.client.api import CONFLUENT, KAFKA_PYTHON, Delivery, ProduceFailed, ProducerFatal
 from kmq.dev.sim.clock import VirtualClock
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.errors import SimulationError
@@ -81,12 +84,20 @@ class SimProducer:
         self._pending: list[tuple[SimDelivery, Any]] = []
         self._round_robin = itertools.count()
         self._closed = False
+        #: The fatal error this producer reported (:func:`kmq.client.producer_fatal` reads it), or None.
+        self.fatal: ProducerFatal | None = None
+        for at in cluster.faults.fatal_at(name, cluster.t()):
+            cluster.clock.call_at(cluster.clock.now() + (at - cluster.t()), self._go_fatal)
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
              headers: Sequence[tuple[str, bytes | None]] | None = None, timestamp_ms: int | None = None) -> SimDelivery:
         """Send one record; returns its delivery (see the module docstring for what fails how)."""
         if self._closed:
             raise ProduceFailed(f"producer {self.name} is closed")
+        if self.fatal is not None:
+            failed = SimDelivery(self.cluster.clock)
+            failed.failure(self.fatal)
+            return failed
         headers = list(headers or [])
         self._refuse(key, value, headers)
         counts = self.cluster.partition_counts()
@@ -100,11 +111,12 @@ class SimProducer:
             fut.failure(ProduceFailed(f"{topic}[{partition}]: the record is {size} bytes, more than max_request_size "
                                       f"({self.max_request_size})"))
             return fut
-        ts = self.cluster.clock.now_ms() if timestamp_ms is None else timestamp_ms
+        ts = self.cluster.wall_ms(self.name) if timestamp_ms is None else timestamp_ms
+        skew_ms = ts - self.cluster.clock.now_ms() if timestamp_ms is None else 0
         cancel = self.cluster.produce(
             self.name, topic, partition, None if key is None else bytes(key), None if value is None else bytes(value),
             headers, ts, self.delivery_timeout, on_written=lambda _offset: None, on_acked=fut.success,
-            on_failed=fut.failure)
+            on_failed=fut.failure, skew_ms=skew_ms)
         self._pending.append((fut, cancel))
         return fut
 
@@ -129,6 +141,18 @@ class SimProducer:
         clock = self.cluster.clock
         if not clock.run_until(clock.now() + wait, lambda: not self._unsettled()):
             raise ProduceFailed(f"{len(self._unsettled())} record(s) not delivered within {timeout}s")
+
+    def _go_fatal(self) -> None:
+        """A fatal error: what is not acknowledged yet fails (and is never written if it was not)."""
+        if self._closed or self.fatal is not None:
+            return
+        self.fatal = ProducerFatal(f"producer {self.name}: fatal error (simulated: an idempotence guarantee it "
+                                   f"can no longer keep)")
+        self.cluster.record(f"producer {self.name} fatal")
+        for fut, cancel in self._unsettled():
+            cancel()
+            fut.failure(self.fatal)
+        self._pending = []
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush for at most ``timeout`` seconds; what is left fails, and what was not written yet never is."""

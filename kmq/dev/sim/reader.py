@@ -85,7 +85,7 @@ class SimLogReader:
             return plog.high_water
         cut_ms = int((EPOCH_S + lag.at) * 1000)
         return next((rec.offset for rec in plog.read(plog.log_start, plog.high_water - plog.log_start)
-                     if rec.timestamp >= cut_ms), plog.high_water)
+                     if rec.timestamp - rec.skew_ms >= cut_ms), plog.high_water)
 
     def high_waters(self, starts: Mapping[K, int | None]) -> dict[K, int]:
         """High-water marks now, keyed as given (``(topic, partition)`` tuples or kafka-python's

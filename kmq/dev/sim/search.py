@@ -24,7 +24,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import (
-    FOREIGN_MARKER, HUNG, FaultPlan, LaggingRead, ProduceFault, Retention, SlowRead, UnexpectedRecord,
+    FOREIGN_MARKER, HUNG, ClockSkew, FaultPlan, LaggingRead, LeaderChange, ProduceFault, ProducerGoesFatal, Retention,
+    SlowRead,
+    UnexpectedRecord,
 )
 from kmq.dev.sim.invariants import Violation, check
 from kmq.dev.sim.timeline import timeline
@@ -57,6 +59,17 @@ HUNG_SPAN_S = (0.5, 5.0)
 # high-water mark for a while (LaggingRead: a new leader's), and how long.
 LAGGING_READ_SHARE = 0.25
 LAGGING_READ_SPAN_S = (3.0, 12.0)
+# Seeds (of those without a stalled read) where a markers partition's leader moves: the tracker's fetches of it
+# wait and its consumer's cached mark stays put (LeaderChange), and how long.
+LEADER_CHANGE_SHARE = 0.25
+LEADER_CHANGE_SPAN_S = (2.0, 10.0)
+# Seeds (service loop) where a worker's host clock reads off from the start, and where the tracker's is set
+# forward or back mid-run (ClockSkew), and by how much (within the 60 s a replayed lease allows).
+CLOCK_SKEW_SHARE = 0.25
+CLOCK_JUMP_SHARE = 0.15
+CLOCK_SKEW_S = (2.0, 30.0)
+# Seeds (service loop) where the tracker's producer goes fatal once (ProducerGoesFatal) while copies are made.
+PRODUCER_FATAL_SHARE = 0.2
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -117,7 +130,8 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
 
     In :data:`SLOW_READ_SHARE` of the seeds (drawn from the seed on a stream of its own, so the
     other seeds keep their plans) one queue partition's reads stall for a long while
-    (:class:`SlowRead`, past the readers' timeout) and at most two other faults happen: the
+    (:class:`SlowRead`, past the readers' timeout; in ``workload.slow_markers_share`` of them its
+    markers partition's, whose end the tracker looks up) and at most two other faults happen: the
     partitions around it stay clean long enough for the liveness check to bite. With the service
     loop only: the order of partitions is the service's, and the simulator's loop around the
     redelivery step alone, serving them in partition order, holds every actor up (the world runs
@@ -132,7 +146,16 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     for undecided, never for sent; and in :data:`LAGGING_READ_SHARE` (another stream) the
     tracker's reads of one queue partition end below its high-water mark for a while
     (:class:`~kmq.dev.sim.faults.LaggingRead`): what a START names past that end must be read
-    again, never closed as missing."""
+    again, never closed as missing; and in :data:`LEADER_CHANGE_SHARE` (another stream) a markers
+    partition's leader moves (:class:`~kmq.dev.sim.faults.LeaderChange`): the tracker's fetches of
+    it wait and its consumer's cached mark stays put, and nothing may be copied whose END or RENEW
+    was written in time meanwhile. With the service loop, in :data:`CLOCK_SKEW_SHARE` of all seeds
+    (a stream of their own) a worker's clock reads off by 2 to 30 s either way from the start, and
+    in :data:`CLOCK_JUMP_SHARE` (another) the tracker's is set that far forward or back mid-run
+    (:class:`~kmq.dev.sim.faults.ClockSkew`): leases are judged on the tracker's clock; and in
+    :data:`PRODUCER_FATAL_SHARE` (another) the tracker's producer goes fatal once
+    (:class:`~kmq.dev.sim.faults.ProducerGoesFatal`): it must be replaced, and nothing it did not
+    have acknowledged is taken for sent."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
@@ -141,7 +164,11 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     rng = random.Random(f"slow-read-{seed}")
     if workload.tracker_loop == SERVICE and rng.random() < SLOW_READ_SHARE:
         at = round(rng.uniform(0.0, workload.produce_over / 2), 3)
-        slow = SlowRead(at, round(at + rng.uniform(*SLOW_READ_SPAN_S), 3), QUEUE, rng.randrange(parts))
+        until = round(at + rng.uniform(*SLOW_READ_SPAN_S), 3)
+        slow = SlowRead(at, until, QUEUE, rng.randrange(parts))
+        if random.Random(f"slow-markers-{seed}").random() < workload.slow_markers_share:
+            # Its markers partition instead: the tracker's look-ups of its end get no answer.
+            slow = SlowRead(at, until, f"{QUEUE}__markers", slow.partition)
         faults = [slow, *faults[:rng.randint(0, 2)]]
     else:
         foreign = random.Random(f"foreign-marker-{seed}")
@@ -158,6 +185,23 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
             at = round(lagging.uniform(2.0, workload.produce_over), 3)
             faults.append(LaggingRead(at, round(at + lagging.uniform(*LAGGING_READ_SPAN_S), 3), QUEUE,
                                       lagging.randrange(parts), TRACKER_READER))
+        leader = random.Random(f"leader-change-{seed}")
+        if leader.random() < LEADER_CHANGE_SHARE:
+            at = round(leader.uniform(2.0, workload.produce_over), 3)
+            faults.append(LeaderChange(at, round(at + leader.uniform(*LEADER_CHANGE_SPAN_S), 3), f"{QUEUE}__markers",
+                                       leader.randrange(parts)))
+    if workload.tracker_loop == SERVICE:  # the step loop alone applies markers at their record time
+        skew = random.Random(f"clock-skew-{seed}")
+        if skew.random() < CLOCK_SKEW_SHARE:
+            faults.append(ClockSkew(0.0, f"w{skew.randrange(workload.workers)}",
+                                    round(skew.choice((-1, 1)) * skew.uniform(*CLOCK_SKEW_S), 3)))
+        jump = random.Random(f"clock-jump-{seed}")
+        if jump.random() < CLOCK_JUMP_SHARE:
+            faults.append(ClockSkew(round(jump.uniform(1.0, workload.produce_over), 3), TRACKER,
+                                    round(jump.choice((-1, 1)) * jump.uniform(*CLOCK_SKEW_S), 3)))
+        fatal = random.Random(f"producer-fatal-{seed}")
+        if fatal.random() < PRODUCER_FATAL_SHARE:
+            faults.append(ProducerGoesFatal(round(fatal.uniform(2.0, workload.produce_over + 10.0), 3), TRACKER))
     return FaultPlan(faults)
 
 

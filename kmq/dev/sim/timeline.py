@@ -3,7 +3,8 @@
 The timeline comes from the topics as ``kmq trace`` builds it
 (:class:`kmq.core.trace.TraceBuilder` fed the queue partition, its markers
 partition and the DLQ; the same words, :func:`kmq.core.trace.describe_event`),
-stamped in simulated seconds; the actors' notes (the producer's sends, a
+stamped in simulated seconds (each record at the time it was stamped on the
+cluster's clock, whatever its writer's clock read); the actors' notes (the producer's sends, a
 worker taking the message and what its handler will do) are merged in by
 time. A message the producer sent twice (an acknowledgement lost) has two
 originals, each with its own timeline.
@@ -32,14 +33,14 @@ def traces(world: World, mid: str) -> list[Trace]:
                 continue
             b = TraceBuilder(QUEUE, f"{QUEUE}/{p}/{orig.offset}")
             for rec in records:
-                b.add_queue_record(p, rec.offset, rec.timestamp, rec.key, rec.headers)
+                b.add_queue_record(p, rec.offset, rec.timestamp - rec.skew_ms, rec.key, rec.headers)
             mlog = c.log(q.markers_topic, p)
             for rec in mlog.read(mlog.log_start, mlog.high_water - mlog.log_start):
-                b.add_marker_record(rec.offset, rec.timestamp, rec.key, rec.value)
+                b.add_marker_record(rec.offset, rec.timestamp - rec.skew_ms, rec.key, rec.value)
             for dp in range(world.workload.partitions):
                 dlog = c.log(q.dlq_topic, dp)
                 for rec in dlog.read(dlog.log_start, dlog.high_water - dlog.log_start):
-                    b.add_dlq_record(dp, rec.offset, rec.timestamp, rec.headers)
+                    b.add_dlq_record(dp, rec.offset, rec.timestamp - rec.skew_ms, rec.headers)
             out.append(b.result(c.clock.now_ms(), c.groups.committed(GROUP, (QUEUE, p))))
     return out
 

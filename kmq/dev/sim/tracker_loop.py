@@ -182,7 +182,7 @@ class ServiceTrackerActor:
         self.incarnation += 1
         self.clients.new_process(self.incarnation)
         self.tracker = service.Tracker(self.world.config, registry=CollectorRegistry(),
-                                       clock=lambda: c.clock.now_ms() / 1000.0, clients=self.clients,
+                                       clock=lambda: c.wall_ms(self.name) / 1000.0, clients=self.clients,
                                        monotonic=c.clock.monotonic,
                                        pauses=FaultPlanPauses(c, self.name))
         self.tracker.open(serve_http=False)

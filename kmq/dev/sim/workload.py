@@ -63,6 +63,9 @@ class Workload:
     nack_delay: float = 0.5
     restart_after: float = 3.0  # a crashed worker comes back after this long
     tracker_loop: str = SERVICE
+    # In this share of the seeds whose search stalls one partition's reads, the stalled one is a markers
+    # partition, whose end the tracker looks up (kmq.dev.sim.search); 0 in the default search (docs/architecture.md).
+    slow_markers_share: float = 0.0
     tracker_crash_chance: float = 0.3  # the service tracker is killed once, at a random time, in this share of seeds
     # In this share of seeds the workers run with consumer.ordering: key and the messages share `keys` keys
     # (otherwise each message is its own key); the search runs 0.3 (kmq.dev.sim.search.ORDERED_SHARE).
