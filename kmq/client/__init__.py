@@ -45,6 +45,8 @@ from kmq.client.api import (
 )
 from kmq.client.factory import (
     adapt_consumer,
+    broker_errors,
+    open_admin,
     client_error,
     close_producer,
     group_consumer,
@@ -63,7 +65,7 @@ from kmq.core.errors import LogReadError
 __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "ProducerFatal", "client_of", "require_client",
-    "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "producer", "close_producer",
+    "is_confluent_consumer", "adapt_consumer", "group_consumer", "client_error", "broker_errors", "open_admin", "producer", "close_producer",
     "produce_errors", "Partition", "ReadResult", "LogEnds", "Deleted", "LogReader", "LogReadError", "delivered_at", "open_log_reader",
     "refused_record_errors",
     "produce_errors", "producer_state_errors", "producer_fatal", "SendFailure", "send_failure",

@@ -1,11 +1,11 @@
 """Topic administration behind the client seam: what :mod:`kmq.client.topics` needs from an admin
-client, and the one that ``kafka.client`` names.
+client (pure: no client imported here).
 
-* :class:`TopicAdmin`: describe topics (partitions, partitions without a leader), count the
-  brokers, create a topic, grow one, read topic configs, list topic names;
-* :func:`open_admin`: the adapter of the configured client, kafka-python's ``KafkaAdminClient``
-  (:mod:`kmq.client.kafka_python.admin`) or confluent-kafka's ``AdminClient``
-  (:mod:`kmq.client.confluent.admin`).
+* :class:`TopicAdmin`: describe topics (partitions, partitions without a leader), list the
+  brokers, create a topic, grow one, read topic configs, list topic names, read a group's committed offsets;
+* :func:`kmq.client.factory.open_admin` builds the adapter of the configured client, on
+  kafka-python's ``KafkaAdminClient`` (:mod:`kmq.client.kafka_python.admin`) or confluent-kafka's
+  ``AdminClient`` (:mod:`kmq.client.confluent.admin`).
 
 Every method raises kmq's errors only: :class:`~kmq.core.errors.BrokerUnavailable` (or the
 subclass naming a refused login, certificate or ACL) when the broker does not answer or refuses,
@@ -18,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol
 
-from kmq.client.api import CONFLUENT, client_of, require_client
-from kmq.config import KafkaConfig
+from kmq.client.api import Partition
 
-__all__ = ["TopicState", "TopicAdmin", "open_admin"]
+__all__ = ["TopicState", "TopicAdmin"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +38,8 @@ class TopicAdmin(Protocol):
         """Each topic's state; None for a topic that does not exist (or is in error)."""
         ...
 
-    def broker_count(self) -> int:
-        """Brokers in the cluster."""
+    def brokers(self) -> set[int]:
+        """Ids of the cluster's brokers that serve (a fenced broker is left out)."""
         ...
 
     def create(self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]) -> bool:
@@ -60,19 +59,8 @@ class TopicAdmin(Protocol):
         """Names of the cluster's topics."""
         ...
 
+    def group_offsets(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        """The offsets ``group`` committed for ``partitions`` (None: none), in one request."""
+        ...
+
     def close(self) -> None: ...
-
-
-def open_admin(kafka: KafkaConfig, timeout_s: float | None = None) -> TopicAdmin:
-    """A :class:`TopicAdmin` on the client ``kafka.client`` names; ``timeout_s`` (default
-    ``kafka.connect_timeout``) bounds each request."""
-    name = client_of(kafka)
-    require_client(name)
-    timeout_s = timeout_s or kafka.connect_timeout
-    if name == CONFLUENT:
-        from kmq.client.confluent.admin import ConfluentAdmin
-
-        return ConfluentAdmin(kafka, timeout_s)
-    from kmq.client.kafka_python.admin import KafkaPythonAdmin
-
-    return KafkaPythonAdmin(kafka, timeout_s)

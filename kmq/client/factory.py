@@ -9,12 +9,14 @@ import :mod:`kmq.client.api`, never this module).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from kafka import errors as kafka_errors
 from kafka.errors import KafkaError
 
+from kmq.client.admin import TopicAdmin
 from kmq.client.api import (
     CONFLUENT,
     ConsumerAdapter,
@@ -33,7 +35,7 @@ from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
-__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "send_many", "close_producer", "produce_errors",
+__all__ = ["open_admin", "adapt_consumer", "group_consumer", "client_error", "broker_errors", "producer", "send_many", "close_producer", "produce_errors",
            "refused_record_errors", "open_log_reader", "producer_state_errors", "producer_fatal", "SendFailure",
            "send_failure"]
 
@@ -98,6 +100,23 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
     if module != "kafka":
         return None
     return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def broker_errors(kafka: Any, what: str = "talking to Kafka") -> Iterator[None]:
+    """Raise kmq's error (:func:`client_error`) for any Kafka client's failure inside the block, on
+    either client: a connection failure diagnosed, a refused login or ACL named. Exceptions that are
+    no client's (bugs) pass unchanged."""
+    try:
+        with clients.broker_errors(kafka):
+            yield
+    except KmqError:
+        raise
+    except Exception as exc:
+        error = client_error(kafka, exc, what)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool = False, **overrides: Any) -> Any:
@@ -208,3 +227,18 @@ def open_log_reader(kafka: Any, timeout_s: float = 10.0, fetch_wait_ms: int = 50
 
         return ConfluentLogReader(kafka, timeout_s, **{"fetch.wait.max.ms": fetch_wait_ms, **overrides})
     return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms, **overrides})
+
+
+def open_admin(kafka: Any, timeout_s: float | None = None) -> TopicAdmin:
+    """A :class:`~kmq.client.admin.TopicAdmin` on the client ``kafka.client`` names; ``timeout_s``
+    (default ``kafka.connect_timeout``) bounds each request. Close it when done."""
+    name = client_of(kafka)
+    require_client(name)
+    timeout_s = timeout_s or kafka.connect_timeout
+    if name == CONFLUENT:
+        from kmq.client.confluent.admin import ConfluentAdmin
+
+        return ConfluentAdmin(kafka, timeout_s)
+    from kmq.client.kafka_python.admin import KafkaPythonAdmin
+
+    return KafkaPythonAdmin(kafka, timeout_s)

@@ -19,7 +19,8 @@ from typing import Any
 
 from kmq import client as client_api
 from kmq.client import topics
-from kmq.client.admin import TopicAdmin, open_admin
+from kmq.client.admin import TopicAdmin
+from kmq.client.factory import open_admin
 from kmq.client.api import GroupConsumerAdapter, LogReader
 from kmq.config import KafkaConfig, QueueConfig
 
@@ -48,7 +49,7 @@ class ClientFactory:
         return client_api.open_log_reader(kafka, timeout_s, fetch_wait_ms, **overrides)
 
     def open_admin(self, kafka: KafkaConfig, timeout_s: float | None = None) -> TopicAdmin:
-        """Topic administration (:func:`kmq.client.admin.open_admin`)."""
+        """Topic administration (:func:`kmq.client.factory.open_admin`)."""
         return open_admin(kafka, timeout_s)
 
     def require_aligned(self, kafka: KafkaConfig, queue: QueueConfig) -> Any:

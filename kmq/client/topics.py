@@ -12,7 +12,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from kmq.client.admin import TopicAdmin, TopicState, open_admin
+from kmq.client.admin import TopicAdmin, TopicState
+from kmq.client.factory import open_admin
 from kmq.config import KafkaConfig, QueueConfig, TopicsConfig
 from kmq.core.errors import KmqError, TopicError, TopicMisaligned, TopicMissing, UnsupportedByBroker
 
@@ -221,7 +222,7 @@ def ensure_topics(
 def _broker_count(admin: TopicAdmin) -> int:
     """Brokers in the cluster; 0 when the cluster does not tell (then the default factor 3 is tried)."""
     try:
-        return admin.broker_count()
+        return len(admin.brokers())
     except TopicError as exc:
         log.warning("cannot count the brokers (%s); new topics get replication factor %d unless "
                     "topics.replication_factor or --replication-factor says otherwise", exc, _DEFAULT_REPLICATION)

@@ -59,18 +59,18 @@ class LagJobFailed(KmqError):
 
 def preflight(cfg: Config, opts: JobOptions) -> None:
     """Fail fast, with kmq's clear errors, when the broker or a markers topic is missing."""
-    from kmq.client.kafka_python.clients import consumer
+    from kmq.client import open_log_reader
     from kmq.core.errors import TopicMissing
 
-    c = consumer(cfg.kafka)
+    reader = open_log_reader(cfg.kafka)
     try:
         for q in _queues(cfg, opts):
-            if not c.partitions_for_topic(q.markers_topic):
+            if not reader.partition_count(q.markers_topic):
                 raise TopicMissing(
                     f"markers topic {q.markers_topic!r} of queue {q.label!r} does not exist: run `kmq topics create`"
                 )
     finally:
-        c.close()
+        reader.close()
 
 
 def _summary(exc: BaseException) -> str:

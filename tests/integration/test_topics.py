@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from kmq.cli import cli
-from kmq.client.admin import open_admin
+from kmq.client import open_admin
 from kmq.config import Config
 from kmq.core.errors import TopicMisaligned, TopicMissing
 from kmq.client.topics import describe, ensure_topics, require_aligned

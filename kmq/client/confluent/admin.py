@@ -12,7 +12,7 @@ import concurrent.futures
 import contextlib
 from typing import Any, Iterable, Iterator, Mapping
 
-from kmq.client.api import CONFLUENT, require_client
+from kmq.client.api import CONFLUENT, Partition, require_client
 from kmq.client.admin import TopicState
 from kmq.client.confluent.settings import construct, passthrough, settings
 from kmq.client.diagnose import diagnose
@@ -22,7 +22,7 @@ from kmq.core.errors import AuthorizationFailed, KmqError, TopicError, Unsupport
 
 require_client(CONFLUENT)  # the one clear error when the extra is missing
 
-from confluent_kafka import KafkaError, KafkaException  # noqa: E402
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
     ConfigResource,
@@ -91,8 +91,9 @@ class ConfluentAdmin:
                 out[name] = TopicState(len(t.partitions), sum(1 for p in t.partitions.values() if p.leader < 0))
         return out
 
-    def broker_count(self) -> int:
-        return len(self._metadata("counting the brokers").brokers)
+    def brokers(self) -> set[int]:
+        # Metadata names the brokers that serve (KRaft leaves fenced ones out).
+        return set(self._metadata("listing the brokers").brokers)
 
     def create(self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]) -> bool:
         new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=dict(configs))
@@ -125,6 +126,15 @@ class ConfluentAdmin:
 
     def topic_names(self) -> set[str]:
         return set(self._metadata("listing topics").topics)
+
+    def group_offsets(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        asked = sorted(set(partitions))
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in asked])
+        with self._errors(f"reading the offsets of group {group}"):
+            answer = self._wait(self._admin.list_consumer_group_offsets([request],
+                                                                         request_timeout=self._timeout_s)[group])
+        found = {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions or []}
+        return {tp: (found[tp] if found.get(tp) is not None and found[tp] >= 0 else None) for tp in asked}
 
     def close(self) -> None:
         """Nothing to release: librdkafka frees the handle with the object."""

@@ -10,10 +10,13 @@ from __future__ import annotations
 import contextlib
 from typing import Iterable, Iterator, Mapping
 
+from kafka import TopicPartition
+
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 from kafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError, KafkaError, TopicAlreadyExistsError
 
 from kmq.client.admin import TopicState
+from kmq.client.api import Partition
 from kmq.client.kafka_python.clients import admin_client, broker_errors
 from kmq.config import KafkaConfig
 from kmq.core.errors import TopicError, UnsupportedByBroker
@@ -49,9 +52,10 @@ class KafkaPythonAdmin:
                                        sum(1 for p in t["partitions"] if p.get("leader_id", -1) < 0))
         return out
 
-    def broker_count(self) -> int:
-        with self._errors("counting the brokers"):
-            return len(self._admin.describe_cluster().get("brokers") or [])
+    def brokers(self) -> set[int]:
+        with self._errors("listing the brokers"):
+            found = self._admin.describe_cluster().get("brokers") or []
+        return {b["node_id"] if "node_id" in b else b["broker_id"] for b in found if not b.get("is_fenced")}
 
     def create(self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]) -> bool:
         try:
@@ -88,6 +92,13 @@ class KafkaPythonAdmin:
     def topic_names(self) -> set[str]:
         with self._errors("listing topics"):
             return set(self._admin.list_topics())
+
+    def group_offsets(self, group: str, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
+        asked = sorted(set(partitions))
+        with self._errors(f"reading the offsets of group {group}"):
+            got = self._admin.list_group_offsets({group: [TopicPartition(t, p) for t, p in asked]})
+        found = {(tp.topic, tp.partition): om.offset for tp, om in got.get(group, {}).items()}
+        return {tp: (found[tp] if found.get(tp) is not None and found[tp] >= 0 else None) for tp in asked}
 
     def close(self) -> None:
         self._admin.close()
