@@ -196,11 +196,12 @@ def source_options(cfg: Config) -> dict[str, str]:
     :class:`~kmq.config.KafkaConfig` (the source's driver and tasks rebuild it and connect through
     kmq's client settings), with the job's client id and the passwords read here, so the
     executors need no password file."""
+    from kmq.client.secrets import key_password, sasl_password
     from kmq.spark.source import KAFKA_OPTION
 
     k = cfg.kafka
-    kafka = replace(k, client_id=f"{k.client_id}-lag-job", sasl_password=k.password(), sasl_password_file=None,
-                    ssl_password=k.key_password(), ssl_password_file=None)
+    kafka = replace(k, client_id=f"{k.client_id}-lag-job", sasl_password=sasl_password(k), sasl_password_file=None,
+                    ssl_password=key_password(k), ssl_password_file=None)
     return {KAFKA_OPTION: kafka.to_json()}
 
 
