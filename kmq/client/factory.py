@@ -13,9 +13,6 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from kafka import errors as kafka_errors
-from kafka.errors import KafkaError
-
 from kmq.client.admin import TopicAdmin
 from kmq.client.api import (
     CONFLUENT,
@@ -30,6 +27,7 @@ from kmq.client.api import (
     is_confluent_consumer,
     require_client,
 )
+from kmq.client.errors import ProduceDenied, ProducerFenced, RecordRefused, RecordTooLarge, TopicUnknown
 from kmq.client.kafka_python import clients
 from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
@@ -91,12 +89,10 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
     if module in ("confluent_kafka", "cimpl"):
         err = exc.args[0] if exc.args else None
         if hasattr(err, "code") and hasattr(err, "str"):
-            from kmq.client.confluent.consumer import as_kafka_python_error
+            from kmq.client.confluent.errors import classify as confluent_classify
 
-            exc = as_kafka_python_error(err)
-            module = "kafka"
-        else:
-            return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+            return confluent_classify(kafka, err) or BrokerUnavailable(f"{what} failed: {err.str()} ({err.name()})")
+        return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
     if module != "kafka":
         return None
     return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
@@ -163,16 +159,16 @@ def close_producer(prod: Any, timeout: float = 5.0) -> None:
 
 
 def produce_errors() -> tuple[type[BaseException], ...]:
-    """Exception classes a producer's ``send``/``flush`` may raise, for ``except`` clauses."""
-    return (KafkaError, ProduceFailed)
+    """Exception classes a producer's ``send``/``flush`` may raise, for ``except`` clauses: kmq's
+    :class:`~kmq.client.errors.ProduceFailed` (and its subclasses) on either client."""
+    return (ProduceFailed,)
 
 
 def producer_state_errors() -> tuple[type[BaseException], ...]:
     """Send failures after which the producer's id is no longer accepted (fenced, unknown, out of
     sequence): every later send of that producer fails the same way, so it must be replaced. Both
-    clients raise these classes (the confluent adapter maps librdkafka's codes to them)."""
-    return (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
-            kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)
+    adapters raise :class:`~kmq.client.errors.ProducerFenced` for them."""
+    return (ProducerFenced,)
 
 
 def producer_fatal(prod: Any) -> Exception | None:
@@ -190,20 +186,20 @@ class SendFailure:
     permanent: bool  # the same record fails again however often it is sent
 
 
-_PERMANENT_SENDS = (TypeError, ValueError, AssertionError, kafka_errors.MessageSizeTooLargeError,
-                    kafka_errors.RecordListTooLargeError, kafka_errors.InvalidRecordError,
-                    kafka_errors.CorruptRecordError)
+#: A record refused for good: kmq's class, and the Python errors kafka-python raises for a record it
+#: cannot encode before sending (a null header value, neither key nor value).
+_PERMANENT_SENDS = (RecordRefused, TypeError, ValueError, AssertionError)
 
 
 def send_failure(exc: BaseException) -> SendFailure:
-    """Classify an exception from a producer's ``send``, its future or ``flush`` (both clients raise
-    kafka-python's classes; a refusal before sending, e.g. kafka-python's tombstone ValueError, too)."""
+    """Classify an exception from a producer's ``send``, its future or ``flush`` (kmq's classes on
+    both clients; a refusal before sending, e.g. kafka-python's tombstone ValueError, too)."""
     permanent = isinstance(exc, _PERMANENT_SENDS)
-    if isinstance(exc, (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)):
+    if isinstance(exc, RecordTooLarge):
         return SendFailure("too_large", True)
-    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
+    if isinstance(exc, TopicUnknown):
         return SendFailure("unknown_topic", permanent)
-    if isinstance(exc, kafka_errors.TopicAuthorizationFailedError):
+    if isinstance(exc, ProduceDenied):
         return SendFailure("forbidden", permanent)
     return SendFailure("invalid" if permanent else "failed", permanent)
 

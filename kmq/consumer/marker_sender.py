@@ -53,7 +53,7 @@ __all__ = ["MarkerSender"]
 log = logging.getLogger(__name__)
 
 
-# Both clients raise kafka-python's error classes (kmq.client.confluent.consumer maps librdkafka's codes).
+# Both adapters raise kmq's classes (kmq.client.errors), whichever client failed.
 _PRODUCER_STATE_ERRORS = client_api.producer_state_errors()  # one list, on the client seam
 
 

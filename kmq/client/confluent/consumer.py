@@ -7,9 +7,9 @@ behind kafka-python's ``send() -> future`` shape, so the marker sender, the
 tracker and the Spark source use either client through one API.
 
 Only public confluent-kafka API is used. Send and flush failures are raised
-as kafka-python's error classes (``kafka.errors``, the base install's
-taxonomy: broker error codes are the same numbers), so the code that
-classifies failures (permanent or not, too large, unauthorised) serves both.
+as kmq's error classes (:mod:`kmq.client.errors`, by Kafka's error code, the
+same numbers on both clients; :mod:`kmq.client.confluent.errors`), so the code
+that classifies failures (permanent or not, too large, unauthorised) serves both.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import time
 from functools import partial
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from kafka import errors as kp_errors
-
 from kmq.client.api import (
     CONFLUENT,
     ClientCommitFailed,
     Delivery,
     OutRecord,
     Partition,
+    ProduceFailed,
     ProducerFatal,
     Record,
     ReportedBatch,
@@ -36,6 +35,7 @@ from kmq.client.api import (
 )
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
+from kmq.client.confluent.errors import as_kmq_error
 from kmq.client.confluent.fatal import FatalState
 from kmq.client.confluent.flush_settlement import FlushSettlement
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
@@ -90,28 +90,6 @@ _REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, 
                KafkaError._ASSIGNMENT_LOST, KafkaError._STATE, KafkaError.FENCED_INSTANCE_ID}
 
 
-# librdkafka's local (negative) error codes -> kafka-python error classes.
-_LOCAL_ERRORS = {
-    KafkaError._MSG_TIMED_OUT: kp_errors.KafkaTimeoutError,
-    KafkaError._TIMED_OUT: kp_errors.KafkaTimeoutError,
-    KafkaError._PURGE_QUEUE: kp_errors.KafkaTimeoutError,
-    KafkaError._PURGE_INFLIGHT: kp_errors.KafkaTimeoutError,
-    KafkaError._UNKNOWN_TOPIC: kp_errors.UnknownTopicOrPartitionError,
-    KafkaError._UNKNOWN_PARTITION: kp_errors.UnknownTopicOrPartitionError,
-    KafkaError._TRANSPORT: kp_errors.KafkaConnectionError,
-    KafkaError._ALL_BROKERS_DOWN: kp_errors.KafkaConnectionError,
-    KafkaError._AUTHENTICATION: kp_errors.SaslAuthenticationFailedError,
-    KafkaError._INVALID_ARG: kp_errors.InvalidRecordError,
-}
-
-
-def as_kafka_python_error(err: Any, what: str = "") -> Exception:
-    """The kafka-python exception for a librdkafka ``KafkaError`` (broker codes are the same numbers)."""
-    code = err.code()
-    cls = kp_errors.for_code(code) if code > 0 else _LOCAL_ERRORS.get(code, kp_errors.KafkaError)
-    return cls(f"{what}{err.str()} ({err.name()})")
-
-
 def _map(overrides: Mapping[str, Any], table: Mapping[str, str | None]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in overrides.items():
@@ -145,7 +123,7 @@ class ConfluentProducer:
     def __init__(self, conf: dict[str, Any], settle_on_flush: bool = False) -> None:
         self._settlement: FlushSettlement | None = None
         if settle_on_flush:
-            self._settlement = FlushSettlement(as_kafka_python_error)
+            self._settlement = FlushSettlement(as_kmq_error)
             conf = {**conf, "delivery.report.only.error": True, "on_delivery": self._settlement.report}
         self.raw = ck.Producer(conf)
         self._log_bridge = conf.get("logger")
@@ -190,7 +168,7 @@ class ConfluentProducer:
 
     def _refused(self, err: Any, topic: str) -> Exception:
         """The error of a record ``produce`` refused with ``err`` (before it left)."""
-        return self._fatal.refused(err) or as_kafka_python_error(err, f"{topic}: ")
+        return self._fatal.refused(err) or as_kmq_error(err, f"{topic}: ")
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
              headers: Any = None, timestamp_ms: int | None = None) -> Delivery:
@@ -200,7 +178,7 @@ class ConfluentProducer:
         if settlement is None:
             def report(err: Any, msg: Any) -> None:
                 if err is not None:
-                    fut.failure(as_kafka_python_error(err, f"{topic}: "))
+                    fut.failure(as_kmq_error(err, f"{topic}: "))
                 else:
                     fut.success((msg.topic(), msg.partition(), msg.offset()))
 
@@ -247,7 +225,7 @@ class ConfluentProducer:
         return batch
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait for every record sent so far (at most ``timeout``). Raises ``KafkaTimeoutError`` for
+        """Wait for every record sent so far (at most ``timeout``). Raises :class:`~kmq.client.errors.ProduceFailed` for
         what is left, :class:`~kmq.client.api.ProducerFatal` when the producer became fatal during
         this flush (what it had not delivered fails with it)."""
         began, known = time.monotonic(), self._fatal.error
@@ -264,7 +242,7 @@ class ConfluentProducer:
         if fatal is not None and (known is None or left):
             raise fatal
         if left:
-            raise kp_errors.KafkaTimeoutError(f"{left} record(s) not delivered within {timeout}s")
+            raise ProduceFailed(f"{left} record(s) not delivered within {timeout}s")
 
     def _flush_raw(self, timeout: float) -> int:
         return self._served(self.raw.flush, timeout)
@@ -293,7 +271,7 @@ class ConfluentProducer:
 
 
 def _report_into(verdicts: list, i: int, err: Any, msg: Any) -> None:
-    verdicts[i] = None if err is None else as_kafka_python_error(err, f"{msg.topic()}: ")
+    verdicts[i] = None if err is None else as_kmq_error(err, f"{msg.topic()}: ")
 
 
 def _flush_logs(bridge: Any) -> None:
