@@ -63,7 +63,7 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
     # names the codec (the first configured one), none is needed.
     entries = [q for q in cfg.queues if q.name == queue]
     compression = (entries[0] if entries else cfg.queue(queue)).compression
-    producer = make_producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024, compression_type=compression)
+    producer = make_producer(cfg.kafka, linger=0.02, batch_size=256 * 1024, compression=compression)
     t0 = time.monotonic()
     poisons = 0
     try:

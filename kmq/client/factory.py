@@ -31,6 +31,7 @@ from kmq.client.errors import ProduceDenied, ProducerFenced, RecordRefused, Reco
 from kmq.client.kafka_python import clients
 from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
+from kmq.client.overrides import CONSUMER, PRODUCER, native
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
 __all__ = ["open_admin", "adapt_consumer", "group_consumer", "client_error", "broker_errors", "producer", "send_many", "close_producer", "produce_errors",
@@ -62,21 +63,21 @@ def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int,
     auto-commit off, ``assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``, kmq's ``consumer.assignor``)
     and kmq's session timing. Not subscribed yet.
 
-    ``overrides`` use kafka-python's names, mapped for confluent like the producer's:
-    ``group_instance_id`` (static membership), ``fetch_max_wait_ms``, ``metadata_max_age_ms``,
-    ``max_poll_interval_ms``."""
+    ``overrides`` are kmq's names (:data:`kmq.client.overrides.CONSUMER`, durations in seconds),
+    translated for the chosen client: ``group_instance_id`` (static membership), ``fetch_wait``,
+    ``metadata_max_age``, ``max_poll_interval``."""
     name = client_of(kafka)
     require_client(name)
     if name == CONFLUENT:
         from kmq.client.confluent.consumer import consumer as confluent_consumer
 
         strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
-        return confluent_consumer(kafka, group_id=group_id, enable_auto_commit=False,
-                                  **{"partition.assignment.strategy": strategy}, **overrides)
+        return confluent_consumer(kafka, group_id=group_id, **{"partition.assignment.strategy": strategy,
+                                                               **native(overrides, CONSUMER, name)})
     return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
                                                 max_poll_records=max_records,
                                                 partition_assignment_strategy=clients.assignors(assignor),
-                                                **overrides))
+                                                **native(overrides, CONSUMER, name)))
 
 
 def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
@@ -118,8 +119,9 @@ def broker_errors(kafka: Any, what: str = "talking to Kafka") -> Iterator[None]:
 def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool = False, **overrides: Any) -> Any:
     """An idempotent acks=all producer on the client ``kafka.client`` names.
 
-    ``overrides`` use kafka-python's names (``linger_ms``, ``delivery_timeout_ms``, ...);
-    the confluent adapter maps them. ``send(topic, value=, key=, partition=, headers=)``
+    ``overrides`` are kmq's names (:data:`kmq.client.overrides.PRODUCER`: ``linger``,
+    ``delivery_timeout``, ``compression``, ...; durations in seconds), translated for the chosen
+    client. ``send(topic, value=, key=, partition=, headers=)``
     returns a future (:class:`Delivery` on confluent). ``settle_on_flush``: the caller reads
     verdicts only after a ``flush``, from the thread that sends; confluent then gives them at the
     flush, without a delivery callback per record (cheaper per record). kafka-python's futures
@@ -129,8 +131,8 @@ def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool =
     if name == CONFLUENT:
         from kmq.client.confluent.consumer import producer as confluent_producer
 
-        return confluent_producer(kafka, timeout_s, settle_on_flush, **overrides)
-    return clients.producer(kafka, timeout_s, **overrides)
+        return confluent_producer(kafka, timeout_s, settle_on_flush, **native(overrides, PRODUCER, name))
+    return clients.producer(kafka, timeout_s, **native(overrides, PRODUCER, name))
 
 
 def send_many(prod: Any, records: Sequence[OutRecord]) -> SendBatch:
@@ -215,14 +217,19 @@ def open_log_reader(kafka: Any, timeout_s: float = 10.0, fetch_wait_ms: int = 50
     without a group, each read ending where a fetch of its own saw the end of the log. ``timeout_s``:
     how long a read waits for an answer from the broker; ``fetch_wait_ms``: how long the broker
     holds a fetch that finds nothing new (what a look-up of an idle log's end waits); ``overrides``:
-    the client's own consumer settings (kafka-python names or librdkafka properties). Close it when done."""
+    kmq's consumer settings (:data:`kmq.client.overrides.CONSUMER`; ``max_poll_records`` is the records
+    a confluent reader takes per call too), translated for the chosen client. Close it when done."""
     name = client_of(kafka)
     require_client(name)
     if name == CONFLUENT:
         from kmq.client.confluent.log_reader import ConfluentLogReader
 
-        return ConfluentLogReader(kafka, timeout_s, **{"fetch.wait.max.ms": fetch_wait_ms, **overrides})
-    return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms, **overrides})
+        # Records a consume call takes: librdkafka's batch is the reader's, not a property.
+        batch = overrides.pop("max_poll_records", None)
+        return ConfluentLogReader(kafka, timeout_s, **({"batch": batch} if batch else {}),
+                                  **{"fetch.wait.max.ms": fetch_wait_ms, **native(overrides, CONSUMER, name)})
+    return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms,
+                                                     **native(overrides, CONSUMER, name)})
 
 
 def open_admin(kafka: Any, timeout_s: float | None = None) -> TopicAdmin:

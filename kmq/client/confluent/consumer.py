@@ -50,57 +50,9 @@ __all__ = ["ConfluentConsumer", "ConfluentProducer", "producer", "consumer"]
 
 log = logging.getLogger(__name__)
 
-# kafka-python keyword -> librdkafka property, for the overrides kmq passes to producers and consumers.
-_PRODUCER_KEYS = {
-    "linger_ms": "linger.ms",
-    "delivery_timeout_ms": "delivery.timeout.ms",
-    "request_timeout_ms": "request.timeout.ms",
-    "retry_backoff_ms": "retry.backoff.ms",
-    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
-    "batch_size": "batch.size",
-    "acks": "acks",
-    "enable_idempotence": "enable.idempotence",
-    "compression_type": "compression.type",
-    "max_request_size": "message.max.bytes",
-    "max_block_ms": None,  # librdkafka never blocks in produce(); BufferError is handled in send()
-    "retries": None,  # librdkafka retries within delivery.timeout.ms
-}
-_CONSUMER_KEYS = {
-    "group_id": "group.id",
-    "enable_auto_commit": "enable.auto.commit",
-    "auto_offset_reset": "auto.offset.reset",
-    "session_timeout_ms": "session.timeout.ms",
-    "heartbeat_interval_ms": "heartbeat.interval.ms",
-    "fetch_max_wait_ms": "fetch.wait.max.ms",
-    "max_partition_fetch_bytes": "max.partition.fetch.bytes",
-    "fetch_max_bytes": "fetch.max.bytes",
-    "group_instance_id": "group.instance.id",
-    "max_poll_interval_ms": "max.poll.interval.ms",
-    # kafka-python's metadata refresh period; librdkafka's metadata.max.age.ms only ages its cache
-    "metadata_max_age_ms": "topic.metadata.refresh.interval.ms",
-    "max_poll_records": None,  # per call: ConfluentConsumer.poll(max_records=)
-    "request_timeout_ms": None,
-    "bootstrap_timeout_ms": None,
-    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
-    "key_deserializer": None,
-    "value_deserializer": None,
-}
 # Error codes that mean "the group moved on": the partitions belong to another member now.
 _REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
                KafkaError._ASSIGNMENT_LOST, KafkaError._STATE, KafkaError.FENCED_INSTANCE_ID}
-
-
-def _map(overrides: Mapping[str, Any], table: Mapping[str, str | None]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if "." in key:  # already a librdkafka property
-            out[key] = value
-            continue
-        if key not in table:
-            raise TypeError(f"no confluent-kafka setting for kafka-python option {key!r}")
-        if table[key] is not None and value is not None:
-            out[table[key]] = value  # type: ignore[index]
-    return out
 
 
 class ConfluentProducer:
@@ -281,9 +233,10 @@ def _flush_logs(bridge: Any) -> None:
 
 
 def producer(kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush: bool = False,
-             **overrides: Any) -> ConfluentProducer:
+             **conf: Any) -> ConfluentProducer:
     """Idempotent, acks=all producer (what markers and redeliveries need); ``settle_on_flush``:
-    see :class:`ConfluentProducer`."""
+    see :class:`ConfluentProducer`; ``conf``: librdkafka properties over kmq's defaults
+    (:func:`kmq.client.factory.producer` translates kmq's setting names into them)."""
     timeout_s = timeout_s or kafka.connect_timeout
     conf = {
         **settings(kafka),
@@ -291,15 +244,17 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush
         "enable.idempotence": True,
         "linger.ms": 5,
         "request.timeout.ms": int(timeout_s * 1000),
-        **_map(overrides, _PRODUCER_KEYS),
+        **conf,
         **passthrough(kafka),
     }
     return construct(lambda c: ConfluentProducer(c, settle_on_flush), conf, kafka)
 
 
-def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> "ConfluentConsumer":
+def consumer(kafka: KafkaConfig, *topics: str, group_id: str | None = None, timeout_s: float | None = None,
+             **overrides: Any) -> "ConfluentConsumer":
     """A consumer adapter; with ``group_id`` it joins the group with kmq's session timing
-    and subscribes to ``topics``, without one it is assigned nothing (call ``assign``)."""
+    and subscribes to ``topics``, without one it is assigned nothing (call ``assign``).
+    ``overrides``: librdkafka properties over kmq's defaults."""
     conf: dict[str, Any] = {
         **settings(kafka),
         "enable.auto.commit": False,
@@ -309,10 +264,11 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         "enable.partition.eof": False,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
-    if overrides.get("group_id"):
+    if group_id:
+        conf["group.id"] = group_id
         conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)
         conf["heartbeat.interval.ms"] = int(kafka.heartbeat_interval * 1000)
-    conf.update(_map({k: v for k, v in overrides.items() if not (k == "group_id" and v is None)}, _CONSUMER_KEYS))
+    conf.update({k: v for k, v in overrides.items() if v is not None})
     conf.update(passthrough(kafka))
     c = ConfluentConsumer(construct(ck.Consumer, conf, kafka), log_bridge=conf["logger"],
                           timeout_s=timeout_s or kafka.connect_timeout)
