@@ -49,3 +49,23 @@ def test_librdkafka_takes_every_property_the_table_names():
                        "max_request_size": 1 << 20}
     assert set(producer_values) == set(PRODUCER)
     factory.close_producer(factory.producer(kafka, **producer_values), 0)
+
+
+def test_every_property_rendered_from_kmq_yaml_is_in_the_one_table(tmp_path):
+    pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
+    from kmq.client.confluent.settings import settings
+    from kmq.config import Config
+    from kmq.config.client_settings import CONFLUENT_REFUSED
+    from kmq.config.librdkafka import KMQ_KEY_OF
+    from kmq.share.settings import KAFKA_KEYS
+
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tmp_path / name).write_text("x")
+    kafka = Config.from_dict({"kafka": {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password": "p",
+        "ssl_cafile": str(tmp_path / "ca.pem"), "ssl_certfile": str(tmp_path / "cert.pem"),
+        "ssl_keyfile": str(tmp_path / "key.pem"), "ssl_password": "k", "librdkafka_debug": "conf"}}).kafka
+    assert set(settings(kafka)) - {"logger"} <= set(KMQ_KEY_OF)
+    assert set(KMQ_KEY_OF) <= set(CONFLUENT_REFUSED)  # kafka.confluent may not set what a kmq key sets
+    for prop, (section, key, _convert) in KAFKA_KEYS.items():  # a share-consumer dict's property is read as it
+        assert KMQ_KEY_OF[prop] == f"{section}.{key}"
