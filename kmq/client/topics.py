@@ -106,21 +106,24 @@ def _counts(states: dict[str, TopicState | None]) -> dict[str, int | None]:
     return {name: None if state is None else state.partitions for name, state in states.items()}
 
 
-def _wait_led(admin: TopicAdmin, names: list[str], timeout_s: float) -> dict[str, int | None]:
-    """Partition counts once every partition of ``names`` has a leader (at most ``timeout_s``).
+def _wait_led(admin: TopicAdmin, expected: dict[str, int], timeout_s: float) -> dict[str, int | None]:
+    """Partition counts once each topic has at least its ``expected`` partitions, every one with a
+    leader (at most ``timeout_s``).
 
     A topic just created or grown is in the metadata before its partitions have leaders; a
     consumer group whose leader assigns from such metadata hands out none of them, and its
     members sit idle until the next metadata refresh (Apache Kafka; tansu answers at once)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        states = admin.describe(names)
-        # A topic just created may also be answered as unknown for a moment, by a broker whose
-        # metadata cache has not caught up with the controller yet.
-        leaderless = [name for name, state in states.items() if state is None or state.leaderless]
+        states = admin.describe(list(expected))
+        # A topic just created (or grown) may also be answered as unknown (or with its old count) for a
+        # moment, by a broker whose metadata cache has not caught up with the controller yet.
+        leaderless = [name for name, state in states.items()
+                      if state is None or state.leaderless or state.partitions < expected[name]]
         if not leaderless or time.monotonic() > deadline:
             if leaderless:
-                log.warning("partitions of %s have no leader yet after %.0f s", ", ".join(leaderless), timeout_s)
+                log.warning("partitions of %s are not all there with a leader after %.0f s", ", ".join(leaderless),
+                            timeout_s)
             return _counts(states)
         time.sleep(0.1)
 
@@ -211,9 +214,12 @@ def ensure_topics(
             _create(admin, queue.markers_topic, qp, rf, configs["markers"])
         elif mp < qp:
             _grow(admin, queue.markers_topic, qp)
-        if counts[queue.dlq_topic] is None:
-            _create(admin, queue.dlq_topic, dlq_partitions or qp, rf, configs["dlq"])
-        counts = _wait_led(admin, [queue.name, queue.markers_topic, queue.dlq_topic], kafka.connect_timeout * 3)
+        dlq = counts[queue.dlq_topic]
+        if dlq is None:
+            dlq = dlq_partitions or qp
+            _create(admin, queue.dlq_topic, dlq, rf, configs["dlq"])
+        expected = {queue.name: qp, queue.markers_topic: max(mp or 0, qp), queue.dlq_topic: dlq}
+        counts = _wait_led(admin, expected, kafka.connect_timeout * 3)
     finally:
         admin.close()
     return TopicLayout(queue, counts[queue.name], counts[queue.markers_topic], counts[queue.dlq_topic])

@@ -11,6 +11,7 @@ from kmq.config import Config
 from kmq.core.errors import TopicMisaligned, TopicMissing
 from kmq.client.topics import describe, ensure_topics, require_aligned
 from tests.conftest import unique
+from tests.helpers.kafka import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +43,12 @@ def test_markers_topic_with_fewer_partitions_is_a_clear_error(bootstrap, kafka_b
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap, "client": kafka_client}})
     admin = open_admin(cfg.kafka)
     try:
-        for name, partitions in ((q, 4), (f"{q}__markers", 2), (f"{q}__dlq", 4)):
+        made = {q: 4, f"{q}__markers": 2, f"{q}__dlq": 4}
+        for name, partitions in made.items():
             assert admin.create(name, partitions, 1, {})
+        # Kafka answers CreateTopics before every broker's metadata has the topics.
+        wait_until(lambda: {n: s and s.partitions for n, s in admin.describe(made).items()} == made, 10,
+                   what="the new topics in the metadata")
     finally:
         admin.close()
     res = CliRunner().invoke(cli, ["topics", "describe", q, "--bootstrap", bootstrap])
