@@ -20,8 +20,8 @@ from typing import Any
 from kmq import client as client_api
 from kmq.client import topics
 from kmq.client.admin import TopicAdmin
-from kmq.client.factory import open_admin
 from kmq.client.api import GroupConsumerAdapter, LogReader
+from kmq.client.factory import open_admin
 from kmq.config import KafkaConfig, QueueConfig
 
 __all__ = ["ClientFactory", "KAFKA_CLIENTS"]

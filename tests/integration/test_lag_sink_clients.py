@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.client import open_log_reader
-from kmq.client import open_admin
+from kmq.client import open_admin, open_log_reader
 from kmq.spark.sinks import BatchSinks
 from tests.conftest import unique
 

@@ -15,12 +15,14 @@ from kmq.client.errors import (
     RecordTooLarge,
     TopicUnknown,
 )
-from kmq.client.kafka_python.errors import KmqFuture, as_kmq_error as kafka_python_error
+from kmq.client.kafka_python.errors import KmqFuture
+from kmq.client.kafka_python.errors import as_kmq_error as kafka_python_error
 from kmq.config import Config
 from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, KmqError
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
-from kmq.client.confluent.errors import as_kmq_error as confluent_error, classify  # noqa: E402
+from kmq.client.confluent.errors import as_kmq_error as confluent_error  # noqa: E402
+from kmq.client.confluent.errors import classify
 
 CODES = [
     (10, RecordTooLarge), (18, RecordTooLarge), (87, RecordRefused), (2, RecordRefused), (3, TopicUnknown),

@@ -12,17 +12,27 @@ import concurrent.futures
 import contextlib
 from typing import Any, Iterable, Iterator, Mapping
 
-from kmq.client.api import CONFLUENT, Partition, require_client
 from kmq.client.admin import TopicState
+from kmq.client.api import CONFLUENT, Partition, require_client
 from kmq.client.confluent.settings import construct, passthrough, settings
 from kmq.client.diagnose import diagnose
 from kmq.client.sasl import authentication_failed
 from kmq.config import KafkaConfig
-from kmq.core.errors import AuthorizationFailed, KmqError, TopicError, UnsupportedByBroker
+from kmq.core.errors import (
+    AuthorizationFailed,
+    KmqError,
+    TopicError,
+    UnsupportedByBroker,
+)
 
 require_client(CONFLUENT)  # the one clear error when the extra is missing
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition  # noqa: E402
+from confluent_kafka import (  # noqa: E402
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
     ConfigResource,

@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from kmq.client.api import CONFLUENT, require_client
-from kmq.client.errors import ACL_CODES, ProduceFailed, RecordRefused, TopicUnknown, denied, produce_error
+from kmq.client.errors import (
+    ACL_CODES,
+    ProduceFailed,
+    RecordRefused,
+    TopicUnknown,
+    denied,
+    produce_error,
+)
 from kmq.client.sasl import authentication_failed
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable

@@ -11,9 +11,13 @@ import contextlib
 from typing import Iterable, Iterator, Mapping
 
 from kafka import TopicPartition
-
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
-from kafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError, KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    IncompatibleBrokerVersion,
+    InvalidPartitionsError,
+    KafkaError,
+    TopicAlreadyExistsError,
+)
 
 from kmq.client.admin import TopicState
 from kmq.client.api import Partition
