@@ -88,7 +88,7 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
         return exc
     module = type(exc).__module__.split(".")[0]
     if module in ("confluent_kafka", "cimpl"):
-        err = exc.args[0] if exc.args else None
+        err: Any = exc.args[0] if exc.args else None
         if hasattr(err, "code") and hasattr(err, "str"):
             from kmq.client.confluent.errors import classify as confluent_classify
 

@@ -59,7 +59,7 @@ class ConfluentAdmin:
         self._admin = construct(AdminClient, {**settings(kafka), **passthrough(kafka)}, kafka)
 
     def _error(self, exc: BaseException, what: str) -> KmqError:
-        err = exc.args[0] if exc.args else None
+        err: Any = exc.args[0] if exc.args else None
         code = err.code() if hasattr(err, "code") else None
         text = err.str() if hasattr(err, "str") else str(exc)
         if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
@@ -112,7 +112,7 @@ class ConfluentAdmin:
                 self._wait(self._admin.create_topics([new], request_timeout=self._timeout_s)[name])
         except TopicError as exc:
             cause = exc.__cause__
-            err = cause.args[0] if cause is not None and cause.args else None
+            err: Any = cause.args[0] if cause is not None and cause.args else None
             if hasattr(err, "code") and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return False
             raise
