@@ -258,7 +258,7 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
     })
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
-    p = client_api.producer(cfg.kafka, linger_ms=20)
+    p = client_api.producer(cfg.kafka, linger=0.02)
     for _ in range(messages):
         p.send(q.name, value=b"x" * 100, partition=0)
     for first in range(0, messages, batch):

@@ -357,7 +357,7 @@ def plain_markers_consumer(config_path: str, tick_s: float, partitions: int) -> 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     consumer = client_api.group_consumer(cfg.kafka, group_id=f"{cfg.tracker.group_id}-floor", assignor="RANGE",
                                          max_records=10_000,
-                                         fetch_max_wait_ms=cfg.tracker.markers_fetch_wait_ms())
+                                         fetch_wait=cfg.tracker.markers_fetch_wait_ms() / 1000)
     held: set = set()
     consumer.subscribe([cfg.queues[0].markers_topic], on_assigned=held.update, on_revoked=held.difference_update)
     told = False

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from kmq.config.librdkafka import KMQ_KEY_OF
 from kmq.core.errors import ConfigError
 
 __all__ = ["ClientSettings", "KAFKA_PYTHON_REFUSED", "CONFLUENT_REFUSED", "is_secret", "client_settings"]
@@ -87,34 +88,21 @@ KAFKA_PYTHON_REFUSED: dict[str, str] = {
     "max_request_size": "tracker.max_request_size",
 }
 
-#: librdkafka properties (and confluent-kafka's Python keys) the pass-through refuses, with what kmq sets instead.
+def _set_from(key: str) -> str:
+    """What kmq sets a property from: its kmq.yaml key (a secret: from the environment or a file)."""
+    return f"{key} (environment) or {key}_file" if key in ("kafka.sasl_password", "kafka.ssl_password") else key
+
+
+#: librdkafka properties (and confluent-kafka's Python keys) the pass-through refuses, with what kmq sets instead:
+#: those a kmq.yaml key stands for (:data:`kmq.config.librdkafka.KMQ_KEY_OF`), and these.
 CONFLUENT_REFUSED: dict[str, str] = {
-    "bootstrap.servers": "kafka.bootstrap_servers",
-    "metadata.broker.list": "kafka.bootstrap_servers",
-    "client.id": "kafka.client_id",
-    "security.protocol": "kafka.security_protocol",
-    "sasl.mechanism": "kafka.sasl_mechanism",
-    "sasl.mechanisms": "kafka.sasl_mechanism",
-    "sasl.username": "kafka.sasl_username",
-    "sasl.password": "kafka.sasl_password (environment) or kafka.sasl_password_file",
-    "ssl.ca.location": "kafka.ssl_cafile",
-    "ssl.certificate.location": "kafka.ssl_certfile",
-    "ssl.key.location": "kafka.ssl_keyfile",
-    "ssl.key.password": "kafka.ssl_password (environment) or kafka.ssl_password_file",
-    "ssl.endpoint.identification.algorithm": "kafka.ssl_check_hostname",
-    "socket.connection.setup.timeout.ms": _TIMEOUT,
-    "request.timeout.ms": _TIMEOUT,
-    "debug": "kafka.librdkafka_debug",
-    "session.timeout.ms": "kafka.session_timeout",
-    "heartbeat.interval.ms": "kafka.heartbeat_interval",
-    "topic.metadata.refresh.interval.ms": "kafka.metadata_max_age",
+    **{prop: _set_from(key) for prop, key in KMQ_KEY_OF.items()},
     "enable.auto.commit": _COMMITS,
     "enable.auto.offset.store": _COMMITS,
     "auto.offset.reset": _RESET,
     "isolation.level": _ISOLATION,
     "enable.partition.eof": "its own value per reader (the log reader ends a read at a partition's EOF event)",
     "group.id": _GROUP,
-    "group.instance.id": "tracker.instance_id",
     "partition.assignment.strategy": _ASSIGNOR,
     "group.protocol": "the classic group protocol (the tracker's commit before a revoke relies on it)",
     "group.protocol.type": "the classic group protocol (the tracker's commit before a revoke relies on it)",
@@ -133,9 +121,6 @@ CONFLUENT_REFUSED: dict[str, str] = {
     "delivery.timeout.ms": _DELIVERY,
     "message.timeout.ms": _DELIVERY,
     "delivery.report.only.error": "its own value per producer (the tracker's producers settle on flush)",
-    "compression.type": "queues[].compression",
-    "compression.codec": "queues[].compression",
-    "message.max.bytes": "tracker.max_request_size",
     "logger": "kmq's bridge to the logger kmq.librdkafka",
     "oauth_cb": "kafka.sasl_oauth_token_file / kafka.sasl_oauth_token_command, or librdkafka's "
                 "sasl.oauthbearer.method: oidc",

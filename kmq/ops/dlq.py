@@ -191,7 +191,7 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
         return result
     reader = open_log_reader(cfg.kafka, timeout_s)
     p = None if dry_run else producer(cfg.kafka, max_request_size=cfg.tracker.max_request_size,
-                                      compression_type=q.compression)
+                                      compression=q.compression)
     run = _ReplayRun(queue, q, group, reader, p, queue_partitions, result,
                      _Choice(reason, select, limit, rate), progress)
     try:

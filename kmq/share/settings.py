@@ -27,6 +27,7 @@ from enum import Enum
 from typing import Any, Callable, Mapping
 
 from kmq.config import Config
+from kmq.config.librdkafka import KMQ_KEY_OF
 from kmq.core.errors import ConfigError
 
 __all__ = ["AckMode", "ShareSettings", "read_settings", "KAFKA_KEYS", "KMQ_KEYS", "IGNORED_KEYS", "REFUSED_KEYS"]
@@ -72,22 +73,21 @@ def _int(value: Any) -> int:
         raise ValueError(f"expected an integer, got {value!r}") from None
 
 
-#: confluent key -> (kmq section, kmq key, converter).
+#: The kmq.yaml keys a share-consumer dict may give as librdkafka properties, with their converters.
+#: Natively, a member not polled for max.poll.interval.ms leaves its group; on kmq the consumer gives
+#: its partitions up the same way (consumer.max_poll_interval, docs/protocol.md).
+_FROM_PROPERTIES: dict[str, Callable[[Any], Any]] = {
+    "kafka.bootstrap_servers": _text, "kafka.client_id": _text, "kafka.security_protocol": lambda v: str(v).upper(),
+    "kafka.sasl_mechanism": lambda v: str(v).upper(), "kafka.sasl_username": _text, "kafka.sasl_password": _text,
+    "kafka.ssl_cafile": _text, "kafka.ssl_certfile": _text, "kafka.ssl_keyfile": _text, "kafka.ssl_password": _text,
+    "consumer.max_poll_interval": _ms,
+}
+
+#: confluent key -> (kmq section, kmq key, converter); the property names from the one table
+#: (:data:`kmq.config.librdkafka.KMQ_KEY_OF`).
 KAFKA_KEYS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
-    "bootstrap.servers": ("kafka", "bootstrap_servers", _text),
-    "client.id": ("kafka", "client_id", _text),
-    "security.protocol": ("kafka", "security_protocol", lambda v: str(v).upper()),
-    "sasl.mechanism": ("kafka", "sasl_mechanism", lambda v: str(v).upper()),
-    "sasl.mechanisms": ("kafka", "sasl_mechanism", lambda v: str(v).upper()),
-    "sasl.username": ("kafka", "sasl_username", _text),
-    "sasl.password": ("kafka", "sasl_password", _text),
-    "ssl.ca.location": ("kafka", "ssl_cafile", _text),
-    "ssl.certificate.location": ("kafka", "ssl_certfile", _text),
-    "ssl.key.location": ("kafka", "ssl_keyfile", _text),
-    "ssl.key.password": ("kafka", "ssl_password", _text),
-    # Natively, a member not polled for this long leaves its group; on kmq the consumer gives its
-    # partitions up the same way (consumer.max_poll_interval, docs/protocol.md).
-    "max.poll.interval.ms": ("consumer", "max_poll_interval", _ms),
+    prop: (*key.split("."), _FROM_PROPERTIES[key])  # type: ignore[misc]
+    for prop, key in KMQ_KEY_OF.items() if key in _FROM_PROPERTIES and prop != "metadata.broker.list"
 }
 
 #: kmq's own keys -> (kmq section, kmq key, converter); section "queue" is the subscribed queue.

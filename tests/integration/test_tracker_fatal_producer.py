@@ -41,10 +41,12 @@ PRODUCER_LIMIT = 1_048_576  # so the large copy reaches the broker, which refuse
 def gapless_copy_producer(kafka):
     """The tracker's copy producer (:func:`copy_producer`'s settings) with librdkafka's
     ``enable.gapless.guarantee``: a record the broker refuses for good turns it fatal."""
-    return client_api.producer(kafka, settle_on_flush=True, max_request_size=PRODUCER_LIMIT,
-                               request_timeout_ms=int(kafka.connect_timeout * 1000),
-                               delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000),
-                               **{"enable.gapless.guarantee": True})
+    from dataclasses import replace
+
+    # librdkafka's own property goes where a user's would: the kafka.confluent pass-through.
+    gapless = replace(kafka, confluent={**kafka.confluent, "enable.gapless.guarantee": True})
+    return client_api.producer(gapless, settle_on_flush=True, max_request_size=PRODUCER_LIMIT,
+                               request_timeout=kafka.connect_timeout, delivery_timeout=delivery_timeout_s(kafka))
 
 
 def test_a_copy_producer_in_a_fatal_state_is_replaced_and_nothing_it_did_not_acknowledge_is_closed(

@@ -264,7 +264,7 @@ class SimCluster:
             elif isinstance(f, MemberJoinsAndLeaves):
                 self._at(f.at, lambda f=f: self._phantom_joins(f))  # type: ignore[misc]
             elif isinstance(f, ClockSkew):
-                self._at(f.at, lambda f=f: self.record(f"clock of {f.host} set {f.offset_s:+g}s"))
+                self._at(f.at, lambda f=f: self.record(f"clock of {f.host} set {f.offset_s:+g}s"))  # type: ignore[misc]
             elif isinstance(f, (SlowFetch, SlowRead, LeaderChange, BrokerPause, MemberPause)):
                 # Nothing happens then, but a wait re-checks: a fetch returns as soon as the fault ends.
                 self._at(f.until, lambda: None)
