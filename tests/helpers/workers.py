@@ -65,6 +65,17 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         c.close()
 
 
+def logged_partitions(records: list, event: str) -> list[int]:
+    """Partitions in the consumer's "partitions [..] revoked" / "assigned partitions [..]" log lines."""
+    out: list[int] = []
+    for r in records:
+        text = r.getMessage()
+        if (event == "revoked" and text.endswith(" revoked")) or (event == "assigned" and "assigned partitions [" in text):
+            inside = text[text.rindex("[") + 1:text.rindex("]")]
+            out.extend(int(x) for x in inside.split(",") if x.strip())
+    return out
+
+
 def _main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
@@ -99,4 +110,4 @@ if __name__ == "__main__":
     _main()
 
 
-__all__ = ["spawn", "markers_by_partition", "started_offsets", "committed"]
+__all__ = ["spawn", "markers_by_partition", "started_offsets", "committed", "logged_partitions"]

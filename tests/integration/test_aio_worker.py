@@ -21,7 +21,7 @@ from kmq.dev.workload import is_poison_index, payload
 from kmq.core.message import origin_of
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import acked_origins
-from tests.integration.test_aio import running_tracker
+from tests.integration.tracker_util import running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

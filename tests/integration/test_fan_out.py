@@ -241,7 +241,7 @@ def test_a_marker_writer_loop_skips_other_groups_copies_and_commits_past_them(bo
 
 
 def test_the_console_shows_and_redrives_each_group_of_a_queue(bootstrap, tmp_path):
-    from tests.integration.test_ui import UiProcess
+    from tests.helpers.ui import UiProcess
 
     name = unique("q")
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap},
