@@ -77,9 +77,9 @@ class Produced(NamedTuple):
     offset: int
 
 
-#: What one field (key, value, headers) of the records of :func:`produce` is: ``None``, one constant,
-#: a sequence (one item a record), a function of the record's number, or bytes with ``%d`` (formatted
-#: with the record's number: ``b"m%d"`` gives ``m0``, ``m1``...).
+#: What one field (key, value, headers, timestamp) of the records of :func:`produce` is: one constant
+#: (None too; a list of header tuples is one), a sequence (one item a record), a function of the
+#: record's number, or bytes with ``%d`` (formatted with the number: ``b"m%d"`` gives ``m0``, ``m1``...).
 PerRecord = Any
 
 
@@ -88,9 +88,11 @@ def _field(spec: PerRecord, index: int, number: int) -> Any:
         return spec(number)
     if isinstance(spec, bytes):
         return spec % number if b"%d" in spec else spec
-    if isinstance(spec, (list, tuple)) and spec and not isinstance(spec[0], tuple):
-        return spec[index]  # one item a record (a list of header tuples is one constant)
-    return None if spec is None else list(spec)
+    if isinstance(spec, (list, tuple)):
+        if spec and not isinstance(spec[0], tuple):
+            return spec[index]  # one item a record
+        return list(spec)  # header tuples: the same headers on every record
+    return spec
 
 
 #: The records the tracker's tests produce: key ``k<i>``, value ``v<i>`` and an application's
@@ -106,6 +108,7 @@ def produce(
     values: PerRecord = b"m%d",
     keys: PerRecord = None,
     headers: PerRecord = None,
+    timestamps: PerRecord = None,
     partition: int | None = 0,
     partitions: int = 1,
     start: int = 0,
@@ -120,14 +123,16 @@ def produce(
     ``target`` is a bootstrap address (a plain ``KafkaProducer``, acks=all) or a config (kmq's
     kafka-python producer for ``kafka``, with its TLS/SASL settings). Record ``i`` goes to partition
     ``partition + i % partitions``; ``partition=None`` leaves it to the producer's partitioner (by
-    key). ``client="confluent"`` produces with librdkafka (from a bootstrap address only). ``flush_each`` flushes after every record; ``settings`` are the producer's own
-    (kafka-python keyword arguments, or librdkafka properties)."""
+    key). ``timestamps`` are milliseconds (None: the producer's clock). ``client="confluent"``
+    produces with librdkafka (from a bootstrap address only). ``flush_each`` flushes after every
+    record; ``settings`` are the producer's own (kafka-python keyword arguments, or librdkafka
+    properties)."""
     if n is None:
         n = next((len(s) for s in (values, keys) if isinstance(s, (list, tuple))), None)
         if n is None:
             raise ValueError("produce() needs n, or values or keys as a sequence")
-    records = [(start + i, _field(keys, i, start + i), _field(values, i, start + i),
-                _field(headers, i, start + i)) for i in range(n)]
+    records = [(_field(keys, i, start + i), _field(values, i, start + i), _field(headers, i, start + i),
+                _field(timestamps, i, start + i)) for i in range(n)]
     settings = dict(settings or {})
     if client == "confluent":
         return _produce_confluent(target, topic, records, partition, partitions, flush_each, settings)
@@ -143,9 +148,9 @@ def produce(
         producer = clients.producer(target.kafka if isinstance(target, Config) else target, **settings)
     try:
         futures = []
-        for i, (_, key, value, hdrs) in enumerate(records):
+        for i, (key, value, hdrs, ts) in enumerate(records):
             part = None if partition is None else partition + i % partitions
-            futures.append(producer.send(topic, key=key, value=value, headers=hdrs, partition=part))
+            futures.append(producer.send(topic, key=key, value=value, headers=hdrs, partition=part, timestamp_ms=ts))
             if flush_each:
                 producer.flush()
         producer.flush()
@@ -168,8 +173,10 @@ def _produce_confluent(bootstrap, topic, records, partition, partitions, flush_e
             done[i] = Produced(topic, msg.partition(), msg.offset())
         return on_delivery
 
-    for i, (_, key, value, hdrs) in enumerate(records):
+    for i, (key, value, hdrs, ts) in enumerate(records):
         kw: dict[str, Any] = {"key": key, "value": value, "on_delivery": report(i)}
+        if ts is not None:
+            kw["timestamp"] = ts
         if partition is not None:
             kw["partition"] = partition + i % partitions
         if hdrs is not None:

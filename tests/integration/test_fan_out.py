@@ -22,7 +22,6 @@ from click.testing import CliRunner
 from kafka import KafkaConsumer, KafkaProducer
 
 from kmq.cli import cli
-from kmq.client.kafka_python import clients
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
@@ -32,7 +31,7 @@ from kmq.cli.trace import format_trace
 from kmq.core.message import HEADER_GROUP, for_group
 from kmq.ops.trace_reader import trace
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition
 from tests.integration.tracker_util import running_tracker
 
@@ -107,12 +106,9 @@ def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap, trackers
     assert (qa.markers_topic, qb.markers_topic) == (f"{name}__markers", f"{name}__shipping__markers")
     ensure_topics(billing.kafka, qa, 2)
     ensure_topics(shipping.kafka, qb, 2)
-    p = clients.producer(billing.kafka)
-    for i in range(N):
-        # Half carry the application's own headers: an original is every group's, headers or not.
-        p.send(name, key=b"k%d" % (i % 5), value=b"%d" % i, headers=[("app", b"x")] if i % 2 else None)
-    p.flush()
-    p.close()
+    # Half carry the application's own headers: an original is every group's, headers or not.
+    produce(billing, name, N, keys=lambda i: b"k%d" % (i % 5), values=b"%d",
+            headers=lambda i: [("app", b"x")] if i % 2 else None, partition=None)
 
     nacked = {i for i in range(N) if i % 4 == 0}  # the default group RELEASEs these once
     abandoned = {i for i in range(N) if i % 3 == 0}  # shipping's worker drops these once, unsettled

@@ -6,7 +6,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from kmq.cli import cli
@@ -30,10 +30,8 @@ def test_status_reads_kafka_directly_and_shows_tracker_metrics(bootstrap, queue_
     markers.send(0, End([(0, 2)]))
     markers.producer.send(q.markers_topic, key=encode_key(0), value=b"\x01\x63", partition=0).get(10)
     markers.close()
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(2):
-        p.send(q.dlq_topic, value=b"dead", headers=[("kmq-dlq-reason", b"rejected")], partition=1).get(10)
-    p.close()
+    produce(bootstrap, q.dlq_topic, 2, values=b"dead", headers=[("kmq-dlq-reason", b"rejected")], partition=1,
+            flush_each=True)
     args = ["status", q.name, "--bootstrap", bootstrap, "--workers-group", cfg.consumer.group_id,
             "--tracker-group", cfg.tracker.group_id]
     res = CliRunner().invoke(cli, args)

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from kmq.cli import cli
-from tests.helpers.kafka import wait_until
+from tests.helpers.cli import by_copy
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.settling_worker import SettlingWorker
 from tests.integration.tracker_util import metric, running_tracker
-from tests.helpers.cli import by_copy
 from kmq.ops.dlq import replay
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -62,12 +62,8 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     # auto_renew off: the "timeout" message is left to let its lease lapse.
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"},
                           consumer={"ack_flush_interval": "50ms", "auto_renew": False})
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for k in KEYS:
-        p.send(q.name, key=k.encode(), value=f"<b>{k}</b>".encode(), partition=0, headers=[("app", b"x")]).get(10)
-    p.close()
+    produce(bootstrap, q.name, keys=[k.encode() for k in KEYS], values=[f"<b>{k}</b>".encode() for k in KEYS],
+            headers=[("app", b"x")], flush_each=True)
     origin = {k: f"{q.name}/0/{i}" for i, k in enumerate(KEYS)}
     with running_tracker(cfg) as t:
         app = Application()
@@ -162,15 +158,10 @@ def _old_and_new(bootstrap, queue_topics):
     """50 records with key k an hour old, then one new one."""
     import time
 
-    from kafka import KafkaProducer
-
     cfg, q = queue_topics(1)
     old = int(time.time() * 1000) - 3_600_000
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(50):
-        p.send(q.name, key=b"k", value=b"old", partition=0, timestamp_ms=old + i).get(10)
-    p.send(q.name, key=b"k", value=b"new", partition=0).get(10)
-    p.close()
+    produce(bootstrap, q.name, keys=b"k", values=[b"old"] * 50 + [b"new"], timestamps=[old + i for i in range(50)] + [None],
+            flush_each=True)
     return cfg, q
 
 

@@ -10,12 +10,11 @@ import urllib.request
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaProducer
 
 from kmq.cli import cli
 from tests.helpers.browser import element_text, screenshot, start_browser
 from tests.helpers.cli import status_rows
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.settling_worker import SettlingWorker
 from tests.helpers.ui import UiProcess
 from tests.integration.tracker_util import metric, running_tracker
@@ -126,14 +125,10 @@ def test_console_in_a_real_browser(bootstrap, queue_topics, tmp_path):
 
     cfg, q = queue_topics(2, queue={"lease": "30s"}, tracker={"tick": "50ms"},
                           consumer={"ack_flush_interval": "50ms"})
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(6):
-        p.send(q.name, key=f"ok-{i}".encode(), value=b"fine", partition=i % 2).get(10)
-    poison = p.send(q.name, key=b"poison", value=b'{"amount": "NaN"}', partition=1,
-                    headers=[("trace-id", b"abc123")]).get(10)
-    p.send(q.name, key=b"html", value=HTML_PAYLOAD.encode(), partition=0).get(10)
-    p.send(q.name, key=b"held", value=b"slow", partition=0).get(10)
-    p.close()
+    produce(bootstrap, q.name, 6, keys=b"ok-%d", values=b"fine", partitions=2, flush_each=True)
+    (poison,) = produce(bootstrap, q.name, keys=[b"poison"], values=b'{"amount": "NaN"}', partition=1,
+                        headers=[("trace-id", b"abc123")])
+    produce(bootstrap, q.name, keys=[b"html", b"held"], values=[HTML_PAYLOAD.encode(), b"slow"], flush_each=True)
     origin = f"{q.name}/1/{poison.offset}"
     driver = None
     with running_tracker(cfg) as t:
