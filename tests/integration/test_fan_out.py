@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import json
 import re
-import threading
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -24,7 +23,6 @@ from kafka import KafkaConsumer, KafkaProducer
 from kmq.cli import cli
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
-from kmq.consumer.consumer import KmqConsumer
 from kmq.consumer.writer import MarkerWriter, marked
 from kmq.core.markers import Start
 from kmq.cli.trace import format_trace
@@ -32,6 +30,7 @@ from kmq.core.message import HEADER_GROUP, for_group
 from kmq.ops.trace_reader import trace
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import produce, read_all, wait_until
+from tests.helpers.settling_worker import SettlingWorker
 from tests.helpers.workers import committed, markers_by_partition
 from tests.integration.tracker_util import running_tracker
 
@@ -50,44 +49,33 @@ def _config(bootstrap: str, queue: dict, ordering: str = "none") -> Config:
     })
 
 
-class Worker:
-    """A KmqConsumer on a thread: ``fail(i, delivery_count)`` says what to do instead of acking
-    (``"nack"``, ``"abandon"`` or None); every delivery is recorded."""
+class Worker(SettlingWorker):
+    """``fail(i, delivery_count)`` says what to do instead of acking (``"nack"``, ``"abandon"``
+    or None); every delivery is recorded."""
 
     def __init__(self, cfg: Config, queue: str, fail) -> None:
-        self.consumer = KmqConsumer(cfg, queue=queue, batch_size=8)
         self.fail = fail
         self.deliveries: list[tuple[int, int]] = []  # (message number, delivery count)
         self.acked: Counter[int] = Counter()
         self.origins: dict[int, str] = {}  # message number -> its origin (topic/partition/offset)
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__(cfg, queue, self.settle, batch_size=8)
 
-    def _run(self) -> None:
-        try:
-            for msg in self.consumer:
-                i = int(msg.value)
-                self.deliveries.append((i, msg.delivery_count))
-                self.origins[i] = msg.origin
-                what = self.fail(i, msg.delivery_count)
-                if what == "nack":
-                    msg.nack(delay=0.1)
-                elif what == "abandon":
-                    msg.abandon()
-                else:
-                    msg.ack()
-                    self.acked[i] += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
-            self.errors.append(exc)
+    def settle(self, msg) -> None:
+        i = int(msg.value)
+        self.deliveries.append((i, msg.delivery_count))
+        self.origins[i] = msg.origin
+        what = self.fail(i, msg.delivery_count)
+        if what == "nack":
+            msg.nack(delay=0.1)
+        elif what == "abandon":
+            msg.abandon()
+        else:
+            msg.ack()
+            self.acked[i] += 1
 
     def skipped(self) -> float:
         q = self.consumer.queue
         return self.consumer.metrics.copies_skipped.labels(q.label)._value.get()
-
-    def close(self) -> None:
-        self.consumer.close()
-        self.thread.join(30)
 
 
 @pytest.mark.parametrize("trackers, ordering", [("one per group", "none"), ("one for both", "none"),
