@@ -3,16 +3,15 @@ marker producer on either client (``kafka.client``)."""
 
 from __future__ import annotations
 
-import difflib
 import textwrap
 
 import pytest
 
 import kmq
 from kmq.core.errors import MarkerWriteError, MessageAlreadySettled
-from kmq.core.markers import End, Nack, Reject, Start
+from kmq.core.markers import End, Nack, Reject
 from tests.helpers.kafka import produce, wait_until
-from tests.helpers.workers import committed, markers_by_partition
+from tests.helpers.workers import check_adoption, committed, markers_by_partition
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
 
@@ -60,22 +59,8 @@ WITH_KMQ = textwrap.dedent('''
 
 
 def test_a_confluent_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap, kafka_client):
-    changed = [line for line in difflib.ndiff(ORIGINAL.splitlines(), WITH_KMQ.splitlines()) if line[:2] in ("+ ", "- ")]
-    assert len(changed) <= 5, changed
-
     cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})  # client of the marker producer
-    produce(cfg, q.name, 50, values=b"v%d", partitions=2)
-    for source, group in ((ORIGINAL, cfg.consumer.group_id + "-plain"), (WITH_KMQ, cfg.consumer.group_id)):
-        handled: list = []
-        exec(source, {"topic": q.name, "bootstrap": bootstrap, "group": group, "n": 50, "handled": handled, "cfg": cfg})
-        assert sorted(handled) == sorted((i % 2, i // 2) for i in range(50))
-
-    markers = markers_by_partition(bootstrap, q.markers_topic)
-    for p in (0, 1):
-        started = {o for m in markers[p] if isinstance(m, Start) for r in m.ranges for o in r.offsets()}
-        ended = {o for m in markers[p] if isinstance(m, End) for r in m.ranges for o in r.offsets()}
-        assert started == ended == set(range(25))
-    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 25, 1: 25}
+    check_adoption(cfg, q, ORIGINAL, WITH_KMQ)
 
 
 def _confluent_consumer(cfg, topic):
