@@ -184,7 +184,7 @@ def _produce_confluent(bootstrap, topic, records, partition, partitions, flush_e
         producer.produce(topic, **kw)
         if flush_each:
             producer.flush(10)
-    assert producer.flush(10) == 0, "records left undelivered after 10 s"
+    assert producer.flush(30) == 0, "records left undelivered after 30 s"
     return [done[i] for i in range(len(records))]
 
 
