@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 
+from kmq.config import Config, KafkaConfig
 from kmq.dev.broker import DevBroker
 from kmq.dev.kafka import KafkaCluster
 
@@ -65,6 +67,135 @@ def own_broker(workdir: str | Path | None = None, durable: bool = True) -> DevBr
     if broker_kind() == "kafka":
         return KafkaCluster(brokers=1, workdir=workdir)
     return DevBroker(storage="s3" if durable else "memory", workdir=workdir)
+
+
+class Produced(NamedTuple):
+    """Where one record of :func:`produce` was written."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+#: What one field (key, value, headers, timestamp) of the records of :func:`produce` is: one constant
+#: (None too; a list of header tuples is one), a sequence (one item a record), a function of the
+#: record's number, or bytes with ``%d`` (formatted with the number: ``b"m%d"`` gives ``m0``, ``m1``...).
+PerRecord = Any
+
+
+def _field(spec: PerRecord, index: int, number: int) -> Any:
+    if callable(spec):
+        return spec(number)
+    if isinstance(spec, bytes):
+        return spec % number if b"%d" in spec else spec
+    if isinstance(spec, (list, tuple)):
+        if spec and not isinstance(spec[0], tuple):
+            return spec[index]  # one item a record
+        return list(spec)  # header tuples: the same headers on every record
+    return spec
+
+
+#: The records the tracker's tests produce: key ``k<i>``, value ``v<i>`` and an application's
+#: header, which a redelivered copy keeps.
+APP_RECORD = {"keys": b"k%d", "values": b"v%d", "headers": [("app", b"x")]}
+
+
+def produce(
+    target: str | KafkaConfig | Config,
+    topic: str,
+    n: int | None = None,
+    *,
+    values: PerRecord = b"m%d",
+    keys: PerRecord = None,
+    headers: PerRecord = None,
+    timestamps: PerRecord = None,
+    partition: int | None = 0,
+    partitions: int = 1,
+    start: int = 0,
+    client: str = "kafka-python",
+    flush_each: bool = False,
+    settings: Mapping[str, Any] | None = None,
+) -> list[Produced]:
+    """Produce ``n`` records (numbered ``start``, ``start + 1``...; without ``n``, one per item of the
+    ``values`` or ``keys`` sequence) to ``topic``, in order, every one acknowledged; returns where
+    each was written.
+
+    ``target`` is a bootstrap address (a plain ``KafkaProducer``, acks=all) or a config (kmq's
+    kafka-python producer for ``kafka``, with its TLS/SASL settings). Record ``i`` goes to partition
+    ``partition + i % partitions``; ``partition=None`` leaves it to the producer's partitioner (by
+    key). ``timestamps`` are milliseconds (None: the producer's clock). ``client="confluent"``
+    produces with librdkafka (from a bootstrap address only). ``flush_each`` flushes after every
+    record; ``settings`` are the producer's own (kafka-python keyword arguments, or librdkafka
+    properties)."""
+    if n is None:
+        n = next((len(s) for s in (values, keys) if isinstance(s, (list, tuple))), None)
+        if n is None:
+            raise ValueError("produce() needs n, or values or keys as a sequence")
+    records = [(_field(keys, i, start + i), _field(values, i, start + i), _field(headers, i, start + i),
+                _field(timestamps, i, start + i)) for i in range(n)]
+    settings = dict(settings or {})
+    if client == "confluent":
+        return _produce_confluent(target, topic, records, partition, partitions, flush_each, settings)
+    if client != "kafka-python":
+        raise ValueError(f"client must be kafka-python or confluent, got {client!r}")
+    if isinstance(target, str):
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=target, **{"acks": "all", **settings})
+    else:
+        from kmq.client.kafka_python import clients
+
+        producer = clients.producer(target.kafka if isinstance(target, Config) else target, **settings)
+    try:
+        futures = []
+        for i, (key, value, hdrs, ts) in enumerate(records):
+            part = None if partition is None else partition + i % partitions
+            futures.append(producer.send(topic, key=key, value=value, headers=hdrs, partition=part, timestamp_ms=ts))
+            if flush_each:
+                producer.flush()
+        producer.flush()
+        return [Produced(topic, m.partition, m.offset) for m in (f.get(10) for f in futures)]
+    finally:
+        producer.close()
+
+
+def _produce_confluent(bootstrap, topic, records, partition, partitions, flush_each, settings) -> list[Produced]:
+    import confluent_kafka
+
+    if not isinstance(bootstrap, str):
+        raise TypeError("produce(client='confluent') takes a bootstrap address")
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, **settings})
+    done: dict[int, Produced] = {}
+
+    def report(i: int) -> Callable:
+        def on_delivery(err, msg) -> None:
+            assert err is None, err
+            done[i] = Produced(topic, msg.partition(), msg.offset())
+        return on_delivery
+
+    for i, (key, value, hdrs, ts) in enumerate(records):
+        kw: dict[str, Any] = {"key": key, "value": value, "on_delivery": report(i)}
+        if ts is not None:
+            kw["timestamp"] = ts
+        if partition is not None:
+            kw["partition"] = partition + i % partitions
+        if hdrs is not None:
+            kw["headers"] = hdrs
+        producer.produce(topic, **kw)
+        if flush_each:
+            producer.flush(10)
+    assert producer.flush(30) == 0, "records left undelivered after 30 s"
+    return [done[i] for i in range(len(records))]
+
+
+def produce_records(bootstrap: str, topic: str, records: list[dict]) -> list[int]:
+    """Records given whole (a dict of ``key``, ``value`` and ``headers``, each may be absent or None,
+    header values too), produced with librdkafka one at a time to partition 0, so they are written
+    as given; returns their offsets."""
+    done = produce(bootstrap, topic, values=[r.get("value") for r in records], keys=[r.get("key") for r in records],
+                   headers=[r.get("headers") for r in records], client="confluent", flush_each=True,
+                   settings={"message.max.bytes": 5_000_000, "enable.idempotence": True})
+    return [p.offset for p in done]
 
 
 def wait_until(cond: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> T:

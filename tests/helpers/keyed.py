@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from kmq.client.kafka_python import clients
 from kmq.config import KafkaConfig
+from tests.helpers.kafka import produce
 
 
 def keyed_value(key: int, seq: int) -> bytes:
@@ -18,13 +18,7 @@ def produce_keyed(kafka: KafkaConfig, topic: str, keys: int, per_key: int) -> li
     (every key's message 0, then every key's message 1...), so each partition holds several keys
     in turn; returns their values (:func:`keyed_value`)."""
     values = [keyed_value(k, i) for i in range(per_key) for k in range(keys)]
-    p = clients.producer(kafka)
-    try:
-        for v in values:
-            p.send(topic, key=v.split(b"/")[0], value=v)
-        p.flush()
-    finally:
-        p.close()
+    produce(kafka, topic, values=values, keys=[v.split(b"/")[0] for v in values], partition=None)
     return values
 
 

@@ -1,4 +1,4 @@
-"""A KmqConsumer worker process for crash tests, plus readers for what it left behind.
+"""A KmqConsumer worker process for crash tests, plus readers and checks of what workers left behind.
 
 Run as ``python -m tests.helpers.workers --bootstrap B --queue Q --group G --pause-at STAGE
 [--hand-over started]``: the worker prints ``STAGE <stage> <json spans>`` at every fetcher stage
@@ -9,6 +9,7 @@ started``) and blocks forever at ``STAGE`` so the test can SIGKILL it at exactly
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import subprocess
 import sys
@@ -17,8 +18,8 @@ from pathlib import Path
 
 from kafka import TopicPartition
 
-from kmq.core.markers import Start, decode, decode_key
-from tests.helpers.kafka import read_all
+from kmq.core.markers import End, Start, decode, decode_key
+from tests.helpers.kafka import produce, read_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +66,39 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         c.close()
 
 
+def logged_partitions(records: list, event: str) -> list[int]:
+    """Partitions in the consumer's "partitions [..] revoked" / "assigned partitions [..]" log lines."""
+    out: list[int] = []
+    for r in records:
+        text = r.getMessage()
+        if (event == "revoked" and text.endswith(" revoked")) or (event == "assigned" and "assigned partitions [" in text):
+            inside = text[text.rindex("[") + 1:text.rindex("]")]
+            out.extend(int(x) for x in inside.split(",") if x.strip())
+    return out
+
+
+def check_adoption(cfg, q, original: str, with_kmq: str, n: int = 50) -> None:
+    """A user's consumer loop (``original``, Python source) adopts kmq in at most five changed
+    lines (``with_kmq``), and both handle ``n`` records over ``q``'s two partitions: the plain
+    loop in a group of its own, the adopted one with every offset STARTed, ENDed and committed.
+    The sources run with ``topic``, ``bootstrap``, ``group``, ``n``, ``handled`` and ``cfg``."""
+    changed = [line for line in difflib.ndiff(original.splitlines(), with_kmq.splitlines()) if line[:2] in ("+ ", "- ")]
+    assert len(changed) <= 5, changed
+    bootstrap = cfg.kafka.bootstrap_servers
+    produce(cfg, q.name, n, values=b"v%d", partitions=2)
+    for source, group in ((original, cfg.consumer.group_id + "-plain"), (with_kmq, cfg.consumer.group_id)):
+        handled: list = []
+        exec(source, {"topic": q.name, "bootstrap": bootstrap, "group": group, "n": n, "handled": handled, "cfg": cfg})
+        assert sorted(handled) == sorted((i % 2, i // 2) for i in range(n))
+
+    markers = markers_by_partition(bootstrap, q.markers_topic)
+    for p in (0, 1):
+        started = {o for m in markers[p] if isinstance(m, Start) for r in m.ranges for o in r.offsets()}
+        ended = {o for m in markers[p] if isinstance(m, End) for r in m.ranges for o in r.offsets()}
+        assert started == ended == set(range(n // 2))
+    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: n // 2, 1: n // 2}
+
+
 def _main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
@@ -99,4 +133,4 @@ if __name__ == "__main__":
     _main()
 
 
-__all__ = ["spawn", "markers_by_partition", "started_offsets", "committed"]
+__all__ = ["spawn", "markers_by_partition", "started_offsets", "committed", "logged_partitions", "check_adoption"]

@@ -12,20 +12,11 @@ from kmq import KmqConsumer
 from kmq.aio import AsyncKmqConsumer
 from kmq.core.markers import End, decode
 from kmq.core.ranges import OffsetRange
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
 
 pytestmark = pytest.mark.integration
 
 N = 20
-
-
-def _produce(bootstrap: str, topic: str, n: int) -> None:
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(n):
-        p.send(topic, value=b"m%d" % i, partition=0)
-    p.flush(); p.close()
 
 
 def _ended(bootstrap: str, topic: str) -> tuple[set[int], int]:
@@ -37,7 +28,7 @@ def _ended(bootstrap: str, topic: str) -> tuple[set[int], int]:
 def test_ack_with_response_resolves_once_its_end_is_in_the_markers_topic(bootstrap, queue_topics, kafka_client):
     # A long flush interval: the END waits for it (or a flush), so "resolved" cannot mean "buffered".
     cfg, q = queue_topics(1, kafka={"client": kafka_client}, consumer={"ack_flush_interval": "2s"})
-    _produce(bootstrap, q.name, N)
+    produce(bootstrap, q.name, N)
     got: list = []
     done = threading.Event()
     with KmqConsumer(cfg, queue=q.name) as consumer:
@@ -55,7 +46,7 @@ def test_ack_with_response_resolves_once_its_end_is_in_the_markers_topic(bootstr
 
 def test_an_awaited_ack_returns_once_its_end_is_written(bootstrap, queue_topics):
     cfg, q = queue_topics(1, consumer={"ack_flush_interval": "1s"})
-    _produce(bootstrap, q.name, 3)
+    produce(bootstrap, q.name, 3)
 
     async def main() -> list:
         async with AsyncKmqConsumer(cfg, queue=q.name) as consumer:

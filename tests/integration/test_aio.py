@@ -11,13 +11,12 @@ import time
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.aio import AsyncKmqConsumer, AsyncKmqMessage
 from kmq.config import Config
 from kmq.core.markers import End, Nack, Reject, Renew
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import own_broker, read_all, wait_until
+from tests.helpers.kafka import own_broker, produce, read_all, wait_until
 from tests.helpers.workers import committed, markers_by_partition
 from tests.integration.tracker_util import running_tracker
 
@@ -25,15 +24,6 @@ pytestmark = pytest.mark.integration
 
 QUEUE = {"lease": "2s", "max_deliveries": 3, "backoff": {"initial": "300ms", "max": "2s", "multiplier": 2.0}}
 FAST_FLUSH = {"ack_flush_interval": "50ms"}
-
-
-def produce(cfg: Config, topic: str, n: int, partitions: int = 1) -> None:
-    p = clients.producer(cfg.kafka)
-    for i in range(n):
-        p.send(topic, key=b"%d" % i, value=b"m%d" % i, partition=i % partitions)
-    p.flush()
-    p.close()
-
 
 
 async def take(consumer: AsyncKmqConsumer, n: int, timeout: float = 30.0) -> list[AsyncKmqMessage]:
@@ -53,7 +43,7 @@ def ranges(markers: list, kind: type) -> dict[int, object]:
 
 def test_settlements_reach_the_markers_topic_and_the_tracker_acts_on_them(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue=QUEUE, consumer=FAST_FLUSH, tracker={"tick": "50ms"})
-    produce(cfg, q.name, 4)
+    produce(cfg, q.name, 4, keys=b"%d")
 
     async def scenario() -> list[AsyncKmqMessage]:
         async with AsyncKmqConsumer(cfg, queue=q.name) as c:
@@ -86,7 +76,7 @@ def test_settlements_reach_the_markers_topic_and_the_tracker_acts_on_them(queue_
 @pytest.mark.parametrize("hand_over", ["committed", "started"])
 def test_run_processes_n_at_once_and_settles_by_outcome(queue_topics, bootstrap, hand_over):
     cfg, q = queue_topics(partitions=2, queue=QUEUE, consumer={**FAST_FLUSH, "hand_over": hand_over})
-    produce(cfg, q.name, 24, partitions=2)
+    produce(cfg, q.name, 24, keys=b"%d", partitions=2)
     n = 4
 
     class BadPayload(Exception):
@@ -135,7 +125,7 @@ def test_run_processes_n_at_once_and_settles_by_outcome(queue_topics, bootstrap,
 def test_cancelling_run_waits_for_handlers_then_leaves_them_to_their_leases_and_gives_back_the_rest(
         queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue={"lease": "30s"}, consumer=FAST_FLUSH)
-    produce(cfg, q.name, 20)
+    produce(cfg, q.name, 20, keys=b"%d")
     started: list[int] = []
 
     async def scenario() -> None:
@@ -175,7 +165,7 @@ def test_cancelling_run_waits_for_handlers_then_leaves_them_to_their_leases_and_
 
 def test_cancelling_async_for_gives_back_never_handed_messages(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, consumer=FAST_FLUSH)
-    produce(cfg, q.name, 30)
+    produce(cfg, q.name, 30, keys=b"%d")
 
     async def scenario() -> None:
         five = asyncio.Event()
@@ -254,7 +244,7 @@ def test_the_event_loop_is_never_blocked_empty_topic_or_broker_stopped(tmp_path)
         })
         q = cfg.queues[0]
         ensure_topics(cfg.kafka, q, 1)
-        produce(cfg, q.name, 3000)
+        produce(cfg, q.name, 3000, keys=b"%d")
 
         async def scenario() -> dict[str, float]:
             gaps: dict[str, float] = {}
@@ -301,7 +291,7 @@ def test_the_event_loop_is_never_blocked_empty_topic_or_broker_stopped(tmp_path)
 def test_a_handler_that_never_returns_is_renewed_up_to_max_lease_then_redelivered(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue={"lease": "1s", "max_deliveries": 5},
                           consumer={"auto_renew": True, "max_lease": "3s", **FAST_FLUSH}, tracker={"tick": "50ms"})
-    produce(cfg, q.name, 1)
+    produce(cfg, q.name, 1, keys=b"%d")
     copies: list[AsyncKmqMessage] = []
     seen_at: list[float] = []
 
@@ -330,7 +320,7 @@ def test_a_handler_that_never_returns_is_renewed_up_to_max_lease_then_redelivere
 
 def test_close_from_another_task_lets_run_drain_its_handlers_first(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, consumer=FAST_FLUSH)
-    produce(cfg, q.name, 10)
+    produce(cfg, q.name, 10, keys=b"%d")
 
     async def scenario() -> None:
         two_running, release = asyncio.Event(), asyncio.Event()

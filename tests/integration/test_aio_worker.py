@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kmq.client.kafka_python import clients
 from kmq.dev.workload import is_poison_index, payload
 from kmq.core.message import origin_of
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
 from tests.helpers.workers import acked_origins
-from tests.integration.test_aio import running_tracker
+from tests.integration.tracker_util import running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,11 +42,8 @@ def test_asyncio_worker_sigkilled_mid_backlog_loses_nothing(queue_topics, bootst
     cfg, q = queue_topics(partitions=2, queue={"lease": "3s", "max_deliveries": 10,
                                                "backoff": {"initial": "100ms", "max": "1s"}},
                           tracker={"tick": "100ms"})
-    producer = clients.producer(cfg.kafka)
-    for i in range(MESSAGES):  # as `kmq produce --poison-rate 0.01` writes them: 6 poison payloads
-        producer.send(q.name, key=b"%d" % i, value=payload(i, 100, is_poison_index(i, 0.01)), partition=i % 2)
-    producer.flush()
-    producer.close()
+    # As `kmq produce --poison-rate 0.01` writes them: 6 poison payloads.
+    produce(cfg, q.name, MESSAGES, keys=b"%d", values=lambda i: payload(i, 100, is_poison_index(i, 0.01)), partitions=2)
     conf = tmp_path / "kmq.yaml"
     conf.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
     ack_log = tmp_path / "acks.log"

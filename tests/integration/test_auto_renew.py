@@ -5,11 +5,10 @@ any other (the tracker redelivers it)."""
 from __future__ import annotations
 
 import pytest
-from kafka import KafkaProducer
 
 from kmq import KmqConsumer
 from kmq.core.markers import Renew, Start, decode
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
 from tests.integration.tracker_util import running_tracker
 
 pytestmark = pytest.mark.integration
@@ -19,9 +18,7 @@ def test_an_unsettled_message_is_renewed_by_default_until_max_lease_then_redeliv
     cfg, q = queue_topics(1, queue={"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "100ms"}},
                           tracker={"tick": "50ms"}, consumer={"max_lease": "3s", "ack_flush_interval": "50ms"})
     assert cfg.consumer.auto_renew is True  # not set above: the default
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    p.send(q.name, value=b"slow", partition=0)
-    p.flush(); p.close()
+    produce(bootstrap, q.name, values=[b"slow"])
     got: list = []
     with running_tracker(cfg), KmqConsumer(cfg, queue=q.name) as consumer:
         wait_until(lambda: got.extend(consumer.poll(timeout=0.2)) or got, 30, what="the first delivery")

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from kafka import KafkaProducer
 
 from kmq.cli import cli
+from tests.helpers.kafka import produce
 
 pytestmark = pytest.mark.integration
 
@@ -87,12 +88,9 @@ def test_trace_json_with_o_and_plain_progress_lines_off_a_terminal(queue_topics)
 
 
 def _dead_letters(cfg, q, n: int) -> None:
-    p = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers, acks="all")
-    for i in range(n):
-        p.send(q.dlq_topic, key=b"k%d" % i, value=b"v%d" % i, partition=0,
-               headers=[("kmq-origin", f"{q.name}/1/{i}".encode()), ("kmq-dlq-reason", b"rejected"),
-                        ("kmq-delivery-count", b"3")]).get(10)
-    p.close()
+    produce(cfg.kafka.bootstrap_servers, q.dlq_topic, n, keys=b"k%d", values=b"v%d", flush_each=True,
+            headers=lambda i: [("kmq-origin", f"{q.name}/1/{i}".encode()), ("kmq-dlq-reason", b"rejected"),
+                               ("kmq-delivery-count", b"3")])
 
 
 def _queue_end(cfg, q) -> int:

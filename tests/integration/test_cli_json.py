@@ -15,7 +15,7 @@ from kafka.structs import OffsetAndMetadata
 from kmq.cli import cli
 from kmq.core.markers import End, Start
 from tests.conftest import unique
-from tests.integration.test_tracker import produce
+from tests.helpers.kafka import APP_RECORD, produce
 from tests.integration.tracker_util import MarkerProducer
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ def run_json(*args: str) -> dict:
 
 def test_status_json_has_the_table_figures(bootstrap, queue_topics):
     cfg, q = queue_topics(2, queue={"lease": "60s"})
-    produce(bootstrap, q.name, 10, partition=0)
+    produce(bootstrap, q.name, 10, partition=0, **APP_RECORD)
     c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=cfg.consumer.group_id, enable_auto_commit=False)
     c.commit({TopicPartition(q.name, 0): OffsetAndMetadata(4, "", -1)})
     c.close()

@@ -8,7 +8,7 @@ import pytest
 
 from kmq.client.kafka_python import clients
 from kmq.client import Record, adapt_consumer, group_consumer
-from tests.helpers.kafka import recent_ms, wait_until
+from tests.helpers.kafka import produce, recent_ms, wait_until
 from tests.helpers.workers import committed
 
 TS = recent_ms()
@@ -29,11 +29,7 @@ def _consumer(client, cfg, topic):
 @pytest.mark.parametrize("client", ["kafka-python", "confluent"])
 def test_adapter_polls_commits_seeks_pauses_and_reports_the_high_water_mark(queue_topics, bootstrap, client):
     cfg, q = queue_topics(partitions=2)
-    p = clients.producer(cfg.kafka)
-    for i in range(20):
-        p.send(q.name, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2, headers=[("h", b"1")], timestamp_ms=TS + i)
-    p.flush()
-    p.close()
+    produce(cfg, q.name, 20, keys=b"k%d", values=b"v%d", partitions=2, headers=[("h", b"1")], timestamps=lambda i: TS + i)
     a = adapt_consumer(_consumer(client, cfg, q.name))
     try:
         got: list[Record] = []
@@ -59,11 +55,7 @@ def test_group_consumer_positions_commits_and_commits_before_a_revoke(queue_topi
     # What the tracker needs of the seam, on each client: committed offsets, seeks, positions, a
     # synchronous commit, and a commit made inside the revoke (here: the one close() triggers).
     cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})
-    p = clients.producer(cfg.kafka)
-    for i in range(10):
-        p.send(q.name, value=b"v%d" % i, partition=0)
-    p.flush()
-    p.close()
+    produce(cfg, q.name, 10, values=b"v%d")
     group = cfg.tracker.group_id
     both = {(q.name, 0), (q.name, 1)}
     events: list = []  # (what, partitions); kafka-python also calls on_revoked with none at its first join

@@ -15,8 +15,7 @@ import pytest
 import kmq.share
 from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
-from tests.helpers.kafka import read_all, wait_until
-from tests.integration.test_consumer import produce
+from tests.helpers.kafka import produce, read_all, wait_until
 from tests.integration.tracker_util import metric, running_tracker
 
 pytestmark = pytest.mark.integration
@@ -66,7 +65,7 @@ def test_a_rolling_restart_keeps_the_delivery_count_of_messages_no_handler_took(
     # never-handed messages stay with the old member (the new owner would hold their keys), and
     # its close could only nack them: a copy with delivery count + 1 at every restart.
     cfg, q = queue_topics(partitions=2, **_settings(kafka_client, ordering))
-    produce(cfg, q.name, N * 2, partitions=2)
+    produce(cfg, q.name, N * 2, keys=b"%d", partitions=2)
     produced = [N * 2]
     handled: set[bytes] = set()
 
@@ -105,7 +104,7 @@ def test_share_consumer_closed_with_a_batch_in_hand_keeps_its_delivery_count(
     # of them). kmq nacked them (count + 1 per restart, so a restart loop uses up max_deliveries on
     # records nobody acknowledged); now they keep their delivery count.
     cfg, q = queue_topics(partitions=1, **_settings(kafka_client))
-    produce(cfg, q.name, N)
+    produce(cfg, q.name, N, keys=b"%d")
     conf = {"bootstrap.servers": bootstrap, "group.id": cfg.consumer.group_id, "share.acknowledgement.mode": mode,
             "max.poll.records": 4, "kmq.session.timeout.ms": 6000, "kmq.heartbeat.interval.ms": 1000,
             "kmq.kafka.client": kafka_client, "kmq.lease.ms": 30000, "kmq.ack.flush.interval.ms": 50}

@@ -12,13 +12,12 @@ import json
 import pytest
 import yaml
 from click.testing import CliRunner
-from kafka import KafkaProducer
 
 from kmq import KmqConsumer
 from kmq.cli import cli
 from kmq.core.markers import Reject, decode
-from tests.helpers.kafka import read_all, stored_codecs, wait_until
-from tests.integration.test_trace import _by_copy
+from tests.helpers.cli import by_copy
+from tests.helpers.kafka import produce, read_all, stored_codecs, wait_until
 from tests.integration.tracker_util import metric, running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -31,20 +30,13 @@ QUEUE = {"lease": "1s", "max_deliveries": 5, "backoff": {"initial": "100ms", "ma
 def _produce_compressed(bootstrap: str, topic: str, codec: str) -> dict[str, str]:
     """Four records in two batches of ``codec``, one from each client's producer (as Java producers
     with ``compression.type`` would write them); returns each key's origin."""
-    import confluent_kafka
-
-    kp = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type=codec, linger_ms=50)
-    futures = [kp.send(topic, key=k, value=b"v-" + k * 50, partition=0, headers=[("app", b"kp")])
-               for k in (b"ack-kp", b"expire")]
-    kp.flush(10)
-    offsets = {f.get(10).offset: k for f, k in zip(futures, ("ack-kp", "expire"))}
-    kp.close()
-    ck = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 50})
-    for k in (b"ack-ck", b"reject"):
-        ck.produce(topic, key=k, value=b"v-" + k * 50, partition=0, headers=[("app", b"ck")],
-                   on_delivery=lambda err, m: offsets.__setitem__(m.offset(), m.key().decode()))
-    assert ck.flush(10) == 0
-    return {key: f"{topic}/0/{offset}" for offset, key in offsets.items()}
+    origins = {}
+    for client, keys, settings in (("kafka-python", [b"ack-kp", b"expire"], {"compression_type": codec, "linger_ms": 50}),
+                                   ("confluent", [b"ack-ck", b"reject"], {"compression.type": codec, "linger.ms": 50})):
+        done = produce(bootstrap, topic, keys=keys, values=[b"v-" + k * 50 for k in keys],
+                       headers=[("app", b"kp" if client == "kafka-python" else b"ck")], client=client, settings=settings)
+        origins.update({k.decode(): f"{topic}/0/{p.offset}" for k, p in zip(keys, done)})
+    return origins
 
 
 def _cli(config_file, *args: str, stderr: bool = False) -> str:
@@ -101,7 +93,7 @@ def test_a_compressed_queue_is_read_copied_dead_lettered_and_traced_with_its_cod
                                  "--output", "json"))["messages"]
     first, copy = (e["offset"] for e in expired["events"] if e["kind"] == "delivered")
     assert (expired["state"], expired["deliveries"]) == ("acked", 2)
-    assert _by_copy(expired) == {first: ["delivered", "start", "lease-expired", "closed", "late-ack"],
+    assert by_copy(expired) == {first: ["delivered", "start", "lease-expired", "closed", "late-ack"],
                                  copy: ["delivered", "start", "ack"]}
     (rejected,) = json.loads(_cli(config_file, "trace", q.name, origin["reject"], "--since", "10m",
                                   "--output", "json"))["messages"]

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.config import Config
 from kmq.consumer import take_ahead
 from kmq.consumer.consumer import KmqConsumer
@@ -18,18 +17,10 @@ from kmq.core.errors import MessageAlreadySettled
 from kmq.core.markers import End, Nack, Reject, Renew, Start
 from kmq.client.topics import ensure_topics
 from tests.conftest import unique
-from tests.helpers.kafka import own_broker, read_all, wait_until
-from tests.helpers.workers import committed, markers_by_partition, spawn, started_offsets
+from tests.helpers.kafka import own_broker, produce, read_all, wait_until
+from tests.helpers.workers import committed, logged_partitions, markers_by_partition, spawn, started_offsets
 
 pytestmark = pytest.mark.integration
-
-
-def produce(cfg: Config, topic: str, n: int, partitions: int = 1, prefix: bytes = b"m") -> None:
-    p = clients.producer(cfg.kafka)
-    for i in range(n):
-        p.send(topic, key=b"%d" % i, value=prefix + b"%d" % i, partition=i % partitions)
-    p.flush()
-    p.close()
 
 
 def poll_n(consumer: KmqConsumer, n: int, timeout: float = 30.0) -> list:
@@ -47,7 +38,7 @@ def types(markers: list) -> dict[str, int]:
 
 def test_messages_arrive_after_start_and_commit_and_acks_are_coalesced(queue_topics, bootstrap, kafka_client):
     cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
-    produce(cfg, q.name, 400, partitions=2)
+    produce(cfg, q.name, 400, keys=b"%d", partitions=2)
     with KmqConsumer(cfg, queue=q.name) as consumer:
         msgs = poll_n(consumer, 400)
         # Every handed-over message has its START on the markers topic and its offset committed.
@@ -76,7 +67,7 @@ def test_messages_arrive_after_start_and_commit_and_acks_are_coalesced(queue_top
 
 def test_nack_reject_renew_are_ranges_with_their_parameters(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "10s"})  # flush only when asked
-    produce(cfg, q.name, 100)
+    produce(cfg, q.name, 100, keys=b"%d")
     with KmqConsumer(cfg, queue=q.name) as consumer:
         msgs = sorted(poll_n(consumer, 100), key=lambda m: m.offset)
         for m in msgs[:40]:
@@ -105,7 +96,7 @@ def test_nack_reject_renew_are_ranges_with_their_parameters(queue_topics, bootst
 def test_in_flight_cap_holds_under_a_slow_handler(queue_topics, kafka_client):
     cfg, q = queue_topics(partitions=2, consumer={"max_in_flight_per_partition": 5, "ack_flush_interval": "50ms"},
                           kafka={"client": kafka_client})
-    produce(cfg, q.name, 60, partitions=2)
+    produce(cfg, q.name, 60, keys=b"%d", partitions=2)
     consumer = KmqConsumer(cfg, queue=q.name, batch_size=50)
     peak: dict[int, int] = {}
     seen: list = []
@@ -135,12 +126,8 @@ def test_in_flight_cap_holds_under_a_slow_handler(queue_topics, kafka_client):
 def test_handler_exception_nacks_with_backoff_by_delivery_count(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "2s", "max": "60s", "multiplier": 3.0}},
                           consumer={"ack_flush_interval": "50ms"})
-    p = clients.producer(cfg.kafka)
-    p.send(q.name, value=b"fresh")
-    p.send(q.name, value=b"third", headers=[("kmq-delivery-count", b"3"), ("kmq-origin", b"x/0/1")])
-    p.send(q.name, value=b"ok")
-    p.flush()
-    p.close()
+    produce(cfg, q.name, values=[b"fresh", b"third", b"ok"],
+            headers=[None, [("kmq-delivery-count", b"3"), ("kmq-origin", b"x/0/1")], None])
     consumer = KmqConsumer(cfg, queue=q.name)
     handled: list = []
 
@@ -162,7 +149,7 @@ def test_handler_exception_nacks_with_backoff_by_delivery_count(queue_topics, bo
 def test_auto_renew_renews_as_ranges_and_stops_at_max_lease(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue={"lease": "1s"},
                           consumer={"auto_renew": True, "max_lease": "2500ms", "ack_flush_interval": "50ms"})
-    produce(cfg, q.name, 10)
+    produce(cfg, q.name, 10, keys=b"%d")
     with KmqConsumer(cfg, queue=q.name) as consumer:
         msgs = poll_n(consumer, 10)
         wait_until(lambda: consumer.exhausted_leases >= 10, 15, what="max_lease reached")
@@ -197,7 +184,7 @@ def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_t
             "consumer": {"group_id": unique("g")},
         })
         ensure_topics(cfg.kafka, cfg.queues[0], 1)
-        produce(cfg, q, 5)
+        produce(cfg, q, 5, keys=b"%d")
         stages: list[tuple[str, dict]] = []
 
         def hook(stage, spans):
@@ -229,7 +216,7 @@ def test_start_write_failure_hands_nothing_over_and_the_batch_comes_back_after_t
                                               ("committed", "committed"), ("started", "handed")])
 def test_sigkill_at_each_step_never_leaves_a_commit_without_its_start(queue_topics, bootstrap, hand_over, stage):
     cfg, q = queue_topics(partitions=2)
-    produce(cfg, q.name, 20, partitions=2)
+    produce(cfg, q.name, 20, keys=b"%d", partitions=2)
     proc = spawn(bootstrap, q.name, cfg.consumer.group_id, stage, hand_over)
     try:
         spans = None
@@ -277,7 +264,7 @@ def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_
     cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 300,
                                                   "hand_over": hand_over},
                           kafka={"client": kafka_client})
-    produce(cfg, q.name, 2000, partitions=2)
+    produce(cfg, q.name, 2000, keys=b"%d", partitions=2)
     a = KmqConsumer(cfg, queue=q.name, batch_size=100)
     b = KmqConsumer(cfg, queue=q.name, batch_size=100)
     handed: list = []
@@ -321,7 +308,7 @@ def test_rebalance_costs_no_delivery_prefetched_messages_are_handled_once(queue_
 def test_run_stop_finishes_running_handlers_and_gives_never_started_messages_back(queue_topics, bootstrap,
                                                                                    kafka_client):
     cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
-    produce(cfg, q.name, 20)
+    produce(cfg, q.name, 20, keys=b"%d")
     consumer = KmqConsumer(cfg, queue=q.name)
     entered, release = threading.Event(), threading.Event()
     handled: list[int] = []
@@ -362,7 +349,7 @@ def test_close_during_a_backlog_gives_prefetched_messages_to_the_other_member_wi
     # committed back and a polls them again through the rebalance, first delivery, no NACK.
     cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_in_flight_per_partition": 200},
                           kafka={"client": kafka_client})
-    produce(cfg, q.name, 1000, partitions=2)
+    produce(cfg, q.name, 1000, keys=b"%d", partitions=2)
     a = KmqConsumer(cfg, queue=q.name, batch_size=50)
     b = KmqConsumer(cfg, queue=q.name, batch_size=50)
     handed: list = []
@@ -406,7 +393,7 @@ def test_leaving_the_loop_early_strands_no_message(queue_topics, kafka_client):
     # the rest handed over, never settled and counted in flight for ever (flow control stopped
     # fetching), until the tracker redelivered them as copies nobody had seen.
     cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
-    produce(cfg, q.name, 20)
+    produce(cfg, q.name, 20, keys=b"%d")
     with KmqConsumer(cfg, queue=q.name) as consumer:
         for msg in consumer:
             msg.ack()
@@ -429,7 +416,7 @@ def test_iteration_takes_ahead_and_what_it_took_comes_first_or_goes_back_to_the_
     # Every take doubles however slow this machine is, so the loop holds messages when it leaves.
     monkeypatch.setattr(take_ahead, "HOLD", 60.0)
     cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
-    produce(cfg, q.name, 60)
+    produce(cfg, q.name, 60, keys=b"%d")
     seen: list[int] = []
     with KmqConsumer(cfg, queue=q.name) as consumer:
         for msg in consumer:
@@ -468,7 +455,7 @@ def test_messages_left_unsettled_leave_flow_control_when_their_lease_ends(queue_
     cfg, q = queue_topics(partitions=1, queue={"lease": "1s"}, kafka={"client": kafka_client},
                           consumer={"ack_flush_interval": "50ms", "max_outstanding_messages": 10,
                                     "auto_renew": False})  # their leases end at lease, not max_lease
-    produce(cfg, q.name, 30)
+    produce(cfg, q.name, 30, keys=b"%d")
     left: list = []  # never settled by the handler
     acked: list = []
 
@@ -504,7 +491,7 @@ def test_a_revoked_partitions_ready_messages_go_to_its_next_owner_and_close_neve
     # back below b's commit (that would deliver b's messages again).
     caplog.set_level("INFO", logger="kmq.consumer.consumer")
     cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
-    produce(cfg, q.name, 20, partitions=2)
+    produce(cfg, q.name, 20, keys=b"%d", partitions=2)
     a = KmqConsumer(cfg, queue=q.name)
     b = None
     try:
@@ -515,15 +502,11 @@ def test_a_revoked_partitions_ready_messages_go_to_its_next_owner_and_close_neve
                    what="a's commits")
         b = KmqConsumer(cfg, queue=q.name)
         got: list = []
-        wait_until(lambda: got.extend(b.poll(timeout=0.2)) or _logged(caplog.records, "revoked"), 60,
+        wait_until(lambda: got.extend(b.poll(timeout=0.2)) or logged_partitions(caplog.records, "revoked"), 60,
                    what="a partition moving to b")
-        [moved] = _logged(caplog.records, "revoked")
+        [moved] = logged_partitions(caplog.records, "revoked")
         back = 1 if first[0].partition == moved else 0  # a's first never-handed offset of it
-        p = clients.producer(cfg.kafka)
-        for i in range(5):
-            p.send(q.name, value=b"later%d" % i, partition=moved)
-        p.flush()
-        p.close()
+        produce(cfg, q.name, 5, values=b"later%d", partition=moved)
         wait_until(lambda: got.extend(b.poll(timeout=0.2)) or len(got) >= 15 - back, 60,
                    what="b consuming the moved partition from a's first never-handed offset")
         for m in got:
@@ -533,24 +516,13 @@ def test_a_revoked_partitions_ready_messages_go_to_its_next_owner_and_close_neve
         assert committed(bootstrap, cfg.consumer.group_id, q.name)[moved] == 15
         mark = len(caplog.records)
         b.close()
-        wait_until(lambda: moved in _logged(caplog.records[mark:], "assigned"), 60, what="the moved partition back at a")
+        wait_until(lambda: moved in logged_partitions(caplog.records[mark:], "assigned"), 60, what="the moved partition back at a")
     finally:
         if b is not None:
             b.close()
         a.close()
     assert committed(bootstrap, cfg.consumer.group_id, q.name)[moved] == 15  # b's commit, not below it
     assert not [m for m in markers_by_partition(bootstrap, q.markers_topic)[moved] if isinstance(m, Nack)]
-
-
-def _logged(records: list, event: str) -> list[int]:
-    """Partitions in the consumer's "partitions [..] revoked" / "assigned partitions [..]" log lines."""
-    out: list[int] = []
-    for r in records:
-        text = r.getMessage()
-        if (event == "revoked" and text.endswith(" revoked")) or (event == "assigned" and "assigned partitions [" in text):
-            inside = text[text.rindex("[") + 1:text.rindex("]")]
-            out.extend(int(x) for x in inside.split(",") if x.strip())
-    return out
 
 
 def test_a_consumer_in_a_process_with_the_default_collector_says_how_to_tune_it(queue_topics, caplog):
@@ -598,7 +570,7 @@ def test_hand_over_started_hands_a_batch_over_before_its_commit_and_closing_comm
     # would deliver it again to the next member).
     cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "hand_over": "started"},
                           kafka={"client": kafka_client})
-    produce(cfg, q.name, 40, partitions=2)
+    produce(cfg, q.name, 40, keys=b"%d", partitions=2)
     stages: list[str] = []
     consumer = KmqConsumer(cfg, queue=q.name, stage_hook=lambda stage, spans: stages.append(stage))
     try:

@@ -8,21 +8,16 @@ import urllib.request
 import pytest
 from prometheus_client import REGISTRY, start_http_server
 
-from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from kmq.dev.broker import free_port
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_plain_consumer_app_serves_its_metrics_on_the_default_registry(queue_topics, kafka_client):
     cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"}, kafka={"client": kafka_client})
-    producer = clients.producer(cfg.kafka)
-    for i in range(20):
-        producer.send(q.name, value=b"m%d" % i)
-    producer.flush()
-    producer.close()
+    produce(cfg, q.name, 20, partition=None)
 
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=REGISTRY)

@@ -6,25 +6,21 @@ import collections
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaProducer
 
 from kmq.cli import cli
+from tests.helpers.kafka import produce
 from tests.integration.tracker_util import Tail, headers
 
 pytestmark = pytest.mark.integration
 
 
 def _dead_letters(bootstrap, q):
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(3):
-        p.send(q.dlq_topic, key=f"t{i}".encode(), value=b"late", partition=0, headers=[
-            ("app", b"a"), ("kmq-delivery-count", b"5"), ("kmq-origin", f"{q.name}/0/{i}".encode()),
-            ("kmq-dlq-reason", b"timeout"), ("kmq-dlq-ts", b"1")]).get(10)
-    for i in range(2):
-        p.send(q.dlq_topic, key=f"r{i}".encode(), value=b"bad", partition=1, headers=[
-            ("app", b"b"), ("kmq-delivery-count", b"1"), ("kmq-origin", f"{q.name}/1/{i}".encode()),
-            ("kmq-dlq-reason", b"rejected"), ("kmq-dlq-error", b"bad payload"), ("kmq-dlq-ts", b"1")]).get(10)
-    p.close()
+    produce(bootstrap, q.dlq_topic, 3, keys=b"t%d", values=b"late", flush_each=True, headers=lambda i: [
+        ("app", b"a"), ("kmq-delivery-count", b"5"), ("kmq-origin", f"{q.name}/0/{i}".encode()),
+        ("kmq-dlq-reason", b"timeout"), ("kmq-dlq-ts", b"1")])
+    produce(bootstrap, q.dlq_topic, 2, keys=b"r%d", values=b"bad", partition=1, flush_each=True, headers=lambda i: [
+        ("app", b"b"), ("kmq-delivery-count", b"1"), ("kmq-origin", f"{q.name}/1/{i}".encode()),
+        ("kmq-dlq-reason", b"rejected"), ("kmq-dlq-error", b"bad payload"), ("kmq-dlq-ts", b"1")])
 
 
 def test_list_and_replay_once_with_reason_limit_and_rate(bootstrap, queue_topics):
@@ -111,12 +107,8 @@ def test_replay_killed_mid_batch_then_rerun_copies_nothing_twice(bootstrap, queu
 
     n = 300
     cfg, q = queue_topics(1)
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    for i in range(n):
-        p.send(q.dlq_topic, key=b"k%d" % i, value=b"v", partition=0, headers=[
-            ("kmq-origin", f"{q.name}/0/{i}".encode()), ("kmq-dlq-reason", b"timeout")])
-    p.flush()
-    p.close()
+    produce(bootstrap, q.dlq_topic, n, keys=b"k%d", values=b"v", settings={"linger_ms": 5}, headers=lambda i: [
+        ("kmq-origin", f"{q.name}/0/{i}".encode()), ("kmq-dlq-reason", b"timeout")])
     log = open(tmp_path / "replay.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "kmq", "dlq", "replay", q.name, "--bootstrap", bootstrap,
                              "--rate", "40"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

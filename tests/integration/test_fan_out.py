@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import json
 import re
-import threading
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -22,17 +21,16 @@ from click.testing import CliRunner
 from kafka import KafkaConsumer, KafkaProducer
 
 from kmq.cli import cli
-from kmq.client.kafka_python import clients
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
-from kmq.consumer.consumer import KmqConsumer
 from kmq.consumer.writer import MarkerWriter, marked
 from kmq.core.markers import Start
 from kmq.cli.trace import format_trace
 from kmq.core.message import HEADER_GROUP, for_group
 from kmq.ops.trace_reader import trace
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
+from tests.helpers.settling_worker import SettlingWorker
 from tests.helpers.workers import committed, markers_by_partition
 from tests.integration.tracker_util import running_tracker
 
@@ -51,44 +49,33 @@ def _config(bootstrap: str, queue: dict, ordering: str = "none") -> Config:
     })
 
 
-class Worker:
-    """A KmqConsumer on a thread: ``fail(i, delivery_count)`` says what to do instead of acking
-    (``"nack"``, ``"abandon"`` or None); every delivery is recorded."""
+class Worker(SettlingWorker):
+    """``fail(i, delivery_count)`` says what to do instead of acking (``"nack"``, ``"abandon"``
+    or None); every delivery is recorded."""
 
     def __init__(self, cfg: Config, queue: str, fail) -> None:
-        self.consumer = KmqConsumer(cfg, queue=queue, batch_size=8)
         self.fail = fail
         self.deliveries: list[tuple[int, int]] = []  # (message number, delivery count)
         self.acked: Counter[int] = Counter()
         self.origins: dict[int, str] = {}  # message number -> its origin (topic/partition/offset)
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__(cfg, queue, self.settle, batch_size=8)
 
-    def _run(self) -> None:
-        try:
-            for msg in self.consumer:
-                i = int(msg.value)
-                self.deliveries.append((i, msg.delivery_count))
-                self.origins[i] = msg.origin
-                what = self.fail(i, msg.delivery_count)
-                if what == "nack":
-                    msg.nack(delay=0.1)
-                elif what == "abandon":
-                    msg.abandon()
-                else:
-                    msg.ack()
-                    self.acked[i] += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
-            self.errors.append(exc)
+    def settle(self, msg) -> None:
+        i = int(msg.value)
+        self.deliveries.append((i, msg.delivery_count))
+        self.origins[i] = msg.origin
+        what = self.fail(i, msg.delivery_count)
+        if what == "nack":
+            msg.nack(delay=0.1)
+        elif what == "abandon":
+            msg.abandon()
+        else:
+            msg.ack()
+            self.acked[i] += 1
 
     def skipped(self) -> float:
         q = self.consumer.queue
         return self.consumer.metrics.copies_skipped.labels(q.label)._value.get()
-
-    def close(self) -> None:
-        self.consumer.close()
-        self.thread.join(30)
 
 
 @pytest.mark.parametrize("trackers, ordering", [("one per group", "none"), ("one for both", "none"),
@@ -107,12 +94,9 @@ def test_two_groups_on_one_topic_each_get_every_message_once(bootstrap, trackers
     assert (qa.markers_topic, qb.markers_topic) == (f"{name}__markers", f"{name}__shipping__markers")
     ensure_topics(billing.kafka, qa, 2)
     ensure_topics(shipping.kafka, qb, 2)
-    p = clients.producer(billing.kafka)
-    for i in range(N):
-        # Half carry the application's own headers: an original is every group's, headers or not.
-        p.send(name, key=b"k%d" % (i % 5), value=b"%d" % i, headers=[("app", b"x")] if i % 2 else None)
-    p.flush()
-    p.close()
+    # Half carry the application's own headers: an original is every group's, headers or not.
+    produce(billing, name, N, keys=lambda i: b"k%d" % (i % 5), values=b"%d",
+            headers=lambda i: [("app", b"x")] if i % 2 else None, partition=None)
 
     nacked = {i for i in range(N) if i % 4 == 0}  # the default group RELEASEs these once
     abandoned = {i for i in range(N) if i % 3 == 0}  # shipping's worker drops these once, unsettled
@@ -241,7 +225,7 @@ def test_a_marker_writer_loop_skips_other_groups_copies_and_commits_past_them(bo
 
 
 def test_the_console_shows_and_redrives_each_group_of_a_queue(bootstrap, tmp_path):
-    from tests.integration.test_ui import UiProcess
+    from tests.helpers.ui import UiProcess
 
     name = unique("q")
     cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap},

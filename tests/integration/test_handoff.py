@@ -11,8 +11,8 @@ import pytest
 from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.markers import End, Renew, Start, decode
-from tests.helpers.kafka import read_all, wait_until
-from tests.integration.test_consumer import _logged, produce
+from tests.helpers.kafka import produce, read_all, wait_until
+from tests.helpers.workers import logged_partitions
 from tests.integration.tracker_util import MarkerProducer, Tail, metric
 from tracker import Tracker
 
@@ -36,7 +36,7 @@ def test_a_given_back_message_is_not_copied_while_its_partition_waits_for_the_ne
                           consumer={"ack_flush_interval": "50ms", "handoff_lease": "60s"},
                           kafka={"client": kafka_client})
     tracker = Tracker(cfg, http_host="127.0.0.1").start()
-    produce(cfg, q.name, 20, partitions=2)
+    produce(cfg, q.name, 20, keys=b"%d", partitions=2)
     hold, held = threading.Event(), threading.Event()
 
     def hold_the_first_start(stage: str, spans: dict) -> None:
@@ -54,9 +54,9 @@ def test_a_given_back_message_is_not_copied_while_its_partition_waits_for_the_ne
         first[0].ack()  # a's fetcher committed all 20; 19 wait in its ready queue
         b = KmqConsumer(cfg, queue=q.name, stage_hook=hold_the_first_start)
         got: list = []
-        wait_until(lambda: got.extend(b.poll(timeout=0.2)) or _logged(caplog.records, "revoked"), 60,
+        wait_until(lambda: got.extend(b.poll(timeout=0.2)) or logged_partitions(caplog.records, "revoked"), 60,
                    what="a partition moving to b")
-        [moved] = _logged(caplog.records, "revoked")
+        [moved] = logged_partitions(caplog.records, "revoked")
         wait_until(held.is_set, 60, what="b fetching the moved partition (and holding its START)")
         given = set(range(1 if first[0].partition == moved else 0, 10))
 

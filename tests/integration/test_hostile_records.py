@@ -14,7 +14,7 @@ from kafka.admin import NewTopic
 
 from kmq.cli import cli
 from kmq.core.markers import Closed, Outcome, Reject, Start, decode
-from tests.helpers.kafka import read_all, set_max_message_bytes, wait_until
+from tests.helpers.kafka import produce_records, read_all, set_max_message_bytes, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, TrackerProcess, http_status, metric
 
 pytestmark = pytest.mark.integration
@@ -23,23 +23,6 @@ confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka
 
 QUEUE = {"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "100ms", "max": "1s", "multiplier": 2.0}}
 MAX_REQUEST = 20_000
-
-
-def produce_raw(bootstrap: str, topic: str, records: list[dict]) -> list[int]:
-    """Produce with librdkafka, in order, to partition 0; returns the offsets."""
-    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 5_000_000,
-                                  "enable.idempotence": True})
-    offsets: list = []
-
-    def done(err, msg):
-        assert err is None, err
-        offsets.append(msg.offset())
-
-    for r in records:
-        p.produce(topic, partition=0, on_delivery=done, **r)
-        p.flush(10)
-    assert p.flush(10) == 0
-    return offsets
 
 
 HOSTILE = [
@@ -60,7 +43,7 @@ def _hdrs(rec) -> dict:
 def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays_up(bootstrap, queue_topics, tmp_path,
                                                                                     kafka_client):
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"max_request_size": MAX_REQUEST}, kafka={"client": kafka_client})
-    offsets = produce_raw(bootstrap, q.name, HOSTILE + ORDINARY)
+    offsets = produce_records(bootstrap, q.name, HOSTILE + ORDINARY)
     assert offsets == list(range(10))
     # The oversize record as a broker that reports topic configs makes one: the topics' limit lowered
     # after it was written (the tracker's producer follows the topics' max.message.bytes).
@@ -116,7 +99,7 @@ def test_a_missing_dlq_topic_holds_dead_letters_open_without_duplicating_the_cop
                                                                                      kafka_client):
     # kafka_client: the tracker's producer meets a topic that does not exist (a failure path of each client).
     cfg, q = queue_topics(1, queue=QUEUE, kafka={"client": kafka_client})
-    produce_raw(bootstrap, q.name, ORDINARY[:2])
+    produce_records(bootstrap, q.name, ORDINARY[:2])
     tracker = TrackerProcess(cfg, tmp_path)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail = Tail(bootstrap, q.name)

@@ -14,11 +14,10 @@ import logging
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaProducer
 
 from kmq.cli import cli
 from kmq.core.markers import Closed, Outcome, Start, decode
-from tests.helpers.kafka import read_all, set_max_message_bytes, wait_until
+from tests.helpers.kafka import produce, read_all, set_max_message_bytes, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, headers, metric, running_tracker
 
 pytestmark = pytest.mark.integration
@@ -29,9 +28,8 @@ QUEUE = {"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "100ms", "ma
 
 def produce_large(bootstrap: str, topic: str) -> bytes:
     value = bytes(range(256)) * (SIZE // 256) + b"x" * (SIZE % 256)
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=4 * SIZE)
-    meta = p.send(topic, key=b"big", value=value, headers=[("app", b"1")], partition=0).get(30)
-    p.close()
+    (meta,) = produce(bootstrap, topic, values=[value], keys=b"big", headers=[("app", b"1")],
+                      settings={"max_request_size": 4 * SIZE})
     assert meta.offset == 0
     return value
 

@@ -14,6 +14,7 @@ import pytest
 from kmq.client.kafka_python import clients
 from kmq.client.topics import ensure_topics
 from kmq.client.kafka_python.log_reader import LogReader
+from tests.helpers.kafka import produce
 
 pytestmark = pytest.mark.integration
 
@@ -29,11 +30,7 @@ def _reader(cfg, client):
 
 def test_reads_exact_offsets_reports_the_rest_and_the_log_end(queue_topics, kafka_client):
     cfg, q = queue_topics(partitions=2)
-    p = clients.producer(cfg.kafka)
-    for i in range(3000):
-        p.send(q.name, key=b"k%d" % i, value=b"v%d" % i, partition=0, headers=[("h", b"%d" % i)])
-    p.flush()
-    p.close()
+    produce(cfg, q.name, 3000, keys=b"k%d", values=b"v%d", headers=lambda i: [("h", b"%d" % i)])
     reader = _reader(cfg, kafka_client)
     try:
         # Two ranges far apart (a re-seek between them), one running past the end of the log.
@@ -64,7 +61,7 @@ def test_log_ends_answers_each_partition_and_one_without_a_leader_costs_only_its
     from kmq.core.errors import LogReadError
 
     cfg, q = queue_topics(partitions=2)
-    _produce(cfg, q.name, 0, 7)
+    produce(cfg, q.name, 7, values=b"v%d")
     if kafka_client == "confluent":
         pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
         from kmq.client.confluent.log_reader import ConfluentLogReader
@@ -140,11 +137,7 @@ def test_confluent_reads_of_a_partition_read_before_fetch_at_once_without_probin
     nothing for a partition resumed after its new assignment until the read probed the log start
     (0.6 s later): it then assigned the partition at the log start (a probe) on most reads."""
     cfg, q = queue_topics(partitions=1)
-    p = clients.producer(cfg.kafka, linger_ms=20)
-    for i in range(20_000):
-        p.send(q.name, value=b"x" * 100, partition=0)
-    p.flush()
-    p.close()
+    produce(cfg, q.name, 20_000, values=b"x" * 100, settings={"linger_ms": 20})
     reader = _reader(cfg, "confluent")
     import confluent_kafka
 
@@ -166,14 +159,6 @@ def test_confluent_reads_of_a_partition_read_before_fetch_at_once_without_probin
     assert confluent_kafka.OFFSET_BEGINNING not in assigned, assigned
 
 
-def _produce(cfg, topic, first, n):
-    p = clients.producer(cfg.kafka, linger_ms=5)
-    for i in range(first, first + n):
-        p.send(topic, value=b"v%d" % i, partition=0)
-    p.flush()
-    p.close()
-
-
 def test_a_read_that_goes_on_where_the_last_stopped_finds_what_was_written_since(queue_topics, kafka_client):
     """The confluent reader keeps a read's assignment for a read that continues it. What that
     assignment fetched ahead (here its high-water mark, 5,000) predates the next read: taken for
@@ -182,7 +167,7 @@ def test_a_read_that_goes_on_where_the_last_stopped_finds_what_was_written_since
     from tests.helpers.kafka import wait_until
 
     cfg, q = queue_topics(partitions=1)
-    _produce(cfg, q.name, 0, 5000)
+    produce(cfg, q.name, 5000, values=b"v%d")
     reader = _reader(cfg, kafka_client)
     try:
         first = reader.read(q.name, 0, [(0, 100)])
@@ -194,7 +179,7 @@ def test_a_read_that_goes_on_where_the_last_stopped_finds_what_was_written_since
             # The kept assignment has fetched up to the end as it stood (its mark is 5,000).
             wait_until(lambda: reader._consumer.get_watermark_offsets(TopicPartition(q.name, 0), cached=True)[1] == 5000,
                        timeout=10, what="the kept assignment's fetch of the log end")
-        _produce(cfg, q.name, 5000, 100)
+        produce(cfg, q.name, 100, values=b"v%d", start=5000)
         on = reader.read(q.name, 0, [(100, 5000)])
         assert on.missing == [] and on.log_end is None
         assert sorted(on.records) == list(range(100, 5100)) and on.records[5050].value == b"v5050"
@@ -210,7 +195,7 @@ def test_confluent_reads_a_backlog_chunk_after_chunk_from_one_assignment(queue_t
     (a chunk of 25,000 took twice as long as in one read): reads that go on where the last one
     stopped keep the assignment, until the reader is released or reads elsewhere."""
     cfg, q = queue_topics(partitions=1)
-    _produce(cfg, q.name, 0, 12_000)
+    produce(cfg, q.name, 12_000, values=b"v%d")
     reader = _reader(cfg, "confluent")
     assigned: list[dict] = []
     real_assign = reader._assign

@@ -143,9 +143,9 @@ def test_fuzzed_markers_never_crash_the_tracker_and_bad_ones_are_counted(bootstr
         assert rss_after - rss_before < 150_000, (rss_before, rss_after)
 
         # Ordinary work afterwards is redelivered as usual.
-        from tests.integration.test_tracker import produce
+        from tests.helpers.kafka import APP_RECORD, produce
 
-        base = produce(bootstrap, q.name, 1)[0].offset
+        base = produce(bootstrap, q.name, 1, **APP_RECORD)[0].offset
         tail = Tail(bootstrap, q.name)
         markers = MarkerProducer(bootstrap, q.markers_topic)
         try:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
-from tests.helpers.kafka import own_broker
+from tests.helpers.kafka import own_broker, produce
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
@@ -30,11 +29,7 @@ def test_failed_marker_writes_are_counted_retried_waiting_and_given_up(tmp_path)
         })
         q = cfg.queues[0]
         ensure_topics(cfg.kafka, q, 1)
-        p = clients.producer(cfg.kafka)
-        for i in range(5):
-            p.send(q.name, value=b"m%d" % i, partition=0)
-        p.flush()
-        p.close()
+        produce(cfg, q.name, 5)
         metrics = ConsumerMetrics()
 
         def sample(name: str, **labels: str) -> float:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.markers import Start
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.workers import markers_by_partition
 
 pytestmark = pytest.mark.integration
@@ -20,11 +19,7 @@ pytestmark = pytest.mark.integration
 def test_a_consumer_with_a_long_non_ascii_client_id_starts_and_settles(queue_topics, bootstrap, kafka_client):
     cfg, q = queue_topics(partitions=1, kafka={"client": kafka_client, "client_id": "é" * 200},
                           consumer={"ack_flush_interval": "50ms"})
-    p = clients.producer(cfg.kafka)
-    for i in range(3):
-        p.send(q.name, value=b"m%d" % i)
-    p.flush()
-    p.close()
+    produce(cfg, q.name, 3, partition=None)
     with KmqConsumer(cfg, queue=q.name) as consumer:
         got: list = []
         wait_until(lambda: got.extend(consumer.poll(timeout=0.2)) or len(got) >= 3, 30, what="3 messages")

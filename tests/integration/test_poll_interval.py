@@ -13,9 +13,8 @@ import pytest
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.markers import Nack
 from kmq.telemetry.metrics import ConsumerMetrics
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.workers import markers_by_partition
-from tests.integration.test_consumer import produce
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +34,7 @@ def test_a_stalled_application_gives_its_partitions_to_a_healthy_member_and_rejo
     cfg, q = queue_topics(partitions=2, consumer={"ack_flush_interval": "50ms", "max_poll_interval": f"{INTERVAL:g}s",
                                                   "max_in_flight_per_partition": 200},
                           kafka={"client": kafka_client})
-    produce(cfg, q.name, 400, partitions=2)
+    produce(cfg, q.name, 400, keys=b"%d", partitions=2)
     stalled = KmqConsumer(cfg, queue=q.name, batch_size=10, metrics=ConsumerMetrics())  # a registry each
     healthy = KmqConsumer(cfg, queue=q.name, batch_size=10, metrics=ConsumerMetrics())
     acked: dict[tuple[int, int], str] = {}
@@ -88,7 +87,7 @@ def test_a_stalled_application_gives_its_partitions_to_a_healthy_member_and_rejo
         # The stalled member polls again: it joins the group again and gets work.
         wait_until(lambda: take(stalled, "stalled") or take(healthy, "healthy") or stalled._pipeline.owned,
                    REBALANCE, what="the stalled member holding a partition again")
-        produce(cfg, q.name, 200, partitions=2)
+        produce(cfg, q.name, 200, keys=b"%d", partitions=2)
         wait_until(lambda: take(stalled, "stalled") or take(healthy, "healthy") or len(acked) >= 600, REBALANCE,
                    what="600 messages acked")
         assert list(acked.values()).count("stalled") > first
@@ -108,7 +107,7 @@ def test_a_share_consumer_dropped_without_close_leaves_its_group(queue_topics, b
     from kmq.share import ShareConsumer
 
     cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})
-    produce(cfg, q.name, 200, partitions=2)
+    produce(cfg, q.name, 200, keys=b"%d", partitions=2)
     conf = {"bootstrap.servers": bootstrap, "group.id": cfg.consumer.group_id, "kmq.kafka.client": kafka_client,
             "kmq.session.timeout.ms": 6000, "kmq.heartbeat.interval.ms": 1000, "max.poll.records": 10}
     got: dict[tuple[int, int], int] = {}

@@ -27,9 +27,8 @@ import pytest
 import yaml
 
 import kmq
-from kmq.client.kafka_python import clients
 from kmq.core.markers import End, Nack, Reject
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.workers import markers_by_partition
 
 pytestmark = pytest.mark.integration
@@ -96,11 +95,7 @@ def test_readme_block_runs_as_pasted_and_acks_its_messages(name, client, queue_t
                           **({"kafka": {"client": client}} if client else {}))
     (tmp_path / "kmq.yaml").write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
     monkeypatch.chdir(tmp_path)  # the blocks load ./kmq.yaml
-    producer = clients.producer(cfg.kafka)
-    for i in range(MESSAGES):
-        producer.send(q.name, value=b"readme-%d" % i)
-    producer.flush()
-    producer.close()
+    produce(cfg, q.name, MESSAGES, values=b"readme-%d", partition=None)
 
     stop = threading.Event()
 

@@ -19,8 +19,12 @@ from kafka.structs import OffsetAndMetadata
 
 from kmq.core.markers import End, Start
 from tests.helpers.kafka import wait_until
-from tests.integration.test_tracker import QUEUE, running_tracker
-from tests.integration.tracker_util import MarkerProducer, metric
+from tests.integration.tracker_util import (
+    QUEUE,
+    MarkerProducer,
+    metric,
+    running_tracker,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,13 +95,12 @@ def test_queue_records_deleted_below_the_log_start_are_closed_as_missing_counted
 
     from kmq.cli import cli
     from kmq.core.markers import Closed, Outcome, decode
-    from tests.helpers.kafka import read_all
-    from tests.integration.test_tracker import produce
+    from tests.helpers.kafka import APP_RECORD, produce, read_all
     from tests.integration.tracker_util import Tail, headers
 
     skip_on_tansu("cannot delete records: no retention and no DeleteRecords, so the log start never moves")
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 5)
+    produce(bootstrap, q.name, 5, **APP_RECORD)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.delete_records({TopicPartition(q.name, 0): 3})  # what retention does

@@ -9,11 +9,10 @@ import threading
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.markers import End, Nack, Reject
 from kmq.core.message import HEADER_DLQ_ERROR, HEADER_DLQ_REASON
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
 from tests.helpers.workers import markers_by_partition
 from tests.integration.tracker_util import running_tracker
 
@@ -32,11 +31,7 @@ def covered(markers: list, kind: type) -> dict[int, object]:
 
 def test_run_dead_letters_reject_on_exceptions_and_nacks_the_others(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue=QUEUE, consumer={"ack_flush_interval": "50ms"})
-    p = clients.producer(cfg.kafka)
-    for i in range(4):
-        p.send(q.name, value=b"m%d" % i)
-    p.flush()
-    p.close()
+    produce(cfg, q.name, 4, partition=None)
     seen: list[tuple[bytes, int]] = []
     errors: list[BaseException] = []
 

@@ -15,24 +15,15 @@ import pytest
 from kafka import KafkaConsumer
 
 import kmq
-from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.errors import InvalidSettlement
 from kmq.consumer.guard import IdempotencyGuard
 from kmq.core.markers import End, Nack
 from tests.conftest import unique
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.workers import markers_by_partition
 
 pytestmark = pytest.mark.integration
-
-
-def produce(cfg, topic, values, headers=None):
-    p = clients.producer(cfg.kafka)
-    for v in values:
-        p.send(topic, value=v, partition=0, headers=headers)
-    p.flush()
-    p.close()
 
 
 def settled_offsets(bootstrap, topic, kind):
@@ -48,7 +39,7 @@ def poll_n(consumer, n, timeout=30):
 
 def test_bad_arguments_raise_before_settling_and_never_cost_other_acks(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"})
-    produce(cfg, q.name, [b"m%d" % i for i in range(20)])
+    produce(cfg, q.name, 20)
     with KmqConsumer(cfg, queue=q.name) as consumer:
         msgs = poll_n(consumer, 20)
         bad, rest = msgs[0], msgs[1:]
@@ -80,7 +71,7 @@ def test_bad_arguments_raise_before_settling_and_never_cost_other_acks(queue_top
 def test_a_huge_delivery_count_goes_through_run_with_the_capped_backoff(queue_topics, bootstrap, count):
     cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "1s", "max": "3s"}},
                           consumer={"ack_flush_interval": "50ms"})
-    produce(cfg, q.name, [b"a", b"b", b"c"], headers=[("kmq-delivery-count", count)])
+    produce(cfg, q.name, values=[b"a", b"b", b"c"], headers=[("kmq-delivery-count", count)])
     consumer = KmqConsumer(cfg, queue=q.name)
     seen: list = []
 
@@ -100,7 +91,7 @@ def test_a_huge_delivery_count_goes_through_run_with_the_capped_backoff(queue_to
 
 def test_a_huge_delivery_count_goes_through_marked(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "1s", "max": "3s"}})
-    produce(cfg, q.name, [b"a", b"b"], headers=[("kmq-delivery-count", b"1000000")])
+    produce(cfg, q.name, values=[b"a", b"b"], headers=[("kmq-delivery-count", b"1000000")])
     consumer = KafkaConsumer(q.name, bootstrap_servers=bootstrap, group_id=cfg.consumer.group_id,
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              session_timeout_ms=6000, heartbeat_interval_ms=1000)
@@ -131,13 +122,10 @@ def test_a_huge_delivery_count_goes_through_marked(queue_topics, bootstrap):
 @pytest.mark.redis
 def test_an_origin_naming_another_topic_is_not_skipped_by_the_guard(queue_topics, bootstrap, redis_url):
     cfg, q = queue_topics(partitions=1, consumer={"ack_flush_interval": "50ms"})
-    p = clients.producer(cfg.kafka)
     foreign = [("kmq-origin", b"payments/0/0"), ("kmq-delivery-count", b"2")]  # headers copied by Streams/Connect
-    p.send(q.name, value=b"order 1", headers=foreign, partition=0)  # offset 0
-    p.send(q.name, value=b"order 2", headers=foreign, partition=0)  # offset 1: unrelated to offset 0
-    p.send(q.name, value=b"order 1", headers=[("kmq-origin", f"{q.name}/0/0".encode())], partition=0)  # a real copy
-    p.flush()
-    p.close()
+    # Offsets 0 and 1 (unrelated to each other), then a real copy of offset 0.
+    produce(cfg, q.name, values=[b"order 1", b"order 2", b"order 1"],
+            headers=[foreign, foreign, [("kmq-origin", f"{q.name}/0/0".encode())]])
     guard = IdempotencyGuard(redis_url, ttl=60, prefix=unique("kmq-test") + ":")
     effects: list[str] = []
     consumer = KmqConsumer(cfg, queue=q.name)

@@ -28,12 +28,11 @@ from typing import Any, Callable
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
 from kmq.core.message import delivery_count_of
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
 from tests.helpers.produce_blackhole import ProduceBlackhole
 from tests.integration.tracker_util import metric, running_tracker
 
@@ -75,11 +74,7 @@ class KmqBackend:
                 "kmq.lease.ms": LEASE_MS, "kmq.ack.flush.interval.ms": 50}
 
     def produce(self, topic: str, values: list[bytes]) -> None:
-        p = clients.producer(self.cfg.kafka)
-        for v in values:
-            p.send(topic, value=v)
-        p.flush()
-        p.close()
+        produce(self.cfg, topic, values=values, partition=None)
 
     def wait_lock_expired(self, topic: str, value: bytes) -> None:
         """The tracker has redelivered ``value`` (its copy is in the queue topic)."""
@@ -140,12 +135,7 @@ class NativeBackend:
         return {"bootstrap.servers": self.bootstrap, "group.id": group, "share.acknowledgement.mode": mode}
 
     def produce(self, topic: str, values: list[bytes]) -> None:
-        from confluent_kafka import Producer
-
-        p = Producer({"bootstrap.servers": self.bootstrap})
-        for v in values:
-            p.produce(topic, value=v)
-        assert p.flush(30) == 0
+        produce(self.bootstrap, topic, values=values, partition=None, client="confluent")
 
     def wait_lock_expired(self, topic: str, value: bytes) -> None:
         time.sleep(self.lock_s + 1)  # the broker's lock timer, started by the poll just made; not observable

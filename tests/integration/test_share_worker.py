@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kmq.client.kafka_python import clients
 from kmq.core.message import origin_of
 from kmq.dev.workload import is_poison_index, payload
-from tests.helpers.kafka import read_all, wait_until
+from tests.helpers.kafka import produce, read_all, wait_until
 from tests.helpers.workers import acked_origins
 from tests.integration.tracker_util import running_tracker
 
@@ -34,11 +33,9 @@ def test_share_worker_acks_every_message_and_dead_letters_the_poison(queue_topic
     cfg, q = queue_topics(partitions=2, queue={"lease": "2s", "max_deliveries": 10,
                                                "backoff": {"initial": "100ms", "max": "1s"}},
                           tracker={"tick": "100ms"})
-    producer = clients.producer(cfg.kafka)
-    for i in range(MESSAGES):  # as `kmq produce --poison-rate 0.02` writes them
-        producer.send(q.name, key=b"%d" % i, value=payload(i, 100, is_poison_index(i, POISON_RATE)), partition=i % 2)
-    producer.flush()
-    producer.close()
+    # As `kmq produce --poison-rate 0.02` writes them.
+    produce(cfg, q.name, MESSAGES, keys=b"%d", values=lambda i: payload(i, 100, is_poison_index(i, POISON_RATE)),
+            partitions=2)
     conf = tmp_path / "kmq.yaml"
     conf.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
     ack_log = tmp_path / "acks.log"

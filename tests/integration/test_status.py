@@ -6,30 +6,22 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from kmq.cli import cli
 from kmq.core.markers import End, Start, encode_key
-from tests.integration.test_tracker import produce, running_tracker
-from tests.integration.tracker_util import MarkerProducer
+from tests.helpers.cli import status_rows
+from tests.helpers.kafka import APP_RECORD, produce
+from tests.integration.tracker_util import MarkerProducer, running_tracker
 
 pytestmark = pytest.mark.integration
 
 
-def _rows(output: str) -> dict[str, list[str]]:
-    rows = {}
-    for line in output.splitlines():
-        parts = line.split()
-        if len(parts) == 6 and (parts[0].isdigit() or parts[0] == "total"):
-            rows[parts[0]] = parts[1:]
-    return rows
-
-
 def test_status_reads_kafka_directly_and_shows_tracker_metrics(bootstrap, queue_topics):
     cfg, q = queue_topics(2, queue={"lease": "60s"})
-    produce(bootstrap, q.name, 10, partition=0)
-    produce(bootstrap, q.name, 5, partition=1)
+    produce(bootstrap, q.name, 10, partition=0, **APP_RECORD)
+    produce(bootstrap, q.name, 5, partition=1, **APP_RECORD)
     c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=cfg.consumer.group_id, enable_auto_commit=False)
     c.commit({TopicPartition(q.name, 0): OffsetAndMetadata(4, "", -1)})
     c.close()
@@ -38,15 +30,13 @@ def test_status_reads_kafka_directly_and_shows_tracker_metrics(bootstrap, queue_
     markers.send(0, End([(0, 2)]))
     markers.producer.send(q.markers_topic, key=encode_key(0), value=b"\x01\x63", partition=0).get(10)
     markers.close()
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(2):
-        p.send(q.dlq_topic, value=b"dead", headers=[("kmq-dlq-reason", b"rejected")], partition=1).get(10)
-    p.close()
+    produce(bootstrap, q.dlq_topic, 2, values=b"dead", headers=[("kmq-dlq-reason", b"rejected")], partition=1,
+            flush_each=True)
     args = ["status", q.name, "--bootstrap", bootstrap, "--workers-group", cfg.consumer.group_id,
             "--tracker-group", cfg.tracker.group_id]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
-    rows = _rows(res.output)
+    rows = status_rows(res.output)
     # partition: in-flight, oldest, queue-lag, marker-lag, dlq
     assert rows["0"][0] == "2" and rows["0"][2:] == ["6", "3", "0"]
     assert 5.0 <= float(rows["0"][1].rstrip("s")) < 60

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from kmq.cli import cli
-from tests.helpers.kafka import wait_until
+from tests.helpers.cli import by_copy
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.settling_worker import SettlingWorker
-from tests.integration.test_tracker import running_tracker
-from tests.integration.tracker_util import metric
+from tests.integration.tracker_util import metric, running_tracker
 from kmq.ops.dlq import replay
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -58,35 +58,12 @@ def _trace_json(bootstrap, cfg, q, *args) -> list[dict]:
     return json.loads(res.stdout)["messages"]
 
 
-def _by_copy(t: dict) -> dict:
-    """Kinds of each queue copy's events in order, the dead letters under "dlq".
-
-    RENEWs are checked and left out: a consumer renews what it fetched but has not yet
-    handed over once half a lease has passed, so a copy that waits in the prefetch
-    buffer on a loaded machine legitimately has one between its START and its
-    settlement, and a copy that does not wait has none."""
-    out: dict = {}
-    for e in t["events"]:
-        out.setdefault("dlq" if e["kind"] == "dead-lettered" else e["offset"], []).append(e["kind"])
-    for kinds in out.values():
-        renews = [i for i, k in enumerate(kinds) if k == "renew"]
-        if renews:
-            assert "start" in kinds and kinds.index("start") < renews[0], kinds
-            settled = [i for i, k in enumerate(kinds) if k in ("ack", "nack", "reject", "lease-expired")]
-            assert not settled or renews[-1] < settled[0], kinds
-    return {k: [kind for kind in kinds if kind != "renew"] for k, kinds in out.items()}
-
-
 def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     # auto_renew off: the "timeout" message is left to let its lease lapse.
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"},
                           consumer={"ack_flush_interval": "50ms", "auto_renew": False})
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for k in KEYS:
-        p.send(q.name, key=k.encode(), value=f"<b>{k}</b>".encode(), partition=0, headers=[("app", b"x")]).get(10)
-    p.close()
+    produce(bootstrap, q.name, keys=[k.encode() for k in KEYS], values=[f"<b>{k}</b>".encode() for k in KEYS],
+            headers=[("app", b"x")], flush_each=True)
     origin = {k: f"{q.name}/0/{i}" for i, k in enumerate(KEYS)}
     with running_tracker(cfg) as t:
         app = Application()
@@ -125,7 +102,7 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
 
     a = traces["ack"]
     assert (a["state"], a["key"], a["deliveries"]) == ("acked", "ack", 1)
-    assert _by_copy(a) == {0: ["delivered", "start", "ack"]}
+    assert by_copy(a) == {0: ["delivered", "start", "ack"]}
     assert a["events"][0]["via"] == "first delivery" and a["events"][1]["lease_ms"] == 1000
     assert a["events"][1]["owner"]
 
@@ -133,7 +110,7 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     copies = [e["offset"] for e in n["events"] if e["kind"] == "delivered"]
     assert n["state"] == "acked" and len(copies) == 3 and copies[0] == 1
     assert [e["delivery_count"] for e in n["events"] if e["kind"] == "delivered"] == [1, 2, 3]
-    assert _by_copy(n) == {copies[0]: ["delivered", "start", "nack", "closed"],
+    assert by_copy(n) == {copies[0]: ["delivered", "start", "nack", "closed"],
                            copies[1]: ["delivered", "start", "nack", "closed"],
                            copies[2]: ["delivered", "start", "ack"]}
     assert all(e["outcome"] == "redelivered" for e in n["events"] if e["kind"] == "closed")
@@ -142,7 +119,7 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     o = traces["timeout"]
     c0, c1 = [e["offset"] for e in o["events"] if e["kind"] == "delivered"]
     assert o["state"] == "acked"
-    assert _by_copy(o) == {c0: ["delivered", "start", "lease-expired", "closed", "late-ack"],
+    assert by_copy(o) == {c0: ["delivered", "start", "lease-expired", "closed", "late-ack"],
                            c1: ["delivered", "start", "ack"]}
     expired = next(e for e in o["events"] if e["kind"] == "lease-expired")
     last_lease = [e for e in o["events"] if e["kind"] in ("start", "renew") and e["offset"] == c0][-1]
@@ -151,7 +128,7 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
 
     r = traces["reject"]
     assert r["state"] == "dead-lettered" and r["deliveries"] == 1
-    assert _by_copy(r) == {3: ["delivered", "start", "reject", "closed"], "dlq": ["dead-lettered"]}
+    assert by_copy(r) == {3: ["delivered", "start", "reject", "closed"], "dlq": ["dead-lettered"]}
     dead = next(e for e in r["events"] if e["kind"] == "dead-lettered")
     assert (dead["reason"], dead["error"], dead["delivery_count"]) == ("rejected", "bad payload", 1)
     assert next(e for e in r["events"] if e["kind"] == "closed")["outcome"] == "dead-lettered"
@@ -159,7 +136,7 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     d = traces["redrive"]
     c0, c1 = [e["offset"] for e in d["events"] if e["kind"] == "delivered"]
     assert d["state"] == "acked" and (c0, d["deliveries"]) == (4, 2)
-    assert _by_copy(d) == {c0: ["delivered", "start", "reject", "closed"], "dlq": ["dead-lettered"],
+    assert by_copy(d) == {c0: ["delivered", "start", "reject", "closed"], "dlq": ["dead-lettered"],
                            c1: ["delivered", "start", "ack"]}
     assert [e["via"] for e in d["events"] if e["kind"] == "delivered"] == ["first delivery", "redriven from the DLQ"]
     kinds = [e["kind"] for e in d["events"]]
@@ -168,8 +145,8 @@ def test_trace_timelines_of_real_runs(bootstrap, queue_topics):
     # The other ways to name a message find the same history; the human output says the same.
     by_key = _trace_json(bootstrap, cfg, q, "--key", "nack2", "--since", "10m")
     assert [m["origin"] for m in by_key] == [origin["nack2"]] and by_key[0]["events"] == n["events"]
-    by_copy = _trace_json(bootstrap, cfg, q, "--partition", "0", "--offset", str(copies[2]), "--since", "10m")
-    assert by_copy[0]["origin"] == origin["nack2"] and by_copy[0]["events"] == n["events"]
+    found = _trace_json(bootstrap, cfg, q, "--partition", "0", "--offset", str(copies[2]), "--since", "10m")
+    assert found[0]["origin"] == origin["nack2"] and found[0]["events"] == n["events"]
     res = CliRunner().invoke(cli, ["trace", q.name, origin["reject"], "--since", "10m", "--bootstrap", bootstrap])
     assert res.exit_code == 0, res.output
     assert "REJECT: bad payload" in res.stdout and "final state: dead-lettered" in res.stdout
@@ -181,15 +158,10 @@ def _old_and_new(bootstrap, queue_topics):
     """50 records with key k an hour old, then one new one."""
     import time
 
-    from kafka import KafkaProducer
-
     cfg, q = queue_topics(1)
     old = int(time.time() * 1000) - 3_600_000
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(50):
-        p.send(q.name, key=b"k", value=b"old", partition=0, timestamp_ms=old + i).get(10)
-    p.send(q.name, key=b"k", value=b"new", partition=0).get(10)
-    p.close()
+    produce(bootstrap, q.name, keys=b"k", values=[b"old"] * 50 + [b"new"], timestamps=[old + i for i in range(50)] + [None],
+            flush_each=True)
     return cfg, q
 
 

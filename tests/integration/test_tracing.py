@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kafka import KafkaProducer
 
 from kmq import KmqConsumer
 from kmq.aio import AsyncKmqConsumer
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.otel import PRODUCER_SPAN_ID, TRACE_ID, TRACEPARENT, span_exporter
 from tests.integration.tracker_util import Tail, headers, running_tracker
 
@@ -29,18 +28,11 @@ def _spans(exporter, name: str) -> list:
     return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
-def _produce(bootstrap: str, topic: str, *values: bytes) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for value in values:
-        p.send(topic, value=value, headers=[("traceparent", TRACEPARENT)], partition=0)
-    p.flush(); p.close()
-
-
 def test_deliveries_redelivery_and_dead_letter_share_the_producers_trace(bootstrap, queue_topics, kafka_client):
     exporter = span_exporter()
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client},
                           consumer={"auto_renew": False, "ack_flush_interval": "50ms"})
-    _produce(bootstrap, q.name, b"nacked", b"timed out", b"rejected")
+    produce(bootstrap, q.name, values=[b"nacked", b"timed out", b"rejected"], headers=[("traceparent", TRACEPARENT)])
     dlq = Tail(bootstrap, q.dlq_topic)
     seen: list = []
     try:
@@ -107,7 +99,7 @@ def test_deliveries_redelivery_and_dead_letter_share_the_producers_trace(bootstr
 def test_the_asyncio_consumers_deliveries_are_traced_with_their_outcomes(bootstrap, queue_topics):
     exporter = span_exporter()
     cfg, q = queue_topics(1, queue=QUEUE, consumer={"ack_flush_interval": "50ms"})
-    _produce(bootstrap, q.name, b"acked", b"rejected", b"nacked")
+    produce(bootstrap, q.name, values=[b"acked", b"rejected", b"nacked"], headers=[("traceparent", TRACEPARENT)])
 
     async def scenario() -> None:
         async with AsyncKmqConsumer(cfg, queue=q.name) as consumer:

@@ -10,7 +10,6 @@ import asyncio
 import threading
 
 import pytest
-from kafka import KafkaProducer
 
 import kmq
 from kmq import KmqConsumer
@@ -18,19 +17,12 @@ from kmq.aio import AsyncKmqConsumer
 from kmq.client.kafka_python import clients
 from kmq.share import AcknowledgeType, ShareConsumer
 from kmq.tracing import use_span
-from tests.helpers.kafka import wait_for_assignment, wait_until
+from tests.helpers.kafka import produce, wait_for_assignment, wait_until
 from tests.helpers.otel import TRACE_ID, TRACEPARENT, span_exporter
 
 pytestmark = pytest.mark.integration
 
 N = 4
-
-
-def _produce(bootstrap: str, topic: str) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(N):
-        p.send(topic, value=b"m%d" % i, headers=[("traceparent", TRACEPARENT)], partition=0)
-    p.flush(); p.close()
 
 
 def _work(offset: int) -> None:
@@ -55,7 +47,7 @@ def _assert_children_of_their_deliveries(exporter, queue: str) -> None:
 def test_a_handler_of_run_on_the_worker_pool_runs_inside_its_delivery_span(bootstrap, queue_topics):
     exporter = span_exporter()
     cfg, q = queue_topics(1, consumer={"ack_flush_interval": "50ms"})
-    _produce(bootstrap, q.name)
+    produce(bootstrap, q.name, N, headers=[("traceparent", TRACEPARENT)])
     done: list[int] = []
     lock = threading.Lock()
     with KmqConsumer(cfg, queue=q.name) as consumer:
@@ -72,7 +64,7 @@ def test_a_handler_of_run_on_the_worker_pool_runs_inside_its_delivery_span(boots
 def test_use_span_makes_the_delivery_span_current_for_iteration(bootstrap, queue_topics):
     exporter = span_exporter()
     cfg, q = queue_topics(1, consumer={"ack_flush_interval": "50ms"})
-    _produce(bootstrap, q.name)
+    produce(bootstrap, q.name, N, headers=[("traceparent", TRACEPARENT)])
     with KmqConsumer(cfg, queue=q.name) as consumer:
         seen = 0
         for msg in consumer:
@@ -90,7 +82,7 @@ def test_use_span_makes_the_delivery_span_current_for_iteration(bootstrap, queue
 def test_a_marked_handler_runs_inside_a_delivery_span_ended_with_its_settlement(bootstrap, queue_topics):
     exporter = span_exporter()
     cfg, q = queue_topics(1)
-    _produce(bootstrap, q.name)
+    produce(bootstrap, q.name, N, headers=[("traceparent", TRACEPARENT)])
     consumer = clients.consumer(cfg.kafka, q.name, group_id=cfg.consumer.group_id)
     writer = kmq.MarkerWriter(cfg, queue=q.name, consumer=consumer)
 
@@ -119,7 +111,7 @@ def test_a_marked_handler_runs_inside_a_delivery_span_ended_with_its_settlement(
 def test_a_coroutine_handler_of_the_asyncio_run_runs_inside_its_delivery_span(bootstrap, queue_topics):
     exporter = span_exporter()
     cfg, q = queue_topics(1, consumer={"ack_flush_interval": "50ms"})
-    _produce(bootstrap, q.name)
+    produce(bootstrap, q.name, N, headers=[("traceparent", TRACEPARENT)])
 
     async def scenario() -> None:
         async with AsyncKmqConsumer(cfg, queue=q.name) as consumer:
@@ -142,7 +134,7 @@ def test_a_coroutine_handler_of_the_asyncio_run_runs_inside_its_delivery_span(bo
 def test_use_span_makes_the_delivery_span_current_for_async_for(bootstrap, queue_topics):
     exporter = span_exporter()
     cfg, q = queue_topics(1, consumer={"ack_flush_interval": "50ms"})
-    _produce(bootstrap, q.name)
+    produce(bootstrap, q.name, N, headers=[("traceparent", TRACEPARENT)])
 
     async def scenario() -> None:
         async with AsyncKmqConsumer(cfg, queue=q.name) as consumer:
@@ -163,7 +155,7 @@ def test_use_span_makes_the_delivery_span_current_for_async_for(bootstrap, queue
 def test_use_span_makes_the_delivery_span_current_for_a_share_consumers_records(bootstrap, queue_topics):
     exporter = span_exporter()
     cfg, q = queue_topics(1, consumer={"ack_flush_interval": "50ms"})
-    _produce(bootstrap, q.name)
+    produce(bootstrap, q.name, N, headers=[("traceparent", TRACEPARENT)])
     with ShareConsumer({"bootstrap.servers": bootstrap, "group.id": cfg.consumer.group_id,
                         "share.acknowledgement.mode": "explicit", "kmq.config": cfg}) as consumer:
         consumer.subscribe([q.name])

@@ -10,31 +10,20 @@ import pytest
 from kafka import KafkaProducer
 
 from kmq.core.markers import End, MarkerDecodeError, Nack, Reject, Renew, Start, decode, encode, encode_key
-from tests.helpers.kafka import read_all, wait_until
-from tests.integration.tracker_util import MarkerProducer, Tail, headers, http_status, metric, running_tracker
+from tests.helpers.kafka import APP_RECORD, produce, read_all, wait_until
+from tests.integration.tracker_util import QUEUE, MarkerProducer, Tail, headers, http_status, metric, running_tracker
 
 pytestmark = pytest.mark.integration
 
 LEASE_MS = 1000
-QUEUE = {"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}
 TICK = 0.05
 
-
-
-def produce(bootstrap, topic, n, partition=0, hdrs=(("app", b"x"),)):
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    metas = [p.send(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), headers=list(hdrs), partition=partition)
-             for i in range(n)]
-    p.flush()
-    out = [m.get(10) for m in metas]
-    p.close()
-    return out
 
 
 # kafka_client: the tracker's markers group, its reads of originals and its copies and CLOSED markers on either client.
 def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 3)
+    produce(bootstrap, q.name, 3, **APP_RECORD)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
     try:
@@ -75,7 +64,7 @@ def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topi
 
 def test_renew_nack_reject_and_end(bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 4)
+    produce(bootstrap, q.name, 4, **APP_RECORD)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
     try:
@@ -135,7 +124,7 @@ def _fuzz_values(n: int, seed: int = 7) -> list[bytes]:
 def test_bad_markers_are_counted_and_skipped(bootstrap, queue_topics, kafka_client):
     """100,000 undecodable values (plus bad keys) never stop the tracker."""
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 1)
+    produce(bootstrap, q.name, 1, **APP_RECORD)
     values = _fuzz_values(100_000)
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
     good_start = encode(Start([(0, 1)], lease_ms=LEASE_MS))
@@ -168,7 +157,7 @@ def test_offsets_past_the_end_of_the_queue_log_are_held_never_closed_and_copied_
     from kmq.core.markers import Closed, Outcome
 
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 3)
+    produce(bootstrap, q.name, 3, **APP_RECORD)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail = Tail(bootstrap, q.name)
     try:
@@ -179,7 +168,7 @@ def test_offsets_past_the_end_of_the_queue_log_are_held_never_closed_and_copied_
                        what="the offsets past the log end held twice (read again after a backoff)")
             assert metric(port, "kmq_tracker_missing_offsets_total", queue=q.name) == 0
             assert metric(port, "kmq_tracker_in_flight", queue=q.name) == 2
-            produce(bootstrap, q.name, 2)  # offsets 3 and 4 reach the log as read
+            produce(bootstrap, q.name, 2, **APP_RECORD)  # offsets 3 and 4 reach the log as read
             recs = tail.wait_for(7, what="copies of offsets 3 and 4")
             assert sorted(headers(r)["kmq-origin"] for r in recs[5:]) == [f"{q.name}/0/3", f"{q.name}/0/4"]
             wait_until(lambda: metric(port, "kmq_tracker_in_flight", queue=q.name) == 0, 10, what="closed")
@@ -203,7 +192,7 @@ def test_records_of_an_open_transaction_a_worker_was_handed_are_copied_not_close
     from kafka import KafkaConsumer, TopicPartition
 
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 5)  # committed, outside any transaction: offsets 0..4
+    produce(bootstrap, q.name, 5, **APP_RECORD)  # committed, outside any transaction: offsets 0..4
     tx = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kmq-test-{uuid.uuid4().hex[:8]}")
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail = Tail(bootstrap, q.name)

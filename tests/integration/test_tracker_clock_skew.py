@@ -13,8 +13,7 @@ import time
 import pytest
 
 from kmq.core.markers import End, Start
-from tests.helpers.kafka import wait_until
-from tests.integration.test_tracker import produce
+from tests.helpers.kafka import APP_RECORD, produce, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, http_status, metric, running_tracker
 from tracker.service import Tracker
 
@@ -32,7 +31,7 @@ def worker_ms(skew_s: float) -> int:
 # kafka_client: whether the tracker read a partition to its end comes from each client's high-water mark.
 def test_a_worker_clock_10s_behind_costs_no_copy_and_no_dead_letter(bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, MESSAGES)
+    produce(bootstrap, q.name, MESSAGES, **APP_RECORD)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail, dlq = Tail(bootstrap, q.name), Tail(bootstrap, q.dlq_topic)
     try:
@@ -64,7 +63,7 @@ def test_a_worker_clock_10s_behind_costs_no_copy_and_no_dead_letter(bootstrap, q
 def test_a_worker_clock_10s_ahead_does_not_hold_the_lease_of_a_message_whose_worker_died(
         bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 1)
+    produce(bootstrap, q.name, 1, **APP_RECORD)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tail = Tail(bootstrap, q.name)
     try:
@@ -93,7 +92,7 @@ class SettableClock:
 def test_a_tracker_whose_clock_is_set_back_re_reads_its_markers_and_copies_only_the_abandoned_message(
         bootstrap, queue_topics):
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"})
-    produce(bootstrap, q.name, 2)
+    produce(bootstrap, q.name, 2, **APP_RECORD)
     markers, tail = MarkerProducer(bootstrap, q.markers_topic), Tail(bootstrap, q.name)
     clock = SettableClock()
     t = Tracker(cfg, http_host="127.0.0.1", clock=clock).start()

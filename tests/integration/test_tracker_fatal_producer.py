@@ -25,8 +25,7 @@ from kmq import client as client_api
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import Closed, Outcome, Start, decode
 from kmq.telemetry.metrics import TrackerMetrics
-from tests.helpers.kafka import read_all, set_max_message_bytes, wait_until
-from tests.integration.test_hostile_records import produce_raw
+from tests.helpers.kafka import produce_records, read_all, set_max_message_bytes, wait_until
 from tracker.redeliver import Redeliverer, copy_producer, delivery_timeout_s, send_wait_s
 
 pytestmark = pytest.mark.integration
@@ -55,7 +54,7 @@ def test_a_copy_producer_in_a_fatal_state_is_replaced_and_nothing_it_did_not_ack
     cfg, q = queue_topics(1, queue=QUEUE, kafka={"client": "confluent"})
     originals = [{"key": b"big", "value": b"x" * (3 * QUEUE_LIMIT)}] + \
                 [{"key": b"k%d" % i, "value": b"v%d" % i} for i in range(1, 4)]
-    assert produce_raw(bootstrap, q.name, originals) == [0, 1, 2, 3]
+    assert produce_records(bootstrap, q.name, originals) == [0, 1, 2, 3]
     set_max_message_bytes(bootstrap, QUEUE_LIMIT, q.name)
 
     kafka, metrics = cfg.kafka, TrackerMetrics()

@@ -117,7 +117,7 @@ def test_healthz_fails_while_a_redelivery_waits_on_a_frozen_broker_and_nothing_i
     from kmq.core.markers import Start
     from kmq.client.topics import ensure_topics
     from tests.conftest import TEST_GROUP_TIMING, unique
-    from tests.integration.test_tracker import produce
+    from tests.helpers.kafka import APP_RECORD, produce
     from tests.integration.tracker_util import MarkerProducer, Tail
 
     with own_broker(durable=False) as broker:
@@ -129,7 +129,7 @@ def test_healthz_fails_while_a_redelivery_waits_on_a_frozen_broker_and_nothing_i
         })
         q = cfg.queues[0]
         ensure_topics(cfg.kafka, q, 1)
-        produce(broker.bootstrap, q.name, 1)
+        produce(broker.bootstrap, q.name, 1, **APP_RECORD)
         t = Tracker(cfg, http_host="127.0.0.1").start()
         frozen = False
         try:

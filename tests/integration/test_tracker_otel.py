@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kafka import KafkaProducer
 
 from kmq import KmqConsumer
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.otel import PRODUCER_SPAN_ID, TRACE_ID, TRACEPARENT
 from tests.integration.tracker_util import TrackerProcess
 
@@ -43,9 +42,7 @@ def test_the_tracker_process_exports_its_redelivery_spans_where_the_otel_environ
         bootstrap, queue_topics, tmp_path):
     cfg, q = queue_topics(1, queue={"lease": "5s", "backoff": {"initial": "100ms", "max": "200ms"}},
                           tracker={"tick": "50ms"}, consumer={"ack_flush_interval": "50ms"})
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    p.send(q.name, value=b"nacked", headers=[("traceparent", TRACEPARENT)], partition=0)
-    p.flush(); p.close()
+    produce(bootstrap, q.name, values=[b"nacked"], headers=[("traceparent", TRACEPARENT)])
     tracker = TrackerProcess(cfg, tmp_path, env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100"})
     try:
         tracker.wait_ready()
@@ -69,10 +66,7 @@ def test_the_tracker_process_exports_its_redelivery_spans_where_the_otel_environ
 
 def test_kmq_work_exports_its_delivery_spans_where_the_otel_environment_says(bootstrap, queue_topics, tmp_path):
     cfg, q = queue_topics(1, consumer={"ack_flush_interval": "50ms"})
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for _ in range(2):
-        p.send(q.name, value=b"payload", headers=[("traceparent", TRACEPARENT)], partition=0)
-    p.flush(); p.close()
+    produce(bootstrap, q.name, 2, values=b"payload", headers=[("traceparent", TRACEPARENT)])
     conf = tmp_path / "kmq.yaml"
     conf.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
     done = subprocess.run(

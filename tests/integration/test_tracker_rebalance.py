@@ -27,9 +27,8 @@ from kmq.client.kafka_python.group_join import keep_finished_joins
 from kmq.client.topics import ensure_topics
 from kmq.dev.processes import set_pdeathsig, stop_processes
 from tests.conftest import unique
-from tests.helpers.kafka import read_all, wait_until
-from tests.integration.test_tracker import QUEUE, produce, running_tracker
-from tests.integration.tracker_util import MarkerProducer, TrackerProcess, metric
+from tests.helpers.kafka import APP_RECORD, produce, read_all, wait_until
+from tests.integration.tracker_util import QUEUE, MarkerProducer, TrackerProcess, metric, running_tracker
 from tracker.service import _DUE_LIMIT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -80,7 +79,7 @@ def _join_in_a_thread(bootstrap: str, topic: str, group: str, stop: threading.Ev
 # kafka_client: the tracker's group membership (the other members are kafka-python members of the same group).
 def test_reassigned_partition_catches_up_to_a_fresh_high_water_mark(bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(1, queue={**QUEUE, "lease": "1s"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 1)
+    produce(bootstrap, q.name, 1, **APP_RECORD)
     other = unique("other")
     from kmq.config import QueueConfig
 
@@ -148,7 +147,7 @@ def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, 
                                     "backoff": {"initial": "200ms", "max": "1s", "multiplier": 2.0}},
                           kafka={"client": kafka_client})
     for p in (0, 1):
-        produce(bootstrap, q.name, n, partition=p)
+        produce(bootstrap, q.name, n, partition=p, **APP_RECORD)
     a, b = TrackerProcess(cfg, tmp_path), TrackerProcess(cfg, tmp_path)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     stopped = False

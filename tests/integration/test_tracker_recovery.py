@@ -8,13 +8,12 @@ import pytest
 from kafka import KafkaProducer
 
 from kmq.config import Config
-from tests.helpers.kafka import own_broker
+from tests.helpers.kafka import APP_RECORD, own_broker, produce
 from kmq.core.markers import End, Start, encode, encode_key
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import wait_until
-from tests.integration.test_tracker import QUEUE, produce, running_tracker
-from tests.integration.tracker_util import MarkerProducer, Tail, TrackerProcess, committed, headers, metric
+from tests.integration.tracker_util import QUEUE, MarkerProducer, Tail, TrackerProcess, committed, headers, metric, running_tracker
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +61,8 @@ def test_sigkill_new_owner_replays_only_from_the_oldest_open_start(bootstrap, qu
 def test_sigterm_commits_and_leaves_so_the_next_owner_redelivers(bootstrap, queue_topics, tmp_path, kafka_client):
     # kafka_client: a tracker process that commits and leaves and one that joins, on each client.
     cfg, q = queue_topics(2, queue={**QUEUE, "lease": "3s"}, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
-    produce(bootstrap, q.name, 2, partition=0)
-    produce(bootstrap, q.name, 2, partition=1)
+    produce(bootstrap, q.name, 2, partition=0, **APP_RECORD)
+    produce(bootstrap, q.name, 2, partition=1, **APP_RECORD)
     a = TrackerProcess(cfg, tmp_path)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tails = [Tail(bootstrap, q.name, (0,)), Tail(bootstrap, q.name, (1,))]
@@ -96,7 +95,7 @@ def test_broker_restart_mid_run_loses_nothing(tmp_path, kafka_client):
         q = cfg.queues[0]
         ensure_topics(cfg.kafka, q, 1)
         n = 200
-        produce(broker.bootstrap, q.name, n)
+        produce(broker.bootstrap, q.name, n, **APP_RECORD)
         with running_tracker(cfg) as t:
             markers = MarkerProducer(broker.bootstrap, q.markers_topic)
             for b in range(4):
@@ -121,7 +120,7 @@ def test_broker_restart_mid_run_loses_nothing(tmp_path, kafka_client):
 def test_a_joining_tracker_takes_partitions_and_nothing_is_redelivered_twice(bootstrap, queue_topics, kafka_client):
     cfg, q = queue_topics(2, queue={**QUEUE, "lease": "4s"}, tracker={"tick": "50ms"}, kafka={"client": kafka_client})
     for p in (0, 1):
-        produce(bootstrap, q.name, 2, partition=p)
+        produce(bootstrap, q.name, 2, partition=p, **APP_RECORD)
     markers = MarkerProducer(bootstrap, q.markers_topic)
     tails = [Tail(bootstrap, q.name, (0,)), Tail(bootstrap, q.name, (1,))]
     try:

@@ -20,9 +20,8 @@ from kmq.config import Config
 from kmq.core.markers import Start
 from kmq.dev.broker import DevBroker, free_port
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import APP_RECORD, produce, wait_until
 from tests.helpers.produce_blackhole import ProduceBlackhole
-from tests.integration.test_tracker import produce
 from tests.integration.tracker_util import MarkerProducer, http_status
 from tracker import Tracker
 
@@ -76,7 +75,7 @@ def test_a_copy_judged_failed_is_not_delivered_later_by_the_producer_on_top_of_i
             })
             q = cfg.queues[0]
             ensure_topics(cfg.kafka, q, 1)
-            produce(bootstrap, q.name, 1)
+            produce(bootstrap, q.name, 1, **APP_RECORD)
             t = Tracker(cfg, http_host="127.0.0.1").start()
             try:
                 wait_until(lambda: http_status(t.http_port, "/readyz") == 200, 30, what="tracker ready")

@@ -16,8 +16,7 @@ import pytest
 
 from kmq import KmqConsumer
 from tests.conftest import KAFKA_CLIENTS
-from tests.helpers.kafka import wait_until
-from tests.integration.test_tracker import produce
+from tests.helpers.kafka import APP_RECORD, produce, wait_until
 from tests.integration.tracker_util import metric, running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -83,7 +82,7 @@ def test_a_transaction_on_the_queue_topic_loses_nothing(bootstrap, queue_topics,
     cfg, q = queue_topics(1, queue=QUEUE, tracker={"tick": "50ms"}, kafka={"client": kafka_client},
                           consumer={"ack_flush_interval": "50ms", "auto_renew": False})
     reads_uncommitted = kafka_client == "kafka-python"
-    produce(bootstrap, q.name, 3)  # k0..k2, before the transaction
+    produce(bootstrap, q.name, 3, **APP_RECORD)  # k0..k2, before the transaction
     tx_keys = [b"t%d" % i for i in range(TX)]
     tx = TransactionalProducer(producer_client, bootstrap)
     try:

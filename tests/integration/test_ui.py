@@ -5,63 +5,23 @@ the trace view, escaping, and the token rule."""
 from __future__ import annotations
 
 import base64
-import re
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 
 import pytest
-import yaml
 from click.testing import CliRunner
-from kafka import KafkaProducer
 
 from kmq.cli import cli
 from tests.helpers.browser import element_text, screenshot, start_browser
-from tests.helpers.kafka import wait_until
+from tests.helpers.cli import status_rows
+from tests.helpers.kafka import produce, wait_until
 from tests.helpers.settling_worker import SettlingWorker
-from tests.integration.test_status import _rows
-from tests.integration.test_tracker import running_tracker
-from tests.integration.tracker_util import metric
+from tests.helpers.ui import UiProcess
+from tests.integration.tracker_util import metric, running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HTML_PAYLOAD = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script><b>bold</b>'
-
-
-class UiProcess:
-    """``kmq ui`` in its own process; the port comes from its log line."""
-
-    def __init__(self, cfg, workdir, *args: str, env: dict | None = None) -> None:
-        path = workdir / f"ui-{time.monotonic_ns()}.yaml"
-        path.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
-        self.log = workdir / f"{path.stem}.log"
-        self._log = open(self.log, "wb")
-        import os
-
-        self.proc = subprocess.Popen([sys.executable, "-m", "kmq", "ui", "--config", str(path), "--port", "0", *args],
-                                     stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})})
-
-    def wait_port(self, timeout: float = 30.0) -> int:
-        def port():
-            m = re.search(rb"kmq ui listening on http://\S+:(\d+)/", self.log.read_bytes())
-            if self.proc.poll() is not None:
-                raise AssertionError(f"kmq ui exited with {self.proc.returncode}: {self.log.read_text()}")
-            return int(m.group(1)) if m else None
-
-        return wait_until(port, timeout, what="kmq ui listening")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
 
 
 def _get(url: str, headers: dict | None = None) -> int:
@@ -125,7 +85,7 @@ def _status_rows(cfg, q) -> dict:
     res = CliRunner().invoke(cli, ["status", q.name, "--bootstrap", cfg.kafka.bootstrap_servers,
                                    "--workers-group", cfg.consumer.group_id, "--tracker-group", cfg.tracker.group_id])
     assert res.exit_code == 0, res.output
-    return _rows(res.output)
+    return status_rows(res.output)
 
 
 def _seconds(text: str) -> float:
@@ -165,14 +125,10 @@ def test_console_in_a_real_browser(bootstrap, queue_topics, tmp_path):
 
     cfg, q = queue_topics(2, queue={"lease": "30s"}, tracker={"tick": "50ms"},
                           consumer={"ack_flush_interval": "50ms"})
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    for i in range(6):
-        p.send(q.name, key=f"ok-{i}".encode(), value=b"fine", partition=i % 2).get(10)
-    poison = p.send(q.name, key=b"poison", value=b'{"amount": "NaN"}', partition=1,
-                    headers=[("trace-id", b"abc123")]).get(10)
-    p.send(q.name, key=b"html", value=HTML_PAYLOAD.encode(), partition=0).get(10)
-    p.send(q.name, key=b"held", value=b"slow", partition=0).get(10)
-    p.close()
+    produce(bootstrap, q.name, 6, keys=b"ok-%d", values=b"fine", partitions=2, flush_each=True)
+    (poison,) = produce(bootstrap, q.name, keys=[b"poison"], values=b'{"amount": "NaN"}', partition=1,
+                        headers=[("trace-id", b"abc123")])
+    produce(bootstrap, q.name, keys=[b"html", b"held"], values=[HTML_PAYLOAD.encode(), b"slow"], flush_each=True)
     origin = f"{q.name}/1/{poison.offset}"
     driver = None
     with running_tracker(cfg) as t:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import textwrap
 
 import pytest
@@ -10,9 +9,9 @@ import pytest
 import kmq
 from kmq.client.kafka_python import clients
 from kmq.core.errors import MessageAlreadySettled
-from kmq.core.markers import End, Nack, Reject, Renew, Start
-from tests.helpers.kafka import wait_for_assignment
-from tests.helpers.workers import committed, markers_by_partition
+from kmq.core.markers import End, Nack, Reject, Renew
+from tests.helpers.kafka import produce, wait_for_assignment
+from tests.helpers.workers import check_adoption, markers_by_partition
 
 pytestmark = pytest.mark.integration
 
@@ -56,38 +55,16 @@ WITH_KMQ = textwrap.dedent('''
 ''')
 
 
-def produce(cfg, topic, n, partitions):
-    p = clients.producer(cfg.kafka)
-    for i in range(n):
-        p.send(topic, value=b"v%d" % i, partition=i % partitions)
-    p.flush()
-    p.close()
-
-
 # kafka_client: of the marker producer under the user's kafka-python loop (tests/integration/test_writer_confluent.py
 # has the confluent-kafka loop).
 def test_an_existing_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap, kafka_client):
-    changed = [line for line in difflib.ndiff(ORIGINAL.splitlines(), WITH_KMQ.splitlines()) if line[:2] in ("+ ", "- ")]
-    assert len(changed) <= 5, changed
-
     cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})
-    produce(cfg, q.name, 50, 2)
-    for source, group in ((ORIGINAL, cfg.consumer.group_id + "-plain"), (WITH_KMQ, cfg.consumer.group_id)):
-        handled: list = []
-        exec(source, {"topic": q.name, "bootstrap": bootstrap, "group": group, "n": 50, "handled": handled, "cfg": cfg})
-        assert sorted(handled) == sorted((i % 2, i // 2) for i in range(50))
-
-    markers = markers_by_partition(bootstrap, q.markers_topic)
-    for p in (0, 1):
-        started = {o for m in markers[p] if isinstance(m, Start) for r in m.ranges for o in r.offsets()}
-        ended = {o for m in markers[p] if isinstance(m, End) for r in m.ranges for o in r.offsets()}
-        assert started == ended == set(range(25))
-    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 25, 1: 25}
+    check_adoption(cfg, q, ORIGINAL, WITH_KMQ)
 
 
 def test_marked_acks_nacks_with_backoff_and_rejects_by_exception_class(queue_topics, bootstrap, kafka_client):
     cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "3s"}}, kafka={"client": kafka_client})
-    produce(cfg, q.name, 6, 1)
+    produce(cfg, q.name, 6, values=b"v%d", partitions=1)
     consumer = clients.consumer(cfg.kafka, q.name, group_id=cfg.consumer.group_id)  # kafka-python, either producer
 
     class Poison(Exception):

@@ -3,17 +3,15 @@ marker producer on either client (``kafka.client``)."""
 
 from __future__ import annotations
 
-import difflib
 import textwrap
 
 import pytest
 
 import kmq
-from kmq.client.kafka_python import clients
 from kmq.core.errors import MarkerWriteError, MessageAlreadySettled
-from kmq.core.markers import End, Nack, Reject, Start
-from tests.helpers.kafka import wait_until
-from tests.helpers.workers import committed, markers_by_partition
+from kmq.core.markers import End, Nack, Reject
+from tests.helpers.kafka import produce, wait_until
+from tests.helpers.workers import check_adoption, committed, markers_by_partition
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the dev extra")
 
@@ -60,31 +58,9 @@ WITH_KMQ = textwrap.dedent('''
 ''')
 
 
-def produce(cfg, topic, n, partitions):
-    p = clients.producer(cfg.kafka)
-    for i in range(n):
-        p.send(topic, value=b"v%d" % i, partition=i % partitions)
-    p.flush()
-    p.close()
-
-
 def test_a_confluent_loop_adopts_kmq_with_at_most_five_changed_lines(queue_topics, bootstrap, kafka_client):
-    changed = [line for line in difflib.ndiff(ORIGINAL.splitlines(), WITH_KMQ.splitlines()) if line[:2] in ("+ ", "- ")]
-    assert len(changed) <= 5, changed
-
     cfg, q = queue_topics(partitions=2, kafka={"client": kafka_client})  # client of the marker producer
-    produce(cfg, q.name, 50, 2)
-    for source, group in ((ORIGINAL, cfg.consumer.group_id + "-plain"), (WITH_KMQ, cfg.consumer.group_id)):
-        handled: list = []
-        exec(source, {"topic": q.name, "bootstrap": bootstrap, "group": group, "n": 50, "handled": handled, "cfg": cfg})
-        assert sorted(handled) == sorted((i % 2, i // 2) for i in range(50))
-
-    markers = markers_by_partition(bootstrap, q.markers_topic)
-    for p in (0, 1):
-        started = {o for m in markers[p] if isinstance(m, Start) for r in m.ranges for o in r.offsets()}
-        ended = {o for m in markers[p] if isinstance(m, End) for r in m.ranges for o in r.offsets()}
-        assert started == ended == set(range(25))
-    assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 25, 1: 25}
+    check_adoption(cfg, q, ORIGINAL, WITH_KMQ)
 
 
 def _confluent_consumer(cfg, topic):
@@ -98,7 +74,7 @@ def _confluent_consumer(cfg, topic):
 
 def test_marked_on_confluent_messages_acks_nacks_rejects_and_commits_before_handing_over(queue_topics, bootstrap):
     cfg, q = queue_topics(partitions=1, queue={"backoff": {"initial": "3s"}}, kafka={"client": "confluent"})
-    produce(cfg, q.name, 6, 1)
+    produce(cfg, q.name, 6, values=b"v%d", partitions=1)
     consumer = _confluent_consumer(cfg, q.name)
 
     class Poison(Exception):
@@ -142,7 +118,7 @@ def test_marked_on_confluent_messages_acks_nacks_rejects_and_commits_before_hand
 def test_a_failed_start_rewinds_the_confluent_consumer_to_the_batch(queue_topics, bootstrap):
     """START not written -> nothing committed, and the next consume() returns the same batch."""
     cfg, q = queue_topics(partitions=1, kafka={"client": "confluent"})
-    produce(cfg, q.name, 5, 1)
+    produce(cfg, q.name, 5, values=b"v%d", partitions=1)
     consumer = _confluent_consumer(cfg, q.name)
     writer = kmq.MarkerWriter(cfg, queue=q.name, consumer=consumer)
     try:

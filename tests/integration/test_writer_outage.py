@@ -19,7 +19,6 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 import kmq
-from kmq.client.kafka_python import clients
 from kmq.config import Config
 from kmq.dev.broker import DevBroker
 from kmq.dev.kafka import KafkaCluster
@@ -28,7 +27,7 @@ from kmq.core.markers import End, Start
 from kmq.client.topics import ensure_topics
 from kmq.consumer.writer import CommitError
 from tests.conftest import TEST_GROUP_TIMING, unique
-from tests.helpers.kafka import own_broker, read_all, wait_until
+from tests.helpers.kafka import own_broker, produce, read_all, wait_until
 from tests.helpers.workers import committed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.chaos]
@@ -53,14 +52,6 @@ def config(broker: DevBroker | KafkaCluster, client: str, **consumer) -> Config:
         "queues": [{"name": unique("q"), "lease": "5m"}],
         "consumer": {"group_id": unique("workers"), "ack_flush_interval": "50ms", **consumer},
     })
-
-
-def produce(cfg: Config, topic: str, values: list[bytes]) -> None:
-    p = clients.producer(cfg.kafka)
-    for v in values:
-        p.send(topic, value=v, partition=0)
-    p.flush()
-    p.close()
 
 
 def user_consumer(cfg: Config) -> KafkaConsumer:
@@ -92,7 +83,7 @@ def test_a_failed_start_leaves_the_consumer_at_the_batch_and_polling_again_skips
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     n = 30
-    produce(cfg, q.name, [b"m%d" % i for i in range(n)])
+    produce(cfg, q.name, values=[b"m%d" % i for i in range(n)])
     consumer = user_consumer(cfg)
     writer = kmq.MarkerWriter(cfg, queue=q.name, consumer=consumer)
     tp = TopicPartition(q.name, 0)
@@ -133,7 +124,7 @@ def test_a_marker_writer_loop_rides_through_a_30s_broker_outage(durable_broker, 
     cfg = config(durable_broker, kafka_client)
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
-    produce(cfg, q.name, [b"A%d" % i for i in range(100)] + [b"B%d" % i for i in range(50)])
+    produce(cfg, q.name, values=[b"A%d" % i for i in range(100)] + [b"B%d" % i for i in range(50)])
     consumer = user_consumer(cfg)
     writer = kmq.MarkerWriter(cfg, queue=q.name, consumer=consumer)
     in_b = threading.Event()
@@ -181,7 +172,7 @@ def test_a_marker_writer_loop_rides_through_a_30s_broker_outage(durable_broker, 
         starting_at = time.time()
         durable_broker.start()
         restarted_at = time.time()
-        produce(cfg, q.name, [b"C%d" % i for i in range(50)])
+        produce(cfg, q.name, values=[b"C%d" % i for i in range(50)])
         wait_until(lambda: len(handled) == 200, 30, what="messages produced after the restart consumed")
         consumed_after = time.time() - restarted_at
         writer.flush(timeout=30)  # the outage's ENDs acknowledged
@@ -215,7 +206,7 @@ def test_acks_sent_while_the_broker_dies_are_written_after_it_returns(durable_br
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     n = 400
-    produce(cfg, q.name, [b"m%d" % i for i in range(n)])
+    produce(cfg, q.name, values=[b"m%d" % i for i in range(n)])
     consumer = user_consumer(cfg)
     writer = kmq.MarkerWriter(cfg, queue=q.name, consumer=consumer)
     try:

@@ -13,6 +13,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kmq.core.markers import decode, encode, encode_key
 from tests.helpers.kafka import read_all, wait_until
 
+#: The queue of the tracker's tests: a short lease, backoff and delivery limit.
+QUEUE = {"lease": "1s", "max_deliveries": 3, "backoff": {"initial": "200ms", "max": "2s", "multiplier": 2.0}}
+
 
 class Tail:
     """Accumulates every record of some partitions of a topic as they arrive."""

@@ -8,7 +8,7 @@ import pytest
 
 from kmq.aio import AsyncKmqMessage
 from kmq.core.errors import InvalidSettlement, MessageAlreadySettled
-from tests.unit.test_message import Recorder, make
+from tests.helpers.messages import Recorder, make
 
 
 def test_attributes_are_the_messages():

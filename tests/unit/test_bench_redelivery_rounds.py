@@ -7,7 +7,7 @@ import copy
 
 from kmq.bench import tracker as bench_tracker
 from kmq.bench.targets import judge
-from tests.unit.test_bench_targets import MET
+from tests.helpers.bench import MET
 
 
 def _rounds(monkeypatch, rates):

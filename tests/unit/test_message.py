@@ -8,21 +8,7 @@ import pytest
 
 from kmq.core.errors import MessageAlreadySettled
 from kmq.core.message import KmqMessage, delivery_count_of, message_builder, origin_of
-
-
-class Recorder:
-    def __init__(self):
-        self.calls = []
-
-    def settled(self, msg, outcome, arg):
-        self.calls.append((msg.offset, outcome, arg))
-
-    def renewed(self, msg, lease):
-        self.calls.append((msg.offset, "renew", lease))
-
-
-def make(offset=5, headers=None, settler=None):
-    return KmqMessage("orders", 2, offset, b"k", b"v", headers, 1000, settler or Recorder(), threading.Lock())
+from tests.helpers.messages import Recorder, make
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from kmq.client.diagnose import diagnose
 from kmq.config import Config
 from kmq.core.errors import AuthenticationFailed, BrokerUnavailable
 from tests.helpers import tls as tls_helpers
-from tests.integration.tls.test_wrong_credentials import FAST, _one_line_error, _run
+from tests.helpers.cli import FAST, describe_topic, one_line_error
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ REFUSALS = [(m, "SASL_PLAINTEXT") for m in MECHANISMS] + [("SCRAM-SHA-512", "SAS
 @pytest.mark.parametrize("who", ["wrong password", "unknown user"])
 def test_a_refused_sasl_login_is_one_line_naming_user_and_password_keys(sasl_kafka, tmp_path, mechanism, protocol, who):
     user = USER if who == "wrong password" else "nobody-here"
-    line = _one_line_error(_run(tmp_path, _sasl(sasl_kafka, mechanism, user, protocol), {"KMQ_KAFKA__SASL_PASSWORD": WRONG}))
+    line = one_line_error(describe_topic(tmp_path, _sasl(sasl_kafka, mechanism, user, protocol), {"KMQ_KAFKA__SASL_PASSWORD": WRONG}))
     assert f"refused SASL {mechanism} authentication as {user!r}" in line, line
     assert "KMQ_KAFKA__SASL_PASSWORD" in line and "kafka.sasl_username" in line, line
     assert WRONG not in line and PASSWORD not in line

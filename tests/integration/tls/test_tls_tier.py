@@ -14,20 +14,12 @@ from kmq.client.kafka_python import clients
 from kmq.cli import cli
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
-from tests.helpers.kafka import wait_until
+from tests.helpers.kafka import produce, wait_until
 from tests.conftest import topics_creator
 from tests.helpers.tls import KEY_PASSWORD, SCRAM_PASSWORD, SCRAM_USER
-from tests.integration.test_tracker import running_tracker
+from tests.integration.tracker_util import running_tracker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _produce(cfg: Config, topic: str, n: int, headers=(), prefix: bytes = b"m") -> None:
-    p = clients.producer(cfg.kafka)
-    for i in range(n):
-        p.send(topic, key=b"%d" % i, value=prefix + b"%d" % i, partition=0, headers=list(headers))
-    p.flush()
-    p.close()
 
 
 def _read(cfg: Config, topic: str, n: int) -> list:
@@ -52,7 +44,7 @@ def _poll(consumer: KmqConsumer, n: int) -> list:
 
 def test_consumer_acks_and_tracker_redelivers_over_mutual_tls(tls_queue):
     cfg, q = tls_queue(queue={"lease": "1s", "backoff": {"initial": "100ms"}})
-    _produce(cfg, q.name, 20)
+    produce(cfg, q.name, 20, keys=b"%d")
     with KmqConsumer(cfg, queue=q.name) as consumer:
         first = _poll(consumer, 20)
         assert sorted(m.offset for m in first) == list(range(20))
@@ -75,7 +67,7 @@ def test_consumer_acks_and_tracker_redelivers_over_sasl_scram(kafka_broker, tls_
     sasl = {"bootstrap_servers": tls_broker.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT", "client": kafka_client,
             "sasl_mechanism": mech, "sasl_username": SCRAM_USER, "sasl_password": SCRAM_PASSWORD}
     cfg, q = topics_creator(lambda **kw: make_config(kafka=sasl, **kw))(queue={"lease": "1s", "backoff": {"initial": "100ms"}})
-    _produce(cfg, q.name, 10)
+    produce(cfg, q.name, 10, keys=b"%d")
     with KmqConsumer(cfg, queue=q.name) as consumer:
         first = _poll(consumer, 10)
         for m in first[:7]:
@@ -91,7 +83,7 @@ def test_consumer_acks_and_tracker_redelivers_over_sasl_scram(kafka_broker, tls_
 def test_status_and_dlq_replay_over_mutual_tls(tls_queue, tls_broker, tmp_path):
     cfg, q = tls_queue()
     dlq_headers = [("kmq-delivery-count", b"5"), ("kmq-dlq-reason", b"timeout"), ("kmq-dlq-ts", b"1")]
-    _produce(cfg, q.dlq_topic, 3, headers=dlq_headers, prefix=b"dead")
+    produce(cfg, q.dlq_topic, 3, keys=b"%d", values=b"dead%d", headers=dlq_headers)
     # The CLI as an operator runs it: kmq.yaml without the secret, the key password from the environment.
     settings = {k: v for k, v in cfg.to_dict()["kafka"].items() if v is not None and k != "ssl_password_file"}
     path = tmp_path / "kmq.yaml"
@@ -120,7 +112,7 @@ def test_spark_source_reads_over_mutual_tls(tls_queue):
     from kmq.spark.source import KafkaStreamReader
 
     cfg, q = tls_queue()
-    _produce(cfg, q.markers_topic, 12)
+    produce(cfg, q.markers_topic, 12, keys=b"%d")
     opts = {"subscribe": q.markers_topic, **source_options(cfg)}
     reader = KafkaStreamReader({k.lower(): v for k, v in opts.items()})  # Spark lower-cases option keys
     try:

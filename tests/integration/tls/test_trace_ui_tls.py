@@ -20,7 +20,7 @@ from kmq.cli import cli
 from kmq.client.kafka_python.clients import producer
 from kmq.config import KafkaConfig
 from kmq.core.markers import End, Start, encode, encode_key
-from tests.integration.test_ui import UiProcess
+from tests.helpers.ui import UiProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

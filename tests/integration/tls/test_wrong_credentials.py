@@ -11,30 +11,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kmq.cli import EXIT_FAILURE, cli
+from kmq.cli import cli
 from kmq.config import Config
 from kmq.client.diagnose import diagnose
 from kmq.core.errors import TlsHandshakeFailed
+from tests.helpers.cli import FAST, describe_topic, one_line_error
 from tests.helpers.tls import KEY_PASSWORD, SCRAM_USER, TlsBroker
 
 pytestmark = pytest.mark.integration
-
-FAST = {"connect_timeout": "2s"}
-
-
-def _run(tmp_path, kafka: dict, env: dict | None = None):
-    path = tmp_path / "kmq.yaml"
-    path.write_text(yaml.safe_dump({"kafka": {k: v for k, v in kafka.items() if v is not None}}))
-    return CliRunner().invoke(cli, ["topics", "describe", "orders", "--config", str(path)], env=env or {})
-
-
-def _one_line_error(res) -> str:
-    assert res.exit_code == EXIT_FAILURE, res.output
-    assert "Traceback" not in res.output
-    lines = res.output.strip().splitlines()
-    assert len(lines) == 1, res.output
-    return lines[0]
-
 
 def _pki_cases(tb) -> dict[str, tuple[dict, dict, list[str]]]:
     """name -> (kafka overrides, environment, what the one line must say)."""
@@ -73,7 +57,7 @@ CASES = ["untrusted broker (bad CA)", "expired client certificate", "untrusted c
 @pytest.mark.parametrize("case", CASES)
 def test_wrong_tls_credentials_give_one_clear_line(case, tls_broker, tmp_path):
     overrides, env, expected = _pki_cases(tls_broker)[case]
-    line = _one_line_error(_run(tmp_path, {**tls_broker.kafka_settings(), **FAST, **overrides}, env))
+    line = one_line_error(describe_topic(tmp_path, {**tls_broker.kafka_settings(), **FAST, **overrides}, env))
     for text in expected:
         assert text in line, line
     assert KEY_PASSWORD not in line and "not-the-password" not in line
@@ -104,7 +88,7 @@ def test_tls_to_a_plaintext_port_is_named(tls_broker):
 
 def test_oauthbearer_token_command_failure_is_named(bootstrap, tmp_path):
     fail = f"{shlex.quote(sys.executable)} -c \"import sys; sys.stderr.write('no credentials for the IdP'); sys.exit(3)\""
-    line = _one_line_error(_run(tmp_path, {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT",
+    line = one_line_error(describe_topic(tmp_path, {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT",
                                            "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_command": fail, **FAST}))
     assert "kafka.sasl_oauth_token_command failed with exit code 3: no credentials for the IdP" in line, line
 
@@ -129,7 +113,7 @@ def test_wrong_sasl_password_is_named(kafka_broker, tmp_path, request, mech):
                 "creation: NotAuthenticated); set KMQ_TEST_SASL_BOOTSTRAP to a SASL listener to run this"
             )
         pytest.skip("set KMQ_TEST_SASL_BOOTSTRAP, KMQ_TEST_SASL_USERNAME (and KMQ_TEST_SASL_MECHANISM) to run this")
-    line = _one_line_error(_run(tmp_path, {"bootstrap_servers": sasl, "security_protocol": "SASL_PLAINTEXT",
+    line = one_line_error(describe_topic(tmp_path, {"bootstrap_servers": sasl, "security_protocol": "SASL_PLAINTEXT",
                                            "sasl_mechanism": mech, "sasl_username": user, **FAST},
                                 {"KMQ_KAFKA__SASL_PASSWORD": "certainly-wrong"}))
     assert f"refused SASL {mech} authentication as {user!r}" in line and "KMQ_KAFKA__SASL_PASSWORD" in line, line
