@@ -260,13 +260,15 @@ def test_a_broker_stopped_past_the_session_timeout_then_resumed_loses_nothing(cl
 SHORT_TIMEOUTS = {"connect_timeout": "3s"}
 
 
-def two_brokers_down(cluster: KafkaCluster, seconds: float) -> Callable[[Run], None]:
-    """All but the workers' group coordinator: their commits are refused, their group stays (a
-    coordinator moving can rebalance the group, which fetches everything uncommitted again)."""
+def two_brokers_down(cluster: KafkaCluster, seconds: float, keep: str = "consumer") -> Callable[[Run], None]:
+    """All but the coordinator of the workers' group (``keep="consumer"``) or the tracker's
+    (``"tracker"``): that group's commits are refused but it stays (a group whose coordinator
+    goes away for a session leaves: workers fetch everything uncommitted again, a tracker drops
+    its state and redelivers nothing until it is back)."""
 
     def fault(run: Run) -> None:
-        keep = coordinator(cluster, run.cfg.consumer.group_id)
-        down = [n for n in cluster.brokers if n.node_id != keep]
+        keep_id = coordinator(cluster, getattr(run.cfg, keep).group_id)
+        down = [n for n in cluster.brokers if n.node_id != keep_id]
         for node in down:
             cluster.stop_node(node)
         time.sleep(seconds)  # the fault itself
@@ -355,5 +357,5 @@ def test_two_brokers_down_past_the_copy_timeout_the_tracker_retries_its_copies(c
     def exercised(run: Run) -> None:
         run.logged("tracker", "stay open and are retried", "a copy that failed, kept open for a retry")
 
-    scenario(cluster, tmp_path, kafka_client, two_brokers_down(cluster, delivery_timeout_s(timeouts) + 5.0),
-             kafka=SHORT_TIMEOUTS, exercised=exercised)
+    outage = two_brokers_down(cluster, delivery_timeout_s(timeouts) + 5.0, keep="tracker")
+    scenario(cluster, tmp_path, kafka_client, outage, kafka=SHORT_TIMEOUTS, exercised=exercised)
