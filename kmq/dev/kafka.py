@@ -426,6 +426,10 @@ class KafkaCluster:
             props["inter.broker.listener.name"] = "PLAINTEXT"
             props.update(extra)
             props.update(self.settings)
+        elif "min.insync.replicas" in self.settings:
+            # With eligible leader replicas (Kafka 4) the controller publishes its own value as the
+            # cluster-wide one, over the brokers': without it, it is 1 and no write is ever refused.
+            props["min.insync.replicas"] = self.settings["min.insync.replicas"]
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _sasl_settings(self, listener: str) -> dict[str, str]:

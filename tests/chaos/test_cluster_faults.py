@@ -24,14 +24,16 @@ from typing import Callable
 
 import pytest
 import yaml
+from kafka import KafkaAdminClient
 
 from kmq.client.topics import ensure_topics
 from kmq.config import Config
-from kmq.dev.kafka import KafkaCluster, KafkaNode
+from kmq.dev.kafka import TEST_SETTINGS, KafkaCluster, KafkaNode
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import read_all, wait_until
 from tests.helpers.workers import acked_origins
 from tests.integration.tracker_util import TrackerProcess
+from tracker.redeliver import delivery_timeout_s
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -58,10 +60,12 @@ def cluster(tmp_path):
         c.stop()
 
 
+def live_bootstrap(cluster: KafkaCluster) -> str:
+    return ",".join(f"127.0.0.1:{n.port}" for n in cluster.brokers if n.pid is not None)
+
+
 def partition_leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int]]]:
     """partition -> (leader node id, ISR) from a fresh metadata request."""
-    from kafka import KafkaAdminClient
-
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
     try:
         (desc,) = admin.describe_topics([topic])
@@ -73,12 +77,12 @@ def partition_leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[i
 def wait_fully_replicated(cluster: KafkaCluster, topics: list[str], timeout: float = 90.0) -> None:
     """Until every partition of ``topics`` has a live leader and all brokers in its ISR."""
     everyone = sorted(n.node_id for n in cluster.brokers)
-    live = [f"127.0.0.1:{n.port}" for n in cluster.brokers if n.pid is not None]
+    live = live_bootstrap(cluster)
 
     def replicated() -> bool:
         try:
             return all(isr == everyone and leader in everyone
-                       for t in topics for leader, isr in partition_leaders(",".join(live), t).values())
+                       for t in topics for leader, isr in partition_leaders(live, t).values())
         except Exception:  # noqa: BLE001 - metadata refused while the cluster settles: ask again
             return False
 
@@ -96,6 +100,7 @@ class Run:
     worker: subprocess.Popen
     tracker: TrackerProcess
     workdir: Path
+    backlog: int
 
     @property
     def topics(self) -> list[str]:
@@ -115,15 +120,23 @@ class Run:
     def log(self, name: str) -> str:
         return (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
 
+    def logged(self, name: str, text: str, what: str) -> None:
+        """The worker's or tracker's log says ``text``: the fault made kmq's own ``what`` path run."""
+        path = self.tracker.log_path if name == "tracker" else self.workdir / f"{name}.log"
+        assert text in path.read_text(errors="replace"), (
+            f"the fault did not make the {name} log {text!r} ({what}): the clients absorbed it, so this run tested "
+            f"nothing of kmq's own recovery; {self.log(name) if name == 'worker' else path.read_text()[-3000:]}")
 
-def start_run(cluster: KafkaCluster, tmp_path: Path, client: str, lease: str = LEASE) -> Run:
+
+def start_run(cluster: KafkaCluster, tmp_path: Path, client: str, lease: str = LEASE, hang_rate: float = HANG_RATE,
+              kafka: dict | None = None, backlog: int = BACKLOG, consumer: dict | None = None) -> Run:
     q = unique("q")
     cfg = Config.from_dict({
-        "kafka": {"bootstrap_servers": cluster.bootstrap, **TEST_GROUP_TIMING, "client": client},
+        "kafka": {"bootstrap_servers": cluster.bootstrap, **TEST_GROUP_TIMING, "client": client, **(kafka or {})},
         "queues": [{"name": q, "lease": lease, "max_deliveries": MAX_DELIVERIES}],
         # A worker holding few messages fetches, STARTs and commits all through the fault,
         # instead of settling a backlog it fetched before the fault from memory.
-        "consumer": {"group_id": unique("workers"), "max_outstanding_messages": OUTSTANDING},
+        "consumer": {"group_id": unique("workers"), "max_outstanding_messages": OUTSTANDING, **(consumer or {})},
         "tracker": {"group_id": unique("tracker"), "http_port": 0},
         "topics": {"replication_factor": 3},
         "logging": {"level": "INFO"},  # the worker's and tracker's view of the fault, for a failure's message
@@ -131,20 +144,20 @@ def start_run(cluster: KafkaCluster, tmp_path: Path, client: str, lease: str = L
     ensure_topics(cfg.kafka, cfg.queues[0], PARTITIONS)
     conf = tmp_path / "kmq.yaml"
     conf.write_text(yaml.safe_dump(cfg.to_dict()))
-    subprocess.run([sys.executable, "-m", "kmq", "produce", q, "--count", str(BACKLOG), "--config", str(conf)],
+    subprocess.run([sys.executable, "-m", "kmq", "produce", q, "--count", str(backlog), "--config", str(conf)],
                    check=True, cwd=ROOT, capture_output=True, timeout=120)
     ack_log = tmp_path / "acks.log"
     ack_log.touch()
     worker_log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - the process holds it; closed with the run
     worker = subprocess.Popen(
         [sys.executable, "-m", "kmq", "work", q, "--config", str(conf), "--workers", "2", "--processing-ms", "20",
-         "--hang-rate", str(HANG_RATE), "--ack-log", str(ack_log)],
+         "--hang-rate", str(hang_rate), "--ack-log", str(ack_log)],
         cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     worker_log.close()
     tracker = TrackerProcess(cfg, tmp_path)
     tracker.wait_ready(60)
-    return Run(cluster, cfg, q, ack_log, worker, tracker, tmp_path)
+    return Run(cluster, cfg, q, ack_log, worker, tracker, tmp_path, backlog)
 
 
 def finish(run: Run, timeout: float = 180.0) -> tuple[int, int]:
@@ -153,7 +166,7 @@ def finish(run: Run, timeout: float = 180.0) -> tuple[int, int]:
     records = read_all(run.cluster.bootstrap, run.queue, timeout=30)
     originals = {f"{run.queue}/{r.partition}/{r.offset}" for r in records
                  if not any(k == "kmq-origin" for k, _ in (r.headers or []))}
-    assert len(originals) == BACKLOG, f"{len(originals)} originals in the queue topic, produced {BACKLOG}"
+    assert len(originals) == run.backlog, f"{len(originals)} originals in the queue topic, produced {run.backlog}"
     wait_until(lambda: originals <= run.acked(), timeout, interval=0.5,
                what=f"every message acked ({len(originals - run.acked())} not yet): nothing lost")
     run.alive()
@@ -175,16 +188,22 @@ def stop(run: Run) -> None:
 
 
 def scenario(cluster: KafkaCluster, tmp_path: Path, client: str, fault: Callable[[Run], None],
-             lease: str = LEASE) -> tuple[int, int]:
-    run = start_run(cluster, tmp_path, client, lease)
+             lease: str = LEASE, hang_rate: float = HANG_RATE, kafka: dict | None = None,
+             exercised: Callable[[Run], None] | None = None, timeout: float = 180.0,
+             backlog: int = BACKLOG, consumer: dict | None = None) -> tuple[int, int]:
+    """Run the fault under load and count. ``exercised`` then checks that the fault made kmq's own
+    recovery path run (its log lines), so that a pass is not the clients' retries alone."""
+    run = start_run(cluster, tmp_path, client, lease, hang_rate, kafka, backlog, consumer)
     try:
         wait_until(lambda: len(run.acked()) >= 200, 90, interval=0.2, what="the worker under way")
         fault(run)
-        originals, acks = finish(run)
+        originals, acks = finish(run, timeout)
+        if exercised is not None:
+            exercised(run)
         copies = acks - originals
         print(f"{client}: {originals} messages, {acks} acks ({copies} from redelivered copies)")
         # Copies are bounded by what was in flight when the fault hit: at most the fetched batches.
-        assert copies <= BACKLOG // 2, f"{copies} redelivered copies for {originals} messages"
+        assert copies <= run.backlog // 2, f"{copies} redelivered copies for {originals} messages"
         return originals, acks
     finally:
         stop(run)
@@ -232,17 +251,111 @@ def test_a_broker_stopped_past_the_session_timeout_then_resumed_loses_nothing(cl
     scenario(cluster, tmp_path, kafka_client, fault)
 
 
-def test_two_brokers_down_refuses_marker_writes_and_workers_and_tracker_recover(cluster, tmp_path, kafka_client):
-    """ISR below min.insync.replicas: with two of three brokers down every acks=all write fails
-    (NOT_ENOUGH_REPLICAS), START markers included, so nothing is handed over; once one broker
-    is back the work goes on, and nothing was lost meanwhile."""
+# Two brokers down: ISR below min.insync.replicas, so every acks=all write fails (NOT_ENOUGH_REPLICAS),
+# START markers, copies and offset commits included, while the third broker leads every partition and
+# serves reads. kafka.connect_timeout is each client request's timeout and sets a START's delivery
+# timeout (one second more) and the consumer's waits for a START (two more) and for a commit (plus the
+# session timeout): short here, so the outages below outlast them and the writes fail for good in kmq's
+# hands, instead of being retried inside the clients until the brokers are back.
+SHORT_TIMEOUTS = {"connect_timeout": "3s"}
+
+
+def two_brokers_down(cluster: KafkaCluster, seconds: float, keep: str = "consumer") -> Callable[[Run], None]:
+    """All but the coordinator of the workers' group (``keep="consumer"``) or the tracker's
+    (``"tracker"``): that group's commits are refused but it stays (a group whose coordinator
+    goes away for a session leaves: workers fetch everything uncommitted again, a tracker drops
+    its state and redelivers nothing until it is back)."""
 
     def fault(run: Run) -> None:
-        down = cluster.brokers[:2]
+        keep_id = coordinator(cluster, getattr(run.cfg, keep).group_id)
+        down = [n for n in cluster.brokers if n.node_id != keep_id]
         for node in down:
             cluster.stop_node(node)
-        time.sleep(15)  # the fault itself: long enough for leases (3 s) to run out during it
+        time.sleep(seconds)  # the fault itself
         for node in down:
             cluster.start_node(node)
 
-    scenario(cluster, tmp_path, kafka_client, fault)
+    return fault
+
+
+def set_min_insync(cluster: KafkaCluster, topic: str, value: int | None) -> None:
+    """The topic's min.insync.replicas (None: back to the cluster's)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=live_bootstrap(cluster), request_timeout_ms=10000)
+    try:
+        setting = ("DELETE", None) if value is None else str(value)
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"min.insync.replicas": setting})])
+    finally:
+        admin.close()
+
+
+def coordinator(cluster: KafkaCluster, group: str) -> int:
+    """The node coordinating ``group``: the leader of its partition of the offsets topic (Kafka's
+    abs(String.hashCode) modulo the partitions)."""
+    h = 0
+    for ch in group:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    partition = (0 if h == -(1 << 31) else abs(h)) % int(TEST_SETTINGS["offsets.topic.num.partitions"])
+    return partition_leaders(live_bootstrap(cluster), "__consumer_offsets")[partition][0]
+
+
+def commits_refused(cluster: KafkaCluster, seconds: float) -> Callable[[Run], None]:
+    """Offset commits refused while marker writes go on: the offsets topic needs all three replicas
+    and one broker is down, one that coordinates neither group (no coordinator moves, so no
+    rebalance hides the fault)."""
+
+    def fault(run: Run) -> None:
+        coordinators = {coordinator(cluster, g) for g in (run.cfg.consumer.group_id, run.cfg.tracker.group_id)}
+        spare = next(n for n in cluster.brokers if n.node_id not in coordinators)
+        set_min_insync(cluster, "__consumer_offsets", 3)
+        cluster.stop_node(spare)
+        time.sleep(seconds)  # the fault itself
+        cluster.start_node(spare)
+        set_min_insync(cluster, "__consumer_offsets", None)
+
+    return fault
+
+
+# Lease and hand-off lease: far longer than fetching a batch again takes, well within the wait for
+# every ack (150 s), so a message that must wait out its lease is still acked in time.
+LONG_LEASE = "30s"
+
+
+def test_commits_then_all_writes_refused_past_the_client_timeouts_lose_nothing(cluster, tmp_path, kafka_client):
+    """Offset commits refused, then START markers too (two brokers down), each for longer than the
+    clients retry them. A failed commit is retried, and after its tries the batches are fetched
+    again; a failed START gives its batch back and the consumer seeks back to fetch (and START) it
+    again. No handler hangs, so no copy is due but for a fault: a batch not fetched again after a
+    failed START is lost (no START: the tracker does not know it), one dropped after a failed
+    commit is never handed over and holds its room in the worker. A revocation while commits
+    fail (librdkafka leaves the group when its coordinator does not answer for a session) gives
+    back a batch whose commit may have landed: its copy comes after the lease (30 s here)."""
+
+    def fault(run: Run) -> None:
+        commits_refused(cluster, 15.0)(run)
+        wait_fully_replicated(cluster, run.topics)
+        two_brokers_down(cluster, 20.0)(run)
+
+    def exercised(run: Run) -> None:
+        run.logged("worker", "committing offsets", "a commit that failed")
+        run.logged("worker", "START marker for", "a START that failed, given back and fetched again")
+
+    scenario(cluster, tmp_path, kafka_client, fault, lease=LONG_LEASE, hang_rate=0.0, kafka=SHORT_TIMEOUTS,
+             consumer={"handoff_lease": LONG_LEASE}, exercised=exercised, timeout=150.0, backlog=3000)
+
+
+def test_two_brokers_down_past_the_copy_timeout_the_tracker_retries_its_copies(cluster, tmp_path, kafka_client):
+    """Leases run out while copies are refused, for longer than the tracker's producer tries one
+    (its delivery timeout, at least 30 s): each failed copy stays open and is sent again once a
+    broker is back; a message whose copy failed is never closed, so nothing is lost (a hung
+    message's only way on is its copy). Workers and tracker recover."""
+    timeouts = Config.from_dict({"kafka": {"bootstrap_servers": "x:1", **SHORT_TIMEOUTS}}).kafka
+
+    def exercised(run: Run) -> None:
+        run.logged("tracker", "stay open and are retried", "a copy that failed, kept open for a retry")
+
+    outage = two_brokers_down(cluster, delivery_timeout_s(timeouts) + 5.0, keep="tracker")
+    scenario(cluster, tmp_path, kafka_client, outage, kafka=SHORT_TIMEOUTS, exercised=exercised)

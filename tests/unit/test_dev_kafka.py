@@ -64,6 +64,9 @@ def test_one_broker_is_one_combined_node_and_three_brokers_stand_beside_a_contro
     assert props["controller.quorum.voters"] == f"1@127.0.0.1:{three.nodes[0].controller_port}"
     assert props["listeners"] == f"PLAINTEXT://127.0.0.1:{three.brokers[0].port}"
     assert props["group.initial.rebalance.delay.ms"] == "0"
+    # With eligible leader replicas the controller's value is the cluster's: without it, 1.
+    controller = dict(line.split("=", 1) for line in three._properties(three.nodes[0]).splitlines())
+    assert controller["min.insync.replicas"] == "2"
 
 
 def test_settings_given_override_the_test_defaults(tmp_path):
