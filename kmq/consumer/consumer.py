@@ -7,8 +7,9 @@ names, kafka-python or confluent-kafka; neither is thread-safe) and runs
 poll -> START (acknowledged by Kafka) -> commit -> hand-over, ahead of the
 application. What to do at each step is decided by the pure
 :class:`~kmq.consumer.fetch_pipeline.FetchPipeline`; the fetcher thread
-only feeds it events (a poll, an answered START or commit, a rebalance, the
-time) and carries out its actions. The application takes ready messages
+runs :class:`~kmq.consumer.fetcher.Fetcher`, which only feeds it events (a
+poll, an answered START or commit, a rebalance, the time) and carries out its
+actions. The application takes ready messages
 from :class:`~kmq.consumer.ready_queue.ReadyQueue`; acks and other settlements go into the writer's
 :class:`~kmq.consumer.ack_buffer.AckBuffer` and are flushed as coalesced ranges by the
 writer's flusher thread. So the next batch's poll, START and commit overlap
@@ -26,32 +27,33 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import Any, Callable, Iterator, Mapping
 
 from kmq import client as client_api
-from kmq.client import ClientCommitFailed
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config
 from kmq.config.process import untuned_collector_hint
-from kmq.consumer.fetch_batch import STARTING
-from kmq.consumer.fetch_pipeline import ClosePlan, Commit, FetchPipeline, GiveBack, HandOver, SeekBack, Skip, WriteStarts
+from kmq.consumer.fetch_batch import FetchBatch
+from kmq.consumer.fetch_pipeline import FetchPipeline, HandOver
+from kmq.consumer.fetcher import Fetcher, FetcherParts
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.scheduled import hold_back_scheduled
-from kmq.consumer.give_back import RETURNED, give_back, give_back_on_close, release_all
+from kmq.consumer.give_back import RETURNED, nack_refused
 from kmq.consumer.handler_pool import run_handlers
+from kmq.consumer.key_hold import KeyHold
 from kmq.consumer.key_recovery import KeyRecovery
 from kmq.consumer.keyed_ready import KeyedReadyQueue
 from kmq.consumer.lease_expiry import LeaseExpiry
+from kmq.consumer.membership import Membership
 from kmq.consumer.leases import AutoRenewal, HeldLeases, LateSettler, auto_renewal
 from kmq.consumer.ready_queue import ReadyQueue
 from kmq.consumer.take_ahead import MOST, TakeAhead
 from kmq.consumer.writer import MarkerWriter, _ms
-from kmq.core.errors import FetcherStalled, KmqError, MarkerWriteError
+from kmq.core.errors import FetcherStalled, KmqError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
-from kmq.core.log_fields import message_fields, partitions_fields
-from kmq.core.message import ABANDON, ACK, NACK, REJECT, KmqMessage, message_builder
-from kmq.core.poll_interval import LEAVE, PollInterval
+from kmq.core.log_fields import message_fields
+from kmq.core.message import ABANDON, ACK, KmqMessage, message_builder
 from kmq.core.schedule import longest_delay_ms
 from kmq.core.settlement import Released
 from kmq.telemetry.metrics import ConsumerMetrics
@@ -75,8 +77,6 @@ TAKE_WAIT = 1.0
 #: Seconds between the fetcher's looks while the consumer is out of the group (the application
 #: stopped taking, ``consumer.max_poll_interval``): how soon a take brings it back.
 OUT_WAIT = 0.1
-#: Seconds before a failed join after such a stall is tried again.
-REJOIN_RETRY = 1.0
 
 #: ``hook(stage, {partition: (first_offset, last_offset)})`` called by the fetcher
 #: thread at "polled" (records fetched, nothing written), "started" (START
@@ -84,7 +84,7 @@ REJOIN_RETRY = 1.0
 #: with ``consumer.hand_over: started``, "handed" (about to hand over, the commit
 #: not answered yet) instead of "committed". For tests and diagnostics; it runs on
 #: the fetcher thread and blocks it.
-StageHook = Callable[[str, dict[int, tuple[int, int]]], None]
+StageHook = Callable[[str, dict], None]
 
 
 class KmqConsumer:
@@ -142,27 +142,18 @@ class KmqConsumer:
         self.batch_size = batch_size
         self.cap = cfg.consumer.max_in_flight_per_partition
         self.fetch_size = fetch_size or FETCH_BATCHES * batch_size
-        self._hook = stage_hook
         self._lock = self.writer.lock  # settle decisions, buffer, in-flight counts
         #: What the client adapter builds for each fetched record (no intermediate record object).
         self._message = message_builder(self, self._lock)
         #: Committed batches waiting for user code, and the fetcher's error; with ``consumer.ordering: key``
         #: handed out one message per key at a time (:mod:`kmq.consumer.keyed_ready`).
         self._keyed: KeyedReadyQueue | None = KeyedReadyQueue() if cfg.consumer.ordering == "key" else None
-        self._ready: KeyedReadyQueue | ReadyQueue = self._keyed or ReadyQueue()
+        self._ready: Any = self._keyed or ReadyQueue()
         #: Ready messages taken for iteration (``for msg in consumer``, :mod:`kmq.consumer.aio`) a few at
         #: a time and handed on one by one; put back when closing. Public for :mod:`kmq.consumer.aio`,
         #: which takes from it too; not for applications.
         self.ahead = TakeAhead(self.take_chunk)
         self._inflight: dict[int, int] = defaultdict(int)
-        #: Ready batches taken out for the commit back before a revocation (:meth:`_rewind_on_revoke`).
-        self._rewound: list[tuple[list[KmqMessage], float, int]] = []
-        self._forwarded: dict[int, int] = {}  # handed over at START, committed on by the revoke callback
-        #: Closing: the never-handed messages drained for the close plan (None before the close).
-        self._closing: list[tuple[list[KmqMessage], int]] | None = None
-        #: How long a rebalance callback waits for the hand-off RENEW (kafka-python runs it on the
-        #: client's I/O thread, which sends no heartbeat meanwhile).
-        self._handoff_wait = min(2.0, cfg.kafka.session_timeout / 4)
         self._stop = threading.Event()
         #: Set when a START or a commit is answered (and on stop): ends the fetcher's wait early.
         self._wake = threading.Event()
@@ -177,8 +168,12 @@ class KmqConsumer:
         #: count, no clock read per take; the fetcher tells a stalled application by it
         #: (:mod:`kmq.core.poll_interval`).
         self._takes = 0
-        self._join_at = 0.0  # out of the group: not before this time is joining tried again
-        self._init_fetcher(cfg)
+        self._pipeline = FetchPipeline.for_kafka(
+            cfg.kafka, self.queue.lease, hand_over_started=cfg.consumer.hand_over == "started", group=self.queue.group,
+            # ordering: key: held messages have a bound of their own
+            max_held=None if self._keyed is None else cfg.consumer.max_outstanding_messages)
+        self._longest_delay_ms = longest_delay_ms(self.queue.markers_retention)  # scheduled messages
+        self._gauge_at = 0.0  # next in-flight gauge update
         #: Outstanding-message bounds and the measured rate (under self._lock).
         self.flow = FlowControl(FlowLimits(
             lease=self.queue.lease, max_messages=cfg.consumer.max_outstanding_messages,
@@ -194,9 +189,22 @@ class KmqConsumer:
         self._init_leases(cfg)
         #: ordering: key: what an earlier owner of an assigned partition left unsettled (kmq.consumer.key_recovery).
         self._recovery = None if self._keyed is None else KeyRecovery(
-            cfg, self.queue, self._keyed, self.metrics, self._copy_wait, lambda: clients.open_log_reader(cfg.kafka))
+            cfg, self.queue, self._keyed, self.metrics, self._keys.copy_wait,  # type: ignore[union-attr]
+            lambda: clients.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
         self._tracing = delivery_tracing(cfg.workers_group(self.queue))
+        recovery = self._recovery
+        #: The fetcher thread's step: the pipeline's I/O shell (kmq.consumer.fetcher).
+        self._step = Fetcher(FetcherParts(
+            self.queue.name, self.queue.label, self._pipeline, self.writer, self._ready, self._message,
+            self._hand_over, self._fetched, self.metrics, self._wake, rest=self._stop.wait,
+            stage_hook=stage_hook, on_assigned=None if recovery is None else recovery.assigned,
+            # A rebalance callback waits this long for the hand-off RENEW (kafka-python runs it on the
+            # client's I/O thread, which sends no heartbeat meanwhile).
+            handoff_wait=min(2.0, cfg.kafka.session_timeout / 4),
+            # Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
+            starve_after=max(1.0, cfg.consumer.fetch_stall_timeout / 2),
+            commit_back_closing=self._keyed is None, session_timeout=cfg.kafka.session_timeout), self._kc)
 
     def _open_kafka_consumer(self) -> Any:
         """A new group consumer of this consumer's group (not subscribed yet)."""
@@ -207,26 +215,6 @@ class KmqConsumer:
         return self._clients.group_consumer(cfg.kafka, cfg.workers_group(self.queue), cfg.consumer.assignor,
                                             self.fetch_size, **overrides)
 
-    def _init_fetcher(self, cfg: Config) -> None:
-        """The fetch pipeline (pure) and what its I/O shell, the fetcher thread, keeps."""
-        self._pipeline = FetchPipeline.for_kafka(cfg.kafka, self.queue.lease,
-                                                 hand_over_started=cfg.consumer.hand_over == "started",
-                                                 group=self.queue.group)
-        self._do: dict[type, Callable[[Any], None]] = {
-            WriteStarts: self._write_starts, Commit: self._send_commit, HandOver: self._hand_over,
-            GiveBack: self._give_back, SeekBack: self._seek_back, Skip: self._skip}
-        self._todo: deque[Any] = deque()  # actions decided, not carried out yet
-        self._longest_delay_ms = longest_delay_ms(self.queue.markers_retention)  # scheduled messages
-        self._running = False  # carrying out actions
-        self._commit: Any = None  # the commit in flight (the client's future)
-        #: Rebalance callbacks not reported to the pipeline yet: (assigned?, partitions).
-        #: (assigned, partitions, partitions committed back before their revocation), in callback order.
-        self._rebalances: deque[tuple[bool, set[int], set[int]]] = deque()
-        self._gauge_at = 0.0  # next in-flight gauge update
-        self._paused = False  # every assigned partition paused (no room for a while)
-        #: Seconds without records, while partitions lag, before kafka-python's fetch state is unstuck.
-        self._starve_after = max(1.0, cfg.consumer.fetch_stall_timeout / 2)
-
     def _init_leases(self, cfg: Config) -> None:
         """Renewal of held messages, the end of handed ones' leases, ``consumer.auto_renew``."""
         #: The writer's settlement buffer, one object for its lifetime (read per settlement).
@@ -235,10 +223,12 @@ class KmqConsumer:
         #: Handed-over messages until settled or past their lease (then they leave flow control).
         self._expiry = LeaseExpiry(self.queue.lease)
         self._extended = self._expiry.extended  # read per settlement: the dict itself, one lookup less
-        self._late = LateSettler(self.queue.name, self.queue.lease, self._acks, self._settled_late)
-        #: ordering: key: how long a key waits for a failed message's copy before it is released
-        #: (every delivery left, each a lease and the longest backoff).
-        self._copy_wait = self.queue.max_deliveries * (self.queue.lease + self.queue.backoff.max)
+        #: ordering: key: settlements and ended leases for the key order; a key waits for a failed
+        #: message's copy every delivery left, each a lease and the longest backoff, before it is released.
+        self._keys = None if self._keyed is None else KeyHold(
+            self._keyed, self.queue, self.metrics, self.queue.max_deliveries * (self.queue.lease + self.queue.backoff.max))
+        self._late = LateSettler(self.queue.name, self.queue.lease, self._acks,
+                                 _not_keyed if self._keys is None else self._keys.settled_late)
         self._expired_logged = False
         self._schedule: LeaseSchedule | None = None
         self._keeper: LeaseKeeper | None = None
@@ -269,27 +259,11 @@ class KmqConsumer:
             self._extended.pop((p, msg.offset), None)
         if self._tracing is not None:
             self._tracing.settled(msg, outcome)
-        if self._keyed is not None:
+        if self._keys is not None:
             if outcome is ACK:  # the common case, kept short
-                self._keyed.settled(msg, True, 0.0)
+                self._keys.keyed.settled(msg, True, 0.0)
             else:
-                self._key_settled(msg, outcome, arg)
-
-    def _key_settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
-        """ordering: key: an ack or reject releases the message's key; a nack or abandon keeps it
-        blocked until the copy comes, unless this was the last delivery (the tracker dead-letters it)."""
-        # A NACK "not a delivery" (Released) counts none: its copy comes, whatever the count.
-        final = outcome is ACK or outcome is REJECT or (
-            msg.delivery_count >= self.queue.max_deliveries and not isinstance(arg, Released))
-        delay = float(arg) if outcome is NACK else 0.0
-        assert self._keyed is not None  # called under ordering: key only
-        self._keyed.settled(msg, final, 0.0 if final else time.monotonic() + delay + self._copy_wait)
-
-    def _settled_late(self, msg: KmqMessage, outcome: str) -> None:
-        """A message settled after its lease ran out (its key awaits the copy): an ack or reject
-        releases the key; the copy, if the tracker made one, is then handed in offset order."""
-        if self._keyed is not None and (outcome is ACK or outcome is REJECT):
-            self._keyed.settled_late(msg)
+                self._keys.settled(msg, outcome, arg)
 
     def _fold_settlements(self, now: float) -> None:
         """Move the settlement counts into the flow state (under self._lock)."""
@@ -376,13 +350,8 @@ class KmqConsumer:
         tracker redelivers them now, with the delivery count they had."""
         fetching = self._fetcher is not None and self._fetcher.is_alive()
         # A take in progress meanwhile brings its rest back the same way (the fetcher waits for it).
-        self.ahead.put_back(self._ready.put_back if fetching else _refuse, self._nack_refused)
-
-    def _nack_refused(self, refused: list[KmqMessage]) -> None:
-        release_all(refused)
-        log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
-                    "not be given back to the group; nacked: the tracker redelivers them now with the same "
-                    "delivery count", self.queue.name, len(refused))
+        self.ahead.put_back(self._ready.put_back if fetching else _refuse,
+                            lambda refused: nack_refused(self.queue.name, refused))
 
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
@@ -453,48 +422,31 @@ class KmqConsumer:
         """Raise the fetcher's error once no ready messages are left (for :mod:`kmq.consumer.handler_pool`)."""
         self._ready.raise_error()
 
-    # ------------------------------------------------------------ fetcher thread: the pipeline's I/O shell
+    # ------------------------------------------------------------ fetcher thread: runs the fetcher step
     def _fetch_loop(self) -> None:
-        """Feed the fetch pipeline (:mod:`kmq.consumer.fetch_pipeline`) its events and carry out its
-        actions: this thread is the only one that touches the Kafka consumer."""
-        kc = self._kc
-        watch = PollInterval(self.cfg.consumer.max_poll_interval, time.monotonic())
+        """Run the fetcher step (:mod:`kmq.consumer.fetcher`) until the stop, with each turn's lease
+        work: this thread is the only one that touches the Kafka consumer."""
+        step = self._step
+        member = Membership(self.cfg, self.queue.name, self.metrics, step, self._open_watched,
+                            lambda: self._give_back_unhanded(final=False), self._close_kafka_consumer, time.monotonic())
         try:
-            self._subscribe(kc)
-            fed_at = time.monotonic()  # last poll that returned records (or had no room to)
+            step.subscribe()
             while not self._stop.is_set():
                 self._wake.clear()  # before reading the answers: one that comes after sets it again
                 now = time.monotonic()
-                if kc is not None:
-                    self._feed_answers(now)
+                if step.consumer is not None:
+                    step.answers(now)
                     self._held.renew_due(self._pipeline.pending, self._ready, now)
                 self._expire_leases(now)
-                if watch.look(now, self._takes + self.ahead.takes, self._ready.ready) is LEAVE and kc is not None:
-                    self._leave(kc, watch.stalled_for(now))
-                    kc = None
-                if kc is None:  # out of the group (the application stopped taking)
-                    self._room(now)  # settlements into flow control, the gauges
-                    kc = None if watch.left or now < self._join_at else self._rejoin(now)
-                    if kc is None:
-                        self._wake.wait(OUT_WAIT)
-                        continue
-                    fed_at = time.monotonic()
+                if not member.look(now, self._takes + self.ahead.takes, self._ready.ready):
+                    self._room(now)  # out of the group (the application stopped taking): settlements, gauges
+                    self._wake.wait(OUT_WAIT)
+                    continue
                 # A fresh reading: carrying out the answers above may have handed batches over (at a
                 # later time than `now`), and flow control counts busy time from then.
-                now = time.monotonic()
-                step = self._pipeline.next_poll(self._room(now), now)
-                if step.wait:
-                    self._wake.wait(step.wait)
-                    continue
-                self._apply_pauses(kc, all_paused=step.pause_all)
-                records = kc.fetch(step.timeout, step.max_records, self._message, self._wake)
-                if records or step.pause_all:
-                    fed_at = time.monotonic()
-                elif time.monotonic() - fed_at > self._starve_after:
-                    kc.recover_starved()  # e.g. kafka-python's lost fetch responses
-                    fed_at = time.monotonic()
-                self._feed_rebalances()  # they ran inside that poll: its records belong to the assignment after them
-                self._run(self._pipeline.polled(records, time.monotonic()))
+                wait = step.poll(*self._room(time.monotonic()))
+                if wait:
+                    self._wake.wait(wait)
         except Exception as exc:
             error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
             if error is None:  # a bug: surface it to the application instead of dying silently
@@ -503,146 +455,48 @@ class KmqConsumer:
                 error.__cause__ = exc
             self._fail(error or exc)
         finally:
-            if kc is None:
-                self._nack_left_behind()
+            if step.consumer is None:
+                step.nack_left_behind()
             else:
                 try:
-                    self._give_back_unhanded(kc)
+                    self._give_back_unhanded()
                 finally:  # whatever happened there: leave the group now, not after max.poll.interval
                     self._close_kafka_consumer()
 
-    def _subscribe(self, kc: Any) -> None:
-        kc.subscribe([self.queue.name], self._assigned, self._revoked,
-                     commit_on_revoke=self._rewind_on_revoke, on_commit_failed=self._rewind_failed)
-
-    def _leave(self, kc: Any, waited: float) -> None:
-        """The application took nothing for ``consumer.max_poll_interval`` while messages were ready
-        (:mod:`kmq.core.poll_interval`): give the partitions up as closing does (never-handed messages
-        committed back, their leases handed off) and leave the group; messages in user code stay."""
-        name = self.queue.name
-        self.metrics.poll_interval_exceeded.labels(name).inc()
-        log.warning("%s: the application took no message for %.0fs while messages were ready (consumer.max_poll_interval"
-                    " %gs): this member gives its partitions to the rest of the group and leaves it (never-handed "
-                    "messages go back to the group, messages in user code stay here); it joins again at the "
-                    "application's next poll", name, waited, self.cfg.consumer.max_poll_interval)
+    def _open_watched(self) -> Any:
+        """A new group consumer (joining again after a stall, :mod:`kmq.consumer.membership`), watched."""
+        kc = self._kc = self._open_kafka_consumer()
         try:
-            self._give_back_unhanded(kc, final=False)
-        finally:
+            kc.watch(self.cfg.consumer.fetch_stall_timeout, self._stalled, self.queue.name)
+        except BaseException:
             self._close_kafka_consumer()
-        self._feed_rebalances()  # the close's own revocations
-        # Out of the group: nothing fetched so far may be committed, sought or committed back to any more.
-        self._run(self._pipeline.revoked(set(self._pipeline.owned)))
-        self._closing, self._rewound, self._forwarded, self._commit, self._paused = None, [], {}, None, False
-
-    def _rejoin(self, now: float) -> Any:
-        """The application takes again after :meth:`_leave`: a new Kafka consumer joins the group.
-        None when the broker cannot be reached (tried again after :data:`REJOIN_RETRY`)."""
-        name = self.queue.name
-        kc = None
-        try:
-            kc = self._kc = self._open_kafka_consumer()
-            kc.watch(self.cfg.consumer.fetch_stall_timeout, self._stalled, name)
-            self._subscribe(kc)
-        except Exception as exc:
-            error = client_api.client_error(self.cfg.kafka, exc, f"joining the group of {name} again")
-            if kc is not None:
-                self._close_kafka_consumer()
-            if error is None or not error.retriable:
-                raise
-            log.warning("%s: joining the group again failed (%s); retrying in %gs", name, error, REJOIN_RETRY)
-            self._join_at = now + REJOIN_RETRY
-            return None
-        log.info("%s: the application takes messages again: joining the group", name)
+            raise
         return kc
 
-    def _nack_left_behind(self) -> None:
-        """Closing out of the group: messages taken ahead for iteration and put back by the close
-        belong to partitions given up; only the tracker can redeliver them (nacked)."""
-        plan = self._pipeline.close_plan(self._ready.drain(), set())
-        if plan.nack:
-            self._nack_refused(plan.nack)
-            self.writer.flush_buffer()
-        give_back(plan.give_back)
+    def _give_back_unhanded(self, final: bool = True) -> None:
+        """On close (or, not ``final``, on leaving the group while the application stalls): never-handed
+        messages go back to the group (:meth:`kmq.consumer.fetcher.Fetcher.give_back_unhanded`)."""
+        # Drained first (user code takes nothing more). A take for iteration that was in progress
+        # when close() began puts its rest back first (kmq.consumer.take_ahead); the wait is bounded
+        # for a taker that cannot finish (close() from a signal handler on its thread).
+        if final and not self.ahead.idle(TAKE_WAIT):
+            log.warning("%s: a take for iteration did not finish within %gs of the close; messages it brings "
+                        "later are nacked (the tracker redelivers them)", self.queue.name, TAKE_WAIT)
+        self._step.give_back_unhanded(self._ready.drain(final))
 
-    def _feed_answers(self, now: float) -> None:
-        """Report the STARTs and the commit Kafka answered, and the time (for the timeouts)."""
-        pipeline = self._pipeline
-        for b in list(pipeline.pending):
-            if b.state is STARTING and b.handle is not None and all(f.is_done for _, _, f in b.handle):
-                try:
-                    self.writer.wait_starts(b.handle, timeout=0)
-                except MarkerWriteError as exc:
-                    self._run(pipeline.start_answered(b, exc, now))
-                    continue
-                self.metrics.marker_write_seconds.observe(now - b.fetched_at)
-                if self._hook:
-                    self._hook("started", b.spans)
-                self._run(pipeline.start_answered(b, None, now))
-        commit = self._commit
-        if commit is not None and commit.is_done:
-            self._commit = None
-            self._run(pipeline.commit_answered(commit.exception if commit.failed() else None, now))
-        self._run(pipeline.tick(now))
-
-    def _run(self, actions: list[Any]) -> None:
-        """Carry out the pipeline's actions in order. An action that feeds an event back (a START
-        that cannot even be sent) queues that event's actions behind the ones already decided."""
-        self._todo.extend(actions)
-        if self._running:
-            return
-        self._running = True
-        try:
-            while self._todo:
-                action = self._todo.popleft()
-                self._do[type(action)](action)
-        finally:
-            self._running = False
-            self._todo.clear()
-
-    def _write_starts(self, action: WriteStarts) -> None:
-        """Count the fetched messages outstanding and send their STARTs (no wait)."""
-        b = action.batch
-        if self._hook:
-            self._hook("polled", b.spans)
-        member = self._kc.member_id()
-        if member:
-            self.writer.owner = member  # the writer clips it to the marker field (255 UTF-8 bytes)
+    # ------------------------------------------------------------ the fetcher step's parts
+    def _fetched(self, b: FetchBatch) -> None:
+        """A new batch: outstanding from now (before its STARTs go)."""
         with self._lock:
             for p, offs in b.offsets.items():
                 self._inflight[p] += len(offs)
             self.flow.taken(len(b.messages), b.nbytes, b.fetched_at)
-        try:
-            b.handle = self.writer.send_starts(b.offsets)
-            for _p, _r, fut in b.handle:
-                fut.add_both(self._answered)
-        except MarkerWriteError as exc:
-            self._run(self._pipeline.start_answered(b, exc, time.monotonic()))
-
-    def _skip(self, action: Skip) -> None:
-        """Copies made for another consumer group of the queue: counted, never delivered here."""
-        self.metrics.copies_skipped.labels(self.queue.label).inc(len(action.messages))
-        if log.isEnabledFor(logging.DEBUG):
-            m = action.messages[0]
-            log.debug("%s: skipped %d copy(ies) of other consumer groups (first %s/%d/%d)", self.queue.label,
-                      len(action.messages), m.topic, m.partition, m.offset)
-
-    def _answered(self, *_result: Any) -> None:
-        """A START or commit was answered (on the client's thread): the fetcher carries on at once."""
-        self._wake.set()
-
-    def _send_commit(self, action: Commit) -> None:
-        try:
-            self._commit = self._kc.commit_async({(self.queue.name, p): o for p, o in action.offsets.items()})
-            self._commit.add_both(self._answered)
-        except ClientCommitFailed as exc:
-            self._run(self._pipeline.commit_answered(exc, time.monotonic()))
 
     def _hand_over(self, action: HandOver) -> None:
         b = action.batch
-        if self._hook:
-            self._hook("handed" if self._pipeline.hand_over_started else "committed", b.spans)
         # Scheduled messages not due yet go back to the tracker until their time (kmq.consumer.scheduled).
-        messages = hold_back_scheduled(action.messages, self._longest_delay_ms, self.queue.name, self._count_outcome)
+        messages = hold_back_scheduled(action.messages, action.scheduled, self._longest_delay_ms, self.queue.name,
+                                       self._count_outcome)
         if not messages:
             return
         with self._lock:
@@ -652,7 +506,7 @@ class KmqConsumer:
             if schedule is not None:
                 # Tracked for renewal only if still unsettled 10 ms on: most messages of a busy
                 # consumer are settled by then and cost the schedule nothing.
-                schedule.track_soon(messages, b.leased_at, now)  # type: ignore[arg-type]  # list invariance
+                schedule.track_soon(messages, b.leased_at, now)
                 schedule.look(now)
         self.writer.count_received(len(messages))
         if self._tracing is not None:
@@ -662,32 +516,9 @@ class KmqConsumer:
     def _count_outcome(self, outcome: str, n: int) -> None:
         self.writer.metrics.messages.labels(self.queue.name, outcome).inc(n)
 
-    def _give_back(self, action: GiveBack) -> None:
-        log.info("%s: %d message(s) given back to the group (%s)", self.queue.name, len(action.messages), action.why)
-        give_back(action.messages)
-
-    def _seek_back(self, action: SeekBack) -> None:
-        """Nothing of what was pending was handed over or committed: fetch it (and START it) again."""
-        kc = self._kc
-        assigned = {p for t, p in kc.assignment() if t == self.queue.name}
-        for p, off in action.offsets.items():
-            if p in assigned:  # a revoked partition is polled again by its new owner
-                try:
-                    kc.seek(self.queue.name, p, off)
-                except ClientCommitFailed as exc:  # revoked meanwhile: same as above
-                    log.info("%s: %s", self.queue.name, exc)
-        parts = sorted(action.offsets)
-        log.warning("%s: %s; partitions %s go back to offsets %s and are fetched again", self.queue.name,
-                    action.why, parts, [action.offsets[p] for p in parts])
-        if action.start_failed:
-            # After a broker restart kafka-python's idempotent producer was seen to leave every later
-            # send pending for ever; a new producer costs one connection and rules that out.
-            self.writer.replace_producer("a START marker failed")
-        self._stop.wait(0.5)  # a broker outage: do not spin
-
-    def _room(self, now: float) -> int:
-        """Records the next poll may ask for (flow control, the per-partition cap); publishes the
-        in-flight gauge twice a second."""
+    def _room(self, now: float) -> tuple[int, int]:
+        """Records the next poll may ask for (flow control, the per-partition cap) and the messages
+        held back for their key (the pipeline bounds those); publishes the in-flight gauge twice a second."""
         held = self._keyed.held if self._keyed is not None else 0
         with self._lock:
             self._fold_settlements(now)
@@ -695,30 +526,13 @@ class KmqConsumer:
             self.flow.held = held
             room = self.flow.fetchable(now, part_room, self.fetch_size, self.cap)
             snapshot = dict(self._inflight) if now >= self._gauge_at else None  # zeros kept: a drained partition shows 0
-        if held >= self.cfg.consumer.max_outstanding_messages:
-            room = 0  # ordering: key: held messages have a bound of their own
         if snapshot is not None:
             self._gauge_at = now + 0.5
             for p, n in snapshot.items():
                 self.metrics.in_flight.labels(self.queue.name, str(p)).set(n)
-            if self._keyed is not None:
-                self._key_gauges(now)
-        return room
-
-    def _key_gauges(self, now: float) -> None:
-        """ordering: key: release keys whose copy did not come in time; publish the held gauges."""
-        keyed, name = self._keyed, self.queue.name
-        assert keyed is not None  # called under ordering: key only
-        released = keyed.expire(now)
-        if released:
-            self.metrics.ordering_released.labels(name).inc(len(released))
-            r = released[0]
-            log.warning("%s: %d key(s) (first %r of partition %d) waited longer than %gs for the copy of a failed "
-                        "message (first %s/%d/%d): released, their later messages go on and that copy, if it comes, "
-                        "may be handled after some of them", name, len(released), r.key, r.partition, self._copy_wait, name,
-                        r.partition, r.origin)
-        self.metrics.ordering_held.labels(name).set(keyed.held)
-        self.metrics.ordering_keys_blocked.labels(name).set(keyed.blocked_keys())
+            if self._keys is not None:
+                self._keys.look(now)
+        return room, held
 
     def _expire_leases(self, now: float) -> None:
         """Messages whose lease ended in user code unsettled leave flow control and the in-flight
@@ -740,8 +554,8 @@ class KmqConsumer:
                     # redelivering (after an abandon, until max_lease), so none is written any more.
                     self._schedule.untrack(m)
                 nbytes += m._nbytes
-                if self._keyed is not None:  # its key waits for the copy (or is released at its last delivery)
-                    self._key_settled(m, ABANDON, None)
+                if self._keys is not None:  # its key waits for the copy (or is released at its last delivery)
+                    self._keys.settled(m, ABANDON, None)
             if expired:
                 self.flow.expired(len(expired), nbytes, now)
         if expired:
@@ -771,145 +585,10 @@ class KmqConsumer:
         except Exception as exc:  # noqa: BLE001 - closing is best effort
             log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
 
-    def _apply_pauses(self, kc: Any, all_paused: bool) -> None:
-        """Pause every partition (long without room) or resume them all. While paused, each poll
-        pauses the assignment again: partitions a rebalance added arrive unpaused."""
-        if all_paused:
-            assigned = kc.assignment()
-            if assigned:
-                kc.pause(assigned)
-            self._paused = True
-        elif self._paused:
-            assigned = kc.assignment()
-            if assigned:
-                kc.resume(assigned)
-            self._paused = False
-
-    def _rewind_on_revoke(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """Before ``partitions`` go, while this member still owns them: the offsets to commit back so
-        the group delivers their ready messages (committed, never handed) again, to the next owner
-        with the same delivery count. Kept, they would be handed over here, or NACKed "not a
-        delivery" (a copy) if this member closed first, as a rolling restart does. Runs inside
-        the fetcher's poll (kafka-python: on its I/O thread); the messages are out of the ready
-        queue until :meth:`_revoked` gives them back, or :meth:`_rewind_failed` returns them."""
-        mine = {p for t, p in partitions if t == self.queue.name}
-        pipeline = self._pipeline
-        # A batch fetched before an earlier revocation of its partition is stale: an interim owner
-        # may have committed past it, and committing back below that would deliver its messages again.
-        if not mine:
-            return {}
-        groups = self._ready.take_out(mine, lambda p, gen: not pipeline.stale(p, gen))
-        if self._closing and self._keyed is None:
-            groups += self._take_out_closing(mine)
-        self._rewound.extend(groups)
-        offsets: dict[int, list[int]] = {}
-        for msgs, _, _ in groups:
-            for m in msgs:
-                offsets.setdefault(m.partition, []).append(m.offset)
-        rewind = {p: min(offs) for p, offs in offsets.items()}  # committed back to the first ready one
-        # Handed over at START and not committed yet (consumer.hand_over: started): committed on now,
-        # or the next owner would poll them again while user code here has them.
-        forward = self._forwarded = pipeline.handed_ends(mine, rewind)
-        # Batches between START and commit go back too (the pipeline gives them back when it hears of
-        # the revocation): their leases are handed off as well. A snapshot, since on kafka-python the
-        # fetcher thread may move batches on meanwhile; one handed over after all keeps the hand-off
-        # lease only until lease keeping renews it.
-        for batch in list(pipeline.pending):
-            if batch.handed:
-                continue  # user code has them: their leases are its own
-            for p, offs in dict(batch.offsets).items():
-                if p in mine and not pipeline.stale(p, batch.gen):
-                    offsets.setdefault(p, []).extend(offs)
-        if offsets:
-            # Acknowledged before the commit back, so before any next owner can fetch them and START.
-            self.writer.hand_off(offsets, self._handoff_wait)
-        return {(self.queue.name, p): o for p, o in {**forward, **rewind}.items()}
-
-    def _take_out_closing(self, mine: set[int]) -> list[tuple[list[KmqMessage], float, int]]:
-        """A revocation while closing (the polls that let a rebalance complete): the never-handed
-        messages of ``mine`` already drained for the close are committed back now, as a revocation
-        does with the ready queue; left in the close plan they could only be NACKed (copies)."""
-        out, rest = [], []
-        assert self._closing is not None  # called while closing only
-        for msgs, gen in self._closing:
-            gone = {p for p in mine if not self._pipeline.stale(p, gen)}
-            kept = [m for m in msgs if m.partition not in gone]
-            if len(kept) < len(msgs):
-                out.append(([m for m in msgs if m.partition in gone], 0.0, gen))
-            if kept:
-                rest.append((kept, gen))
-        self._closing = rest
-        return out
-
-    def _rewind_failed(self, exc: Exception) -> None:
-        """The commit back before a revocation failed: the messages stay this member's (ready again)."""
-        groups, self._rewound = self._rewound, []
-        forwarded, self._forwarded = self._forwarded, {}
-        log.warning("%s: committing offsets back before a revocation failed (%s); %d ready message(s) of the "
-                    "revoked partitions stay with this member%s", self.queue.name, exc, sum(len(g[0]) for g in groups),
-                    f"; messages handed over before their commit (partition -> up to offset {forwarded}) may be "
-                    "delivered again by the partitions' next owner" if forwarded else "")
-        for msgs, leased_at, gen in groups:
-            if self._closing is not None:  # drained for the close: back into its plan
-                self._closing.append((msgs, gen))
-            else:
-                self._ready.put(msgs, leased_at, gen)
-
-    def _revoked(self, partitions: set[tuple[str, int]]) -> None:
-        # Runs inside the fetcher's poll (kafka-python may run it on its own I/O thread): only queue it.
-        mine = {p for t, p in partitions if t == self.queue.name}
-        groups, self._rewound = self._rewound, []
-        self._forwarded = {}
-        back = [m for msgs, _, _ in groups for m in msgs]
-        rewound = {m.partition for m in back}
-        if back:
-            give_back(back)
-            log.info("%s: %d ready message(s) of revoked partitions %s given back to the group (offsets "
-                     "committed back to their first)", self.queue.name, len(back), sorted(rewound))
-        if mine:
-            self._rebalances.append((False, mine, rewound))
-            log.info("%s: partitions %s revoked", self.queue.name, sorted(mine),
-                     extra=partitions_fields(self.queue.name, mine))
-
-    def _assigned(self, partitions: set[tuple[str, int]]) -> None:
-        mine = {p for t, p in partitions if t == self.queue.name}
-        self._rebalances.append((True, mine, set()))
-        log.info("%s: assigned partitions %s", self.queue.name, sorted(mine),
-                 extra=partitions_fields(self.queue.name, mine))
-
-    def _feed_rebalances(self) -> None:
-        """Report the rebalance callbacks to the pipeline, in the order they ran (fetcher thread)."""
-        while self._rebalances:
-            assigned, parts, rewound = self._rebalances.popleft()
-            if assigned:
-                self._pipeline.assigned(parts)
-                if self._recovery is not None:
-                    self._recovery.assigned(parts, self._pipeline.gen)
-            else:
-                self._run(self._pipeline.revoked(parts, rewound))
-
-    def _give_back_unhanded(self, kc: Any, final: bool = True) -> None:
-        """On close (or, not ``final``, on leaving the group while the application stalls): never-handed
-        messages go back to the group (:func:`kmq.consumer.give_back.give_back_on_close`)."""
-        # Drained first (user code takes nothing more); a revocation during the polls below still
-        # commits its partitions' share back (_take_out_closing). A take for iteration that was in
-        # progress when close() began puts its rest back first (kmq.consumer.take_ahead); the wait
-        # is bounded for a taker that cannot finish (close() from a signal handler on its thread).
-        if final and not self.ahead.idle(TAKE_WAIT):
-            log.warning("%s: a take for iteration did not finish within %gs of the close; messages it brings "
-                        "later are nacked (the tracker redelivers them)", self.queue.name, TAKE_WAIT)
-        self._closing = self._ready.drain(final)
-
-        def plan(assigned: set[int]) -> ClosePlan:
-            self._feed_rebalances()  # the polls that complete a rebalance can revoke partitions
-            return self._pipeline.close_plan(self._closing or [], assigned)
-
-        if give_back_on_close(kc, self.queue.name, plan, lambda: self._apply_pauses(kc, all_paused=True),
-                              self.cfg.kafka.session_timeout,
-                              lambda offsets: self.writer.hand_off(offsets, self._handoff_wait)):
-            self.writer.flush_buffer()
-        self._pipeline.closed()
-
 
 def _refuse(messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
     return False
+
+
+def _not_keyed(msg: KmqMessage, outcome: str) -> None:
+    """A late settlement without ``ordering: key``: nothing to release."""

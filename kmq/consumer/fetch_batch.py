@@ -49,14 +49,17 @@ class FetchBatch:
     ``offsets`` (partition -> offsets, for the START markers) describe ``messages``; ``spans``
     (partition -> (first, last), what a commit passes) cover the poll's skipped records too;
     ``gen`` is the pipeline's revocation generation when the batch was fetched (a partition revoked later is stale for it). ``handle`` is the I/O
-    shell's own (its START futures); the pipeline never reads it."""
+    shell's own (its START futures); the pipeline never reads it. ``scheduled``: the messages with a
+    ``kmq-not-before`` header (:class:`~kmq.consumer.fetch_pipeline.HandOver` names them)."""
 
     __slots__ = ("messages", "offsets", "spans", "nbytes", "fetched_at", "leased_at", "gen", "state", "error",
-                 "handle", "handed")
+                 "handle", "handed", "scheduled")
 
     def __init__(self, messages: list[KmqMessage], offsets: dict[int, list[int]], now: float, gen: int,
-                 nbytes: int = 0, skipped: dict[int, list[int]] | None = None) -> None:
+                 nbytes: int = 0, skipped: dict[int, list[int]] | None = None,
+                 scheduled: list[KmqMessage] | None = None) -> None:
         self.messages = messages
+        self.scheduled = scheduled or []
         self.offsets = offsets
         self.nbytes = nbytes  # payload bytes, what flow control counts
         self.spans = {p: (o[0], o[-1]) for p, o in offsets.items()}
@@ -75,10 +78,11 @@ class FetchBatch:
 
     @classmethod
     def of(cls, messages: list[KmqMessage], now: float, gen: int,
-           skipped: list[KmqMessage] | None = None) -> "FetchBatch":
+           skipped: list[KmqMessage] | None = None, scheduled: list[KmqMessage] | None = None) -> "FetchBatch":
         """The batch of ``messages`` as one poll returned them (in fetch order per partition);
         ``skipped``: records of the same poll that are not delivered (another consumer group's
-        copies), whose offsets the batch's commit passes without a START."""
+        copies), whose offsets the batch's commit passes without a START; ``scheduled``: those of
+        ``messages`` with a ``kmq-not-before`` header."""
         offsets: dict[int, list[int]] = {}
         nbytes = 0
         for m in messages:
@@ -88,12 +92,14 @@ class FetchBatch:
                 offsets[m.partition] = [m.offset]
             else:
                 offs.append(m.offset)
-        return cls(messages, offsets, now, gen, nbytes, first_last(skipped) if skipped else None)
+        return cls(messages, offsets, now, gen, nbytes, first_last(skipped) if skipped else None, scheduled)
 
     def drop(self, partitions: set[int]) -> list[KmqMessage]:
         """Take the messages of ``partitions`` out of the batch; returns them."""
         out = [m for m in self.messages if m.partition in partitions]
         self.messages = [m for m in self.messages if m.partition not in partitions]
+        if self.scheduled:
+            self.scheduled = [m for m in self.scheduled if m.partition not in partitions]
         for p in partitions:
             self.offsets.pop(p, None)
             self.spans.pop(p, None)

@@ -11,6 +11,7 @@ event                              actions it may return
 ``start_answered``                  :class:`Commit`; or :class:`GiveBack` + :class:`SeekBack`
 ``commit_answered``                 :class:`HandOver`, the next :class:`Commit`, ...
 ``tick`` (time passes: timeouts)    as above
+``commit_back`` (a revoke callback)  a :class:`CommitBack` (what to commit before they go)
 ``revoked`` / ``assigned``          :class:`GiveBack` (what the new owner fetches again)
 ``close_plan``                      a :class:`ClosePlan` (commit back, NACK, give back)
 =================================  ====================================================
@@ -33,6 +34,8 @@ Consumer groups of one queue (fan-out): another group's copy (:func:`~kmq.core.m
 is skipped where it is fetched (:class:`Skip`): never STARTed, never handed over, its offset
 committed past with the batch it came in (:class:`~kmq.consumer.fetch_batch.FetchBatch`
 ``spans``). A poll of skipped records only is a batch with nothing to START: committed in its turn.
+The same look at each record's headers notes the scheduled ones (``kmq-not-before``): the
+:class:`HandOver` names them, so the hand-over decides for those alone (:mod:`kmq.consumer.scheduled`).
 
 Rebalances: a partition revoked after a batch was fetched is *stale* for that batch, even if
 it is assigned to this member again (its position was then reset to the group's committed
@@ -53,9 +56,10 @@ from typing import Any, Iterable, Mapping
 from kmq.config import KafkaConfig
 from kmq.consumer.fetch_batch import GIVEN_BACK, START_FAILED, STARTED, STARTING, FetchBatch
 from kmq.core.message import KmqMessage, for_group
+from kmq.core.schedule import HEADER_NOT_BEFORE
 
 __all__ = ["FetchPipeline", "ANSWER_POLL", "MAX_COMMIT_TRIES", "BACKPRESSURE_POLL", "PollStep", "WriteStarts", "Commit",
-           "HandOver", "GiveBack", "SeekBack", "ClosePlan", "Skip", "split_foreign"]
+           "HandOver", "GiveBack", "SeekBack", "ClosePlan", "CommitBack", "Skip", "classify"]
 
 log = logging.getLogger(__name__)
 
@@ -85,25 +89,38 @@ class Skip:
     messages: list[KmqMessage]
 
 
-def split_foreign(messages: list[KmqMessage], group: str | None) -> tuple[list[KmqMessage], list[KmqMessage]]:
-    """``messages`` split into those ``group`` (None: the default group) delivers and the copies of
-    another group (``kmq-group``, :func:`~kmq.core.message.for_group`), each in fetch order."""
-    if not any(m._headers for m in messages):  # no header, no copy of any group: the common case
-        return messages, []
+def classify(messages: list[KmqMessage], group: str | None) -> tuple[list[KmqMessage], list[KmqMessage],
+                                                                    list[KmqMessage]]:
+    """One look at the headers of a poll's ``messages``: those ``group`` (None: the default group)
+    delivers, the copies of another group (``kmq-group``, :func:`~kmq.core.message.for_group`),
+    and of the first the scheduled ones (a ``kmq-not-before`` header), each in fetch order."""
+    if not any(m._headers for m in messages):  # no header, no copy, nothing scheduled: the common case
+        return messages, [], []
     mine: list[KmqMessage] = []
     foreign: list[KmqMessage] = []
+    scheduled: list[KmqMessage] = []
     for m in messages:
-        (mine if for_group(m._headers, group, m.topic, m.partition, m.offset) else foreign).append(m)
-    return mine, foreign
+        headers = m._headers
+        if not headers:
+            mine.append(m)
+        elif for_group(headers, group, m.topic, m.partition, m.offset):
+            mine.append(m)
+            if any(k == HEADER_NOT_BEFORE for k, _ in headers):
+                scheduled.append(m)
+        else:
+            foreign.append(m)
+    return mine, foreign, scheduled
 
 
 @dataclass(frozen=True, slots=True)
 class HandOver:
     """The batch's STARTs were acknowledged (and, unless handing over at START, its offsets
-    committed): give ``messages`` to user code. The batch no longer holds them."""
+    committed): give ``messages`` to user code. The batch no longer holds them. ``scheduled``: those
+    of them with a ``kmq-not-before`` header (noted at the poll), the only ones whose time is looked at."""
 
     batch: FetchBatch
     messages: list[KmqMessage] = field(default_factory=list, compare=False)
+    scheduled: list[KmqMessage] = field(default_factory=list, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +160,26 @@ class ClosePlan:
     @property
     def commit(self) -> dict[int, int]:
         """Everything closing commits: ``forward`` and ``rewind`` (partition -> next offset)."""
+        return {**self.forward, **self.rewind}
+
+
+@dataclass(frozen=True, slots=True)
+class CommitBack:
+    """Revoking partitions (inside the rebalance callback, while this member still owns them): commit
+    ``offsets`` (partition -> next offset) before they go. ``rewind``: back to the first ready message
+    (committed, never handed), so the group delivers the ready ones again, to the next owner, with
+    the same delivery count; ``forward``: on past the messages handed over at START whose commit is
+    not answered yet, or the next owner would poll them again while user code has them. ``handoff``:
+    the offsets whose leases are handed off first (a RENEW with ``consumer.handoff_lease``): the
+    ready ones and those of batches between START and commit, which the revocation gives back."""
+
+    rewind: dict[int, int]
+    forward: dict[int, int]
+    handoff: dict[int, list[int]]
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Everything the callback commits (partition -> next offset)."""
         return {**self.forward, **self.rewind}
 
 
@@ -193,12 +230,16 @@ class FetchPipeline:
         their STARTs is a lease that, run out unhanded, becomes a copy. None: no limit.
     :param group: the queue's consumer group this consumer is in (``queues[].group``; None: the
         default group): the other groups' copies are skipped (:class:`Skip`).
+    :param max_held: ``consumer.ordering: key``: messages held back for their key (not handed out
+        yet) at which nothing more is fetched; held messages have a bound of their own, apart from
+        flow control's. None: no such bound.
     """
 
     def __init__(self, start_timeout: float, commit_timeout: float, max_commit_tries: int = MAX_COMMIT_TRIES,
                  backpressure_poll: float = BACKPRESSURE_POLL, max_head_wait: float | None = None,
-                 hand_over_started: bool = False, group: str | None = None) -> None:
+                 hand_over_started: bool = False, group: str | None = None, max_held: int | None = None) -> None:
         self.group = group
+        self.max_held = max_held
         self.start_timeout = start_timeout
         self.hand_over_started = hand_over_started
         self.max_head_wait = max_head_wait
@@ -222,14 +263,14 @@ class FetchPipeline:
 
     @classmethod
     def for_kafka(cls, kafka: KafkaConfig, lease: float | None = None, hand_over_started: bool = False,
-                  group: str | None = None) -> "FetchPipeline":
+                  group: str | None = None, max_held: int | None = None) -> "FetchPipeline":
         """The pipeline a consumer with these Kafka settings runs (its timeouts follow the client's);
         with the queue's ``lease``, no fetching while the oldest batch has waited half of it."""
         # A START write gets an answer (ack or timeout error) within the producer's delivery timeout.
         return cls(start_timeout=kafka.connect_timeout + 2.0,
                    commit_timeout=kafka.session_timeout + kafka.connect_timeout,
                    max_head_wait=None if lease is None else lease / 2, hand_over_started=hand_over_started,
-                   group=group)
+                   group=group, max_held=max_held)
 
     # ------------------------------------------------------------ events
     def polled(self, messages: list[KmqMessage], now: float) -> list[Any]:
@@ -238,8 +279,8 @@ class FetchPipeline:
         self._await_poll = False
         out: list[Any] = []
         if messages:
-            mine, foreign = split_foreign(messages, self.group)
-            batch = FetchBatch.of(mine, now, self._gen, foreign)
+            mine, foreign, scheduled = classify(messages, self.group)
+            batch = FetchBatch.of(mine, now, self._gen, foreign, scheduled)
             self.pending.append(batch)
             if foreign:
                 out.append(Skip(foreign))
@@ -316,13 +357,40 @@ class FetchPipeline:
             out.append(GiveBack(back, f"partitions {sorted(parts)} revoked before the commit"))
         return out
 
+    def commit_back(self, partitions: Iterable[int], ready: Iterable[tuple[list[KmqMessage], int]]) -> CommitBack:
+        """``partitions`` are about to be revoked (the rebalance callback, before :meth:`revoked`);
+        ``ready``: their ready messages, taken out of the ready queue (``(messages, gen)`` groups,
+        none of them stale). What to commit before they go (:class:`CommitBack`). Reads snapshots
+        and changes nothing: safe from a rebalance callback on another thread (kafka-python's I/O
+        thread), while the fetcher thread moves batches on; a batch handed over meanwhile keeps the
+        hand-off lease only until lease keeping renews it."""
+        mine = set(partitions)
+        handoff: dict[int, list[int]] = {}
+        for msgs, _gen in ready:
+            for m in msgs:
+                handoff.setdefault(m.partition, []).append(m.offset)
+        rewind = {p: min(offs) for p, offs in handoff.items()}  # committed back to the first ready one
+        forward = self.handed_ends(mine, rewind)
+        # Batches between START and commit go back too (:meth:`revoked` gives them back): their leases
+        # are handed off as well.
+        for batch in list(self.pending):
+            if batch.handed:
+                continue  # user code has them: their leases are its own
+            for p, offs in dict(batch.offsets).items():
+                if p in mine and not self.stale(p, batch.gen):
+                    handoff.setdefault(p, []).extend(offs)
+        return CommitBack(rewind, forward, handoff)
+
     def assigned(self, partitions: Iterable[int]) -> None:
         """``partitions`` were assigned to this member (their positions are the group's committed offsets)."""
         self.owned.update(partitions)
 
     # ------------------------------------------------------------ decisions
-    def next_poll(self, room: int, now: float) -> PollStep:
-        """The fetcher's next step, given ``room`` (records flow control lets it fetch; 0: none)."""
+    def next_poll(self, room: int, now: float, held: int = 0) -> PollStep:
+        """The fetcher's next step, given ``room`` (records flow control lets it fetch; 0: none) and
+        ``held`` (``consumer.ordering: key``: messages held back for their key, see ``max_held``)."""
+        if self.max_held is not None and held >= self.max_held:
+            room = 0
         if room > 0:
             self._blocked_since = None
         else:
@@ -442,9 +510,10 @@ class FetchPipeline:
     def _hand_over(batch: FetchBatch, out: list[Any]) -> None:
         """The batch's messages go to user code (:class:`HandOver`); the batch keeps its offsets."""
         messages, batch.messages = batch.messages, []
+        scheduled, batch.scheduled = batch.scheduled, []
         batch.handed = True
         if messages:
-            out.append(HandOver(batch, messages))
+            out.append(HandOver(batch, messages, scheduled))
 
     def _commit(self, now: float, out: list[Any]) -> bool:
         """One commit for the STARTED batches at the head (commits are round trips, one at a time).

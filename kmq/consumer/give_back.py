@@ -20,7 +20,7 @@ from kmq.consumer.fetch_pipeline import ClosePlan
 from kmq.core.errors import MessageAlreadySettled
 from kmq.core.message import ABANDON, KmqMessage
 
-__all__ = ["RETURNED", "give_back", "release_all", "give_back_on_close"]
+__all__ = ["RETURNED", "give_back", "release_all", "nack_refused", "give_back_on_close"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,15 @@ def release_all(messages: Iterable[KmqMessage]) -> None:
             m._give_back(0.0)
         except MessageAlreadySettled:
             pass
+
+
+def nack_refused(queue: str, refused: list[KmqMessage]) -> None:
+    """Closing: messages taken for iteration and never handed out that cannot go back to the group
+    (their partitions given up, or their keys let go): nacked "not a delivery"."""
+    release_all(refused)
+    log.warning("%s: %d message(s) taken for iteration were never handed out before the close and could "
+                "not be given back to the group; nacked: the tracker redelivers them now with the same "
+                "delivery count", queue, len(refused))
 
 
 def give_back_on_close(kc: Any, topic: str, plan: Callable[[set[int]], ClosePlan], pause_all: Callable[[], None],

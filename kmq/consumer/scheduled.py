@@ -26,33 +26,35 @@ log = logging.getLogger(__name__)
 SCHEDULED, MALFORMED, TOO_FAR = "scheduled", "schedule_malformed", "schedule_too_far"
 
 
-def hold_back_scheduled(messages: list[KmqMessage], longest_ms: int, queue: str,
+def hold_back_scheduled(messages: list[KmqMessage], scheduled: list[KmqMessage], longest_ms: int, queue: str,
                         count: Callable[[str, int], Any], now_ms: int | None = None) -> list[KmqMessage]:
-    """``messages`` without the scheduled ones not due yet (given back until their time) or
-    too far ahead (rejected); ``count(outcome, n)`` counts them. Records without headers (most)
-    cost one attribute read."""
-    if not any(m._headers for m in messages):
+    """``messages`` without the scheduled ones not due yet (given back until their time) or too far
+    ahead (rejected); ``count(outcome, n)`` counts them. ``scheduled``: those of ``messages`` with a
+    ``kmq-not-before`` header, as the fetch pipeline noted them at the poll (the only headers looked
+    at here; none, most batches: nothing to do)."""
+    if not scheduled:
         return messages
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    out: list[KmqMessage] = []
-    for m in messages:
-        d = decide(m._headers, now, longest_ms) if m._headers else None
-        if d is None or d.verdict is Verdict.DELIVER:
-            out.append(m)
+    gone: set[int] = set()
+    for m in scheduled:
+        d = decide(m._headers, now, longest_ms)
+        if d.verdict is Verdict.DELIVER:
             continue
         try:
             if d.verdict is Verdict.HOLD:
                 m._give_back(d.delay_ms / 1000)
                 count(SCHEDULED, 1)
+                gone.add(id(m))
                 continue
             if d.verdict is Verdict.REJECT:
                 m.reject(d.reason)
                 count(TOO_FAR, 1)
                 log.warning("%s: %s/%d/%d rejected to the DLQ: %s", queue, m.topic, m.partition, m.offset, d.reason)
+                gone.add(id(m))
                 continue
         except MessageAlreadySettled:  # cannot happen before hand-over; never lose the message over it
+            gone.add(id(m))
             continue
         count(MALFORMED, 1)
         log.warning("%s: %s/%d/%d: %s", queue, m.topic, m.partition, m.offset, d.reason)
-        out.append(m)
-    return out
+    return [m for m in messages if id(m) not in gone] if gone else messages

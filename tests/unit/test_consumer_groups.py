@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kmq.config import Config, QueueConfig
-from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, HandOver, Skip, WriteStarts, split_foreign
+from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, HandOver, Skip, WriteStarts, classify
 from kmq.core.copies import copy_headers, copy_headers_for, dead_letter_headers
 from kmq.core.errors import ConfigError
 from kmq.core.message import HEADER_GROUP, KmqMessage, for_group, group_of
@@ -151,7 +151,7 @@ def test_a_poll_of_skipped_copies_only_is_committed_in_its_turn():
 
 def test_records_without_headers_are_not_looked_at():
     mine = [msg(0, 0), msg(0, 1)]
-    assert split_foreign(mine, "billing") == (mine, [])
+    assert classify(mine, "billing") == (mine, [], [])
 
 
 def test_the_lag_job_watches_each_group_by_its_label():

@@ -31,7 +31,7 @@ def _consumer(schedule: LeaseSchedule) -> SimpleNamespace:
     buffer = AckBuffer()
     return SimpleNamespace(
         _ready=ReadyQueue(), _expiry=LeaseExpiry(LEASE), _lock=threading.Lock(), _inflight=defaultdict(int),
-        _late=LateSettler("q", LEASE, buffer), _schedule=schedule, _keyed=None, _tracing=None,
+        _late=LateSettler("q", LEASE, buffer), _schedule=schedule, _keys=None, _tracing=None,
         _expired_logged=False, flow=FlowControl(FlowLimits(lease=LEASE), now=0.0),
         metrics=ConsumerMetrics(CollectorRegistry()), queue=SimpleNamespace(name="q"), buffer=buffer)
 

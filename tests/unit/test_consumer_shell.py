@@ -261,11 +261,11 @@ def test_a_revocation_hands_off_the_leases_of_ready_messages_and_of_a_batch_betw
     try:
         assert [m.offset for m in consumer.poll(timeout=5, max_records=1)] == [0]
         assert held.wait(5), "the second batch never reached its START"
-        rewind = consumer._rewind_on_revoke({(TOPIC, 0)})
+        rewind = consumer._step._commit_on_revoke({(TOPIC, 0)})
         assert rewind == {(TOPIC, 0): 1}  # committed back to the first ready message
         # One hand-off, before that commit: the ready messages 1..4 and the pending batch 5..9.
         assert [{p: sorted(o) for p, o in h.items()} for h in consumer.writer.handed_off] == [{0: list(range(1, 10))}]
-        consumer._revoked({(TOPIC, 0)})
+        consumer._step._revoked({(TOPIC, 0)})
     finally:
         hold.set()
 
@@ -290,12 +290,12 @@ def test_hand_over_started_a_revocation_commits_handed_messages_on_without_handi
     consumer = consumer_on(kafka, hand_over="started", fetch_size=5)
     got: list = []
     wait_until(lambda: got.extend(consumer.poll(timeout=0.1)) or len(got) >= 10, 10, what="10 messages")
-    rewind = consumer._rewind_on_revoke({(TOPIC, 0)})
+    rewind = consumer._step._commit_on_revoke({(TOPIC, 0)})
     assert rewind == {(TOPIC, 0): 10}  # on past what user code took; nothing to give back
     assert consumer.writer.handed_off == []  # user code keeps their leases: no hand-off RENEW
-    consumer._rewind_failed(RuntimeError("fenced"))  # that commit failed: the cost is said
+    consumer._step._commit_back_failed(RuntimeError("fenced"))  # that commit failed: the cost is said
     assert "up to offset {0: 10}) may be delivered again" in caplog.text
-    consumer._revoked({(TOPIC, 0)})
+    consumer._step._revoked({(TOPIC, 0)})
 
 
 class GroupConsumersInTurn(FakeClients):

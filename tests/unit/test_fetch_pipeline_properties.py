@@ -12,7 +12,8 @@ the pipeline's actions as the consumer's fetcher thread does and checks, at ever
 * the member commits and seeks only partitions it owns, and never seeks below the committed offset;
 * closing never commits a partition back below the offset the member got it at, nor below a
   message user code already took, and NACKs every committed message it does not commit back to;
-  nor does the commit back of a revoked partition's ready messages inside its revoke callback;
+  nor does the commit back of a revoked partition's ready messages inside its revoke callback
+  (:meth:`FetchPipeline.commit_back`), which hands off the lease of every message it returns;
 * every fetched message ends up exactly once: handed over, given back, or in the close plan;
 * no message is handed over twice, except where the member's commit of it may not have landed
   before its partition moved (a lost commit answer; handing over at START, a revocation that
@@ -148,25 +149,36 @@ class Group:
             else:
                 self.doomed = True
         rewound: set[int] = set()
-        if rewind:  # KmqConsumer's revoke callback: commit back to the ready messages not taken yet
-            back = []
+        if rewind:  # KmqConsumer's revoke callback: the ready messages not taken yet, then the pipeline's commit
+            groups = []
             for i, (msgs, gen, epochs) in enumerate(self.ready):
                 if not self.pipe.stale(p, gen):
-                    back += [m for m in msgs if m.partition == p]
+                    groups.append(([m for m in msgs if m.partition == p], gen))
                     self.ready[i] = ([m for m in msgs if m.partition != p], gen, epochs)
+            back = [m for msgs, _ in groups for m in msgs]
+            plan = self.pipe.commit_back({p}, groups)
+            assert set(plan.offsets) <= {p} and not set(plan.forward) & set(plan.rewind)
+            # Every lease that goes back to the group is handed off: the ready messages' and those
+            # of the batches between START and commit (never one user code has).
+            pending = {(p, o) for b in self.pipe.pending if not b.handed and not self.pipe.stale(p, b.gen)
+                       for o in b.offsets.get(p, [])}
+            handoff = {(p, o) for o in plan.handoff.get(p, [])}
+            assert handoff == {(m.partition, m.offset) for m in back} | pending
+            took = [o for q, o, e in self.taken if q == p and e == self.epoch[p]]
             if back:
-                off = min(m.offset for m in back)
+                off = plan.rewind[p]
+                assert off == min(m.offset for m in back), f"commit back of {p} to {off} strands a ready message"
                 assert off >= self.assigned_at[p], f"commit back of {p} to {off}, below where the member got it"
-                took = [o for q, o, e in self.taken if q == p and e == self.epoch[p]]
                 assert not took or off > max(took), f"commit back of {p} to {off} re-delivers a message user code took"
                 self.committed[p] = off
                 self.returned += [(m.partition, m.offset) for m in back]
                 rewound.add(p)
-            else:  # handed over at START, not committed yet: committed on in the same callback
-                end = self.pipe.handed_ends({p}).get(p)
-                if end is not None:
-                    assert end >= self.committed[p] or p in self.uncertain
-                    self.apply_commit({p: end})
+            elif p in plan.forward:  # handed over at START, not committed yet: committed on in the same callback
+                end = plan.forward[p]
+                assert end >= self.committed[p] or p in self.uncertain
+                self.apply_commit({p: end})
+            else:
+                assert not plan.offsets
         if self.started_mode and not rewind:  # handed, and the next owner starts below it (no callback commit)
             self.repeatable.update(k for k in self.handed if k[0] == p and k[1] >= self.committed[p])
         self.owned.discard(p)

@@ -76,6 +76,8 @@ class SimConsumer:
         self._topics: frozenset[str] | None = None
         self._on_assigned: Callable[[set], None] = lambda _s: None
         self._on_revoked: Callable[[set], None] = lambda _s: None
+        self._commit_on_revoke: Callable[[set], Mapping[TP, int]] | None = None
+        self._on_commit_failed: Callable[[ClientCommitFailed], None] | None = None
         self._member: str | None = None
         self._assigned: set[TP] = set()
         self._positions: dict[TP, int] = {}
@@ -86,12 +88,17 @@ class SimConsumer:
 
     # ------------------------------------------------------------ membership
     def subscribe(self, topics: Iterable[str], on_assigned: Callable[[set], None],
-                  on_revoked: Callable[[set], None]) -> None:
-        """Join the group for ``topics`` at the next fetch; the callbacks run inside fetches."""
+                  on_revoked: Callable[[set], None],
+                  commit_on_revoke: Callable[[set], Mapping[TP, int]] | None = None,
+                  on_commit_failed: Callable[[ClientCommitFailed], None] | None = None) -> None:
+        """Join the group for ``topics`` at the next fetch; the callbacks run inside fetches. With
+        ``commit_on_revoke``, revoked partitions first have the offsets it returns committed (a
+        refused commit goes to ``on_commit_failed``), as the adapters do."""
         if self.group_id is None:
             raise SimulationError(f"consumer {self.name} has no group_id: subscribe needs one (or use assign)")
         self._topics = frozenset(topics)
         self._on_assigned, self._on_revoked = on_assigned, on_revoked
+        self._commit_on_revoke, self._on_commit_failed = commit_on_revoke, on_commit_failed
 
     def assign(self, partitions: Iterable[TP], offsets: Mapping[TP, int] | None = None) -> None:
         """Read ``partitions`` without a group membership (replaces the previous assignment)."""
@@ -149,17 +156,28 @@ class SimConsumer:
             c.record(f"{self._member} is out of {self.group_id}; lost {_names(lost) or '-'}; rejoining")
             self._drop(lost)
             if lost:
-                self._on_revoked(lost)  # as on_lost: the adapters report a lost assignment as revoked
+                self._revoke(lost)  # as on_lost: the adapters report a lost assignment as revoked
             self._member = c.groups.join(self.group_id, self.name, self._topics, self.assignor, c.t())
             s = c.groups.sync(self.group_id, self._member, c.t())
         if s.revoked:
             self._drop(s.revoked)
             c.record(f"{self._member} revoked {_names(s.revoked)}")
-            self._on_revoked(set(s.revoked))
+            self._revoke(set(s.revoked))
         if s.assigned:
             self._assigned |= s.assigned
             c.record(f"{self._member} assigned {_names(s.assigned)}")
             self._on_assigned(set(s.assigned))
+
+    def _revoke(self, tps: set[TP]) -> None:
+        """The revoke callback, after the commit ``commit_on_revoke`` asks for."""
+        offsets = self._commit_on_revoke(set(tps)) if self._commit_on_revoke is not None else None
+        if offsets:
+            try:
+                self._commit_now(dict(offsets), self._member)
+            except ClientCommitFailed as exc:
+                if self._on_commit_failed is not None:
+                    self._on_commit_failed(exc)
+        self._on_revoked(tps)
 
     def _group_pending(self) -> bool:
         return (self._member is not None and self.group_id is not None

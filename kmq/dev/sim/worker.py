@@ -1,15 +1,20 @@
-"""A kmq worker on the simulated cluster: the real fetch pipeline in a one-thread shell.
+"""A kmq worker on the simulated cluster: the consumer's own fetcher step, one step per turn.
 
-:class:`Worker` drives :class:`kmq.consumer.fetch_pipeline.FetchPipeline`, the
-state machine :class:`~kmq.consumer.consumer.KmqConsumer`'s fetcher thread
-drives, with the same events in the same order (the rebalance callbacks that
-ran inside a poll before its records; START answers, the commit's answer and
-the time before each poll) and carries out its actions the same way: START
-markers per partition for a new batch, the commit of STARTed batches, the
-hand-over to the handlers, giving back, seeking back. What differs is the
-I/O: simulated clients on the virtual clock, handlers whose fates the
-workload draws (END, NACK, REJECT, a lapsed lease, a crash of the whole
-process), and no flow control beyond a bound on what the handlers hold.
+:class:`Worker` runs :class:`kmq.consumer.fetcher.Fetcher`, the step
+:class:`~kmq.consumer.consumer.KmqConsumer`'s fetcher thread runs in a loop,
+on the simulated group consumer and the virtual clock: the same events for
+:class:`~kmq.consumer.fetch_pipeline.FetchPipeline` in the same order (START
+answers, the commit's answer and the time, then a poll, the rebalance
+callbacks that ran inside it, its records) and the same actions carried out
+(START markers per partition for a new batch, the commit of STARTed batches,
+giving back, seeking back, the commit before a revocation). What differs is
+injected: the marker writer (:class:`SimMarkerWriter`: the real one sends
+from threads of its own and waits for the hand-off RENEW; here the markers go
+on the worker's simulated producer and nothing waits inside a step), the
+hand-over (to handlers whose fates the workload draws: END, NACK, REJECT, a
+lapsed lease, a crash of the whole process) and flow control (only a bound on
+what the handlers hold). Handlers take what is handed over at once, so no
+ready message waits for a revocation to commit it back.
 
 In a schedule with ``consumer.ordering: key`` the hand-over goes through
 the consumer's real :class:`~kmq.consumer.keyed_ready.KeyedReadyQueue`, as
@@ -27,23 +32,25 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kmq.client.api import ClientCommitFailed, ProduceFailed
-from kmq.consumer.fetch_batch import STARTING
-from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack, WriteStarts
+from kmq.client.api import ProduceFailed
+from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack
+from kmq.consumer.fetcher import Fetcher, FetcherParts
 from kmq.consumer.keyed_ready import KeyedReadyQueue, copy_origin
+from kmq.core.errors import MarkerWriteError
 from kmq.core.markers import End, Nack, Reject, Renew, Start, encode, encode_key
-from kmq.core.message import KmqMessage
-from kmq.core.ranges import OffsetRange, coalesce
+from kmq.core.message import KmqMessage, message_builder
+from kmq.core.ranges import coalesce
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.downtime import Downtime
 from kmq.dev.sim.producer import SimProducer
 from kmq.dev.sim.violation import Violation
+from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.dev.sim.workload import ACK, CRASH, GROUP, HANG, NACK, QUEUE, REJECT, Fate, message_id
 
 if TYPE_CHECKING:
     from kmq.dev.sim.world import World
 
-__all__ = ["Worker", "KeyedDone"]
+__all__ = ["Worker", "KeyedDone", "SimMarkerWriter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,29 +83,34 @@ class Worker:
         self.incarnation = 0
         self.pending: list[tuple[float, int, Fate, KmqMessage]] = []  # (due, seq, fate, message) in handlers
         self._seq = 0
-        self._lock = threading.Lock()  # what a KmqMessage is built with; one thread here
+        # What a KmqMessage is built with (one thread here); the handlers settle by writing markers, so
+        # the messages' own settlements (a give-back) are noted nowhere.
+        self._build = message_builder(_Unsettled(), threading.Lock())
+        self.metrics = ConsumerMetrics()  # the fetcher step's; read by nothing
         self.downtime = Downtime()
         self._start()
 
     def _start(self) -> None:
-        c = self.world.cluster
+        w = self.world
+        c = w.cluster
         self.incarnation += 1
         self.consumer = SimConsumer(c, self.name, group_id=GROUP)
-        self.consumer.subscribe([QUEUE], on_assigned=lambda tps: self._rebalances.append((True, tps)),
-                                on_revoked=lambda tps: self._rebalances.append((False, tps)))
         self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
         self.owner = f"{self.name}#{self.incarnation}"
-        self.pipeline = FetchPipeline.for_kafka(self.world.config.kafka, self.world.workload.lease,
-                                                hand_over_started=self.world.hand_over_started)
-        self._rebalances: list[tuple[bool, set]] = []  # callbacks that ran inside a poll, not reported yet
-        self._commit: Any = None  # the commit in flight
+        self.pipeline = FetchPipeline.for_kafka(w.config.kafka, w.workload.lease, hand_over_started=w.hand_over_started)
         self._held = 0  # messages handed over, not settled
         # ordering: key: the consumer's keyed hand-over; taken messages -> (message, lease end), those
         # whose lease ran out in a handler, and the first deliveries (partition, offset) this owner took
-        self.keyed = KeyedReadyQueue() if self.world.ordered else None
+        self.keyed = KeyedReadyQueue() if w.ordered else None
         self._taken: dict[tuple[int, int], tuple[KmqMessage, float]] = {}
         self._lapsed: set[tuple[int, int]] = set()
         self._origins: set[tuple[int, int]] = set()
+        self.fetcher = Fetcher(FetcherParts(
+            QUEUE, QUEUE, self.pipeline, SimMarkerWriter(self), self.keyed or _NothingReady(), self._build,
+            self._hand_over, _not_counted, self.metrics, threading.Event(), monotonic=c.t, observe=self._observe,
+            max_poll_wait=0.0,  # the virtual clock moves between steps, not inside a poll
+            session_timeout=w.config.kafka.session_timeout), self.consumer)
+        self.fetcher.subscribe()
 
     def _restart(self) -> None:
         self._start()
@@ -107,7 +119,7 @@ class Worker:
     def busy(self) -> bool:
         return bool(self.pending or self.pipeline.pending) or self.downtime.down
 
-    # ------------------------------------------------------------ the fetcher loop, one turn per step
+    # ------------------------------------------------------------ one turn: handlers, then the fetcher step
     def step(self) -> None:
         c = self.world.cluster
         if not self.downtime.up(c.t(), self._restart):
@@ -116,89 +128,27 @@ class Worker:
             return  # crashed
         if self.keyed is not None:
             self._keyed_turn()
-        self._feed_answers()
-        room = max(0, min(self.MAX_RECORDS, self.MAX_HELD - self._held - self._unhanded()))
-        poll = self.pipeline.next_poll(room, c.t())
-        if poll.wait:
-            return
-        # pause_all: every partition paused (no room, or a commit retried): the poll only keeps the membership
-        records = self.consumer.fetch(0.0, 0 if poll.pause_all else poll.max_records, self._message)
-        self._feed_rebalances()  # they ran inside that poll: its records belong to the assignment after them
-        self._run(self.pipeline.polled(records, c.t()))
-
-    def _message(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                 headers: Any, timestamp: int) -> KmqMessage:
-        return KmqMessage(topic, partition, offset, key, value, headers, timestamp, None, self._lock)  # type: ignore[arg-type]
+        self.fetcher.answers(c.t())
+        self.fetcher.poll(max(0, min(self.MAX_RECORDS, self.MAX_HELD - self._held - self._unhanded())))
 
     def _unhanded(self) -> int:
         return sum(len(b.messages) for b in self.pipeline.pending)
 
-    def _feed_rebalances(self) -> None:
-        while self._rebalances:
-            assigned, tps = self._rebalances.pop(0)
-            parts = {p for t, p in tps if t == QUEUE}
-            if assigned:
-                self.pipeline.assigned(parts)
-            else:
-                self._run(self.pipeline.revoked(parts))
-
-    def _feed_answers(self) -> None:
-        """Report the STARTs and the commit Kafka answered, and the time (for the timeouts)."""
-        now = self.world.cluster.t()
-        for b in list(self.pipeline.pending):
-            if b.state is STARTING and b.handle is not None and all(f.is_done for f in b.handle):
-                failed = next((f.exception for f in b.handle if f.exception is not None), None)
-                if failed is None:
-                    for p, offs in b.offsets.items():
-                        self.world.started[p].update(offs)
-                self._run(self.pipeline.start_answered(b, failed, now))
-        commit = self._commit
-        if commit is not None and commit.is_done:
-            self._commit = None
-            self._run(self.pipeline.commit_answered(commit.exception, now))
-        self._run(self.pipeline.tick(now))
-
-    # ------------------------------------------------------------ the pipeline's actions
-    def _run(self, actions: list) -> None:
-        todo = list(actions)
-        while todo:
-            action = todo.pop(0)
-            if isinstance(action, WriteStarts):
-                todo += self._write_starts(action)
-            elif isinstance(action, Commit):
-                todo += self._send_commit(action)
-            elif isinstance(action, HandOver):
-                self._hand_over(action)
-            elif isinstance(action, GiveBack):
-                self.world.cluster.record(f"world {self.owner} gives back {len(action.messages)} ({action.why})")
-            elif isinstance(action, SeekBack):
-                self._seek_back(action)
-
-    def _write_starts(self, action: WriteStarts) -> list:
-        w, b = self.world, action.batch
-        futures = []
-        for p, offs in sorted(b.offsets.items()):
-            start = Start(tuple(coalesce(offs)), lease_ms=int(w.workload.lease * 1000),
-                          owner=self.owner)
-            try:
-                futures.append(self.markers.send(w.queue.markers_topic, value=encode(start), key=encode_key(p),
-                                                 partition=p))
-            except ProduceFailed as exc:
-                return self.pipeline.start_answered(b, exc, w.cluster.t())
-        b.handle = futures
-        return []
-
-    def _send_commit(self, action: Commit) -> list:
-        early = [b for b in action.batches if not _start_acked(b)]
-        if early:
-            self.world.breach(Violation("commit-before-start-acked", f"{self.owner} commits {QUEUE} at "
-                                        f"{dict(sorted(action.offsets.items()))}, over offsets "
-                                        f"{_offsets(early)} whose START Kafka had not acknowledged"))
-        try:
-            self._commit = self.consumer.commit_async({(QUEUE, p): o for p, o in action.offsets.items()})
-        except ClientCommitFailed as exc:
-            return self.pipeline.commit_answered(exc, self.world.cluster.t())
-        return []
+    # ------------------------------------------------------------ what the fetcher step is given
+    def _observe(self, action: Any) -> None:
+        """Each action of the pipeline, before the fetcher step carries it out: the invariants that
+        look at the futures themselves (not the pipeline's word), and the history."""
+        if isinstance(action, Commit):
+            early = [b for b in action.batches if not _start_acked(b)]
+            if early:
+                self.world.breach(Violation("commit-before-start-acked", f"{self.owner} commits {QUEUE} at "
+                                            f"{dict(sorted(action.offsets.items()))}, over offsets "
+                                            f"{_offsets(early)} whose START Kafka had not acknowledged"))
+        elif isinstance(action, GiveBack):
+            self.world.cluster.record(f"world {self.owner} gives back {len(action.messages)} ({action.why})")
+        elif isinstance(action, SeekBack):
+            self.world.cluster.record(f"world {self.owner} seeks back {dict(sorted(action.offsets.items()))} "
+                                      f"({action.why})")
 
     def _hand_over(self, action: HandOver) -> None:
         if not _start_acked(action.batch):
@@ -237,7 +187,7 @@ class Worker:
             w.released.add((self.owner, r.partition, r.key))
             w.cluster.record(f"world {self.owner} releases key {r.key!r} of {QUEUE}[{r.partition}]: no copy of "
                              f"@{r.origin} in time")
-        for _tp, (m, lease_end) in sorted(self._taken.items()):
+        for tp, (m, lease_end) in sorted(self._taken.items()):
             if lease_end <= now:
                 self._lapse(m)
         lease = w.workload.lease
@@ -245,7 +195,7 @@ class Worker:
         for m in keyed.due_for_renewal(now - lease / 2, now):
             renew.setdefault(m.partition, []).append(m.offset)
         for p, offs in sorted(renew.items()):
-            marker = Renew(tuple(coalesce(offs)), int(lease * 1000))
+            marker = Renew([(r.first, r.count) for r in coalesce(offs)], int(lease * 1000))
             self.markers.send(w.queue.markers_topic, value=encode(marker), key=encode_key(p), partition=p)
         taken = keyed.take(0.0, 0, lambda: True)
         for msgs, _first, _end, leased_at in keyed.taken():
@@ -289,20 +239,6 @@ class Worker:
         final = kind in (ACK, REJECT) or m.delivery_count >= self.world.queue.max_deliveries
         self.keyed.settled(m, final, 0.0 if final else self.world.cluster.t() + self._copy_wait())
 
-    def _seek_back(self, action: SeekBack) -> None:
-        assigned = {p for t, p in self.consumer.assignment() if t == QUEUE}
-        for p, off in action.offsets.items():
-            if p in assigned:
-                try:
-                    self.consumer.seek(QUEUE, p, off)
-                except ClientCommitFailed:
-                    pass  # revoked meanwhile: the next owner starts from the commit
-        self.world.cluster.record(f"world {self.owner} seeks back {dict(sorted(action.offsets.items()))} "
-                                  f"({action.why})")
-        if action.start_failed:  # as KmqConsumer does: a new marker producer
-            self.markers.close(timeout=0.0)
-            self.markers = SimProducer(self.world.cluster, f"{self.name}-markers", delivery_timeout=10.0)
-
     # ------------------------------------------------------------ handlers
     def _settle_due(self) -> bool:
         """Settle the deliveries whose handlers finished; True when one crashed the process."""
@@ -318,12 +254,11 @@ class Worker:
             nack_ms = int(self.world.workload.nack_delay * 1000)
             if self.keyed is not None:
                 self._key_settled(m, fate.kind, due)
-            # The lambdas run at once, in this iteration.
-            marker = {ACK: lambda: End((OffsetRange(m.offset, 1),)), NACK: lambda: Nack((OffsetRange(m.offset, 1),), nack_ms),  # noqa: B023
-                      REJECT: lambda: Reject((OffsetRange(m.offset, 1),), "sim handler rejected it")}.get(fate.kind)  # noqa: B023
+            marker = {ACK: lambda: End([(m.offset, 1)]), NACK: lambda: Nack([(m.offset, 1)], nack_ms),
+                      REJECT: lambda: Reject([(m.offset, 1)], "sim handler rejected it")}.get(fate.kind)
             self.world.note(message_id(m.value), f"{self.owner} settles {QUEUE}[{m.partition}]@{m.offset}: {fate.kind}")
             if marker is not None:
-                self.markers.send(self.world.queue.markers_topic, value=encode(marker()),  # type: ignore[arg-type]  # an END, NACK or REJECT
+                self.markers.send(self.world.queue.markers_topic, value=encode(marker()),
                                   key=encode_key(m.partition), partition=m.partition)
         return False
 
@@ -340,10 +275,86 @@ class Worker:
 
 
 
+class SimMarkerWriter:
+    """The marker writer the worker's fetcher step is given: STARTs and hand-off RENEWs on the
+    worker's simulated producer, sent without waiting (the real writer's hand-off waits for its RENEW
+    on a thread of its own, which a step on the virtual clock cannot)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        self.owner = worker.owner  # the fetcher step names the group member here, as in START markers
+
+    def send_starts(self, offsets: dict[int, list[int]]) -> list[tuple[int, list, Any]]:
+        w = self._worker
+        lease_ms = int(w.world.workload.lease * 1000)
+        futures = []
+        for p, offs in sorted(offsets.items()):
+            ranges = coalesce(offs)
+            start = Start([(r.first, r.count) for r in ranges], lease_ms=lease_ms, owner=self.owner)
+            try:
+                futures.append((p, ranges, w.markers.send(w.world.queue.markers_topic, value=encode(start),
+                                                          key=encode_key(p), partition=p)))
+            except ProduceFailed as exc:
+                raise MarkerWriteError(f"START marker for {QUEUE}[{p}] not sent: {exc}") from exc
+        return futures
+
+    def wait_starts(self, futures: list[tuple[int, list, Any]], timeout: float | None = None) -> None:
+        """Only asked once every future is done: the first refusal, or the STARTs noted as acknowledged."""
+        failed = next((f.exception for _, _, f in futures if f.exception is not None), None)
+        if failed is not None:
+            raise MarkerWriteError(f"START marker not acknowledged: {failed}") from failed
+        started = self._worker.world.started
+        for p, ranges, _ in futures:
+            for r in ranges:
+                started[p].update(r.offsets())
+
+    def hand_off(self, offsets: dict[int, list[int]], timeout: float) -> set[int]:
+        w = self._worker
+        ms = int(max(w.world.config.consumer.handoff_lease, w.world.queue.lease) * 1000)
+        for p, offs in sorted(offsets.items()):
+            marker = Renew([(r.first, r.count) for r in coalesce(offs)], ms)
+            w.markers.send(w.world.queue.markers_topic, value=encode(marker), key=encode_key(p), partition=p)
+        return set()  # not waited for
+
+    def replace_producer(self, why: str) -> bool:
+        """As KmqConsumer does after a failed START: a new marker producer."""
+        w = self._worker
+        w.markers.close(timeout=0.0)
+        w.markers = SimProducer(w.world.cluster, f"{w.name}-markers", delivery_timeout=10.0)
+        return True
+
+    def flush_buffer(self) -> int:
+        return 0  # settlements are written by the handlers themselves
+
+
+class _Unsettled:
+    """The settler of the worker's messages: the handlers write their markers themselves."""
+
+    def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
+        pass
+
+    def renewed(self, msg: KmqMessage, lease: float | None) -> None:
+        pass
+
+
+class _NothingReady:
+    """The ready queue without ``ordering: key``: handlers take each message as it is handed over."""
+
+    def take_out(self, partitions: set[int], may: Any) -> list:
+        return []
+
+    def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
+        raise AssertionError("nothing was taken out")
+
+
+def _not_counted(_batch: Any) -> None:
+    """No flow control in the simulator beyond the handlers' bound."""
+
+
 def _start_acked(batch: Any) -> bool:
     """Whether Kafka acknowledged every START marker of ``batch`` (its futures, not the pipeline's
     state: the invariant must not take the code under test at its word)."""
-    return batch.handle is not None and all(f.is_done and f.exception is None for f in batch.handle)
+    return batch.handle is not None and all(f.is_done and f.exception is None for _, _, f in batch.handle)
 
 
 def _offsets(batches: list) -> dict[int, tuple[int, int]]:
