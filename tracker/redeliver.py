@@ -160,9 +160,8 @@ def copy_producer(kafka: KafkaConfig, max_request_size: int, compression: str = 
     :func:`delivery_timeout_s` (below the tracker's wait, see the module docstring), compressing
     with ``compression`` (a ``queues[].compression`` value); built by ``clients``."""
     return clients.producer(kafka, settle_on_flush=True, max_request_size=max_request_size,
-                               request_timeout_ms=int(kafka.connect_timeout * 1000),
-                               delivery_timeout_ms=int(delivery_timeout_s(kafka) * 1000),
-                               compression_type=compression)
+                            request_timeout=kafka.connect_timeout, delivery_timeout=delivery_timeout_s(kafka),
+                            compression=compression)
 
 
 def copy_request_size_for(cfg: Config, clients: ClientFactory = KAFKA_CLIENTS) -> tuple[int, int]:

@@ -297,8 +297,8 @@ class Tracker:
         # RANGE: the clients' classic eager assignors; a revoke hands every partition back at once.
         self._consumer = clients.group_consumer(
             kafka, self.cfg.tracker.group_id, "RANGE", _POLL_RECORDS,
-            fetch_max_wait_ms=self.cfg.tracker.markers_fetch_wait_ms(),
-            metadata_max_age_ms=int(kafka.metadata_max_age * 1000), max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
+            fetch_wait=self.cfg.tracker.markers_fetch_wait_ms() / 1000,
+            metadata_max_age=kafka.metadata_max_age, max_poll_interval=_MAX_POLL_INTERVAL_S, **membership,
         )
         self._join_group()
         self._next_commit = self._next_metrics = self._mono()

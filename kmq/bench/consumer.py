@@ -280,7 +280,7 @@ def _produce(bootstrap: str, queue: str, messages: int, size: int, partitions: i
 
     cfg = _config(bootstrap, queue, "unused", "100ms", client)
     ensure_topics(cfg.kafka, cfg.queues[0], partitions)
-    p = client_api.producer(cfg.kafka, linger_ms=20, batch_size=512 * 1024, compression_type=None)
+    p = client_api.producer(cfg.kafka, linger=0.02, batch_size=512 * 1024, compression="none")
     value = b"x" * size
     for i in range(messages):
         key = b"k%d" % (i % keys) if keys else None

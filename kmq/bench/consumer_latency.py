@@ -87,7 +87,8 @@ def _child_latency(variant: str, bootstrap: str, queue: str, batch: int, seconds
     elif client == "confluent":
         from kmq.client.confluent.consumer import consumer
 
-        raw = consumer(cfg.kafka, queue, group_id=cfg.consumer.group_id, fetch_max_wait_ms=cfg.consumer.fetch_wait_ms).raw
+        raw = consumer(cfg.kafka, queue, group_id=cfg.consumer.group_id,
+                       **{"fetch.wait.max.ms": cfg.consumer.fetch_wait_ms or 500}).raw
         going = True
         while going:
             records = raw.consume(batch, 0.5)
@@ -127,7 +128,7 @@ def _produce_at(bootstrap: str, queue: str, rate: int, client: str, stop: thread
     from kmq import client as client_api
 
     cfg = _config(bootstrap, queue, "unused", "100ms", client)
-    p = client_api.producer(cfg.kafka, linger_ms=0, compression_type=None)
+    p = client_api.producer(cfg.kafka, linger=0, compression="none")
     step = 0.001
     per_step = rate * step
     owed = 0.0

@@ -72,7 +72,7 @@ def _produce(cfg, topic: str, records) -> None:
     """Write the backlog with the bench's client (``kafka.client``: confluent writes millions in seconds)."""
     from kmq.client.factory import producer
 
-    p = producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024)
+    p = producer(cfg.kafka, linger=0.02, batch_size=256 * 1024)
     try:
         for part, ts, k, v in records:
             p.send(topic, key=k, value=v, partition=part, timestamp_ms=ts)

@@ -46,7 +46,7 @@ def _workload(batches: int, seed: int = 1) -> list[tuple[bytes, int]]:
     """Encoded markers: a START per batch of 500, acks in ~10 coalesced END flushes per
     batch with jittered (out-of-order) completion, ENDs trailing STARTs by 4 batches."""
     from kmq.core.markers import End, Start, encode
-    from kmq.core.ranges import OffsetRange, coalesce
+    from kmq.core.ranges import coalesce
 
     rnd = random.Random(seed)
     out: list[tuple[bytes, int]] = []
@@ -54,9 +54,9 @@ def _workload(batches: int, seed: int = 1) -> list[tuple[bytes, int]]:
     ts = 1_000_000
     for b in range(batches):
         first = b * BATCH
-        out.append((encode(Start((OffsetRange(first, BATCH),), lease_ms=30_000, owner="bench-worker")), ts))
+        out.append((encode(Start([(first, BATCH)], lease_ms=30_000, owner="bench-worker")), ts))
         done = sorted(range(first, first + BATCH), key=lambda o: o + rnd.random() * 40)
-        pending.append([encode(End(tuple(coalesce(done[i:i + 50])))) for i in range(0, BATCH, 50)])
+        pending.append([encode(End(coalesce(done[i:i + 50]))) for i in range(0, BATCH, 50)])
         if len(pending) > 4:
             out.extend((v, ts) for v in pending.pop(0))
         ts += 5
@@ -93,7 +93,6 @@ def rss():
             return int(line.split()[1]) / 1024
 from kmq.config import BackoffConfig
 from kmq.core.markers import End, Start
-from kmq.core.ranges import OffsetRange
 from kmq.core.lease_state import PartitionState
 base = rss()
 holes = sys.argv[1] == "holes"
@@ -101,18 +100,18 @@ s = PartitionState(BackoffConfig().delay, 5)
 moff = 0
 if not holes:
     for b in range(2000):
-        s.apply(Start((OffsetRange(b * 500, 500),), lease_ms=30000), moff, b); moff += 1
+        s.apply(Start([(b * 500, 500)], lease_ms=30000), moff, b); moff += 1
 else:
     # 1.1M started; acks leave a hole of 1 in every 50: 1,000,000 open in ~22,000 segments
     for b in range(2200):
-        s.apply(Start((OffsetRange(b * 500, 500),), lease_ms=30000), moff, b); moff += 1
+        s.apply(Start([(b * 500, 500)], lease_ms=30000), moff, b); moff += 1
     acked = 0
     for b in range(2200):
         if acked >= 100000:
             break
         for k in range(10):
             first = b * 500 + k * 50 + 10
-            s.apply(End((OffsetRange(first, 5),)), moff, b); moff += 1
+            s.apply(End([(first, 5)]), moff, b); moff += 1
             acked += 5
             if acked >= 100000:
                 break
@@ -136,7 +135,6 @@ def redelivery_delay(bootstrap: str, messages: int = 400, batch: int = 10) -> di
 
     from kmq.config import Config
     from kmq.core.markers import Start, encode, encode_key
-    from kmq.core.ranges import OffsetRange
     from kmq.client.topics import ensure_topics
     from tracker import Tracker
 
@@ -149,7 +147,7 @@ def redelivery_delay(bootstrap: str, messages: int = 400, batch: int = 10) -> di
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    for _ in range(messages):
+    for i in range(messages):
         p.send(q.name, value=b"x" * 100, partition=0)
     p.flush()
     t = Tracker(cfg, http_host="127.0.0.1").start()
@@ -158,7 +156,7 @@ def redelivery_delay(bootstrap: str, messages: int = 400, batch: int = 10) -> di
             time.sleep(0.05)
         due: dict[int, int] = {}
         for first in range(0, messages, batch):
-            meta = p.send(q.markers_topic, key=encode_key(0), value=encode(Start((OffsetRange(first, batch),), lease_ms=1000)),
+            meta = p.send(q.markers_topic, key=encode_key(0), value=encode(Start([(first, batch)], lease_ms=1000)),
                           partition=0).get(10)
             for o in range(first, first + batch):
                 due[o] = meta.timestamp + 1000 + 100
@@ -167,7 +165,7 @@ def redelivery_delay(bootstrap: str, messages: int = 400, batch: int = 10) -> di
         tp = TopicPartition(q.name, 0)
         c.assign([tp])
         c.seek(tp, messages)
-        delays: list[int] = []
+        delays = []
         deadline = time.monotonic() + 60
         while len(delays) < messages and time.monotonic() < deadline:
             for recs in c.poll(timeout_ms=200).values():
@@ -194,7 +192,6 @@ def recovery(bootstrap: str, acked_pairs: int = 20_000) -> dict:
 
     from kmq.config import Config
     from kmq.core.markers import End, Start, encode, encode_key
-    from kmq.core.ranges import OffsetRange
     from kmq.client.topics import ensure_topics
     from tracker import Tracker
 
@@ -211,11 +208,11 @@ def recovery(bootstrap: str, acked_pairs: int = 20_000) -> dict:
     o = 0
     for half in range(2):
         for _ in range(acked_pairs):
-            p.send(q.markers_topic, key=key, value=encode(Start((OffsetRange(o, 1),), lease_ms=600_000)), partition=0)
-            p.send(q.markers_topic, key=key, value=encode(End((OffsetRange(o, 1),))), partition=0)
+            p.send(q.markers_topic, key=key, value=encode(Start([(o, 1)], lease_ms=600_000)), partition=0)
+            p.send(q.markers_topic, key=key, value=encode(End([(o, 1)])), partition=0)
             o += 1
         if half == 0:
-            p.send(q.markers_topic, key=key, value=encode(Start((OffsetRange(o, 1),), lease_ms=600_000)), partition=0)
+            p.send(q.markers_topic, key=key, value=encode(Start([(o, 1)], lease_ms=600_000)), partition=0)
             o += 1
     p.flush()
     p.close()
@@ -246,7 +243,6 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
     from kmq import client as client_api
     from kmq.config import Config
     from kmq.core.markers import Start, encode, encode_key
-    from kmq.core.ranges import OffsetRange
     from kmq.client.topics import ensure_topics
     from tracker import Tracker
 
@@ -258,11 +254,11 @@ def redelivery_throughput(bootstrap: str, client: str, messages: int = 50_000, b
     })
     q = cfg.queues[0]
     ensure_topics(cfg.kafka, q, 1)
-    p = client_api.producer(cfg.kafka, linger_ms=20)
-    for _ in range(messages):
+    p = client_api.producer(cfg.kafka, linger=0.02)
+    for i in range(messages):
         p.send(q.name, value=b"x" * 100, partition=0)
     for first in range(0, messages, batch):
-        p.send(q.markers_topic, key=encode_key(0), value=encode(Start((OffsetRange(first, batch),), lease_ms=1)), partition=0)
+        p.send(q.markers_topic, key=encode_key(0), value=encode(Start([(first, batch)], lease_ms=1)), partition=0)
     p.flush(60)
     client_api.close_producer(p)
     time.sleep(0.1)  # every lease (1 ms) has ended before the tracker starts

@@ -27,12 +27,12 @@ def run(http_host: str, cfg: Config) -> None:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for h in logging.getLogger().handlers:
         h.setLevel(logging.NOTSET)
-    from kmq.client.kafka_python.clients import broker_errors
+    from kmq.client import broker_errors
     from kmq.config.process import tune_collector
     from kmq.telemetry.otel_sdk import process_tracing
     from tracker import Tracker
 
     tune_collector()
     # Before the tracker is built: its redelivery spans use the provider installed here (OTEL_* env).
-    with process_tracing("kmq-tracker", logging.getLogger("tracker").info), broker_errors(cfg.kafka):
+    with process_tracing("kmq-tracker", logging.getLogger("tracker").info), broker_errors(cfg.kafka, "running the tracker"):
         Tracker(cfg, http_host=http_host).run()

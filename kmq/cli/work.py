@@ -57,13 +57,13 @@ log = logging.getLogger(__name__)
 @reaches_kafka_at_once
 def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, start: int, cfg: Config) -> None:
     """Produce COUNT demo messages to QUEUE (key = message number), compressed with its queues[].compression."""
-    from kmq.client.kafka_python import clients
+    from kmq.client import close_producer, producer as make_producer
 
     # Originals go to the queue topic every consumer group of the queue reads: any group's entry
     # names the codec (the first configured one), none is needed.
     entries = [q for q in cfg.queues if q.name == queue]
     compression = (entries[0] if entries else cfg.queue(queue)).compression
-    producer = clients.producer(cfg.kafka, linger_ms=20, batch_size=256 * 1024, compression_type=compression)
+    producer = make_producer(cfg.kafka, linger=0.02, batch_size=256 * 1024, compression=compression)
     t0 = time.monotonic()
     poisons = 0
     try:
@@ -78,7 +78,7 @@ def produce(queue: str, count: int, size: int, rate: float, poison_rate: float, 
                     time.sleep(ahead)
         producer.flush()
     finally:
-        producer.close()
+        close_producer(producer)
     took = time.monotonic() - t0
     click.echo(f"produced {count} messages ({poisons} poison) to {queue} in {took:.2f}s")
 

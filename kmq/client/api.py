@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
-from kmq.core.errors import ClientNotInstalled, KmqError, install_extra
+from kmq.client.errors import ClientCommitFailed, ProduceFailed, ProducerFatal
+from kmq.core.errors import ClientNotInstalled, install_extra
 from kmq.core.ranges import OffsetRange
 
 __all__ = [
@@ -189,29 +190,6 @@ class LogReader(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class ClientCommitFailed(KmqError):
-    """A commit the client did not complete; ``rebalanced`` when the group moved on
-    (the partitions now belong to another member). Wrapped by the callers into their own errors."""
-
-    retriable = True
-
-    def __init__(self, message: str, rebalanced: bool = False) -> None:
-        super().__init__(message)
-        self.rebalanced = rebalanced
-
-
-class ProduceFailed(KmqError):
-    """A record the producer could not deliver (the client's own error is the ``__cause__``)."""
-
-    retriable = True
-
-
-class ProducerFatal(ProduceFailed):
-    """The producer is in a fatal state (librdkafka's fatal error, e.g. an idempotence guarantee it
-    can no longer keep): it sends nothing any more, so every later send fails the same way. The
-    record may be sent again, on a new producer: its owner closes this one and makes another."""
 
 
 class ConsumerAdapter(Protocol):

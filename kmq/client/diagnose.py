@@ -53,6 +53,7 @@ from kmq.client.sasl import (
     parse_handshake,
     request_frame,
 )
+from kmq.client.secrets import sasl_password
 from kmq.config import PASSWORD_MECHANISMS, KafkaConfig
 from kmq.core.errors import (
     BrokerUnavailable,
@@ -237,7 +238,7 @@ def _sasl_login(kafka: KafkaConfig, server: str, sock: socket.socket, unread: in
         found = handshake_verdict(kafka, server, answer)
         if found is not None:
             return found
-        login = PasswordLogin(mechanism, kafka.sasl_username or "", kafka.password() or "")
+        login = PasswordLogin(mechanism, kafka.sasl_username or "", sasl_password(kafka) or "")
         message: bytes | None = login.start()
         correlation_id = _CORRELATION_ID + 2
         while message is not None:

@@ -9,12 +9,11 @@ import :mod:`kmq.client.api`, never this module).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-from kafka import errors as kafka_errors
-from kafka.errors import KafkaError
-
+from kmq.client.admin import TopicAdmin
 from kmq.client.api import (
     CONFLUENT,
     ConsumerAdapter,
@@ -28,12 +27,14 @@ from kmq.client.api import (
     is_confluent_consumer,
     require_client,
 )
+from kmq.client.errors import ProduceDenied, ProducerFenced, RecordRefused, RecordTooLarge, TopicUnknown
 from kmq.client.kafka_python import clients
 from kmq.client.kafka_python.consumer import KafkaPythonConsumer
 from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
+from kmq.client.overrides import CONSUMER, PRODUCER, native
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
-__all__ = ["adapt_consumer", "group_consumer", "client_error", "producer", "send_many", "close_producer", "produce_errors",
+__all__ = ["open_admin", "adapt_consumer", "group_consumer", "client_error", "broker_errors", "producer", "send_many", "close_producer", "produce_errors",
            "refused_record_errors", "open_log_reader", "producer_state_errors", "producer_fatal", "SendFailure",
            "send_failure"]
 
@@ -62,21 +63,21 @@ def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int,
     auto-commit off, ``assignor`` (``COOPERATIVE-STICKY`` or ``RANGE``, kmq's ``consumer.assignor``)
     and kmq's session timing. Not subscribed yet.
 
-    ``overrides`` use kafka-python's names, mapped for confluent like the producer's:
-    ``group_instance_id`` (static membership), ``fetch_max_wait_ms``, ``metadata_max_age_ms``,
-    ``max_poll_interval_ms``."""
+    ``overrides`` are kmq's names (:data:`kmq.client.overrides.CONSUMER`, durations in seconds),
+    translated for the chosen client: ``group_instance_id`` (static membership), ``fetch_wait``,
+    ``metadata_max_age``, ``max_poll_interval``."""
     name = client_of(kafka)
     require_client(name)
     if name == CONFLUENT:
         from kmq.client.confluent.consumer import consumer as confluent_consumer
 
         strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
-        return confluent_consumer(kafka, group_id=group_id, enable_auto_commit=False,
-                                  **{"partition.assignment.strategy": strategy}, **overrides)  # type: ignore[arg-type]  # a librdkafka name
+        return confluent_consumer(kafka, group_id=group_id, **{"partition.assignment.strategy": strategy,
+                                                               **native(overrides, CONSUMER, name)})
     return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
                                                 max_poll_records=max_records,
                                                 partition_assignment_strategy=clients.assignors(assignor),
-                                                **overrides))
+                                                **native(overrides, CONSUMER, name)))
 
 
 def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
@@ -89,22 +90,38 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
     if module in ("confluent_kafka", "cimpl"):
         err = exc.args[0] if exc.args else None
         if hasattr(err, "code") and hasattr(err, "str"):
-            from kmq.client.confluent.consumer import as_kafka_python_error
+            from kmq.client.confluent.errors import classify as confluent_classify
 
-            exc = as_kafka_python_error(err)
-            module = "kafka"
-        else:
-            return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+            return confluent_classify(kafka, err) or BrokerUnavailable(f"{what} failed: {err.str()} ({err.name()})")
+        return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
     if module != "kafka":
         return None
     return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
+@contextlib.contextmanager
+def broker_errors(kafka: Any, what: str = "talking to Kafka") -> Iterator[None]:
+    """Raise kmq's error (:func:`client_error`) for any Kafka client's failure inside the block, on
+    either client: a connection failure diagnosed, a refused login or ACL named. Exceptions that are
+    no client's (bugs) pass unchanged."""
+    try:
+        with clients.broker_errors(kafka):
+            yield
+    except KmqError:
+        raise
+    except Exception as exc:
+        error = client_error(kafka, exc, what)
+        if error is None:
+            raise
+        raise error from exc
+
+
 def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool = False, **overrides: Any) -> Any:
     """An idempotent acks=all producer on the client ``kafka.client`` names.
 
-    ``overrides`` use kafka-python's names (``linger_ms``, ``delivery_timeout_ms``, ...);
-    the confluent adapter maps them. ``send(topic, value=, key=, partition=, headers=)``
+    ``overrides`` are kmq's names (:data:`kmq.client.overrides.PRODUCER`: ``linger``,
+    ``delivery_timeout``, ``compression``, ...; durations in seconds), translated for the chosen
+    client. ``send(topic, value=, key=, partition=, headers=)``
     returns a future (:class:`Delivery` on confluent). ``settle_on_flush``: the caller reads
     verdicts only after a ``flush``, from the thread that sends; confluent then gives them at the
     flush, without a delivery callback per record (cheaper per record). kafka-python's futures
@@ -114,8 +131,8 @@ def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool =
     if name == CONFLUENT:
         from kmq.client.confluent.consumer import producer as confluent_producer
 
-        return confluent_producer(kafka, timeout_s, settle_on_flush, **overrides)
-    return clients.producer(kafka, timeout_s, **overrides)
+        return confluent_producer(kafka, timeout_s, settle_on_flush, **native(overrides, PRODUCER, name))
+    return clients.producer(kafka, timeout_s, **native(overrides, PRODUCER, name))
 
 
 def send_many(prod: Any, records: Sequence[OutRecord]) -> SendBatch:
@@ -144,16 +161,16 @@ def close_producer(prod: Any, timeout: float = 5.0) -> None:
 
 
 def produce_errors() -> tuple[type[BaseException], ...]:
-    """Exception classes a producer's ``send``/``flush`` may raise, for ``except`` clauses."""
-    return (KafkaError, ProduceFailed)
+    """Exception classes a producer's ``send``/``flush`` may raise, for ``except`` clauses: kmq's
+    :class:`~kmq.client.errors.ProduceFailed` (and its subclasses) on either client."""
+    return (ProduceFailed,)
 
 
 def producer_state_errors() -> tuple[type[BaseException], ...]:
     """Send failures after which the producer's id is no longer accepted (fenced, unknown, out of
     sequence): every later send of that producer fails the same way, so it must be replaced. Both
-    clients raise these classes (the confluent adapter maps librdkafka's codes to them)."""
-    return (kafka_errors.ProducerFencedError, kafka_errors.UnknownProducerIdError,
-            kafka_errors.OutOfOrderSequenceNumberError, kafka_errors.InvalidProducerEpochError)
+    adapters raise :class:`~kmq.client.errors.ProducerFenced` for them."""
+    return (ProducerFenced,)
 
 
 def producer_fatal(prod: Any) -> Exception | None:
@@ -171,20 +188,20 @@ class SendFailure:
     permanent: bool  # the same record fails again however often it is sent
 
 
-_PERMANENT_SENDS = (TypeError, ValueError, AssertionError, kafka_errors.MessageSizeTooLargeError,
-                    kafka_errors.RecordListTooLargeError, kafka_errors.InvalidRecordError,
-                    kafka_errors.CorruptRecordError)
+#: A record refused for good: kmq's class, and the Python errors kafka-python raises for a record it
+#: cannot encode before sending (a null header value, neither key nor value).
+_PERMANENT_SENDS = (RecordRefused, TypeError, ValueError, AssertionError)
 
 
 def send_failure(exc: BaseException) -> SendFailure:
-    """Classify an exception from a producer's ``send``, its future or ``flush`` (both clients raise
-    kafka-python's classes; a refusal before sending, e.g. kafka-python's tombstone ValueError, too)."""
+    """Classify an exception from a producer's ``send``, its future or ``flush`` (kmq's classes on
+    both clients; a refusal before sending, e.g. kafka-python's tombstone ValueError, too)."""
     permanent = isinstance(exc, _PERMANENT_SENDS)
-    if isinstance(exc, (kafka_errors.MessageSizeTooLargeError, kafka_errors.RecordListTooLargeError)):
+    if isinstance(exc, RecordTooLarge):
         return SendFailure("too_large", True)
-    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
+    if isinstance(exc, TopicUnknown):
         return SendFailure("unknown_topic", permanent)
-    if isinstance(exc, kafka_errors.TopicAuthorizationFailedError):
+    if isinstance(exc, ProduceDenied):
         return SendFailure("forbidden", permanent)
     return SendFailure("invalid" if permanent else "failed", permanent)
 
@@ -200,11 +217,31 @@ def open_log_reader(kafka: Any, timeout_s: float = 10.0, fetch_wait_ms: int = 50
     without a group, each read ending where a fetch of its own saw the end of the log. ``timeout_s``:
     how long a read waits for an answer from the broker; ``fetch_wait_ms``: how long the broker
     holds a fetch that finds nothing new (what a look-up of an idle log's end waits); ``overrides``:
-    the client's own consumer settings (kafka-python names or librdkafka properties). Close it when done."""
+    kmq's consumer settings (:data:`kmq.client.overrides.CONSUMER`; ``max_poll_records`` is the records
+    a confluent reader takes per call too), translated for the chosen client. Close it when done."""
     name = client_of(kafka)
     require_client(name)
     if name == CONFLUENT:
         from kmq.client.confluent.log_reader import ConfluentLogReader
 
-        return ConfluentLogReader(kafka, timeout_s, **{"fetch.wait.max.ms": fetch_wait_ms, **overrides})
-    return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms, **overrides})
+        # Records a consume call takes: librdkafka's batch is the reader's, not a property.
+        batch = overrides.pop("max_poll_records", None)
+        return ConfluentLogReader(kafka, timeout_s, **({"batch": batch} if batch else {}),
+                                  **{"fetch.wait.max.ms": fetch_wait_ms, **native(overrides, CONSUMER, name)})
+    return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms,
+                                                     **native(overrides, CONSUMER, name)})
+
+
+def open_admin(kafka: Any, timeout_s: float | None = None) -> TopicAdmin:
+    """A :class:`~kmq.client.admin.TopicAdmin` on the client ``kafka.client`` names; ``timeout_s``
+    (default ``kafka.connect_timeout``) bounds each request. Close it when done."""
+    name = client_of(kafka)
+    require_client(name)
+    timeout_s = timeout_s or kafka.connect_timeout
+    if name == CONFLUENT:
+        from kmq.client.confluent.admin import ConfluentAdmin
+
+        return ConfluentAdmin(kafka, timeout_s)
+    from kmq.client.kafka_python.admin import KafkaPythonAdmin
+
+    return KafkaPythonAdmin(kafka, timeout_s)

@@ -3,7 +3,7 @@
 :class:`ClientFactory` builds every client :class:`~kmq.consumer.consumer.KmqConsumer`,
 :class:`~kmq.consumer.writer.MarkerWriter` and :class:`tracker.service.Tracker` use,
 from the configuration's ``kafka`` section: the group consumer, the producers,
-the log readers, and the two topic look-ups (the queue's topics exist and are
+the log readers, topic administration, and the two topic look-ups (the queue's topics exist and are
 aligned; ``max.message.bytes``). Its methods are :mod:`kmq.client.factory`'s and
 :mod:`kmq.client.topics`' functions, so the default object builds what those
 always built.
@@ -19,6 +19,8 @@ from typing import Any
 
 from kmq import client as client_api
 from kmq.client import topics
+from kmq.client.admin import TopicAdmin
+from kmq.client.factory import open_admin
 from kmq.client.api import GroupConsumerAdapter, LogReader
 from kmq.config import KafkaConfig, QueueConfig
 
@@ -45,6 +47,10 @@ class ClientFactory:
                         **overrides: Any) -> LogReader:
         """A reader of partitions without a group (:func:`kmq.client.factory.open_log_reader`)."""
         return client_api.open_log_reader(kafka, timeout_s, fetch_wait_ms, **overrides)
+
+    def open_admin(self, kafka: KafkaConfig, timeout_s: float | None = None) -> TopicAdmin:
+        """Topic administration (:func:`kmq.client.factory.open_admin`)."""
+        return open_admin(kafka, timeout_s)
 
     def require_aligned(self, kafka: KafkaConfig, queue: QueueConfig) -> Any:
         """Raise :class:`~kmq.core.errors.TopicMissing` or :class:`~kmq.core.errors.TopicMisaligned`

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 
+from kmq.client.secrets import key_password
 from kmq.config import KafkaConfig
 from kmq.core.errors import ConfigError
 
@@ -25,7 +26,7 @@ def ssl_context(kafka: KafkaConfig) -> ssl.SSLContext:
     ctx.check_hostname = kafka.ssl_check_hostname
     ctx.verify_mode = ssl.CERT_REQUIRED  # an unverified broker would defeat the point of TLS
     if kafka.ssl_certfile:
-        password = kafka.key_password()
+        password = key_password(kafka)
         try:
             # A callable, so an encrypted key without a password fails here instead of prompting on a tty.
             ctx.load_cert_chain(kafka.ssl_certfile, kafka.ssl_keyfile, password=lambda: password or "")

@@ -12,10 +12,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
-from kafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError, KafkaError, TopicAlreadyExistsError
-
-from kmq.client.kafka_python.clients import admin_client, broker_errors
+from kmq.client.admin import TopicAdmin, TopicState
+from kmq.client.factory import open_admin
 from kmq.config import KafkaConfig, QueueConfig, TopicsConfig
 from kmq.core.errors import KmqError, TopicError, TopicMisaligned, TopicMissing, UnsupportedByBroker
 
@@ -104,17 +102,11 @@ class TopicLayout:
         return out
 
 
-def _partition_counts(admin, names: list[str]) -> dict[str, int | None]:
-    return _counts(admin.describe_topics(names))
+def _counts(states: dict[str, TopicState | None]) -> dict[str, int | None]:
+    return {name: None if state is None else state.partitions for name, state in states.items()}
 
 
-def _counts(topics: list[dict]) -> dict[str, int | None]:
-    """Partition count per topic of a describe_topics answer (None: missing or in error)."""
-    return {t.get("name") or t.get("topic"): len(t["partitions"]) if t.get("error_code", 0) == 0 and t.get("partitions")  # type: ignore[misc]
-            else None for t in topics}
-
-
-def _wait_led(admin, names: list[str], timeout_s: float) -> dict[str, int | None]:
+def _wait_led(admin: TopicAdmin, names: list[str], timeout_s: float) -> dict[str, int | None]:
     """Partition counts once every partition of ``names`` has a leader (at most ``timeout_s``).
 
     A topic just created or grown is in the metadata before its partitions have leaders; a
@@ -122,25 +114,22 @@ def _wait_led(admin, names: list[str], timeout_s: float) -> dict[str, int | None
     members sit idle until the next metadata refresh (Apache Kafka; tansu answers at once)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        topics = admin.describe_topics(names)
+        states = admin.describe(names)
         # A topic just created may also be answered as unknown for a moment, by a broker whose
         # metadata cache has not caught up with the controller yet.
-        leaderless = [t.get("name") or t.get("topic") for t in topics
-                      if t.get("error_code", 0) != 0 or not t.get("partitions")
-                      or any(p.get("leader_id", -1) < 0 for p in t["partitions"])]
+        leaderless = [name for name, state in states.items() if state is None or state.leaderless]
         if not leaderless or time.monotonic() > deadline:
             if leaderless:
                 log.warning("partitions of %s have no leader yet after %.0f s", ", ".join(leaderless), timeout_s)
-            return _counts(topics)
+            return _counts(states)
         time.sleep(0.1)
 
 
 def describe(kafka: KafkaConfig, queue: QueueConfig) -> TopicLayout:
     """Read the partition counts of the queue's topics."""
-    admin = admin_client(kafka)
+    admin = open_admin(kafka)
     try:
-        with broker_errors(kafka):
-            counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
+        counts = _counts(admin.describe([queue.name, queue.markers_topic, queue.dlq_topic]))
     finally:
         admin.close()
     return TopicLayout(queue, counts.get(queue.name), counts.get(queue.markers_topic), counts.get(queue.dlq_topic))
@@ -154,18 +143,16 @@ def max_message_bytes(kafka: KafkaConfig, topics: list[str]) -> dict[str, int | 
     if not topics:
         return out
     try:
-        admin = admin_client(kafka)
+        admin = open_admin(kafka)
         try:
-            # "all": a limit left at the broker's default is reported too (with its default source).
-            found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in out],
-                                           config_filter="all").get("topic", {})
+            found = admin.configs(topics)
         finally:
             admin.close()
-    except (KafkaError, KmqError, OSError) as exc:
+    except (KmqError, OSError) as exc:
         log.info("max.message.bytes of %s not read (%s)", ", ".join(topics), exc)
         return out
     for topic in out:
-        value = ((found.get(topic) or {}).get("max.message.bytes") or {}).get("value")
+        value = found.get(topic, {}).get("max.message.bytes")
         if value is not None and str(value).isdigit():
             out[topic] = int(value)
     return out
@@ -198,74 +185,69 @@ def ensure_topics(
         raise TopicError(f"--partitions must be at least 1, got {partitions}")
     settings = settings or TopicsConfig()
     configs = topic_configs(settings, queue)
-    admin = admin_client(kafka)
+    admin = open_admin(kafka)
     try:
-        with broker_errors(kafka):
-            counts = _partition_counts(admin, [queue.name, queue.markers_topic, queue.dlq_topic])
-            rf = 1
-            if None in counts.values():
-                brokers = _broker_count(admin)
-                rf = choose_replication_factor(
-                    replication_factor if replication_factor is not None else settings.replication_factor, brokers)
-            qp = counts[queue.name]
-            mp = counts[queue.markers_topic]
-            grow_queue = qp is not None and partitions is not None and partitions > qp
-            if grow_queue and partitions is not None and mp is not None and mp < partitions:
-                # The markers topic first: a worker handed a new queue partition writes its STARTs to the
-                # markers partition of the same number, which must exist by then.
-                _grow(admin, queue.markers_topic, partitions)
-                mp = partitions
-            if qp is None:
-                qp = partitions or 1
-                _create(admin, queue.name, qp, rf, configs["queue"])
-            elif grow_queue:
-                assert partitions is not None  # grow_queue says so
-                _grow(admin, queue.name, partitions)
-                qp = partitions
-            if mp is None:
-                _create(admin, queue.markers_topic, qp, rf, configs["markers"])
-            elif mp < qp:
-                _grow(admin, queue.markers_topic, qp)
-            if counts[queue.dlq_topic] is None:
-                _create(admin, queue.dlq_topic, dlq_partitions or qp, rf, configs["dlq"])
-            counts = _wait_led(admin, [queue.name, queue.markers_topic, queue.dlq_topic], kafka.connect_timeout * 3)
+        counts = _counts(admin.describe([queue.name, queue.markers_topic, queue.dlq_topic]))
+        rf = 1
+        if None in counts.values():
+            brokers = _broker_count(admin)
+            rf = choose_replication_factor(
+                replication_factor if replication_factor is not None else settings.replication_factor, brokers)
+        qp = counts[queue.name]
+        mp = counts[queue.markers_topic]
+        grow_queue = qp is not None and partitions is not None and partitions > qp
+        if grow_queue and mp is not None and mp < partitions:
+            # The markers topic first: a worker handed a new queue partition writes its STARTs to the
+            # markers partition of the same number, which must exist by then.
+            _grow(admin, queue.markers_topic, partitions)
+            mp = partitions
+        if qp is None:
+            qp = partitions or 1
+            _create(admin, queue.name, qp, rf, configs["queue"])
+        elif grow_queue:
+            _grow(admin, queue.name, partitions)
+            qp = partitions
+        if mp is None:
+            _create(admin, queue.markers_topic, qp, rf, configs["markers"])
+        elif mp < qp:
+            _grow(admin, queue.markers_topic, qp)
+        if counts[queue.dlq_topic] is None:
+            _create(admin, queue.dlq_topic, dlq_partitions or qp, rf, configs["dlq"])
+        counts = _wait_led(admin, [queue.name, queue.markers_topic, queue.dlq_topic], kafka.connect_timeout * 3)
     finally:
         admin.close()
     return TopicLayout(queue, counts[queue.name], counts[queue.markers_topic], counts[queue.dlq_topic])
 
 
-def _broker_count(admin) -> int:
+def _broker_count(admin: TopicAdmin) -> int:
     """Brokers in the cluster; 0 when the cluster does not tell (then the default factor 3 is tried)."""
     try:
-        return len(admin.describe_cluster().get("brokers") or [])
-    except KafkaError as exc:
+        return len(admin.brokers())
+    except TopicError as exc:
         log.warning("cannot count the brokers (%s); new topics get replication factor %d unless "
                     "topics.replication_factor or --replication-factor says otherwise", exc, _DEFAULT_REPLICATION)
         return 0
 
 
-def _create(admin, name: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
-    try:
-        admin.create_topics([NewTopic(name, partitions, rf, topic_configs=configs)])
+def _create(admin: TopicAdmin, name: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
+    if admin.create(name, partitions, rf, configs):
         log.info("created topic %s with %d partitions, replication factor %d%s", name, partitions, rf,
                  "".join(f", {k}={v}" for k, v in sorted(configs.items())))
-    except TopicAlreadyExistsError:
+    else:
         log.info("topic %s already exists", name)  # another process won the race
 
 
-def _grow(admin, name: str, partitions: int) -> None:
+def _grow(admin: TopicAdmin, name: str, partitions: int) -> None:
     try:
-        admin.create_partitions({name: NewPartitions(partitions)})
-        log.info("grew topic %s to %d partitions", name, partitions)
-    except IncompatibleBrokerVersion as exc:
+        admin.grow(name, partitions)
+    except UnsupportedByBroker as exc:
         raise UnsupportedByBroker(
             f"cannot grow {name!r} to {partitions} partitions: this broker does not support CreatePartitions; "
             f"grow it with your cluster's tooling (kafka-topics.sh --alter --partitions {partitions}) "
             f"or recreate it with {partitions} partitions"
         ) from exc
-    except InvalidPartitionsError as exc:
+    except TopicError as exc:
+        if type(exc) is not TopicError:
+            raise
         raise TopicError(f"cannot grow {name!r} to {partitions} partitions: {exc}") from exc
-    except KafkaError as exc:
-        if "CreatePartitions" in str(exc):
-            raise UnsupportedByBroker(f"cannot grow {name!r}: the broker does not support CreatePartitions") from exc
-        raise
+    log.info("grew topic %s to %d partitions", name, partitions)

@@ -14,8 +14,9 @@ Security settings are checked in two steps: :meth:`Config.from_dict` checks
 what the keys say together (a SASL mechanism needs a SASL protocol, TLS files
 need SSL); :meth:`KafkaConfig.check_security` (run by :meth:`Config.load`
 and again before any client is built) checks what only the running process
-can know: credentials present after the environment is applied, TLS files and
-the OAUTHBEARER token file readable.
+can know: credentials present after the environment is applied. Files (TLS,
+password, token) are only named here: the client builders check and read them
+(:mod:`kmq.client.secrets`), so configuration does no I/O but reading kmq.yaml.
 """
 
 from __future__ import annotations
@@ -238,37 +239,17 @@ class KafkaConfig:
         _check_security_keys(kafka)
         return kafka
 
-    def password(self) -> str | None:
-        if self.sasl_password is not None:
-            return self.sasl_password
-        if self.sasl_password_file:
-            try:
-                return Path(self.sasl_password_file).read_text().strip()
-            except OSError as exc:
-                raise ConfigError("kafka.sasl_password_file", f"cannot read the password file: {exc.strerror}") from exc
-        return None
-
-    def key_password(self) -> str | None:
-        """Password of the client key (``ssl_password`` from the environment, or ``ssl_password_file``)."""
-        if self.ssl_password is not None:
-            return self.ssl_password
-        if self.ssl_password_file:
-            try:
-                return Path(self.ssl_password_file).read_text().strip()
-            except OSError as exc:
-                raise ConfigError("kafka.ssl_password_file", f"cannot read the key password file: {exc.strerror}") from exc
-        return None
-
     @property
     def uses_tls(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")
 
     def check_security(self) -> None:
-        """Fail with the key's path when credentials are missing or a TLS/token file cannot be read.
+        """Fail with the key's path when credentials are missing.
 
-        Needs the final values (environment applied) and reads the file system,
-        so it runs in :meth:`Config.load` and before clients are built, not in
-        :meth:`Config.from_dict` (a rendered chart names files that exist only in the pod).
+        Needs the final values (environment applied), so it runs in :meth:`Config.load` and before
+        clients are built, not in :meth:`Config.from_dict`. The files the keys name (TLS, password,
+        token) are checked and read where a client is built (:mod:`kmq.client.secrets`): a rendered
+        chart names files that exist only in the pod.
         """
         mech = self.sasl_mechanism
         if mech in PASSWORD_MECHANISMS:
@@ -284,20 +265,6 @@ class KafkaConfig:
 
             if importlib.util.find_spec("botocore") is None:
                 raise ConfigError("kafka.sasl_mechanism", "AWS_MSK_IAM signs with AWS credentials through botocore: pip install botocore")
-        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password_file", "sasl_password_file", "sasl_oauth_token_file"):
-            _check_readable(f"kafka.{key}", getattr(self, key))
-
-
-def _check_readable(path: str, name: str | None) -> None:
-    if name is None:
-        return
-    p = Path(name)
-    if not p.exists():
-        raise ConfigError(path, f"file {name} does not exist")
-    if not p.is_file():
-        raise ConfigError(path, f"{name} is not a file")
-    if not os.access(p, os.R_OK):
-        raise ConfigError(path, f"file {name} is not readable by this process (uid {os.getuid()}): check its mode and owner")
 
 
 @dataclass(frozen=True)

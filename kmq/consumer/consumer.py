@@ -209,9 +209,9 @@ class KmqConsumer:
     def _open_kafka_consumer(self) -> Any:
         """A new group consumer of this consumer's group (not subscribed yet)."""
         cfg = self.cfg
-        overrides = {"metadata_max_age_ms": int(cfg.kafka.metadata_max_age * 1000)}
+        overrides = {"metadata_max_age": cfg.kafka.metadata_max_age}
         if cfg.consumer.fetch_wait_ms is not None:
-            overrides["fetch_max_wait_ms"] = cfg.consumer.fetch_wait_ms
+            overrides["fetch_wait"] = cfg.consumer.fetch_wait_ms / 1000
         return self._clients.group_consumer(cfg.kafka, cfg.workers_group(self.queue), cfg.consumer.assignor,
                                             self.fetch_size, **overrides)
 

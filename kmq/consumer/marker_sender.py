@@ -53,7 +53,7 @@ __all__ = ["MarkerSender"]
 log = logging.getLogger(__name__)
 
 
-# Both clients raise kafka-python's error classes (kmq.client.confluent.consumer maps librdkafka's codes).
+# Both adapters raise kmq's classes (kmq.client.errors), whichever client failed.
 _PRODUCER_STATE_ERRORS = client_api.producer_state_errors()  # one list, on the client seam
 
 
@@ -118,8 +118,8 @@ class MarkerSender:
         # reported failed is never written later); settlement markers ride through
         # longer outages in the retry store. Reconnect quickly once the broker is back.
         return self._clients.producer(
-            self.cfg.kafka, linger_ms=0, delivery_timeout_ms=int(self.delivery_timeout * 1000), retry_backoff_ms=100,
-            reconnect_backoff_max_ms=1000, compression_type=self.queue.compression,
+            self.cfg.kafka, linger=0, delivery_timeout=self.delivery_timeout, retry_backoff=0.1,
+            reconnect_backoff_max=1.0, compression=self.queue.compression,
         )
 
     def send_awaited(self, partition: int, value: bytes) -> Any:

@@ -171,19 +171,21 @@ class DevBroker:
 
     # ------------------------------------------------------------ helpers
     def _wait_metadata(self, deadline: float) -> None:
-        from kafka import KafkaAdminClient
-        from kafka.errors import KafkaError
+        from kmq.client import open_admin
+        from kmq.config import KafkaConfig
+        from kmq.core.errors import KmqError
 
+        kafka = KafkaConfig.from_mapping({"bootstrap_servers": self.bootstrap})
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
+                admin = open_admin(kafka, 3.0)
                 try:
-                    admin.list_topics()
+                    admin.topic_names()
                     return
                 finally:
                     admin.close()
-            except (KafkaError, OSError) as exc:  # not up yet
+            except (KmqError, OSError) as exc:  # not up yet
                 last = exc
                 time.sleep(0.05)
         raise DevBrokerError(f"tansu at {self.bootstrap} did not answer metadata in time: {last}")

@@ -496,21 +496,23 @@ class KafkaCluster:
 
     def _wait_registered(self, deadline: float) -> None:
         """Until metadata names every broker: a topic created earlier would get fewer replicas."""
-        from kafka import KafkaAdminClient
-        from kafka.errors import KafkaError
+        from kmq.client import open_admin
+        from kmq.config import KafkaConfig
+        from kmq.core.errors import KmqError
 
+        kafka = KafkaConfig.from_mapping({"bootstrap_servers": self.bootstrap})
         want = {n.node_id for n in self.brokers}
         seen: set[int] = set()
         while time.monotonic() < deadline:
             try:
-                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+                admin = open_admin(kafka, 5.0)
                 try:
-                    seen = {b["broker_id"] for b in admin.describe_cluster()["brokers"] if not b.get("is_fenced")}
+                    seen = admin.brokers()
                 finally:
                     admin.close()
                 if want <= seen:
                     return
-            except (KafkaError, OSError):
+            except (KmqError, OSError):
                 pass
             time.sleep(0.1)
         raise DevBrokerError(f"Kafka brokers {sorted(want - seen)} did not register (unfenced) with the controller in time")

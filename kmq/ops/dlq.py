@@ -192,7 +192,7 @@ def replay(cfg: Config, queue: str, *, limit: int | None = None, rate: float | N
     qtps = [(q.name, p) for p in range(queue_partitions)]
     reader = open_log_reader(cfg.kafka, timeout_s)
     p = None if dry_run else producer(cfg.kafka, max_request_size=cfg.tracker.max_request_size,
-                                      compression_type=q.compression)
+                                      compression=q.compression)
     pending: dict[Partition, int] = {}  # DLQ position after the last record handled
     sent: list[tuple[Partition, int, Any]] = []  # (DLQ partition, DLQ offset, future) of the open batch
     marks: dict[Partition, int] = {}  # queue watermark: after our last acknowledged copy

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kmq.client.secrets import key_password, sasl_password
 from kmq.config import KafkaConfig
 from kmq.core.errors import KmqError
 
@@ -66,7 +67,7 @@ def _keystore(k: KafkaConfig) -> dict[str, str]:
             "password) or set spark.source: python")
     out = {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.certificate.chain": "\n".join(chain),
            "kafka.ssl.keystore.key": text}
-    password = k.key_password()
+    password = key_password(k)
     if kind == "ENCRYPTED PRIVATE KEY":
         if password is None:
             raise UnsupportedSecurity(f"{key_path}: the key is encrypted: set KMQ_KAFKA__SSL_PASSWORD or "
@@ -85,7 +86,7 @@ def kafka_options(k: KafkaConfig) -> dict[str, str]:
             f"needs a login callback handler class for it, which kmq cannot configure; set spark.source: python "
             "(kmq's token provider / AWS signer in the tasks)")
     if mech:
-        user, password = k.sasl_username or "", k.password() or ""
+        user, password = k.sasl_username or "", sasl_password(k) or ""
         out["kafka.sasl.mechanism"] = mech
         out["kafka.sasl.jaas.config"] = (f"{_LOGIN_MODULES[mech]} required username={_jaas_quoted(user)} "
                                          f"password={_jaas_quoted(password)};")

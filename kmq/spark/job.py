@@ -59,18 +59,18 @@ class LagJobFailed(KmqError):
 
 def preflight(cfg: Config, opts: JobOptions) -> None:
     """Fail fast, with kmq's clear errors, when the broker or a markers topic is missing."""
-    from kmq.client.kafka_python.clients import consumer
+    from kmq.client import open_log_reader
     from kmq.core.errors import TopicMissing
 
-    c = consumer(cfg.kafka)
+    reader = open_log_reader(cfg.kafka)
     try:
         for q in _queues(cfg, opts):
-            if not c.partitions_for_topic(q.markers_topic):
+            if not reader.partition_count(q.markers_topic):
                 raise TopicMissing(
                     f"markers topic {q.markers_topic!r} of queue {q.label!r} does not exist: run `kmq topics create`"
                 )
     finally:
-        c.close()
+        reader.close()
 
 
 def _summary(exc: BaseException) -> str:
@@ -198,11 +198,12 @@ def source_options(cfg: Config) -> dict[str, str]:
     :class:`~kmq.config.KafkaConfig` (the source's driver and tasks rebuild it and connect through
     kmq's client settings), with the job's client id and the passwords read here, so the
     executors need no password file."""
+    from kmq.client.secrets import key_password, sasl_password
     from kmq.spark.source import KAFKA_OPTION
 
     k = cfg.kafka
-    kafka = replace(k, client_id=f"{k.client_id}-lag-job", sasl_password=k.password(), sasl_password_file=None,
-                    ssl_password=k.key_password(), ssl_password_file=None)
+    kafka = replace(k, client_id=f"{k.client_id}-lag-job", sasl_password=sasl_password(k), sasl_password_file=None,
+                    ssl_password=key_password(k), ssl_password_file=None)
     return {KAFKA_OPTION: kafka.to_json()}
 
 

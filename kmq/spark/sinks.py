@@ -29,7 +29,7 @@ import os
 from typing import Any
 
 from kmq.config import Config
-from kmq.core.errors import KmqError
+from kmq.core.errors import BrokerUnavailable, KmqError
 from kmq.telemetry.metrics import LagMetrics
 from kmq.core.lag_state import LATENCY_BUCKETS_MS, MARKER_TYPES
 from kmq.spark.schema import OUTPUT_SCHEMA
@@ -234,10 +234,7 @@ class BatchSinks:
         return out
 
     def _add_marker_lag(self, rows: list[dict]) -> None:
-        from kafka import TopicPartition
-        from kafka.errors import KafkaError
-
-        from kmq.client.kafka_python.clients import admin_client
+        from kmq.client import open_admin
 
         topics = {q.label: q.markers_topic for q in self.cfg.queues}
         keys = {(topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"]) for r in rows}
@@ -247,20 +244,19 @@ class BatchSinks:
 
         def fetch():
             if self._offsets_admin is None:
-                self._offsets_admin = admin_client(self.cfg.kafka)
-            return self._offsets_admin.list_group_offsets({group: [TopicPartition(t, p) for t, p in sorted(keys)]})
+                self._offsets_admin = open_admin(self.cfg.kafka)
+            return self._offsets_admin.group_offsets(group, keys)
 
         try:
             # A short budget: marker lag is one column; the windows must not wait for it.
-            got = retry_until("marker lag (tracker offsets)", fetch, (KafkaError, OSError), budget=5.0,
-                              reset=self._reset_admin)
-        except (KafkaError, OSError) as exc:
+            committed = retry_until("marker lag (tracker offsets)", fetch, (KmqError, OSError), budget=5.0,
+                                    reset=self._reset_admin)
+        except (KmqError, OSError) as exc:
             self._reset_admin()
             log.warning("marker lag unknown for this batch (%s: %s): written without it", type(exc).__name__, exc)
             for r in rows:
                 r["marker_lag"] = None
             return
-        committed = {(tp.topic, tp.partition): om.offset for tp, om in got.get(group, {}).items()}
         for r in rows:
             key = (topics.get(r["queue"], f"{r['queue']}__markers"), r["partition"])
             c = committed.get(key)
@@ -275,10 +271,12 @@ class BatchSinks:
                 pass
 
     def _reset_producer(self) -> None:
+        from kmq.client import close_producer
+
         producer, self._producer = self._producer, None
         if producer is not None:
             try:
-                producer.close(timeout=1)
+                close_producer(producer, 1)
             except Exception:  # noqa: BLE001 - best effort, as above
                 pass
 
@@ -301,9 +299,9 @@ class BatchSinks:
         if batch_id <= self._topic_committed.get():
             log.info("batch %d already in the metrics topic; skipped", batch_id)
             return
-        from kafka.errors import KafkaError
+        from kmq.client import produce_errors, producer
 
-        from kmq.client.kafka_python.clients import producer
+        failures = (*produce_errors(), BrokerUnavailable, OSError)
 
         def send_all() -> None:
             if self._producer is None:
@@ -321,9 +319,9 @@ class BatchSinks:
         # Through a broker outage: the batch waits (Spark starts no other meanwhile) and is written once
         # Kafka is back; a retry may repeat windows of this batch, identical and keyed (deduplicated).
         try:
-            retry_until(f"metrics topic write of batch {batch_id}", send_all, (KafkaError, OSError),
+            retry_until(f"metrics topic write of batch {batch_id}", send_all, failures,
                         budget=self.sink_retry_budget, reset=self._reset_producer)
-        except (KafkaError, OSError) as exc:
+        except failures as exc:
             raise KmqError(
                 f"the metrics topic could not be written for {self.sink_retry_budget:.0f} s (batch {batch_id}: "
                 f"{type(exc).__name__}: {exc}); is Kafka at {self.cfg.kafka.bootstrap_servers} reachable? The job "
@@ -333,18 +331,12 @@ class BatchSinks:
     def _ensure_topic(self, topic: str) -> None:
         if topic in self._topics_ready:
             return
-        from kafka.admin import NewTopic
-        from kafka.errors import TopicAlreadyExistsError
+        from kmq.client import open_admin
 
-        from kmq.client.kafka_python.clients import admin_client
-
-        admin = admin_client(self.cfg.kafka)
+        admin = open_admin(self.cfg.kafka)
         try:
-            if topic not in admin.list_topics():
-                try:
-                    admin.create_topics([NewTopic(topic, 1, 1)])
-                except TopicAlreadyExistsError:
-                    pass
+            if topic not in admin.topic_names():
+                admin.create(topic, 1, 1, {})  # False: another process created it meanwhile
         finally:
             admin.close()
         self._topics_ready.add(topic)
@@ -352,7 +344,9 @@ class BatchSinks:
     def close(self) -> None:
         """Flush and close clients, stop the HTTP endpoint."""
         if self._producer is not None:
-            self._producer.close()
+            from kmq.client import close_producer
+
+            close_producer(self._producer)
             self._producer = None
         if self._offsets_admin is not None:
             self._offsets_admin.close()

@@ -145,9 +145,9 @@ def _task_reader(part: "KafkaInputPartition") -> Any:
         if client == "confluent":
             from kmq.spark.source_confluent import BATCH, SETTINGS
 
-            reader = open_log_reader(kafka, part.poll_timeout_ms / 1000, batch=BATCH, **SETTINGS)
+            reader = open_log_reader(kafka, part.poll_timeout_ms / 1000, max_poll_records=BATCH, **SETTINGS)
         else:
-            reader = open_log_reader(kafka, part.poll_timeout_ms / 1000, fetch_max_wait_ms=100,
+            reader = open_log_reader(kafka, part.poll_timeout_ms / 1000, fetch_wait=0.1,
                                      max_poll_records=50_000, max_partition_fetch_bytes=4 * 1024 * 1024,
                                      fetch_max_bytes=32 * 1024 * 1024)
         _TASK_READERS[key] = reader
@@ -323,11 +323,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         """The driver's :class:`~kmq.client.api.LogReader`, on the source's client (it only plans:
         its fetches are for high-water marks, so they ask for the least data a fetch may bring)."""
         if self._reader is None:
-            if self.client == "confluent":
-                settings = {"max.partition.fetch.bytes": 1, "topic.metadata.refresh.interval.ms": self.metadata_max_age_ms}
-            else:
-                settings = {"max_partition_fetch_bytes": 1, "metadata_max_age_ms": self.metadata_max_age_ms}
-            self._reader = open_log_reader(self.kafka, self.poll_timeout_ms / 1000, fetch_wait_ms=50, **settings)
+            self._reader = open_log_reader(self.kafka, self.poll_timeout_ms / 1000, fetch_wait_ms=50,
+                                           max_partition_fetch_bytes=1, metadata_max_age=self.metadata_max_age_ms / 1000)
         return self._reader
 
     def _partitions(self) -> list[tuple[str, int]]:

@@ -16,16 +16,16 @@ __all__ = ["SETTINGS", "BATCH", "append_columns", "append_marker_columns"]
 
 #: Messages per ``consume`` call of a task's reader.
 BATCH = 10_000
-#: librdkafka properties of a task's reader.
+#: The settings of a task's reader (kmq's names, :data:`kmq.client.overrides.CONSUMER`).
 SETTINGS = {
-    "fetch.wait.max.ms": 100,
-    "max.partition.fetch.bytes": 1024 * 1024,
-    "fetch.max.bytes": 8 * 1024 * 1024,
+    "fetch_wait": 0.1,
+    "max_partition_fetch_bytes": 1024 * 1024,
+    "fetch_max_bytes": 8 * 1024 * 1024,
     # librdkafka prefetches up to this much past the task's end offset and drops it at
     # unassign: with a backlog, 64 MB a task was mostly wasted fetching (broker and client).
-    "queued.max.messages.kbytes": 4 * 1024,
+    "prefetch_max_kbytes": 4 * 1024,
     # Resume within about a second of a broker's return (librdkafka's default: up to 10 s).
-    "reconnect.backoff.max.ms": 1000,
+    "reconnect_backoff_max": 1.0,
 }
 
 

@@ -15,9 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from kafka import TopicPartition
-
-from kmq.client.kafka_python.clients import broker_errors, consumer as make_consumer
+from kmq.client import open_log_reader
 from kmq.config import Config, QueueConfig
 from kmq.ops.dlq import DeadLetter, ReplayResult, list_dead_letters, replay
 
@@ -67,13 +65,12 @@ def matching(cfg: Config, q: QueueConfig, sel: Selection) -> list[DeadLetter]:
 def preview(cfg: Config, q: QueueConfig, sel: Selection) -> tuple[int, int]:
     """Dry run: (dead letters a redrive would move now, ones this selection already moved)."""
     found = matching(cfg, q, sel)
-    c = make_consumer(cfg.kafka, group_id=sel.group(cfg, q.label), enable_auto_commit=False)
+    reader = open_log_reader(cfg.kafka)
     try:
-        with broker_errors(cfg.kafka):
-            done = {p: c.committed(TopicPartition(q.dlq_topic, p))
-                    for p in {dl.partition for dl in found}}
+        committed = reader.committed(sel.group(cfg, q.label), {(q.dlq_topic, dl.partition) for dl in found})
     finally:
-        c.close()
+        reader.close()
+    done = {p: offset for (_, p), offset in committed.items()}
     moved = sum(1 for dl in found if done[dl.partition] is not None and dl.offset < done[dl.partition])
     return len(found) - moved, moved
 

@@ -30,7 +30,7 @@ def test_a_broker_killed_mid_batch_leaves_no_send_judged_acknowledged_that_is_no
         cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap, "client": "confluent"},
                                 "queues": [{"name": "settle"}]})
         ensure_topics(cfg.kafka, cfg.queues[0], 1)
-        prod = producer(cfg.kafka, settle_on_flush=True, delivery_timeout_ms=5000, request_timeout_ms=2000)
+        prod = producer(cfg.kafka, settle_on_flush=True, **{"delivery.timeout.ms": 5000, "request.timeout.ms": 2000})
         try:
             headers = [("kmq-delivery-count", b"2")]
             records = [OutRecord("settle", 0, None, b"r%07d" % i, headers) for i in range(N)]

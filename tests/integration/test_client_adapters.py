@@ -68,8 +68,8 @@ def test_group_consumer_positions_commits_and_commits_before_a_revoke(queue_topi
     both = {(q.name, 0), (q.name, 1)}
     events: list = []  # (what, partitions); kafka-python also calls on_revoked with none at its first join
     failures: list = []
-    c = group_consumer(cfg.kafka, group, "RANGE", 100, fetch_max_wait_ms=50, metadata_max_age_ms=30_000,
-                       max_poll_interval_ms=300_000)
+    c = group_consumer(cfg.kafka, group, "RANGE", 100, fetch_wait=0.05, metadata_max_age=30.0,
+                       max_poll_interval=300.0)
     c.subscribe([q.name], lambda parts: events.append(("assigned", parts)), lambda parts: events.append(("revoked", parts)),
                 commit_on_revoke=lambda parts: events.append(("commit", parts)) or {(q.name, 0): 8},
                 on_commit_failed=failures.append)

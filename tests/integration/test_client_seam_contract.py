@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kmq.client import ClientCommitFailed
+from kmq.client import ClientCommitFailed, RecordTooLarge
 from tests.helpers.seam import KafkaSeam, SimSeam, offset_of
 from tests.helpers.kafka import recent_ms
 
@@ -83,6 +83,20 @@ def test_records_kafka_accepts_come_back_as_written_null_header_tombstones_and_a
 
 
 # ------------------------------------------------------------------ high-water marks
+
+
+def test_a_record_larger_than_the_producer_sends_fails_with_kmqs_record_too_large(seam):
+    topic = seam.topic(1)
+    p = seam.producer()
+    try:
+        fut = p.send(topic, key=b"big", value=b"x" * 2_000_000, partition=0)
+    except RecordTooLarge:
+        pass  # refused before it left (both real clients)
+    else:
+        p.flush(10)  # or failed on its way (the simulated producer)
+        with pytest.raises(RecordTooLarge):
+            fut.get(10)
+    seam.close_client(p)
 
 
 def test_the_high_water_mark_is_the_one_the_last_fetch_saw(seam):

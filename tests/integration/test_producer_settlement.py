@@ -18,7 +18,7 @@ def settling_producer(queue_topics):
     from kmq.client.confluent.consumer import producer
 
     cfg, q = queue_topics(1, kafka={"client": "confluent"})
-    prod = producer(cfg.kafka, settle_on_flush=True, delivery_timeout_ms=10_000)
+    prod = producer(cfg.kafka, settle_on_flush=True, **{"delivery.timeout.ms": 10_000})
     try:
         yield prod, q
     finally:

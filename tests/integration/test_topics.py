@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from kafka.admin import NewTopic
 
 from kmq.cli import cli
-from kmq.client.kafka_python.clients import admin_client
+from kmq.client import open_admin
 from kmq.config import Config
 from kmq.core.errors import TopicMisaligned, TopicMissing
 from kmq.client.topics import describe, ensure_topics, require_aligned
@@ -17,22 +16,36 @@ pytestmark = pytest.mark.integration
 
 
 
-def test_create_makes_three_aligned_topics_and_is_idempotent(bootstrap):
+def test_create_makes_three_aligned_topics_and_is_idempotent(bootstrap, kafka_client, monkeypatch):
+    monkeypatch.setenv("KMQ_KAFKA__CLIENT", kafka_client)  # the CLI administers through kafka.client
     q = unique("orders")
     for _ in range(2):
         res = CliRunner().invoke(cli, ["topics", "create", q, "--partitions", "6", "--bootstrap", bootstrap])
         assert res.exit_code == 0, res.output
         assert "aligned: yes" in res.output
-    layout = describe(Config.from_dict({"kafka": {"bootstrap_servers": bootstrap}}).kafka, Config().queue(q))
+    kafka = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap, "client": kafka_client}}).kafka
+    layout = describe(kafka, Config().queue(q))
     assert (layout.queue_partitions, layout.markers_partitions, layout.dlq_partitions) == (6, 6, 6)
+    admin = open_admin(kafka)
+    try:
+        assert {q, f"{q}__markers", f"{q}__dlq"} <= admin.topic_names()
+        # New markers topics get the configured retention (topics.markers_retention, 7 days).
+        assert admin.configs([f"{q}__markers"])[f"{q}__markers"]["retention.ms"] == str(7 * 24 * 3600 * 1000)
+        assert admin.create(q, 6, 1, {}) is False  # exists: another process won the race
+    finally:
+        admin.close()
 
 
-def test_markers_topic_with_fewer_partitions_is_a_clear_error(bootstrap, kafka_broker):
+def test_markers_topic_with_fewer_partitions_is_a_clear_error(bootstrap, kafka_broker, kafka_client, monkeypatch):
+    monkeypatch.setenv("KMQ_KAFKA__CLIENT", kafka_client)
     q = unique("orders")
-    cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap}})
-    admin = admin_client(cfg.kafka)
-    admin.create_topics([NewTopic(q, 4, 1), NewTopic(f"{q}__markers", 2, 1), NewTopic(f"{q}__dlq", 4, 1)])
-    admin.close()
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap, "client": kafka_client}})
+    admin = open_admin(cfg.kafka)
+    try:
+        for name, partitions in ((q, 4), (f"{q}__markers", 2), (f"{q}__dlq", 4)):
+            assert admin.create(name, partitions, 1, {})
+    finally:
+        admin.close()
     res = CliRunner().invoke(cli, ["topics", "describe", q, "--bootstrap", bootstrap])
     assert res.exit_code == 1
     assert "has 2 partitions" in res.output and f"kmq topics create {q}" in res.output

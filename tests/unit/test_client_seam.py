@@ -230,13 +230,15 @@ def test_the_trackers_group_consumer_settings_reach_either_client(monkeypatch):
 
     monkeypatch.setattr(confluent_adapter.ck, "Consumer", Stub)
     monkeypatch.setattr(clients, "KafkaConsumer", Stub)
-    overrides = {"group_instance_id": "tracker-0", "fetch_max_wait_ms": 50, "metadata_max_age_ms": 30_000,
-                 "max_poll_interval_ms": 300_000}
+    overrides = {"group_instance_id": "tracker-0", "fetch_wait": 0.05, "metadata_max_age": 30.0,
+                 "max_poll_interval": 300.0}  # kmq's names, in seconds
     for client, expected in [
         ("confluent", {"group.id": "g", "group.instance.id": "tracker-0", "fetch.wait.max.ms": 50,
                        "topic.metadata.refresh.interval.ms": 30_000, "max.poll.interval.ms": 300_000, "enable.auto.commit": False,
                        "partition.assignment.strategy": "range,roundrobin", "session.timeout.ms": 6000}),
-        ("kafka-python", {"group_id": "g", **overrides, "enable_auto_commit": False, "max_poll_records": 10,
+        ("kafka-python", {"group_id": "g", "group_instance_id": "tracker-0", "fetch_max_wait_ms": 50,
+                          "metadata_max_age_ms": 30_000, "max_poll_interval_ms": 300_000,
+                          "enable_auto_commit": False, "max_poll_records": 10,
                           "session_timeout_ms": 6000}),
     ]:
         seen.clear()

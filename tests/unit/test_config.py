@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kmq.client.secrets import sasl_password
 from kmq.client.kafka_python.settings import client_kwargs
 from kmq.config import Config, parse_duration
 from kmq.core.errors import ConfigError
@@ -122,14 +123,14 @@ def test_secrets_only_from_env_or_file_and_never_shown(tmp_path):
 
     path.write_text("kafka: {security_protocol: SASL_SSL, sasl_mechanism: PLAIN, sasl_username: u}\n")
     cfg = Config.load(path, env={"KMQ_KAFKA__SASL_PASSWORD": "12345"})
-    assert cfg.kafka.password() == "12345"  # kept verbatim as a string
+    assert sasl_password(cfg.kafka) == "12345"  # kept verbatim as a string
     assert "12345" not in repr(cfg) and "12345" not in str(cfg.to_dict())
     assert client_kwargs(cfg.kafka)["sasl_plain_password"] == "12345"
 
     secret = tmp_path / "pw"
     secret.write_text("from-file\n")
     cfg = Config.from_dict({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_password_file": str(secret)}})
-    assert cfg.kafka.password() == "from-file"
+    assert sasl_password(cfg.kafka) == "from-file"
 
 
 def test_bad_yaml_and_missing_file_are_config_errors(tmp_path):

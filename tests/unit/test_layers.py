@@ -1,7 +1,8 @@
 """The package layout is a contract (docs/architecture.md): checked here, not hoped for.
 
 * import-linter's contracts in pyproject.toml (each layer imports only from the
-  layers below it; the core does no I/O; only the Spark job imports pyspark);
+  layers below it; the core does no I/O; only the Spark job imports pyspark;
+  nothing above kmq.client imports a Kafka client or an adapter package);
 * no import circle between modules, counting imports inside functions too, so a
   circle cannot hide behind a function-level import.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -22,6 +24,23 @@ def test_the_import_contracts_hold():
     done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "KEPT" in done.stdout  # contracts were found and checked
+
+
+#: Below the seam (or the seam itself), with contracts of their own; and the benchmarks, whose
+#: baseline loops measure the plain clients.
+_NOT_ABOVE_THE_SEAM = {"kmq.client", "kmq.core", "kmq.bench"}
+
+
+def test_every_package_above_the_seam_is_kept_off_the_kafka_clients():
+    # A new package (or module) of kmq must join the seam contract, or kafka.client would not be honoured there.
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (seam,) = [c for c in contracts if "only through the seam" in c["name"]]
+    assert {"kafka", "confluent_kafka", "kmq.client.kafka_python", "kmq.client.confluent"} <= set(seam["forbidden_modules"])
+    assert not seam.get("ignore_imports")
+    top = {f"kmq.{p.stem}" for p in (ROOT / "kmq").iterdir()
+           if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))}
+    assert "kmq.ui" in top and "kmq.spark" in top
+    assert (top | {"tracker"}) - _NOT_ABOVE_THE_SEAM <= set(seam["source_modules"])
 
 
 def _cycles(graph: grimp.ImportGraph, skip: frozenset[str] = frozenset()) -> list[list[str]]:

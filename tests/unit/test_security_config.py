@@ -9,6 +9,7 @@ import ssl
 import pytest
 from kafka.errors import GroupAuthorizationFailedError, SaslAuthenticationFailedError, TopicAuthorizationFailedError
 
+from kmq.client import secrets
 from kmq.client.kafka_python.clients import broker_errors
 from kmq.client.kafka_python.settings import client_kwargs
 from kmq.config import Config
@@ -53,7 +54,7 @@ def test_contradicting_security_keys_name_the_key(kafka, message):
     assert message in str(info.value)
 
 
-def test_credentials_and_files_are_checked_at_load(tmp_path):
+def test_credentials_are_checked_at_load_and_files_where_a_client_is_built(tmp_path):
     path = tmp_path / "kmq.yaml"
 
     def load(kafka: dict, env: dict | None = None) -> Config:
@@ -67,20 +68,22 @@ def test_credentials_and_files_are_checked_at_load(tmp_path):
     with pytest.raises(ConfigError, match=r"^kafka.sasl_password: required with sasl_mechanism SCRAM-SHA-512: set KMQ_KAFKA__SASL_PASSWORD"):
         load({**SCRAM, "sasl_username": "kmq"})
     cfg = load({**SCRAM}, env={"KMQ_KAFKA__SASL_USERNAME": "kmq", "KMQ_KAFKA__SASL_PASSWORD": "007"})
-    assert cfg.kafka.password() == "007" and client_kwargs(cfg.kafka)["sasl_plain_username"] == "kmq"
+    assert secrets.sasl_password(cfg.kafka) == "007" and client_kwargs(cfg.kafka)["sasl_plain_username"] == "kmq"
+    # Loading the configuration reads no file it names: the client builders do.
+    missing_ca = load({"security_protocol": "SSL", "ssl_cafile": str(tmp_path / "nope.pem")})
     with pytest.raises(ConfigError, match=r"^kafka.ssl_cafile: file .*nope.pem does not exist$"):
-        load({"security_protocol": "SSL", "ssl_cafile": str(tmp_path / "nope.pem")})
+        client_kwargs(missing_ca.kafka)
     with pytest.raises(ConfigError, match=r"^kafka.ssl_certfile: .* is not a file$"):
-        load({"security_protocol": "SSL", "ssl_certfile": str(tmp_path)})
+        client_kwargs(load({"security_protocol": "SSL", "ssl_certfile": str(tmp_path)}).kafka)
     with pytest.raises(ConfigError, match=r"^kafka.sasl_oauth_token_file: file .* does not exist"):
-        load({**OAUTH, "sasl_oauth_token_file": str(tmp_path / "token")})
+        client_kwargs(load({**OAUTH, "sasl_oauth_token_file": str(tmp_path / "token")}).kafka)
     with pytest.raises(ConfigError) as info:
         load({"security_protocol": "SSL", "ssl_certfile": "/c", "ssl_password": "hunter2"})
     assert str(info.value).startswith("kafka.ssl_password: secrets are not read from the config file") and "hunter2" not in str(info.value)
     # The key password from the environment: kept verbatim, never shown.
     (tmp_path / "c.pem").write_text("x")
     cfg = load({"security_protocol": "SSL", "ssl_certfile": str(tmp_path / "c.pem")}, env={"KMQ_KAFKA__SSL_PASSWORD": "0123"})
-    assert cfg.kafka.key_password() == "0123"  # the TLS context loads the key with it (tests/integration/tls)
+    assert secrets.key_password(cfg.kafka) == "0123"  # the TLS context loads the key with it (tests/integration/tls)
     assert "0123" not in repr(cfg) and "0123" not in str(cfg.to_dict())
 
 
@@ -304,7 +307,7 @@ def test_the_spark_sources_consumers_get_kmqs_client_settings(tmp_path):
     opts = {k.lower(): v for k, v in source_options(cfg).items()}
     (tmp_path / "pw").unlink()  # the executors have no password file: the password travels in the options
     kafka = source.kafka_config_from_options(opts)
-    assert kafka.client == "confluent" and kafka.password() == "s3cret"
+    assert kafka.client == "confluent" and secrets.sasl_password(kafka) == "s3cret"
     # The tasks open their readers with open_log_reader(kafka): kmq's own client settings.
     assert client_kwargs(kafka) == {
         "bootstrap_servers": ["a:9092", "b:9092"], "security_protocol": "SASL_PLAINTEXT", "client_id": "kmq-lag-job",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from kafka import errors as kafka_errors
 
 from kmq.client import UNDECIDED, OutRecord, send_many
 from kmq.client.api import FutureBatch
+from kmq.client.errors import ProduceFailed, RecordTooLarge
 
 
 class Future:
@@ -59,6 +59,6 @@ def test_confluent_verdicts_arrive_in_the_batch_and_a_refused_record_is_named_at
     batch = confluent_producer.send_many([OutRecord("t", 0, b"k", b"v", [("h", b"1")]),
                                           OutRecord("t", 0, None, b"x" * 5000)])
     assert batch.verdict(0) is UNDECIDED  # no broker: queued, not decided
-    assert isinstance(batch.verdict(1), kafka_errors.MessageSizeTooLargeError)
+    assert isinstance(batch.verdict(1), RecordTooLarge)
     confluent_producer.close(0)  # closing fails what it holds: every send is decided
-    assert isinstance(batch.verdict(0), kafka_errors.KafkaTimeoutError)
+    assert isinstance(batch.verdict(0), ProduceFailed)

@@ -151,14 +151,14 @@ class RefusingProducer(FakeProducer):
         self.limit = limit
 
     def send(self, topic, value=None, key=None, headers=None, partition=None):
-        from kafka.errors import MessageSizeTooLargeError
+        from kmq.client.errors import RecordTooLarge
 
         if key is None and value is None:
             raise ValueError("Need at least one: key or value")
         if not all(isinstance(v, bytes) for _, v in headers or []):
             raise TypeError("All headers items must be (str, bytes) tuples")
         if len(value or b"") + len(key or b"") > self.limit:
-            raise MessageSizeTooLargeError("too large")
+            raise RecordTooLarge("too large")
         return super().send(topic, value=value, key=key, headers=headers, partition=partition)
 
 
@@ -207,7 +207,7 @@ def test_too_large_copy_goes_to_the_dlq_if_it_fits_else_closed_undeliverable():
     ref = dead[1][2]
     assert ref["kmq-dlq-reference"] == b"orders/0/1" and ref["kmq-dlq-size"] == b"501"
     assert ref["kmq-origin"] == b"orders/0/1" and ref["kmq-dlq-reason"] == b"undeliverable"
-    assert ref["kmq-dlq-error"].startswith(b"dead letter (undeliverable) refused by the DLQ: MessageSizeTooLarge")
+    assert ref["kmq-dlq-error"].startswith(b"dead letter (undeliverable) refused by the DLQ: RecordTooLarge")
 
 
 def test_missing_dlq_keeps_dead_letters_open_without_repeating_the_copies_beside_them():
@@ -285,12 +285,12 @@ def test_a_start_far_beyond_the_log_end_is_held_at_once_and_never_closed():
 def test_a_reference_the_dlq_refuses_too_is_closed_undeliverable_not_retried_forever(caplog):
     class NothingToDlq(FakeProducer):
         def send(self, topic, value=None, key=None, headers=None, partition=None):
-            from kafka.errors import InvalidRecordError, MessageSizeTooLargeError
+            from kmq.client.errors import RecordRefused, RecordTooLarge
 
             if topic == "orders":
-                raise MessageSizeTooLargeError("too large")
+                raise RecordTooLarge("too large")
             if topic == "orders__dlq":
-                raise InvalidRecordError("refused by a topic policy")
+                raise RecordRefused("refused by a topic policy")
             return super().send(topic, value=value, key=key, headers=headers, partition=partition)
 
     prod = NothingToDlq()
@@ -339,10 +339,10 @@ def test_a_send_the_producer_left_undecided_is_retried_on_a_new_producer_never_o
 def test_a_closed_marker_that_cannot_be_written_for_missing_offsets_retries_the_whole_step():
     class NoMarkers(FakeProducer):
         def send(self, topic, value=None, key=None, headers=None, partition=None):
-            from kafka.errors import KafkaTimeoutError
+            from kmq.client.errors import ProduceFailed
 
             if topic == "orders__markers":
-                return FakeFuture(KafkaTimeoutError("markers topic unreachable"))
+                return FakeFuture(ProduceFailed("markers topic unreachable"))
             return super().send(topic, value=value, key=key, headers=headers, partition=partition)
 
     red, st, clock = setup({}, NoMarkers())
@@ -352,10 +352,10 @@ def test_a_closed_marker_that_cannot_be_written_for_missing_offsets_retries_the_
 
 
 def test_a_producer_whose_id_the_broker_refuses_is_replaced_and_the_sends_retried():
-    from kafka.errors import ProducerFencedError
+    from kmq.client.errors import ProducerFenced
 
     fenced = FakeProducer(fail_topics={"orders"})
-    fenced.send = lambda topic, **kw: FakeFuture(ProducerFencedError("newer epoch"))
+    fenced.send = lambda topic, **kw: FakeFuture(ProducerFenced("newer epoch"))
     fenced.close = lambda timeout=None: setattr(fenced, "closed", True)
     fresh = FakeProducer()
     clock = {"now": 10_000}
@@ -451,7 +451,7 @@ def test_each_queue_is_written_by_the_producer_of_its_compression_and_a_replacem
     through it, and a replaced producer is replaced by one of the same codec."""
     from dataclasses import replace
 
-    from kafka.errors import ProducerFencedError
+    from kmq.client.errors import ProducerFenced
 
     first = FakeProducer()
     made: dict[str, list] = {}
@@ -473,7 +473,7 @@ def test_each_queue_is_written_by_the_producer_of_its_compression_and_a_replacem
     assert [t for t, *_ in first.sent] == ["orders", "orders__markers"]
     assert [t for t, *_ in made["zstd"][0].sent] == ["audit", "audit__markers"] * 2
 
-    made["zstd"][0].send = lambda topic, **kw: FakeFuture(ProducerFencedError("newer epoch"))
+    made["zstd"][0].send = lambda topic, **kw: FakeFuture(ProducerFenced("newer epoch"))
     made["zstd"][0].close = lambda timeout=None: None
     st = PartitionState(zstd.backoff.delay, zstd.max_deliveries)
     st.apply(Start([(0, 1)], lease_ms=1000), 0, 0)
@@ -526,7 +526,7 @@ def test_a_crash_sized_step_runs_with_the_cyclic_collector_paused_and_restores_i
 def test_a_copy_under_every_topics_limit_refused_as_too_large_is_sent_again_not_dead_lettered():
     """A broker refuses a whole batch for one record over the limit, and a client may pass the answer
     on to the records beside it: one that fits every topic is retried, never dead-lettered for it."""
-    from kafka.errors import MessageSizeTooLargeError
+    from kmq.client.errors import RecordTooLarge
 
     class OnceTooLarge(FakeProducer):
         refusals = 0
@@ -534,7 +534,7 @@ def test_a_copy_under_every_topics_limit_refused_as_too_large_is_sent_again_not_
         def send(self, topic, value=None, key=None, headers=None, partition=None):
             if topic == "orders" and self.refusals == 0:
                 self.refusals += 1
-                return FakeFuture(MessageSizeTooLargeError(None))  # the broker's answer, after it left
+                return FakeFuture(RecordTooLarge("too large"))  # the broker's answer, after it left
             return super().send(topic, value=value, key=key, headers=headers, partition=partition)
 
     prod = OnceTooLarge()

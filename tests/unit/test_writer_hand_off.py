@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from kafka.errors import KafkaTimeoutError
+from kmq.client.errors import ProduceFailed
 
 from kmq.config import Config
 from kmq.consumer import marker_sender
@@ -34,7 +34,7 @@ class Answer:
 
     def get(self, timeout: float | None = None) -> None:
         if not self.done.wait(timeout):
-            raise KafkaTimeoutError("no answer")
+            raise ProduceFailed("no answer")
 
 
 class Producer:

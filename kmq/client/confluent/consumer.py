@@ -7,9 +7,9 @@ behind kafka-python's ``send() -> future`` shape, so the marker sender, the
 tracker and the Spark source use either client through one API.
 
 Only public confluent-kafka API is used. Send and flush failures are raised
-as kafka-python's error classes (``kafka.errors``, the base install's
-taxonomy: broker error codes are the same numbers), so the code that
-classifies failures (permanent or not, too large, unauthorised) serves both.
+as kmq's error classes (:mod:`kmq.client.errors`, by Kafka's error code, the
+same numbers on both clients; :mod:`kmq.client.confluent.errors`), so the code
+that classifies failures (permanent or not, too large, unauthorised) serves both.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import time
 from functools import partial
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from kafka import errors as kp_errors
-
 from kmq.client.api import (
     CONFLUENT,
     ClientCommitFailed,
     Delivery,
     OutRecord,
     Partition,
+    ProduceFailed,
     ProducerFatal,
     Record,
     ReportedBatch,
@@ -36,6 +35,7 @@ from kmq.client.api import (
 )
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
+from kmq.client.confluent.errors import as_kmq_error
 from kmq.client.confluent.fatal import FatalState
 from kmq.client.confluent.flush_settlement import FlushSettlement
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
@@ -50,79 +50,9 @@ __all__ = ["ConfluentConsumer", "ConfluentProducer", "producer", "consumer"]
 
 log = logging.getLogger(__name__)
 
-# kafka-python keyword -> librdkafka property, for the overrides kmq passes to producers and consumers.
-_PRODUCER_KEYS = {
-    "linger_ms": "linger.ms",
-    "delivery_timeout_ms": "delivery.timeout.ms",
-    "request_timeout_ms": "request.timeout.ms",
-    "retry_backoff_ms": "retry.backoff.ms",
-    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
-    "batch_size": "batch.size",
-    "acks": "acks",
-    "enable_idempotence": "enable.idempotence",
-    "compression_type": "compression.type",
-    "max_request_size": "message.max.bytes",
-    "max_block_ms": None,  # librdkafka never blocks in produce(); BufferError is handled in send()
-    "retries": None,  # librdkafka retries within delivery.timeout.ms
-}
-_CONSUMER_KEYS = {
-    "group_id": "group.id",
-    "enable_auto_commit": "enable.auto.commit",
-    "auto_offset_reset": "auto.offset.reset",
-    "session_timeout_ms": "session.timeout.ms",
-    "heartbeat_interval_ms": "heartbeat.interval.ms",
-    "fetch_max_wait_ms": "fetch.wait.max.ms",
-    "max_partition_fetch_bytes": "max.partition.fetch.bytes",
-    "fetch_max_bytes": "fetch.max.bytes",
-    "group_instance_id": "group.instance.id",
-    "max_poll_interval_ms": "max.poll.interval.ms",
-    # kafka-python's metadata refresh period; librdkafka's metadata.max.age.ms only ages its cache
-    "metadata_max_age_ms": "topic.metadata.refresh.interval.ms",
-    "max_poll_records": None,  # per call: ConfluentConsumer.poll(max_records=)
-    "request_timeout_ms": None,
-    "bootstrap_timeout_ms": None,
-    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
-    "key_deserializer": None,
-    "value_deserializer": None,
-}
 # Error codes that mean "the group moved on": the partitions belong to another member now.
 _REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
                KafkaError._ASSIGNMENT_LOST, KafkaError._STATE, KafkaError.FENCED_INSTANCE_ID}
-
-
-# librdkafka's local (negative) error codes -> kafka-python error classes.
-_LOCAL_ERRORS = {
-    KafkaError._MSG_TIMED_OUT: kp_errors.KafkaTimeoutError,
-    KafkaError._TIMED_OUT: kp_errors.KafkaTimeoutError,
-    KafkaError._PURGE_QUEUE: kp_errors.KafkaTimeoutError,
-    KafkaError._PURGE_INFLIGHT: kp_errors.KafkaTimeoutError,
-    KafkaError._UNKNOWN_TOPIC: kp_errors.UnknownTopicOrPartitionError,
-    KafkaError._UNKNOWN_PARTITION: kp_errors.UnknownTopicOrPartitionError,
-    KafkaError._TRANSPORT: kp_errors.KafkaConnectionError,
-    KafkaError._ALL_BROKERS_DOWN: kp_errors.KafkaConnectionError,
-    KafkaError._AUTHENTICATION: kp_errors.SaslAuthenticationFailedError,
-    KafkaError._INVALID_ARG: kp_errors.InvalidRecordError,
-}
-
-
-def as_kafka_python_error(err: Any, what: str = "") -> Exception:
-    """The kafka-python exception for a librdkafka ``KafkaError`` (broker codes are the same numbers)."""
-    code = err.code()
-    cls = kp_errors.for_code(code) if code > 0 else _LOCAL_ERRORS.get(code, kp_errors.KafkaError)
-    return cls(f"{what}{err.str()} ({err.name()})")
-
-
-def _map(overrides: Mapping[str, Any], table: Mapping[str, str | None]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if "." in key:  # already a librdkafka property
-            out[key] = value
-            continue
-        if key not in table:
-            raise TypeError(f"no confluent-kafka setting for kafka-python option {key!r}")
-        if table[key] is not None and value is not None:
-            out[table[key]] = value  # type: ignore[index]
-    return out
 
 
 class ConfluentProducer:
@@ -145,7 +75,7 @@ class ConfluentProducer:
     def __init__(self, conf: dict[str, Any], settle_on_flush: bool = False) -> None:
         self._settlement: FlushSettlement | None = None
         if settle_on_flush:
-            self._settlement = FlushSettlement(as_kafka_python_error)
+            self._settlement = FlushSettlement(as_kmq_error)
             conf = {**conf, "delivery.report.only.error": True, "on_delivery": self._settlement.report}
         self.raw = ck.Producer(conf)
         self._log_bridge = conf.get("logger")
@@ -190,7 +120,7 @@ class ConfluentProducer:
 
     def _refused(self, err: Any, topic: str) -> Exception:
         """The error of a record ``produce`` refused with ``err`` (before it left)."""
-        return self._fatal.refused(err) or as_kafka_python_error(err, f"{topic}: ")
+        return self._fatal.refused(err) or as_kmq_error(err, f"{topic}: ")
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None,
              headers: Any = None, timestamp_ms: int | None = None) -> Delivery:
@@ -200,7 +130,7 @@ class ConfluentProducer:
         if settlement is None:
             def report(err: Any, msg: Any) -> None:
                 if err is not None:
-                    fut.failure(as_kafka_python_error(err, f"{topic}: "))
+                    fut.failure(as_kmq_error(err, f"{topic}: "))
                 else:
                     fut.success((msg.topic(), msg.partition(), msg.offset()))
 
@@ -247,7 +177,7 @@ class ConfluentProducer:
         return batch
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait for every record sent so far (at most ``timeout``). Raises ``KafkaTimeoutError`` for
+        """Wait for every record sent so far (at most ``timeout``). Raises :class:`~kmq.client.errors.ProduceFailed` for
         what is left, :class:`~kmq.client.api.ProducerFatal` when the producer became fatal during
         this flush (what it had not delivered fails with it)."""
         began, known = time.monotonic(), self._fatal.error
@@ -264,7 +194,7 @@ class ConfluentProducer:
         if fatal is not None and (known is None or left):
             raise fatal
         if left:
-            raise kp_errors.KafkaTimeoutError(f"{left} record(s) not delivered within {timeout}s")
+            raise ProduceFailed(f"{left} record(s) not delivered within {timeout}s")
 
     def _flush_raw(self, timeout: float) -> int:
         return self._served(self.raw.flush, timeout)
@@ -293,7 +223,7 @@ class ConfluentProducer:
 
 
 def _report_into(verdicts: list, i: int, err: Any, msg: Any) -> None:
-    verdicts[i] = None if err is None else as_kafka_python_error(err, f"{msg.topic()}: ")
+    verdicts[i] = None if err is None else as_kmq_error(err, f"{msg.topic()}: ")
 
 
 def _flush_logs(bridge: Any) -> None:
@@ -303,9 +233,10 @@ def _flush_logs(bridge: Any) -> None:
 
 
 def producer(kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush: bool = False,
-             **overrides: Any) -> ConfluentProducer:
+             **conf: Any) -> ConfluentProducer:
     """Idempotent, acks=all producer (what markers and redeliveries need); ``settle_on_flush``:
-    see :class:`ConfluentProducer`."""
+    see :class:`ConfluentProducer`; ``conf``: librdkafka properties over kmq's defaults
+    (:func:`kmq.client.factory.producer` translates kmq's setting names into them)."""
     timeout_s = timeout_s or kafka.connect_timeout
     conf = {
         **settings(kafka),
@@ -313,15 +244,17 @@ def producer(kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush
         "enable.idempotence": True,
         "linger.ms": 5,
         "request.timeout.ms": int(timeout_s * 1000),
-        **_map(overrides, _PRODUCER_KEYS),
+        **conf,
         **passthrough(kafka),
     }
     return construct(lambda c: ConfluentProducer(c, settle_on_flush), conf, kafka)
 
 
-def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, **overrides: Any) -> "ConfluentConsumer":
+def consumer(kafka: KafkaConfig, *topics: str, group_id: str | None = None, timeout_s: float | None = None,
+             **overrides: Any) -> "ConfluentConsumer":
     """A consumer adapter; with ``group_id`` it joins the group with kmq's session timing
-    and subscribes to ``topics``, without one it is assigned nothing (call ``assign``)."""
+    and subscribes to ``topics``, without one it is assigned nothing (call ``assign``).
+    ``overrides``: librdkafka properties over kmq's defaults."""
     conf: dict[str, Any] = {
         **settings(kafka),
         "enable.auto.commit": False,
@@ -331,10 +264,11 @@ def consumer(kafka: KafkaConfig, *topics: str, timeout_s: float | None = None, *
         "enable.partition.eof": False,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
-    if overrides.get("group_id"):
+    if group_id:
+        conf["group.id"] = group_id
         conf["session.timeout.ms"] = int(kafka.session_timeout * 1000)
         conf["heartbeat.interval.ms"] = int(kafka.heartbeat_interval * 1000)
-    conf.update(_map({k: v for k, v in overrides.items() if not (k == "group_id" and v is None)}, _CONSUMER_KEYS))
+    conf.update({k: v for k, v in overrides.items() if v is not None})
     conf.update(passthrough(kafka))
     c = ConfluentConsumer(construct(ck.Consumer, conf, kafka), log_bridge=conf["logger"],
                           timeout_s=timeout_s or kafka.connect_timeout)

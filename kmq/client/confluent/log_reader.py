@@ -32,16 +32,15 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from kmq.client.api import Deleted, LogEnds, Partition, ReadResult, Record
-from kmq.client.confluent.consumer import as_kafka_python_error
+from kmq.client.confluent.errors import classify
 from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, construct, passthrough, settings
-from kmq.client.kafka_python.clients import classify
 from kmq.client.scan import check_planned_end, cut, log_deleted, read_result
 from kmq.config import KafkaConfig
 from kmq.core.errors import LogReadError
 from kmq.core.ranges import RangeSet
 from kmq.core.scan_cursor import Done, ScanCursor, Seek, Stalled
 
-import confluent_kafka as ck  # noqa: E402,I001 - after kmq.client.confluent.consumer: its import names the missing extra
+import confluent_kafka as ck  # noqa: E402,I001 - after kmq.client.confluent.errors: its import names the missing extra
 from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
 
 __all__ = ["ConfluentLogReader", "ReadRecord"]
@@ -272,8 +271,7 @@ class ConfluentLogReader:
                 self._parked = _Parked(single, last[0].offset() if last else at[single], last)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            cause = as_kafka_python_error(err) if isinstance(err, KafkaError) else exc
-            raise classify(self._kafka, cause) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
+            raise (classify(self._kafka, err) if isinstance(err, KafkaError) else None) or LogReadError(f"reading {_names(cursors)} failed: {exc}") from exc
         finally:
             if self._parked is None:
                 c.unassign()
@@ -377,8 +375,7 @@ class ConfluentLogReader:
             return fn(*args)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            cause = as_kafka_python_error(err) if isinstance(err, KafkaError) else exc
-            raise classify(self._kafka, cause) or LogReadError(f"{what} failed: {exc}") from exc
+            raise (classify(self._kafka, err) if isinstance(err, KafkaError) else None) or LogReadError(f"{what} failed: {exc}") from exc
 
 
 class _Parked(NamedTuple):

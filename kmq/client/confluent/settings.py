@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, TypeVar
 
+from kmq.client import secrets
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
 from kmq.client.oauth import token_provider
 from kmq.config import PASSWORD_MECHANISMS, ConfigError, KafkaConfig
@@ -29,7 +30,7 @@ FETCH_QUEUE_BACKOFF_MS = 10
 def settings(kafka: KafkaConfig) -> dict[str, Any]:
     """librdkafka settings for ``kafka``: servers, client id and the security settings
     (checked first, as for kafka-python: a missing file fails now with its key's path)."""
-    kafka.check_security()
+    secrets.check(kafka)
     conf: dict[str, Any] = {
         "bootstrap.servers": ",".join(kafka.servers),
         "client.id": kafka.client_id,
@@ -48,7 +49,7 @@ def settings(kafka: KafkaConfig) -> dict[str, Any]:
             conf["ssl.certificate.location"] = kafka.ssl_certfile
             # kmq allows the key inside the certificate file (as Python's ssl does).
             conf["ssl.key.location"] = kafka.ssl_keyfile or kafka.ssl_certfile
-            if (pw := kafka.key_password()) is not None:
+            if (pw := secrets.key_password(kafka)) is not None:
                 conf["ssl.key.password"] = pw
         conf["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_check_hostname else "none"
     mech = kafka.sasl_mechanism
@@ -59,7 +60,7 @@ def settings(kafka: KafkaConfig) -> dict[str, Any]:
         conf["sasl.mechanism"] = mech
     if mech in PASSWORD_MECHANISMS:
         conf["sasl.username"] = kafka.sasl_username
-        conf["sasl.password"] = kafka.password()
+        conf["sasl.password"] = secrets.sasl_password(kafka)
     elif mech == "OAUTHBEARER" and str(kafka.confluent.get("sasl.oauthbearer.method", "")).lower() != "oidc":
         # With librdkafka's own OIDC login (kafka.confluent) librdkafka fetches the token; a
         # callback beside it would leave the client waiting for a token the callback never sets.

@@ -25,6 +25,7 @@ from kafka.errors import (
 
 from kmq.config import KafkaConfig
 from kmq.client.diagnose import diagnose, unreachable
+from kmq.client.errors import ProduceFailed, denied
 from kmq.client.sasl import authentication_failed
 from kmq.client.kafka_python.group_join import keep_finished_joins
 from kmq.client.kafka_python.grown_partitions import GrowingTopicsProducer
@@ -43,12 +44,7 @@ RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 def authorization_failed(kafka: KafkaConfig, exc: AuthorizationError) -> AuthorizationFailed:
-    what = type(exc).__name__.replace("AuthorizationFailedError", "").lower() or "operation"
-    detail = str(exc).strip()
-    who = f"user {kafka.sasl_username!r}" if kafka.sasl_username else "kmq's principal"
-    return AuthorizationFailed(
-        f"Kafka denied {who} a {what} operation ({detail}); grant the ACLs listed in docs/deploy.md for this component"
-    )
+    return denied(kafka, type(exc).__name__.replace("AuthorizationFailedError", "").lower() or "operation", str(exc))
 
 
 def classify(kafka: KafkaConfig, exc: BaseException) -> BrokerUnavailable | None:
@@ -138,7 +134,7 @@ def close_producer(producer: KafkaProducer, timeout: float = 5.0) -> None:
     try:
         producer.close(timeout=timeout)
         return
-    except KafkaTimeoutError:
+    except (KafkaTimeoutError, ProduceFailed):  # its flush timed out (ProduceFailed: kmq's producer's flush)
         pass
     sender = getattr(producer, "_sender", None)  # kafka-python internals: only here, behind this seam
     if sender is not None:

@@ -8,8 +8,11 @@ handed a new queue partition writes its STARTs to the markers partition of that 
 producer has not seen yet: the ValueError stopped the consumer's fetcher for good (reproduced on
 Apache Kafka 4.2). :class:`GrowingTopicsProducer` refreshes the metadata and waits for the
 partition within ``max_block_ms``, as kafka-python does for an unknown topic, and then fails with
-:class:`~kafka.errors.UnknownTopicOrPartitionError`, a Kafka error its callers handle (a START
-not acknowledged: the batch is fetched again).
+:class:`~kmq.client.errors.TopicUnknown`, a send failure its callers handle (a START not
+acknowledged: the batch is fetched again).
+
+Its sends and flushes fail with kmq's errors (:mod:`kmq.client.kafka_python.errors`): ``send``
+returns a :class:`~kmq.client.kafka_python.errors.KmqFuture`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import time
 from typing import Any
 
 from kafka import KafkaProducer
-from kafka.errors import UnknownTopicOrPartitionError
+from kafka.errors import KafkaError, UnknownTopicOrPartitionError
+
+from kmq.client.kafka_python.errors import KmqFuture, as_kmq_error
 
 __all__ = ["GrowingTopicsProducer", "PRODUCER_ATTRIBUTES"]
 
@@ -34,16 +39,28 @@ _ASK_EVERY = 1.0
 
 
 class GrowingTopicsProducer(KafkaProducer):
-    """``KafkaProducer`` whose ``send`` to a partition not in its metadata waits for the cluster's."""
+    """``KafkaProducer`` whose ``send`` to a partition not in its metadata waits for the cluster's,
+    failing with kmq's errors."""
 
     def send(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
-             partition: int | None = None, timestamp_ms: int | None = None) -> Any:
-        if partition is not None:
-            known = self._metadata.partitions_for_topic(topic)
-            if known is not None and partition not in known:  # an unknown topic: kafka-python waits itself
-                self._await_partition(topic, partition)
-        return super().send(topic, value=value, key=key, headers=headers, partition=partition,
-                            timestamp_ms=timestamp_ms)
+             partition: int | None = None, timestamp_ms: int | None = None) -> KmqFuture:
+        try:
+            if partition is not None:
+                known = self._metadata.partitions_for_topic(topic)
+                if known is not None and partition not in known:  # an unknown topic: kafka-python waits itself
+                    self._await_partition(topic, partition)
+            return KmqFuture(super().send(topic, value=value, key=key, headers=headers, partition=partition,
+                                          timestamp_ms=timestamp_ms))
+        except KafkaError as exc:  # refused before it left (too large, no metadata in time, closed)
+            raise as_kmq_error(exc) from exc
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for every record sent so far; :class:`~kmq.client.errors.ProduceFailed` when some are not
+        decided within ``timeout`` (their own verdicts come with their futures)."""
+        try:
+            super().flush(timeout)
+        except KafkaError as exc:
+            raise as_kmq_error(exc) from exc
 
     def _await_partition(self, topic: str, partition: int) -> None:
         wait = self.config["max_block_ms"] / 1000

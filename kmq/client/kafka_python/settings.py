@@ -10,6 +10,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
+from kmq.client import secrets
 from kmq.client.oauth import token_provider
 from kmq.client.tls import ssl_context
 from kmq.config import PASSWORD_MECHANISMS, ConfigError, KafkaConfig
@@ -20,12 +21,12 @@ __all__ = ["client_kwargs", "passthrough"]
 def client_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
     """kafka-python keyword arguments for ``kafka``: servers, client id and the security settings.
 
-    Checks credentials and files first (:meth:`KafkaConfig.check_security`) and builds the
+    Checks credentials and files first (:func:`kmq.client.secrets.check`) and builds the
     TLS context here (CA, client certificate and key, host name check), so a missing file
     or a wrong key password fails now with the key's path rather than as endless reconnects.
     OAUTHBEARER gets kmq's token provider; AWS_MSK_IAM signs with the AWS credentials of the
     process (kafka-python's own signer)."""
-    kafka.check_security()
+    secrets.check(kafka)
     kw: dict[str, Any] = {
         "bootstrap_servers": kafka.servers,
         "security_protocol": kafka.security_protocol,
@@ -36,12 +37,12 @@ def client_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
         kw["sasl_mechanism"] = mech
     if mech in PASSWORD_MECHANISMS:
         kw["sasl_plain_username"] = kafka.sasl_username
-        kw["sasl_plain_password"] = kafka.password()
+        kw["sasl_plain_password"] = secrets.sasl_password(kafka)
     elif mech == "OAUTHBEARER":
         if not (kafka.sasl_oauth_token_file or kafka.sasl_oauth_token_command):
             raise ConfigError("kafka.sasl_oauth_token_file", (
-                "kafka-python (which kmq's topic administration always uses) has no OIDC login: set "
-                "kafka.sasl_oauth_token_file or kafka.sasl_oauth_token_command for it, or create the topics otherwise"))
+                "kafka-python has no OIDC login: set kafka.sasl_oauth_token_file or kafka.sasl_oauth_token_command, "
+                "or use kafka.client: confluent with librdkafka's own OIDC login (kafka.confluent)"))
         kw["sasl_oauth_token_provider"] = token_provider(kafka)
     if kafka.uses_tls:
         kw["ssl_context"] = ssl_context(kafka)

@@ -29,6 +29,7 @@ import zlib
 from typing import Any, Sequence
 
 from kmq.client.api import CONFLUENT, KAFKA_PYTHON, Delivery, ProduceFailed
+from kmq.client.errors import RecordTooLarge, TopicUnknown
 from kmq.dev.sim.clock import VirtualClock
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.errors import SimulationError
@@ -91,13 +92,13 @@ class SimProducer:
         self._refuse(key, value, headers)
         counts = self.cluster.partition_counts()
         if topic not in counts or (partition is not None and not 0 <= partition < counts[topic]):
-            raise ProduceFailed(f"{topic}[{partition}]: unknown topic or partition")
+            raise TopicUnknown(f"{topic}[{partition}]: unknown topic or partition")
         if partition is None:
             partition = (zlib.crc32(bytes(key)) if key is not None else next(self._round_robin)) % counts[topic]
         fut = SimDelivery(self.cluster.clock)
         size = record_size(key and bytes(key), value and bytes(value), headers)
         if size > self.max_request_size:
-            fut.failure(ProduceFailed(f"{topic}[{partition}]: the record is {size} bytes, more than max_request_size "
+            fut.failure(RecordTooLarge(f"{topic}[{partition}]: the record is {size} bytes, more than max_request_size "
                                       f"({self.max_request_size})"))
             return fut
         ts = self.cluster.clock.now_ms() if timestamp_ms is None else timestamp_ms

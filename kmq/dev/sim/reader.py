@@ -1,21 +1,20 @@
 """The simulated log reader: the tracker's "read these offsets back" contract over a :class:`SimCluster`.
 
-The same contract as :class:`kmq.client.kafka_python.log_reader.LogReader`
-and the confluent one: each requested offset comes back with its record or
-is reported missing (deleted by retention), never a neighbour in its place;
+The same contract as :class:`kmq.client.api.LogReader`, which both real readers keep: each
+requested offset comes back with its record or is reported missing (deleted by retention), never a neighbour in its place;
 ``log_end`` is the high-water mark when the request reached past it (offsets
 at or past it are neither found nor missing). It waits out a broker pause or a slow fetch
 (:class:`~kmq.dev.sim.faults.SlowFetch` naming the reader) for at most its
 timeout, in simulated time, then raises
-:class:`~kmq.client.kafka_python.log_reader.LogReadError` as the real readers do.
+:class:`~kmq.core.errors.LogReadError` as the real readers do.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Mapping, TypeVar
 
-from kmq.client.api import LogEnds, Record
-from kmq.client.kafka_python.log_reader import LogReadError, ReadResult
+from kmq.client.api import LogEnds, ReadResult, Record
+from kmq.core.errors import LogReadError
 from kmq.core.ranges import RangeSet, missing
 from kmq.dev.sim.clock import EPOCH_S
 from kmq.dev.sim.cluster import SimCluster

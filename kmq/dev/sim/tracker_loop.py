@@ -134,8 +134,8 @@ class TrackerClients(ClientFactory):
 
     def producer(self, kafka: KafkaConfig, timeout_s: float | None = None, settle_on_flush: bool = False,
                  **overrides: Any) -> Any:
-        # The simulated log keeps records, not batches: compression_type has nothing to act on.
-        producer = SimProducer(self.cluster, self.name, delivery_timeout=overrides["delivery_timeout_ms"] / 1000.0,
+        # The simulated log keeps records, not batches: the compression has nothing to act on.
+        producer = SimProducer(self.cluster, self.name, delivery_timeout=overrides["delivery_timeout"],
                                max_request_size=overrides["max_request_size"])
         self.producers.append(producer)
         return producer
