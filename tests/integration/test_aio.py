@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import sys
 import time
 
 import pytest
@@ -25,6 +27,26 @@ pytestmark = pytest.mark.integration
 
 QUEUE = {"lease": "2s", "max_deliveries": 3, "backoff": {"initial": "300ms", "max": "2s", "multiplier": 2.0}}
 FAST_FLUSH = {"ack_flush_interval": "50ms"}
+
+
+@pytest.fixture(autouse=True, params=["threaded", "aiokafka"])
+def client(request, monkeypatch):
+    """Every test twice: on the threaded bridge (the configured kafka.client) and with ``kafka.client:
+    aiokafka`` (the consumer on the event loop; the tracker and the test's own clients stay on kafka-python)."""
+    if request.param == "aiokafka":
+        monkeypatch.setattr(sys.modules[__name__], "AsyncKmqConsumer", OnAiokafka)
+    return request.param
+
+
+class OnAiokafka(AsyncKmqConsumer):
+    """``AsyncKmqConsumer`` with ``kafka.client: aiokafka``."""
+
+    def __init__(self, cfg: Config, *args, **kwargs) -> None:
+        super().__init__(on_aiokafka(cfg), *args, **kwargs)
+
+
+def on_aiokafka(cfg: Config) -> Config:
+    return dataclasses.replace(cfg, kafka=dataclasses.replace(cfg.kafka, client="aiokafka"))
 
 
 def produce(cfg: Config, topic: str, n: int, partitions: int = 1) -> None:
