@@ -98,6 +98,7 @@ class LoopConsumer(KmqConsumer):
                                                             name=f"kmq-driver-{self.queue.name}")
         if self._keeper is not None:
             self._keeper.start()
+        log.info("%s: fetching on the event loop (kafka.client: aiokafka), no fetcher thread", self.queue.name)
 
     def _hand_over(self, action: HandOver) -> None:
         super()._hand_over(action)
