@@ -93,9 +93,9 @@ class LoopConsumer(KmqConsumer):
         if self._task is not None:
             return
         self.handed = asyncio.Event()
-        self._fetcher = _Ended()  # type: ignore[assignment]  # joined by close() like the thread
-        self._task = asyncio.get_running_loop().create_task(self._drive(self._fetcher),
-                                                            name=f"kmq-driver-{self.queue.name}")
+        ended = _Ended()
+        self._fetcher = ended  # type: ignore[assignment]  # joined by close() like the thread
+        self._task = asyncio.get_running_loop().create_task(self._drive(ended), name=f"kmq-driver-{self.queue.name}")
         if self._keeper is not None:
             self._keeper.start()
         log.info("%s: fetching on the event loop (kafka.client: aiokafka), no fetcher thread", self.queue.name)

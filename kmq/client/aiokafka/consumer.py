@@ -179,7 +179,7 @@ class AioGroupConsumer:
         """aiokafka loses no fetch response: nothing to repair."""
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+class _Listener(ConsumerRebalanceListener):
     """The adapter's rebalance callbacks, inside aiokafka's coordinator task."""
 
     def __init__(self, owner: AioGroupConsumer, on_assigned: Callable[[set], None], on_revoked: Callable[[set], None],
