@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 #: Seconds a fetch that failed with a passing error (a broker restarting) waits before the next.
 POLL_RETRY_WAIT = 0.5
 
+#: Most records decoded before other tasks get a turn on the loop: a fetch of thousands of records is
+#: taken in chunks of this many (aiokafka decodes them as they are taken), so one fetch does not keep
+#: the loop from other work for the whole of it.
+CHUNK = 500
+
 Partition = tuple[str, int]
 
 
@@ -47,6 +52,8 @@ class AioGroupConsumer:
         self.raw: AIOKafkaConsumer | None = None
         self._subscription: tuple[list[str], ConsumerRebalanceListener] | None = None
         self._failing = False
+        #: Revocations begun so far (the listener counts them): a fetch during which one began is dropped.
+        self.revocations = 0
 
     # ------------------------------------------------------------ on the loop
     async def start(self) -> None:
@@ -72,20 +79,44 @@ class AioGroupConsumer:
 
     async def afetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record) -> list:
         """Up to ``max_records`` records as ``build(topic, partition, offset, key, value, headers,
-        timestamp)``, waiting at most ``timeout`` seconds. A passing error (a broker restarting) is
-        logged and returns nothing after a short wait; any other fails as kmq's error."""
+        timestamp)``, waiting at most ``timeout`` seconds for the first; what is fetched already is
+        taken in chunks of :data:`CHUNK`, other tasks running between them. A passing error (a broker
+        restarting) is logged and returns nothing after a short wait; any other fails as kmq's error.
+
+        Nothing is returned when a revocation began meanwhile: aiokafka's rebalances are eager, so
+        every partition goes back to its committed offset and what was taken is fetched again;
+        reported after the revocation, it would count as fetched after it."""
         raw = self.raw
         if raw is None:
             return []
+        seen = self.revocations
+        out: list = []
+        wait_ms = int(timeout * 1000)
+        while len(out) < max_records:
+            got = await self._get(raw, wait_ms, min(CHUNK, max_records - len(out)), build)
+            if not got:
+                break
+            out.extend(got)
+            wait_ms = 0
+            if len(out) < max_records:
+                await asyncio.sleep(0)  # the loop's other tasks before the next chunk
+            if self.revocations != seen or self.raw is not raw:
+                break
+        if self.revocations != seen:
+            log.debug("a revocation began during a fetch: its %d record(s) are fetched again after it", len(out))
+            return []
+        return out
+
+    async def _get(self, raw: AIOKafkaConsumer, wait_ms: int, max_records: int, build: Callable[..., Any]) -> list:
         try:
-            batches = await raw.getmany(timeout_ms=int(timeout * 1000), max_records=max_records)
+            batches = await raw.getmany(timeout_ms=wait_ms, max_records=max_records)
         except ak.KafkaError as exc:
             if not retriable(exc):
                 raise client_error(exc, "fetching records") from exc
             log.log(logging.DEBUG if self._failing else logging.WARNING, "Kafka fetch failed (%s: %s); fetching again",
                     type(exc).__name__, exc)
             self._failing = True
-            await asyncio.sleep(max(timeout, POLL_RETRY_WAIT))
+            await asyncio.sleep(max(wait_ms / 1000, POLL_RETRY_WAIT))
             return []
         if self._failing:
             self._failing = False
@@ -195,6 +226,7 @@ class _Listener(ConsumerRebalanceListener):
         parts = {(tp.topic, tp.partition) for tp in revoked}
         if not parts:
             return
+        self._owner.revocations += 1
         raw = self._owner.raw
         if self._commit_on_revoke is not None and raw is not None:
             # On a worker thread: it waits for the hand-off RENEW, which the loop sends.
