@@ -19,7 +19,7 @@ __all__ = ["on_loop", "loop_clients"]
 
 def on_loop(cfg: Config) -> bool:
     """Whether ``cfg`` names the client that runs on the event loop (``kafka.client: aiokafka``)."""
-    return cfg.kafka.client == AIOKAFKA
+    return getattr(getattr(cfg, "kafka", None), "client", None) == AIOKAFKA
 
 
 def loop_clients(cfg: Config, loop: asyncio.AbstractEventLoop) -> tuple[Config, ClientFactory]:

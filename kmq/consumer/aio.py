@@ -12,7 +12,10 @@
         await consumer.run(handle, concurrency=16)
 
 Design (docs/protocol.md, "asyncio"): this is :class:`~kmq.consumer.consumer.KmqConsumer`
-driven from the loop through its public API, not a second consumer on aiokafka.
+driven from the loop through its public API. With ``kafka.client: aiokafka`` it is a
+:class:`~kmq.consumer.loop_driver.LoopConsumer` instead, whose fetcher step runs on the loop
+itself (no fetcher thread; waiting takes await the driver's hand-overs); the rest below holds
+for both, but for the fetching that is said to stay on the consumer's threads.
 Fetching, START markers, commits, flow control, cooperative rebalances, lease
 keeping and outage ride-through all stay on the consumer's own threads, so they
 behave exactly as for the threaded API and on every ``kafka.client``. What the

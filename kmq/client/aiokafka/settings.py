@@ -65,7 +65,12 @@ def consumer_settings(kafka: KafkaConfig, group_id: str, max_records: int,
                       overrides: Mapping[str, Any]) -> dict[str, Any]:
     """A group member's settings: auto-commit off, earliest, kmq's session timing (``overrides``:
     kmq's names, :data:`~kmq.client.overrides.CONSUMER`)."""
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
     kw = common(kafka)
+    # kmq's RANGE pair (kafka-python's, confluent's range,roundrobin): a group may mix clients.
+    kw["partition_assignment_strategy"] = (RangePartitionAssignor, RoundRobinPartitionAssignor)
     kw.update(group_id=group_id, enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=max_records,
               session_timeout_ms=int(kafka.session_timeout * 1000),
               heartbeat_interval_ms=int(kafka.heartbeat_interval * 1000),
