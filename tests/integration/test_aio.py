@@ -379,3 +379,45 @@ def test_close_from_another_task_lets_run_drain_its_handlers_first(queue_topics,
     markers = markers_by_partition(bootstrap, q.markers_topic)[0]
     assert set(ranges(markers, End)) == {0, 1} and not ranges(markers, Nack)
     assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 2}  # the 8 never handed: given back
+
+
+def test_a_member_joining_mid_backlog_takes_partitions_and_nothing_is_lost(queue_topics, bootstrap):
+    # The rebalance gives the first member's ready messages back (committed back to the first of
+    # them, their leases handed off): every message is acked by one member or the other, none lost.
+    cfg, q = queue_topics(partitions=2, queue={"lease": "30s"}, consumer=FAST_FLUSH)
+    produce(cfg, q.name, 400, partitions=2)
+    everything = {(p, o) for p in (0, 1) for o in range(200)}
+
+    async def scenario() -> dict[str, set[tuple[int, int]]]:
+        acked: dict[str, set[tuple[int, int]]] = {"first": set(), "second": set()}
+        fifty = asyncio.Event()
+
+        async def member(name: str) -> None:
+            async with AsyncKmqConsumer(cfg, queue=q.name) as c:
+                async for msg in c:
+                    await asyncio.sleep(0.02)  # slow enough for the second member to join mid-backlog
+                    await msg.ack()
+                    acked[name].add((msg.partition, msg.offset))
+                    if len(acked["first"]) >= 50:
+                        fifty.set()
+                    if everything <= acked["first"] | acked["second"]:
+                        break
+
+        async with asyncio.timeout(90):
+            first = asyncio.create_task(member("first"))
+            await fifty.wait()
+            second = asyncio.create_task(member("second"))
+            done, _ = await asyncio.wait([first, second], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+            for t in (first, second):
+                t.cancel()
+            await asyncio.gather(first, second, return_exceptions=True)
+        return acked
+
+    acked = asyncio.run(scenario())
+    assert everything <= acked["first"] | acked["second"]
+    assert acked["second"], "the second member never got a partition: no rebalance was tested"
+    markers = markers_by_partition(bootstrap, q.markers_topic)
+    ended = {(p, o) for p, ms in markers.items() for o in ranges(ms, End)}
+    assert everything <= ended
