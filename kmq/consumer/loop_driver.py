@@ -25,12 +25,13 @@ import asyncio
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from kmq import client as client_api
 from kmq.consumer.consumer import KmqConsumer
 from kmq.consumer.fetch_pipeline import HandOver
-from kmq.consumer.fetcher import Fetcher
+from kmq.consumer.fetcher import Fetcher, FetcherParts
 from kmq.core.errors import KmqError
 
 __all__ = ["LoopConsumer", "LoopFetcher"]
@@ -39,7 +40,17 @@ log = logging.getLogger(__name__)
 
 
 class LoopFetcher(Fetcher):
-    """The fetcher step with its poll awaited (the group member's ``afetch``)."""
+    """The fetcher step with its poll awaited (the group member's ``afetch``). The rest after a seek
+    back (a broker outage) is not waited here, on the loop: it is noted (:attr:`rest_due`) and the
+    driver awaits it."""
+
+    def __init__(self, parts: FetcherParts, consumer: Any) -> None:
+        super().__init__(replace(parts, rest=self._rest_later), consumer)
+        #: Seconds the driver rests before its next turn (a seek back asked for it), 0: none.
+        self.rest_due = 0.0
+
+    def _rest_later(self, seconds: float) -> None:
+        self.rest_due = max(self.rest_due, seconds)
 
     async def apoll(self, room: int, held: int = 0) -> float:
         """:meth:`Fetcher.poll <kmq.consumer.fetcher.Fetcher.poll>` on the loop: one poll as the
@@ -143,6 +154,10 @@ class LoopConsumer(KmqConsumer):
                 step.answers(now)
                 self._held.renew_due(self._pipeline.pending, self._ready, now)
                 self._expire_leases(now)
+                if step.rest_due:  # a seek back after a failed START: do not spin through an outage
+                    rest, step.rest_due = step.rest_due, 0.0
+                    await asyncio.sleep(rest)
+                    continue
                 wait = await step.apoll(*self._room(time.monotonic()))
                 if wait:
                     await asyncio.sleep(wait)
