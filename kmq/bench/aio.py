@@ -10,7 +10,12 @@ coroutine by the asyncio variants:
 * aiokafka:  a plain aiokafka loop (no kmq): ``getmany(max_records=batch)``, the
   coroutine handler per record, ``await commit()`` per batch;
 * aio-for:   ``async for msg in AsyncKmqConsumer``: the coroutine handler, ``await msg.ack()``;
-* aio-run:   ``AsyncKmqConsumer.run(handler, concurrency=--concurrency)`` (return = ack).
+* aio-run:   ``AsyncKmqConsumer.run(handler, concurrency=--concurrency)`` (return = ack);
+* loop-for, loop-run: the same two with ``kafka.client: aiokafka`` (the fetcher step on the event
+  loop, no fetcher thread: :mod:`kmq.consumer.loop_driver`); their ratio to the plain aiokafka loop
+  is the figure to watch.
+
+``--variants`` runs a subset (``threads`` and ``aiokafka`` always run: the ratios need them).
 
 Throughput is measured from the first message to the last one settled and the
 final flush or commit (group join excluded). The asyncio variants also run a
@@ -41,7 +46,7 @@ from kmq.dev.broker import broker_unless
 
 __all__ = ["command", "run"]
 
-VARIANTS = ("threads", "aiokafka", "aio-for", "aio-run")
+VARIANTS = ("threads", "aiokafka", "aio-for", "aio-run", "loop-for", "loop-run")
 #: What the asyncio variants are compared with.
 BASELINES = ("threads", "aiokafka")
 TICK = 0.005
@@ -156,7 +161,7 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
     gap = LoopGap()
     n, t0, c0, l0, acc = 0, 0.0, 0.0, 0.0, 0
     async with AsyncKmqConsumer(cfg, batch_size=batch) as c:
-        if variant == "aio-for":
+        if variant.endswith("-for"):
             async for msg in c:
                 if n == 0:
                     t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
@@ -196,7 +201,8 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
         tune_collector()
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms", client)
+    cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms",
+                  "aiokafka" if variant.startswith("loop-") else client)
     if variant == "threads":
         out = _child_threads(cfg, messages, batch)
     elif variant == "aiokafka":
@@ -221,20 +227,22 @@ def _spawn(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
 
 def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency: int = 16, rounds: int = 3,
         partitions: int = 1, bootstrap: str | None = None, echo: Any = None, client: str = "kafka-python",
-        tuned_gc: bool = False) -> dict:
+        tuned_gc: bool = False, variants: tuple[str, ...] = ()) -> dict:
     """Run the variants ``rounds`` times; returns the figures (also printed through ``echo``). ``client``:
-    the Kafka client of the kmq variants (``kafka.client``); the aiokafka loop is the reference either way.
-    ``tuned_gc``: every variant's process tunes its garbage collector as ``kmq work`` does."""
+    the Kafka client of the aio- variants (``kafka.client``; the loop- variants are on aiokafka); the
+    aiokafka loop is the reference either way. ``tuned_gc``: every variant's process tunes its garbage
+    collector as ``kmq work`` does. ``variants``: a subset (default all; the baselines always run)."""
     say = echo or (lambda *_: None)
+    chosen = tuple(v for v in VARIANTS if v in BASELINES or not variants or v in variants)
     bootstrap, broker = broker_unless(bootstrap)
     try:
         queue = f"bench-{uuid.uuid4().hex[:8]}"
         _produce(bootstrap, queue, messages, size, partitions, "kafka-python")
         say(f"produced {messages} x {size} B to {queue} ({partitions} partition(s)); aio-run concurrency {concurrency}; "
             f"kmq variants on {client}" + ("; garbage collector tuned in every variant" if tuned_gc else ""))
-        runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+        runs: dict[str, list[dict]] = {v: [] for v in chosen}
         for r in range(rounds):
-            for variant in VARIANTS:
+            for variant in chosen:
                 res = _spawn(variant, bootstrap, queue, messages, batch, concurrency, client, tuned_gc)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
@@ -244,13 +252,13 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                     f"collection; {res['full_collections']} full, the longest collection {res['collection_max_ms']:.1f} ms)")
                 say(f"round {r + 1} {variant:8s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
                     f"cpu {res['cpu_seconds']:.2f}s, peak RSS {res['rss_mb']:.0f} MB{gap})")
-        medians = {v: statistics.median(x["rate"] for x in runs[v]) for v in VARIANTS}
-        ratios = {base: _ratios(runs, base) for base in BASELINES}
-        gaps = {v: max(x["loop_gap_ms"] for x in runs[v]) for v in VARIANTS[1:]}
-        late = {v: max(x["loop_late_ms"] for x in runs[v]) for v in VARIANTS[1:]}
-        besides = {v: max(x["loop_late_besides_gc_ms"] for x in runs[v]) for v in VARIANTS[1:]}
-        full = {v: sum(x["full_collections"] for x in runs[v]) for v in VARIANTS[1:]}
-        longest = {v: max(x["collection_max_ms"] for x in runs[v]) for v in VARIANTS[1:]}
+        medians = {v: statistics.median(x["rate"] for x in runs[v]) for v in chosen}
+        ratios = {base: _ratios(runs, base, chosen) for base in BASELINES}
+        gaps = {v: max(x["loop_gap_ms"] for x in runs[v]) for v in chosen[1:]}
+        late = {v: max(x["loop_late_ms"] for x in runs[v]) for v in chosen[1:]}
+        besides = {v: max(x["loop_late_besides_gc_ms"] for x in runs[v]) for v in chosen[1:]}
+        full = {v: sum(x["full_collections"] for x in runs[v]) for v in chosen[1:]}
+        longest = {v: max(x["collection_max_ms"] for x in runs[v]) for v in chosen[1:]}
         say("medians: " + ", ".join(f"{v} {m:,.0f} msg/s" for v, m in medians.items()))
         for base in BASELINES:
             say(f"ratio to {base} (per round; median): " + ", ".join(
@@ -262,23 +270,23 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 f"{v} {late[v]:.1f} ms ({besides[v]:.1f} ms; {full[v]}, {longest[v]:.1f} ms)" for v in late))
         return {"client": client, "tuned_gc": tuned_gc, "messages": messages, "size": size, "batch": batch, "concurrency": concurrency,
                 "rounds": rounds,
-                "partitions": partitions, "msgs_per_s": {v: [x["rate"] for x in runs[v]] for v in VARIANTS},
+                "partitions": partitions, "msgs_per_s": {v: [x["rate"] for x in runs[v]] for v in chosen},
                 "median_msgs_per_s": medians,
                 "ratio_to_threads": {v: statistics.median(x) for v, x in ratios["threads"].items()},
                 "ratio_to_aiokafka": {v: statistics.median(x) for v, x in ratios["aiokafka"].items()},
                 "ratios_per_round": ratios, "max_loop_gap_ms": gaps,
                 "max_loop_late_ms": late, "max_loop_late_besides_gc_ms": besides,
                 "full_collections": full, "max_collection_ms": longest,
-                "loop_gap_ms_per_round": {v: [x["loop_gap_ms"] for x in runs[v]] for v in VARIANTS[1:]}}
+                "loop_gap_ms_per_round": {v: [x["loop_gap_ms"] for x in runs[v]] for v in chosen[1:]}}
     finally:
         if broker is not None:
             broker.stop()
 
 
-def _ratios(runs: dict[str, list[dict]], base: str) -> dict[str, list[float]]:
+def _ratios(runs: dict[str, list[dict]], base: str, chosen: tuple[str, ...]) -> dict[str, list[float]]:
     """Each variant's rate over ``base``'s of the same round (the variants after ``base``)."""
     return {v: [a["rate"] / b["rate"] for a, b in zip(runs[v], runs[base])]
-            for v in VARIANTS[VARIANTS.index(base) + 1:]}
+            for v in chosen[chosen.index(base) + 1:]}
 
 
 @click.command("aio")
@@ -293,9 +301,12 @@ def _ratios(runs: dict[str, list[dict]], base: str) -> dict[str, list[float]]:
               help="Kafka client of the kmq variants (kafka.client); the aiokafka loop is the reference either way.")
 @click.option("--tuned-gc", is_flag=True,
               help="Tune every variant's garbage collector as kmq work does (kmq.config.process.tune_collector).")
+@click.option("--variants", multiple=True, type=click.Choice(VARIANTS[2:]),
+              help="Run only these (repeatable); threads and aiokafka always run. Default: all.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON too.")
-def command(as_json: bool, **opts: Any) -> None:
-    """AsyncKmqConsumer (async for, run) vs a plain aiokafka loop and KmqConsumer (threads), one broker."""
-    result = run(echo=click.echo, **opts)
+def command(as_json: bool, variants: tuple[str, ...], **opts: Any) -> None:
+    """AsyncKmqConsumer (async for, run; threaded bridge and on aiokafka) vs a plain aiokafka loop and
+    KmqConsumer (threads), one broker."""
+    result = run(echo=click.echo, variants=variants, **opts)
     if as_json:
         click.echo(json.dumps(result))

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from kmq.client.errors import ClientCommitFailed, ProduceFailed, ProducerFatal
-from kmq.core.errors import ClientNotInstalled, install_extra
+from kmq.core.errors import ClientNotInstalled, ConfigError, install_extra
 from kmq.core.ranges import OffsetRange
 
 __all__ = [
-    "KAFKA_PYTHON", "CONFLUENT", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
+    "KAFKA_PYTHON", "CONFLUENT", "AIOKAFKA", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "ProducerFatal", "client_of", "require_client",
     "is_confluent_consumer", "Partition", "ReadResult", "LogEnds", "Deleted", "LogReader", "delivered_at",
     "OutRecord", "SendBatch", "FutureBatch", "ReportedBatch", "UNDECIDED",
@@ -39,6 +39,8 @@ __all__ = [
 
 KAFKA_PYTHON = "kafka-python"
 CONFLUENT = "confluent"
+#: ``kafka.client: aiokafka``: only :mod:`kmq.aio`'s consumer, on its event loop (:mod:`kmq.client.loop`).
+AIOKAFKA = "aiokafka"
 
 Headers = Sequence[tuple[str, "bytes | None"]]
 #: A topic partition, ``(topic, partition)`` (kafka-python's ``TopicPartition`` is one too).
@@ -425,7 +427,13 @@ def client_of(kafka: Any) -> str:
 
 
 def require_client(name: str) -> None:
-    """Raise :class:`~kmq.core.errors.ClientNotInstalled` when ``name`` is chosen but not importable."""
+    """Raise :class:`~kmq.core.errors.ClientNotInstalled` when ``name`` is chosen but not importable,
+    and :class:`~kmq.core.errors.ConfigError` for aiokafka (only :mod:`kmq.aio`'s consumer runs on it;
+    it builds its clients through :mod:`kmq.client.loop`, never here)."""
+    if name == AIOKAFKA:
+        raise ConfigError("kafka.client", "aiokafka is only for kmq.aio's AsyncKmqConsumer (its clients run on the "
+                          "event loop); set kafka.client: kafka-python or confluent for this component "
+                          "(KMQ_KAFKA__CLIENT), e.g. in its own configuration")
     if name == CONFLUENT and importlib.util.find_spec("confluent_kafka") is None:
         raise ClientNotInstalled(
             f"kafka.client is confluent but confluent-kafka is not installed; {install_extra('confluent')} "

@@ -155,7 +155,7 @@ def send_many(prod: Any, records: Sequence[OutRecord]) -> SendBatch:
 
 def close_producer(prod: Any, timeout: float = 5.0) -> None:
     """Close a producer from :func:`producer` within about ``timeout`` seconds, pending records or not."""
-    if hasattr(prod, "is_confluent"):
+    if hasattr(prod, "is_confluent") or hasattr(prod, "is_aiokafka"):
         prod.close(timeout)
         return
     clients.close_producer(prod, timeout)

@@ -130,8 +130,9 @@ class KafkaConfig:
     # How long a component waits for the cluster before failing with a clear error.
     connect_timeout: float = _f(10.0, "duration", min=0.1)
     # Which Python Kafka client every component uses (kmq.client): kafka-python (base
-    # install) or confluent (librdkafka, the confluent extra).
-    client: str = _f("kafka-python", "choice", choices=("KAFKA-PYTHON", "CONFLUENT"), lower=True)
+    # install), confluent (librdkafka, the confluent extra) or aiokafka (kmq.aio's consumer only,
+    # on its event loop; the aio extra).
+    client: str = _f("kafka-python", "choice", choices=("KAFKA-PYTHON", "CONFLUENT", "AIOKAFKA"), lower=True)
     # librdkafka's own debug contexts (its `debug` property, e.g. eos,msg) for clients on
     # confluent-kafka; their lines go to the logger kmq.librdkafka at DEBUG.
     librdkafka_debug: str | None = _f(None, "optstr", pattern=LIBRDKAFKA_DEBUG_PATTERN)

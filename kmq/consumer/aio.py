@@ -12,7 +12,10 @@
         await consumer.run(handle, concurrency=16)
 
 Design (docs/protocol.md, "asyncio"): this is :class:`~kmq.consumer.consumer.KmqConsumer`
-driven from the loop through its public API, not a second consumer on aiokafka.
+driven from the loop through its public API. With ``kafka.client: aiokafka`` it is a
+:class:`~kmq.consumer.loop_driver.LoopConsumer` instead, whose fetcher step runs on the loop
+itself (no fetcher thread; waiting takes await the driver's hand-overs); the rest below holds
+for both, but for the fetching that is said to stay on the consumer's threads.
 Fetching, START markers, commits, flow control, cooperative rebalances, lease
 keeping and outage ride-through all stay on the consumer's own threads, so they
 behave exactly as for the threaded API and on every ``kafka.client``. What the
@@ -48,9 +51,11 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable
 
+from kmq.client.loop import loop_clients, on_loop
 from kmq.config import Config
 from kmq.core.errors import KmqError
 from kmq.consumer.consumer import KmqConsumer
+from kmq.consumer.loop_driver import LoopConsumer
 from kmq.core.message import KmqMessage
 from kmq.core.outcome import HandlerOutcome, OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
@@ -200,7 +205,8 @@ class AsyncKmqConsumer:
             if self._consumer is not None:
                 return self
             if self._starting is None or self._starting.done():  # none yet, or the last one failed: try again
-                self._starting = asyncio.get_running_loop().run_in_executor(None, self._build)
+                loop = asyncio.get_running_loop()
+                self._starting = loop.run_in_executor(None, self._build, loop)
                 # Its error reaches the start() calls awaiting it; retrieved here for when none is left.
                 self._starting.add_done_callback(lambda f: f.cancelled() or f.exception())
             starting = self._starting
@@ -210,12 +216,19 @@ class AsyncKmqConsumer:
         except asyncio.CancelledError:
             self._close_when_built()
             raise
+        if isinstance(self._consumer, LoopConsumer):
+            self._consumer.drive()  # its fetcher step runs on this loop from now on (once)
         return self
 
-    def _build(self) -> Any:
-        """Construct the threaded consumer (on a thread) and hand it over, unless this was closed
-        meanwhile: then close it here, so no consumer outlives the AsyncKmqConsumer."""
-        consumer = KmqConsumer(self.cfg, self._queue_name, **self._kwargs)
+    def _build(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """Construct the consumer (on a thread) and hand it over, unless this was closed meanwhile:
+        then close it here, so no consumer outlives the AsyncKmqConsumer. ``kafka.client:
+        aiokafka``: a :class:`~kmq.consumer.loop_driver.LoopConsumer` whose clients live on ``loop``."""
+        if on_loop(self.cfg):
+            cfg, clients = loop_clients(self.cfg, loop)
+            consumer: KmqConsumer = LoopConsumer(cfg, self._queue_name, clients=clients, **self._kwargs)
+        else:
+            consumer = KmqConsumer(self.cfg, self._queue_name, **self._kwargs)
         with self._state_lock:
             if not self._closed:
                 self._consumer = consumer
@@ -293,10 +306,19 @@ class AsyncKmqConsumer:
     async def _take(self, max_records: int) -> list[KmqMessage]:
         """Up to ``max_records`` messages, waiting (off the loop) at most ``poll_timeout``; [] if none."""
         consumer = self.consumer
+        handed = getattr(consumer, "handed", None)  # on the loop: the driver sets it (kmq.consumer.loop_driver)
+        if handed is not None:
+            handed.clear()
         # Memory only: what an iteration took ahead, else what the fetcher made ready.
         ready = consumer.poll(timeout=0, max_records=max_records)
         if ready or consumer.stopping:
             return ready
+        if handed is not None:  # no thread: wait on the loop for the driver's next hand-over
+            try:
+                await asyncio.wait_for(handed.wait(), self.poll_timeout)
+            except TimeoutError:
+                return []
+            return consumer.poll(timeout=0, max_records=max_records)
         fut = self._poller.submit(consumer.take_chunk, self.poll_timeout, max_records)
         try:
             return (await asyncio.wrap_future(fut))[0]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import sys
 import time
 
 import pytest
@@ -24,6 +26,26 @@ pytestmark = pytest.mark.integration
 
 QUEUE = {"lease": "2s", "max_deliveries": 3, "backoff": {"initial": "300ms", "max": "2s", "multiplier": 2.0}}
 FAST_FLUSH = {"ack_flush_interval": "50ms"}
+
+
+@pytest.fixture(autouse=True, params=["threaded", "aiokafka"])
+def client(request, monkeypatch):
+    """Every test twice: on the threaded bridge (the configured kafka.client) and with ``kafka.client:
+    aiokafka`` (the consumer on the event loop; the tracker and the test's own clients stay on kafka-python)."""
+    if request.param == "aiokafka":
+        monkeypatch.setattr(sys.modules[__name__], "AsyncKmqConsumer", OnAiokafka)
+    return request.param
+
+
+class OnAiokafka(AsyncKmqConsumer):
+    """``AsyncKmqConsumer`` with ``kafka.client: aiokafka``."""
+
+    def __init__(self, cfg: Config, *args, **kwargs) -> None:
+        super().__init__(on_aiokafka(cfg), *args, **kwargs)
+
+
+def on_aiokafka(cfg: Config) -> Config:
+    return dataclasses.replace(cfg, kafka=dataclasses.replace(cfg.kafka, client="aiokafka"))
 
 
 async def take(consumer: AsyncKmqConsumer, n: int, timeout: float = 30.0) -> list[AsyncKmqMessage]:
@@ -347,3 +369,49 @@ def test_close_from_another_task_lets_run_drain_its_handlers_first(queue_topics,
     markers = markers_by_partition(bootstrap, q.markers_topic)[0]
     assert set(ranges(markers, End)) == {0, 1} and not ranges(markers, Nack)
     assert committed(bootstrap, cfg.consumer.group_id, q.name) == {0: 2}  # the 8 never handed: given back
+
+
+def test_a_member_joining_mid_backlog_takes_partitions_and_nothing_is_lost(queue_topics, bootstrap):
+    # The rebalance gives the first member's ready messages back (committed back to the first of
+    # them, their leases handed off): every message is acked by one member or the other, none lost.
+    cfg, q = queue_topics(partitions=2, queue={"lease": "30s"}, consumer=FAST_FLUSH)
+    produce(cfg, q.name, 400, keys=b"%d", partitions=2)
+    everything = {(p, o) for p in (0, 1) for o in range(200)}
+
+    async def scenario() -> dict[str, set[tuple[int, int]]]:
+        acked: dict[str, set[tuple[int, int]]] = {"first": set(), "second": set()}
+        fifty, joined = asyncio.Event(), asyncio.Event()
+
+        async def member(name: str) -> None:
+            async with AsyncKmqConsumer(cfg, queue=q.name) as c:
+                async for msg in c:
+                    await msg.ack()
+                    acked[name].add((msg.partition, msg.offset))
+                    if name == "second":
+                        joined.set()
+                    elif len(acked["first"]) == 50:
+                        fifty.set()
+                        # The rest of the backlog waits in this member (fetched, ready) until the
+                        # second one has a partition: the rebalance takes what is ready back.
+                        await joined.wait()
+                    if everything <= acked["first"] | acked["second"]:
+                        break
+
+        async with asyncio.timeout(90):
+            first = asyncio.create_task(member("first"))
+            await fifty.wait()
+            second = asyncio.create_task(member("second"))
+            done, _ = await asyncio.wait([first, second], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+            for t in (first, second):
+                t.cancel()
+            await asyncio.gather(first, second, return_exceptions=True)
+        return acked
+
+    acked = asyncio.run(scenario())
+    assert everything <= acked["first"] | acked["second"]
+    assert acked["second"] and len(acked["first"]) >= 50
+    markers = markers_by_partition(bootstrap, q.markers_topic)
+    ended = {(p, o) for p, ms in markers.items() for o in ranges(ms, End)}
+    assert everything <= ended

@@ -38,14 +38,19 @@ def _worker(conf: Path, queue: str, ack_log: Path, log: Path) -> subprocess.Pope
 
 
 
-def test_asyncio_worker_sigkilled_mid_backlog_loses_nothing(queue_topics, bootstrap, tmp_path):
+@pytest.mark.parametrize("client", ["threaded", "aiokafka"])
+def test_asyncio_worker_sigkilled_mid_backlog_loses_nothing(queue_topics, bootstrap, tmp_path, client):
     cfg, q = queue_topics(partitions=2, queue={"lease": "3s", "max_deliveries": 10,
                                                "backoff": {"initial": "100ms", "max": "1s"}},
                           tracker={"tick": "100ms"})
     # As `kmq produce --poison-rate 0.01` writes them: 6 poison payloads.
     produce(cfg, q.name, MESSAGES, keys=b"%d", values=lambda i: payload(i, 100, is_poison_index(i, 0.01)), partitions=2)
     conf = tmp_path / "kmq.yaml"
-    conf.write_text(yaml.safe_dump(cfg.to_dict(redact=False)))
+    worker_cfg = cfg.to_dict(redact=False)
+    if client == "aiokafka":  # the worker's consumer on its event loop; the tracker stays on kafka-python
+        worker_cfg["kafka"]["client"] = "aiokafka"
+        worker_cfg.setdefault("logging", {})["debug"] = "kmq.consumer.loop_driver"  # its "fetching on the event loop"
+    conf.write_text(yaml.safe_dump(worker_cfg))
     ack_log = tmp_path / "acks.log"
     ack_log.touch()
     records = read_all(bootstrap, q.name, expect=MESSAGES)
@@ -72,6 +77,7 @@ def test_asyncio_worker_sigkilled_mid_backlog_loses_nothing(queue_topics, bootst
             assert workers[1].wait(60) == 0, (tmp_path / "worker2.log").read_text()[-3000:]
             summary = (tmp_path / "worker2.log").read_text()
             assert "with 4 asyncio handlers" in summary and "settled: ok=" in summary, summary[-2000:]
+            assert ("fetching on the event loop" in summary) == (client == "aiokafka"), summary[-2000:]
             # Every poison message is dead-lettered and nothing else is. A poison message can be
             # dead-lettered twice (at-least-once): one the killed worker had STARTed but not yet
             # committed is copied by the tracker when its lease ends and fetched again by the second

@@ -59,8 +59,8 @@ def test_delivery_runs_callbacks_added_before_and_after_it_completes():
 def test_kafka_client_key_defaults_to_kafka_python_and_takes_confluent_from_env():
     assert Config.from_dict({"queues": [{"name": "q"}]}).kafka.client == "kafka-python"
     assert Config.from_dict({"kafka": {"client": "Confluent"}, "queues": [{"name": "q"}]}).kafka.client == "confluent"
-    with pytest.raises(ConfigError, match=r"kafka\.client: expected one of KAFKA-PYTHON, CONFLUENT"):
-        Config.from_dict({"kafka": {"client": "aiokafka"}, "queues": [{"name": "q"}]})
+    with pytest.raises(ConfigError, match=r"kafka\.client: expected one of KAFKA-PYTHON, CONFLUENT, AIOKAFKA"):
+        Config.from_dict({"kafka": {"client": "librdkafka"}, "queues": [{"name": "q"}]})
     env = {"KMQ_KAFKA__CLIENT": "confluent"}
     assert Config.from_dict({"queues": [{"name": "q"}]}, env=env).kafka.client == "confluent"
 

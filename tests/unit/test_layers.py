@@ -35,7 +35,8 @@ def test_every_package_above_the_seam_is_kept_off_the_kafka_clients():
     # A new package (or module) of kmq must join the seam contract, or kafka.client would not be honoured there.
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     (seam,) = [c for c in contracts if "only through the seam" in c["name"]]
-    assert {"kafka", "confluent_kafka", "kmq.client.kafka_python", "kmq.client.confluent"} <= set(seam["forbidden_modules"])
+    assert {"kafka", "confluent_kafka", "aiokafka", "kmq.client.kafka_python", "kmq.client.confluent",
+            "kmq.client.aiokafka"} <= set(seam["forbidden_modules"])
     assert not seam.get("ignore_imports")
     top = {f"kmq.{p.stem}" for p in (ROOT / "kmq").iterdir()
            if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))}
