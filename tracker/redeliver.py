@@ -81,25 +81,31 @@ from kmq.core.copies import (
     smallest_record_limit,
 )
 from kmq.core.errors import DeadLetterTopicUnavailable
-from kmq.core.lease_state import DueItem, PartitionState, Reason
+from kmq.core.lease_state import DueItem, PartitionState
 from kmq.core.log_fields import log_fields
 from kmq.core.markers import Closed, Outcome, encode, encode_key
 from kmq.core.message import origin_of
-from kmq.core.ranges import OffsetRange, coalesce
-from kmq.core.redelivery_plan import (
-    SENT,
-    Send,
-    SendResult,
-    Settled,
-    closed_chunks,
-    closed_ranges_limit,
-    chunk_offsets,
-    plan,
-    retry_at_ms,
-    settle,
-    below,
-    take_chunk,
-    wanted_ranges,
+from kmq.core.ranges import OffsetRange
+from kmq.core.redelivery_plan import SENT, Send, SendResult, Settled, closed_chunks, closed_ranges_limit
+from kmq.core.redelivery_run import (
+    CLOCK,
+    OK,
+    CloseMissing,
+    Deferred,
+    Failed,
+    HeldPastEnd,
+    Judge,
+    Judged,
+    Read,
+    ReadResult,
+    RedeliveryRun,
+    RetriedAll,
+    SendsRetried,
+    SettledRound,
+    Started,
+    StartSends,
+    Unread,
+    WriteClosed,
 )
 from kmq.client import LogReader, LogReadError
 from kmq.telemetry.metrics import TrackerMetrics, observe_many
@@ -235,19 +241,6 @@ class _Started:
     refused: dict[int, SendResult]  # index in ``sends`` -> result, for records refused before they left
 
 
-@dataclass
-class _Round:
-    """The chunks started since the sends were last judged, and the payload bytes they hold."""
-
-    started: list[_Started] = field(default_factory=list)
-    bytes: int = 0
-
-    def add(self, started: _Started, size: int) -> None:
-        """Add ``started``, whose originals hold ``size`` payload bytes."""
-        self.started.append(started)
-        self.bytes += size
-
-
 class Redeliverer:
     """Turns due items of one markers partition into copies, dead letters and CLOSED markers.
 
@@ -284,174 +277,110 @@ class Redeliverer:
             client_api.close_producer(producer)
 
     def process(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem]) -> RedeliveryReport:
-        """Handle ``items`` completely: every offset ends closed, deferred or scheduled for retry."""
+        """Handle ``items`` completely: every offset ends closed, deferred or scheduled for retry
+        (the order and every decision: :class:`~kmq.core.redelivery_run.RedeliveryRun`)."""
         report = RedeliveryReport()
-        if items:
-            self._use(queue.compression)
-            try:
-                with _collector_paused(sum(it.offset_count for it in items) >= _GC_PAUSE_OFFSETS):
-                    self._step(queue, partition, state, items, report)
-            except (LogReadError, OSError, *client_api.produce_errors()) as exc:
-                self._retry_all(queue, partition, state, items, exc, report)
-                self._replace_unusable(exc)
-            finally:
-                # Chunk after chunk of this partition was read on from one assignment. It is kept while
-                # more of the partition is due now (a backlog larger than a step): the next step reads
-                # on from it instead of from a fresh assignment (a broker round trip and a cold fetch,
-                # a fifth of a 50,000-offset step). Otherwise librdkafka stops fetching ahead for it.
-                upcoming = state.next_due_ms()
-                if upcoming is None or upcoming > self._clock_ms():
-                    self._reader.release()
+        if not items:
+            return report
+        self._use(queue.compression)
+        run = RedeliveryRun(state, items, self._record_bytes.get(queue.name, self._max_request_size),
+                            chunk_bytes=_CHUNK_BYTES, read_chunk=_READ_CHUNK, round_bytes=_ROUND_BYTES)
+        try:
+            with _collector_paused(sum(it.offset_count for it in items) >= _GC_PAUSE_OFFSETS):
+                action = run.start()
+                while action is not None:
+                    action = run.send(self._carry_out(queue, partition, action, report))
+        finally:
+            self._record_bytes[queue.name] = run.record_bytes
+            # Chunk after chunk of this partition was read on from one assignment. It is kept while
+            # more of the partition is due now (a backlog larger than a step): the next step reads
+            # on from it instead of from a fresh assignment (a broker round trip and a cold fetch,
+            # a fifth of a 50,000-offset step). Otherwise librdkafka stops fetching ahead for it.
+            upcoming = state.next_due_ms()
+            if upcoming is None or upcoming > self._clock_ms():
+                self._reader.release()
         return report
 
-    # ------------------------------------------------------------ the step
-    def _step(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-              report: RedeliveryReport) -> None:
-        """Read and start sending chunk after chunk (a read waits on the broker while the sends of the
-        chunk before are on their way), then judge every send at once; a round is judged early when
-        the records it holds reach :data:`_ROUND_BYTES` (memory stays bounded)."""
-        pending = _Round()
-        rest = list(items)
-        log_end: int | None = None
-        while rest:
-            size = self._record_bytes.get(queue.name, self._max_request_size)
-            most = chunk_offsets(size, _CHUNK_BYTES, _READ_CHUNK)
-            if log_end is not None:
-                # What is at or past the log end was held back with the read that ran into it.
-                rest = below(rest, log_end)
-                if not rest:
-                    break
-            chunk, rest = take_chunk(rest, most)
-            try:
-                log_end = self._read_and_start(queue, partition, state, chunk, pending, report)
-            except (LogReadError, OSError, *client_api.produce_errors()) as exc:
-                # What was started is judged and closed first; only the offsets not yet planned are retried.
-                self._finish(queue, partition, state, pending, report)
-                self._retry_all(queue, partition, state, chunk + rest, exc, report)
-                self._replace_unusable(exc)
-                return
-            if pending.bytes >= _ROUND_BYTES:
-                self._finish(queue, partition, state, pending, report)
-                pending = _Round()
-        self._finish(queue, partition, state, pending, report)
+    # ------------------------------------------------------------ carrying out the run's actions
+    def _carry_out(self, queue: QueueConfig, partition: int, action: Any, report: RedeliveryReport) -> Any:
+        """Do ``action`` and return the run's event for it; a read or produce error is the run's
+        :class:`~kmq.core.redelivery_run.Failed` (it decides what is retried)."""
+        try:
+            if action is CLOCK:
+                return self._clock_ms()
+            kind = type(action)
+            if kind is Read:
+                read = self._reader.read(queue.name, partition, action.ranges)
+                size = sum([len(r.value or b"") + len(r.key or b"") for r in read.records.values()])
+                return ReadResult(read.records, read.missing, read.log_end, size, self._clock_ms())
+            if kind is StartSends:
+                return Started(self._start_all(queue, partition, action.records, action.sends, action.now_ms))
+            if kind is Judge:
+                self._flush(f"{action.what} of {queue.name}[{partition}]")
+                return Judged([self._judge(queue, started) for started in action.handles])
+            if kind is SettledRound:
+                self._account(queue, partition, action.records, action.sends, action.results, action.settled,
+                              action.started_ms, report)
+            elif kind is WriteClosed:
+                self._write_outcome(queue, partition, action.ranges, action.outcome)
+            else:
+                self._notice(queue, partition, action, report)
+            return OK
+        except (LogReadError, OSError, *client_api.produce_errors()) as exc:
+            return Failed(exc)
 
-    def _read_and_start(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-                        pending: "_Round", report: RedeliveryReport) -> int | None:
-        """Read ``items``' originals, plan them and start their sends; returns the log end the read
-        ran into (None: it did not)."""
-        read = self._reader.read(queue.name, partition, wanted_ranges(items))
-        size = sum([len(r.value or b"") + len(r.key or b"") for r in read.records.values()])
-        if read.records:
-            self._record_bytes[queue.name] = size / len(read.records)
-        now = self._clock_ms()
-        step = plan(state, items, read.records, read.missing, read.log_end, now)
-        if step.missing:
-            self._close_missing(queue, partition, state, step.missing, report)
-        for d in step.defer:
-            state.defer(d.ranges, d.until_ms, d.count)
-            report.deferred += d.offset_count
-        if step.unread:
-            n = sum(r.count for r in step.unread)
-            state.retry(step.unread, step.retry_at_ms)
+    def _notice(self, queue: QueueConfig, partition: int, action: Any, report: RedeliveryReport) -> None:
+        """Count and log what the run did (or, for missing offsets, write their CLOSED markers first)."""
+        kind, m = type(action), self._metrics
+        if kind is CloseMissing:
+            gone = action.ranges
+            n = sum(r.count for r in gone)
+            self._write_closed(queue, partition, gone, Outcome.MISSING)
+            report.missing += n
+            m.missing_offsets.labels(queue.label).inc(n)
+            log.warning("%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) "
+                        "and were closed as missing: %s", n, queue.name, partition, _show(gone))
+        elif kind is Deferred:
+            report.deferred += action.count
+        elif kind is Unread:
+            n = sum(r.count for r in action.ranges)
             report.failed += n
             log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
                         "they stay open and are retried", n, queue.name, partition)
-        if step.past_end:
-            self._hold_past_end(queue, partition, state, step.log_end, step.past_end_at_ms, now, report)
-        if step.sends:
-            pending.add(self._start_all(queue, partition, read.records, step.sends, now), size)
-        return step.log_end if step.past_end else None
-
-    def _hold_past_end(self, queue: QueueConfig, partition: int, state: PartitionState, log_end: int, at: int,
-                       now: int, report: RedeliveryReport) -> None:
-        """The read ended at ``log_end`` below offsets a START names. A consumer fetched them, so they
-        exist: the read is behind (a new leader's high-water mark lagging after a leader change), not
-        proof of anything. Everything due at or past that end waits with a backoff, in one go."""
-        held = state.hold_from(log_end, now, at)
-        n = sum(r.count for r in held)
-        report.past_end += n
-        self._metrics.past_log_end.labels(queue.label).inc(n)
-        log.warning("%s[%d]: the queue log read ended at offset %d, below %d due offset(s) that START markers name "
-                    "(%s); they are not closed: read again in %.1fs (kmq_tracker_offsets_past_log_end_total). "
-                    "If this goes on, see docs/operations.md (KmqQueueLogBehindStarts)", queue.name, partition,
-                    log_end, n, _show(held), (at - now) / 1000.0)
-
-    def _finish(self, queue: QueueConfig, partition: int, state: PartitionState, pending: "_Round",
-                report: RedeliveryReport) -> None:
-        """Wait once for the producer's verdicts on every started send, settle them, send the fallbacks
-        until nothing is left; then write the outcomes (CLOSED only for what Kafka acknowledged)."""
-        if not pending.started:
-            return
-        self._flush(f"redeliveries of {queue.name}[{partition}]")
-        rounds = [(s, self._judge(queue, s)) for s in pending.started]
-        closed: dict[Outcome, list[int]] = defaultdict(list)
-        retry: list[int] = []
-        retry_at, first_failure = 0, ""
-        while rounds:
-            fallbacks: list[Send] = []
-            for started, results in rounds:
-                sends, records, now = started.sends, started.records, started.now_ms
-                settled = settle(sends, results, self._clock_ms())
-                self._account(queue, partition, records, sends, results, settled, now, report)
-                for outcome, done in settled.closed.items():
-                    closed[outcome].extend(s.offset for s in done)
-                if settled.retry:
-                    if not first_failure:
-                        detail = {s.offset: r.detail for s, r in zip(sends, results)}
-                        first_failure = f"offset {settled.retry[0].offset}, {detail[settled.retry[0].offset]}"
-                    retry.extend(s.offset for s in settled.retry)
-                    retry_at = max(retry_at, settled.retry_at_ms or 0)
-                fallbacks.extend(settled.fallbacks)
-            rounds = []
-            if fallbacks:  # rare: records a topic refused for good; sent and judged on their own
-                records = {off: rec for st in pending.started for off, rec in st.records.items()}
-                started = self._start_all(queue, partition, records, fallbacks, self._clock_ms())
-                self._flush(f"dead letters of {queue.name}[{partition}]")
-                rounds = [(started, self._judge(queue, started))]
-        self._write_outcomes(queue, partition, state, closed)
-        if retry:
-            now = self._clock_ms()
-            state.retry(coalesce(retry), retry_at)
-            report.failed += len(retry)
-            self._metrics.redelivery_failures.labels(queue.label).inc(len(retry))
+        elif kind is HeldPastEnd:
+            # A consumer fetched them, so they exist: the read is behind (a new leader's high-water mark
+            # lagging after a leader change), not proof of anything.
+            held, at, now = action.held, action.at_ms, action.now_ms
+            n = sum(r.count for r in held)
+            report.past_end += n
+            m.past_log_end.labels(queue.label).inc(n)
+            log.warning("%s[%d]: the queue log read ended at offset %d, below %d due offset(s) that START markers "
+                        "name (%s); they are not closed: read again in %.1fs (kmq_tracker_offsets_past_log_end_total). "
+                        "If this goes on, see docs/operations.md (KmqQueueLogBehindStarts)", queue.name, partition,
+                        action.log_end, n, _show(held), (at - now) / 1000.0)
+        elif kind is SendsRetried:
+            report.failed += action.count
+            m.redelivery_failures.labels(queue.label).inc(action.count)
             log.warning("%d redelivery send(s) for %s[%d] failed (first: %s); they stay open and are retried in "
-                        "%.1fs", len(retry), queue.name, partition, first_failure, max(0.0, (retry_at - now) / 1000.0))
+                        "%.1fs", action.count, queue.name, partition, action.first,
+                        max(0.0, (action.at_ms - self._clock_ms()) / 1000.0))
+        elif kind is RetriedAll:
+            exc, n = action.error, sum(r.count for r in action.ranges)
+            report.failed += n
+            m.redelivery_failures.labels(queue.label).inc(n)
+            log.warning("redelivery of %d message(s) from %s[%d] failed (%s: %s); they stay open and are retried in "
+                        "%.1fs", n, queue.name, partition, type(exc).__name__, exc, (action.at_ms - action.now_ms) / 1000.0)
+            self._replace_unusable(exc)
 
-    def _retry_all(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-                   exc: BaseException, report: RedeliveryReport) -> None:
-        """Reading the log or writing CLOSED failed: everything not yet closed goes back with a capped backoff."""
-        now = self._clock_ms()
-        at = retry_at_ms(max(i.failures for i in items), now)
-        left = state.open_within(r for i in items for r in i.ranges)
-        n = sum(r.count for r in left)
-        state.retry(left, at)
-        report.failed += n
-        self._metrics.redelivery_failures.labels(queue.label).inc(n)
-        log.warning("redelivery of %d message(s) from %s[%d] failed (%s: %s); they stay open and are retried in %.1fs",
-                    n, queue.name, partition, type(exc).__name__, exc, (at - now) / 1000.0)
-
-    def _close_missing(self, queue: QueueConfig, partition: int, state: PartitionState, gone: list[OffsetRange],
-                       report: RedeliveryReport) -> None:
-        n = sum(r.count for r in gone)
-        self._write_closed(queue, partition, gone, Outcome.MISSING)
-        state.close(gone)
-        report.missing += n
-        self._metrics.missing_offsets.labels(queue.label).inc(n)
-        log.warning("%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) and "
-                    "were closed as missing: %s", n, queue.name, partition, _show(gone))
-
-    def _write_outcomes(self, queue: QueueConfig, partition: int, state: PartitionState,
-                        closed: dict[Outcome, list[int]]) -> None:
-        """The copies are acknowledged: write CLOSED so a restarted tracker does not repeat them."""
-        for outcome, offs in closed.items():
-            ranges = coalesce(offs)
-            state.close(ranges)
-            try:
-                self._write_closed(queue, partition, ranges, outcome)
-            except client_api.produce_errors() as exc:
-                # Not lost: the copies exist. A restart before the next commit may redeliver once more.
-                log.warning("CLOSED marker for %s[%d] not written (%s); a tracker restart may redeliver %d "
-                            "message(s) once more", queue.name, partition, exc, len(offs))
+    def _write_outcome(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
+        """The copies are acknowledged (and closed in the state): write CLOSED so a restarted tracker
+        does not repeat them."""
+        try:
+            self._write_closed(queue, partition, ranges, outcome)
+        except client_api.produce_errors() as exc:
+            # Not lost: the copies exist. A restart before the next commit may redeliver once more.
+            log.warning("CLOSED marker for %s[%d] not written (%s); a tracker restart may redeliver %d "
+                        "message(s) once more", queue.name, partition, exc, sum(r.count for r in ranges))
 
     # ------------------------------------------------------------ producing
     def _start_all(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
@@ -471,8 +400,8 @@ class Redeliverer:
                 rec = records[s.offset]
                 if fast and s.step is copy:
                     add(new(out_record, (name, partition, rec.key, rec.value,
-                                         copy_headers_for(rec.headers, name, partition, rec.offset, s.count,
-                                                          group, counted=s.reason != _RELEASE))))
+                                         copy_headers_for(rec.headers, name, partition, rec.offset,
+                                                          copy_count(s.count, s.reason), group, counted=False))))
                 else:
                     add(self._out_record(queue, partition, rec, s, now))
                 mark(i)
@@ -544,9 +473,9 @@ class Redeliverer:
         """The record to produce for ``s`` (the original record ``rec``): a copy, a dead letter or a reference."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
-            count = copy_count(s.count, s.reason)
-            headers = copy_headers(rec.headers, origin, s.count, queue.group,  # the origin is needed below too
-                                   counted=count > s.count)
+            count = copy_count(s.count, s.reason)  # the copy's own: written as it is
+            headers = copy_headers(rec.headers, origin, count, queue.group,  # the origin is needed below too
+                                   counted=False)
             if self._tracing is not None:
                 headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, count,
                                                rec.headers)
@@ -715,9 +644,6 @@ class Redeliverer:
         self._dlq_partitions.pop(topic, None)
         if first:
             log.error("%s", why)
-
-
-_RELEASE = Reason.RELEASE.value
 
 
 def _show(ranges: list[OffsetRange], limit: int = 5) -> str:
