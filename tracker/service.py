@@ -56,6 +56,7 @@ from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, P
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
 from kmq.core.due_schedule import DueSchedule
+from kmq.core.end_lookups import EndLookups, offsets_to_commit
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.lease_state import PartitionState
 from kmq.core.log_fields import partitions_fields
@@ -133,9 +134,7 @@ class Tracker:
         self._http_host = http_host
         self._queues = {q.markers_topic: q for q in cfg.queues}
         self._owned: dict[Partition, OwnedPartition] = {}
-        self._looked_up_ms = 0  # last successful look-up of a markers partition's end
-        #: (last good look-up, first failed one) while look-ups fail: see _broker_back.
-        self._outage: tuple[int, int] | None = None
+        self._lookups = EndLookups(_DUE_LIMIT, _PARTITIONS_PER_LOOKUP, _PROBE_INTERVAL_MS)
         # The per-step work visits these, not every owned partition (see the module docstring).
         self._schedule: DueSchedule[Partition] = DueSchedule()  # caught-up partitions: next due time
         self._to_commit: set[Partition] = set()  # state changed since the last commit
@@ -361,7 +360,7 @@ class Tracker:
             for owned in caught:  # an idle partition is read at its end from now on
                 self._note_end(owned)
         # A catch-up target read is a look-up too: the broker answered, no probe is due for it.
-        self._looked_up_ms = max(self._looked_up_ms, self._catch_up.looked_up_ms)
+        self._lookups.looked_up_ms = max(self._lookups.looked_up_ms, self._catch_up.looked_up_ms)
         if not self._clock_jumped():  # a jump since the fetch: nothing is judged on the old clock's times
             self._redeliver_due()
         mono = self._mono()
@@ -405,86 +404,36 @@ class Tracker:
     def _read_through(self, due: list[OwnedPartition], failing: bool = False) -> list[OwnedPartition]:
         """Move the read-through time of the ``due`` partitions on: a tracker behind its markers
         (a slow fetch, a burst larger than it reads per step) must not take an END or RENEW it has
-        not read yet for a lapsed lease. The log end is looked up (batched) when something is due
-        past what is known; once the position reaches that end, everything written before the
-        look-up has been applied. Markers written meanwhile do not matter: the mark stays put.
-        At most one look-up per step for the partitions with something due whose last look-up was
-        answered, and (``failing``) one for those whose last look-up was not: the look-up answers
-        partition by partition, so one that does not answer costs only itself its answer and backs
-        off on its own. Returns the partitions asked."""
+        not read yet for a lapsed lease. Whom to ask and what an answer means:
+        :class:`~kmq.core.end_lookups.EndLookups`; here, the look-up itself and its log lines.
+        Returns the partitions asked."""
         now = self._now_ms()
-        ask = [o for o in due if bool(o.lookup_failures) == failing and o.wants_end(now, _DUE_LIMIT)]
-        ask = ask[:_PARTITIONS_PER_LOOKUP]  # the others: next step
-        # With leases due and marks still being read, a look-up of one partition now and then tells
-        # whether the broker is there at all (a read that stopped is no error of its own).
-        probe = [] if failing or ask or now - self._looked_up_ms < _PROBE_INTERVAL_MS else \
-            [o for o in due if o.caught_up and o.state.position is not None and not o.lookup_failures][:1]
-        asked = ask or probe
-        if not asked:
+        lookup = self._lookups.choose(due, now, failing)
+        if lookup is None:
             return []
+        asked = lookup.asked
         try:
             got = self._hw_reader.log_ends({o.tp: o.state.position for o in asked})
             ends, failed = got.ends, got.failed
         except LogReadError as exc:
             ends, failed = {}, {o.tp: str(exc) for o in asked}
-        if ends:
-            self._looked_up_ms = now
-            if self._outage is not None:
-                self._broker_back(*self._outage, now)
-                self._outage = None
-        unanswered = [o for o in asked if ends.get(o.tp) is None]
-        if unanswered:  # their backoff counts from the answer: the look-up may have waited long
-            self._lookups_failed(unanswered, self._now_ms(), failed, whole=not ends)
-        for o in asked:
-            end = ends.get(o.tp)
-            if end is None:
-                continue
-            if o.lookup_failures:
-                self._partition_back(o, now)
-            if o in ask:
-                o.end_read(now, end)
-        return asked
-
-    def _lookups_failed(self, failed: list[OwnedPartition], now_ms: int, why: dict, whole: bool) -> None:
-        """The look-up of ``failed``'s ends got no answer. Each backs off on its own. A look-up
-        answered for none of them, of partitions that were answered last time, is taken for the
-        broker being away (see :meth:`_broker_back`)."""
-        if whole and self._outage is None and any(not o.lookup_failures for o in failed):
-            self._outage = (self._looked_up_ms, now_ms)  # leases due since the last good look-up are not judged yet
-        delay = 0.0
-        for o in failed:
-            delay = max(delay, o.lookup_failed(now_ms))
-            self.metrics.lookup_failures.labels(o.queue.label).inc()
-        cause = next(iter(why.values()), "no answer")
-        log.warning("the end of %s was not read (%s): leases there are judged once it is; asked again in %.1fs "
-                    "(kmq_tracker_lookup_failures_total)", partition_names(o.tp for o in failed), cause, delay)
-
-    def _partition_back(self, owned: OwnedPartition, now_ms: int) -> None:
-        """``owned``'s end is answered again after look-ups that were not: its consumers may not have
-        reached its leader meanwhile either. What fell due since its read-through time is judged only
-        on markers read ``tracker.outage_grace`` from now (as for the whole broker)."""
-        owned.lookup_failures = 0
-        if owned.read_through_ms < owned.hold_until_ms:
-            return  # held already (the broker was back just now)
         grace_ms = round(self.cfg.tracker.outage_grace * 1000)
-        owned.hold(owned.read_through_ms, now_ms + grace_ms)
-        log.warning("the end of %s[%d] is readable again; leases that ran out meanwhile are judged %.0fs from now",
-                    owned.topic, owned.partition, grace_ms / 1000.0)
-
-    def _broker_back(self, held_from_ms: int, failed_ms: int, now_ms: int) -> None:
-        """The markers' ends were unreadable from ``failed_ms`` and are readable again: the consumers
-        could not write their ENDs and RENEWs meanwhile either, and retry them now. Leases due since
-        the last good look-up (``held_from_ms``) are judged only once the markers written in the next
-        ``tracker.outage_grace`` were read, instead of copying messages whose END is on its way."""
-        grace_ms = round(self.cfg.tracker.outage_grace * 1000)
-        until = now_ms + grace_ms
-        for o in self._owned.values():
-            o.hold(held_from_ms, until)
-            o.lookup_failures, o.recheck_ms = 0, 0  # asked again now: the broker answers
-            self._touched(o)
-        log.warning("the markers topic is readable again after %.1fs; leases that ran out meanwhile are judged "
-                    "%.0fs from now, once the ENDs and RENEWs their consumers retry were read",
-                    (now_ms - failed_ms) / 1000.0, grace_ms / 1000.0)
+        answer = self._lookups.answered(lookup, ends, now, self._now_ms(), grace_ms, self._owned.values(),
+                                        self._touched)
+        if answer.broker_back is not None:
+            log.warning("the markers topic is readable again after %.1fs; leases that ran out meanwhile are judged "
+                        "%.0fs from now, once the ENDs and RENEWs their consumers retry were read",
+                        (now - answer.broker_back[0]) / 1000.0, grace_ms / 1000.0)
+        if answer.unanswered:
+            for o in answer.unanswered:
+                self.metrics.lookup_failures.labels(o.queue.label).inc()
+            log.warning("the end of %s was not read (%s): leases there are judged once it is; asked again in %.1fs "
+                        "(kmq_tracker_lookup_failures_total)", partition_names(o.tp for o in answer.unanswered),
+                        next(iter(failed.values()), "no answer"), answer.delay_s)
+        for o in answer.back:
+            log.warning("the end of %s[%d] is readable again; leases that ran out meanwhile are judged %.0fs from now",
+                        o.topic, o.partition, grace_ms / 1000.0)
+        return list(asked)
 
     def _tick_ms(self) -> int:
         return max(50, int(self.cfg.tracker.tick * 1000))
@@ -578,10 +527,7 @@ class Tracker:
             owned.clock_moved(jump)
         self._catch_up.clock_moved(jump)
         self._fetch_sent_ms = None  # no floor: the next markers read count as replayed
-        if self._looked_up_ms:
-            self._looked_up_ms += jump
-        if self._outage is not None:
-            self._outage = (self._outage[0] + jump, self._outage[1] + jump)
+        self._lookups.clock_moved(jump)
         return True
 
     def _new_state(self, q: QueueConfig) -> PartitionState:
@@ -653,17 +599,13 @@ class Tracker:
 
     def _commit(self, force: bool = False) -> None:
         """Commit the partitions whose committable offset moved (``force``: every owned one)."""
-        offsets = {}
-        for tp in list(self._owned) if force else self._to_commit:
-            owned = self._owned.get(tp)
-            c = owned.state.committable_offset() if owned is not None else None
-            if c is not None and (force or c != owned.committed):
-                offsets[tp] = (owned, c)
+        offsets = offsets_to_commit(self._owned, list(self._owned) if force else self._to_commit, force)
+        committing = [(self._owned[tp], c) for tp, c in offsets.items()]  # a callback in commit() may revoke them
         if not offsets:
             self._to_commit.clear()
             return
         try:
-            self._consumer.commit({tp: c for tp, (_, c) in offsets.items()})
+            self._consumer.commit(offsets)
         except ClientCommitFailed as exc:
             if exc.rebalanced:
                 # Fenced: the group moved on without us (e.g. after a pause). Our view is stale.
@@ -674,7 +616,7 @@ class Tracker:
                 # Not fatal: the previous commit stays, a new owner replays a little more.
                 log.warning("marker offset commit failed (%s); a new owner would replay from the previous commit", exc)
             return
-        for owned, c in offsets.values():
+        for owned, c in committing:
             owned.committed = c
         self._to_commit.clear()
 
@@ -713,13 +655,7 @@ class Tracker:
     def _revoke_offsets(self, revoked: set[Partition]) -> dict[Partition, int]:
         """What to commit before ``revoked`` go (the client commits it): each one's committable
         offset, where it changed."""
-        offsets = {}
-        for tp in revoked:
-            owned = self._owned.get(tp)
-            c = owned.state.committable_offset() if owned is not None else None
-            if c is not None and c != owned.committed:
-                offsets[tp] = c
-        return offsets
+        return offsets_to_commit(self._owned, revoked)
 
     def _revoke_commit_failed(self, exc: ClientCommitFailed) -> None:
         if exc.rebalanced:
