@@ -1,21 +1,24 @@
-"""Redelivery: the I/O shell around the pure step of :mod:`kmq.core.redelivery_plan`.
+"""Redelivery: the I/O shell of :class:`~kmq.core.redelivery_run.RedeliveryRun`.
 
 For the due items of one partition (handed out by
-:meth:`kmq.core.lease_state.PartitionState.due`):
+:meth:`kmq.core.lease_state.PartitionState.due`) the run decides, without
+I/O, and this shell carries out its actions in order:
 
 1. read the original records from the queue log, every offset verified
    (offsets deleted below the log start are closed as ``MISSING``; offsets at
    or past the end the read ran into are *not yet* there: held back with a
    capped backoff and read again, never closed);
-2. ask :func:`~kmq.core.redelivery_plan.plan` what to do with each record:
-   wait (backoff), copy to the same queue partition, or dead-letter to the DLQ
-   (partition = original partition mod DLQ partitions);
-3. produce the sends, wait once for the producer's verdict on each, and ask
-   :func:`~kmq.core.redelivery_plan.settle` what follows: close, a fallback
-   (a refused copy is dead-lettered, a refused dead letter becomes a reference
-   dead letter without the payload), or a retry with a capped backoff;
+2. :func:`~kmq.core.redelivery_plan.plan` decides per record: wait (backoff),
+   copy to the same queue partition, or dead-letter to the DLQ (partition =
+   original partition mod DLQ partitions);
+3. produce the sends, wait once for the producer's verdict on each; then
+   :func:`~kmq.core.redelivery_plan.settle` decides what follows: close, a
+   fallback (a refused copy is dead-lettered, a refused dead letter becomes a
+   reference dead letter without the payload), or a retry with a capped backoff;
 4. once Kafka acknowledged the copies, write one CLOSED marker per outcome
    (coalesced ranges) and close the offsets in the state.
+
+What the run reports is counted and logged by :mod:`tracker.redelivery_log`.
 
 **A send is judged only once the producer has decided it.** The tracker's
 producer gives up on a record after its delivery timeout
@@ -59,16 +62,14 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from kmq import client as client_api
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
 from kmq.core.copies import (
-    REASON_UNDELIVERABLE,
     Step,
     copy_count,
     copy_headers,
@@ -82,34 +83,31 @@ from kmq.core.copies import (
 )
 from kmq.core.errors import DeadLetterTopicUnavailable
 from kmq.core.lease_state import DueItem, PartitionState
-from kmq.core.log_fields import log_fields
 from kmq.core.markers import Closed, Outcome, encode, encode_key
 from kmq.core.message import origin_of
 from kmq.core.ranges import OffsetRange
-from kmq.core.redelivery_plan import SENT, Send, SendResult, Settled, closed_chunks, closed_ranges_limit
+from kmq.core.redelivery_plan import SENT, Send, SendResult, closed_chunks, closed_ranges_limit
 from kmq.core.redelivery_run import (
+    CloseMissing,
+    RetriedAll,
     CLOCK,
     OK,
-    CloseMissing,
-    Deferred,
     Failed,
-    HeldPastEnd,
     Judge,
     Judged,
     Read,
     ReadResult,
     RedeliveryRun,
-    RetriedAll,
-    SendsRetried,
     SettledRound,
     Started,
     StartSends,
-    Unread,
     WriteClosed,
 )
 from kmq.client import LogReader, LogReadError
-from kmq.telemetry.metrics import TrackerMetrics, observe_many
+from kmq.telemetry.metrics import TrackerMetrics
 from kmq.telemetry.tracing import redelivery_tracing
+from tracker import redelivery_log
+from tracker.redelivery_log import RedeliveryReport
 
 __all__ = ["Redeliverer", "RedeliveryReport", "copy_producer", "copy_request_size_for", "delivery_timeout_s",
            "send_wait_s", "failure_cause"]
@@ -132,7 +130,6 @@ _ROUND_BYTES = 32 * 1024 * 1024
 # A step of this many offsets or more runs with the cyclic garbage collector paused (module docstring).
 _GC_PAUSE_OFFSETS = 5_000
 _COPY = Step.COPY  # an enum member looked up through its class costs a few hundred ns each time
-_REFERENCE = Step.REFERENCE
 
 
 @contextmanager
@@ -206,26 +203,6 @@ def failure_cause(step: Step, exc: BaseException) -> str:
 def _result_of(step: Step, exc: BaseException) -> SendResult:
     permanent = client_api.send_failure(exc).permanent
     return SendResult(failure_cause(step, exc), permanent, f"{type(exc).__name__}: {exc}")
-
-
-@dataclass
-class RedeliveryReport:
-    """What one call of :meth:`Redeliverer.process` did (offset counts)."""
-
-    redelivered: int = 0
-    dead_lettered: int = 0
-    missing: int = 0
-    past_end: int = 0  # held back: at or past the end of the queue log as read (not yet)
-    undeliverable: int = 0
-    deferred: int = 0
-    failed: int = 0
-    reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    causes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-    @property
-    def copies(self) -> int:
-        """Records produced (copies and dead letters with their payload)."""
-        return self.redelivered + self.dead_lettered
 
 
 @dataclass
@@ -319,58 +296,20 @@ class Redeliverer:
                 self._flush(f"{action.what} of {queue.name}[{partition}]")
                 return Judged([self._judge(queue, started) for started in action.handles])
             if kind is SettledRound:
-                self._account(queue, partition, action.records, action.sends, action.results, action.settled,
-                              action.started_ms, report)
+                redelivery_log.account(self._metrics, queue, partition, action.records, action.sends, action.results,
+                                       action.settled, action.started_ms, report)
             elif kind is WriteClosed:
                 self._write_outcome(queue, partition, action.ranges, action.outcome)
+            elif kind is CloseMissing:
+                self._write_closed(queue, partition, action.ranges, Outcome.MISSING)
+                redelivery_log.missing(self._metrics, queue, partition, action.ranges, report)
             else:
-                self._notice(queue, partition, action, report)
+                redelivery_log.notice(self._metrics, queue, partition, action, report, self._clock_ms())
+                if kind is RetriedAll:
+                    self._replace_unusable(action.error)
             return OK
         except (LogReadError, OSError, *client_api.produce_errors()) as exc:
             return Failed(exc)
-
-    def _notice(self, queue: QueueConfig, partition: int, action: Any, report: RedeliveryReport) -> None:
-        """Count and log what the run did (or, for missing offsets, write their CLOSED markers first)."""
-        kind, m = type(action), self._metrics
-        if kind is CloseMissing:
-            gone = action.ranges
-            n = sum(r.count for r in gone)
-            self._write_closed(queue, partition, gone, Outcome.MISSING)
-            report.missing += n
-            m.missing_offsets.labels(queue.label).inc(n)
-            log.warning("%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) "
-                        "and were closed as missing: %s", n, queue.name, partition, _show(gone))
-        elif kind is Deferred:
-            report.deferred += action.count
-        elif kind is Unread:
-            n = sum(r.count for r in action.ranges)
-            report.failed += n
-            log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
-                        "they stay open and are retried", n, queue.name, partition)
-        elif kind is HeldPastEnd:
-            # A consumer fetched them, so they exist: the read is behind (a new leader's high-water mark
-            # lagging after a leader change), not proof of anything.
-            held, at, now = action.held, action.at_ms, action.now_ms
-            n = sum(r.count for r in held)
-            report.past_end += n
-            m.past_log_end.labels(queue.label).inc(n)
-            log.warning("%s[%d]: the queue log read ended at offset %d, below %d due offset(s) that START markers "
-                        "name (%s); they are not closed: read again in %.1fs (kmq_tracker_offsets_past_log_end_total). "
-                        "If this goes on, see docs/operations.md (KmqQueueLogBehindStarts)", queue.name, partition,
-                        action.log_end, n, _show(held), (at - now) / 1000.0)
-        elif kind is SendsRetried:
-            report.failed += action.count
-            m.redelivery_failures.labels(queue.label).inc(action.count)
-            log.warning("%d redelivery send(s) for %s[%d] failed (first: %s); they stay open and are retried in "
-                        "%.1fs", action.count, queue.name, partition, action.first,
-                        max(0.0, (action.at_ms - self._clock_ms()) / 1000.0))
-        elif kind is RetriedAll:
-            exc, n = action.error, sum(r.count for r in action.ranges)
-            report.failed += n
-            m.redelivery_failures.labels(queue.label).inc(n)
-            log.warning("redelivery of %d message(s) from %s[%d] failed (%s: %s); they stay open and are retried in "
-                        "%.1fs", n, queue.name, partition, type(exc).__name__, exc, (action.at_ms - action.now_ms) / 1000.0)
-            self._replace_unusable(exc)
 
     def _write_outcome(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
         """The copies are acknowledged (and closed in the state): write CLOSED so a restarted tracker
@@ -557,69 +496,6 @@ class Redeliverer:
                 f.get(timeout=0)
             return
 
-    # ------------------------------------------------------------ accounting
-    def _account(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
-                 results: list[SendResult], settled: Settled, now: int, report: RedeliveryReport) -> None:
-        """Metrics, report and log lines for one round of sends (counters added to once per label set)."""
-        m = self._metrics
-        produced: dict[tuple[Step, str], int] = defaultdict(int)
-        delays: dict[int, int] = defaultdict(int)  # due time -> sends produced (one observe per due time)
-        debug = log.isEnabledFor(logging.DEBUG)
-        copy, reference = _COPY, _REFERENCE
-        for s, res in zip(sends, results):
-            if res.cause is not None:
-                m.record_failures.labels(queue.label, res.cause).inc()
-                report.causes[res.cause] += 1
-                if res.permanent and s.step is Step.DEAD_LETTER:  # the payload is in neither topic
-                    m.undeliverable.labels(queue.label, res.cause).inc()
-                continue
-            delays[s.due_ms] += 1
-            step = s.step
-            if step is not reference:
-                produced[(step, s.reason)] += 1
-                if step is copy:
-                    if debug:  # one line per copy: its fields only when shown
-                        log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
-                                  s.reason, copy_count(s.count, s.reason),
-                                  extra=log_fields(queue.name, partition, s.offset, headers=records[s.offset].headers,
-                                                   outcome="redeliver", reason=s.reason))
-                    continue
-                fields = log_fields(queue.name, partition, s.offset, headers=records[s.offset].headers,
-                                    outcome="dead_letter", reason=s.reason)
-                if s.reason == REASON_UNDELIVERABLE:
-                    log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error,
-                                extra=fields)
-                else:
-                    log.info("%s[%d] offset %d dead-lettered to %s (%s after %d deliveries)", queue.name,
-                             partition, s.offset, queue.dlq_topic, s.reason, s.count, extra=fields)
-            else:
-                report.reasons[s.reason] += 1
-                report.undeliverable += 1
-                rec = records[s.offset]
-                log.error("%s[%d] offset %d (%d bytes) is undeliverable: neither the queue nor the DLQ %s accepts "
-                          "it (%s). Closed with outcome 4; a reference dead letter without the payload names it "
-                          "(kmq-dlq-reference %s/%d/%d): redrive it from the queue log before retention deletes "
-                          "it, and raise tracker.max_request_size and the topics' max.message.bytes if such "
-                          "records are legitimate", queue.name, partition, s.offset,
-                          record_size(rec.key, rec.value, rec.headers), queue.dlq_topic, s.error, queue.name,
-                          partition, s.offset, extra=log_fields(queue.name, partition, s.offset, headers=rec.headers,
-                                                                outcome="undeliverable"))
-        for due_ms, n in delays.items():
-            observe_many(m.redelivery_delay_seconds, max(0.0, (now - due_ms) / 1000.0), n)
-        for (step, reason), n in produced.items():
-            report.reasons[reason] += n
-            if step is Step.COPY:
-                m.redelivered.labels(queue.label, reason).inc(n)
-                report.redelivered += n
-            else:
-                m.dead_lettered.labels(queue.label, reason).inc(n)
-                report.dead_lettered += n
-        for s in settled.unreferenced:
-            report.undeliverable += 1
-            log.error("%s[%d] offset %d is undeliverable and the DLQ %s refused even a reference to it (%s); closed "
-                      "with outcome 4. Read it from the queue log at that offset if it still matters",
-                      queue.name, partition, s.offset, queue.dlq_topic, s.error)
-
     # ------------------------------------------------------------ DLQ topic
     def _dlq_partition_count(self, topic: str) -> int:
         n = self._dlq_partitions.get(topic)
@@ -645,7 +521,3 @@ class Redeliverer:
         if first:
             log.error("%s", why)
 
-
-def _show(ranges: list[OffsetRange], limit: int = 5) -> str:
-    parts = [f"{r.first}" if r.count == 1 else f"{r.first}-{r.last}" for r in ranges[:limit]]
-    return ", ".join(parts) + (" ..." if len(ranges) > limit else "")
