@@ -52,21 +52,18 @@ from typing import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
-from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, Partition, Record
+from kmq.client import GroupConsumerAdapter, LogReadError, Partition, Record
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
-from kmq.core.due_schedule import DueSchedule
-from kmq.core.end_lookups import EndLookups, offsets_to_commit
+from kmq.core.end_lookups import EndLookups
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
-from kmq.core.lease_state import PartitionState
-from kmq.core.log_fields import partitions_fields
 from kmq.core.marker_clock import ClockWatch
 from kmq.core.markers import VERSION, BadMarker, Start, decode_record
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
+from tracker.assignment import Assignment
 from tracker.http import HealthServer
 from tracker.membership import MembershipCheck, Pauses, PauseWatch
-from tracker.catch_up import CatchUp
 from tracker.clock_skew import SkewGauge
 from tracker.partition import OwnedPartition, partition_names, publish_gauges
 from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
@@ -132,15 +129,13 @@ class Tracker:
         self.metrics = TrackerMetrics(registry)
         self._clock = clock
         self._http_host = http_host
-        self._queues = {q.markers_topic: q for q in cfg.queues}
-        self._owned: dict[Partition, OwnedPartition] = {}
+        # The owned partitions and which of them a step visits (see the module docstring).
+        self._assigned = Assignment(cfg.queues, self.metrics, self._now_ms, max(50, int(cfg.tracker.tick * 1000)),
+                                    _PARTITIONS_PER_LOOKUP)
+        self._owned = self._assigned.owned  # the same dict, never replaced
+        self._catch_up = self._assigned.catch_up
+        self._touched = self._assigned.touched
         self._lookups = EndLookups(_DUE_LIMIT, _PARTITIONS_PER_LOOKUP, _PROBE_INTERVAL_MS)
-        # The per-step work visits these, not every owned partition (see the module docstring).
-        self._schedule: DueSchedule[Partition] = DueSchedule()  # caught-up partitions: next due time
-        self._to_commit: set[Partition] = set()  # state changed since the last commit
-        self._to_publish: set[Partition] = set()  # state changed since the last metrics update
-        self._published_open: set[Partition] = set()  # had messages in flight at the last metrics update
-        self._catch_up = CatchUp(self.metrics, self._touched, self._now_ms, _PARTITIONS_PER_LOOKUP)
         # When the last markers fetch was sent (ms): markers of a partition at its log end then, read
         # later, were written after it (kmq.core.marker_clock).
         self._fetch_sent_ms: int | None = None
@@ -148,7 +143,6 @@ class Tracker:
         self._clock_watch = ClockWatch()
         self._stopping = threading.Event()
         self._started = threading.Event()
-        self._joined = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._consumer: GroupConsumerAdapter | None = None
@@ -217,7 +211,7 @@ class Tracker:
     def ready(self) -> tuple[bool, str]:
         """(ready, detail): joined the group and every assigned partition caught up (or held at a
         marker of a newer wire version, which the detail names)."""
-        if not self._joined:
+        if not self._assigned.joined:
             return False, "not ready: joining the tracker group"
         owned = list(self._owned.values())
         # A held partition does not catch up before a newer tracker reads it: it is named, not waited for.
@@ -299,7 +293,7 @@ class Tracker:
             fetch_max_wait_ms=self.cfg.tracker.markers_fetch_wait_ms(),
             metadata_max_age_ms=int(kafka.metadata_max_age * 1000), max_poll_interval_ms=int(_MAX_POLL_INTERVAL_S * 1000), **membership,
         )
-        self._join_group()
+        self._assigned.subscribe(self._consumer)
         self._next_commit = self._next_metrics = self._mono()
         self._membership.pauses.start()
         log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
@@ -311,7 +305,7 @@ class Tracker:
         self._membership.pauses.stop()
         try:
             if self._consumer is not None:
-                self._commit(force=True)
+                self._assigned.commit(self._consumer, force=True)
                 self._consumer.close()  # leaves the group: partitions move at once
         except Exception:  # noqa: BLE001 - shutting down; the last commit is replayed safely
             log.exception("error while leaving the tracker group; the next owner replays from the last commit")
@@ -365,7 +359,7 @@ class Tracker:
             self._redeliver_due()
         mono = self._mono()
         if mono >= self._next_commit:
-            self._commit()
+            self._assigned.commit(self._consumer)
             self._next_commit = mono + _COMMIT_INTERVAL_S
         if mono >= self._next_metrics:
             self._update_metrics()
@@ -380,7 +374,7 @@ class Tracker:
         look-up got no answer are looked up again after the others were served (each such look-up
         may wait out the reader's timeout), when their own backoff ends."""
         began = self._mono()
-        due = [self._owned[tp] for tp in self._schedule.pop_due(self._now_ms()) if tp in self._owned]
+        due = [self._owned[tp] for tp in self._assigned.schedule.pop_due(self._now_ms()) if tp in self._owned]
         due.sort(key=lambda o: o.served)
         self._read_through(due)
         for i, owned in enumerate(due):
@@ -435,19 +429,6 @@ class Tracker:
                         o.topic, o.partition, grace_ms / 1000.0)
         return list(asked)
 
-    def _tick_ms(self) -> int:
-        return max(50, int(self.cfg.tracker.tick * 1000))
-
-    def _touched(self, owned: OwnedPartition) -> None:
-        """``owned``'s state may have changed: schedule it at its next due time (once caught up), and
-        commit and publish it at the next chance. Every change of a partition's state is followed by
-        this call; a partition not touched is not visited by the step."""
-        tp = owned.tp
-        self._to_commit.add(tp)
-        self._to_publish.add(tp)
-        if owned.caught_up:
-            self._schedule.set(tp, owned.next_visit_ms(self._now_ms(), self._tick_ms()))
-
     def _redeliver(self, owned: OwnedPartition, items) -> int:
         """One partition's due items; returns the records produced. Nothing raised here stops the
         service or the other partitions."""
@@ -478,32 +459,8 @@ class Tracker:
         return True
 
     def _drop_view(self, why: str) -> None:
-        """Forget every partition's state; each is re-read from its committed offset, and redelivered
-        from only once the group accepted a commit for it (:class:`~tracker.catch_up.CatchUp`): the
-        group decides whether it is still ours. Never a loss: the commit never passes an open START."""
-        if not self._owned:  # e.g. the client learnt first that the session expired, and revoked them
-            log.warning("%s: no partition is held any more, so there is no view to drop", why)
-            return
-        self.metrics.stale_views.inc()
-        log.warning("%s: dropping the in-memory state of %d partition(s), re-reading them from the committed "
-                    "offsets and redelivering nothing before the group accepts a commit for them", why,
-                    len(self._owned))
-        self._reread_all(doubted=True)
-
-    def _reread_all(self, doubted: bool) -> None:
-        """Forget every partition's state: each is re-read from its committed offset and caught up to
-        a log end read afresh before a lease is judged (as after an assignment); ``doubted``: and
-        redelivered from only once the group accepted a commit for it."""
-        for owned in self._owned.values():
-            owned.state = self._new_state(owned.queue)
-            owned.positioned = owned.caught_up = owned.at_end = False
-            owned.doubted = owned.doubted or doubted
-            owned.target = owned.committed = None
-            owned.held = None  # met again when re-read, unless a newer tracker reads it
-        publish_held(self._owned.values(), self._queue_names(), self.metrics)
-        self._schedule.clear()
-        self._catch_up.pending = set(self._owned)
-        self._to_publish |= self._catch_up.pending
+        """Forget every partition's state (:meth:`~tracker.assignment.Assignment.drop_view`)."""
+        self._assigned.drop_view(why)
 
     def _clock_jumped(self) -> bool:
         """Whether the tracker's clock jumped since the last look (:class:`~kmq.core.marker_clock.ClockWatch`).
@@ -522,7 +479,7 @@ class Tracker:
                     "the old clock, so it re-reads %d partition(s) from their committed offsets and judges no lease "
                     "before each one caught up again, as after a restart (kmq_tracker_clock_jumps_total)",
                     abs(jump) / 1000.0, direction, len(self._owned))
-        self._reread_all(doubted=False)
+        self._assigned.reread_all(doubted=False)
         for owned in self._owned.values():
             owned.clock_moved(jump)
         self._catch_up.clock_moved(jump)
@@ -530,23 +487,20 @@ class Tracker:
         self._lookups.clock_moved(jump)
         return True
 
-    def _new_state(self, q: QueueConfig) -> PartitionState:
-        return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
-
     def next_due_s(self) -> float | None:
         """Seconds until the step has something to do with no new marker: the earliest due time of
         a caught-up partition (0 when due now, or while a partition still catches up); None: nothing
         is waiting. For a loop that drives :meth:`step` on a clock of its own (:mod:`kmq.testing`)."""
         if self._catch_up.pending:
             return 0.0
-        soonest = self._schedule.next_ms()
+        soonest = self._assigned.schedule.next_ms()
         return None if soonest is None else max(0.0, (soonest - self._now_ms()) / 1000.0)
 
     def _next_delay(self) -> float:
         tick = self.cfg.tracker.tick
         if self._catch_up.pending:
             return tick  # poll returns as soon as markers arrive
-        soonest = self._schedule.next_ms()
+        soonest = self._assigned.schedule.next_ms()
         if soonest is None:
             return tick
         return max(0.0, min(tick, (soonest - self._now_ms()) / 1000.0))
@@ -575,7 +529,7 @@ class Tracker:
                 if isinstance(marker, BadMarker):
                     if marker.newer is not None:
                         hold(owned, rec.offset, marker, self.metrics)
-                        publish_held(self._owned.values(), self._queue_names(), self.metrics)
+                        publish_held(self._owned.values(), self._assigned.queue_names(), self.metrics)
                         break  # its position stays at that marker: the commit never passes it
                     raise MarkerDecodeError(marker.reason)
             except MarkerDecodeError as exc:
@@ -597,109 +551,20 @@ class Tracker:
         if late:
             self.metrics.late_acks.labels(qname).inc(late)
 
-    def _commit(self, force: bool = False) -> None:
-        """Commit the partitions whose committable offset moved (``force``: every owned one)."""
-        offsets = offsets_to_commit(self._owned, list(self._owned) if force else self._to_commit, force)
-        committing = [(self._owned[tp], c) for tp, c in offsets.items()]  # a callback in commit() may revoke them
-        if not offsets:
-            self._to_commit.clear()
-            return
-        try:
-            self._consumer.commit(offsets)
-        except ClientCommitFailed as exc:
-            if exc.rebalanced:
-                # Fenced: the group moved on without us (e.g. after a pause). Our view is stale.
-                self.metrics.fenced_commits.inc()
-                log.warning("marker offset commit refused by the group (%s); the previous commit stays", exc)
-                self._drop_view("the group refused a commit")
-            else:
-                # Not fatal: the previous commit stays, a new owner replays a little more.
-                log.warning("marker offset commit failed (%s); a new owner would replay from the previous commit", exc)
-            return
-        for owned, c in committing:
-            owned.committed = c
-        self._to_commit.clear()
-
     def _update_metrics(self) -> None:
         """Publish the per-partition gauges of the partitions whose state changed since the last
         update, and of those with messages in flight (their age and retention use grow with time);
         the others' gauges still hold what they show."""
         now = self._now_ms()
-        visit, self._to_publish = self._to_publish | self._published_open, set()
-        self._published_open = set()
+        a = self._assigned
+        visit, a.to_publish = a.to_publish | a.published_open, set()
+        a.published_open = set()
         for tp in visit:
             owned = self._owned.get(tp)
             if owned is not None and publish_gauges(owned, self.metrics, self._consumer.highwater, now):
-                self._published_open.add(tp)
+                a.published_open.add(tp)
         self._skew.publish(self._mono())
 
-    # ------------------------------------------------------------ rebalance
-    def _join_group(self) -> None:
-        """Subscribe to the markers topics. The client calls back inside fetch() and close()
-        (kafka-python on its I/O thread, while the main thread waits in that call)."""
-        self._consumer.subscribe(sorted(self._queues), self._on_assigned, self._on_revoked,
-                                 commit_on_revoke=self._revoke_offsets, on_commit_failed=self._revoke_commit_failed)
-
-    def _on_assigned(self, assigned: set[Partition]) -> None:
-        self._joined = True
-        for tp in sorted(assigned):  # served in this order until each has been served once
-            if tp in self._owned:
-                self._owned[tp].doubted = False  # assigned in the group's current generation: ours
-                continue
-            q = self._queues[tp[0]]
-            self._owned[tp] = OwnedPartition(q, tp, self._new_state(q))
-            self._catch_up.pending.add(tp)
-            self._to_publish.add(tp)
-        _log_by_queue("assigned markers partitions: %s", assigned, self._queues)
-
-    def _revoke_offsets(self, revoked: set[Partition]) -> dict[Partition, int]:
-        """What to commit before ``revoked`` go (the client commits it): each one's committable
-        offset, where it changed."""
-        return offsets_to_commit(self._owned, revoked)
-
-    def _revoke_commit_failed(self, exc: ClientCommitFailed) -> None:
-        if exc.rebalanced:
-            self.metrics.fenced_commits.inc()
-        log.warning("commit before revoke failed (%s); the new owner replays from the previous commit", exc)
-
-    def _on_revoked(self, revoked: set[Partition]) -> None:
-        """Drop the revoked partitions' state (their offsets were committed just before, when changed)."""
-        if not revoked:
-            return
-        m = self.metrics
-        for tp in revoked:
-            owned = self._owned.pop(tp, None)
-            for held in (self._schedule, self._catch_up.pending, self._to_commit, self._to_publish,
-                         self._published_open):
-                held.discard(tp)
-            if owned is None:
-                continue
-            labels = (owned.queue.label, str(owned.partition))
-            for g in (m.in_flight, m.oldest_in_flight_seconds, m.marker_lag, m.failing_offsets, m.retention_used_ratio):
-                try:
-                    g.remove(*labels)
-                except KeyError:
-                    pass
-        publish_held(self._owned.values(), self._queue_names(), self.metrics)
-        _log_by_queue("revoked markers partitions: %s (offsets committed, state dropped)", revoked, self._queues)
-
-    def _queue_names(self) -> list[str]:
-        return [q.label for q in self.cfg.queues]
-
-
-def _log_by_queue(text: str, tps: set[Partition], queues: dict[str, QueueConfig]) -> None:
-    """One INFO line per queue about its markers partitions ``tps``, with ``queue`` and ``partitions``
-    as structured fields (kmq.core.log_fields); "none" when ``tps`` is empty."""
-    if not tps:
-        log.info(text, "none")
-        return
-    by_topic: dict[str, set[int]] = {}
-    for topic, partition in tps:
-        by_topic.setdefault(topic, set()).add(partition)
-    for topic in sorted(by_topic):
-        q = queues.get(topic)
-        log.info(text, partition_names((topic, p) for p in by_topic[topic]),
-                 extra=partitions_fields(q.name if q is not None else topic, by_topic[topic], markers_topic=topic))
 
 
 def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
