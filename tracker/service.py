@@ -58,7 +58,7 @@ from kmq.config import Config, QueueConfig
 from kmq.core.end_lookups import EndLookups
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
 from kmq.core.marker_clock import ClockWatch
-from kmq.core.markers import VERSION, BadMarker, Start, decode_record
+from kmq.core.marker_batch import apply_batch
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.assignment import Assignment
@@ -516,40 +516,32 @@ class Tracker:
                floor_ms: int | None) -> None:
         """Apply ``batch``, read at ``read_ms``; ``floor_ms``: its markers were written after it
         (None: replayed or read behind). Deadlines are on this tracker's clock
-        (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge."""
+        (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge.
+        What each record does: :func:`~kmq.core.marker_batch.apply_batch`."""
         state, qname, p = owned.state, owned.queue.label, owned.partition
         if owned.held is not None:
             return  # nothing after the marker it is held at (tracker.upgrades)
         if batch and owned.resume_from is not None:
             self._catch_up.check_resume(owned, batch[0].offset)
-        late = 0
-        for rec in batch:
-            try:
-                marker = decode_record(rec.key, rec.value, p)
-                if isinstance(marker, BadMarker):
-                    if marker.newer is not None:
-                        hold(owned, rec.offset, marker, self.metrics)
-                        publish_held(self._owned.values(), self._assigned.queue_names(), self.metrics)
-                        break  # its position stays at that marker: the commit never passes it
-                    raise MarkerDecodeError(marker.reason)
-            except MarkerDecodeError as exc:
-                self.metrics.bad_markers.inc()
-                if not owned.bad_logged:
-                    owned.bad_logged = True
-                    log.warning("skipping an undecodable marker at %s[%d] offset %d: %s (further bad markers on "
-                                "this partition are only counted in kmq_tracker_bad_markers_total)",
-                                owned.topic, p, rec.offset, exc)
-                state.skip(rec.offset)
-                continue
-            if rec.value[0] > VERSION:
-                note_newer(owned, rec.value[0], self.metrics)
-            eff = state.apply(marker, rec.offset, rec.timestamp, read_ms, floor_ms)
-            if floor_ms is not None and isinstance(marker, Start):
-                self._skew.observe(qname, marker.owner, read_ms, rec.timestamp)
-            late += eff.late
-            tally[(qname, marker.TYPE.name.lower())] += 1
-        if late:
-            self.metrics.late_acks.labels(qname).inc(late)
+        applied = apply_batch(state, batch, p, read_ms, floor_ms)
+        for offset, why in applied.bad:
+            self.metrics.bad_markers.inc()
+            if not owned.bad_logged:
+                owned.bad_logged = True
+                log.warning("skipping an undecodable marker at %s[%d] offset %d: %s (further bad markers on "
+                            "this partition are only counted in kmq_tracker_bad_markers_total)",
+                            owned.topic, p, offset, MarkerDecodeError(why))
+        for version in applied.newer:
+            note_newer(owned, version, self.metrics)
+        for owner, ts in applied.starts:
+            self._skew.observe(qname, owner, read_ms, ts)
+        for mtype, n in applied.types.items():
+            tally[(qname, mtype)] += n
+        if applied.late:
+            self.metrics.late_acks.labels(qname).inc(applied.late)
+        if applied.held is not None:
+            hold(owned, *applied.held, self.metrics)
+            publish_held(self._owned.values(), self._assigned.queue_names(), self.metrics)
 
     def _update_metrics(self) -> None:
         """Publish the per-partition gauges of the partitions whose state changed since the last
