@@ -39,10 +39,12 @@ class Assignment:
     """The owned partitions (:attr:`owned`, by ``(markers topic, partition)``) and the step's
     bookkeeping of them (module docstring). ``queues``: the configured queues;
     ``now_ms``: the tracker's clock; ``tick_ms``: how soon a partition behind its markers is
-    looked at again; ``per_step``: partitions positioned or looked up in one step."""
+    looked at again; ``per_step``: partitions positioned or looked up in one step; ``new_state(q)``:
+    a fresh lease state for a partition of queue ``q``."""
 
     def __init__(self, queues: list[QueueConfig], metrics: TrackerMetrics, now_ms: Callable[[], int],
-                 tick_ms: int, per_step: int) -> None:
+                 tick_ms: int, per_step: int, new_state: Callable[[QueueConfig], PartitionState]) -> None:
+        self.new_state = new_state
         self._queues = {q.markers_topic: q for q in queues}
         self._queue_names = [q.label for q in queues]
         self.metrics = metrics
@@ -66,11 +68,6 @@ class Assignment:
         self.to_publish.add(tp)
         if owned.caught_up:
             self.schedule.set(tp, owned.next_visit_ms(self._now_ms(), self._tick_ms))
-
-    @staticmethod
-    def new_state(q: QueueConfig) -> PartitionState:
-        """A fresh lease state for a partition of ``q``."""
-        return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
     def commit(self, consumer: GroupConsumerAdapter, force: bool = False) -> None:
         """Commit the partitions whose committable offset moved (``force``: every owned one)."""

@@ -57,6 +57,7 @@ from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
 from kmq.core.end_lookups import EndLookups
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError
+from kmq.core.lease_state import PartitionState
 from kmq.core.marker_clock import ClockWatch
 from kmq.core.marker_batch import apply_batch
 from kmq.core.redelivery_plan import retry_at_ms
@@ -131,7 +132,7 @@ class Tracker:
         self._http_host = http_host
         # The owned partitions and which of them a step visits (see the module docstring).
         self._assigned = Assignment(cfg.queues, self.metrics, self._now_ms, max(50, int(cfg.tracker.tick * 1000)),
-                                    _PARTITIONS_PER_LOOKUP)
+                                    _PARTITIONS_PER_LOOKUP, _new_state)
         self._owned = self._assigned.owned  # the same dict, never replaced
         self._catch_up = self._assigned.catch_up
         self._touched = self._assigned.touched
@@ -557,6 +558,11 @@ class Tracker:
                 a.published_open.add(tp)
         self._skew.publish(self._mono())
 
+
+
+def _new_state(q: QueueConfig) -> PartitionState:
+    """A fresh lease state for a partition of ``q``."""
+    return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
 
 def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
