@@ -1,21 +1,24 @@
-"""Redelivery: the I/O shell around the pure step of :mod:`kmq.core.redelivery_plan`.
+"""Redelivery: the I/O shell of :class:`~kmq.core.redelivery_run.RedeliveryRun`.
 
 For the due items of one partition (handed out by
-:meth:`kmq.core.lease_state.PartitionState.due`):
+:meth:`kmq.core.lease_state.PartitionState.due`) the run decides, without
+I/O, and this shell carries out its actions in order:
 
 1. read the original records from the queue log, every offset verified
    (offsets deleted below the log start are closed as ``MISSING``; offsets at
    or past the end the read ran into are *not yet* there: held back with a
    capped backoff and read again, never closed);
-2. ask :func:`~kmq.core.redelivery_plan.plan` what to do with each record:
-   wait (backoff), copy to the same queue partition, or dead-letter to the DLQ
-   (partition = original partition mod DLQ partitions);
-3. produce the sends, wait once for the producer's verdict on each, and ask
-   :func:`~kmq.core.redelivery_plan.settle` what follows: close, a fallback
-   (a refused copy is dead-lettered, a refused dead letter becomes a reference
-   dead letter without the payload), or a retry with a capped backoff;
+2. :func:`~kmq.core.redelivery_plan.plan` decides per record: wait (backoff),
+   copy to the same queue partition, or dead-letter to the DLQ (partition =
+   original partition mod DLQ partitions);
+3. produce the sends, wait once for the producer's verdict on each; then
+   :func:`~kmq.core.redelivery_plan.settle` decides what follows: close, a
+   fallback (a refused copy is dead-lettered, a refused dead letter becomes a
+   reference dead letter without the payload), or a retry with a capped backoff;
 4. once Kafka acknowledged the copies, write one CLOSED marker per outcome
    (coalesced ranges) and close the offsets in the state.
+
+What the run reports is counted and logged by :mod:`tracker.redelivery_log`.
 
 **A send is judged only once the producer has decided it.** The tracker's
 producer gives up on a record after its delivery timeout
@@ -59,16 +62,14 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from kmq import client as client_api
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, KafkaConfig, QueueConfig, TrackerConfig
 from kmq.core.copies import (
-    REASON_UNDELIVERABLE,
     Step,
     copy_count,
     copy_headers,
@@ -82,28 +83,31 @@ from kmq.core.copies import (
 )
 from kmq.core.errors import DeadLetterTopicUnavailable
 from kmq.core.lease_state import DueItem, PartitionState, Reason
-from kmq.core.log_fields import log_fields
 from kmq.core.markers import Closed, Outcome, encode, encode_key
 from kmq.core.message import origin_of
-from kmq.core.ranges import OffsetRange, coalesce
-from kmq.core.redelivery_plan import (
-    SENT,
-    Send,
-    SendResult,
-    Settled,
-    closed_chunks,
-    closed_ranges_limit,
-    chunk_offsets,
-    plan,
-    retry_at_ms,
-    settle,
-    below,
-    take_chunk,
-    wanted_ranges,
+from kmq.core.ranges import OffsetRange
+from kmq.core.redelivery_plan import SENT, Send, SendResult, closed_chunks, closed_ranges_limit
+from kmq.core.redelivery_run import (
+    CloseMissing,
+    RetriedAll,
+    CLOCK,
+    OK,
+    Failed,
+    Judge,
+    Judged,
+    Read,
+    ReadResult,
+    RedeliveryRun,
+    SettledRound,
+    Started,
+    StartSends,
+    WriteClosed,
 )
 from kmq.client import LogReader, LogReadError
-from kmq.telemetry.metrics import TrackerMetrics, observe_many
+from kmq.telemetry.metrics import TrackerMetrics
 from kmq.telemetry.tracing import redelivery_tracing
+from tracker import redelivery_log
+from tracker.redelivery_log import RedeliveryReport
 
 __all__ = ["Redeliverer", "RedeliveryReport", "copy_producer", "copy_request_size_for", "delivery_timeout_s",
            "send_wait_s", "failure_cause"]
@@ -126,7 +130,7 @@ _ROUND_BYTES = 32 * 1024 * 1024
 # A step of this many offsets or more runs with the cyclic garbage collector paused (module docstring).
 _GC_PAUSE_OFFSETS = 5_000
 _COPY = Step.COPY  # an enum member looked up through its class costs a few hundred ns each time
-_REFERENCE = Step.REFERENCE
+_RELEASE = Reason.RELEASE.value
 
 
 @contextmanager
@@ -202,26 +206,6 @@ def _result_of(step: Step, exc: BaseException) -> SendResult:
 
 
 @dataclass
-class RedeliveryReport:
-    """What one call of :meth:`Redeliverer.process` did (offset counts)."""
-
-    redelivered: int = 0
-    dead_lettered: int = 0
-    missing: int = 0
-    past_end: int = 0  # held back: at or past the end of the queue log as read (not yet)
-    undeliverable: int = 0
-    deferred: int = 0
-    failed: int = 0
-    reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    causes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-    @property
-    def copies(self) -> int:
-        """Records produced (copies and dead letters with their payload)."""
-        return self.redelivered + self.dead_lettered
-
-
-@dataclass
 class _Started:
     """Sends started together (one chunk's, or a round's fallbacks), not judged yet."""
 
@@ -232,19 +216,6 @@ class _Started:
     producer: Any  # the producer they were given to
     at: list[int]  # index in ``sends`` of each record of ``batch``
     refused: dict[int, SendResult]  # index in ``sends`` -> result, for records refused before they left
-
-
-@dataclass
-class _Round:
-    """The chunks started since the sends were last judged, and the payload bytes they hold."""
-
-    started: list[_Started] = field(default_factory=list)
-    bytes: int = 0
-
-    def add(self, started: _Started, size: int) -> None:
-        """Add ``started``, whose originals hold ``size`` payload bytes."""
-        self.started.append(started)
-        self.bytes += size
 
 
 class Redeliverer:
@@ -283,174 +254,72 @@ class Redeliverer:
             client_api.close_producer(producer)
 
     def process(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem]) -> RedeliveryReport:
-        """Handle ``items`` completely: every offset ends closed, deferred or scheduled for retry."""
+        """Handle ``items`` completely: every offset ends closed, deferred or scheduled for retry
+        (the order and every decision: :class:`~kmq.core.redelivery_run.RedeliveryRun`)."""
         report = RedeliveryReport()
-        if items:
-            self._use(queue.compression)
-            try:
-                with _collector_paused(sum(it.offset_count for it in items) >= _GC_PAUSE_OFFSETS):
-                    self._step(queue, partition, state, items, report)
-            except (LogReadError, OSError, *client_api.produce_errors()) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
-                self._retry_all(queue, partition, state, items, exc, report)
-                self._replace_unusable(exc)
-            finally:
-                # Chunk after chunk of this partition was read on from one assignment. It is kept while
-                # more of the partition is due now (a backlog larger than a step): the next step reads
-                # on from it instead of from a fresh assignment (a broker round trip and a cold fetch,
-                # a fifth of a 50,000-offset step). Otherwise librdkafka stops fetching ahead for it.
-                upcoming = state.next_due_ms()
-                if upcoming is None or upcoming > self._clock_ms():
-                    self._reader.release()
+        if not items:
+            return report
+        self._use(queue.compression)
+        run = RedeliveryRun(state, items, self._record_bytes.get(queue.name, self._max_request_size),
+                            chunk_bytes=_CHUNK_BYTES, read_chunk=_READ_CHUNK, round_bytes=_ROUND_BYTES)
+        try:
+            with _collector_paused(sum(it.offset_count for it in items) >= _GC_PAUSE_OFFSETS):
+                action = run.start()
+                while action is not None:
+                    action = run.send(self._carry_out(queue, partition, action, report))
+        finally:
+            self._record_bytes[queue.name] = run.record_bytes
+            # Chunk after chunk of this partition was read on from one assignment. It is kept while
+            # more of the partition is due now (a backlog larger than a step): the next step reads
+            # on from it instead of from a fresh assignment (a broker round trip and a cold fetch,
+            # a fifth of a 50,000-offset step). Otherwise librdkafka stops fetching ahead for it.
+            upcoming = state.next_due_ms()
+            if upcoming is None or upcoming > self._clock_ms():
+                self._reader.release()
         return report
 
-    # ------------------------------------------------------------ the step
-    def _step(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-              report: RedeliveryReport) -> None:
-        """Read and start sending chunk after chunk (a read waits on the broker while the sends of the
-        chunk before are on their way), then judge every send at once; a round is judged early when
-        the records it holds reach :data:`_ROUND_BYTES` (memory stays bounded)."""
-        pending = _Round()
-        rest = list(items)
-        log_end: int | None = None
-        while rest:
-            size = self._record_bytes.get(queue.name, self._max_request_size)
-            most = chunk_offsets(size, _CHUNK_BYTES, _READ_CHUNK)
-            if log_end is not None:
-                # What is at or past the log end was held back with the read that ran into it.
-                rest = below(rest, log_end)
-                if not rest:
-                    break
-            chunk, rest = take_chunk(rest, most)
-            try:
-                log_end = self._read_and_start(queue, partition, state, chunk, pending, report)
-            except (LogReadError, OSError, *client_api.produce_errors()) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
-                # What was started is judged and closed first; only the offsets not yet planned are retried.
-                self._finish(queue, partition, state, pending, report)
-                self._retry_all(queue, partition, state, chunk + rest, exc, report)
-                self._replace_unusable(exc)
-                return
-            if pending.bytes >= _ROUND_BYTES:
-                self._finish(queue, partition, state, pending, report)
-                pending = _Round()
-        self._finish(queue, partition, state, pending, report)
+    # ------------------------------------------------------------ carrying out the run's actions
+    def _carry_out(self, queue: QueueConfig, partition: int, action: Any, report: RedeliveryReport) -> Any:
+        """Do ``action`` and return the run's event for it; a read or produce error is the run's
+        :class:`~kmq.core.redelivery_run.Failed` (it decides what is retried)."""
+        try:
+            if action is CLOCK:
+                return self._clock_ms()
+            kind = type(action)
+            if kind is Read:
+                read = self._reader.read(queue.name, partition, action.ranges)
+                size = sum([len(r.value or b"") + len(r.key or b"") for r in read.records.values()])
+                return ReadResult(read.records, read.missing, read.log_end, size, self._clock_ms())
+            if kind is StartSends:
+                return Started(self._start_all(queue, partition, action.records, action.sends, action.now_ms))
+            if kind is Judge:
+                self._flush(f"{action.what} of {queue.name}[{partition}]")
+                return Judged([self._judge(queue, started) for started in action.handles])
+            if kind is SettledRound:
+                redelivery_log.account(self._metrics, queue, partition, action.records, action.sends, action.results,
+                                       action.settled, action.started_ms, report)
+            elif kind is WriteClosed:
+                self._write_outcome(queue, partition, action.ranges, action.outcome)
+            elif kind is CloseMissing:
+                self._write_closed(queue, partition, action.ranges, Outcome.MISSING)
+                redelivery_log.missing(self._metrics, queue, partition, action.ranges, report)
+            else:
+                redelivery_log.notice(self._metrics, queue, partition, action, report, self._clock_ms())
+                if kind is RetriedAll:
+                    self._replace_unusable(action.error)
+            return OK
+        except (LogReadError, OSError, *client_api.produce_errors()) as exc:  # type: ignore[misc]  # mypy reads no starred tuple here
+            return Failed(exc)
 
-    def _read_and_start(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-                        pending: "_Round", report: RedeliveryReport) -> int | None:
-        """Read ``items``' originals, plan them and start their sends; returns the log end the read
-        ran into (None: it did not)."""
-        read = self._reader.read(queue.name, partition, wanted_ranges(items))
-        size = sum([len(r.value or b"") + len(r.key or b"") for r in read.records.values()])
-        if read.records:
-            self._record_bytes[queue.name] = size / len(read.records)
-        now = self._clock_ms()
-        step = plan(state, items, read.records, read.missing, read.log_end, now)
-        if step.missing:
-            self._close_missing(queue, partition, state, step.missing, report)
-        for d in step.defer:
-            state.defer(d.ranges, d.until_ms, d.count)
-            report.deferred += d.offset_count
-        if step.unread:
-            n = sum(r.count for r in step.unread)
-            state.retry(step.unread, step.retry_at_ms)  # type: ignore[arg-type]  # set with unread
-            report.failed += n
-            log.warning("%d offset(s) of %s[%d] were neither read nor reported missing by the log reader; "
-                        "they stay open and are retried", n, queue.name, partition)
-        if step.past_end:
-            self._hold_past_end(queue, partition, state, step.log_end, step.past_end_at_ms, now, report)  # type: ignore[arg-type]  # set with past_end
-        if step.sends:
-            pending.add(self._start_all(queue, partition, read.records, step.sends, now), size)
-        return step.log_end if step.past_end else None
-
-    def _hold_past_end(self, queue: QueueConfig, partition: int, state: PartitionState, log_end: int, at: int,
-                       now: int, report: RedeliveryReport) -> None:
-        """The read ended at ``log_end`` below offsets a START names. A consumer fetched them, so they
-        exist: the read is behind (a new leader's high-water mark lagging after a leader change), not
-        proof of anything. Everything due at or past that end waits with a backoff, in one go."""
-        held = state.hold_from(log_end, now, at)
-        n = sum(r.count for r in held)
-        report.past_end += n
-        self._metrics.past_log_end.labels(queue.label).inc(n)
-        log.warning("%s[%d]: the queue log read ended at offset %d, below %d due offset(s) that START markers name "
-                    "(%s); they are not closed: read again in %.1fs (kmq_tracker_offsets_past_log_end_total). "
-                    "If this goes on, see docs/operations.md (KmqQueueLogBehindStarts)", queue.name, partition,
-                    log_end, n, _show(held), (at - now) / 1000.0)
-
-    def _finish(self, queue: QueueConfig, partition: int, state: PartitionState, pending: "_Round",
-                report: RedeliveryReport) -> None:
-        """Wait once for the producer's verdicts on every started send, settle them, send the fallbacks
-        until nothing is left; then write the outcomes (CLOSED only for what Kafka acknowledged)."""
-        if not pending.started:
-            return
-        self._flush(f"redeliveries of {queue.name}[{partition}]")
-        rounds = [(s, self._judge(queue, s)) for s in pending.started]
-        closed: dict[Outcome, list[int]] = defaultdict(list)
-        retry: list[int] = []
-        retry_at, first_failure = 0, ""
-        while rounds:
-            fallbacks: list[Send] = []
-            for started, results in rounds:
-                sends, records, now = started.sends, started.records, started.now_ms
-                settled = settle(sends, results, self._clock_ms())
-                self._account(queue, partition, records, sends, results, settled, now, report)
-                for outcome, done in settled.closed.items():
-                    closed[outcome].extend(s.offset for s in done)
-                if settled.retry:
-                    if not first_failure:
-                        detail = {s.offset: r.detail for s, r in zip(sends, results)}
-                        first_failure = f"offset {settled.retry[0].offset}, {detail[settled.retry[0].offset]}"
-                    retry.extend(s.offset for s in settled.retry)
-                    retry_at = max(retry_at, settled.retry_at_ms or 0)
-                fallbacks.extend(settled.fallbacks)
-            rounds = []
-            if fallbacks:  # rare: records a topic refused for good; sent and judged on their own
-                records = {off: rec for st in pending.started for off, rec in st.records.items()}
-                started = self._start_all(queue, partition, records, fallbacks, self._clock_ms())
-                self._flush(f"dead letters of {queue.name}[{partition}]")
-                rounds = [(started, self._judge(queue, started))]
-        self._write_outcomes(queue, partition, state, closed)
-        if retry:
-            now = self._clock_ms()
-            state.retry(coalesce(retry), retry_at)
-            report.failed += len(retry)
-            self._metrics.redelivery_failures.labels(queue.label).inc(len(retry))
-            log.warning("%d redelivery send(s) for %s[%d] failed (first: %s); they stay open and are retried in "
-                        "%.1fs", len(retry), queue.name, partition, first_failure, max(0.0, (retry_at - now) / 1000.0))
-
-    def _retry_all(self, queue: QueueConfig, partition: int, state: PartitionState, items: list[DueItem],
-                   exc: BaseException, report: RedeliveryReport) -> None:
-        """Reading the log or writing CLOSED failed: everything not yet closed goes back with a capped backoff."""
-        now = self._clock_ms()
-        at = retry_at_ms(max(i.failures for i in items), now)
-        left = state.open_within(r for i in items for r in i.ranges)
-        n = sum(r.count for r in left)
-        state.retry(left, at)
-        report.failed += n
-        self._metrics.redelivery_failures.labels(queue.label).inc(n)
-        log.warning("redelivery of %d message(s) from %s[%d] failed (%s: %s); they stay open and are retried in %.1fs",
-                    n, queue.name, partition, type(exc).__name__, exc, (at - now) / 1000.0)
-
-    def _close_missing(self, queue: QueueConfig, partition: int, state: PartitionState, gone: list[OffsetRange],
-                       report: RedeliveryReport) -> None:
-        n = sum(r.count for r in gone)
-        self._write_closed(queue, partition, gone, Outcome.MISSING)
-        state.close(gone)
-        report.missing += n
-        self._metrics.missing_offsets.labels(queue.label).inc(n)
-        log.warning("%d offset(s) of %s[%d] are not in the queue log (deleted by retention, or never written) and "
-                    "were closed as missing: %s", n, queue.name, partition, _show(gone))
-
-    def _write_outcomes(self, queue: QueueConfig, partition: int, state: PartitionState,
-                        closed: dict[Outcome, list[int]]) -> None:
-        """The copies are acknowledged: write CLOSED so a restarted tracker does not repeat them."""
-        for outcome, offs in closed.items():
-            ranges = coalesce(offs)
-            state.close(ranges)
-            try:
-                self._write_closed(queue, partition, ranges, outcome)
-            except client_api.produce_errors() as exc:
-                # Not lost: the copies exist. A restart before the next commit may redeliver once more.
-                log.warning("CLOSED marker for %s[%d] not written (%s); a tracker restart may redeliver %d "
-                            "message(s) once more", queue.name, partition, exc, len(offs))
+    def _write_outcome(self, queue: QueueConfig, partition: int, ranges: list[OffsetRange], outcome: Outcome) -> None:
+        """The copies are acknowledged (and closed in the state): write CLOSED so a restarted tracker
+        does not repeat them."""
+        try:
+            self._write_closed(queue, partition, ranges, outcome)
+        except client_api.produce_errors() as exc:
+            # Not lost: the copies exist. A restart before the next commit may redeliver once more.
+            log.warning("CLOSED marker for %s[%d] not written (%s); a tracker restart may redeliver %d "
+                        "message(s) once more", queue.name, partition, exc, sum(r.count for r in ranges))
 
     # ------------------------------------------------------------ producing
     def _start_all(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
@@ -461,7 +330,8 @@ class Redeliverer:
         at: list[int] = []  # index in ``sends`` of each record in ``out``
         refused: dict[int, SendResult] = {}
         # A backlog is copies, one per offset: their records are built inline here (names looked up
-        # once, not per record); dead letters, references and traced copies go through _out_record.
+        # once, not per record; copy_count's rule inline, a call per offset costs 8% of a step); dead
+        # letters, references and traced copies go through _out_record.
         fast = self._tracing is None
         name, group, copy, add, mark = queue.name, queue.group, _COPY, out.append, at.append
         out_record, new = client_api.OutRecord, tuple.__new__  # OutRecord(...) without its Python-level __new__
@@ -543,9 +413,9 @@ class Redeliverer:
         """The record to produce for ``s`` (the original record ``rec``): a copy, a dead letter or a reference."""
         origin = origin_of(rec.headers, queue.name, partition, rec.offset)
         if s.step is Step.COPY:
-            count = copy_count(s.count, s.reason)
-            headers = copy_headers(rec.headers, origin, s.count, queue.group,  # the origin is needed below too
-                                   counted=count > s.count)
+            count = copy_count(s.count, s.reason)  # the copy's own: written as it is
+            headers = copy_headers(rec.headers, origin, count, queue.group,  # the origin is needed below too
+                                   counted=False)
             if self._tracing is not None:
                 headers = self._tracing.traced(headers, "redeliver", queue.name, partition, origin, count,
                                                rec.headers)
@@ -627,69 +497,6 @@ class Redeliverer:
                 f.get(timeout=0)
             return
 
-    # ------------------------------------------------------------ accounting
-    def _account(self, queue: QueueConfig, partition: int, records: Mapping[int, Any], sends: list[Send],
-                 results: list[SendResult], settled: Settled, now: int, report: RedeliveryReport) -> None:
-        """Metrics, report and log lines for one round of sends (counters added to once per label set)."""
-        m = self._metrics
-        produced: dict[tuple[Step, str], int] = defaultdict(int)
-        delays: dict[int, int] = defaultdict(int)  # due time -> sends produced (one observe per due time)
-        debug = log.isEnabledFor(logging.DEBUG)
-        copy, reference = _COPY, _REFERENCE
-        for s, res in zip(sends, results):
-            if res.cause is not None:
-                m.record_failures.labels(queue.label, res.cause).inc()
-                report.causes[res.cause] += 1
-                if res.permanent and s.step is Step.DEAD_LETTER:  # the payload is in neither topic
-                    m.undeliverable.labels(queue.label, res.cause).inc()
-                continue
-            delays[s.due_ms] += 1
-            step = s.step
-            if step is not reference:
-                produced[(step, s.reason)] += 1
-                if step is copy:
-                    if debug:  # one line per copy: its fields only when shown
-                        log.debug("%s[%d] offset %d redelivered (%s, delivery %d)", queue.name, partition, s.offset,
-                                  s.reason, copy_count(s.count, s.reason),
-                                  extra=log_fields(queue.name, partition, s.offset, headers=records[s.offset].headers,
-                                                   outcome="redeliver", reason=s.reason))
-                    continue
-                fields = log_fields(queue.name, partition, s.offset, headers=records[s.offset].headers,
-                                    outcome="dead_letter", reason=s.reason)
-                if s.reason == REASON_UNDELIVERABLE:
-                    log.warning("%s offset %d dead-lettered as undeliverable: %s", queue.name, s.offset, s.error,
-                                extra=fields)
-                else:
-                    log.info("%s[%d] offset %d dead-lettered to %s (%s after %d deliveries)", queue.name,
-                             partition, s.offset, queue.dlq_topic, s.reason, s.count, extra=fields)
-            else:
-                report.reasons[s.reason] += 1
-                report.undeliverable += 1
-                rec = records[s.offset]
-                log.error("%s[%d] offset %d (%d bytes) is undeliverable: neither the queue nor the DLQ %s accepts "
-                          "it (%s). Closed with outcome 4; a reference dead letter without the payload names it "
-                          "(kmq-dlq-reference %s/%d/%d): redrive it from the queue log before retention deletes "
-                          "it, and raise tracker.max_request_size and the topics' max.message.bytes if such "
-                          "records are legitimate", queue.name, partition, s.offset,
-                          record_size(rec.key, rec.value, rec.headers), queue.dlq_topic, s.error, queue.name,
-                          partition, s.offset, extra=log_fields(queue.name, partition, s.offset, headers=rec.headers,
-                                                                outcome="undeliverable"))
-        for due_ms, n in delays.items():
-            observe_many(m.redelivery_delay_seconds, max(0.0, (now - due_ms) / 1000.0), n)
-        for (step, reason), n in produced.items():
-            report.reasons[reason] += n
-            if step is Step.COPY:
-                m.redelivered.labels(queue.label, reason).inc(n)
-                report.redelivered += n
-            else:
-                m.dead_lettered.labels(queue.label, reason).inc(n)
-                report.dead_lettered += n
-        for s in settled.unreferenced:
-            report.undeliverable += 1
-            log.error("%s[%d] offset %d is undeliverable and the DLQ %s refused even a reference to it (%s); closed "
-                      "with outcome 4. Read it from the queue log at that offset if it still matters",
-                      queue.name, partition, s.offset, queue.dlq_topic, s.error)
-
     # ------------------------------------------------------------ DLQ topic
     def _dlq_partition_count(self, topic: str) -> int:
         n = self._dlq_partitions.get(topic)
@@ -715,10 +522,3 @@ class Redeliverer:
         if first:
             log.error("%s", why)
 
-
-_RELEASE = Reason.RELEASE.value
-
-
-def _show(ranges: list[OffsetRange], limit: int = 5) -> str:
-    parts = [f"{r.first}" if r.count == 1 else f"{r.first}-{r.last}" for r in ranges[:limit]]
-    return ", ".join(parts) + (" ..." if len(ranges) > limit else "")

@@ -3,7 +3,12 @@
 One consumer group (``tracker.group_id``) reads the markers topics of all
 configured queues; any number of instances share the partitions. Per owned
 markers partition the pure :class:`~kmq.core.lease_state.PartitionState` holds
-the open leases.
+the open leases. The step's decisions are pure too: the markers read
+(:mod:`kmq.core.marker_batch`), the look-ups of the markers' ends and the
+commits (:mod:`kmq.core.end_lookups`), one partition's redelivery
+(:mod:`kmq.core.redelivery_run`, carried out by :mod:`tracker.redeliver`); this
+module feeds them and carries out their answers, and :mod:`tracker.assignment`
+keeps the owned partitions.
 
 * On assignment a partition catches up (:mod:`tracker.catch_up`): it resumes
   from its committed marker offset, and its due messages are redelivered only
@@ -52,20 +57,19 @@ from typing import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
-from kmq.client import ClientCommitFailed, GroupConsumerAdapter, LogReadError, Partition, Record
+from kmq.client import GroupConsumerAdapter, LogReadError, Partition, Record
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
-from kmq.core.due_schedule import DueSchedule
+from kmq.core.end_lookups import EndLookups
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError  # noqa: F401 - tests reach service.BrokerUnavailable
 from kmq.core.lease_state import PartitionState
-from kmq.core.log_fields import partitions_fields
 from kmq.core.marker_clock import ClockWatch
-from kmq.core.markers import VERSION, BadMarker, Start, decode_record
+from kmq.core.marker_batch import apply_batch
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
+from tracker.assignment import Assignment
 from tracker.http import HealthServer
 from tracker.membership import MembershipCheck, Pauses, PauseWatch
-from tracker.catch_up import CatchUp
 from tracker.clock_skew import SkewGauge
 from tracker.partition import OwnedPartition, partition_names, publish_gauges
 from tracker.redeliver import Redeliverer, copy_producer, copy_request_size_for, send_wait_s
@@ -131,17 +135,13 @@ class Tracker:
         self.metrics = TrackerMetrics(registry)
         self._clock = clock
         self._http_host = http_host
-        self._queues = {q.markers_topic: q for q in cfg.queues}
-        self._owned: dict[Partition, OwnedPartition] = {}
-        self._looked_up_ms = 0  # last successful look-up of a markers partition's end
-        #: (last good look-up, first failed one) while look-ups fail: see _broker_back.
-        self._outage: tuple[int, int] | None = None
-        # The per-step work visits these, not every owned partition (see the module docstring).
-        self._schedule: DueSchedule[Partition] = DueSchedule()  # caught-up partitions: next due time
-        self._to_commit: set[Partition] = set()  # state changed since the last commit
-        self._to_publish: set[Partition] = set()  # state changed since the last metrics update
-        self._published_open: set[Partition] = set()  # had messages in flight at the last metrics update
-        self._catch_up = CatchUp(self.metrics, self._touched, self._now_ms, _PARTITIONS_PER_LOOKUP)
+        # The owned partitions and which of them a step visits (see the module docstring).
+        self._assigned = Assignment(cfg.queues, self.metrics, self._now_ms, max(50, int(cfg.tracker.tick * 1000)),
+                                    _PARTITIONS_PER_LOOKUP, _new_state)
+        self._owned = self._assigned.owned  # the same dict, never replaced
+        self._catch_up = self._assigned.catch_up
+        self._touched = self._assigned.touched
+        self._lookups = EndLookups(_DUE_LIMIT, _PARTITIONS_PER_LOOKUP, _PROBE_INTERVAL_MS)
         # When the last markers fetch was sent (ms): markers of a partition at its log end then, read
         # later, were written after it (kmq.core.marker_clock).
         self._fetch_sent_ms: int | None = None
@@ -149,7 +149,6 @@ class Tracker:
         self._clock_watch = ClockWatch()
         self._stopping = threading.Event()
         self._started = threading.Event()
-        self._joined = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._consumer: GroupConsumerAdapter | None = None
@@ -218,7 +217,7 @@ class Tracker:
     def ready(self) -> tuple[bool, str]:
         """(ready, detail): joined the group and every assigned partition caught up (or held at a
         marker of a newer wire version, which the detail names)."""
-        if not self._joined:
+        if not self._assigned.joined:
             return False, "not ready: joining the tracker group"
         owned = list(self._owned.values())
         # A held partition does not catch up before a newer tracker reads it: it is named, not waited for.
@@ -300,7 +299,7 @@ class Tracker:
             fetch_wait=self.cfg.tracker.markers_fetch_wait_ms() / 1000,
             metadata_max_age=kafka.metadata_max_age, max_poll_interval=_MAX_POLL_INTERVAL_S, **membership,
         )
-        self._join_group()
+        self._assigned.subscribe(self._consumer)
         self._next_commit = self._next_metrics = self._mono()
         self._membership.pauses.start()
         log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
@@ -312,7 +311,7 @@ class Tracker:
         self._membership.pauses.stop()
         try:
             if self._consumer is not None:
-                self._commit(force=True)
+                self._assigned.commit(self._consumer, force=True)
                 self._consumer.close()  # leaves the group: partitions move at once
         except Exception:  # noqa: BLE001 - shutting down; the last commit is replayed safely
             log.exception("error while leaving the tracker group; the next owner replays from the last commit")
@@ -362,12 +361,12 @@ class Tracker:
             for owned in caught:  # an idle partition is read at its end from now on
                 self._note_end(owned)
         # A catch-up target read is a look-up too: the broker answered, no probe is due for it.
-        self._looked_up_ms = max(self._looked_up_ms, self._catch_up.looked_up_ms)
+        self._lookups.looked_up_ms = max(self._lookups.looked_up_ms, self._catch_up.looked_up_ms)
         if not self._clock_jumped():  # a jump since the fetch: nothing is judged on the old clock's times
             self._redeliver_due()
         mono = self._mono()
         if mono >= self._next_commit:
-            self._commit()
+            self._assigned.commit(self._consumer)
             self._next_commit = mono + _COMMIT_INTERVAL_S
         if mono >= self._next_metrics:
             self._update_metrics()
@@ -382,7 +381,7 @@ class Tracker:
         look-up got no answer are looked up again after the others were served (each such look-up
         may wait out the reader's timeout), when their own backoff ends."""
         began = self._mono()
-        due = [self._owned[tp] for tp in self._schedule.pop_due(self._now_ms()) if tp in self._owned]
+        due = [self._owned[tp] for tp in self._assigned.schedule.pop_due(self._now_ms()) if tp in self._owned]
         due.sort(key=lambda o: o.served)
         self._read_through(due)
         for i, owned in enumerate(due):
@@ -406,99 +405,36 @@ class Tracker:
     def _read_through(self, due: list[OwnedPartition], failing: bool = False) -> list[OwnedPartition]:
         """Move the read-through time of the ``due`` partitions on: a tracker behind its markers
         (a slow fetch, a burst larger than it reads per step) must not take an END or RENEW it has
-        not read yet for a lapsed lease. The log end is looked up (batched) when something is due
-        past what is known; once the position reaches that end, everything written before the
-        look-up has been applied. Markers written meanwhile do not matter: the mark stays put.
-        At most one look-up per step for the partitions with something due whose last look-up was
-        answered, and (``failing``) one for those whose last look-up was not: the look-up answers
-        partition by partition, so one that does not answer costs only itself its answer and backs
-        off on its own. Returns the partitions asked."""
+        not read yet for a lapsed lease. Whom to ask and what an answer means:
+        :class:`~kmq.core.end_lookups.EndLookups`; here, the look-up itself and its log lines.
+        Returns the partitions asked."""
         now = self._now_ms()
-        ask = [o for o in due if bool(o.lookup_failures) == failing and o.wants_end(now, _DUE_LIMIT)]
-        ask = ask[:_PARTITIONS_PER_LOOKUP]  # the others: next step
-        # With leases due and marks still being read, a look-up of one partition now and then tells
-        # whether the broker is there at all (a read that stopped is no error of its own).
-        probe = [] if failing or ask or now - self._looked_up_ms < _PROBE_INTERVAL_MS else \
-            [o for o in due if o.caught_up and o.state.position is not None and not o.lookup_failures][:1]
-        asked = ask or probe
-        if not asked:
+        lookup = self._lookups.choose(due, now, failing)
+        if lookup is None:
             return []
+        asked = lookup.asked
         try:
             got = self._hw_reader.log_ends({o.tp: o.state.position for o in asked})
             ends, failed = got.ends, got.failed
         except LogReadError as exc:
             ends, failed = {}, {o.tp: str(exc) for o in asked}
-        if ends:
-            self._looked_up_ms = now
-            if self._outage is not None:
-                self._broker_back(*self._outage, now)
-                self._outage = None
-        unanswered = [o for o in asked if ends.get(o.tp) is None]
-        if unanswered:  # their backoff counts from the answer: the look-up may have waited long
-            self._lookups_failed(unanswered, self._now_ms(), failed, whole=not ends)
-        for o in asked:
-            end = ends.get(o.tp)
-            if end is None:
-                continue
-            if o.lookup_failures:
-                self._partition_back(o, now)
-            if o in ask:
-                o.end_read(now, end)
-        return asked
-
-    def _lookups_failed(self, failed: list[OwnedPartition], now_ms: int, why: dict, whole: bool) -> None:
-        """The look-up of ``failed``'s ends got no answer. Each backs off on its own. A look-up
-        answered for none of them, of partitions that were answered last time, is taken for the
-        broker being away (see :meth:`_broker_back`)."""
-        if whole and self._outage is None and any(not o.lookup_failures for o in failed):
-            self._outage = (self._looked_up_ms, now_ms)  # leases due since the last good look-up are not judged yet
-        delay = 0.0
-        for o in failed:
-            delay = max(delay, o.lookup_failed(now_ms))
-            self.metrics.lookup_failures.labels(o.queue.label).inc()
-        cause = next(iter(why.values()), "no answer")
-        log.warning("the end of %s was not read (%s): leases there are judged once it is; asked again in %.1fs "
-                    "(kmq_tracker_lookup_failures_total)", partition_names(o.tp for o in failed), cause, delay)
-
-    def _partition_back(self, owned: OwnedPartition, now_ms: int) -> None:
-        """``owned``'s end is answered again after look-ups that were not: its consumers may not have
-        reached its leader meanwhile either. What fell due since its read-through time is judged only
-        on markers read ``tracker.outage_grace`` from now (as for the whole broker)."""
-        owned.lookup_failures = 0
-        if owned.read_through_ms < owned.hold_until_ms:
-            return  # held already (the broker was back just now)
         grace_ms = round(self.cfg.tracker.outage_grace * 1000)
-        owned.hold(owned.read_through_ms, now_ms + grace_ms)
-        log.warning("the end of %s[%d] is readable again; leases that ran out meanwhile are judged %.0fs from now",
-                    owned.topic, owned.partition, grace_ms / 1000.0)
-
-    def _broker_back(self, held_from_ms: int, failed_ms: int, now_ms: int) -> None:
-        """The markers' ends were unreadable from ``failed_ms`` and are readable again: the consumers
-        could not write their ENDs and RENEWs meanwhile either, and retry them now. Leases due since
-        the last good look-up (``held_from_ms``) are judged only once the markers written in the next
-        ``tracker.outage_grace`` were read, instead of copying messages whose END is on its way."""
-        grace_ms = round(self.cfg.tracker.outage_grace * 1000)
-        until = now_ms + grace_ms
-        for o in self._owned.values():
-            o.hold(held_from_ms, until)
-            o.lookup_failures, o.recheck_ms = 0, 0  # asked again now: the broker answers
-            self._touched(o)
-        log.warning("the markers topic is readable again after %.1fs; leases that ran out meanwhile are judged "
-                    "%.0fs from now, once the ENDs and RENEWs their consumers retry were read",
-                    (now_ms - failed_ms) / 1000.0, grace_ms / 1000.0)
-
-    def _tick_ms(self) -> int:
-        return max(50, int(self.cfg.tracker.tick * 1000))
-
-    def _touched(self, owned: OwnedPartition) -> None:
-        """``owned``'s state may have changed: schedule it at its next due time (once caught up), and
-        commit and publish it at the next chance. Every change of a partition's state is followed by
-        this call; a partition not touched is not visited by the step."""
-        tp = owned.tp
-        self._to_commit.add(tp)
-        self._to_publish.add(tp)
-        if owned.caught_up:
-            self._schedule.set(tp, owned.next_visit_ms(self._now_ms(), self._tick_ms()))
+        answer = self._lookups.answered(lookup, ends, now, self._now_ms(), grace_ms, self._owned.values(),
+                                        self._touched)
+        if answer.broker_back is not None:
+            log.warning("the markers topic is readable again after %.1fs; leases that ran out meanwhile are judged "
+                        "%.0fs from now, once the ENDs and RENEWs their consumers retry were read",
+                        (now - answer.broker_back[0]) / 1000.0, grace_ms / 1000.0)
+        if answer.unanswered:
+            for o in answer.unanswered:
+                self.metrics.lookup_failures.labels(o.queue.label).inc()
+            log.warning("the end of %s was not read (%s): leases there are judged once it is; asked again in %.1fs "
+                        "(kmq_tracker_lookup_failures_total)", partition_names(o.tp for o in answer.unanswered),
+                        next(iter(failed.values()), "no answer"), answer.delay_s)
+        for o in answer.back:
+            log.warning("the end of %s[%d] is readable again; leases that ran out meanwhile are judged %.0fs from now",
+                        o.topic, o.partition, grace_ms / 1000.0)
+        return list(asked)
 
     def _redeliver(self, owned: OwnedPartition, items) -> int:
         """One partition's due items; returns the records produced. Nothing raised here stops the
@@ -530,32 +466,8 @@ class Tracker:
         return True
 
     def _drop_view(self, why: str) -> None:
-        """Forget every partition's state; each is re-read from its committed offset, and redelivered
-        from only once the group accepted a commit for it (:class:`~tracker.catch_up.CatchUp`): the
-        group decides whether it is still ours. Never a loss: the commit never passes an open START."""
-        if not self._owned:  # e.g. the client learnt first that the session expired, and revoked them
-            log.warning("%s: no partition is held any more, so there is no view to drop", why)
-            return
-        self.metrics.stale_views.inc()
-        log.warning("%s: dropping the in-memory state of %d partition(s), re-reading them from the committed "
-                    "offsets and redelivering nothing before the group accepts a commit for them", why,
-                    len(self._owned))
-        self._reread_all(doubted=True)
-
-    def _reread_all(self, doubted: bool) -> None:
-        """Forget every partition's state: each is re-read from its committed offset and caught up to
-        a log end read afresh before a lease is judged (as after an assignment); ``doubted``: and
-        redelivered from only once the group accepted a commit for it."""
-        for owned in self._owned.values():
-            owned.state = self._new_state(owned.queue)
-            owned.positioned = owned.caught_up = owned.at_end = False
-            owned.doubted = owned.doubted or doubted
-            owned.target = owned.committed = None
-            owned.held = None  # met again when re-read, unless a newer tracker reads it
-        publish_held(self._owned.values(), self._queue_names(), self.metrics)
-        self._schedule.clear()
-        self._catch_up.pending = set(self._owned)
-        self._to_publish |= self._catch_up.pending
+        """Forget every partition's state (:meth:`~tracker.assignment.Assignment.drop_view`)."""
+        self._assigned.drop_view(why)
 
     def _clock_jumped(self) -> bool:
         """Whether the tracker's clock jumped since the last look (:class:`~kmq.core.marker_clock.ClockWatch`).
@@ -574,19 +486,13 @@ class Tracker:
                     "the old clock, so it re-reads %d partition(s) from their committed offsets and judges no lease "
                     "before each one caught up again, as after a restart (kmq_tracker_clock_jumps_total)",
                     abs(jump) / 1000.0, direction, len(self._owned))
-        self._reread_all(doubted=False)
+        self._assigned.reread_all(doubted=False)
         for owned in self._owned.values():
             owned.clock_moved(jump)
         self._catch_up.clock_moved(jump)
         self._fetch_sent_ms = None  # no floor: the next markers read count as replayed
-        if self._looked_up_ms:
-            self._looked_up_ms += jump
-        if self._outage is not None:
-            self._outage = (self._outage[0] + jump, self._outage[1] + jump)
+        self._lookups.clock_moved(jump)
         return True
-
-    def _new_state(self, q: QueueConfig) -> PartitionState:
-        return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
     def next_due_s(self) -> float | None:
         """Seconds until the step has something to do with no new marker: the earliest due time of
@@ -594,14 +500,14 @@ class Tracker:
         is waiting. For a loop that drives :meth:`step` on a clock of its own (:mod:`kmq.testing`)."""
         if self._catch_up.pending:
             return 0.0
-        soonest = self._schedule.next_ms()
+        soonest = self._assigned.schedule.next_ms()
         return None if soonest is None else max(0.0, (soonest - self._now_ms()) / 1000.0)
 
     def _next_delay(self) -> float:
         tick = self.cfg.tracker.tick
         if self._catch_up.pending:
             return tick  # poll returns as soon as markers arrive
-        soonest = self._schedule.next_ms()
+        soonest = self._assigned.schedule.next_ms()
         if soonest is None:
             return tick
         return max(0.0, min(tick, (soonest - self._now_ms()) / 1000.0))
@@ -618,68 +524,32 @@ class Tracker:
                floor_ms: int | None) -> None:
         """Apply ``batch``, read at ``read_ms``; ``floor_ms``: its markers were written after it
         (None: replayed or read behind). Deadlines are on this tracker's clock
-        (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge."""
+        (:func:`kmq.core.marker_clock.marker_time`); STARTs read at the log end feed the skew gauge.
+        What each record does: :func:`~kmq.core.marker_batch.apply_batch`."""
         state, qname, p = owned.state, owned.queue.label, owned.partition
         if owned.held is not None:
             return  # nothing after the marker it is held at (tracker.upgrades)
         if batch and owned.resume_from is not None:
             self._catch_up.check_resume(owned, batch[0].offset)
-        late = 0
-        for rec in batch:
-            try:
-                marker = decode_record(rec.key, rec.value, p)
-                if isinstance(marker, BadMarker):
-                    if marker.newer is not None:
-                        hold(owned, rec.offset, marker, self.metrics)
-                        publish_held(self._owned.values(), self._queue_names(), self.metrics)
-                        break  # its position stays at that marker: the commit never passes it
-                    raise MarkerDecodeError(marker.reason)
-            except MarkerDecodeError as exc:
-                self.metrics.bad_markers.inc()
-                if not owned.bad_logged:
-                    owned.bad_logged = True
-                    log.warning("skipping an undecodable marker at %s[%d] offset %d: %s (further bad markers on "
-                                "this partition are only counted in kmq_tracker_bad_markers_total)",
-                                owned.topic, p, rec.offset, exc)
-                state.skip(rec.offset)
-                continue
-            if rec.value[0] > VERSION:  # type: ignore[index]  # decoded: not None
-                note_newer(owned, rec.value[0], self.metrics)  # type: ignore[index]
-            eff = state.apply(marker, rec.offset, rec.timestamp, read_ms, floor_ms)
-            if floor_ms is not None and isinstance(marker, Start):
-                self._skew.observe(qname, marker.owner, read_ms, rec.timestamp)
-            late += eff.late
-            tally[(qname, marker.TYPE.name.lower())] += 1
-        if late:
-            self.metrics.late_acks.labels(qname).inc(late)
-
-    def _commit(self, force: bool = False) -> None:
-        """Commit the partitions whose committable offset moved (``force``: every owned one)."""
-        offsets = {}
-        for tp in list(self._owned) if force else self._to_commit:
-            owned = self._owned.get(tp)
-            c = owned.state.committable_offset() if owned is not None else None
-            if owned is not None and c is not None and (force or c != owned.committed):
-                offsets[tp] = (owned, c)
-        if not offsets:
-            self._to_commit.clear()
-            return
-        assert self._consumer is not None  # open() made it
-        try:
-            self._consumer.commit({tp: c for tp, (_, c) in offsets.items()})
-        except ClientCommitFailed as exc:
-            if exc.rebalanced:
-                # Fenced: the group moved on without us (e.g. after a pause). Our view is stale.
-                self.metrics.fenced_commits.inc()
-                log.warning("marker offset commit refused by the group (%s); the previous commit stays", exc)
-                self._drop_view("the group refused a commit")
-            else:
-                # Not fatal: the previous commit stays, a new owner replays a little more.
-                log.warning("marker offset commit failed (%s); a new owner would replay from the previous commit", exc)
-            return
-        for owned, c in offsets.values():
-            owned.committed = c
-        self._to_commit.clear()
+        applied = apply_batch(state, batch, p, read_ms, floor_ms)
+        for offset, why in applied.bad:
+            self.metrics.bad_markers.inc()
+            if not owned.bad_logged:
+                owned.bad_logged = True
+                log.warning("skipping an undecodable marker at %s[%d] offset %d: %s (further bad markers on "
+                            "this partition are only counted in kmq_tracker_bad_markers_total)",
+                            owned.topic, p, offset, MarkerDecodeError(why))
+        for version in applied.newer:
+            note_newer(owned, version, self.metrics)
+        for owner, ts in applied.starts:
+            self._skew.observe(qname, owner, read_ms, ts)
+        for mtype, n in applied.types.items():
+            tally[(qname, mtype)] += n
+        if applied.late:
+            self.metrics.late_acks.labels(qname).inc(applied.late)
+        if applied.held is not None:
+            hold(owned, *applied.held, self.metrics)
+            publish_held(self._owned.values(), self._assigned.queue_names(), self.metrics)
 
     def _update_metrics(self) -> None:
         """Publish the per-partition gauges of the partitions whose state changed since the last
@@ -687,88 +557,20 @@ class Tracker:
         the others' gauges still hold what they show."""
         assert self._consumer is not None  # open() made it
         now = self._now_ms()
-        visit, self._to_publish = self._to_publish | self._published_open, set()
-        self._published_open = set()
+        a = self._assigned
+        visit, a.to_publish = a.to_publish | a.published_open, set()
+        a.published_open = set()
         for tp in visit:
             owned = self._owned.get(tp)
             if owned is not None and publish_gauges(owned, self.metrics, self._consumer.highwater, now):
-                self._published_open.add(tp)
+                a.published_open.add(tp)
         self._skew.publish(self._mono())
 
-    # ------------------------------------------------------------ rebalance
-    def _join_group(self) -> None:
-        """Subscribe to the markers topics. The client calls back inside fetch() and close()
-        (kafka-python on its I/O thread, while the main thread waits in that call)."""
-        assert self._consumer is not None  # open() made it
-        self._consumer.subscribe(sorted(self._queues), self._on_assigned, self._on_revoked,
-                                 commit_on_revoke=self._revoke_offsets, on_commit_failed=self._revoke_commit_failed)
-
-    def _on_assigned(self, assigned: set[Partition]) -> None:
-        self._joined = True
-        for tp in sorted(assigned):  # served in this order until each has been served once
-            if tp in self._owned:
-                self._owned[tp].doubted = False  # assigned in the group's current generation: ours
-                continue
-            q = self._queues[tp[0]]
-            self._owned[tp] = OwnedPartition(q, tp, self._new_state(q))
-            self._catch_up.pending.add(tp)
-            self._to_publish.add(tp)
-        _log_by_queue("assigned markers partitions: %s", assigned, self._queues)
-
-    def _revoke_offsets(self, revoked: set[Partition]) -> dict[Partition, int]:
-        """What to commit before ``revoked`` go (the client commits it): each one's committable
-        offset, where it changed."""
-        offsets = {}
-        for tp in revoked:
-            owned = self._owned.get(tp)
-            c = owned.state.committable_offset() if owned is not None else None
-            if owned is not None and c is not None and c != owned.committed:
-                offsets[tp] = c
-        return offsets
-
-    def _revoke_commit_failed(self, exc: ClientCommitFailed) -> None:
-        if exc.rebalanced:
-            self.metrics.fenced_commits.inc()
-        log.warning("commit before revoke failed (%s); the new owner replays from the previous commit", exc)
-
-    def _on_revoked(self, revoked: set[Partition]) -> None:
-        """Drop the revoked partitions' state (their offsets were committed just before, when changed)."""
-        if not revoked:
-            return
-        m = self.metrics
-        for tp in revoked:
-            owned = self._owned.pop(tp, None)
-            for held in (self._schedule, self._catch_up.pending, self._to_commit, self._to_publish,
-                         self._published_open):
-                held.discard(tp)
-            if owned is None:
-                continue
-            labels = (owned.queue.label, str(owned.partition))
-            for g in (m.in_flight, m.oldest_in_flight_seconds, m.marker_lag, m.failing_offsets, m.retention_used_ratio):
-                try:
-                    g.remove(*labels)
-                except KeyError:
-                    pass
-        publish_held(self._owned.values(), self._queue_names(), self.metrics)
-        _log_by_queue("revoked markers partitions: %s (offsets committed, state dropped)", revoked, self._queues)
-
-    def _queue_names(self) -> list[str]:
-        return [q.label for q in self.cfg.queues]
 
 
-def _log_by_queue(text: str, tps: set[Partition], queues: dict[str, QueueConfig]) -> None:
-    """One INFO line per queue about its markers partitions ``tps``, with ``queue`` and ``partitions``
-    as structured fields (kmq.core.log_fields); "none" when ``tps`` is empty."""
-    if not tps:
-        log.info(text, "none")
-        return
-    by_topic: dict[str, set[int]] = {}
-    for topic, partition in tps:
-        by_topic.setdefault(topic, set()).add(partition)
-    for topic in sorted(by_topic):
-        q = queues.get(topic)
-        log.info(text, partition_names((topic, p) for p in by_topic[topic]),
-                 extra=partitions_fields(q.name if q is not None else topic, by_topic[topic], markers_topic=topic))
+def _new_state(q: QueueConfig) -> PartitionState:
+    """A fresh lease state for a partition of ``q``."""
+    return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
 
 def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:

@@ -88,7 +88,8 @@ def _m(name: str, breaks: str, path: str, old: str, new: str, tests: Sequence[st
     return Mutant(name, breaks, (Edit(path, old, new),), tuple(tests))
 
 
-_REDELIVER_TESTS = ("tests/unit/test_tracker_redeliver.py", "tests/unit/test_redelivery_chunks.py")
+_REDELIVER_TESTS = ("tests/unit/test_tracker_redeliver.py", "tests/unit/test_redelivery_chunks.py",
+                    "tests/unit/test_redelivery_run_properties.py")
 _PIPELINE_TESTS = ("tests/unit/test_fetch_pipeline.py", "tests/unit/test_fetch_pipeline_properties.py",
                    "tests/unit/test_give_back.py")
 _LEASE_TESTS = ("tests/unit/test_lease_state.py",)
@@ -97,11 +98,11 @@ _TRACKER_TESTS = ("tests/unit/test_tracker_step.py", "tests/unit/test_tracker_re
 #: The table: each breaks the at-least-once guarantee or a documented promise in one small way.
 MUTANTS: tuple[Mutant, ...] = (
     _m("closed-before-copy-acked", "CLOSED only once Kafka acknowledged the copy (written before the flush)",
-       "tracker/redeliver.py",
-       "        self._flush(f\"redeliveries of {queue.name}[{partition}]\")\n",
-       "        self._write_outcomes(queue, partition, state, {Outcome.REDELIVERED: [\n"
-       "            s.offset for st in pending.started for s in st.sends if s.step is _COPY]})\n"
-       "        self._flush(f\"redeliveries of {queue.name}[{partition}]\")\n",
+       "kmq/core/redelivery_run.py",
+       "        judged: Judged = self._answer((yield Judge(tuple(b.handle for b in pending.started), REDELIVERIES)))\n",
+       "        yield from self._write_outcomes({Outcome.REDELIVERED: [\n"
+       "            s.offset for b in pending.started for s in b.sends if s.step.value == \"copy\"]})\n"
+       "        judged: Judged = self._answer((yield Judge(tuple(b.handle for b in pending.started), REDELIVERIES)))\n",
        _REDELIVER_TESTS),
     _m("undecided-copy-closed", "a send the producer left undecided is retried (on a new producer), not closed",
        "tracker/redeliver.py",
@@ -109,7 +110,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "            if verdict is None or verdict is client_api.UNDECIDED:\n                results[i] = SENT",
        _REDELIVER_TESTS),
     _m("failed-copy-closed", "a failed copy send is retried, not closed (settled.retry closed as redelivered)",
-       "tracker/redeliver.py",
+       "kmq/core/redelivery_run.py",
        "                    retry.extend(s.offset for s in settled.retry)",
        "                    closed[Outcome.REDELIVERED].extend(s.offset for s in settled.retry)",
        _REDELIVER_TESTS),
@@ -164,6 +165,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "        return self.position",
        _LEASE_TESTS + _TRACKER_TESTS),
     Mutant("delivery-count-not-incremented", "a copy's kmq-delivery-count is one more than its original's", (
+        Edit("kmq/core/copies.py",
+             "    return count if reason == Reason.RELEASE.value else count + 1",
+             "    return count"),
         Edit("kmq/core/copies.py",
              "    headers.append((HEADER_DELIVERY_COUNT, str(count + 1 if counted else count).encode()))",
              "    headers.append((HEADER_DELIVERY_COUNT, str(count).encode()))"),
