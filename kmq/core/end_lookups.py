@@ -21,9 +21,13 @@ came back::
 * An answer moves the partition's read-through time on (not a probe's).
 * A look-up answered for none of the partitions asked, of which some were
   answered last time, is taken for the broker being away from the last good
-  look-up on (the *outage*); at the next answer every partition holds the
+  look-up on (the *outage*) when it asked two partitions or more, or was a
+  probe: one partition's silence is its own (its leader may be away, not the
+  broker), and it backs off alone. At the next answer every partition holds the
   leases due since then until the markers written in the next ``grace_ms``
-  were read (their consumers retry their ENDs and RENEWs now).
+  were read (their consumers retry their ENDs and RENEWs now), and those whose
+  look-ups failed are asked again at once, in their own look-up: a partition
+  still silent then costs the others nothing.
 * A partition answered again after its own look-ups were not is held the
   same way, alone.
 * A partition not answered backs off on its own, 0.5 s doubling to 30 s.
@@ -120,13 +124,16 @@ class EndLookups:
                 until = now_ms + grace_ms
                 for o in everyone:
                     o.hold(held_from, until)
-                    o.lookup_failures, o.recheck_ms = 0, 0  # asked again now: the broker answers
+                    # Asked again now, still as failing: one whose leader is still away must not slow
+                    # the look-ups of the others (the broker's return says nothing of its partition).
+                    o.recheck_ms = 0
                     touched(o)
                 out.broker_back = (failed_ms, until)
                 self.outage = None
         unanswered = [o for o in lookup.asked if ends.get(o.tp) is None]
         if unanswered:  # their backoff counts from the answer: the look-up may have waited long
-            if not ends and self.outage is None and any(not o.lookup_failures for o in unanswered):
+            if (not ends and self.outage is None and (lookup.probe or len(unanswered) > 1)
+                    and any(not o.lookup_failures for o in unanswered)):
                 self.outage = (self.looked_up_ms, after_ms)  # leases due since the last good look-up wait
             out.unanswered = unanswered
             out.delay_s = max(o.lookup_failed(after_ms) for o in unanswered)

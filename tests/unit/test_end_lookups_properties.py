@@ -10,9 +10,11 @@ The partitions are the service's own :class:`~tracker.partition.OwnedPartition` 
 * an answer moves a partition's read-through time on to the ask time at most, never a probe's;
 * a partition not answered backs off (not asked again before its backoff ends), one answered has
   no failure left;
-* the broker is taken for away only when a look-up of partitions answered before got no answer
-  at all; at the next answer every partition holds what fell due since the last good look-up
-  until the markers of the grace period were read: no lease due in between is judged earlier.
+* the broker is taken for away only when a look-up of two partitions or more (or a probe), some
+  answered before, got no answer at all; one partition's silence is its own; at the next answer
+  every partition holds what fell due since the last good look-up until the markers of the grace
+  period were read: no lease due in between is judged earlier, and a partition still failing
+  stays failing (asked again at once, in its own look-up, not with the others).
 """
 
 from __future__ import annotations
@@ -76,10 +78,12 @@ def test_look_ups_never_vouch_for_markers_not_read_and_an_outage_holds_every_par
                 if lookup.probe:
                     assert o.read_through_ms == before[o.tp][2], "a probe moved the read-through time"
             else:
-                earlier = 0 if answer.broker_back else before[o.tp][0]  # the broker back: every count starts again
-                assert o.lookup_failures == earlier + 1 and o.recheck_ms > after
+                assert o.lookup_failures == before[o.tp][0] + 1 and o.recheck_ms > after
         if not ends and outage is None and any(not before[o.tp][0] for o in asked):
-            assert lookups.outage == (looked_up, after), "a whole look-up unanswered is the broker away"
+            if lookup.probe or len(asked) > 1:
+                assert lookups.outage == (looked_up, after), "a whole look-up unanswered is the broker away"
+            else:
+                assert lookups.outage is None, "one partition's silence taken for the broker away"
         if ends and outage is not None:
             held_from = outage[0]
             assert answer.broker_back == (outage[1], now + GRACE_MS) and lookups.outage is None
@@ -87,6 +91,8 @@ def test_look_ups_never_vouch_for_markers_not_read_and_an_outage_holds_every_par
             for o in owned:
                 # Nothing due after the last good look-up is judged before the grace's markers were read.
                 assert o.horizon(now + 10**6) <= held_from
+                if o not in asked:  # a failing one stays failing, asked again at once, with the failing ones
+                    assert o.lookup_failures == before[o.tp][0] and o.recheck_ms == 0
         touched.clear()
 
 
