@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lint and type-check kmq; scripts/test.sh runs it first (a few seconds):
 #   scripts/lint.sh
-# 1. ruff check over kmq, tracker, examples and scripts ([tool.ruff] in pyproject.toml:
+# 1. ruff check over kmq, tracker, tests, examples and scripts ([tool.ruff] in pyproject.toml:
 #    pyflakes, pycodestyle, bugbear);
 # 2. mypy over kmq and tracker ([tool.mypy]: strict on the public modules).
 # Both run, so one run lists every finding. The tools are the dev extra's pinned ones, in .venv
@@ -19,8 +19,8 @@ if ! "$py" -c 'import mypy, ruff' 2>/dev/null; then
   exit 2
 fi
 failed=()
-echo "==> ruff check kmq tracker examples scripts" >&2
-"$py" -m ruff check --quiet kmq tracker examples scripts || failed+=("ruff (fix what it lists; 'ruff check --fix' does the safe ones)")
+echo "==> ruff check kmq tracker tests examples scripts" >&2
+"$py" -m ruff check --quiet kmq tracker tests examples scripts || failed+=("ruff (fix what it lists; 'ruff check --fix' does the safe ones)")
 echo "==> mypy (kmq, tracker)" >&2
 "$py" -m mypy || failed+=("mypy (annotate; docs/development.md, \"Types and lint\")")
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -201,7 +201,8 @@ def _assert_nothing_lost(copies: collections.Counter, q, interrupted_at: int, ho
         log = tracker.log_path.read_text()[-4000:]
         holes = f"; offsets without a record: {_offset_holes(offsets)[:10]}" if offsets is not None else ""
         raise AssertionError(f"{missing} of {N} originals never redelivered after the {how}: offsets {lost[:10]}{holes}; "
-                             f"markers covering {lost[0].first}: {markers_covering(bootstrap, q.markers_topic, f'{q.name}/0/{lost[0].first}')}\n{log}")
+                             f"markers covering {lost[0].first}: "
+                             f"{markers_covering(bootstrap, q.markers_topic, f'{q.name}/0/{lost[0].first}')}\n{log}")
     assert set(copies) == {f"{q.name}/0/{i}" for i in range(N)}
     most = max(copies.values())
     dups = sum(copies.values()) - N

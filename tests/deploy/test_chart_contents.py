@@ -5,7 +5,6 @@ probes and ports agree with the config, hooks run before the tracker."""
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import click
 import pytest

@@ -10,9 +10,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
-import yaml
 
 from kmq.dev.broker import free_port
 from tests.conftest import TEST_GROUP_TIMING

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from kmq.client.errors import ProduceFailed
 from kmq.client.kafka_python import clients
 from kmq.config import Config
 from tests.helpers.kafka import own_broker
@@ -39,5 +40,5 @@ def test_a_producer_given_up_on_a_dead_broker_is_closed_for_good(broker):
     producer.flush = flush
     producer.__del__()  # what the garbage collector runs
     for fut in pending:
-        with pytest.raises(Exception):
+        with pytest.raises(ProduceFailed):
             fut.get(10)  # every pending send fails, and says so

@@ -31,7 +31,7 @@ def test_demo_runs_to_its_summary_and_the_guarantee_line_is_true(bootstrap):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "[" in out and "running]" in out  # progress was shown while it ran
-    line = next(l for l in out.splitlines() if l.startswith("guarantee:"))
+    line = next(s for s in out.splitlines() if s.startswith("guarantee:"))
     m = re.match(
         r"guarantee: 0 lost \| produced (\d+) \| acked (\d+) \| dead-lettered (\d+) \((.*)\) \| redelivered (\d+) \| duplicates (\d+)",
         line,

@@ -305,7 +305,7 @@ def test_readme_quickstart_runs_as_written(tmp_path):
                     assert "ready" in proc.stdout.readline()
                 elif words[1:3] == ["tracker", "run"]:
                     url = f"http://127.0.0.1:{env['KMQ_TRACKER__HTTP_PORT']}/healthz"
-                    wait_until(lambda: _get(url) == 200, 30, what="tracker /healthz")
+                    wait_until(lambda url=url: _get(url) == 200, 30, what="tracker /healthz")
                 continue
             res = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
             assert res.returncode == 0, f"{line}\n{res.stdout}\n{res.stderr}"

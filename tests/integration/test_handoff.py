@@ -8,7 +8,6 @@ import threading
 
 import pytest
 
-from kmq.client.kafka_python import clients
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core.markers import End, Renew, Start, decode
 from tests.helpers.kafka import produce, read_all, wait_until

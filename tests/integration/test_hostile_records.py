@@ -92,7 +92,10 @@ def test_each_hostile_record_gets_an_outcome_with_a_reason_and_the_tracker_stays
         assert metric(port, "kmq_tracker_failing_offsets", queue=q.name) == 0
         assert len(tail.poll()) == 17 and len(dlq.poll()) == 3
     finally:
-        tracker.close(); markers.close(); tail.close(); dlq.close()
+        tracker.close()
+        markers.close()
+        tail.close()
+        dlq.close()
 
 
 def test_a_missing_dlq_topic_holds_dead_letters_open_without_duplicating_the_copies(bootstrap, queue_topics, tmp_path,
@@ -135,4 +138,7 @@ def test_a_missing_dlq_topic_holds_dead_letters_open_without_duplicating_the_cop
             dead.close()
         assert [r.key for r in tail.poll()] == [b"k0", b"k1", b"k1"]  # offset 1 copied once, never again
     finally:
-        admin.close(); tracker.close(); markers.close(); tail.close()
+        admin.close()
+        tracker.close()
+        markers.close()
+        tail.close()

@@ -38,7 +38,7 @@ def _join_between_polls(consumer: KafkaConsumer) -> tuple[int, str]:
     deadline = time.monotonic() + 30  # a new broker answers NOT_COORDINATOR until its group topic is up
     while time.monotonic() < deadline:
         task = _short_polls_until_a_join_is_in_flight(consumer)
-        wait_until(lambda: task.is_done, timeout=30, what="the join to finish on the I/O thread")
+        wait_until(lambda task=task: task.is_done, timeout=30, what="the join to finish on the I/O thread")
         if task.succeeded():
             gen = coordinator._generation
             return gen.generation_id, gen.member_id

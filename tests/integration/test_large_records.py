@@ -55,7 +55,8 @@ def test_a_large_record_is_redelivered_whole_when_the_tracker_may_send_it(bootst
         assert headers(copy)["kmq-origin"] == f"{q.name}/0/0" and headers(copy)["kmq-delivery-count"] == "2"
         assert Closed([(0, 1)], Outcome.REDELIVERED) in closed_markers(bootstrap, q.markers_topic)
     finally:
-        markers.close(); tail.close()
+        markers.close()
+        tail.close()
 
 
 def test_a_record_too_large_for_the_tracker_leaves_a_reference_dead_letter(bootstrap, queue_topics, caplog, kafka_broker):
@@ -93,7 +94,8 @@ def test_a_record_too_large_for_the_tracker_leaves_a_reference_dead_letter(boots
         assert "replayed 0 message(s)" in replayed.output
         assert "cannot be replayed from the DLQ" in replayed.output and f"{q.name}/0/0" in replayed.output
     finally:
-        markers.close(); dlq.close()
+        markers.close()
+        dlq.close()
 
 
 def test_the_tracker_sizes_its_producer_from_the_topics_max_message_bytes(bootstrap, make_config, caplog):
@@ -120,4 +122,5 @@ def test_the_tracker_sizes_its_producer_from_the_topics_max_message_bytes(bootst
             _, copy = tail.wait_for(2, what="the copy of the large record")
         assert copy.value == value
     finally:
-        markers.close(); tail.close()
+        markers.close()
+        tail.close()

@@ -153,7 +153,8 @@ def test_fuzzed_markers_never_crash_the_tracker_and_bad_ones_are_counted(bootstr
             copy = tail.wait_for(2, what="the ordinary redelivery")[1]
             assert dict(copy.headers)["kmq-origin"] == f"{q.name}/0/{base}".encode()
         finally:
-            tail.close(); markers.close()
+            tail.close()
+            markers.close()
         # Last, the mutations that look like markers of a newer version: the partition is held, nothing crashes.
         assert holding, "the seed's mix holds no such record any more: pick one that does"
         for key, value in holding:

@@ -118,7 +118,7 @@ def test_a_share_consumer_dropped_without_close_leaves_its_group(queue_topics, b
 
     dropped = ShareConsumer(conf)
     dropped.subscribe([q.name])
-    wait_until(lambda: take(dropped) or got, 30, what="the first member's first records")
+    wait_until(lambda c=dropped: take(c) or got, 30, what="the first member's first records")
     dropped.commit_sync()  # what it returned is accepted; the rest it fetched was never returned
     first = dict(got)
     queue = dropped.kmq_consumer

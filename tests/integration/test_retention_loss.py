@@ -123,4 +123,5 @@ def test_queue_records_deleted_below_the_log_start_are_closed_as_missing_counted
                                        "--tracker-group", cfg.tracker.group_id])
         assert res.exit_code == 0 and "missing" in res.output, res.output
     finally:
-        markers.close(); tail.close()
+        markers.close()
+        tail.close()

@@ -158,7 +158,7 @@ def test_rolling_restart_with_sigterm_costs_no_delivery(bootstrap, tmp_path, kaf
             assert workers[i].terminate() == 0
             workers[i] = start(i)
             done = len(_acks(logs))
-            _wait_for_progress(lambda: len(_acks(logs)) >= done + 200, 60, "work going on after a restart",
+            _wait_for_progress(lambda done=done: len(_acks(logs)) >= done + 200, 60, "work going on after a restart",
                                workers, diagnose, skip_on_tansu)
         _wait_for_progress(lambda: len({o for _, o in _acks(logs)}) >= N, 120, f"all {N} messages acked",
                            workers, diagnose, skip_on_tansu)

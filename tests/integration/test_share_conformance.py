@@ -6,8 +6,8 @@ One set of tests, parametrised over:
   kafka-python or confluent underneath) on the test broker, with a running tracker (release,
   reject, lock expiry and close need it);
 * ``native``: ``confluent_kafka.ShareConsumer`` on the suite's Apache Kafka (``KMQ_TEST_BROKER=kafka``),
-  or on the broker ``KMQ_TEST_SHARE_BOOTSTRAP=host:port`` names, which must have share groups (Apache Kafka 4.2+) with ``group.share.record.lock.duration.ms``
-  given as ``KMQ_TEST_SHARE_LOCK_MS`` (default 30000; a broker started with
+  or on the broker ``KMQ_TEST_SHARE_BOOTSTRAP=host:port`` names, which must have share groups
+  (Apache Kafka 4.2+) with ``group.share.record.lock.duration.ms`` given as ``KMQ_TEST_SHARE_LOCK_MS`` (default 30000; a broker started with
   ``group.share.record.lock.duration.ms=1000`` and ``group.share.min.record.lock.duration.ms=1000``
   keeps the run short); without it that half is skipped (the embedded tansu broker has no share
   groups: a share consumer there never receives a record).

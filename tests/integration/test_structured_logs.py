@@ -33,7 +33,8 @@ def test_lease_end_and_dead_letter_lines_carry_the_messages_fields(bootstrap, qu
                           consumer={"auto_renew": False, "ack_flush_interval": "50ms"})
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     p.send(q.name, value=b"left unsettled", headers=[("traceparent", TRACEPARENT)], partition=0)
-    p.flush(); p.close()
+    p.flush()
+    p.close()
     caplog.set_level(logging.INFO, logger="tracker.redeliver")
     caplog.set_level(logging.INFO, logger="kmq.consumer.consumer")  # one level: it is also the handler's
     dlq = Tail(bootstrap, q.dlq_topic)

@@ -59,7 +59,9 @@ def test_timeout_redelivers_with_headers_then_dead_letters(bootstrap, queue_topi
             assert metric(t.http_port, "kmq_tracker_dead_lettered_total", queue=q.name, reason="timeout") == 3
             assert len(tail.poll()) == 9  # nothing redelivered twice
     finally:
-        markers.close(); tail.close(); dlq.close()
+        markers.close()
+        tail.close()
+        dlq.close()
 
 
 def test_renew_nack_reject_and_end(bootstrap, queue_topics, kafka_client):
@@ -93,7 +95,9 @@ def test_renew_nack_reject_and_end(bootstrap, queue_topics, kafka_client):
                        what="late ack counted")
             assert len(tail.poll()) == 6  # offset 0 (acked) was never redelivered
     finally:
-        markers.close(); tail.close(); dlq.close()
+        markers.close()
+        tail.close()
+        dlq.close()
 
 
 def _fuzz_values(n: int, seed: int = 7) -> list[bytes]:
@@ -177,7 +181,8 @@ def test_offsets_past_the_end_of_the_queue_log_are_held_never_closed_and_copied_
         assert closed == [Closed([(3, 2)], Outcome.REDELIVERED)]
         assert len(tail.poll()) == 7
     finally:
-        markers.close(); tail.close()
+        markers.close()
+        tail.close()
 
 
 def test_records_of_an_open_transaction_a_worker_was_handed_are_copied_not_closed(bootstrap, queue_topics,
@@ -220,4 +225,6 @@ def test_records_of_an_open_transaction_a_worker_was_handed_are_copied_not_close
             assert metric(port, "kmq_tracker_missing_offsets_total", queue=q.name) == 0
         tx.commit_transaction()
     finally:
-        tx.close(); markers.close(); tail.close()
+        tx.close()
+        markers.close()
+        tail.close()

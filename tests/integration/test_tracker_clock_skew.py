@@ -43,7 +43,7 @@ def test_a_worker_clock_10s_behind_costs_no_copy_and_no_dead_letter(bootstrap, q
                 markers.send(0, Start([(o, 1)], lease_ms=LEASE_MS, owner="w-behind"), ts_ms=worker_ms(-10))
                 # The handler acks once the tracker holds the START: on the worker's clock its lease
                 # ended 8 s before it began.
-                wait_until(lambda: read("start") == o + 1, 10, what=f"START {o} read")
+                wait_until(lambda o=o: read("start") == o + 1, 10, what=f"START {o} read")
                 markers.send(0, End([(o, 1)]), ts_ms=worker_ms(-10))
             wait_until(lambda: read("end") == MESSAGES, 10, what="every END read")
             wait_until(lambda: metric(t.http_port, "kmq_tracker_in_flight", queue=q.name) == 0, 10,
@@ -57,7 +57,9 @@ def test_a_worker_clock_10s_behind_costs_no_copy_and_no_dead_letter(bootstrap, q
         # The originals only, read to the end (one 100 ms poll of a new reader may not have fetched yet).
         assert len(tail.wait_for(MESSAGES, what="the originals")) == MESSAGES and dlq.poll() == []
     finally:
-        markers.close(); tail.close(); dlq.close()
+        markers.close()
+        tail.close()
+        dlq.close()
 
 
 def test_a_worker_clock_10s_ahead_does_not_hold_the_lease_of_a_message_whose_worker_died(
@@ -75,7 +77,8 @@ def test_a_worker_clock_10s_ahead_does_not_hold_the_lease_of_a_message_whose_wor
             # tracker's), a step or two more; on the worker's clock it would be 10 s later.
             assert written + LEASE_MS + 200 - 100 <= copy.timestamp <= written + LEASE_MS + 200 + 2000
     finally:
-        markers.close(); tail.close()
+        markers.close()
+        tail.close()
 
 
 class SettableClock:
@@ -119,4 +122,6 @@ def test_a_tracker_whose_clock_is_set_back_re_reads_its_markers_and_copies_only_
         assert metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) == 1
         assert len(tail.poll()) == 3
     finally:
-        t.stop(); markers.close(); tail.close()
+        t.stop()
+        markers.close()
+        tail.close()

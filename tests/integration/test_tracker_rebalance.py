@@ -196,4 +196,6 @@ def test_a_paused_tracker_loses_nothing_and_its_stale_view_is_fenced(bootstrap, 
     finally:
         if stopped:
             os.kill(a.proc.pid, signal.SIGCONT)
-        markers.close(); a.close(); b.close()
+        markers.close()
+        a.close()
+        b.close()

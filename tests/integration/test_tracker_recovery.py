@@ -76,7 +76,8 @@ def test_sigterm_commits_and_leaves_so_the_next_owner_redelivers(bootstrap, queu
                 recs = tail.wait_for(4, what="redelivery by the next owner")
                 assert [headers(r)["kmq-delivery-count"] for r in recs[2:]] == ["2", "2"]
     finally:
-        a.close(); markers.close()
+        a.close()
+        markers.close()
         for t in tails:
             t.close()
 
@@ -136,7 +137,9 @@ def test_a_joining_tracker_takes_partitions_and_nothing_is_redelivered_twice(boo
                     recs = tail.wait_for(4, what="redelivery after the rebalance")
                     assert [headers(r)["kmq-delivery-count"] for r in recs[2:]] == ["2", "2"]
                 # Counted once the copy's CLOSED marker is acknowledged, a little after the copy is readable.
-                total = lambda: sum(metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) for t in (a, b))
+                def total() -> float:
+                    return sum(metric(t.http_port, "kmq_tracker_redelivered_total", queue=q.name) for t in (a, b))
+
                 wait_until(lambda: total() >= 4, 10, what="the copies counted")
                 assert total() == 4
         assert [len(t.poll()) for t in tails] == [4, 4]  # no second copy from either owner

@@ -45,13 +45,13 @@ def _valid_markers(rng: random.Random, n: int) -> list[bytes]:
             ranges = ((first, 1),)
         kind = rng.randrange(6)
         m = [
-            lambda: mk.Start(ranges=ranges, lease_ms=rng.randrange(1 << 32), owner=rng.choice(["", "w-1", "wörker"])),
-            lambda: mk.End(ranges=ranges),
-            lambda: mk.Renew(ranges=ranges, lease_ms=30_000),
-            lambda: mk.Nack(ranges=ranges, delay_ms=rng.randrange(1 << 32)),
-            lambda: mk.Reject(ranges=ranges, reason=rng.choice(["", "bad input", "ünicode"])),
-            lambda: mk.Closed(ranges=ranges, outcome=rng.choice(list(mk.Outcome))),
-        ][kind]()
+            lambda r: mk.Start(ranges=r, lease_ms=rng.randrange(1 << 32), owner=rng.choice(["", "w-1", "wörker"])),
+            lambda r: mk.End(ranges=r),
+            lambda r: mk.Renew(ranges=r, lease_ms=30_000),
+            lambda r: mk.Nack(ranges=r, delay_ms=rng.randrange(1 << 32)),
+            lambda r: mk.Reject(ranges=r, reason=rng.choice(["", "bad input", "ünicode"])),
+            lambda r: mk.Closed(ranges=r, outcome=rng.choice(list(mk.Outcome))),
+        ][kind](ranges)
         out.append(mk.encode(m))
     return out
 

@@ -127,7 +127,8 @@ def test_bad_token_text_is_an_authentication_error(text, message):
 def test_sasl_and_acl_failures_from_the_client_are_named():
     cfg = Config.from_dict({"kafka": {**SCRAM, "bootstrap_servers": "k:9093", "sasl_username": "kmq"}})
     with pytest.raises(AuthenticationFailed) as info, broker_errors(cfg.kafka):
-        raise SaslAuthenticationFailedError("SaslAuthenticationFailedError: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512")
+        raise SaslAuthenticationFailedError("SaslAuthenticationFailedError: Authentication failed during authentication"
+                                            " due to invalid credentials with SASL mechanism SCRAM-SHA-512")
     text = str(info.value)
     assert "refused SASL SCRAM-SHA-512 authentication as 'kmq'" in text and "KMQ_KAFKA__SASL_PASSWORD" in text
     assert not info.value.retriable and isinstance(info.value, BrokerUnavailable)

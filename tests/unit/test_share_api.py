@@ -14,7 +14,6 @@ import time
 import pytest
 
 import kmq.share as share
-from kmq.config import Config
 from kmq.core.errors import (
     AuthenticationFailed,
     BrokerUnavailable,

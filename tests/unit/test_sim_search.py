@@ -160,8 +160,6 @@ def test_ddmin_finds_the_faults_that_together_make_the_failure():
 
 
 def test_the_sim_command_prints_each_seed_and_a_summary():
-    import logging
-
     levels = {n: logging.getLogger(n).level for n in ("tracker", "kmq.consumer")}
     res = CliRunner().invoke(cli, ["sim", "--seeds", "3", "--start", "5", "--messages", "10"])
     assert res.exit_code == 0, res.output

@@ -106,7 +106,7 @@ def test_a_message_goes_either_to_the_taker_or_back_never_both_nor_neither():
         taken = [m.offset for m in first]
         start = threading.Event()
 
-        def taker() -> None:
+        def taker(ahead=ahead, start=start, taken=taken) -> None:
             start.wait()
             while (m := ahead.take(1)):
                 taken.append(m[0].offset)
@@ -115,7 +115,7 @@ def test_a_message_goes_either_to_the_taker_or_back_never_both_nor_neither():
         t.start()
         back: list[int] = []
         start.set()
-        ahead.put_back(lambda msgs, leased_at, gen: back.extend(m.offset for m in msgs) or True, _no_refusal)
+        ahead.put_back(lambda msgs, leased_at, gen, back=back: back.extend(m.offset for m in msgs) or True, _no_refusal)
         t.join()
         assert sorted(taken + back) == list(range(127)) and not set(taken) & set(back)
 

@@ -6,7 +6,7 @@ from collections import namedtuple
 
 from kmq.client import ProducerFatal
 from kmq.config import BackoffConfig, QueueConfig
-from kmq.core.markers import Closed, Outcome, Reject, Start, decode, encode
+from kmq.core.markers import Closed, Outcome, Reject, Start, decode
 from kmq.telemetry.metrics import TrackerMetrics
 from kmq.core.ranges import OffsetRange
 from kmq.core.lease_state import PartitionState

@@ -395,7 +395,9 @@ def test_an_idle_step_visits_no_partition_and_a_due_one_is_served_alone(monkeypa
     h.steps(2)  # positioned and caught up on empty partitions
     partition_of = {id(o.state): o.partition for o in h.tracker.partitions.values()}
     for name in ("due", "committable_offset", "next_due_ms", "oldest_age_s"):
-        def asking(self, *args, _name=name, _real=getattr(PartitionState, name), **kwargs):
+        real = getattr(PartitionState, name)
+
+        def asking(self, *args, _name=name, _real=real, **kwargs):
             asked.append((_name, partition_of[id(self)]))
             return _real(self, *args, **kwargs)
         monkeypatch.setattr(PartitionState, name, asking)
