@@ -16,14 +16,18 @@ can check it:
   replayed (catch-up after an assignment or a restart) or the tracker was
   behind the partition.
 
-:func:`marker_time` is the record timestamp held between the two. With
-clocks that agree every lease is as written (a timestamp a little before the
-floor is the producer's: it stamps a record before the broker appends it;
-the lease then starts at the floor, a few milliseconds later). A writer's
-clock ahead of the tracker's holds no lease past the read time; one behind
-cuts no lease short by more than the time between two fetches, within which
-a record timestamp cannot be told from the truth (a tick and the fetch wait;
-a step slowed by a stuck read, up to the read timeout).
+:func:`marker_time` of a marker read at the log end is its record timestamp
+when that lies between the floor and the read time, else the read time. With
+clocks that agree every lease is as written. A writer's clock ahead of the
+tracker's holds no lease past read time + lease. One behind (or the tracker's
+own jumped ahead: every writer then reads behind) cuts a lease short by no
+more than its own lag, and only while that lag is shorter than the time
+between two fetches: a record timestamp below the floor counts from the read,
+since any earlier time could end the lease before it ended on the writer, by
+as much as that gap, which a step held up by a stuck look-up stretches to the
+read timeout, past any lease. A timestamp a little before the floor (the
+producer stamps a record before the broker appends it) counts from the read
+as well: that lease lasts up to one fetch gap longer than written.
 
 A replayed marker has no floor and may be old: it counts from its record
 timestamp plus :data:`SKEW_ALLOWANCE_MS`, at most its read time. A writer up
@@ -64,7 +68,9 @@ def marker_time(ts_ms: int, read_ms: int, floor_ms: int | None) -> int:
     """When a marker with record timestamp ``ts_ms``, read at ``read_ms``, counts as written, on
     the reader's clock (see the module docstring); ``floor_ms``: written after it, or None."""
     if floor_ms is not None:
-        return min(max(ts_ms, floor_ms), read_ms)
+        # A record time below the floor is a writer's clock behind (or the tracker's jumped ahead):
+        # counted from the floor, its lease lost up to the fetch gap, which a stuck step stretches.
+        return ts_ms if floor_ms <= ts_ms <= read_ms else read_ms
     return min(ts_ms + SKEW_ALLOWANCE_MS, read_ms)
 
 

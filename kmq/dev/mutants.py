@@ -214,9 +214,9 @@ MUTANTS: tuple[Mutant, ...] = (
        ("tests/unit/test_redelivery_plan.py",)),
     _m("lease-on-writer-clock", "leases are judged on the tracker's clock, not on the writer's record timestamps",
        "kmq/core/marker_clock.py",
-       "    if floor_ms is not None:\n        return min(max(ts_ms, floor_ms), read_ms)\n"
+       "        return ts_ms if floor_ms <= ts_ms <= read_ms else read_ms\n"
        "    return min(ts_ms + SKEW_ALLOWANCE_MS, read_ms)",
-       "    return ts_ms  # mutant: the writer's clock",
+       "        return ts_ms  # mutant: the writer's clock\n    return ts_ms",
        ("tests/unit/test_marker_clock.py", "tests/unit/test_tracker_clock_skew.py")),
     _m("clock-jump-ignored", "a tracker whose own clock jumps re-reads every partition before judging a lease",
        "kmq/core/marker_clock.py",

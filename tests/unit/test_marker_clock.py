@@ -11,8 +11,9 @@ from kmq.core.markers import End, Nack, Renew, Start
 
 @pytest.mark.parametrize("ts, read, floor, expected, why", [
     (1_000, 1_040, 990, 1_000, "clocks that agree: the record time, to the millisecond"),
-    (985, 1_040, 990, 990, "stamped by the producer just before the floor: the floor"),
-    (-9_000, 1_040, 990, 990, "a writer 10 s behind: no earlier than the floor"),
+    (985, 1_040, 990, 1_040, "stamped by the producer just before the floor: the read"),
+    (-9_000, 1_040, 990, 1_040, "a writer 10 s behind: the read, never earlier than it was written"),
+    (-99_000, 1_040, 990, 1_040, "a writer further behind than the allowance: the read"),
     (11_000, 1_040, 990, 1_040, "a writer 10 s ahead: no later than the read"),
     (10**13, 1_040, 990, 1_040, "a writer centuries ahead: no later than the read"),
     (1_000, 301_000, None, 1_000 + SKEW_ALLOWANCE_MS, "replayed after 5 min: at most the allowance later"),
@@ -22,6 +23,30 @@ from kmq.core.markers import End, Nack, Renew, Start
 ])
 def test_a_marker_counts_as_written_on_the_readers_clock(ts, read, floor, expected, why):
     assert marker_time(ts, read, floor) == expected, why
+
+
+def test_a_stale_floor_cuts_no_lease_of_a_writer_behind():
+    # The tracker's clock jumped 26 s forward (every worker now reads 26 s behind it) and a stalled
+    # look-up held its step 10 s between two fetches: the START was written just before the read,
+    # 10 s after the floor. Counted from the floor its 2 s lease was over when it was read.
+    floor, written = 35_322, 45_522
+    read = written + 50
+    ts = written - 25_915
+    start = marker_time(ts, read, floor)
+    assert start >= written
+    assert start + 2_000 > read + 1_000  # still held a second after the read
+
+
+@pytest.mark.parametrize("behind_ms", [1, 50, 985, 10_000, 25_915, SKEW_ALLOWANCE_MS, 3_600_000])
+@pytest.mark.parametrize("gap_ms", [50, 1_000, 10_000, 30_000])
+def test_a_writer_behind_loses_no_more_than_its_lag_however_long_the_fetch_gap(behind_ms, gap_ms):
+    # Whenever it was written between the floor and the read, and however far its writer's clock
+    # (or the tracker's, after a jump) is off: a record time below the floor loses nothing, one
+    # within the gap loses the writer's lag, never the gap.
+    floor = 1_000_000
+    for written in (floor, floor + gap_ms // 2, floor + gap_ms):
+        ts = written - behind_ms
+        assert marker_time(ts, floor + gap_ms, floor) >= (written if ts < floor else ts)
 
 
 def backoff(count: int) -> float:
@@ -78,10 +103,10 @@ def test_renew_and_nack_count_from_the_same_clock():
     state.apply(Renew([(0, 1)], lease_ms=5_000), 1, 101_000 + behind, 101_000, 100_950)
     state.apply(Nack([(1, 1)], delay_ms=3_000), 2, 101_000 + behind, 101_000, 100_950)
     # On the writer's clock offset 0 would be due at 96.1 s and offset 1 at 94 s; on the tracker's
-    # they count from the floor of their read (the writer's time is before it).
-    assert state.due(103_949) == []
-    assert [d.ranges[0].first for d in state.due(103_950)] == [1]  # the NACK's 3 s delay
-    assert state.due(106_049) == [] and [d.ranges[0].first for d in state.due(106_050)] == [0]  # 5 s + backoff
+    # they count from their read.
+    assert state.due(103_999) == []
+    assert [d.ranges[0].first for d in state.due(104_000)] == [1]  # the NACK's 3 s delay
+    assert state.due(106_099) == [] and [d.ranges[0].first for d in state.due(106_100)] == [0]  # 5 s + backoff
 
 
 def test_the_skew_window_keeps_the_least_read_minus_record_time_per_owner():
