@@ -340,8 +340,10 @@ def test_commits_then_all_writes_refused_past_the_client_timeouts_lose_nothing(c
         two_brokers_down(cluster, 20.0)(run)
 
     def exercised(run: Run) -> None:
+        # A START refused in the second phase needs a batch fetched then, which the backlog's pace
+        # does not promise (in one CI run it was all STARTed before): the START path's teeth are the
+        # copy-timeout test below, which catches a consumer that does not seek back too.
         run.logged("worker", "committing offsets", "a commit that failed")
-        run.logged("worker", "START marker for", "a START that failed, given back and fetched again")
 
     scenario(cluster, tmp_path, kafka_client, fault, lease=LONG_LEASE, hang_rate=0.0, kafka=SHORT_TIMEOUTS,
              consumer={"handoff_lease": LONG_LEASE}, exercised=exercised, timeout=150.0, backlog=3000)
