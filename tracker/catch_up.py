@@ -258,5 +258,10 @@ class CatchUp:
             # reset to the log start on its own; do it explicitly rather than rely on the broker.
             consumer.seek_to_beginning([owned.tp])
             start = consumer.position(owned.topic, owned.partition)
-            self.check_resume(owned, start)  # type: ignore[arg-type]  # None (position unknown) is not handled here
+            if start is None:
+                # The client cannot tell the log start yet: asked again on the next look, and the
+                # first record read after the seek tells the gap (check_resume on its offset).
+                owned.state.position = None
+                return
+            self.check_resume(owned, start)
             owned.state.position = start
