@@ -447,12 +447,7 @@ class KmqConsumer:
                 if wait:
                     self._wake.wait(wait)
         except Exception as exc:
-            error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
-            if error is None:  # a bug: surface it to the application instead of dying silently
-                log.exception("fetcher of %s failed", self.queue.name)
-            elif error is not exc:
-                error.__cause__ = exc
-            self._fail(error or exc)
+            self._fetch_failed(exc)
         finally:
             if step.consumer is None:
                 step.nack_left_behind()
@@ -571,6 +566,16 @@ class KmqConsumer:
 
     def _stalled(self, why: str) -> None:
         self._fail(FetcherStalled(f"{self.queue.name}: {why}"))
+
+    def _fetch_failed(self, exc: Exception) -> None:
+        """The fetch loop (thread or event-loop driver) stopped on ``exc``: surface it to the application
+        as kmq's error where the seam knows it, else as the bug it is, logged with its traceback."""
+        error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
+        if error is None:  # a bug: surface it to the application instead of dying silently
+            log.exception("the fetch loop of %s failed", self.queue.name)
+        elif error is not exc:
+            error.__cause__ = exc
+        self._fail(error or exc)
 
     def _fail(self, exc: BaseException) -> None:
         log.error("%s: %s", self.queue.name, exc)

@@ -28,7 +28,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from kmq import client as client_api
 from kmq.consumer.consumer import KmqConsumer
 from kmq.consumer.fetch_pipeline import HandOver
 from kmq.consumer.fetcher import Fetcher, FetcherParts
@@ -162,12 +161,7 @@ class LoopConsumer(KmqConsumer):
                 if wait:
                     await asyncio.sleep(wait)
         except Exception as exc:
-            error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
-            if error is None:  # a bug: surface it to the application instead of dying silently
-                log.exception("the driver of %s failed", self.queue.name)
-            elif error is not exc:
-                error.__cause__ = exc
-            self._fail(error or exc)
+            self._fetch_failed(exc)
         finally:
             try:
                 # On a worker thread: the commit back waits for its answer, which comes on this loop.

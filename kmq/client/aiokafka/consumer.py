@@ -23,7 +23,7 @@ from aiokafka import errors as ak
 from aiokafka.abc import ConsumerRebalanceListener
 
 from kmq.client.aiokafka.bridge import LoopBridge
-from kmq.client.aiokafka.errors import client_error, retriable
+from kmq.client.aiokafka.errors import client_error, retriable, started
 from kmq.client.api import Delivery, Record
 from kmq.client.errors import ClientCommitFailed
 
@@ -58,13 +58,7 @@ class AioGroupConsumer:
     # ------------------------------------------------------------ on the loop
     async def start(self) -> None:
         """Connect (on the loop); the subscription made before takes effect now."""
-        raw = AIOKafkaConsumer(**self._settings)
-        try:
-            await raw.start()
-        except Exception as exc:
-            await raw.stop()
-            raise client_error(exc, "connecting the aiokafka consumer") from exc
-        self.raw = raw
+        raw = self.raw = await started(AIOKafkaConsumer(**self._settings), "connecting the aiokafka consumer")
         if self._subscription is not None:
             raw.subscribe(self._subscription[0], listener=self._subscription[1])
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiokafka import errors as ak
 
 from kmq.client.errors import ProduceDenied, ProduceFailed, ProducerFenced, RecordTooLarge, TopicUnknown
 from kmq.core.errors import AuthenticationFailed, AuthorizationFailed, BrokerUnavailable, KmqError
 
-__all__ = ["produce_error", "client_error", "retriable"]
+__all__ = ["produce_error", "client_error", "retriable", "started"]
 
 
 def produce_error(exc: BaseException) -> BaseException:
@@ -42,3 +44,14 @@ def client_error(exc: BaseException, what: str) -> KmqError:
     if isinstance(exc, (ak.GroupAuthorizationFailedError, ak.TopicAuthorizationFailedError)):
         return AuthorizationFailed(text)
     return BrokerUnavailable(text)
+
+
+async def started(raw: Any, what: str) -> Any:
+    """``raw`` (an aiokafka consumer or producer) connected; stopped again and its error as kmq's
+    (:func:`client_error`, naming ``what``) when it cannot connect."""
+    try:
+        await raw.start()
+    except Exception as exc:
+        await raw.stop()
+        raise client_error(exc, what) from exc
+    return raw

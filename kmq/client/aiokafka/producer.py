@@ -17,7 +17,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from kmq.client.aiokafka.bridge import LoopBridge
-from kmq.client.aiokafka.errors import client_error, produce_error
+from kmq.client.aiokafka.errors import produce_error, started
 from kmq.client.api import Delivery
 from kmq.client.errors import ProduceFailed
 
@@ -46,13 +46,7 @@ class AioProducer:
             self._started = bridge.wait(self._start_now(settings), timeout, "connecting the aiokafka producer")
 
     async def _start(self, settings: dict[str, Any]) -> None:
-        raw = AIOKafkaProducer(**settings)
-        try:
-            await raw.start()
-        except Exception as exc:
-            await raw.stop()
-            raise client_error(exc, "connecting the aiokafka producer") from exc
-        self._raw = raw
+        self._raw = await started(AIOKafkaProducer(**settings), "connecting the aiokafka producer")
 
     async def _start_now(self, settings: dict[str, Any]) -> "asyncio.Future[Any]":
         await self._start(settings)
