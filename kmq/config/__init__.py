@@ -93,6 +93,7 @@ __all__ = [
     "COMPRESSION_CODECS",
     "DEFAULT_GROUP",
     "GROUP_PATTERN",
+    "ConfigError",
 ]
 
 #: The SASL mechanisms that log in with a user name and a password.
@@ -244,7 +245,7 @@ class Config:
         return _build_config(raw)
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> "Config":
+    def load(cls, path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> "Config":
         """Read ``path`` (YAML; None = defaults only) and apply ``KMQ_*`` overrides from ``env``
         (default: the process environment)."""
         data: Any = {}
@@ -336,10 +337,11 @@ class Config:
                 return [conv(x) for x in obj]
             return obj
 
-        return conv(self)
+        out: dict[str, Any] = conv(self)
+        return out
 
 
-def _build_config(raw: dict) -> Config:
+def _build_config(raw: dict[str, Any]) -> Config:
     for key in raw:
         if key not in (*_SECTIONS, "queues"):
             raise ConfigError(str(key), f"unknown key; known top-level keys: {', '.join(sorted((*_SECTIONS, 'queues')))}")

@@ -137,7 +137,7 @@ def is_secret(key: str) -> bool:
     return any(word in name for word in _SECRET_WORDS)
 
 
-class ClientSettings(dict):
+class ClientSettings(dict[str, Any]):
     """A pass-through mapping: a plain dict (JSON and ``dataclasses.asdict`` treat it so) whose
     ``repr`` hides secrets."""
 

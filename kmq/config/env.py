@@ -14,7 +14,7 @@ _VERBATIM_KAFKA_KEYS = {"bootstrap_servers", "client_id", "sasl_username", "sasl
                         "sasl_oauth_token_command"}
 
 
-def _apply_env(raw: dict, env: Mapping[str, str], sections: Iterable[str]) -> None:
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str], sections: Iterable[str]) -> None:
     """``KMQ_KAFKA__BOOTSTRAP_SERVERS=x`` sets raw['kafka']['bootstrap_servers'];
     ``KMQ_QUEUES__0__LEASE=5s`` sets the first queue's lease. Values are read
     as YAML scalars so ``true``/``5`` get their types. ``sections``: the top-level keys
@@ -49,7 +49,7 @@ def _env_value(parts: list[str], text: str) -> Any:
         return text
 
 
-def _set_path(raw: dict, parts: list[str], value: Any, name: str) -> None:
+def _set_path(raw: dict[str, Any], parts: list[str], value: Any, name: str) -> None:
     """Set ``value`` at ``parts`` below ``raw``, making the sections and list entries on the way."""
     path_text = ".".join(parts)
     node: Any = raw
@@ -81,7 +81,7 @@ def _child(node: Any, part: str, name: str, path_text: str) -> Any:
     return nxt
 
 
-def _reject_file_secrets(data: dict) -> None:
+def _reject_file_secrets(data: dict[str, Any]) -> None:
     kafka = data.get("kafka")
     for section in ("kafka_python", "confluent"):
         passed = kafka.get(section) if isinstance(kafka, dict) else None

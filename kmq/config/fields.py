@@ -10,18 +10,24 @@ import dataclasses
 import math
 import re
 from dataclasses import field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from kmq.config.client_settings import CONFLUENT_REFUSED, KAFKA_PYTHON_REFUSED, client_settings
 from kmq.core.errors import ConfigError
 # The name of a queue's default group (queues[].group unset): its topics keep the names
 # <queue>__markers and <queue>__dlq, and its copies carry no kmq-group header.
-from kmq.core.message import DEFAULT_GROUP
+from kmq.core.message import DEFAULT_GROUP as DEFAULT_GROUP
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 #: A duration as text: a number of seconds or a number with a unit of ``_UNIT`` (also the JSON Schema
 #: pattern of kmq.config.schema, so it is written in the regular expressions both understand).
 DURATION_PATTERN = r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$"
+#: A config section's dataclass, built by :func:`_build`.
+_D = TypeVar("_D", bound="DataclassInstance")
+
 _DURATION_RE = re.compile(DURATION_PATTERN)
 #: A Kafka topic name ("." and ".." excepted).
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
@@ -141,12 +147,12 @@ def _check_topic(path: str, value: Any) -> str:
 
 
 
-def _shown(f: dataclasses.Field, value: Any) -> str:
+def _shown(f: dataclasses.Field[Any], value: Any) -> str:
     """``value`` as an error may show it: never a secret's."""
     return "***" if f.metadata.get("secret") else repr(value)
 
 
-def _read_duration(path: str, f: dataclasses.Field, value: Any) -> float:
+def _read_duration(path: str, f: dataclasses.Field[Any], value: Any) -> float:
     v = parse_duration(value, path)
     if "min" in f.metadata and v < f.metadata["min"]:
         raise ConfigError(path, f"expected at least {_duration_text(f.metadata['min'])}, got {value!r}")
@@ -155,7 +161,7 @@ def _read_duration(path: str, f: dataclasses.Field, value: Any) -> float:
     return v
 
 
-def _read_number(path: str, f: dataclasses.Field, value: Any, integer: bool) -> int | float:
+def _read_number(path: str, f: dataclasses.Field[Any], value: Any, integer: bool) -> int | float:
     shown = _shown(f, value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
         raise ConfigError(path, f"expected {'an integer' if integer else 'a number'}, got {shown}")
@@ -170,13 +176,13 @@ def _read_number(path: str, f: dataclasses.Field, value: Any, integer: bool) -> 
     return v
 
 
-def _read_bool(path: str, f: dataclasses.Field, value: Any) -> bool:
+def _read_bool(path: str, f: dataclasses.Field[Any], value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(path, f"expected true or false, got {_shown(f, value)}")
     return value
 
 
-def _read_str(path: str, f: dataclasses.Field, value: Any, non_empty: bool) -> str:
+def _read_str(path: str, f: dataclasses.Field[Any], value: Any, non_empty: bool) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or (non_empty and not value.strip()):
@@ -184,20 +190,20 @@ def _read_str(path: str, f: dataclasses.Field, value: Any, non_empty: bool) -> s
     return value
 
 
-def _read_choice(path: str, f: dataclasses.Field, value: Any) -> str:
+def _read_choice(path: str, f: dataclasses.Field[Any], value: Any) -> str:
     choices = f.metadata["choices"]
     if not isinstance(value, str) or value.upper() not in choices:
         raise ConfigError(path, f"expected one of {', '.join(choices)}, got {_shown(f, value)}")
     return value.lower() if f.metadata.get("lower") else value.upper()
 
 
-def _read_settings(path: str, f: dataclasses.Field, value: Any) -> Any:
+def _read_settings(path: str, f: dataclasses.Field[Any], value: Any) -> Any:
     return client_settings(path, value, CONFLUENT_REFUSED if f.metadata["client"] == "confluent"
                            else KAFKA_PYTHON_REFUSED)
 
 
 # A reader per field kind; an "opt" kind also takes None (its field's null).
-_READERS: dict[str, Callable[[str, dataclasses.Field, Any], Any]] = {
+_READERS: dict[str, Callable[[str, dataclasses.Field[Any], Any], Any]] = {
     "duration": _read_duration,
     "optduration": _read_duration,
     "int": lambda path, f, value: _read_number(path, f, value, integer=True),
@@ -215,7 +221,7 @@ _READERS: dict[str, Callable[[str, dataclasses.Field, Any], Any]] = {
 _OPTIONAL_KINDS = ("optduration", "optint", "optstr", "optchoice")
 
 
-def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
+def _value(path: str, f: dataclasses.Field[Any], value: Any) -> Any:
     kind = f.metadata.get("kind")
     if kind in _OPTIONAL_KINDS and value is None:
         return None
@@ -224,7 +230,7 @@ def _value(path: str, f: dataclasses.Field, value: Any) -> Any:
         raise AssertionError(f"field {f.name} has no kind")
     return read(path, f, value)
 
-def _build(cls: type, raw: Any, path: str, nested: Mapping[str, Any] | None = None) -> Any:
+def _build(cls: type[_D], raw: Any, path: str, nested: Mapping[str, Any] | None = None) -> _D:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

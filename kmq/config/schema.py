@@ -47,7 +47,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "type": [*types, "null"]}
 
 
-def field_schema(f: dataclasses.Field) -> dict[str, Any] | bool:
+def field_schema(f: dataclasses.Field[Any]) -> dict[str, Any] | bool:
     """The JSON Schema of one config field, from its metadata."""
     meta = f.metadata
     kind: Any = meta.get("kind")
