@@ -24,7 +24,6 @@ record with hostile kmq headers (dead-lettered as usual).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import subprocess
 import sys
@@ -35,8 +34,7 @@ import yaml
 
 from kmq.config import Config
 from kmq.core.markers import Outcome, decode
-from kmq.core.trace import describe_event
-from kmq.ops.trace_reader import trace
+from tests.helpers.fleet import KMQ_WORK, WorkerKind, acked_ids, timelines
 from tests.helpers.kafka import read_all, set_max_message_bytes
 from tests.integration.tracker_util import TrackerProcess, headers, markers_covering, metric
 
@@ -63,17 +61,6 @@ def _produce_hostile(bootstrap: str, topic: str) -> None:
     assert p.flush(10) == 0
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerKind:
-    """One kind of worker process: a command taking ``QUEUE --config FILE`` plus `kmq work`'s
-    injection options (``--fail-rate --hang-rate --poison-rate --ack-log``), and its environment."""
-
-    name: str
-    command: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
-
-
-KMQ_WORK = ("-m", "kmq", "work", "--workers", "4")
 MARKED_LOOP = ("-m", "tests.helpers.marked_worker")  # a confluent-kafka loop with MarkerWriter/@kmq.marked
 
 # The fleet, one line a worker; adding a kind is adding a line.
@@ -123,17 +110,6 @@ def with_client(cfg: Config, client: str) -> Config:
     return Config.from_dict(data)
 
 
-def _acks(logs) -> collections.Counter:
-    acked: collections.Counter = collections.Counter()
-    for path in logs:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                parts = line.split()
-                if len(parts) == 2:
-                    acked[parts[1]] += 1
-    return acked
-
-
 def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topics, tmp_path):
     # max_deliveries 8: besides injected fails and hangs, every worker kill and rebalance costs a
     # delivery (in-flight leases expire, prefetched batches are NACKed on revoke), and a duplicate
@@ -167,8 +143,8 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
 
         def wait_acks(n: int, timeout: float) -> None:
             deadline = time.monotonic() + timeout
-            while sum(_acks(logs).values()) < n:
-                assert time.monotonic() < deadline, f"only {sum(_acks(logs).values())} acks"
+            while sum(acked_ids(logs).values()) < n:
+                assert time.monotonic() < deadline, f"only {sum(acked_ids(logs).values())} acks"
                 time.sleep(0.05)
 
         wait_acks(2_000, 120)
@@ -198,7 +174,7 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         deadline = time.monotonic() + 200
         dead: list = []
         while True:
-            acked = _acks(logs)
+            acked = acked_ids(logs)
             dead = read_all(bootstrap, q.dlq_topic, timeout=10)
             dead_origins = {headers(d)["kmq-origin"] for d in dead}
             if wanted <= set(acked) and poison_dead | {big} <= dead_origins and tombstone in set(acked) | dead_origins:
@@ -206,20 +182,20 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
             assert time.monotonic() < deadline, (
                 f"not settled: {len(wanted - set(acked))} non-poison unacked "
                 f"(e.g. {sorted(wanted - set(acked))[:5]}), {len(poison_dead - dead_origins)} poison not in the DLQ"
-                + _timelines(cfg, q.name, sorted(wanted - set(acked))[:3]))
+                + timelines(cfg, q.name, sorted(wanted - set(acked))[:3]))
             time.sleep(1)
         for w in workers:
             w.stop()
         redelivered = metric(trackers[1].wait_port(), "kmq_tracker_redelivered_total", queue=q.name)
         assert redelivered > 0  # hangs and fails went through the surviving tracker
         # Nothing lost: every message acked or dead-lettered, the oversize one closed as undeliverable.
-        acked = _acks(logs)
+        acked = acked_ids(logs)
         assert set(originals) - {big} <= set(acked) | dead_origins
         # Every kind of worker in the fleet did its share (a kind that never joined the group would not).
         kind_of_log = [k.name for k in FLEET] + [FLEET[i].name for i, _ in KILLED]
         acks_by_kind: collections.Counter = collections.Counter()
         for name, path in zip(kind_of_log, logs):
-            acks_by_kind[name] += sum(_acks([path]).values())
+            acks_by_kind[name] += sum(acked_ids([path]).values())
         assert all(acks_by_kind[k.name] > 0 for k in FLEET), acks_by_kind
         big_offset = int(big.rsplit("/", 1)[1])
         undeliverable = [m for r in read_all(bootstrap, q.markers_topic, timeout=30)
@@ -279,15 +255,3 @@ def test_workers_and_trackers_killed_mid_run_lose_nothing(bootstrap, queue_topic
         for t in trackers:
             t.close()
         out.close()
-
-
-def _timelines(cfg: Config, queue: str, origins: list[str]) -> str:
-    """What ``kmq trace`` shows of each message, for a failure message (the broker is still up)."""
-    out = []
-    for origin in origins:
-        try:
-            (t,) = trace(cfg, queue, origin=origin, timeout_s=20)
-            out.append(f"\n{origin}: {t.state}\n" + "\n".join(f"  {e.ts_ms} {describe_event(e)}" for e in t.events))
-        except Exception as exc:  # noqa: BLE001 - a diagnosis only: the assertion above is the verdict
-            out.append(f"\n{origin}: no timeline ({exc})")
-    return "".join(out)

@@ -18,7 +18,7 @@ import time
 import pytest
 import yaml
 
-from tests.chaos.test_chaos_tracker import KMQ_WORK, WorkerKind, _acks, _timelines
+from tests.helpers.fleet import KMQ_WORK, WorkerKind, acked_ids, timelines
 from tests.helpers.kafka import read_all
 from tests.integration.tracker_util import TrackerProcess
 
@@ -72,7 +72,7 @@ def test_workers_handing_over_at_start_killed_mid_run_lose_nothing(bootstrap, qu
         )
 
         def acked() -> set[str]:
-            return set(_acks(logs))
+            return set(acked_ids(logs))
 
         for j, (i, at) in enumerate(KILLS):
             deadline = time.monotonic() + 120
@@ -90,7 +90,7 @@ def test_workers_handing_over_at_start_killed_mid_run_lose_nothing(bootstrap, qu
         while not originals <= acked():
             missing = sorted(originals - acked())
             assert time.monotonic() < deadline, (f"{len(missing)} never acked, e.g. {missing[:5]}"
-                                                 + _timelines(cfg, q.name, missing[:3]))
+                                                 + timelines(cfg, q.name, missing[:3]))
             time.sleep(0.5)
     finally:
         if producer is not None and producer.poll() is None:
@@ -99,6 +99,6 @@ def test_workers_handing_over_at_start_killed_mid_run_lose_nothing(bootstrap, qu
             w.stop()
         tracker.close()
         out.close()
-    counts = _acks(logs)
+    counts = acked_ids(logs)
     twice = sum(1 for o in originals if counts[o] > 1)
     print(f"{N} messages, every one acked; {twice} acked more than once (kills and their leases)")

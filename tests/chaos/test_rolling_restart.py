@@ -23,8 +23,7 @@ import pytest
 
 from kmq.config import parse_duration
 from kmq.core.markers import Start
-from tests.helpers.kafka import wait_until
-from tests.integration.test_tracker import produce
+from tests.helpers.kafka import produce, wait_until
 from tests.integration.tracker_util import MarkerProducer, Tail, TrackerProcess, headers
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]

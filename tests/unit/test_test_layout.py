@@ -12,20 +12,12 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Imports of one test module by another that stay for now, each with the reason; the test also
 #: fails when one of them is gone, so that the list only shrinks.
 KNOWN: dict[tuple[str, str], str] = {
-    ("tests/chaos/test_rolling_restart.py", "tests.integration.test_tracker"):
-        "chaos tests are changed on a branch of their own; its produce() is tests.helpers.kafka.produce",
-    ("tests/chaos/test_hand_over_started_crash.py", "tests.chaos.test_chaos_tracker"):
-        "chaos tests are changed on a branch of their own",
     ("tests/unit/test_tracker_clock_skew.py", "tests.unit.test_tracker_step"):
         "the tracker's step Harness moves out with the tracker's own changes to test_tracker_step.py",
     ("tests/unit/test_tracker_upgrades.py", "tests.unit.test_tracker_step"):
         "the tracker's step Harness moves out with the tracker's own changes to test_tracker_step.py",
     ("tests/unit/test_consumer_key_order.py", "tests.unit.test_consumer_shell"):
         "the consumer shell's fakes move out with the consumer's own changes to test_consumer_shell.py",
-    ("tests/integration/spark/test_spark_plan_upgrade.py", "tests.integration.spark.test_spark_lag_job"):
-        "the Spark tests run in a phase of their own (a 1.8 GB SparkSession); their workload moves then",
-    ("tests/integration/spark/test_spark_outage.py", "tests.integration.spark.test_spark_restart"):
-        "the Spark tests run in a phase of their own (a 1.8 GB SparkSession); their workload moves then",
 }
 
 

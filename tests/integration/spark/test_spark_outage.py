@@ -25,8 +25,8 @@ from kmq.spark.sinks import parquet_rows
 from kmq.client.topics import ensure_topics
 from tests.conftest import TEST_GROUP_TIMING, unique
 from tests.helpers.kafka import DUPLICATE_SEQUENCE_GAP, read_all, wait_until
-from tests.integration.spark.test_spark_restart import (
-    PARTITIONS, PhaseWriter, _batch_dirs, _kill, _rows_by_window, _start_job, model,
+from tests.integration.spark.restart_workload import (
+    PARTITIONS, PhaseWriter, batch_dirs, kill_group, model, rows_by_window, start_job,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -83,9 +83,9 @@ def test_the_lag_job_rides_through_a_broker_outage_and_loses_no_window(tmp_path)
         records, write_phase = workload.records, workload.write
 
         write_phase(700)
-        job = _start_job(cfg_path, tmp_path, "job.log")
+        job = start_job(cfg_path, tmp_path, "job.log")
         log = tmp_path / "job.log"
-        wait_until(lambda: len(_batch_dirs(tmp_path / "pq")) >= 2 or job.poll() is not None, timeout=120,
+        wait_until(lambda: len(batch_dirs(tmp_path / "pq")) >= 2 or job.poll() is not None, timeout=120,
                    interval=0.2, what="two batches in the parquet sink")
         assert job.poll() is None, log.read_text()[-3000:]
 
@@ -99,12 +99,12 @@ def test_the_lag_job_rides_through_a_broker_outage_and_loses_no_window(tmp_path)
         def complete():
             assert job.poll() is None, "the job stopped after the outage:\n" + log.read_text()[-3000:]
             try:
-                return len(_rows_by_window(parquet_rows(str(tmp_path / "pq")))) >= len(want)
+                return len(rows_by_window(parquet_rows(str(tmp_path / "pq")))) >= len(want)
             except OSError:  # a batch folder being written
                 return False
 
         wait_until(complete, timeout=180, interval=0.5, what="every window in the parquet sink after the outage")
-        got = _rows_by_window(parquet_rows(str(tmp_path / "pq")))
+        got = rows_by_window(parquet_rows(str(tmp_path / "pq")))
         assert set(got) == set(want)
         assert {k: len(v) for k, v in got.items() if len(v) != 1} == {}, "windows written twice to parquet"
         # expect: read until that many records, not until the high-water mark a fetch reports,
@@ -121,5 +121,5 @@ def test_the_lag_job_rides_through_a_broker_outage_and_loses_no_window(tmp_path)
         assert job.poll() is None
     finally:
         if job is not None:
-            _kill(job, signal.SIGKILL)
+            kill_group(job, signal.SIGKILL)
         broker.stop()

@@ -11,7 +11,7 @@ from kmq.spark.job import JobOptions, build_windows, read_markers, start
 from kmq.spark.sinks import BatchSinks, parquet_rows
 from tests.helpers.kafka import wait_until
 from tests.integration.spark.markers_workload import write_records
-from tests.integration.spark.test_spark_lag_job import T0, W, _commit_tracker_offset, _strip, expected, workload
+from tests.integration.spark.lag_workload import T0, W, commit_tracker_offset, expected, strip_keys, workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -30,7 +30,7 @@ def test_checkpoint_of_the_per_record_plan_resumes_under_the_chunk_plan(spark, q
     # Partition 0's records are recs[0:13], partition 1's recs[13:19]: split each in log order.
     first, second = recs[0:6] + recs[13:16], recs[6:13] + recs[16:19]
     write_records(cfg, q.markers_topic, first)
-    _commit_tracker_offset(cfg, q.markers_topic, 0, 5)
+    commit_tracker_offset(cfg, q.markers_topic, 0, 5)
     # The Python source: the chunk plan is its own (Spark's connector reads per record).
     base = dict(source="python", sinks=("parquet",), checkpoint=str(tmp_path / "ck"), trigger="500 milliseconds",
                 window_s=W / 1000, parquet_path=str(tmp_path / "pq"), prometheus_port=None, max_offsets_per_trigger=4)
@@ -68,5 +68,5 @@ def test_checkpoint_of_the_per_record_plan_resumes_under_the_chunk_plan(spark, q
     got = {(r["partition"], int(r["window_start"].timestamp() * 1000)): r for r in rows}
     assert len(rows) == len(got) == len(want), rows
     for key, exp in want.items():
-        assert _strip(got[key], exp) == exp, key
+        assert strip_keys(got[key], exp) == exp, key
     assert min(k[1] for k in got) == T0
