@@ -23,7 +23,7 @@ __all__ = ["sim"]
               help="Messages the producer sends per schedule.")
 @click.option("--tracker-loop", type=click.Choice([SERVICE, STEP]), default=SERVICE, show_default=True,
               help="service: the tracker service's whole loop; step: its redelivery step alone.")
-@click.option("--slow-markers", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+@click.option("--slow-markers", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Of the seeds that stall one partition's reads, the share where it is a markers partition's "
                    "(the tracker's look-ups of its end get no answer).")
 @click.option("--shrink/--no-shrink", default=True, show_default=True,
