@@ -55,7 +55,10 @@ class StrandingTakeAhead(TakeAhead):
                 self._held.append([deque(messages), leased_at, gen])
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+# Seed 2: the close's commit back, made while a commit forward of the same step was in flight, once
+# landed before it in the simulator (the coordinator answers in order): the messages given back were
+# left below the committed offset, under their hand-off lease, and came back 5 minutes later (overdue).
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_close_during_a_take_gives_every_message_it_brought_to_a_handler_or_back_to_the_group(seed):
     world, violations = _run(seed, CLOSES)
     assert violations == [], [v.detail for v in violations]
