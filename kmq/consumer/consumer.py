@@ -36,7 +36,8 @@ from kmq.config import Config
 from kmq.config.process import untuned_collector_hint
 from kmq.consumer.fetch_batch import FetchBatch
 from kmq.consumer.fetch_pipeline import FetchPipeline, HandOver
-from kmq.consumer.fetcher import Fetcher, FetcherParts, nack_refused
+from kmq.consumer.close_ready import give_back_ready, put_back_ahead
+from kmq.consumer.fetcher import Fetcher, FetcherParts
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.scheduled import hold_back_scheduled
 from kmq.consumer.give_back import RETURNED
@@ -347,10 +348,8 @@ class KmqConsumer:
         delivery count). Where they cannot go back (``ordering: key``: their keys were let go; a
         fetcher already gone: nothing gives them back) they are nacked "not a delivery": the
         tracker redelivers them now, with the delivery count they had."""
-        fetching = self._fetcher is not None and self._fetcher.is_alive()
-        # A take in progress meanwhile brings its rest back the same way (the fetcher waits for it).
-        self.ahead.put_back(self._ready.put_back if fetching else _refuse,
-                            lambda refused: nack_refused(self.queue.name, refused))
+        put_back_ahead(self.ahead, self._ready, self.queue.name,
+                       fetching=self._fetcher is not None and self._fetcher.is_alive())
 
     def stop(self) -> None:
         """Make :meth:`run` (and iteration) return after draining; thread- and signal-safe."""
@@ -470,13 +469,7 @@ class KmqConsumer:
     def _give_back_unhanded(self, final: bool = True) -> None:
         """On close (or, not ``final``, on leaving the group while the application stalls): never-handed
         messages go back to the group (:meth:`kmq.consumer.fetcher.Fetcher.give_back_unhanded`)."""
-        # Drained first (user code takes nothing more). A take for iteration that was in progress
-        # when close() began puts its rest back first (kmq.consumer.take_ahead); the wait is bounded
-        # for a taker that cannot finish (close() from a signal handler on its thread).
-        if final and not self.ahead.idle(TAKE_WAIT):
-            log.warning("%s: a take for iteration did not finish within %gs of the close; messages it brings "
-                        "later are nacked (the tracker redelivers them)", self.queue.name, TAKE_WAIT)
-        self._step.give_back_unhanded(self._ready.drain(final))
+        give_back_ready(self._step, self.ahead, self._ready, self.queue.name, final, TAKE_WAIT)
 
     # ------------------------------------------------------------ the fetcher step's parts
     def _fetched(self, b: FetchBatch) -> None:
@@ -588,10 +581,6 @@ class KmqConsumer:
             self._kc.close()  # leaves the group (auto-commit is off: nothing else committed)
         except Exception as exc:  # noqa: BLE001 - closing is best effort
             log.warning("closing the Kafka consumer of %s failed: %s", self.queue.name, exc)
-
-
-def _refuse(messages: list[KmqMessage], leased_at: float, gen: int) -> bool:
-    return False
 
 
 def _not_keyed(msg: KmqMessage, outcome: str) -> None:

@@ -229,6 +229,17 @@ MUTANTS: tuple[Mutant, ...] = (
        "        ``reason``: the label of ``kmq_tracker_producer_replacements_total``.\"\"\"\n"
        "        if reason == \"fatal\":\n            return  # mutant: the fatal producer is kept\n",
        _REDELIVER_TESTS),
+    Mutant("close-strands-take", "a close during a take for iteration gives back what the take brought "
+           "(nothing stranded: never handed out, never given back)", (
+        Edit("kmq/consumer/take_ahead.py",
+             "            if msgs and self._closed is not None:  # the close came meanwhile: none of them goes out\n"
+             "                self.keep(msgs, leased_at, gen)\n"
+             "                return None\n",
+             ""),
+        Edit("kmq/consumer/take_ahead.py",
+             "            if closed is None:\n                self._held.append(",
+             "            if True:  # mutant: kept whatever the close did\n                self._held.append(")),
+        ("tests/unit/test_take_ahead.py",)),
     _m("reject-as-nack", "a rejected message is dead-lettered at once",
        "kmq/core/lease_state.py",
        "                s.reason, s.error = Reason.REJECT, marker.reason",

@@ -170,3 +170,19 @@ def test_a_commit_sent_before_the_member_was_expelled_is_refused_after_the_consu
     c.clock.advance(1.0)
     assert fut.is_done and fut.exception is not None and fut.exception.rebalanced
     assert c.groups.committed("g", ("q", 0)) is None
+
+
+def test_a_commit_is_applied_after_the_async_commits_sent_before_it():
+    # The coordinator answers one connection's requests in order: a commit back (a revocation's, a
+    # close's) never lands before a commit forward sent earlier. (The simulated consumer applied an
+    # async commit when the clock next moved, after a synchronous one made meanwhile, so a close's
+    # commit back was overtaken and the messages it gave back were left below the committed offset.)
+    c = _cluster()
+    con = SimConsumer(c, "w", group_id="g")
+    con.subscribe(["q"], on_assigned=lambda _tps: None, on_revoked=lambda _tps: None)
+    con.fetch(0.0, 1)
+    forward = con.commit_async({("q", 0): 22})
+    con.commit({("q", 0): 5})
+    assert forward.is_done and forward.exception is None  # answered first
+    c.clock.advance(1.0)
+    assert c.groups.committed("g", ("q", 0)) == 5

@@ -83,6 +83,7 @@ class SimConsumer:
         self._positions: dict[TP, int] = {}
         self._hw: dict[TP, int] = {}
         self._paused: set[TP] = set()
+        self._sent: list[Callable[[], None]] = []  # async commits not answered yet, in the order sent
         self._rotation = 0
         self._closed = False
         self._fetched_at: float | None = None  # when the previous fetch was made (simulation seconds)
@@ -175,6 +176,7 @@ class SimConsumer:
         offsets = self._commit_on_revoke(set(tps)) if self._commit_on_revoke is not None else None
         if offsets:
             try:
+                self._answer_sent()
                 self._commit_now(dict(offsets), self._member)
             except ClientCommitFailed as exc:
                 if self._on_commit_failed is not None:
@@ -264,6 +266,7 @@ class SimConsumer:
         self._check_open()
         self._thaw()
         self.cluster.wait_for_broker()
+        self._answer_sent()
         self._commit_now(dict(offsets), self._member)
 
     def commit_async(self, offsets: Mapping[TP, int]) -> SimDelivery:
@@ -276,6 +279,9 @@ class SimConsumer:
         member = self._member
 
         def send() -> None:
+            if send not in self._sent:
+                return  # answered already, before a later commit
+            self._sent.remove(send)
             try:
                 self._commit_now(offsets, member)
             except ClientCommitFailed as exc:
@@ -284,8 +290,16 @@ class SimConsumer:
                 fut.success(None)
 
         c = self.cluster
+        self._sent.append(send)
         c.clock.call_at(c.clock.now() + (c.served_at(c.t()) - c.t()), send)
         return fut
+
+    def _answer_sent(self) -> None:
+        """Before a commit is applied, the async commits sent earlier are: the coordinator answers one
+        connection's requests in the order they came (a commit back never lands before a commit
+        forward sent earlier)."""
+        while self._sent:
+            self._sent[0]()
 
     def _commit_now(self, offsets: dict[TP, int], member: str | None) -> None:
         c = self.cluster

@@ -29,7 +29,7 @@ from kmq.dev.sim.errors import FaultPlanError
 __all__ = [
     "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "ProducerGoesFatal", "StaleHighWater",
     "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
-    "UnexpectedRecord", "MemberJoinsAndLeaves", "Fault", "FaultPlan", "DELAYED", "LOST",
+    "UnexpectedRecord", "MemberJoinsAndLeaves", "CloseDuringTake", "Fault", "FaultPlan", "DELAYED", "LOST",
     "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
     "MARKER_KINDS",
 ]
@@ -270,9 +270,25 @@ class MemberJoinsAndLeaves:
         _check_window(self)
 
 
+@dataclass(frozen=True, slots=True)
+class CloseDuringTake:
+    """The first take of ``worker`` at or after ``at`` that brings more than one message from its
+    consumer's ready queue (a chunk for iteration, :mod:`kmq.consumer.take_ahead`) is cut by a
+    close of the consumer on another thread: the close runs in the instant between the ready
+    queue's take of the chunk and the keeping of its rest. The worker then goes down gracefully
+    (what is ready or taken ahead given back to the group, the group left) and comes back after
+    the workload's ``restart_after``. Not with ``consumer.ordering: key`` (no take ahead there)."""
+
+    at: float
+    worker: str
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
 Fault = Union[SlowFetch, SlowRead, LaggingRead, LeaderChange, ClockSkew, ProducerGoesFatal, StaleHighWater,
               ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
-              UnexpectedRecord, MemberJoinsAndLeaves]
+              UnexpectedRecord, MemberJoinsAndLeaves, CloseDuringTake]
 
 
 def on_host(client: str, host: str) -> bool:
@@ -350,6 +366,11 @@ class FaultPlan:
 
     def frozen_spans(self, consumer: str) -> list[tuple[float, float]]:
         return [(f.at, f.until) for f in self.of(MemberPause) if f.consumer == consumer]
+
+    def close_during_take(self, worker: str, now: float, fired: set) -> CloseDuringTake | None:
+        """The :class:`CloseDuringTake` of ``worker`` due at ``now`` and not in ``fired`` yet, if any."""
+        return next((f for f in self.of(CloseDuringTake) if f.worker == worker and f.at <= now and f not in fired),
+                    None)
 
     def broker_paused_until(self, now: float) -> float | None:
         ends = [f.until for f in self.of(BrokerPause) if _during(f, now)]

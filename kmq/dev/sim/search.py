@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import (
-    FOREIGN_MARKER, HUNG, ClockSkew, FaultPlan, LaggingRead, LeaderChange, ProduceFault, ProducerGoesFatal, Retention,
+    FOREIGN_MARKER, HUNG, ClockSkew, CloseDuringTake, FaultPlan, LaggingRead, LeaderChange, ProduceFault, ProducerGoesFatal, Retention,
     SlowRead,
     UnexpectedRecord,
 )
@@ -70,6 +70,9 @@ CLOCK_JUMP_SHARE = 0.15
 CLOCK_SKEW_S = (2.0, 30.0)
 # Seeds (service loop) where the tracker's producer goes fatal once (ProducerGoesFatal) while copies are made.
 PRODUCER_FATAL_SHARE = 0.2
+# Seeds where one worker's consumer is closed from another thread in the middle of a take for iteration
+# (CloseDuringTake), some time while the producer sends.
+CLOSE_DURING_TAKE_SHARE = 0.25
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -155,7 +158,10 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     (:class:`~kmq.dev.sim.faults.ClockSkew`): leases are judged on the tracker's clock; and in
     :data:`PRODUCER_FATAL_SHARE` (another) the tracker's producer goes fatal once
     (:class:`~kmq.dev.sim.faults.ProducerGoesFatal`): it must be replaced, and nothing it did not
-    have acknowledged is taken for sent."""
+    have acknowledged is taken for sent. In :data:`CLOSE_DURING_TAKE_SHARE` of all seeds (a
+    stream of their own) one worker's consumer is closed in the middle of a take for iteration
+    (:class:`~kmq.dev.sim.faults.CloseDuringTake`): every message the take brought must reach a
+    handler or go back to the group."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
@@ -202,6 +208,10 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
         fatal = random.Random(f"producer-fatal-{seed}")
         if fatal.random() < PRODUCER_FATAL_SHARE:
             faults.append(ProducerGoesFatal(round(fatal.uniform(2.0, workload.produce_over + 10.0), 3), TRACKER))
+    close = random.Random(f"close-during-take-{seed}")
+    if close.random() < CLOSE_DURING_TAKE_SHARE:
+        faults.append(CloseDuringTake(round(close.uniform(1.0, workload.produce_over), 3),
+                                      f"w{close.randrange(workload.workers)}"))
     return FaultPlan(faults)
 
 

@@ -13,8 +13,26 @@ from threads of its own and waits for the hand-off RENEW; here the markers go
 on the worker's simulated producer and nothing waits inside a step), the
 hand-over (to handlers whose fates the workload draws: END, NACK, REJECT, a
 lapsed lease, a crash of the whole process) and flow control (only a bound on
-what the handlers hold). Handlers take what is handed over at once, so no
-ready message waits for a revocation to commit it back.
+what the handlers hold). The hand-over goes through the consumer's real
+:class:`~kmq.consumer.ready_queue.ReadyQueue` and
+:class:`~kmq.consumer.take_ahead.TakeAhead`, as ``KmqConsumer``'s iteration
+takes it (a chunk at a time, twice the last while the taker keeps up, on the
+virtual clock); handlers take what is handed over at once, so no ready
+message waits for a revocation to commit it back.
+
+A :class:`~kmq.dev.sim.faults.CloseDuringTake` closes the worker gracefully
+from inside such a take (the ``take_chunk`` the take-ahead is given runs the
+close after the ready queue's take, before the rest is kept), in the two
+parts ``KmqConsumer.close`` has, through the same product code
+(:mod:`kmq.consumer.close_ready`): the closing thread puts what was taken
+ahead back into the ready queue; then, once the take returned, the fetcher's
+side drains the ready queue and gives it back to the group
+(:meth:`~kmq.consumer.fetcher.Fetcher.give_back_unhanded`), and the process
+leaves the group; deliveries still in handlers stay in flight (the tracker
+redelivers them when their leases end, as documented for ``close()``), and
+the worker comes back ``restart_after`` later. Every message taken from the
+ready queue must have gone to a handler or back to the group by then
+(``stranded-by-close``, a breach seen at the close).
 
 In a schedule with ``consumer.ordering: key`` the hand-over goes through
 the consumer's real :class:`~kmq.consumer.keyed_ready.KeyedReadyQueue`, as
@@ -33,15 +51,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kmq.client.api import ProduceFailed
+from kmq.consumer.close_ready import give_back_ready, put_back_ahead
 from kmq.consumer.fetch_pipeline import Commit, FetchPipeline, GiveBack, HandOver, SeekBack
 from kmq.consumer.fetcher import Fetcher, FetcherParts
 from kmq.consumer.keyed_ready import KeyedReadyQueue, copy_origin
+from kmq.consumer.ready_queue import ReadyQueue
+from kmq.consumer.take_ahead import TakeAhead
 from kmq.core.errors import MarkerWriteError
 from kmq.core.markers import End, Nack, Reject, Renew, Start, encode, encode_key
 from kmq.core.message import KmqMessage, message_builder
 from kmq.core.ranges import OffsetRange, coalesce
 from kmq.dev.sim.consumer import SimConsumer
 from kmq.dev.sim.downtime import Downtime
+from kmq.dev.sim.faults import CloseDuringTake
 from kmq.dev.sim.producer import SimProducer
 from kmq.dev.sim.violation import Violation
 from kmq.telemetry.metrics import ConsumerMetrics
@@ -88,6 +110,7 @@ class Worker:
         self._build = message_builder(_Unsettled(), threading.Lock())
         self.metrics = ConsumerMetrics()  # the fetcher step's; read by nothing
         self.downtime = Downtime()
+        self._closes_done: set[CloseDuringTake] = set()  # each close fault cuts one take, once
         self._start()
 
     def _start(self) -> None:
@@ -102,11 +125,17 @@ class Worker:
         # ordering: key: the consumer's keyed hand-over; taken messages -> (message, lease end), those
         # whose lease ran out in a handler, and the first deliveries (partition, offset) this owner took
         self.keyed = KeyedReadyQueue() if w.ordered else None
+        # Without ordering: key, the consumer's ready queue and its iteration's take-ahead; what was
+        # taken from the ready queue and not given to a handler yet (a close must give it back).
+        self.ready = ReadyQueue()
+        self.ahead = TakeAhead(self._take_chunk, clock=c.t)
+        self._unhanded_taken: dict[tuple[int, int], KmqMessage] = {}
+        self._closing: CloseDuringTake | None = None
         self._taken: dict[tuple[int, int], tuple[KmqMessage, float]] = {}
         self._lapsed: set[tuple[int, int]] = set()
         self._origins: set[tuple[int, int]] = set()
         self.fetcher = Fetcher(FetcherParts(
-            QUEUE, QUEUE, self.pipeline, SimMarkerWriter(self), self.keyed or _NothingReady(), self._build,
+            QUEUE, QUEUE, self.pipeline, SimMarkerWriter(self), self.keyed or self.ready, self._build,
             self._hand_over, _not_counted, self.metrics, threading.Event(), monotonic=c.t, observe=self._observe,
             max_poll_wait=0.0,  # the virtual clock moves between steps, not inside a poll
             session_timeout=w.config.kafka.session_timeout), self.consumer)
@@ -129,7 +158,10 @@ class Worker:
         if self.keyed is not None:
             self._keyed_turn()
         self.fetcher.answers(c.t())
-        self.fetcher.poll(max(0, min(self.MAX_RECORDS, self.MAX_HELD - self._held - self._unhanded())))
+        if self._closing is None:
+            self.fetcher.poll(max(0, min(self.MAX_RECORDS, self.MAX_HELD - self._held - self._unhanded())))
+        if self._closing is not None:  # the fetcher's side of the close, once the step that saw it returned
+            self._close()
 
     def _unhanded(self) -> int:
         return sum(len(b.messages) for b in self.pipeline.pending)
@@ -160,9 +192,64 @@ class Worker:
             self._held += len(action.messages)
             self.keyed.put(list(action.messages), action.batch.leased_at)
             return
-        for m in action.messages:
+        self.ready.put(list(action.messages), action.batch.leased_at, action.batch.gen)
+        while self._closing is None:  # as KmqConsumer's iteration: until the close (or nothing is ready)
+            m = self.ahead.next(0.0)
+            if m is None:
+                break
+            self._unhanded_taken.pop((m.partition, m.offset), None)
             self._held += 1
             self._handle(m)
+        self.ready.taken()  # the records of what was taken are for KmqConsumer's lease bookkeeping
+
+    def _take_chunk(self, timeout: float, max_records: int) -> tuple[list[KmqMessage], float, int]:
+        """The take-ahead's ``take_chunk``: the ready queue's; a :class:`CloseDuringTake` due now
+        closes the consumer right after a take of more than one message, before its rest is kept."""
+        msgs, leased_at, gen = self.ready.take_chunk(timeout, max_records, lambda: self._closing is not None)
+        for m in msgs:
+            self._unhanded_taken[(m.partition, m.offset)] = m
+        if len(msgs) > 1 and self._closing is None:
+            due = self.world.cluster.faults.close_during_take(self.name, self.world.cluster.t(), self._closes_done)
+            if due is not None:
+                self._begin_close(due, msgs)
+        return msgs, leased_at, gen
+
+    # ------------------------------------------------------------ a graceful close (CloseDuringTake)
+    def _begin_close(self, fault: CloseDuringTake, taken: list[KmqMessage]) -> None:
+        """The closing thread's part of ``KmqConsumer.close``, inside a take: what was taken ahead
+        goes back into the ready queue; the take in progress brings its rest back the same way."""
+        w = self.world
+        self._closes_done.add(fault)
+        self._closing = fault
+        w.cluster.record(f"world {self.owner} closes while a take of {len(taken)} message(s) is in progress")
+        for m in taken:
+            w.note(message_id(m.value), f"{self.owner} closes while taking {QUEUE}[{m.partition}]@{m.offset} "
+                   f"(one of {len(taken)} taken at once for iteration)")
+        put_back_ahead(self.ahead, self.ready, QUEUE, fetching=True)
+
+    def _close(self) -> None:
+        """The fetcher's part of the close (the ready queue drained and given back to the group), then
+        the process leaves the group and stops; it comes back ``restart_after`` later. A message taken
+        from the ready queue that neither a handler nor the give-back got is stranded."""
+        w, c = self.world, self.world.cluster
+        drained = _Drained(self.ready)
+        give_back_ready(self.fetcher, self.ahead, drained, QUEUE, final=True, wait=0.0)
+        for tp in drained.seen:
+            self._unhanded_taken.pop(tp, None)
+        for m in sorted(self._unhanded_taken.values(), key=lambda m: (m.partition, m.offset)):
+            w.note(message_id(m.value), f"{self.owner} closed: {QUEUE}[{m.partition}]@{m.offset}, taken from the "
+                   f"ready queue, was neither handed to a handler nor given back")
+            w.breach(Violation("stranded-by-close", f"{self.owner}'s close stranded {QUEUE}[{m.partition}]@"
+                               f"{m.offset}: taken from the ready queue, neither handed to a handler nor given "
+                               f"back to the group", message_id(m.value)))
+        self.consumer.close()
+        self.markers.close()
+        for _, _, _, m in self.pending:
+            w.note(message_id(m.value), f"{self.owner} closed with {QUEUE}[{m.partition}]@{m.offset} in a handler "
+                   f"(its lease runs out)")
+        self.pending = []
+        c.record(f"world {self.owner} closed ({len(drained.seen)} ready message(s) given back)")
+        self.downtime.crashed(c.t(), w.workload.restart_after)
 
     def _handle(self, m: KmqMessage) -> None:
         """A handler takes ``m``: its fate is drawn."""
@@ -338,14 +425,17 @@ class _Unsettled:
         pass
 
 
-class _NothingReady:
-    """The ready queue without ``ordering: key``: handlers take each message as it is handed over."""
+class _Drained:
+    """The ready queue as the close's give-back sees it, noting what its drain took out."""
 
-    def take_out(self, partitions: set[int], may: Any) -> list:
-        return []
+    def __init__(self, ready: ReadyQueue) -> None:
+        self._ready = ready
+        self.seen: set[tuple[int, int]] = set()
 
-    def put(self, messages: list[KmqMessage], leased_at: float, gen: int = 0) -> None:
-        raise AssertionError("nothing was taken out")
+    def drain(self, final: bool = True) -> list[tuple[list[KmqMessage], int]]:
+        out = self._ready.drain(final)
+        self.seen.update((m.partition, m.offset) for msgs, _ in out for m in msgs)
+        return out
 
 
 def _not_counted(_batch: Any) -> None:
