@@ -10,6 +10,7 @@ import :mod:`kmq.client.api`, never this module).
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -28,9 +29,6 @@ from kmq.client.api import (
     require_client,
 )
 from kmq.client.errors import ProduceDenied, ProducerFenced, RecordRefused, RecordTooLarge, TopicUnknown
-from kmq.client.kafka_python import clients
-from kmq.client.kafka_python.consumer import KafkaPythonConsumer
-from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
 from kmq.client.overrides import CONSUMER, PRODUCER, native
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
@@ -51,6 +49,8 @@ def adapt_consumer(consumer: Any) -> ConsumerAdapter:
 
         return ConfluentConsumer(consumer)
     if type(consumer).__module__.split(".")[0] == "kafka":
+        from kmq.client.kafka_python.consumer import KafkaPythonConsumer
+
         return KafkaPythonConsumer(consumer)
     raise UnsupportedConsumer(
         f"{type(consumer).__module__}.{type(consumer).__name__} is not a consumer kmq can drive; pass kafka-python's "
@@ -75,6 +75,9 @@ def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int,
         strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
         return confluent_consumer(kafka, group_id=group_id, **{"partition.assignment.strategy": strategy,
                                                                **native(overrides, CONSUMER, name)})
+    from kmq.client.kafka_python import clients
+    from kmq.client.kafka_python.consumer import KafkaPythonConsumer
+
     return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
                                                 max_poll_records=max_records,
                                                 partition_assignment_strategy=clients.assignors(assignor),
@@ -97,6 +100,8 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
         return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
     if module != "kafka":
         return None
+    from kmq.client.kafka_python import clients
+
     return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
@@ -106,7 +111,7 @@ def broker_errors(kafka: Any, what: str = "talking to Kafka") -> Iterator[None]:
     either client: a connection failure diagnosed, a refused login or ACL named. Exceptions that are
     no client's (bugs) pass unchanged."""
     try:
-        with clients.broker_errors(kafka):
+        with _kafka_python_errors(kafka):
             yield
     except KmqError:
         raise
@@ -115,6 +120,17 @@ def broker_errors(kafka: Any, what: str = "talking to Kafka") -> Iterator[None]:
         if error is None:
             raise
         raise error from exc
+
+
+def _kafka_python_errors(kafka: Any) -> contextlib.AbstractContextManager[None]:
+    """kafka-python's failures mapped to kmq's, once kafka-python is loaded (before, none can be
+    raised): kafka-python is imported only for the clients that use it, since its modules are
+    some 25,000 objects every full garbage collection of the process visits."""
+    if "kafka" not in sys.modules:
+        return contextlib.nullcontext()
+    from kmq.client.kafka_python import clients
+
+    return clients.broker_errors(kafka)
 
 
 def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool = False, **overrides: Any) -> Any:
@@ -133,6 +149,8 @@ def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool =
         from kmq.client.confluent.consumer import producer as confluent_producer
 
         return confluent_producer(kafka, timeout_s, settle_on_flush, **native(overrides, PRODUCER, name))
+    from kmq.client.kafka_python import clients
+
     return clients.producer(kafka, timeout_s, **native(overrides, PRODUCER, name))
 
 
@@ -158,6 +176,8 @@ def close_producer(prod: Any, timeout: float = 5.0) -> None:
     if hasattr(prod, "is_confluent") or hasattr(prod, "is_aiokafka"):
         prod.close(timeout)
         return
+    from kmq.client.kafka_python import clients
+
     clients.close_producer(prod, timeout)
 
 
@@ -229,6 +249,8 @@ def open_log_reader(kafka: Any, timeout_s: float = 10.0, fetch_wait_ms: int = 50
         batch = overrides.pop("max_poll_records", None)
         return ConfluentLogReader(kafka, timeout_s, **({"batch": batch} if batch else {}),
                                   **{"fetch.wait.max.ms": fetch_wait_ms, **native(overrides, CONSUMER, name)})
+    from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
+
     return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms,
                                                      **native(overrides, CONSUMER, name)})
 
