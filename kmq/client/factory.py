@@ -10,7 +10,6 @@ import :mod:`kmq.client.api`, never this module).
 from __future__ import annotations
 
 import contextlib
-import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -111,26 +110,27 @@ def broker_errors(kafka: Any, what: str = "talking to Kafka") -> Iterator[None]:
     either client: a connection failure diagnosed, a refused login or ACL named. Exceptions that are
     no client's (bugs) pass unchanged."""
     try:
-        with _kafka_python_errors(kafka):
-            yield
+        yield
     except KmqError:
         raise
     except Exception as exc:
+        if type(exc).__module__.split(".")[0] == "kafka":
+            # kafka-python's (loaded, since it raised; imported only for the clients that use it, its
+            # modules being some 17,000 objects every full garbage collection visits): its own
+            # mapping first, which diagnoses a connection failure.
+            from kmq.client.kafka_python import clients
+
+            try:
+                with clients.broker_errors(kafka):
+                    raise exc
+            except KmqError:
+                raise
+            except Exception:  # noqa: BLE001 - not one it maps: kmq's general mapping below
+                pass
         error = client_error(kafka, exc, what)
         if error is None:
             raise
         raise error from exc
-
-
-def _kafka_python_errors(kafka: Any) -> contextlib.AbstractContextManager[None]:
-    """kafka-python's failures mapped to kmq's, once kafka-python is loaded (before, none can be
-    raised): kafka-python is imported only for the clients that use it, since its modules are
-    some 25,000 objects every full garbage collection of the process visits."""
-    if "kafka" not in sys.modules:
-        return contextlib.nullcontext()
-    from kmq.client.kafka_python import clients
-
-    return clients.broker_errors(kafka)
 
 
 def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool = False, **overrides: Any) -> Any:
