@@ -278,7 +278,9 @@ class OpenTransaction:
     then the partition's last stable offset stays at the transaction's first record:
     ``read_committed`` readers see nothing from there on, ``read_uncommitted`` ones see it all.
     Its commit or abort marker takes an offset, as in Kafka. Carried out by the simulated world's
-    producer (:mod:`kmq.dev.sim.world`); a cluster alone only schedules its end."""
+    producer (:mod:`kmq.dev.sim.world`), which writes the records at once, past the produce faults
+    and broker pauses (what is modelled is the transaction, not its requests); a cluster alone
+    only wakes its clients at ``until``."""
 
     at: float
     until: float
