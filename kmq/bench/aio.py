@@ -24,7 +24,10 @@ how late the loop woke it at most (the gap less the 5 ms it asked to sleep): how
 long the event loop was kept from other work while consuming at full speed
 (the plain aiokafka loop's own figure is the reference). Garbage collections
 stop every thread of a process; the report gives the largest delay less the
-collections inside it as well, the full collections and the longest one.
+collections inside it as well, the full collections and the longest one. Every variant's process
+also times each full (generation-2) collection from the first message to the last one settled,
+with the collector as it found it (:mod:`kmq.bench.gc_pauses`; ``--tuned-gc`` tunes it in every
+variant): count, longest and p99, the figures of the garbage collection target.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 import click
 
 from kmq.bench.consumer import _child_kmq, _config, _cpu, _produce, _rss_mb, handler
+from kmq.bench.gc_pauses import FullCollections, merge, said
 from kmq.dev.broker import broker_unless
 
 __all__ = ["command", "run"]
@@ -115,14 +119,14 @@ class LoopGap:
                 "collection_max_ms": max((b - a for a, b, _ in self._collections), default=0.0) * 1000}
 
 
-def _child_threads(cfg: Any, messages: int, batch: int) -> dict:
+def _child_threads(cfg: Any, messages: int, batch: int, tuned: bool) -> dict:
     """The threaded variant is `kmq bench consumer`'s KmqConsumer loop, as it is."""
-    out = _child_kmq(cfg, messages, batch)
+    out = _child_kmq(cfg, messages, batch, tuned=tuned)
     return {"messages": out["messages"], "seconds": out["seconds"], "cpu_seconds": out["cpu_seconds"],
-            "loop_cpu_seconds": None, "loop_gap_ms": None}
+            "loop_cpu_seconds": None, "loop_gap_ms": None, "full_gc": out["full_gc"]}
 
 
-async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
+async def _child_aiokafka(cfg: Any, messages: int, batch: int, tuned: bool) -> dict:
     """The reference: a plain aiokafka consumer loop, commit per batch, no kmq."""
     # aiokafka is not one of kmq's clients (kafka.client): only this comparison uses it.
     from aiokafka import AIOKafkaConsumer
@@ -131,7 +135,7 @@ async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
                          group_id=cfg.consumer.group_id, enable_auto_commit=False, auto_offset_reset="earliest",
                          max_poll_records=batch, session_timeout_ms=int(cfg.kafka.session_timeout * 1000),
                          heartbeat_interval_ms=int(cfg.kafka.heartbeat_interval * 1000))
-    gap = LoopGap()
+    gap, full = LoopGap(), FullCollections()
     n, t0, c0, l0, acc = 0, 0.0, 0.0, 0.0, 0
     await c.start()
     try:
@@ -142,6 +146,7 @@ async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
             if n == 0:
                 t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
                 gap.start()
+                full.start()
             for recs in records.values():
                 for r in recs:
                     acc ^= await work(r.value)
@@ -149,16 +154,17 @@ async def _child_aiokafka(cfg: Any, messages: int, batch: int) -> dict:
             await c.commit()
         took, cpu, loop_cpu = time.perf_counter() - t0, _cpu() - c0, time.thread_time() - l0
         worst = gap.stop()
+        collections = full.stop(tuned)
     finally:
         await c.stop()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst,
-            **gap.figures()}
+            **gap.figures(), "full_gc": collections}
 
 
-async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int) -> dict:
+async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurrency: int, tuned: bool) -> dict:
     from kmq.consumer.aio import AsyncKmqConsumer
 
-    gap = LoopGap()
+    gap, full = LoopGap(), FullCollections()
     n, t0, c0, l0, acc = 0, 0.0, 0.0, 0.0, 0
     async with AsyncKmqConsumer(cfg, batch_size=batch) as c:
         if variant.endswith("-for"):
@@ -166,6 +172,7 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
                 if n == 0:
                     t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
                     gap.start()
+                    full.start()
                 acc ^= await work(msg.value)
                 await msg.ack()
                 n += 1
@@ -177,6 +184,7 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
                 if n == 0:
                     t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
                     gap.start()
+                    full.start()
                 acc ^= await work(msg.value)
                 n += 1
                 if n == messages:
@@ -184,11 +192,12 @@ async def _child_aio(cfg: Any, messages: int, batch: int, variant: str, concurre
 
             await c.run(handle, concurrency=concurrency)
         loop_cpu = time.thread_time() - l0
+        collections = full.stop(tuned)  # at full speed: the final flush is not
         await asyncio.get_running_loop().run_in_executor(None, c.consumer.writer.flush)
         took, cpu = time.perf_counter() - t0, _cpu() - c0
         worst = gap.stop()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "loop_cpu_seconds": loop_cpu, "loop_gap_ms": worst,
-            **gap.figures()}
+            **gap.figures(), "full_gc": collections}
 
 
 def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, concurrency: int,
@@ -204,11 +213,11 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     cfg = _config(bootstrap, queue, f"bench-{variant}-{uuid.uuid4().hex[:8]}", "100ms",
                   "aiokafka" if variant.startswith("loop-") else client)
     if variant == "threads":
-        out = _child_threads(cfg, messages, batch)
+        out = _child_threads(cfg, messages, batch, tuned_gc)
     elif variant == "aiokafka":
-        out = asyncio.run(_child_aiokafka(cfg, messages, batch))
+        out = asyncio.run(_child_aiokafka(cfg, messages, batch, tuned_gc))
     else:
-        out = asyncio.run(_child_aio(cfg, messages, batch, variant, concurrency))
+        out = asyncio.run(_child_aio(cfg, messages, batch, variant, concurrency, tuned_gc))
     out["rss_mb"] = _rss_mb()
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -251,7 +260,8 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                     f"loop late {res['loop_late_ms']:.1f} ms ({res['loop_late_besides_gc_ms']:.1f} ms besides garbage "
                     f"collection; {res['full_collections']} full, the longest collection {res['collection_max_ms']:.1f} ms)")
                 say(f"round {r + 1} {variant:8s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, "
-                    f"cpu {res['cpu_seconds']:.2f}s, peak RSS {res['rss_mb']:.0f} MB{gap})")
+                    f"cpu {res['cpu_seconds']:.2f}s, peak RSS {res['rss_mb']:.0f} MB{gap}; full collections "
+                    f"{said(res['full_gc'])})")
         medians = {v: statistics.median(x["rate"] for x in runs[v]) for v in chosen}
         ratios = {base: _ratios(runs, base, chosen) for base in BASELINES}
         gaps = {v: max(x["loop_gap_ms"] for x in runs[v]) for v in chosen[1:]}
@@ -264,6 +274,9 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
             say(f"ratio to {base} (per round; median): " + ", ".join(
                 f"{v} {' '.join(f'{x:.3f}' for x in per_round)}; {statistics.median(per_round):.3f}"
                 for v, per_round in ratios[base].items()))
+        full_gc = {v: merge([x["full_gc"] for x in runs[v]]) for v in chosen}
+        say("full garbage collections at full speed (target: kmq's at most 5 ms with the collector at defaults): "
+            + "; ".join(f"{v} {said(f)}" for v, f in full_gc.items()))
         say("largest event-loop gap: " + ", ".join(f"{v} {g:.1f} ms" for v, g in gaps.items()))
         say(f"loop late beyond the {TICK * 1000:.0f} ms tick, at most (besides garbage collection; full collections "
             "while ticking, the longest collection): " + ", ".join(
@@ -276,7 +289,7 @@ def run(messages: int = 100_000, size: int = 100, batch: int = 500, concurrency:
                 "ratio_to_aiokafka": {v: statistics.median(x) for v, x in ratios["aiokafka"].items()},
                 "ratios_per_round": ratios, "max_loop_gap_ms": gaps,
                 "max_loop_late_ms": late, "max_loop_late_besides_gc_ms": besides,
-                "full_collections": full, "max_collection_ms": longest,
+                "full_collections": full, "max_collection_ms": longest, "full_gc": full_gc,
                 "loop_gap_ms_per_round": {v: [x["loop_gap_ms"] for x in runs[v]] for v in chosen[1:]}}
     finally:
         if broker is not None:

@@ -27,7 +27,9 @@ plain/kmq ``--rounds`` times:
 
 Throughput is measured from the first record handed to the handler to the
 last one settled (group join excluded). Reported: msg/s of each run, the
-median ratio kmq/plain (and share/kmq), marker records per message and peak RSS.
+median ratio kmq/plain (and share/kmq), marker records per message and peak RSS, and
+each variant's full garbage collections over the same span (:mod:`kmq.bench.gc_pauses`:
+count, longest, p99; the collector at Python's defaults except in ``kmq-gc``).
 
 ``--ordering key`` compares ``consumer.ordering: key`` with ``none`` instead
 (both KmqConsumer, records keyed ``k0 .. k{--keys - 1}`` round robin): the
@@ -52,6 +54,7 @@ import click
 
 from kmq.bench.consumer_config import consumer_config as _config
 from kmq.bench.consumer_latency import run_latency
+from kmq.bench.gc_pauses import FullCollections, merge, said
 from kmq.bench.per_client import per_client
 from kmq.consumer.consumer import FETCH_BATCHES
 from kmq.dev.broker import broker_unless
@@ -93,6 +96,7 @@ def _child_plain_confluent(cfg: Any, messages: int, batch: int, tuned: bool = Fa
     # kmq's session timing either way; the fetch backoff is librdkafka's unless ``tuned``.
     fetch = {} if tuned else {"fetch.queue.backoff.ms": LIBRDKAFKA_FETCH_QUEUE_BACKOFF_MS}
     c = consumer(cfg.kafka, cfg.queues[0].name, group_id=cfg.consumer.group_id, **fetch).raw
+    full = FullCollections()
     n = 0
     t0 = None
     acc = 0
@@ -102,6 +106,7 @@ def _child_plain_confluent(cfg: Any, messages: int, batch: int, tuned: bool = Fa
             continue
         if t0 is None:
             t0, c0 = time.perf_counter(), _cpu()
+            full.start()
         for r in records:
             if r.error() is None:
                 acc ^= handler(r.value())
@@ -109,8 +114,9 @@ def _child_plain_confluent(cfg: Any, messages: int, batch: int, tuned: bool = Fa
         c.commit(asynchronous=False)
     assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
+    collections = full.stop()
     c.close()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0, "full_gc": collections}
 
 
 def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
@@ -120,6 +126,7 @@ def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
 
     kc = clients.consumer(cfg.kafka, group_id=cfg.consumer.group_id, max_poll_records=batch)
     kc.subscribe([cfg.queues[0].name])
+    full = FullCollections()
     n = 0
     t0 = None
     acc = 0
@@ -129,6 +136,7 @@ def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
             continue
         if t0 is None:
             t0, c0 = time.perf_counter(), _cpu()
+            full.start()
         for recs in records.values():
             for r in recs:
                 acc ^= handler(r.value)
@@ -136,14 +144,16 @@ def _child_plain(cfg: Any, messages: int, batch: int) -> dict:
         kc.commit()
     assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
+    collections = full.stop()
     kc.close()
-    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0}
+    return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": 0, "full_gc": collections}
 
 
-def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) -> dict:
+def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None, tuned: bool = False) -> dict:
     from kmq.consumer.consumer import KmqConsumer
 
     c = KmqConsumer(cfg, batch_size=batch, fetch_size=fetch)
+    full = FullCollections()
     n = 0
     t0 = None
     acc = 0
@@ -154,18 +164,20 @@ def _child_kmq(cfg: Any, messages: int, batch: int, fetch: int | None = None) ->
             continue
         if t0 is None:
             t0, c0 = time.perf_counter(), _cpu()
+            full.start()
         if msgs[0].key is not None:
             most_per_key = max(most_per_key, max(Counter((m.partition, m.key) for m in msgs).values()))
         for m in msgs:
             acc ^= handler(m.value)  # type: ignore[arg-type]  # the bench's records have values
             m.ack()
         n += len(msgs)
+    collections = full.stop(tuned)  # at full speed: the final flush and close are not
     c.writer.flush()
     assert t0 is not None  # set at the first batch
     took, cpu = time.perf_counter() - t0, _cpu() - c0
     c.close()
     return {"messages": n, "seconds": took, "cpu_seconds": cpu, "markers": c.writer.markers_sent,
-            "most_per_key": most_per_key}
+            "most_per_key": most_per_key, "full_gc": collections}
 
 
 def _child_kmq_iter(cfg: Any, messages: int, batch: int, fetch: int | None = None) -> dict:
@@ -245,7 +257,7 @@ def _child(variant: str, bootstrap: str, queue: str, messages: int, batch: int, 
     elif variant == "kmq-iter":
         out = _child_kmq_iter(cfg, messages, batch, fetch)
     else:
-        out = _child_kmq(cfg, messages, batch, fetch)
+        out = _child_kmq(cfg, messages, batch, fetch, tuned=variant == "kmq-gc")
     out["rss_mb"] = _rss_mb()
     out["gc_gen0"] = gc.get_threshold()[0]  # the collector's threshold the run had (--tuned-gc)
     print("RESULT " + json.dumps(out), flush=True)
@@ -331,8 +343,9 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
                              profile if r == rounds - 1 else None, fetch, client)
                 res["rate"] = res["messages"] / res["seconds"]
                 runs[variant].append(res)
+                full = f", full collections {said(res['full_gc'])}" if "full_gc" in res else ""
                 say(f"round {r + 1} {variant:7s}: {res['rate']:>9,.0f} msg/s  ({res['seconds']:.2f}s, cpu {res['cpu_seconds']:.2f}s, "
-                    f"markers {res['markers']}, peak RSS {res['rss_mb']:.0f} MB)")
+                    f"markers {res['markers']}, peak RSS {res['rss_mb']:.0f} MB{full})")
         if keyed:
             return _ordering_result(runs, client, messages, keys, partitions, say)
         plain = [x["rate"] for x in runs["plain"]]
@@ -351,6 +364,10 @@ def run(messages: int | None = None, size: int = 100, batch: int = 500, rounds: 
         say(f"ratio kmq/plain per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['ratio_median']:.3f}")
         say(f"marker records per message {result['markers_per_message']:.4f} (target <= 0.05 at batch 500)")
         say(f"peak RSS plain {result['peak_rss_mb']['plain']:.0f} MB, kmq {result['peak_rss_mb']['kmq']:.0f} MB")
+        result["full_gc"] = {v: merge([x["full_gc"] for x in runs[v]]) for v in variants
+                             if all("full_gc" in x for x in runs[v])}
+        say(f"[{client}] full garbage collections at full speed (target: kmq's at most 5 ms, collector at "
+            "defaults): " + "; ".join(f"{v} {said(f)}" for v, f in result["full_gc"].items()))
         if "plain-tuned" in runs:
             tuned = [x["rate"] for x in runs["plain-tuned"]]
             against = [k / t for k, t in zip(kmq, tuned)]

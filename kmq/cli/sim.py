@@ -8,7 +8,7 @@ import click
 
 from kmq.cli.common import fail
 from kmq.dev.mutants import MutantError, MutantResult, markdown, repo_root, run_all, select
-from kmq.dev.sim.search import ORDERED_SHARE, STARTED_SHARE, SeedResult, quiet_actors, search
+from kmq.dev.sim.search import READ_COMMITTED_SHARE, ORDERED_SHARE, STARTED_SHARE, SeedResult, quiet_actors, search
 from kmq.dev.sim.shrink import shrink as shrink_plan
 from kmq.dev.sim.workload import SERVICE, STEP, Workload
 
@@ -55,7 +55,7 @@ def sim(seeds: int, start: int, partitions: int, messages: int, tracker_loop: st
         return
     workload = Workload(partitions=partitions, messages=messages, tracker_loop=tracker_loop,
                         slow_markers_share=slow_markers, ordering_share=ORDERED_SHARE,
-                        hand_over_started_share=STARTED_SHARE)
+                        hand_over_started_share=STARTED_SHARE, read_committed_share=READ_COMMITTED_SHARE)
     root = click.get_current_context().find_root()
     def show(r: SeedResult) -> None:
         if not r.ok:

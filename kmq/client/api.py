@@ -34,13 +34,22 @@ __all__ = [
     "KAFKA_PYTHON", "CONFLUENT", "AIOKAFKA", "Record", "record_of", "coordinates", "headers_of", "ConsumerAdapter",
     "GroupConsumerAdapter", "Delivery", "ClientCommitFailed", "ProduceFailed", "ProducerFatal", "client_of", "require_client",
     "is_confluent_consumer", "Partition", "ReadResult", "LogEnds", "Deleted", "LogReader", "delivered_at",
-    "OutRecord", "SendBatch", "FutureBatch", "ReportedBatch", "UNDECIDED",
+    "OutRecord", "SendBatch", "FutureBatch", "ReportedBatch", "UNDECIDED", "READ_UNCOMMITTED", "READ_COMMITTED",
+    "LOG_READER_ISOLATION",
 ]
 
 KAFKA_PYTHON = "kafka-python"
 CONFLUENT = "confluent"
 #: ``kafka.client: aiokafka``: only :mod:`kmq.aio`'s consumer, on its event loop (:mod:`kmq.client.loop`).
 AIOKAFKA = "aiokafka"
+
+#: Isolation levels (the same words in both clients' settings).
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+#: What every :class:`LogReader` reads at, whatever its overrides: it must see every record a worker on
+#: either client could have been handed, also those of a transaction still open or aborted later
+#: (read committed, it would stop at the last stable offset below them; docs/protocol.md).
+LOG_READER_ISOLATION = READ_UNCOMMITTED
 
 Headers = Sequence[tuple[str, "bytes | None"]]
 #: A topic partition, ``(topic, partition)`` (kafka-python's ``TopicPartition`` is one too).

@@ -28,9 +28,6 @@ from kmq.client.api import (
     require_client,
 )
 from kmq.client.errors import ProduceDenied, ProducerFenced, RecordRefused, RecordTooLarge, TopicUnknown
-from kmq.client.kafka_python import clients
-from kmq.client.kafka_python.consumer import KafkaPythonConsumer
-from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
 from kmq.client.overrides import CONSUMER, PRODUCER, native
 from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
 
@@ -51,6 +48,8 @@ def adapt_consumer(consumer: Any) -> ConsumerAdapter:
 
         return ConfluentConsumer(consumer)
     if type(consumer).__module__.split(".")[0] == "kafka":
+        from kmq.client.kafka_python.consumer import KafkaPythonConsumer
+
         return KafkaPythonConsumer(consumer)
     raise UnsupportedConsumer(
         f"{type(consumer).__module__}.{type(consumer).__name__} is not a consumer kmq can drive; pass kafka-python's "
@@ -75,6 +74,9 @@ def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int,
         strategy = "cooperative-sticky" if assignor.upper() == "COOPERATIVE-STICKY" else "range,roundrobin"
         return confluent_consumer(kafka, group_id=group_id, **{"partition.assignment.strategy": strategy,
                                                                **native(overrides, CONSUMER, name)})
+    from kmq.client.kafka_python import clients
+    from kmq.client.kafka_python.consumer import KafkaPythonConsumer
+
     return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
                                                 max_poll_records=max_records,
                                                 partition_assignment_strategy=clients.assignors(assignor),
@@ -97,6 +99,8 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
         return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
     if module != "kafka":
         return None
+    from kmq.client.kafka_python import clients
+
     return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
@@ -106,11 +110,23 @@ def broker_errors(kafka: Any, what: str = "talking to Kafka") -> Iterator[None]:
     either client: a connection failure diagnosed, a refused login or ACL named. Exceptions that are
     no client's (bugs) pass unchanged."""
     try:
-        with clients.broker_errors(kafka):
-            yield
+        yield
     except KmqError:
         raise
     except Exception as exc:
+        if type(exc).__module__.split(".")[0] == "kafka":
+            # kafka-python's (loaded, since it raised; imported only for the clients that use it, its
+            # modules being some 17,000 objects every full garbage collection visits): its own
+            # mapping first, which diagnoses a connection failure.
+            from kmq.client.kafka_python import clients
+
+            try:
+                with clients.broker_errors(kafka):
+                    raise exc
+            except KmqError:
+                raise
+            except Exception:  # noqa: BLE001 - not one it maps: kmq's general mapping below
+                pass
         error = client_error(kafka, exc, what)
         if error is None:
             raise
@@ -133,6 +149,8 @@ def producer(kafka: Any, timeout_s: float | None = None, settle_on_flush: bool =
         from kmq.client.confluent.consumer import producer as confluent_producer
 
         return confluent_producer(kafka, timeout_s, settle_on_flush, **native(overrides, PRODUCER, name))
+    from kmq.client.kafka_python import clients
+
     return clients.producer(kafka, timeout_s, **native(overrides, PRODUCER, name))
 
 
@@ -158,6 +176,8 @@ def close_producer(prod: Any, timeout: float = 5.0) -> None:
     if hasattr(prod, "is_confluent") or hasattr(prod, "is_aiokafka"):
         prod.close(timeout)
         return
+    from kmq.client.kafka_python import clients
+
     clients.close_producer(prod, timeout)
 
 
@@ -229,6 +249,8 @@ def open_log_reader(kafka: Any, timeout_s: float = 10.0, fetch_wait_ms: int = 50
         batch = overrides.pop("max_poll_records", None)
         return ConfluentLogReader(kafka, timeout_s, **({"batch": batch} if batch else {}),
                                   **{"fetch.wait.max.ms": fetch_wait_ms, **native(overrides, CONSUMER, name)})
+    from kmq.client.kafka_python.log_reader import LogReader as KafkaPythonLogReader
+
     return KafkaPythonLogReader(kafka, timeout_s, **{"fetch_max_wait_ms": fetch_wait_ms,
                                                      **native(overrides, CONSUMER, name)})
 

@@ -212,6 +212,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "        gone.remove(log_end, _MAX_OFFSET - log_end)",
        "        gone.add(log_end, _MAX_OFFSET - log_end)",
        ("tests/unit/test_redelivery_plan.py",)),
+    _m("log-reader-read-committed", "the tracker's log reader sees every record a worker could be handed (reads "
+       "uncommitted), also those of an open or aborted transaction",
+       "kmq/client/api.py",
+       "LOG_READER_ISOLATION = READ_UNCOMMITTED",
+       "LOG_READER_ISOLATION = READ_COMMITTED",
+       ("tests/unit/test_sim_transactions.py",)),
     _m("lease-on-writer-clock", "leases are judged on the tracker's clock, not on the writer's record timestamps",
        "kmq/core/marker_clock.py",
        "        return ts_ms if floor_ms <= ts_ms <= read_ms else read_ms\n"

@@ -34,3 +34,8 @@ def test_bench_consumer_tuned_gc_reports_the_tuned_run_against_the_default(boots
                            capture_output=True, text=True, check=True).stdout.strip()
     assert result["gc_gen0"] == {"kmq": int(fresh), "kmq-gc": GEN0_THRESHOLD}
     assert "collector tuned" in proc.stdout
+    # Each variant's full collections, and whether its collector was at the defaults (the GC target's figures).
+    assert set(result["full_gc"]) == {"plain", "kmq", "kmq-gc"}
+    assert result["full_gc"]["kmq"]["default_collector"] is True
+    assert result["full_gc"]["kmq-gc"]["default_collector"] is False
+    assert all(f["count"] >= 0 and f["max_ms"] >= f["p99_ms"] >= 0 for f in result["full_gc"].values())

@@ -247,3 +247,19 @@ def test_the_trackers_group_consumer_settings_reach_either_client(monkeypatch):
         adapter = client_api.group_consumer(cfg.kafka, "g", "RANGE", 10, **overrides)
         assert adapter.client == client
         assert {k: seen.get(k) for k in expected} == expected, client
+
+
+def test_the_seams_broker_errors_map_kafka_python_failures_it_imports_only_when_they_happen():
+    from kafka.errors import GroupAuthorizationFailedError, KafkaError
+
+    from kmq.client.factory import broker_errors
+    from kmq.config import Config
+    from kmq.core.errors import AuthorizationFailed, BrokerUnavailable
+
+    kafka = Config.from_dict({"kafka": {"bootstrap_servers": "k:9092"}}).kafka
+    with pytest.raises(AuthorizationFailed, match="a group operation"), broker_errors(kafka):
+        raise GroupAuthorizationFailedError("kmq-tracker")
+    with pytest.raises(BrokerUnavailable, match="reading the log failed: KafkaError"), broker_errors(kafka, "reading the log"):
+        raise KafkaError("odd")
+    with pytest.raises(ZeroDivisionError), broker_errors(kafka):  # no client's: a bug, unchanged
+        raise ZeroDivisionError()

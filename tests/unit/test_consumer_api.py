@@ -31,3 +31,13 @@ def test_work_fates_are_deterministic_and_near_their_rates():
     assert all(is_poison(payload(i, 100, True)) for i in poison)
     assert not is_poison(payload(3, 100, False)) and is_poison(payload(19, 100, False), 0.05)
     assert len(payload(7, 100, False)) == 100
+
+
+def test_kmq_on_confluent_kafka_or_aiokafka_never_imports_kafka_python():
+    # kafka-python's modules are some 25,000 objects every full garbage collection visits: a process
+    # on another client must not carry them.
+    code = ("import sys, kmq, kmq.consumer.aio, kmq.client.confluent.consumer, kmq.client.aiokafka.consumer; "
+            "from kmq.config import KafkaConfig; from kmq.client.confluent.settings import settings; "
+            "settings(KafkaConfig(bootstrap_servers='localhost:9092', client='confluent')); "
+            "assert 'kafka' not in sys.modules, 'kafka-python imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

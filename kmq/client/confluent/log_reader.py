@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, NamedTuple
 
-from kmq.client.api import Deleted, LogEnds, Partition, ReadResult, Record
+from kmq.client.api import LOG_READER_ISOLATION, Deleted, LogEnds, Partition, ReadResult, Record
 from kmq.client.confluent.errors import classify
 from kmq.client.confluent.settings import FETCH_QUEUE_BACKOFF_MS, construct, passthrough, settings
 from kmq.client.scan import Walk, check_planned_end, cut, log_deleted, read_result
@@ -87,7 +87,7 @@ class ConfluentLogReader:
             **overrides,
             **passthrough(kafka),
             # Not librdkafka's default (read_committed): see the module docstring.
-            "isolation.level": "read_uncommitted",
+            "isolation.level": LOG_READER_ISOLATION,
         }, kafka)
         self._groups: dict[str, Any] = {}
         # What the last read left for one that continues where it stopped (see the module docstring).

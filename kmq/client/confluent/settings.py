@@ -12,7 +12,6 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from kmq.client import secrets
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
-from kmq.client.oauth import token_provider
 from kmq.config import PASSWORD_MECHANISMS, ConfigError, KafkaConfig
 from kmq.config.client_settings import is_secret
 
@@ -64,6 +63,9 @@ def settings(kafka: KafkaConfig) -> dict[str, Any]:
     elif mech == "OAUTHBEARER" and str(kafka.confluent.get("sasl.oauthbearer.method", "")).lower() != "oidc":
         # With librdkafka's own OIDC login (kafka.confluent) librdkafka fetches the token; a
         # callback beside it would leave the client waiting for a token the callback never sets.
+        # Imported here: its provider's base class is kafka-python's, not loaded otherwise on confluent.
+        from kmq.client.oauth import token_provider
+
         provider = token_provider(kafka)
         conf["oauth_cb"] = lambda _config_str: provider.token_and_expiry()
     return conf

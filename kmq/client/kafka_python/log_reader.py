@@ -19,7 +19,7 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
 from kafka.structs import OffsetAndMetadata
 
-from kmq.client.api import Deleted, LogEnds, Partition, ReadResult
+from kmq.client.api import LOG_READER_ISOLATION, Deleted, LogEnds, Partition, ReadResult
 from kmq.client.kafka_python.clients import classify, consumer as make_consumer
 from kmq.client.kafka_python.watchdog import unstrand_records
 from kmq.client.scan import Walk, check_planned_end, cut, log_deleted, read_result
@@ -55,7 +55,7 @@ class LogReader:
         # been handed (a worker reading uncommitted is handed an open transaction's records; a reader
         # stopped at the last stable offset below them would report them past the log end).
         settings = {"fetch_max_wait_ms": 50, "max_poll_records": 2000, "enable_incremental_fetch_sessions": False,
-                    **overrides, "isolation_level": "read_uncommitted"}
+                    **overrides, "isolation_level": LOG_READER_ISOLATION}
         self._consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                                        **settings)
         self._groups: dict[str, Any] = {}

@@ -6,7 +6,8 @@ thread, on a virtual clock, with faults drawn from a seed, so a run is
 repeatable byte for byte and a failing seed can be replayed.
 
 * :mod:`~kmq.dev.sim.clock`: the virtual clock and its event queue;
-* :mod:`~kmq.dev.sim.log`: one partition's log (log start, high-water mark, segments);
+* :mod:`~kmq.dev.sim.log`: one partition's log (log start, high-water mark, transactions and
+  the last stable offset, segments);
 * :mod:`~kmq.dev.sim.assignors` and :mod:`~kmq.dev.sim.groups`: the group coordinator;
 * :mod:`~kmq.dev.sim.faults`: the faults and the :class:`FaultPlan`;
 * :mod:`~kmq.dev.sim.cluster`: :class:`SimCluster`, tying them together, with the history;
@@ -36,8 +37,8 @@ from kmq.dev.sim.cluster import RecordMetadata, SimCluster
 from kmq.dev.sim.consumer import SIM, SimConsumer
 from kmq.dev.sim.errors import FaultPlanError, SimulationError
 from kmq.dev.sim.faults import (
-    DELAYED, LOST, BrokerPause, ClockSkew, CommitFault, FaultPlan, MemberJoinsAndLeaves, MemberPause, ProduceFault,
-    ProducerGoesFatal,
+    DELAYED, LOST, BrokerPause, ClockSkew, CommitFault, FaultPlan, MemberJoinsAndLeaves, MemberPause, OpenTransaction,
+    ProduceFault, ProducerGoesFatal,
     Retention,
     LaggingRead, LeaderChange, SlowFetch, SlowRead, StaleHighWater, UnexpectedRecord,
 )
@@ -51,7 +52,7 @@ __all__ = [
     # faults
     "FaultPlan", "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "StaleHighWater",
     "ProduceFault", "ProducerGoesFatal", "CommitFault", "MemberPause", "BrokerPause",
-    "Retention", "UnexpectedRecord", "MemberJoinsAndLeaves", "DELAYED", "LOST",
+    "Retention", "UnexpectedRecord", "MemberJoinsAndLeaves", "OpenTransaction", "DELAYED", "LOST",
     # errors
     "SimulationError", "FaultPlanError",
 ]

@@ -5,7 +5,8 @@ Pure Python, one thread, no wall clock. A :class:`SimCluster` owns
 * the :class:`~kmq.dev.sim.clock.VirtualClock` every participant reads;
 * a seeded ``random.Random`` (request latencies): the same seed and the same
   calls give the same history, byte for byte;
-* the partition logs (:mod:`kmq.dev.sim.log`) and the group coordinator
+* the partition logs (:mod:`kmq.dev.sim.log`; records may be written in a
+  transaction, committed or aborted later) and the group coordinator
   (:mod:`kmq.dev.sim.groups`);
 * the :class:`~kmq.dev.sim.faults.FaultPlan`, whose one-off faults it
   schedules on the clock;
@@ -22,6 +23,7 @@ and :class:`~kmq.dev.sim.reader.SimLogReader` (the tracker's log reader contract
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from typing import Callable, Sequence
 
@@ -33,7 +35,8 @@ from kmq.dev.sim.clock import EPOCH_S, VirtualClock
 from kmq.dev.sim.errors import SimulationError
 from kmq.dev.sim.faults import (
     BAD_KMQ_HEADERS, DELAYED, HUGE_VALUE, HUNG, NULL_HEADER, NULL_RECORD, TOMBSTONE, BrokerPause, ClockSkew, FaultPlan,
-    LeaderChange, MemberJoinsAndLeaves, MemberPause, Retention, SlowFetch, SlowRead, UnexpectedRecord,
+    LeaderChange, MemberJoinsAndLeaves, MemberPause, OpenTransaction, Retention, SlowFetch, SlowRead,
+    UnexpectedRecord,
 )
 from kmq.dev.sim.groups import GroupCoordinator
 from kmq.dev.sim.log import PartitionLog
@@ -99,6 +102,8 @@ class SimCluster:
         self._logs: dict[str, list[PartitionLog]] = {}
         self._last_append: dict[tuple, float] = {}
         self._last_ack: dict[tuple, float] = {}
+        self._txn_ids = itertools.count(1)
+        self._txns: dict[int, set[tuple[str, int]]] = {}  # open transaction -> the partitions it wrote to
         #: (consumer, topic, partition, offset) -> the longest time between the fetch that returned the
         #: record and the consumer's fetch before it (seconds): how old "written since my last fetch" can be.
         #: Kept only when a clock is skewed (the lease checks ask then).
@@ -162,14 +167,47 @@ class SimCluster:
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
                headers: Sequence[tuple[str, bytes | None]] = (), timestamp_ms: int | None = None,
-               source: str = "admin", skew_ms: int = 0) -> int:
+               source: str = "admin", skew_ms: int = 0, txn: int | None = None) -> int:
         """Write one record at once, past any producer (another application, a test's setup);
-        ``skew_ms``: how far the clock that stamped it read off."""
+        ``skew_ms``: how far the clock that stamped it read off; ``txn``: the open transaction
+        (:meth:`begin_transaction`) it is written in."""
         ts = self.clock.now_ms() if timestamp_ms is None else timestamp_ms
-        offset = self.log(topic, partition).append(key, value, headers, ts, skew_ms)
+        if txn is not None and txn not in self._txns:
+            raise SimulationError(f"transaction {txn} is not open: begin one with begin_transaction")
+        offset = self.log(topic, partition).append(key, value, headers, ts, skew_ms, txn)
+        if txn is not None:
+            self._txns[txn].add((topic, partition))
         self.record(f"append {topic}[{partition}]@{offset} by {source} key={_show(key)} "
-                    f"value={_size(value)} headers={len(headers)}")
+                    f"value={_size(value)} headers={len(headers)}" + ("" if txn is None else f" txn={txn}"))
         return offset
+
+    # ------------------------------------------------------------ transactions
+    def begin_transaction(self, producer: str) -> int:
+        """A transaction of ``producer`` begins; returns its id (records join it with ``append(txn=)``)."""
+        txn = next(self._txn_ids)
+        self._txns[txn] = set()
+        self.record(f"transaction {txn} begins ({producer})")
+        return txn
+
+    def end_transaction(self, txn: int, commit: bool) -> dict[tuple[str, int], int]:
+        """Commit or abort ``txn``: a commit or abort marker (a control record, taking an offset) on
+        each partition it wrote to; returns their offsets."""
+        parts = self._txns.pop(txn, None)
+        if parts is None:
+            raise SimulationError(f"transaction {txn} is not open")
+        what = "commit" if commit else "abort"
+        out = {}
+        for topic, partition in sorted(parts):
+            offset = self.log(topic, partition).end_transaction(txn, commit, self.clock.now_ms())
+            if offset is not None:
+                out[(topic, partition)] = offset
+                self.record(f"{what} marker {topic}[{partition}]@{offset} of transaction {txn}")
+        self.record(f"transaction {txn} {'committed' if commit else 'aborted'}")
+        return out
+
+    def last_stable(self, topic: str, partition: int) -> int:
+        """The partition's last stable offset (:attr:`PartitionLog.last_stable`)."""
+        return self.log(topic, partition).last_stable
 
     def delete_records(self, topic: str, partition: int, before: int) -> int:
         """The admin DeleteRecords call; returns the new log start."""
@@ -265,7 +303,7 @@ class SimCluster:
                 self._at(f.at, lambda f=f: self._phantom_joins(f))  # type: ignore[misc]
             elif isinstance(f, ClockSkew):
                 self._at(f.at, lambda f=f: self.record(f"clock of {f.host} set {f.offset_s:+g}s"))  # type: ignore[misc]
-            elif isinstance(f, (SlowFetch, SlowRead, LeaderChange, BrokerPause, MemberPause)):
+            elif isinstance(f, (SlowFetch, SlowRead, LeaderChange, BrokerPause, MemberPause, OpenTransaction)):
                 # Nothing happens then, but a wait re-checks: a fetch returns as soon as the fault ends.
                 self._at(f.until, lambda: None)
                 if isinstance(f, MemberPause) and f.until - f.at > self.groups.session_timeout:

@@ -13,6 +13,12 @@ It behaves as the kafka-python and confluent adapters do where kmq can tell:
   ``auto_offset_reset`` (``earliest``: the log start); a position outside the
   log (deleted by retention, past the end) is reset the same way, as Kafka
   answers such a fetch with OFFSET_OUT_OF_RANGE.
+* ``isolation_level``: ``read_uncommitted`` (kafka-python's default, kmq's
+  default client) is handed every record up to the high-water mark, those of
+  open and aborted transactions too; ``read_committed`` (librdkafka's
+  default) only records below the last stable offset, never an aborted
+  transaction's. The position moves past the control records (commit and
+  abort markers), and ``read_committed`` past aborted records, as a client's does.
 * ``highwater`` is the mark the last fetch of the partition saw (every fetch
   of an assigned, unpaused partition refreshes it, records or not); None
   before the first fetch of an assignment and for a partition not assigned.
@@ -32,13 +38,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
-from kmq.client.api import ClientCommitFailed, Record
+from kmq.client.api import READ_UNCOMMITTED, ClientCommitFailed, Record
 from kmq.dev.sim.assignors import COOPERATIVE_STICKY, TP
 from kmq.dev.sim.clock import to_us
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.errors import SimulationError
 from kmq.dev.sim.groups import CommitRefused, MemberGone
-from kmq.dev.sim.log import PartitionLog
+from kmq.dev.sim.log import PartitionLog, check_isolation
 from kmq.dev.sim.producer import SimDelivery
 
 __all__ = ["SimConsumer", "SIM"]
@@ -59,12 +65,14 @@ class SimConsumer:
     :param name: names the consumer in the history and in the fault plan.
     :param group_id: the group to join on :meth:`subscribe` and to commit to (None: assign only).
     :param assignor: ``COOPERATIVE-STICKY`` or ``RANGE`` (kmq's ``consumer.assignor``).
+    :param isolation_level: ``read_uncommitted`` or ``read_committed`` (see the module docstring).
     """
 
     client = SIM
 
     def __init__(self, cluster: SimCluster, name: str = "consumer", group_id: str | None = None, *,
-                 assignor: str = COOPERATIVE_STICKY, auto_offset_reset: str = "earliest") -> None:
+                 assignor: str = COOPERATIVE_STICKY, auto_offset_reset: str = "earliest",
+                 isolation_level: str = READ_UNCOMMITTED) -> None:
         if auto_offset_reset not in _RESETS:
             raise SimulationError(f"auto_offset_reset must be one of {', '.join(_RESETS)}, not {auto_offset_reset!r}")
         self.raw = self  # no client underneath: the adapter is the consumer
@@ -73,6 +81,7 @@ class SimConsumer:
         self.group_id = group_id
         self.assignor = assignor
         self.auto_offset_reset = auto_offset_reset
+        self.isolation_level = check_isolation(isolation_level)
         self._topics: frozenset[str] | None = None
         self._on_assigned: Callable[[set], None] = lambda _s: None
         self._on_revoked: Callable[[set], None] = lambda _s: None
@@ -198,7 +207,7 @@ class SimConsumer:
             return False
         for tp in sorted(self._assigned - self._paused):
             plog = self.cluster.log(*tp)
-            if (self._position(tp, plog) < plog.high_water
+            if (self._position(tp, plog) < plog.end(self.isolation_level)
                     and not self.cluster.faults.leader_changing(tp[0], tp[1], self.cluster.t())):
                 return True
         return False
@@ -221,12 +230,12 @@ class SimConsumer:
                 continue  # nothing from it, its mark kept, until the new leader is found
             if not c.faults.high_water_stale(self.name, tp[0], tp[1], t):
                 self._hw[tp] = plog.high_water
-            records = plog.read(pos, max_records - len(out))
+            records, nxt = plog.fetch(pos, max_records - len(out), self.isolation_level)
+            self._positions[tp] = nxt
             if not records:
                 continue
             topic, partition = tp
             out.extend(build(topic, partition, r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in records)
-            self._positions[tp] = records[-1].offset + 1
             if since is not None:
                 c.fetched(self.name, tp, records[0].offset, records[-1].offset + 1, t - since)
             c.record(f"fetch {self.name} {topic}[{partition}] {records[0].offset}..{records[-1].offset} "

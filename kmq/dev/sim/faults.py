@@ -30,7 +30,7 @@ from kmq.dev.sim.errors import FaultPlanError
 __all__ = [
     "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "ProducerGoesFatal", "StaleHighWater",
     "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
-    "UnexpectedRecord", "MemberJoinsAndLeaves", "CloseDuringTake", "NewerMarkers", "NEWER_FIELD",
+    "UnexpectedRecord", "MemberJoinsAndLeaves", "CloseDuringTake", "OpenTransaction", "NewerMarkers", "NEWER_FIELD",
     "newer_marker", "Fault", "FaultPlan", "DELAYED", "LOST",
     "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
     "MARKER_KINDS",
@@ -289,6 +289,31 @@ class CloseDuringTake:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    """At ``at``, the workload's producer sends its next ``records`` message(s) to the partition in
+    one transaction, which stays open until ``until`` and is then committed, or aborted
+    (``commit=False``): the application gives those messages up, and sends them no more. Until
+    then the partition's last stable offset stays at the transaction's first record:
+    ``read_committed`` readers see nothing from there on, ``read_uncommitted`` ones see it all.
+    Its commit or abort marker takes an offset, as in Kafka. Carried out by the simulated world's
+    producer (:mod:`kmq.dev.sim.world`), which writes the records at once, past the produce faults
+    and broker pauses (what is modelled is the transaction, not its requests); a cluster alone
+    only wakes its clients at ``until``."""
+
+    at: float
+    until: float
+    topic: str
+    partition: int
+    records: int = 3
+    commit: bool = True
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+        if self.records < 1:
+            raise FaultPlanError(f"OpenTransaction.records must be at least 1, not {self.records}")
+
+
+@dataclass(frozen=True, slots=True)
 class NewerMarkers:
     """From ``at`` on, ``host`` runs a later kmq (a rolling upgrade half done): every marker its
     producers write to a markers topic is of the next wire version, with a field appended after its
@@ -315,7 +340,7 @@ def newer_marker(value: bytes) -> bytes:
 
 Fault = Union[SlowFetch, SlowRead, LaggingRead, LeaderChange, ClockSkew, ProducerGoesFatal, StaleHighWater,
               ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
-              UnexpectedRecord, MemberJoinsAndLeaves, CloseDuringTake, NewerMarkers]
+              UnexpectedRecord, MemberJoinsAndLeaves, CloseDuringTake, OpenTransaction, NewerMarkers]
 
 
 def on_host(client: str, host: str) -> bool:

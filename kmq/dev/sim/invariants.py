@@ -5,7 +5,12 @@ bound ran out) the queue, markers and DLQ logs are scanned (the search has no
 retention faults, so they are complete) and checked:
 
 * ``lost``: every message the producer sent was acked (an END marker covers
-  one of its records) or dead-lettered (a record in the DLQ carries it);
+  one of its records) or dead-lettered (a record in the DLQ carries it). A
+  message written only in transactions that were aborted
+  (:class:`~kmq.dev.sim.faults.OpenTransaction`; the application gave it up)
+  is owed only if a worker was handed one of those records (a START names
+  it: workers reading uncommitted are, docs/protocol.md): then it is
+  processed like any other;
 * ``early-dead-letter``: a message dead-lettered for a reason other than a
   reject had at least ``max_deliveries`` STARTs; one dead-lettered as rejected
   was rejected by a handler;
@@ -17,7 +22,9 @@ retention faults, so they are complete) and checked:
   workload show at most ``max_deliveries + 1``. Twice ``max_deliveries``
   means copies multiply;
 * ``commit-without-start``: no committed offset of the workers' group passes
-  a queue record that no START marker covers;
+  a queue record that no START marker covers (of the records the workers are
+  handed: not the commit and abort markers, nor, when they read committed,
+  the records of aborted transactions);
 * ``commit-before-start-acked`` and ``hand-over-before-start-acked``: seen by
   the workers as it happens (:meth:`World.breach`): no commit covers, and no
   hand-over gives user code, a batch before Kafka acknowledged every START
@@ -70,6 +77,15 @@ class Scan:
     ended: set[str] = field(default_factory=set)
     rejected: set[str] = field(default_factory=set)
     dead: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # message -> DLQ reasons
+    written: set[str] = field(default_factory=set)  # messages with an original outside an aborted transaction
+    aborted: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))  # originals aborted
+    handed: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))  # offsets the workers are handed
+
+    def given_up(self) -> set[str]:
+        """The messages not owed: all their originals were aborted and no worker was handed one
+        (see the module docstring)."""
+        return {mid for mid, originals in self.aborted.items()
+                if mid not in self.written and not any(off in self.started_offsets[p] for p, off in originals)}
 
 
 def scan(world: World) -> Scan:
@@ -78,6 +94,7 @@ def scan(world: World) -> Scan:
     s = Scan()
     for p in range(parts):
         plog = c.log(QUEUE, p)
+        s.handed[p] = {rec.offset for rec in plog.read(plog.log_start, plog.high_water, world.worker_isolation)}
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
             mid = message_id(rec.value)
             if mid is None:
@@ -86,6 +103,10 @@ def scan(world: World) -> Scan:
             origin = header_text(rec.headers, HEADER_ORIGIN)
             if origin is not None:
                 s.copies[mid] += 1
+            elif plog.aborted(rec):
+                s.aborted[mid].append((p, rec.offset))
+            else:
+                s.written.add(mid)
     for p in range(parts):
         plog = c.log(q.markers_topic, p)
         for rec in plog.read(plog.log_start, plog.high_water - plog.log_start):
@@ -128,8 +149,11 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
         busy = [a.name for a in world.actors if a.busy()]
         out.append(Violation("not-quiet", f"not quiet by the end; busy: {', '.join(busy) or 'none'}; "
                              f"tracker in flight: {[st.in_flight for _, st in sorted(world.tracker.states.items())]}"))
+    given_up = s.given_up()
     for i in range(world.workload.messages):
         mid: str | None = f"m{i:05d}"
+        if mid in given_up:
+            continue
         if mid not in s.ended and mid not in s.dead:
             out.append(Violation("lost", f"{mid} was neither acked (END) nor dead-lettered", mid))
     for mid, reasons in sorted(s.dead.items()):
@@ -151,7 +175,7 @@ def check(world: World, quiet: bool) -> tuple[list[Violation], Scan]:
     for p in range(world.workload.partitions):
         committed = world.cluster.groups.committed(GROUP, (QUEUE, p)) or 0
         start = world.cluster.log(QUEUE, p).log_start
-        unstarted = [o for o in range(start, committed) if o not in s.started_offsets[p]]
+        unstarted = [o for o in range(start, committed) if o in s.handed[p] and o not in s.started_offsets[p]]
         if unstarted:
             mid = s.where.get((p, unstarted[0]))
             out.append(Violation("commit-without-start", f"{QUEUE}[{p}] committed at {committed} past offset(s) "

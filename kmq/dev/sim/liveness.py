@@ -12,7 +12,9 @@ time in between.
   must follow within :func:`serve_bound` seconds. Checked only where the
   partition was *clean*: from :data:`SETTLE_S` before it became due to the
   bound after it, no fault was active but :class:`~kmq.dev.sim.faults.SlowRead`
-  of other partitions (queue or markers), and the tracker was not down. So a slow partition may
+  of other partitions (queue or markers) and open transactions
+  (:class:`~kmq.dev.sim.faults.OpenTransaction`: the tracker reads
+  uncommitted, they must not hold it back), and the tracker was not down. So a slow partition may
   delay the others by one stuck read, never starve them. Judged with the
   service loop only: which partition goes first is the service's choice
   (least recently served), and the simulator's loop around the redelivery
@@ -32,7 +34,7 @@ from kmq.core.lease_state import PartitionState
 from kmq.core.marker_clock import SKEW_ALLOWANCE_MS
 from kmq.core.markers import BadMarker, Marker, decode_record
 from kmq.dev.sim.clock import EPOCH_S
-from kmq.dev.sim.faults import ClockSkew, CommitFault, Fault, MemberPause, SlowRead
+from kmq.dev.sim.faults import ClockSkew, CommitFault, Fault, MemberPause, OpenTransaction, SlowRead
 from kmq.dev.sim.reader import POLL_S
 from kmq.dev.sim.tracker_loop import ServiceTrackerActor
 from kmq.dev.sim.violation import Violation
@@ -72,6 +74,8 @@ def clean(world: World, partition: int, start: float, end: float, ignore: tuple[
         at, until = _window(f)
         if at > end or until < start or isinstance(f, ignore):
             continue
+        if isinstance(f, OpenTransaction):
+            continue  # the tracker reads uncommitted: an open transaction must not hold its reads back
         if isinstance(f, SlowRead) and not (f.topic in (QUEUE, world.queue.markers_topic) and f.partition == partition):
             continue
         return False

@@ -1,7 +1,14 @@
-"""One simulated partition's log: offsets, the log start, the high-water mark, segments.
+"""One simulated partition's log: offsets, the log start, the high-water mark, transactions, segments.
 
 Like a Kafka partition with ``acks=all`` on one replica: a record is readable
-(below the high-water mark) as soon as it is appended. Retention deletes
+(below the high-water mark) as soon as it is appended. Records may belong to
+a transaction (``txn``): it ends with a control record (its commit or abort
+marker), which takes an offset as in Kafka and is never handed to a reader.
+The last stable offset (LSO) is the first offset of the earliest transaction
+still open, else the high-water mark. A reader's isolation level decides
+what it sees: ``read_uncommitted`` every data record up to the high-water
+mark (also those of open and aborted transactions), ``read_committed`` only
+below the LSO and never an aborted transaction's records. Retention deletes
 whole segments from the oldest on and never the active (last) one, so the log
 start moves in steps of ``segment_records``; ``delete_records`` (the admin
 DeleteRecords call) moves it to any offset up to the high-water mark.
@@ -14,9 +21,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from kmq.client.api import READ_COMMITTED, READ_UNCOMMITTED
 from kmq.dev.sim.errors import SimulationError
 
-__all__ = ["StoredRecord", "PartitionLog", "record_size"]
+__all__ = ["StoredRecord", "PartitionLog", "record_size", "ISOLATION_LEVELS", "check_isolation"]
+
+#: The isolation levels a reader of the log may have.
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
+
+def check_isolation(level: str) -> str:
+    """``level`` if it is one of :data:`ISOLATION_LEVELS`; else a :class:`SimulationError` naming them."""
+    if level not in ISOLATION_LEVELS:
+        raise SimulationError(f"isolation_level must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}, not {level!r}")
+    return level
 
 Headers = tuple[tuple[str, "bytes | None"], ...]
 
@@ -31,6 +49,8 @@ class StoredRecord:
     headers: Headers
     timestamp: int  # milliseconds since the epoch (CreateTime)
     skew_ms: int = 0  # how far the writer's clock read off when it stamped it (the checks' true time: timestamp - skew)
+    txn: int | None = None  # the transaction it was written in (None: none)
+    control: bool = False  # a transaction's commit or abort marker: takes an offset, never handed to a reader
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
@@ -48,6 +68,8 @@ class PartitionLog:
         self.segment_records = segment_records
         self._records: list[StoredRecord] = []  # offsets log_start .. high_water - 1
         self._log_start = 0
+        self._open: dict[int, int] = {}  # open transaction -> its first offset here
+        self._aborted: set[int] = set()  # transactions that wrote here and were aborted
 
     @property
     def log_start(self) -> int:
@@ -59,19 +81,80 @@ class PartitionLog:
         """The offset the next record gets; every offset below it and at or above the log start is readable."""
         return self._log_start + len(self._records)
 
+    @property
+    def last_stable(self) -> int:
+        """The first offset of the earliest open transaction, else the high-water mark: where a
+        ``read_committed`` reader's log ends."""
+        return min(self._open.values(), default=self.high_water)
+
+    def end(self, isolation: str = READ_UNCOMMITTED) -> int:
+        """Where the log ends for a reader of ``isolation``: the high-water mark, or the LSO."""
+        return self.last_stable if isolation == READ_COMMITTED else self.high_water
+
+    def open_transactions(self) -> int:
+        """How many transactions are open on this partition."""
+        return len(self._open)
+
+    def aborted(self, rec: StoredRecord) -> bool:
+        """Whether ``rec`` belongs to a transaction that was aborted."""
+        return rec.txn is not None and rec.txn in self._aborted
+
     def append(self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]],
-               timestamp: int, skew_ms: int = 0) -> int:
-        """Append one record; returns its offset."""
+               timestamp: int, skew_ms: int = 0, txn: int | None = None) -> int:
+        """Append one record (in transaction ``txn``, which it opens here if it is its first); returns its offset."""
         offset = self.high_water
-        self._records.append(StoredRecord(offset, key, value, tuple((k, v) for k, v in headers), timestamp, skew_ms))
+        if txn is not None:
+            if txn in self._aborted:
+                raise SimulationError(f"transaction {txn} was aborted: it writes nothing more")
+            self._open.setdefault(txn, offset)
+        self._records.append(StoredRecord(offset, key, value, tuple((k, v) for k, v in headers), timestamp, skew_ms,
+                                          txn))
         return offset
 
-    def read(self, position: int, max_records: int) -> list[StoredRecord]:
-        """Up to ``max_records`` records from ``position`` on (nothing when it is out of range)."""
+    def end_transaction(self, txn: int, commit: bool, timestamp: int) -> int | None:
+        """Write transaction ``txn``'s commit or abort marker (a control record); returns its offset,
+        None when the transaction wrote nothing here (Kafka writes no marker then)."""
+        if txn not in self._open:
+            return None
+        del self._open[txn]
+        if not commit:
+            self._aborted.add(txn)
+        offset = self.high_water
+        self._records.append(StoredRecord(offset, None, None, (), timestamp, 0, txn, control=True))
+        return offset
+
+    def visible(self, rec: StoredRecord, isolation: str = READ_UNCOMMITTED) -> bool:
+        """Whether a reader of ``isolation`` is handed ``rec``."""
+        if rec.control:
+            return False
+        return isolation != READ_COMMITTED or (rec.offset < self.last_stable and not self.aborted(rec))
+
+    def read(self, position: int, max_records: int, isolation: str = READ_UNCOMMITTED) -> list[StoredRecord]:
+        """Up to ``max_records`` offsets from ``position`` on, the data records among them a reader of
+        ``isolation`` is handed (no control record; nothing when ``position`` is out of range)."""
         if position < self._log_start or max_records <= 0:
             return []
         i = position - self._log_start
-        return self._records[i:i + max_records]
+        last = min(i + max_records, self.end(isolation) - self._log_start)
+        return [r for r in self._records[i:last] if self.visible(r, isolation)]
+
+    def fetch(self, position: int, max_records: int, isolation: str = READ_UNCOMMITTED) -> tuple[list[StoredRecord], int]:
+        """A consumer's fetch: up to ``max_records`` records handed from ``position`` on, and the
+        position after it (past the control records and, ``read_committed``, the aborted records in
+        between, as a client moves past them, up to the end for ``isolation``)."""
+        if position < self._log_start or max_records <= 0:
+            return [], position
+        out: list[StoredRecord] = []
+        end = self.end(isolation)
+        nxt = position
+        for i in range(position - self._log_start, end - self._log_start):
+            rec = self._records[i]
+            if self.visible(rec, isolation):
+                if len(out) == max_records:
+                    break
+                out.append(rec)
+            nxt = rec.offset + 1
+        return out, nxt
 
     def at(self, offset: int) -> StoredRecord | None:
         """The record at ``offset``, None when it is not in the log (deleted, or not written yet)."""

@@ -2,22 +2,30 @@
 
 The same contract as :class:`kmq.client.api.LogReader`, which both real readers keep: each
 requested offset comes back with its record or is reported missing (deleted by retention), never a neighbour in its place;
-``log_end`` is the high-water mark when the request reached past it (offsets
+``log_end`` is where the log ended for the read (the high-water mark) when the request reached past it (offsets
 at or past it are neither found nor missing). It waits out a broker pause or a slow fetch
 (:class:`~kmq.dev.sim.faults.SlowFetch` naming the reader) for at most its
 timeout, in simulated time, then raises
 :class:`~kmq.core.errors.LogReadError` as the real readers do.
+
+It reads at the real readers' isolation level,
+:data:`kmq.client.api.LOG_READER_ISOLATION` (``read_uncommitted``: every
+record up to the high-water mark, those of open and aborted transactions
+too), unless given another: ``read_committed``, its log ends at the last
+stable offset and an aborted transaction's records are not found (the read
+passes them, as a gap in the log).
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Mapping, TypeVar
 
-from kmq.client.api import LogEnds, ReadResult, Record
+from kmq.client.api import LOG_READER_ISOLATION, LogEnds, ReadResult, Record
 from kmq.core.errors import LogReadError
 from kmq.core.ranges import RangeSet, missing
 from kmq.dev.sim.clock import EPOCH_S
 from kmq.dev.sim.cluster import SimCluster
+from kmq.dev.sim.log import check_isolation
 
 __all__ = ["SimLogReader"]
 
@@ -28,12 +36,15 @@ POLL_S = 0.2
 
 
 class SimLogReader:
-    """Reads given offsets of one partition at a time, straight from the simulated logs."""
+    """Reads given offsets of one partition at a time, straight from the simulated logs
+    (``isolation_level``: see the module docstring)."""
 
-    def __init__(self, cluster: SimCluster, name: str = "log-reader", timeout_s: float = 10.0) -> None:
+    def __init__(self, cluster: SimCluster, name: str = "log-reader", timeout_s: float = 10.0, *,
+                 isolation_level: str = LOG_READER_ISOLATION) -> None:
         self.cluster = cluster
         self.name = name
         self._timeout_s = timeout_s
+        self.isolation_level = check_isolation(isolation_level)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -65,7 +76,7 @@ class SimLogReader:
         end = self._end(topic, partition)
         for r in wanted.ranges():
             lo, hi = max(r.first, plog.log_start), min(r.end, end)
-            for rec in plog.read(lo, hi - lo):
+            for rec in plog.read(lo, hi - lo, self.isolation_level):
                 found[rec.offset] = Record(topic, partition, rec.offset, rec.key, rec.value, list(rec.headers),
                                            rec.timestamp)
         last = wanted.ranges()[-1].last
@@ -75,16 +86,18 @@ class SimLogReader:
         return ReadResult(found, missing(below, found), log_end)
 
     def _end(self, topic: str, partition: int) -> int:
-        """Where a read of the partition now finds its log ending: the high-water mark, or under a
-        :class:`~kmq.dev.sim.faults.LaggingRead` the first record written since the fault began."""
+        """Where a read of the partition now finds its log ending: the high-water mark (the last
+        stable offset, ``read_committed``), or under a :class:`~kmq.dev.sim.faults.LaggingRead` the
+        first record written since the fault began, if that is lower."""
         c = self.cluster
         plog = c.log(topic, partition)
+        end = plog.end(self.isolation_level)
         lag = c.faults.read_lag(self.name, topic, partition, c.t())
         if lag is None:
-            return plog.high_water
+            return end
         cut_ms = int((EPOCH_S + lag.at) * 1000)
-        return next((rec.offset for rec in plog.read(plog.log_start, plog.high_water - plog.log_start)
-                     if rec.timestamp - rec.skew_ms >= cut_ms), plog.high_water)
+        return min(end, next((rec.offset for rec in plog.read(plog.log_start, plog.high_water - plog.log_start)
+                              if rec.timestamp - rec.skew_ms >= cut_ms), plog.high_water))
 
     def high_waters(self, starts: Mapping[K, int | None]) -> dict[K, int]:
         """High-water marks now, keyed as given (``(topic, partition)`` tuples or kafka-python's
@@ -92,7 +105,7 @@ class SimLogReader:
         if not starts:
             return {}
         self._wait_until_answered(f"the high-water marks of {len(starts)} partition(s)")
-        return {tp: self.cluster.log(tp[0], tp[1]).high_water for tp in starts}  # type: ignore[index]
+        return {tp: self.cluster.log(tp[0], tp[1]).end(self.isolation_level) for tp in starts}  # type: ignore[index]
 
     def log_ends(self, starts: Mapping[K, int | None]) -> LogEnds:
         """As :meth:`high_waters`, partition by partition: a partition whose reads are stalled
@@ -111,7 +124,7 @@ class SimLogReader:
         rest = [tp for tp in starts if tp not in failed]
         if rest:
             self._wait_until_answered(f"the high-water marks of {len(rest)} partition(s)")
-        return LogEnds({tp: c.log(tp[0], tp[1]).high_water for tp in rest}, failed)  # type: ignore[index]
+        return LogEnds({tp: c.log(tp[0], tp[1]).end(self.isolation_level) for tp in rest}, failed)  # type: ignore[index]
 
     def partition_count(self, topic: str) -> int:
         """Partitions of ``topic``; 0 when it does not exist."""

@@ -24,9 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import (
-    FOREIGN_MARKER, HUNG, ClockSkew, CloseDuringTake, FaultPlan, LaggingRead, LeaderChange, ProduceFault, ProducerGoesFatal, Retention,
-    SlowRead,
-    UnexpectedRecord,
+    FOREIGN_MARKER, HUNG, ClockSkew, CloseDuringTake, FaultPlan, LaggingRead, LeaderChange, OpenTransaction,
+    ProduceFault, ProducerGoesFatal, Retention, SlowRead, UnexpectedRecord,
 )
 from kmq.dev.sim.invariants import Violation, check
 from kmq.dev.sim.timeline import timeline
@@ -34,7 +33,7 @@ from kmq.dev.sim.workload import SERVICE, Workload
 from kmq.dev.sim.world import GROUP, QUEUE, TRACKER, TRACKER_READER, World
 
 __all__ = ["SeedResult", "SearchReport", "fault_plan", "run_seed", "search", "SEARCH_WORKLOAD", "ORDERED_SHARE", "STARTED_SHARE",
-           "quiet_actors"]
+           "READ_COMMITTED_SHARE", "quiet_actors"]
 
 # Faults start within this many seconds; the world then runs on, quiet or not, for QUIET_BOUND_S more.
 FAULT_HORIZON_S = 40.0
@@ -46,8 +45,11 @@ SLOW_READ_SPAN_S = (15.0, 60.0)
 ORDERED_SHARE = 0.3
 # Of the other seeds, those whose workers run with consumer.hand_over: started (Workload.hand_over_started_share).
 STARTED_SHARE = 0.5
+# Seeds whose workers read read_committed, as librdkafka's default (Workload.read_committed_share).
+READ_COMMITTED_SHARE = 0.3
 #: The workload the search runs unless given another.
-SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE, hand_over_started_share=STARTED_SHARE)
+SEARCH_WORKLOAD = Workload(ordering_share=ORDERED_SHARE, hand_over_started_share=STARTED_SHARE,
+                           read_committed_share=READ_COMMITTED_SHARE)
 # Seeds (of those without a stalled read) where another program writes a marker of a type kmq does not
 # know to a markers partition while messages are in flight (FOREIGN_MARKER).
 FOREIGN_MARKER_SHARE = 0.25
@@ -63,6 +65,12 @@ LAGGING_READ_SPAN_S = (3.0, 12.0)
 # wait and its consumer's cached mark stays put (LeaderChange), and how long.
 LEADER_CHANGE_SHARE = 0.25
 LEADER_CHANGE_SPAN_S = (2.0, 10.0)
+# Seeds (of those without a stalled read) where the producer writes some messages to a queue partition in a
+# transaction (OpenTransaction), how long it stays open, how many messages, and the share aborted.
+TRANSACTION_SHARE = 0.25
+TRANSACTION_SPAN_S = (1.0, 20.0)
+TRANSACTION_RECORDS = (1, 5)
+TRANSACTION_ABORT_SHARE = 0.5
 # Seeds (service loop) where a worker's host clock reads off from the start, and where the tracker's is set
 # forward or back mid-run (ClockSkew), and by how much (within the 60 s a replayed lease allows).
 CLOCK_SKEW_SHARE = 0.25
@@ -152,10 +160,14 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     again, never closed as missing; and in :data:`LEADER_CHANGE_SHARE` (another stream) a markers
     partition's leader moves (:class:`~kmq.dev.sim.faults.LeaderChange`): the tracker's fetches of
     it wait and its consumer's cached mark stays put, and nothing may be copied whose END or RENEW
-    was written in time meanwhile. With the service loop, in :data:`CLOCK_SKEW_SHARE` of all seeds
-    (a stream of their own) a worker's clock reads off by 2 to 30 s either way from the start, and
-    in :data:`CLOCK_JUMP_SHARE` (another) the tracker's is set that far forward or back mid-run
-    (:class:`~kmq.dev.sim.faults.ClockSkew`): leases are judged on the tracker's clock; and in
+    was written in time meanwhile; and in :data:`TRANSACTION_SHARE` (another stream) the producer
+    writes its next messages to a queue partition in a transaction that stays open for a while,
+    then commits or aborts it (:class:`~kmq.dev.sim.faults.OpenTransaction`): nothing a worker was
+    handed may be lost, whichever isolation level the workers read at (read committed in
+    :data:`READ_COMMITTED_SHARE` of the seeds, :class:`~kmq.dev.sim.workload.Workload`). With the
+    service loop, in :data:`CLOCK_SKEW_SHARE` of all seeds (a stream of their own) a worker's clock
+    reads off by 2 to 30 s either way from the start, and in :data:`CLOCK_JUMP_SHARE` (another) the
+    tracker's is set that far forward or back mid-run (:class:`~kmq.dev.sim.faults.ClockSkew`): leases are judged on the tracker's clock; and in
     :data:`PRODUCER_FATAL_SHARE` (another) the tracker's producer goes fatal once
     (:class:`~kmq.dev.sim.faults.ProducerGoesFatal`): it must be replaced, and nothing it did not
     have acknowledged is taken for sent. In :data:`CLOSE_DURING_TAKE_SHARE` of all seeds (a
@@ -196,6 +208,12 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
             at = round(leader.uniform(2.0, workload.produce_over), 3)
             faults.append(LeaderChange(at, round(at + leader.uniform(*LEADER_CHANGE_SPAN_S), 3), f"{QUEUE}__markers",
                                        leader.randrange(parts)))
+        txn = random.Random(f"transaction-{seed}")
+        if txn.random() < TRANSACTION_SHARE:
+            at = round(txn.uniform(1.0, workload.produce_over), 3)
+            faults.append(OpenTransaction(at, round(at + txn.uniform(*TRANSACTION_SPAN_S), 3), QUEUE,
+                                          txn.randrange(parts), txn.randint(*TRANSACTION_RECORDS),
+                                          txn.random() >= TRANSACTION_ABORT_SHARE))
     if workload.tracker_loop == SERVICE:  # the step loop alone applies markers at their record time
         skew = random.Random(f"clock-skew-{seed}")
         if skew.random() < CLOCK_SKEW_SHARE:

@@ -117,7 +117,7 @@ class Worker:
         w = self.world
         c = w.cluster
         self.incarnation += 1
-        self.consumer = SimConsumer(c, self.name, group_id=GROUP)
+        self.consumer = SimConsumer(c, self.name, group_id=GROUP, isolation_level=w.worker_isolation)
         self.markers = SimProducer(c, f"{self.name}-markers", delivery_timeout=10.0)
         self.owner = f"{self.name}#{self.incarnation}"
         self.pipeline = FetchPipeline.for_kafka(w.config.kafka, w.workload.lease, hand_over_started=w.hand_over_started)

@@ -75,6 +75,10 @@ class Workload:
     # the handlers once its START is acknowledged, before its commit); the search runs 0.5
     # (kmq.dev.sim.search.STARTED_SHARE).
     hand_over_started_share: float = 0.0
+    # In this share of seeds the workers read read_committed, as librdkafka's default (kafka.client: confluent),
+    # else read_uncommitted, as kafka-python's; it matters under an OpenTransaction fault. The search runs 0.3
+    # (kmq.dev.sim.search.READ_COMMITTED_SHARE).
+    read_committed_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.messages <= MAX_MESSAGES:

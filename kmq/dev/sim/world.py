@@ -8,9 +8,14 @@ broker and its faults, not for the other actors).
 
 * :class:`Producer`: sends the workload's messages (value ``m00042``) and sends
   again what was not acknowledged (an application producer with retries);
+  under an :class:`~kmq.dev.sim.faults.OpenTransaction` it writes its next
+  messages in a transaction, committed or aborted (those messages given up)
+  when the fault ends;
 * :class:`~kmq.dev.sim.worker.Worker`: a kmq consumer: the real fetch
   pipeline (START markers per partition, acknowledged before the commit,
-  committed before the hand-over), then each delivery settled as the
+  committed before the hand-over; reading ``read_uncommitted`` as
+  kafka-python does, or in some seeds ``read_committed`` as librdkafka
+  does), then each delivery settled as the
   workload draws it: END, NACK, REJECT, nothing (the lease lapses), or a
   crash (it loses what it holds and comes back later, from the commits);
 * :class:`TrackerActor`: the real :class:`tracker.redeliver.Redeliverer` and
@@ -27,11 +32,13 @@ from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry
 
+from kmq.client.api import READ_COMMITTED, READ_UNCOMMITTED
 from kmq.config import Config, QueueConfig
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import BadMarker, decode_record
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.consumer import SimConsumer
+from kmq.dev.sim.faults import OpenTransaction
 from kmq.dev.sim.producer import SimDelivery, SimProducer
 from kmq.dev.sim.reader import SimLogReader
 from kmq.dev.sim.tracker_loop import ServiceTrackerActor
@@ -87,9 +94,13 @@ class Producer(_Actor):
         self._todo = [(t, f"m{i:05d}") for i, t in enumerate(times)]
         self._sent: list[tuple[str, SimDelivery]] = []
         self.acked: set[str] = set()
+        self._transactions = [f for f in world.cluster.faults.of(OpenTransaction) if f.topic == QUEUE]
+        self._open = 0  # transactions begun and not ended
 
     def step(self) -> None:
         now = self.world.cluster.t()
+        while self._transactions and self._transactions[0].at <= now:
+            self._transact(self._transactions.pop(0))
         while self._todo and self._todo[0][0] <= now:
             _, mid = self._todo.pop(0)
             self._send(mid)
@@ -109,8 +120,37 @@ class Producer(_Actor):
         fut = self.client.send(QUEUE, value=mid.encode(), key=self.world.workload.key_of(mid, self.world.ordered))
         (self._sent if into is None else into).append((mid, fut))
 
+    def _transact(self, f: OpenTransaction) -> None:
+        """Write the next ``f.records`` messages in one transaction now; end it at ``f.until``."""
+        c, w = self.world.cluster, self.world
+        mids = [mid for _, mid in self._todo[:f.records]]
+        del self._todo[:len(mids)]
+        if not mids:
+            c.record(f"world {self.name}: nothing left to send in a transaction")
+            return
+        txn = c.begin_transaction(self.name)
+        self._open += 1
+        then = "commit" if f.commit else "abort"
+        for mid in mids:
+            offset = c.append(QUEUE, f.partition, w.workload.key_of(mid, w.ordered), mid.encode(), source=self.name,
+                              txn=txn)
+            w.note(mid, f"produce in transaction {txn}: {QUEUE}[{f.partition}]@{offset}, open until "
+                        f"t={f.until:g}s, then {then}")
+
+        def end() -> None:
+            markers = c.end_transaction(txn, f.commit)
+            self._open -= 1
+            where = ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(markers.items()))
+            for mid in mids:
+                if f.commit:
+                    self.acked.add(mid)
+                w.note(mid, f"transaction {txn} {'committed' if f.commit else 'aborted (message given up)'}, "
+                            f"marker at {where}")
+
+        c.clock.call_at(c.clock.now() + max(0.0, f.until - c.t()), end)
+
     def busy(self) -> bool:
-        return bool(self._todo or self._sent)
+        return bool(self._todo or self._sent or self._open)
 
 
 class TrackerActor(_Actor):
@@ -182,6 +222,10 @@ class World:
         # consumer.hand_over: started (not with ordering: key, which the config refuses); a stream of its own too
         self.hand_over_started = (not self.ordered and random.Random(f"hand-over-{seed}").random()
                                   < workload.hand_over_started_share)
+        # The workers' isolation level: read_committed as librdkafka's default (kafka.client: confluent) in
+        # this share of the seeds, else kafka-python's read_uncommitted (a stream of its own)
+        self.worker_isolation = (READ_COMMITTED if random.Random(f"isolation-{seed}").random()
+                                 < workload.read_committed_share else READ_UNCOMMITTED)
         self.done: list[KeyedDone] = []  # what handlers acked or rejected, in order (ordering: key)
         self.released: set[tuple[str, int, bytes | None]] = set()  # (owner, partition, key) given up on
         self.started: dict[int, set[int]] = {p: set() for p in range(workload.partitions)}
@@ -245,12 +289,15 @@ class World:
 
     def quiet(self) -> bool:
         """Nothing left to do: every send settled, every delivery settled, every partition consumed
-        and committed, nothing open in the tracker."""
+        and committed (past every record the workers are handed: a commit or abort marker at the
+        end is never handed, nor, read committed, an aborted record), nothing open in the tracker."""
         if any(a.busy() for a in self.actors):
             return False
         for p in range(self.workload.partitions):
-            hw = self.cluster.log(QUEUE, p).high_water
-            if self.cluster.groups.committed(GROUP, (QUEUE, p)) != hw and hw > 0:
+            plog = self.cluster.log(QUEUE, p)
+            committed = self.cluster.groups.committed(GROUP, (QUEUE, p)) or 0
+            if (plog.open_transactions() or committed < plog.log_start < plog.high_water
+                    or plog.read(committed, plog.high_water, self.worker_isolation)):
                 return False
             if (self.tracker.states[p].position or 0) < self.cluster.log(self.queue.markers_topic, p).high_water:
                 return False
