@@ -207,6 +207,12 @@ MUTANTS: tuple[Mutant, ...] = (
        "        mtype = MarkerType(code) if code in _TYPES else MarkerType.END\n    except ValueError:\n"
        "        raise MarkerDecodeError",
        ("tests/unit/test_markers.py",)),
+    _m("newer-version-skipped", "a marker of a newer wire version and a known type is read by its version-1 fields, "
+       "never skipped", "kmq/core/markers.py",
+       "    rd.pos = _HEAD.size\n    try:\n        return _decode_body(rd, code, version, newer=True)",
+       "    raise MarkerDecodeError(f\"unknown marker version {version}\")  # skipped like a bad record\n"
+       "    rd.pos = _HEAD.size\n    try:\n        return _decode_body(rd, code, version, newer=True)",
+       ("tests/unit/test_markers.py",)),
     _m("past-log-end-closed-missing", "offsets at or past the end a read ran into are held back, never closed missing",
        "kmq/core/redelivery_plan.py",
        "        gone.remove(log_end, _MAX_OFFSET - log_end)",

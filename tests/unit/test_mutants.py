@@ -80,11 +80,12 @@ def test_a_mutant_that_loses_every_message_is_caught_by_the_sim_and_a_harmless_o
     ("undecided-copy-closed", 12, "lost"),  # the hung send fault
     ("past-log-end-closed-missing", 4, "lost"),  # the lagging read fault
     ("log-reader-read-committed", 8, "lost"),  # the open transaction fault
-    ("due-end-from-cached-high-water", 33, "copied-while-leased"),  # the leader change fault
+    ("due-end-from-cached-high-water", 96, "copied-while-leased"),  # the leader change fault
     ("lease-on-writer-clock", 1, "backoff-early"),  # the clock skew fault
     ("clock-jump-ignored", 1, "backoff-early"),
     ("fatal-producer-kept", 1, "lost"),  # the producer fatal fault
     ("close-strands-take", 4, "stranded-by-close"),  # the close-during-take fault
+    ("newer-version-skipped", 5, "lost"),  # the newer-markers fault
 ])
 def test_the_newer_checks_and_faults_catch_their_mutant(name, seed, invariant):
     r = run_mutant(select([name])[0], ROOT, seeds=1, start=seed, tests=False, timeout=120)

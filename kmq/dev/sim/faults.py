@@ -24,13 +24,14 @@ import random
 from dataclasses import dataclass, fields
 from typing import Iterable, Mapping, Union
 
+from kmq.core.markers import VERSION
 from kmq.dev.sim.errors import FaultPlanError
 
 __all__ = [
     "SlowFetch", "SlowRead", "LaggingRead", "LeaderChange", "ClockSkew", "ProducerGoesFatal", "StaleHighWater",
     "ProduceFault", "CommitFault", "MemberPause", "BrokerPause", "Retention",
-    "UnexpectedRecord", "MemberJoinsAndLeaves", "CloseDuringTake", "OpenTransaction", "Fault", "FaultPlan",
-    "DELAYED", "LOST",
+    "UnexpectedRecord", "MemberJoinsAndLeaves", "CloseDuringTake", "OpenTransaction", "NewerMarkers", "NEWER_FIELD",
+    "newer_marker", "Fault", "FaultPlan", "DELAYED", "LOST",
     "NULL_HEADER", "TOMBSTONE", "NULL_RECORD", "HUGE_VALUE", "BAD_KMQ_HEADERS", "UNEXPECTED_KINDS", "FOREIGN_MARKER",
     "MARKER_KINDS",
 ]
@@ -312,9 +313,34 @@ class OpenTransaction:
             raise FaultPlanError(f"OpenTransaction.records must be at least 1, not {self.records}")
 
 
+@dataclass(frozen=True, slots=True)
+class NewerMarkers:
+    """From ``at`` on, ``host`` runs a later kmq (a rolling upgrade half done): every marker its
+    producers write to a markers topic is of the next wire version, with a field appended after its
+    body, as every later version may do (docs/protocol.md, "Rolling upgrades"; :func:`newer_marker`).
+    Readers of this version read it by the fields they know: nothing may be lost, closed or
+    copied otherwise than had the marker been of their own version."""
+
+    at: float
+    host: str
+
+    def __post_init__(self) -> None:
+        _check_window(self)
+
+
+#: What a later version appends to every marker in :class:`NewerMarkers` (a field a reader may ignore).
+NEWER_FIELD = b"\x00\x07later"
+
+
+def newer_marker(value: bytes) -> bytes:
+    """``value`` (a marker this build wrote) as the next wire version writes it: the version byte one
+    higher, :data:`NEWER_FIELD` appended."""
+    return bytes((VERSION + 1,)) + value[1:] + NEWER_FIELD
+
+
 Fault = Union[SlowFetch, SlowRead, LaggingRead, LeaderChange, ClockSkew, ProducerGoesFatal, StaleHighWater,
               ProduceFault, CommitFault, MemberPause, BrokerPause, Retention,
-              UnexpectedRecord, MemberJoinsAndLeaves, CloseDuringTake, OpenTransaction]
+              UnexpectedRecord, MemberJoinsAndLeaves, CloseDuringTake, OpenTransaction, NewerMarkers]
 
 
 def on_host(client: str, host: str) -> bool:
@@ -367,6 +393,10 @@ class FaultPlan:
     def fatal_at(self, producer: str, made: float) -> list[float]:
         """When a producer named ``producer``, made at ``made``, goes fatal (:class:`ProducerGoesFatal`)."""
         return sorted(f.at for f in self.of(ProducerGoesFatal) if f.at >= made and on_host(producer, f.producer))
+
+    def writes_newer_markers(self, producer: str, now: float) -> bool:
+        """Whether ``producer`` runs on a host that writes markers of the next version at ``now``."""
+        return any(f.at <= now and on_host(producer, f.host) for f in self.of(NewerMarkers))
 
     def leader_changing(self, topic: str, partition: int, now: float) -> bool:
         """Whether a :class:`LeaderChange` of ``topic[partition]`` is going on at ``now``."""

@@ -33,15 +33,20 @@ from typing import Any, Sequence
 
 from kmq.client.api import CONFLUENT, KAFKA_PYTHON, Delivery, ProduceFailed, ProducerFatal
 from kmq.client.errors import RecordTooLarge, TopicUnknown
+from kmq.core.markers import MarkerDecodeError, decode
 from kmq.dev.sim.clock import VirtualClock
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.errors import SimulationError
+from kmq.dev.sim.faults import newer_marker
 from kmq.dev.sim.log import record_size
 
 __all__ = ["SimProducer", "SimDelivery"]
 
 _BYTES = (bytes, bytearray, memoryview)
 
+
+#: How a markers topic's name ends (kmq.config.queues names them ``<queue>[__<group>]__markers``).
+MARKERS_SUFFIX = "__markers"
 
 class SimDelivery(Delivery):
     """A :class:`~kmq.client.api.Delivery` whose ``get(timeout)`` advances the virtual clock
@@ -106,6 +111,9 @@ class SimProducer:
             raise TopicUnknown(f"{topic}[{partition}]: unknown topic or partition")
         if partition is None:
             partition = (zlib.crc32(bytes(key)) if key is not None else next(self._round_robin)) % counts[topic]
+        if value is not None and topic.endswith(MARKERS_SUFFIX) and self.cluster.faults.writes_newer_markers(
+                self.name, self.cluster.t()):
+            value = _as_newer(bytes(value))
         fut = SimDelivery(self.cluster.clock)
         size = record_size(key and bytes(key), value and bytes(value), headers)
         if size > self.max_request_size:
@@ -171,3 +179,13 @@ class SimProducer:
 
     def __repr__(self) -> str:
         return f"SimProducer({self.name!r}, {len(self._pending)} pending)"
+
+
+def _as_newer(value: bytes) -> bytes:
+    """A marker of this build's as a later kmq writes it (:class:`~kmq.dev.sim.faults.NewerMarkers`);
+    anything else as it is."""
+    try:
+        decode(value)
+    except MarkerDecodeError:
+        return value
+    return newer_marker(value)

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kmq.dev.sim.cluster import SimCluster
 from kmq.dev.sim.faults import (
-    FOREIGN_MARKER, HUNG, ClockSkew, CloseDuringTake, FaultPlan, LaggingRead, LeaderChange, OpenTransaction,
+    FOREIGN_MARKER, HUNG, ClockSkew, CloseDuringTake, FaultPlan, LaggingRead, LeaderChange, NewerMarkers,
+    OpenTransaction,
     ProduceFault, ProducerGoesFatal, Retention, SlowRead, UnexpectedRecord,
 )
 from kmq.dev.sim.invariants import Violation, check
@@ -81,6 +82,9 @@ PRODUCER_FATAL_SHARE = 0.2
 # Seeds where one worker's consumer is closed from another thread in the middle of a take for iteration
 # (CloseDuringTake), some time while the producer sends.
 CLOSE_DURING_TAKE_SHARE = 0.25
+# Seeds where one worker's host runs a later kmq from some time on: its markers are of the next wire version
+# (NewerMarkers, a rolling upgrade half done).
+NEWER_MARKERS_SHARE = 0.2
 QUIET_BOUND_S = 600.0
 MAX_STEPS = 400_000
 
@@ -173,7 +177,10 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     have acknowledged is taken for sent. In :data:`CLOSE_DURING_TAKE_SHARE` of all seeds (a
     stream of their own) one worker's consumer is closed in the middle of a take for iteration
     (:class:`~kmq.dev.sim.faults.CloseDuringTake`): every message the take brought must reach a
-    handler or go back to the group."""
+    handler or go back to the group. In :data:`NEWER_MARKERS_SHARE` of all seeds (a stream of
+    their own) one worker's host runs a later kmq from some time on
+    (:class:`~kmq.dev.sim.faults.NewerMarkers`): its markers are of the next wire version, with a
+    field appended, and must be read by the fields this version knows."""
     parts = workload.partitions
     drawn = FaultPlan.random(seed, topics={QUEUE: parts, f"{QUEUE}__markers": parts, f"{QUEUE}__dlq": parts},
                              consumers=[*(f"w{i}" for i in range(workload.workers)), TRACKER], group=GROUP,
@@ -230,6 +237,10 @@ def fault_plan(seed: int, workload: Workload) -> FaultPlan:
     if close.random() < CLOSE_DURING_TAKE_SHARE:
         faults.append(CloseDuringTake(round(close.uniform(1.0, workload.produce_over), 3),
                                       f"w{close.randrange(workload.workers)}"))
+    newer = random.Random(f"newer-markers-{seed}")
+    if newer.random() < NEWER_MARKERS_SHARE:
+        faults.append(NewerMarkers(round(newer.uniform(0.0, workload.produce_over), 3),
+                                   f"w{newer.randrange(workload.workers)}"))
     return FaultPlan(faults)
 
 
