@@ -56,8 +56,10 @@ from kmq.config import Config
 from kmq.core.errors import KmqError
 from kmq.consumer.consumer import KmqConsumer
 from kmq.consumer.loop_driver import LoopConsumer
+from kmq.consumer.take_ahead import HOLD, MOST
+from kmq.core.errors import MessageAlreadySettled
 from kmq.core.message import KmqMessage
-from kmq.core.outcome import HandlerOutcome, OutcomeRule, RejectOn, settle
+from kmq.core.outcome import OutcomeRule, RejectOn, settle
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import current
 
@@ -181,6 +183,13 @@ class AsyncKmqConsumer:
         self._poller = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kmq-aio-poll")
         self._closed = False
         self._yielded_at = 0.0
+        # Ready messages taken for the loop a few at a time (one ready batch's), handed out one by one
+        # with a popleft: on the loop alone, so no lock per message (kmq.consumer.take_ahead's rule
+        # for how many); their batch's lease start and generation, for giving them back on close.
+        self._taken: deque[KmqMessage] = deque()
+        self._taken_batch: tuple[float, int] = (0.0, 0)
+        self._take_size = 1
+        self._took_at = -HOLD - 1.0
         # run() calls under way (their end, the task running them): close() lets them drain first.
         self._runs: dict[asyncio.Future[Any], asyncio.Task[Any] | None] = {}
 
@@ -277,6 +286,7 @@ class AsyncKmqConsumer:
         if already:
             return
         consumer.stop()  # a waiting poll returns at once
+        self._keep_taken(consumer)  # _closed is set: nothing takes from them any more
         me = asyncio.current_task()
         others = [end for end, task in self._runs.items() if task is not me]
         loop = asyncio.get_running_loop()
@@ -333,7 +343,28 @@ class AsyncKmqConsumer:
         c = self._consumer
         if c is None or self._closed or c.stopping:
             return None
-        return c.ahead.next(0)
+        if self._taken:
+            c.ahead.takes += 1  # the taker is alive (consumer.max_poll_interval), as TakeAhead.next counts
+            return self._taken.popleft()
+        if c.ahead:  # what a cancelled waiting poll brought (_keep_late) or an earlier iteration held
+            return c.ahead.next(0)
+        # Twice the last take if it was used up within HOLD (the loop keeps up), else one message.
+        now = time.monotonic()
+        n = self._take_size = min(2 * self._take_size, MOST) if now - self._took_at <= HOLD else 1
+        msgs, leased_at, gen = c.take_chunk(0, n)
+        self._took_at = time.monotonic()
+        if len(msgs) > 1:
+            self._taken.extend(msgs[1:])  # used up before the next take: one batch at a time
+            self._taken_batch = (leased_at, gen)
+        return msgs[0] if msgs else None
+
+    def _keep_taken(self, consumer: Any) -> None:
+        """Closing (on the loop): the messages taken and never handed out go to the consumer's
+        take-ahead, whose close gives them back to the group with the rest (same delivery count)."""
+        if self._taken:
+            msgs = list(self._taken)
+            self._taken.clear()
+            consumer.ahead.keep(msgs, *self._taken_batch)
 
     def _keep_late(self, fut: concurrent.futures.Future[Any]) -> None:
         # On the poll thread: what it returned after its waiter was cancelled, for the next taker (or close).
@@ -351,9 +382,16 @@ class AsyncKmqConsumer:
         if time.monotonic() - self._yielded_at >= self.YIELD_EVERY:
             await asyncio.sleep(0)
             self._yielded_at = time.monotonic()
-        m = self._ready_one()  # a backlog: no coroutine of _take's per message
+        taken = self._taken
+        if taken and not self._closed and not self._consumer.stopping:  # type: ignore[union-attr]  # taken: started
+            self._consumer.ahead.takes += 1  # type: ignore[union-attr]  # as in _ready_one, spelled out (per message)
+            m: KmqMessage | None = taken.popleft()
+        else:
+            m = self._ready_one()  # a backlog: no coroutine of _take's per message
         if m is not None:
-            return _wrap(m)
+            w = _new_wrapper(AsyncKmqMessage)  # _wrap inlined: once per message
+            w.message = m
+            return w
         while not self.stopping:
             got = await self._take(1)
             if got:
@@ -465,8 +503,8 @@ class _HandlerPool:
         while self._idle:
             self._idle.popleft().set_result(None)
 
-    async def _next(self) -> KmqMessage | None:
-        """This worker's next message: a ready one taken now, else one handed to it; None: end."""
+    def _turn_spent(self) -> bool:
+        """Whether the workers' turn is over (or just ended): they yield before the next message."""
         if not self._turn_over and time.monotonic() - self._turn_began >= AsyncKmqConsumer.YIELD_EVERY:
             # Handlers that never suspend over a backlog would starve every other task. One budget
             # for all workers: a worker each would give the loop's other tasks a turn only after
@@ -474,13 +512,22 @@ class _HandlerPool:
             self._turn_over = True
             # Queued behind the workers' wake-ups: runs once the loop has had its round.
             asyncio.get_running_loop().call_soon(self._new_turn)
-        while self._turn_over:  # a worker woken before the next turn began waits for it
-            await asyncio.sleep(0)
+        return self._turn_over
+
+    async def _next(self) -> KmqMessage | None:
+        """This worker's next message: a ready one taken now, else one handed to it; None: end."""
+        if self._turn_spent():
+            while self._turn_over:  # a worker woken before the next turn began waits for it
+                await asyncio.sleep(0)
         if self._closing:
             return None
         m = self._ready_one()
         if m is not None:
             return m
+        return await self._handed()
+
+    async def _handed(self) -> KmqMessage | None:
+        """Idle until :meth:`hand` gives this worker a message (None: end)."""
         fut: asyncio.Future[KmqMessage | None] = asyncio.get_running_loop().create_future()
         self._idle.append(fut)
         if self._idle_waiter is not None:
@@ -492,22 +539,31 @@ class _HandlerPool:
         self._turn_began = time.monotonic()
 
     async def _work(self) -> None:
-        handler, rule = self._handler, self._rule
+        handler, rule, ready_one = self._handler, self._rule, self._ready_one
+        new = _new_wrapper
         while True:
-            m = await self._next()
+            # _next's common case inlined (no coroutine per message): the turn goes on, a message is ready.
+            m = None if self._turn_spent() or self._closing else ready_one()
             if m is None:
-                return
+                m = await self._next()
+                if m is None:
+                    return
+            w = new(AsyncKmqMessage)
+            w.message = m
             try:
                 if m._span is None:
-                    await handler(_wrap(m))
+                    await handler(w)
                 else:  # tracing on: current in this task (a context variable) while the handler runs
                     with current(m._span):
-                        await handler(_wrap(m))
+                        await handler(w)
             except Exception as exc:  # CancelledError is not: a cancelled handler leaves its message to the lease
-                outcome: HandlerOutcome | None = rule.failed(exc, m.delivery_count)
+                settle(m, rule.failed(exc, m.delivery_count))
             else:
-                outcome = rule.returned(m._outcome is not None)
-            settle(m, outcome)
+                if m._outcome is None:  # rule.returned and settle's ack, inlined: once per message
+                    try:
+                        m.ack()
+                    except MessageAlreadySettled:  # settled by another task meanwhile: that one stands
+                        pass
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         # A handler's BaseException (or the fetcher's error) ends its worker and run() (after the

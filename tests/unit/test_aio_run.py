@@ -47,6 +47,11 @@ class ReadyConsumer:
     def stop(self) -> None:
         self.stopping = True
 
+    def close(self, timeout: float | None = None) -> None:
+        """As KmqConsumer.close: what was taken ahead goes back (here: recorded, in order)."""
+        self.given_back = []
+        self.ahead.put_back(lambda msgs, leased_at, gen: self.given_back.extend(msgs) or True, self.given_back.extend)
+
     def raise_error(self) -> None:
         self.ready.raise_error()
 
@@ -195,10 +200,9 @@ def test_async_for_over_a_ready_backlog_takes_a_few_ahead_and_leaves_the_rest_fo
     assert set(fake.settler.outcomes.values()) == {ACK}
     # One lock per few dozen messages, never more than MOST taken ahead of the loop.
     assert 0 < max(ahead) < MOST and fake.taken > 130
-    # What was taken ahead stays with the consumer (whose close puts it back), in order.
-    rest = []
-    fake.ahead.put_back(lambda msgs, leased_at, gen: rest.extend(msgs) or True, rest.extend)
-    assert [m.offset for m in rest] == list(range(130, fake.taken))
+    # What was taken ahead and never handed out is given back by close, in order.
+    asyncio.run(c.close())
+    assert [m.offset for m in fake.given_back] == list(range(130, fake.taken))
     assert len(fake.settler.outcomes) == 130
 
 

@@ -115,11 +115,9 @@ class AioGroupConsumer:
         if self._failing:
             self._failing = False
             log.info("Kafka fetch works again")
-        out = []
-        for rs in batches.values():
-            for r in rs:
-                out.append(build(r.topic, r.partition, r.offset, r.key, r.value, r.headers or None, r.timestamp))
-        return out
+        # One comprehension per fetch: aiokafka's records are decoded already, only kmq's message is made.
+        return [build(r.topic, r.partition, r.offset, r.key, r.value, r.headers or None, r.timestamp)
+                for rs in batches.values() for r in rs]
 
     def commit_async(self, offsets: Mapping[Partition, int]) -> Delivery:
         """Commit ``offsets`` (next offsets) without waiting (on the loop): a
