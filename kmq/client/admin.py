@@ -4,8 +4,9 @@ client (pure: no client imported here).
 * :class:`TopicAdmin`: describe topics (partitions, partitions without a leader), list the
   brokers, create a topic, grow one, read topic configs, list topic names, read a group's committed offsets;
 * :func:`kmq.client.factory.open_admin` builds the adapter of the configured client, on
-  kafka-python's ``KafkaAdminClient`` (:mod:`kmq.client.kafka_python.admin`) or confluent-kafka's
-  ``AdminClient`` (:mod:`kmq.client.confluent.admin`).
+  kafka-python's ``KafkaAdminClient`` (:mod:`kmq.client.kafka_python.admin`), confluent-kafka's
+  ``AdminClient`` (:mod:`kmq.client.confluent.admin`) or aiokafka's ``AIOKafkaAdminClient``
+  (:mod:`kmq.client.aiokafka.admin`, run on an event loop of its own: the protocol is synchronous).
 
 Every method raises kmq's errors only: :class:`~kmq.core.errors.BrokerUnavailable` (or the
 subclass naming a refused login, certificate or ACL) when the broker does not answer or refuses,

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 
 from kmq.client.admin import TopicAdmin
 from kmq.client.api import (
+    AIOKAFKA,
     CONFLUENT,
     ConsumerAdapter,
     FutureBatch,
@@ -259,8 +260,12 @@ def open_admin(kafka: Any, timeout_s: float | None = None) -> TopicAdmin:
     """A :class:`~kmq.client.admin.TopicAdmin` on the client ``kafka.client`` names; ``timeout_s``
     (default ``kafka.connect_timeout``) bounds each request. Close it when done."""
     name = client_of(kafka)
-    require_client(name)
     timeout_s = timeout_s or kafka.connect_timeout
+    if name == AIOKAFKA:  # its topic checks and ``kmq topics`` too: no kafka-python in its process
+        from kmq.client.aiokafka.admin import AioKafkaAdmin
+
+        return AioKafkaAdmin(kafka, timeout_s)
+    require_client(name)
     if name == CONFLUENT:
         from kmq.client.confluent.admin import ConfluentAdmin
 

@@ -7,12 +7,10 @@ the aiokafka adapter (:mod:`kmq.client.aiokafka`) is imported only when that cli
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 
 from kmq.client.api import AIOKAFKA
 from kmq.client.parts import ClientFactory
 from kmq.config import Config
-from kmq.core.errors import ClientNotInstalled
 
 __all__ = ["on_loop", "loop_clients"]
 
@@ -24,11 +22,10 @@ def on_loop(cfg: Config) -> bool:
 
 def loop_clients(cfg: Config, loop: asyncio.AbstractEventLoop) -> tuple[Config, ClientFactory]:
     """The configuration and client factory of a consumer on ``loop``: the factory builds the group
-    member and the marker producer on aiokafka; ``cfg`` comes back with kafka-python named for the
-    rest (topic checks, log readers)."""
-    if importlib.util.find_spec("aiokafka") is None:
-        raise ClientNotInstalled("kafka.client is aiokafka but aiokafka is not installed; pip install 'kmq[aio]' "
-                                 "or set kafka.client: kafka-python (KMQ_KAFKA__CLIENT)")
+    member and the marker producer on aiokafka, and administers topics (the topic checks) on aiokafka
+    on a loop of its own; ``cfg`` comes back with kafka-python named for the rest (the log readers of
+    the key-ordered recovery, built when one is needed: only then is kafka-python imported).
+    :class:`~kmq.core.errors.ClientNotInstalled` without aiokafka."""
     from dataclasses import replace
 
     from kmq.client.aiokafka.clients import AioKafkaClients, kafka_python

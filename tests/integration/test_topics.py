@@ -6,15 +6,20 @@ import pytest
 from click.testing import CliRunner
 
 from kmq.cli import cli
-from kmq.client import open_admin
+from kmq.client import open_admin, open_log_reader
 from kmq.config import Config
 from kmq.core.errors import TopicMisaligned, TopicMissing
 from kmq.client.topics import describe, ensure_topics, require_aligned
-from tests.conftest import unique
+from tests.conftest import KAFKA_CLIENTS, unique
 from tests.helpers.kafka import wait_until
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(params=(*KAFKA_CLIENTS, "aiokafka"))
+def kafka_client(request) -> str:
+    """Every client that administers topics: aiokafka too (an AsyncKmqConsumer's topic checks)."""
+    return request.param
 
 
 def test_create_makes_three_aligned_topics_and_is_idempotent(bootstrap, kafka_client, monkeypatch):
@@ -70,3 +75,23 @@ def test_missing_topics_name_the_fix(bootstrap):
     q = unique("nothere")
     with pytest.raises(TopicMissing, match=f"kmq topics create {q}"):
         require_aligned(cfg.kafka, cfg.queue(q))
+
+
+def test_group_offsets_on_the_aiokafka_admin(bootstrap):
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap}})
+    q, group = unique("offsets"), unique("group")
+    aio = Config.from_dict({"kafka": {"bootstrap_servers": bootstrap, "client": "aiokafka"}}).kafka
+    admin = open_admin(aio)
+    try:
+        assert admin.create(q, 2, 1, {})
+        wait_until(lambda: (admin.describe([q])[q] or None) and admin.describe([q])[q].partitions == 2, 10,
+                   what="the new topic in the metadata")
+        reader = open_log_reader(cfg.kafka)
+        try:
+            reader.commit(group, {(q, 0): 7})
+        finally:
+            reader.close()
+        assert admin.group_offsets(group, [(q, 0), (q, 1)]) == {(q, 0): 7, (q, 1): None}
+        assert admin.brokers()
+    finally:
+        admin.close()

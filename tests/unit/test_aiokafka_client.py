@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from kmq.client import factory
@@ -51,3 +55,30 @@ def test_a_sasl_mechanism_aiokafka_lacks_is_a_config_error():
     cfg = config(security_protocol="SASL_PLAINTEXT", sasl_mechanism="AWS_MSK_IAM")
     with pytest.raises(ConfigError, match="kafka.client: confluent"):
         producer_settings(cfg.kafka, None, {})
+
+
+def test_an_async_consumers_clients_and_topic_checks_never_import_kafka_python():
+    # kafka-python's modules are some 17,000 objects every full collection visits: the topic checks
+    # of a consumer on aiokafka run on aiokafka's admin client. No broker listens at the port, so
+    # the check ends in kmq's error after the admin client was built and tried.
+    code = textwrap.dedent("""
+        import asyncio, socket, sys
+        from kmq.client.loop import loop_clients
+        from kmq.config import Config
+        from kmq.core.errors import BrokerUnavailable
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cfg = Config.from_dict({"kafka": {"bootstrap_servers": f"127.0.0.1:{port}", "client": "aiokafka",
+                                          "connect_timeout": "2s"}, "queues": [{"name": "orders"}]})
+        loop = asyncio.new_event_loop()
+        cfg, clients = loop_clients(cfg, loop)
+        try:
+            clients.require_aligned(cfg.kafka, cfg.queue("orders"))
+            raise SystemExit("no error from a broker that is not there")
+        except BrokerUnavailable as exc:
+            print(type(exc).__name__, exc)
+        assert "kafka" not in sys.modules, "kafka-python imported"
+        assert "kmq.client.aiokafka.admin" in sys.modules, "the aiokafka admin was not used"
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
