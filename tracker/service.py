@@ -3,9 +3,11 @@
 One consumer group (``tracker.group_id``) reads the markers topics of all
 configured queues; any number of instances share the partitions. Per owned
 markers partition the pure :class:`~kmq.core.lease_state.PartitionState` holds
-the open leases. The step's decisions are pure too: the markers read
-(:mod:`kmq.core.marker_batch`), the look-ups of the markers' ends and the
-commits (:mod:`kmq.core.end_lookups`), one partition's redelivery
+the open leases. The step's decisions are pure too: catch-up
+(:mod:`kmq.core.catch_up_plan`, carried out by :mod:`tracker.catch_up`), the
+markers read (:mod:`kmq.core.marker_batch`), the look-ups of the markers' ends and the
+commits (:mod:`kmq.core.end_lookups`), the round over the due partitions
+(:mod:`kmq.core.due_round`), one partition's redelivery
 (:mod:`kmq.core.redelivery_run`, carried out by :mod:`tracker.redeliver`); this
 module feeds them and carries out their answers, and :mod:`tracker.assignment`
 keeps the owned partitions.
