@@ -68,7 +68,7 @@ from kmq.core.end_lookups import EndLookups
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError  # noqa: F401 - tests reach service.BrokerUnavailable
 from kmq.core.lease_state import PartitionState
 from kmq.core.marker_clock import ClockWatch
-from kmq.core.marker_batch import apply_batch
+from kmq.core.marker_batch import apply_batch, to_apply
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.assignment import Assignment
@@ -351,12 +351,10 @@ class Tracker:
         self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._catch_up.position_new(self._owned, self._consumer)
-        for tp, batch in _by_partition(records).items():
-            owned = self._owned.get(tp)
-            if owned is not None and owned.positioned and tp not in just_positioned:
-                self._apply(owned, batch, tally, read_ms, floor_ms if owned.at_end else None)
-                self._note_end(owned)
-                self._touched(owned)
+        for owned, batch, floor in to_apply(records, self._owned, just_positioned, floor_ms):
+            self._apply(owned, batch, tally, read_ms, floor)
+            self._note_end(owned)
+            self._touched(owned)
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
         caught = self._catch_up.update(self._owned, self._consumer, self._hw_reader)
@@ -586,10 +584,3 @@ def _new_state(q: QueueConfig) -> PartitionState:
     """A fresh lease state for a partition of ``q``."""
     return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
-
-def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
-    """Fetched records per partition, in offset order."""
-    out: dict[Partition, list[Record]] = {}
-    for rec in records:
-        out.setdefault((rec.topic, rec.partition), []).append(rec)
-    return out
