@@ -3,9 +3,11 @@
 One consumer group (``tracker.group_id``) reads the markers topics of all
 configured queues; any number of instances share the partitions. Per owned
 markers partition the pure :class:`~kmq.core.lease_state.PartitionState` holds
-the open leases. The step's decisions are pure too: the markers read
-(:mod:`kmq.core.marker_batch`), the look-ups of the markers' ends and the
-commits (:mod:`kmq.core.end_lookups`), one partition's redelivery
+the open leases. The step's decisions are pure too: catch-up
+(:mod:`kmq.core.catch_up_plan`, carried out by :mod:`tracker.catch_up`), the
+markers read (:mod:`kmq.core.marker_batch`), the look-ups of the markers' ends and the
+commits (:mod:`kmq.core.end_lookups`), the round over the due partitions
+(:mod:`kmq.core.due_round`), one partition's redelivery
 (:mod:`kmq.core.redelivery_run`, carried out by :mod:`tracker.redeliver`); this
 module feeds them and carries out their answers, and :mod:`tracker.assignment`
 keeps the owned partitions.
@@ -53,18 +55,20 @@ import threading
 import time
 from collections import Counter as Tally
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
 from kmq.client import GroupConsumerAdapter, LogReadError, Partition, Record
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config, QueueConfig
+from kmq.core.due_round import CLOCK as DUE_CLOCK
+from kmq.core.due_round import MONO, RETRY_TARGETS, STOPPING, Doubted, LookUpEnds, Redeliver, serve_due
 from kmq.core.end_lookups import EndLookups
 from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError  # noqa: F401 - tests reach service.BrokerUnavailable
 from kmq.core.lease_state import PartitionState
 from kmq.core.marker_clock import ClockWatch
-from kmq.core.marker_batch import apply_batch
+from kmq.core.marker_batch import apply_batch, to_apply
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.assignment import Assignment
@@ -347,12 +351,10 @@ class Tracker:
         self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._catch_up.position_new(self._owned, self._consumer)
-        for tp, batch in _by_partition(records).items():
-            owned = self._owned.get(tp)
-            if owned is not None and owned.positioned and tp not in just_positioned:
-                self._apply(owned, batch, tally, read_ms, floor_ms if owned.at_end else None)
-                self._note_end(owned)
-                self._touched(owned)
+        for owned, batch, floor in to_apply(records, self._owned, just_positioned, floor_ms):
+            self._apply(owned, batch, tally, read_ms, floor)
+            self._note_end(owned)
+            self._touched(owned)
         for (queue, mtype), n in tally.items():
             self.metrics.markers.labels(queue, mtype).inc(n)
         caught = self._catch_up.update(self._owned, self._consumer, self._hw_reader)
@@ -379,28 +381,38 @@ class Tracker:
         first, until the step's budget is spent: a slow partition delays the others by one step at
         most, and is itself served again when its own retry backoff ends. Partitions whose last
         look-up got no answer are looked up again after the others were served (each such look-up
-        may wait out the reader's timeout), when their own backoff ends."""
+        may wait out the reader's timeout), when their own backoff ends. The order and every
+        decision: :func:`~kmq.core.due_round.serve_due`; here, its actions carried out."""
         began = self._mono()
         due = [self._owned[tp] for tp in self._assigned.schedule.pop_due(self._now_ms()) if tp in self._owned]
-        due.sort(key=lambda o: o.served)
-        self._read_through(due)
-        for i, owned in enumerate(due):
-            if self._stopping.is_set() or self._mono() - began >= _STEP_BUDGET_S:
-                for later in due[i:]:
-                    self._touched(later)  # still due: served first next step
-                break
-            items = owned.state.due(owned.horizon(self._now_ms()), limit=_DUE_LIMIT) if owned.caught_up else []
-            copies = self._redeliver(owned, items) if items else 0
-            if items:
-                owned.served = self._mono()
-            self._touched(owned)
-            if items and self._membership_in_doubt(f"while {owned.topic}[{owned.partition}] was redelivered",
-                                                   owned.queue, copies):
-                return
-        if not self._stopping.is_set():
-            for owned in self._read_through(due, failing=True):
-                self._touched(owned)
-            self._catch_up.read_targets(self._owned, self._hw_reader, failing=True)
+        steps = serve_due(due, began, _STEP_BUDGET_S, _DUE_LIMIT, self._touched)
+        try:
+            action = next(steps)
+            while True:
+                action = steps.send(self._serve(action))
+        except StopIteration:
+            pass
+
+    def _serve(self, action: Any) -> Any:
+        """Do one action of the round over the due partitions and return its answer."""
+        if action is STOPPING:
+            return self._stopping.is_set()
+        if action is MONO:
+            return self._mono()
+        if action is DUE_CLOCK:
+            return self._now_ms()
+        kind = type(action)
+        if kind is LookUpEnds:
+            return self._read_through(action.partitions, action.failing)
+        if kind is Redeliver:
+            return self._redeliver(action.partition, action.items)
+        if kind is Doubted:
+            owned = action.partition
+            return self._membership_in_doubt(f"while {owned.topic}[{owned.partition}] was redelivered",
+                                             owned.queue, action.copies)
+        assert action is RETRY_TARGETS, action
+        self._catch_up.read_targets(self._owned, self._hw_reader, failing=True)
+        return None
 
     def _read_through(self, due: list[OwnedPartition], failing: bool = False) -> list[OwnedPartition]:
         """Move the read-through time of the ``due`` partitions on: a tracker behind its markers
@@ -572,10 +584,3 @@ def _new_state(q: QueueConfig) -> PartitionState:
     """A fresh lease state for a partition of ``q``."""
     return PartitionState(q.backoff.delay, q.max_deliveries, max_hold_ms=int(q.max_hold * 1000))
 
-
-def _by_partition(records: list[Record]) -> dict[Partition, list[Record]]:
-    """Fetched records per partition, in offset order."""
-    out: dict[Partition, list[Record]] = {}
-    for rec in records:
-        out.setdefault((rec.topic, rec.partition), []).append(rec)
-    return out

@@ -534,7 +534,7 @@ class KmqConsumer:
             expired = expiry.expired(now)
             nbytes = 0
             for m in expired:
-                m._settler = self._late  # its settlement is written, nothing counted twice
+                m.settle_through(self._late)  # its settlement is written, nothing counted twice
                 self._inflight[m.partition] -= 1
                 if self._schedule is not None:
                     # Left to the tracker now: a RENEW from consumer.auto_renew would keep it from

@@ -1,7 +1,9 @@
 """Markers read from one markers partition, applied to its lease state without I/O.
 
-The tracker's step feeds each partition's fetched records to :func:`apply_batch`
-and counts and logs what it answers (:class:`Applied`):
+The tracker's step asks :func:`to_apply` which partitions' fetched records to apply
+(those of partitions positioned before the fetch, with the fetch's floor for those
+at their log end), feeds each batch to :func:`apply_batch` and counts and logs what
+it answers (:class:`Applied`):
 
 * a record that is no marker (:func:`~kmq.core.markers.decode_record` names why)
   is skipped: the position moves past it;
@@ -19,12 +21,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Any, Container, Iterable, Mapping, Protocol, TypeVar
 
 from kmq.core.lease_state import PartitionState
 from kmq.core.markers import VERSION, BadMarker, Start, decode_record
 
-__all__ = ["Applied", "RecordLike", "apply_batch"]
+__all__ = ["Applied", "FetchedRecord", "Reading", "RecordLike", "apply_batch", "to_apply"]
 
 
 class RecordLike(Protocol):
@@ -38,6 +40,44 @@ class RecordLike(Protocol):
     def value(self) -> bytes | None: ...
     @property
     def timestamp(self) -> int: ...
+
+
+class FetchedRecord(RecordLike, Protocol):
+    """A fetched markers record: its partition too."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+
+
+class Reading(Protocol):
+    """What :func:`to_apply` reads of a partition (:class:`tracker.partition.OwnedPartition`)."""
+
+    positioned: bool  # sought to its committed offset since it was assigned or re-read
+    at_end: bool  # at its log end after the fetch before (its markers read now were written after it)
+
+
+P = TypeVar("P", bound=Reading)
+R = TypeVar("R", bound=FetchedRecord)
+
+
+def to_apply(records: Iterable[R], owned: Mapping[Any, P], just_positioned: Container[Any],
+             floor_ms: int | None) -> list[tuple[P, list[R], int | None]]:
+    """The fetched ``records`` by partition, in offset order, each with the partition of ``owned``
+    it is applied to and its floor (``floor_ms``, when the fetch before was sent, for a partition
+    at its log end then; else None). Records of a partition not owned, not positioned, or positioned
+    in this step (``just_positioned``: fetched from its old position) are dropped: it is read again
+    from its committed offset."""
+    by_partition: dict[tuple[str, int], list[R]] = {}
+    for rec in records:
+        by_partition.setdefault((rec.topic, rec.partition), []).append(rec)
+    out: list[tuple[P, list[R], int | None]] = []
+    for tp, batch in by_partition.items():
+        o = owned.get(tp)
+        if o is not None and o.positioned and tp not in just_positioned:
+            out.append((o, batch, floor_ms if o.at_end else None))
+    return out
 
 
 @dataclass

@@ -373,6 +373,12 @@ class KmqMessage:
                 )
             self._settler.renewed(self, lease)
 
+    def settle_through(self, settler: Settler) -> None:
+        """Send its settlement and renewals to ``settler`` from now on (the consumer's, once the
+        lease ended in user code: the marker is still written, nothing counted twice). The caller
+        holds the message's lock."""
+        self._settler = settler
+
 
 #: ``build(topic, partition, offset, key, value, headers, timestamp) -> KmqMessage``.
 MessageBuilder = Callable[[str, int, int, "bytes | None", "bytes | None", "Headers | None", "int | None"], KmqMessage]
