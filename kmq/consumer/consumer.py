@@ -287,9 +287,9 @@ class KmqConsumer:
             return
         self._acked = []
         inflight, buffer = self._inflight, self._acks
-        partitions = [m.partition for m in acked]
-        first = partitions[0]
-        if partitions.count(first) == len(partitions):  # one partition: all at C speed
+        first = acked[0].partition
+        if first == acked[-1].partition and [m.partition for m in acked].count(first) == len(acked):
+            # one partition: all at C speed
             buffer.ack_many(first, [m.offset for m in acked])
             inflight[first] -= len(acked)
         else:  # in any order (runs per partition, interleaved): one pass
