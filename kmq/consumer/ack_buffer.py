@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from kmq.core.markers import End, Marker, Nack, Reject, Renew
 from kmq.core.message import ACK, NACK, REJECT
@@ -53,7 +53,7 @@ def _chunks(offsets: list[int], max_ranges: int):
 class AckBuffer:
     """Pending settlements per queue partition, drained into coalesced markers."""
 
-    __slots__ = ("_end", "_nack", "_reject", "_renew", "_size", "max_ranges", "_waiting")
+    __slots__ = ("_end", "_nack", "_reject", "_renew", "_size", "max_ranges", "_waiting", "before_drain")
 
     def __init__(self, max_ranges: int = 0xFFFF) -> None:
         self._end: dict[int, list[int]] = defaultdict(list)
@@ -63,6 +63,10 @@ class AckBuffer:
         self._size = 0
         self.max_ranges = max_ranges
         self._waiting: list[tuple[int, int, Any]] = []  # acks with a response: (partition, offset, future)
+        #: Called first by each :meth:`drain` (under the owner's lock, as the drain is): a settler
+        #: that notes acks and buffers them per run (:class:`~kmq.consumer.consumer.KmqConsumer`)
+        #: puts them in, so no drain misses one.
+        self.before_drain: list[Callable[[], None]] = []
 
     def __len__(self) -> int:
         """Number of buffered settlements (renews included)."""
@@ -124,6 +128,8 @@ class AckBuffer:
         renew and an ack of the same message in one flush leave it acked.
         A renew of an offset settled in the same flush is dropped.
         """
+        for fold in self.before_drain:
+            fold()
         out = Drained()
         if not self._size:
             return out

@@ -193,6 +193,12 @@ class KmqConsumer:
             cfg, self.queue, self._keys.keyed, self.metrics, self._keys.copy_wait, lambda: clients.open_log_reader(cfg.kafka))
         #: A span per delivery when the application installed an OpenTelemetry tracer provider, else None.
         self._tracing = delivery_tracing(cfg.workers_group(self.queue))
+        #: Plain acks (no response future) settled since the last fold, their bookkeeping not done yet
+        #: (:meth:`_fold_acks`): an ack only appends here. Not with ``ordering: key`` or tracing, whose
+        #: per-message work cannot wait.
+        self._acked: list[KmqMessage] = []
+        self._fold_later = self._keys is None and self._tracing is None
+        self._acks.before_drain.append(self._fold_acks)  # every END is in the buffer before it is drained
         recovery = self._recovery
         #: The fetcher thread's step: the pipeline's I/O shell (kmq.consumer.fetcher).
         self._step = Fetcher(FetcherParts(
@@ -244,6 +250,12 @@ class KmqConsumer:
 
     # ------------------------------------------------------------ Settler (called under self._lock)
     def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
+        if outcome is ACK and arg is None and self._fold_later:
+            # The settlement nearly every message makes: its bookkeeping is done for a run of acks at
+            # once (_fold_acks), before the next flush or flow-control look. The outcome is already
+            # set (under the lock), which is what expiry, renewals and a second settlement look at.
+            self._acked.append(msg)
+            return
         p = msg.partition
         self._acks.settle(p, msg.offset, outcome, arg)
         self._inflight[p] -= 1
@@ -265,8 +277,48 @@ class KmqConsumer:
             else:
                 self._keys.settled(msg, outcome, arg)
 
+    def _fold_acks(self) -> None:
+        """The acks :meth:`settled` only noted: their END offsets into the writer's buffer (one
+        append per partition), the in-flight and flow counts, and out of the renewal
+        schedule and the extended leases (under self._lock; the buffer calls it before each drain).
+        A message tracked or extended after its ack is not renewed: both look at the outcome first,
+        and a RENEW buffered before the fold is dropped by the drain that writes the END."""
+        acked = self._acked
+        if not acked:
+            return
+        self._acked = []
+        inflight, buffer = self._inflight, self._acks
+        first = acked[0].partition
+        if first == acked[-1].partition and [m.partition for m in acked].count(first) == len(acked):
+            # one partition: all at C speed
+            buffer.ack_many(first, [m.offset for m in acked])
+            inflight[first] -= len(acked)
+        else:  # in any order (runs per partition, interleaved): one pass
+            by_partition: dict[int, list[int]] = {}
+            for m in acked:
+                offsets = by_partition.get(m.partition)
+                if offsets is None:
+                    by_partition[m.partition] = [m.offset]
+                else:
+                    offsets.append(m.offset)
+            for p, offsets in by_partition.items():
+                buffer.ack_many(p, offsets)
+                inflight[p] -= len(offsets)
+        counts = self._settled_counts
+        counts[0] += len(acked)
+        counts[1] += sum([m._nbytes for m in acked])
+        if self._tracked:
+            forget = self._schedule.forget  # type: ignore[union-attr]  # tracked: there is a schedule
+            for m in acked:
+                forget(m)
+        if self._extended:
+            extended = self._extended
+            for m in acked:
+                extended.pop((m.partition, m.offset), None)
+
     def _fold_settlements(self, now: float) -> None:
         """Move the settlement counts into the flow state (under self._lock)."""
+        self._fold_acks()
         if self._settled_counts[0]:
             self.flow.settled(self._settled_counts[0], self._settled_counts[1], now)
             self._settled_counts[:] = [0, 0]
@@ -333,6 +385,7 @@ class KmqConsumer:
         if self._keeper is not None:
             self._keeper.stop()
         with self._lock:
+            self._fold_acks()
             unsettled = sum(n for n in self._inflight.values() if n > 0)
         if unsettled:
             log.info("%s: closing with %d unsettled message(s); the tracker redelivers them when their leases end",
@@ -359,6 +412,7 @@ class KmqConsumer:
     def in_flight(self) -> dict[int, int]:
         """Unsettled messages per partition (handed over or ready to be)."""
         with self._lock:
+            self._fold_acks()
             return {p: n for p, n in self._inflight.items() if n}
 
     # ------------------------------------------------------------ application side

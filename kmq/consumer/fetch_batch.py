@@ -49,7 +49,7 @@ def classify(messages: list[KmqMessage], group: str | None) -> tuple[list[KmqMes
     """One look at the headers of a poll's ``messages``: those ``group`` (None: the default group)
     delivers, the copies of another group (``kmq-group``, :func:`~kmq.core.message.for_group`),
     and of the first the scheduled ones (a ``kmq-not-before`` header), each in fetch order."""
-    if not any(m._headers for m in messages):  # no header, no copy, nothing scheduled: the common case
+    if not any([m._headers for m in messages]):  # no header, no copy, nothing scheduled: the common case
         return messages, [], []
     mine: list[KmqMessage] = []
     foreign: list[KmqMessage] = []
@@ -108,14 +108,18 @@ class FetchBatch:
         copies), whose offsets the batch's commit passes without a START; ``scheduled``: those of
         ``messages`` with a ``kmq-not-before`` header."""
         offsets: dict[int, list[int]] = {}
-        nbytes = 0
-        for m in messages:
-            nbytes += m._nbytes
-            offs = offsets.get(m.partition)
-            if offs is None:
-                offsets[m.partition] = [m.offset]
-            else:
-                offs.append(m.offset)
+        nbytes = sum([m._nbytes for m in messages])
+        first = messages[0].partition if messages else None
+        if first is not None and first == messages[-1].partition \
+                and [m.partition for m in messages].count(first) == len(messages):  # one partition: at C speed
+            offsets[first] = [m.offset for m in messages]
+        else:
+            for m in messages:
+                offs = offsets.get(m.partition)
+                if offs is None:
+                    offsets[m.partition] = [m.offset]
+                else:
+                    offs.append(m.offset)
         return cls(messages, offsets, now, gen, nbytes, first_last(skipped) if skipped else None, scheduled)
 
     def drop(self, partitions: set[int]) -> list[KmqMessage]:

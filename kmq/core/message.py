@@ -391,7 +391,15 @@ def message_builder(settler: Settler, lock: threading.Lock) -> MessageBuilder:
     The same fields, set without the class call: on CPython 3.11 calling the class (``__new__``
     and a nine-argument ``__init__``) cost 0.3 us a message, the fields alone 0.1 us, and the
     fetcher builds every message a consumer hands out. ``tests/unit/test_message.py`` holds the
-    two to the same slots."""
+    two to the same slots.
+
+    ``build.many(records, failed)`` builds a whole poll's ``records`` in one call, for a client
+    whose records have accessor methods (confluent-kafka's ``Message``: ``error()``, ``topic()``,
+    ``partition()``, ``offset()``, ``key()``, ``value()``, ``headers()``, ``timestamp()`` as
+    ``(type, ms)``): the call per record cost as much again as its fields (0.1 us a message on
+    confluent-kafka, kmq bench consumer). ``records`` is emptied as it is read, each record let
+    go once built (the cyclic collector counts live ones); one whose ``error()`` is not None is
+    skipped and its error passed to ``failed`` (which may raise)."""
     new = object.__new__
     cls = KmqMessage
 
@@ -412,4 +420,33 @@ def message_builder(settler: Settler, lock: threading.Lock) -> MessageBuilder:
         m._span = None
         return m
 
+    def many(records: list[Any], failed: Callable[[Any], None]) -> list[KmqMessage]:
+        # build() for a whole poll, one call: the call per record cost as much as its fields.
+        out: list[KmqMessage] = []
+        append = out.append
+        records.reverse()
+        take = records.pop  # each record let go once read (see the docstring)
+        while records:
+            r = take()
+            err = r.error()
+            if err is not None:
+                failed(err)
+                continue
+            m = new(cls)
+            m.topic = r.topic()
+            m.partition = r.partition()
+            m.offset = r.offset()
+            m.key = key = r.key()
+            m.value = value = r.value()
+            m._headers = r.headers() or None
+            m.timestamp = r.timestamp()[1]
+            m._settler = settler
+            m._lock = lock
+            m._outcome = None
+            m._nbytes = (len(value) if value else 0) + (len(key) if key else 0)
+            m._span = None
+            append(m)
+        return out
+
+    build.many = many  # type: ignore[attr-defined]  # read by the confluent-kafka adapter
     return build

@@ -122,3 +122,51 @@ def test_message_builder_makes_what_the_constructor_makes(key, value, headers):
         assert getattr(built, slot) == getattr(made, slot), slot
     built.ack()
     assert settler.calls == [(7, "ack", None)] and built.outcome == "ack"
+
+
+class _Record:
+    """A record with accessor methods, as confluent-kafka's ``Message``."""
+
+    def __init__(self, offset: int, key: bytes | None = None, headers: list | None = None, err: object = None) -> None:
+        self._offset, self._key, self._headers, self._err = offset, key, headers, err
+
+    def error(self) -> object:
+        return self._err
+
+    def topic(self) -> str:
+        return "orders"
+
+    def partition(self) -> int:
+        return 2
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def headers(self) -> list | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1000 + self._offset)
+
+
+def test_message_builder_many_builds_a_poll_as_build_does_each_and_skips_errors():
+    settler, lock = Recorder(), threading.Lock()
+    build = message_builder(settler, lock)
+    records = [_Record(5), _Record(6, b"k", [("h", b"1")]), _Record(7, err="broken"), _Record(8)]
+    failed: list = []
+    built = build.many(records, failed.append)  # type: ignore[attr-defined]
+    assert records == [] and failed == ["broken"]
+    assert [m.offset for m in built] == [5, 6, 8]
+    for m, r in zip(built, [_Record(5), _Record(6, b"k", [("h", b"1")]), _Record(8)]):
+        made = build(r.topic(), r.partition(), r.offset(), r.key(), r.value(), r.headers(), r.timestamp()[1])
+        assert type(m) is KmqMessage
+        for slot in KmqMessage.__slots__:
+            assert getattr(m, slot) == getattr(made, slot), slot
+    built[1].ack()
+    assert settler.calls == [(6, "ack", None)]

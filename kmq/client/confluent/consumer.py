@@ -222,6 +222,14 @@ class ConfluentProducer:
             _flush_logs(self._log_bridge)
 
 
+def _record_error(err: Any) -> None:
+    """A consumed record that is an error: fatal ones raise, the rest are logged (not partition EOF)."""
+    if err.fatal():
+        raise KafkaException(err)
+    if err.code() != KafkaError._PARTITION_EOF:
+        log.warning("consumer error from librdkafka: %s", err.str())
+
+
 def _report_into(verdicts: list, i: int, err: Any, msg: Any) -> None:
     verdicts[i] = None if err is None else as_kmq_error(err, f"{msg.topic()}: ")
 
@@ -311,7 +319,8 @@ class ConfluentConsumer:
         queued behind it."""
         first = self.raw.consume(1, timeout)
         msgs = first + self.raw.consume(max_records - 1, 0) if first and max_records > 1 else first
-        out = []
+        many = getattr(build, "many", None)  # kmq's message builder: the whole poll in one call
+        out = many(msgs, _record_error) if many is not None else []  # many() empties msgs
         # Each librdkafka message is let go as soon as it was read: the cyclic collector counts
         # live container objects, and holding the whole batch next to the messages built from it
         # doubled its runs (and the full ones, which visit every object of the process).
@@ -321,10 +330,7 @@ class ConfluentConsumer:
             m = take()
             err = m.error()
             if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer error from librdkafka: %s", err.str())
+                _record_error(err)
                 continue
             out.append(build(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers(),
                              m.timestamp()[1]))
