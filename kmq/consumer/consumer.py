@@ -40,7 +40,7 @@ from kmq.consumer.close_ready import give_back_ready, put_back_ahead
 from kmq.consumer.fetcher import Fetcher, FetcherParts
 from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.scheduled import hold_back_scheduled
-from kmq.consumer.give_back import RETURNED
+from kmq.consumer.settler import ConsumerSettler
 from kmq.consumer.handler_pool import run_handlers
 from kmq.consumer.key_hold import KeyHold
 from kmq.consumer.key_recovery import KeyRecovery
@@ -50,13 +50,12 @@ from kmq.consumer.membership import Membership
 from kmq.consumer.leases import AutoRenewal, HeldLeases, LateSettler, auto_renewal
 from kmq.consumer.ready_queue import ReadyQueue
 from kmq.consumer.take_ahead import MOST, TakeAhead
-from kmq.consumer.writer import MarkerWriter, _ms
+from kmq.consumer.writer import MarkerWriter
 from kmq.core.errors import FetcherStalled, KmqError
 from kmq.core.lease import LeaseKeeper, LeaseSchedule
 from kmq.core.log_fields import message_fields
-from kmq.core.message import ABANDON, ACK, KmqMessage, message_builder
+from kmq.core.message import ABANDON, KmqMessage, message_builder
 from kmq.core.schedule import longest_delay_ms
-from kmq.core.settlement import Released
 from kmq.telemetry.metrics import ConsumerMetrics
 from kmq.telemetry.tracing import delivery_tracing
 
@@ -88,7 +87,7 @@ OUT_WAIT = 0.1
 StageHook = Callable[[str, dict[int, tuple[int, int]]], None]
 
 
-class KmqConsumer:
+class KmqConsumer(ConsumerSettler):
     """Consume a queue with individual acknowledgements.
 
     ::
@@ -247,93 +246,6 @@ class KmqConsumer:
                 self.queue.name, self.queue.lease, cfg.consumer.max_lease, self.writer.flush_interval,
                 self._acks, self._lock, self._expiry)
             self._tracked = self._schedule.tracked
-
-    # ------------------------------------------------------------ Settler (called under self._lock)
-    def settled(self, msg: KmqMessage, outcome: str, arg: Any) -> None:
-        if outcome is ACK and arg is None and self._fold_later:
-            # The settlement nearly every message makes: its bookkeeping is done for a run of acks at
-            # once (_fold_acks), before the next flush or flow-control look. The outcome is already
-            # set (under the lock), which is what expiry, renewals and a second settlement look at.
-            self._acked.append(msg)
-            return
-        p = msg.partition
-        self._acks.settle(p, msg.offset, outcome, arg)
-        self._inflight[p] -= 1
-        # Counted here, folded into the flow state by the fetcher (no clock read per message).
-        # Given back without a delivery (RETURNED, Released: a close, a scheduled message): no settlement for the rate.
-        c = self._returned_counts if outcome is not ACK and (
-            (outcome is ABANDON and arg == RETURNED) or type(arg) is Released) else self._settled_counts
-        c[0] += 1
-        c[1] += msg._nbytes
-        if self._tracked:  # only messages still unsettled after their batch's look are tracked
-            self._schedule.forget(msg)  # type: ignore[union-attr]
-        if self._extended:
-            self._extended.pop((p, msg.offset), None)
-        if self._tracing is not None:
-            self._tracing.settled(msg, outcome)
-        if self._keys is not None:
-            if outcome is ACK:  # the common case, kept short
-                self._keys.keyed.settled(msg, True, 0.0)
-            else:
-                self._keys.settled(msg, outcome, arg)
-
-    def _fold_acks(self) -> None:
-        """The acks :meth:`settled` only noted: their END offsets into the writer's buffer (one
-        append per partition), the in-flight and flow counts, and out of the renewal
-        schedule and the extended leases (under self._lock; the buffer calls it before each drain).
-        A message tracked or extended after its ack is not renewed: both look at the outcome first,
-        and a RENEW buffered before the fold is dropped by the drain that writes the END."""
-        acked = self._acked
-        if not acked:
-            return
-        self._acked = []
-        inflight, buffer = self._inflight, self._acks
-        first = acked[0].partition
-        if first == acked[-1].partition and [m.partition for m in acked].count(first) == len(acked):
-            # one partition: all at C speed
-            buffer.ack_many(first, [m.offset for m in acked])
-            inflight[first] -= len(acked)
-        else:  # in any order (runs per partition, interleaved): one pass
-            by_partition: dict[int, list[int]] = {}
-            for m in acked:
-                offsets = by_partition.get(m.partition)
-                if offsets is None:
-                    by_partition[m.partition] = [m.offset]
-                else:
-                    offsets.append(m.offset)
-            for p, offsets in by_partition.items():
-                buffer.ack_many(p, offsets)
-                inflight[p] -= len(offsets)
-        counts = self._settled_counts
-        counts[0] += len(acked)
-        counts[1] += sum([m._nbytes for m in acked])
-        if self._tracked:
-            forget = self._schedule.forget  # type: ignore[union-attr]  # tracked: there is a schedule
-            for m in acked:
-                forget(m)
-        if self._extended:
-            extended = self._extended
-            for m in acked:
-                extended.pop((m.partition, m.offset), None)
-
-    def _fold_settlements(self, now: float) -> None:
-        """Move the settlement counts into the flow state (under self._lock)."""
-        self._fold_acks()
-        if self._settled_counts[0]:
-            self.flow.settled(self._settled_counts[0], self._settled_counts[1], now)
-            self._settled_counts[:] = [0, 0]
-        if self._returned_counts[0]:
-            self.flow.returned(self._returned_counts[0], self._returned_counts[1], now)
-            self._returned_counts[:] = [0, 0]
-
-    def renewed(self, msg: KmqMessage, lease: float | None) -> None:
-        lease = lease or self.queue.lease
-        key = (msg.partition, msg.offset)
-        self._acks.renew(msg.partition, msg.offset, _ms(lease))
-        now = time.monotonic()
-        if self._schedule is not None:
-            self._schedule.renewed(msg, now, lease)
-        self._expiry.extend(key, now + lease)
 
     @property
     def exhausted_leases(self) -> int:

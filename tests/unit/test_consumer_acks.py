@@ -6,7 +6,7 @@ from __future__ import annotations
 from kmq.consumer.ack_buffer import AckBuffer
 from kmq.core.markers import End, Renew
 from tests.helpers.kafka import wait_until
-from tests.unit.test_consumer_shell import FakeKafka, consumer_on  # noqa: F401  (consumer_on: a fixture)
+from tests.helpers.consumer_shell import FakeKafka
 
 
 def test_a_drain_first_calls_what_is_registered_to_put_settlements_in():
@@ -17,7 +17,7 @@ def test_a_drain_first_calls_what_is_registered_to_put_settlements_in():
     assert drained.counts == {"acked": 3}
 
 
-def test_acks_give_the_markers_and_in_flight_counts_of_settling_each_on_its_own(consumer_on):  # noqa: F811
+def test_acks_give_the_markers_and_in_flight_counts_of_settling_each_on_its_own(consumer_on):
     kafka = FakeKafka(records=10)
     consumer = consumer_on(kafka)
     got: list = []

@@ -14,7 +14,7 @@ from kmq.core.markers import End, Start
 from kmq.core.message import HEADER_DELIVERY_COUNT, HEADER_ORIGIN
 from tests.helpers.fake_kafka import FakeKafka as Log, FakeLogReader, FakeTime
 from tests.helpers.kafka import wait_until
-from tests.unit.test_consumer_shell import TOPIC, FakeClients, FakeKafka, FakeWriter
+from tests.helpers.consumer_shell import TOPIC, FakeClients, FakeKafka, FakeWriter
 
 
 class KeyedKafka(FakeKafka):

@@ -11,14 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Imports of one test module by another that stay for now, each with the reason; the test also
 #: fails when one of them is gone, so that the list only shrinks.
-KNOWN: dict[tuple[str, str], str] = {
-    ("tests/unit/test_tracker_clock_skew.py", "tests.unit.test_tracker_step"):
-        "the tracker's step Harness moves out with the tracker's own changes to test_tracker_step.py",
-    ("tests/unit/test_tracker_upgrades.py", "tests.unit.test_tracker_step"):
-        "the tracker's step Harness moves out with the tracker's own changes to test_tracker_step.py",
-    ("tests/unit/test_consumer_key_order.py", "tests.unit.test_consumer_shell"):
-        "the consumer shell's fakes move out with the consumer's own changes to test_consumer_shell.py",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _is_test_module(dotted: str) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 from kmq.core.marker_clock import SKEW_ALLOWANCE_MS
 from kmq.core.markers import End, Start
-from tests.unit.test_tracker_step import PARTITIONS, Harness
+from tests.helpers.tracker_step import PARTITIONS, Harness
 
 LEASE_MS = 2_000
 MESSAGES = 20

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from kmq.core.markers import Closed, End, Start, decode_record, encode, encode_key
-from tests.unit.test_tracker_step import EXPIRED_MS, PARTITIONS, Harness
+from tests.helpers.tracker_step import EXPIRED_MS, PARTITIONS, Harness
 
 TICK_S = 0.05
 
