@@ -45,6 +45,7 @@ __all__ = [
     "parse_origin",
     "MAX_DELIVERY_COUNT",
     "unsettled",
+    "ack_all",
     "message_builder",
 ]
 
@@ -198,6 +199,27 @@ def for_group(headers: Headers | None, group: str | None, topic: str, partition:
 def unsettled(messages: Sequence["KmqMessage"]) -> list["KmqMessage"]:
     """The messages of ``messages`` not settled yet (a batch filtered once, at C speed)."""
     return [m for m in messages if m._outcome is None]
+
+
+def ack_all(messages: Sequence["KmqMessage"]) -> list["KmqMessage"]:
+    """:meth:`KmqMessage.ack` each of ``messages`` (one consumer's: they share its lock) under one
+    acquisition of the lock instead of one per message. Returns those settled already, left as
+    they are (``ack()`` would have raised :class:`~kmq.core.errors.MessageAlreadySettled` for them)."""
+    if not messages:
+        return []
+    skipped: list[KmqMessage] = []
+    lock = messages[0]._lock
+    lock.acquire()
+    try:
+        for m in messages:
+            if m._outcome is not None:
+                skipped.append(m)
+                continue
+            m._outcome = ACK
+            m._settler.settled(m, ACK, None)
+    finally:
+        lock.release()
+    return skipped
 
 
 class KmqMessage:

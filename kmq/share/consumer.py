@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
 from kmq.core import settlement
+from kmq.core.message import ack_all
 from kmq.core.errors import (
     ConcurrentModificationException,
     IllegalStateException,
@@ -82,6 +83,14 @@ def _ack_type(ack_type: Any) -> AcknowledgeType:
         raise ValueError(f"invalid ack_type {ack_type}: expected ACCEPT (1), RELEASE (2) or REJECT (3)") from None
 
 
+#: What acknowledge() records per type: (type, kmq argument: the nack delay of RELEASE, the DLQ reason of REJECT).
+_ACKS: dict[AcknowledgeType, tuple[AcknowledgeType, Any]] = {
+    AcknowledgeType.ACCEPT: (AcknowledgeType.ACCEPT, None),
+    AcknowledgeType.RELEASE: (AcknowledgeType.RELEASE, 0.0),
+    AcknowledgeType.REJECT: (AcknowledgeType.REJECT, KMQ_REJECT_REASON),
+}
+
+
 def _seconds(timeout: Any, what: str) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, got {type(timeout).__name__}")
@@ -105,8 +114,9 @@ class _Call:
         self.closed = False
 
     def __enter__(self) -> None:
-        me = threading.get_ident()
-        if self.in_callback and self.owner == me:
+        # ``owner`` is the thread running the callback, set with ``in_callback``: no thread id is
+        # read per call (explicit mode makes one call per record).
+        if self.in_callback and self.owner == threading.get_ident():
             raise IllegalStateException(f"{self.what}() called from inside the acknowledgement commit callback")
         if not self._lock.acquire(blocking=False):
             raise ConcurrentModificationException(
@@ -115,10 +125,8 @@ class _Call:
         if self.closed:
             self._lock.release()
             raise IllegalStateException(_CLOSED)
-        self.owner = me
 
     def __exit__(self, *exc: object) -> None:
-        self.owner = None
         self._lock.release()
 
 
@@ -358,10 +366,10 @@ class ShareConsumer:
         """Record how ``message`` is settled (explicit mode); sent with the next poll, commit or close.
         Acknowledging again before then replaces the type."""
         with self._call("acknowledge"):
-            if not isinstance(message, Message):
+            if type(message) is not Message and not isinstance(message, Message):
                 raise TypeError(f"expected a Message returned by poll(), got {type(message).__name__}")
-            kind = _ack_type(ack_type)
-            self._record(message, kind, self._kmq_arg(kind))
+            # The recorded (type, kmq argument) pairs are shared: no enum lookup or tuple per record.
+            self._record(message, _ACKS[ack_type if type(ack_type) is AcknowledgeType else _ack_type(ack_type)])
 
     def acknowledge_offset(self, topic: str, partition: int, offset: int,
                            ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
@@ -374,43 +382,45 @@ class ShareConsumer:
                     raise TypeError(f"{name} must be an int, got {type(v).__name__}")
                 if v < 0:
                     raise ValueError(f"{name} must be >= 0, got {v}")
-            kind = _ack_type(ack_type)
+            ack = _ACKS[_ack_type(ack_type)]
             if self._by_coordinates is None:
                 self._by_coordinates = {(m.topic(), m.partition(), m.offset()): m for m in self._batch}
             message = self._by_coordinates.get((topic, partition, offset))
             if message is None:
                 raise IllegalStateException(f"{topic}/{partition}/{offset} is not in flight on this consumer "
                                             "(not returned by the last poll)")
-            self._record(message, kind, self._kmq_arg(kind))
-
-    @staticmethod
-    def _kmq_arg(kind: AcknowledgeType) -> Any:
-        return 0.0 if kind is AcknowledgeType.RELEASE else KMQ_REJECT_REASON if kind is AcknowledgeType.REJECT else None
+            self._record(message, ack)
 
     def _in_flight(self, message: Message, what: str) -> None:
         if message._poll is not self._poll_token or message._applied:
             raise IllegalStateException(f"{message!r} is not in flight on this consumer (acknowledged and sent "
                                         f"already, or not returned by the last poll); {what} refused")
 
-    def _record(self, message: Message, kind: AcknowledgeType, arg: Any) -> None:
+    def _record(self, message: Message, ack: tuple[AcknowledgeType, Any]) -> None:
         if self._mode is not AckMode.EXPLICIT:
             raise IllegalStateException("acknowledge() needs share.acknowledgement.mode=explicit; in implicit "
                                         "mode records are accepted by the next poll or commit")
-        self._in_flight(message, "acknowledgement")
-        message._ack = (kind, arg)
+        if message._poll is not self._poll_token or message._applied:
+            self._in_flight(message, "acknowledgement")
+        message._ack = ack
 
     def _apply(self, dues: list[Due], results: bool = False) -> dict[TopicPartition, set[int]]:
         """Settle ``dues`` on their kmq messages (buffered markers, no I/O). Returns what was applied
         when ``results`` is asked for or a callback will report it (else ``{}``: poll's hot path)."""
         if not dues:
             return {}
+        accepted: list[Any] = []  # a run of accepts, settled together under one lock acquisition
         for m, kind, arg in dues:
-            km = m.kmq_message
             m._applied = True
+            if kind is AcknowledgeType.ACCEPT:
+                accepted.append(m.kmq_message)
+                continue
+            if accepted:  # in the batch's order: the run before this one first
+                self._accept(accepted)
+                accepted = []
+            km = m.kmq_message
             try:
-                if kind is AcknowledgeType.ACCEPT:
-                    km.ack()
-                elif isinstance(arg, settlement.Released):  # released by close(): not a delivery
+                if isinstance(arg, settlement.Released):  # released by close(): not a delivery
                     km._give_back(arg)
                 elif kind is AcknowledgeType.RELEASE:
                     km.nack(arg)
@@ -418,12 +428,19 @@ class ShareConsumer:
                     km.reject(arg)
             except MessageAlreadySettled:  # settled through m.kmq_message by the application: its own call stands
                 log.debug("%r was settled directly; its %s is not applied", m, kind.name)
+        if accepted:
+            self._accept(accepted)
         if not results and self._callback is None:
             return {}
         applied = offsets_by_partition(m for m, _, _ in dues)
         if self._callback is not None:
             self._unreported.append((applied, self._queue_writer_failures()))
         return applied
+
+    @staticmethod
+    def _accept(messages: list[Any]) -> None:
+        for km in ack_all(messages):  # settled through kmq_message by the application: its own call stands
+            log.debug("%r was settled directly; its ACCEPT is not applied", km)
 
     # ------------------------------------------------------------ committing
     def commit_sync(self, timeout: float = 60) -> dict[TopicPartition, KafkaException | None]:
@@ -498,6 +515,7 @@ class ShareConsumer:
         callback, todo, self._settled = self._callback, self._settled, []
         if callback is None or not todo:
             return
+        self._guard.owner = threading.get_ident()
         self._guard.in_callback = True
         try:
             for offsets, error in todo:
@@ -526,12 +544,12 @@ class ShareConsumer:
         """kmq extra: ``RELEASE`` with a redelivery delay in seconds (a NACK with that delay)."""
         with self._call("kmq_release"):
             settlement.delay_ms(delay)  # InvalidSettlement (a ValueError) before anything is recorded
-            self._record(message, AcknowledgeType.RELEASE, float(delay))
+            self._record(message, (AcknowledgeType.RELEASE, float(delay)))
 
     def kmq_reject(self, message: Message, reason: str) -> None:
         """kmq extra: ``REJECT`` with a reason (the dead letter's ``kmq-dlq-error`` header)."""
         with self._call("kmq_reject"):
-            self._record(message, AcknowledgeType.REJECT, settlement.reject_reason(reason))
+            self._record(message, (AcknowledgeType.REJECT, settlement.reject_reason(reason)))
 
     def kmq_renew(self, message: Message, lease: float | None = None) -> None:
         """kmq extra: extend the lock of a record in flight to now + ``lease`` seconds (default:

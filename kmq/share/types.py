@@ -20,7 +20,7 @@ from enum import IntEnum
 import builtins
 from typing import Any, Iterable, Iterator, Union
 
-from kmq.core.message import KmqMessage, delivery_count_of
+from kmq.core.message import KmqMessage
 
 __all__ = ["AcknowledgeType", "TopicPartition", "KafkaError", "Message", "Messages",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME"]
@@ -174,7 +174,7 @@ class Message:
         return None
 
     def delivery_count(self) -> int:
-        return delivery_count_of(self.kmq_message.headers)
+        return self.kmq_message.delivery_count
 
     def latency(self) -> None:
         return None
@@ -188,7 +188,7 @@ class Message:
 
     def __repr__(self) -> str:
         m = self.kmq_message
-        return f"Message({m.topic}/{m.partition}/{m.offset}, delivery {self.delivery_count()})"
+        return f"Message({m.topic}/{m.partition}/{m.offset}, delivery {m.delivery_count})"
 
 
 class Messages:

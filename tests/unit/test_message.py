@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from kmq.core.errors import MessageAlreadySettled
-from kmq.core.message import KmqMessage, delivery_count_of, message_builder, origin_of
+from kmq.core.message import KmqMessage, ack_all, delivery_count_of, message_builder, origin_of
 from tests.helpers.messages import Recorder, make
 
 
@@ -170,3 +170,11 @@ def test_message_builder_many_builds_a_poll_as_build_does_each_and_skips_errors(
             assert getattr(m, slot) == getattr(made, slot), slot
     built[1].ack()
     assert settler.calls == [(6, "ack", None)]
+def test_ack_all_acks_the_unsettled_in_order_and_returns_the_settled_ones():
+    rec, lock = Recorder(), threading.Lock()
+    msgs = [KmqMessage("orders", 2, o, None, b"v", None, 1000, rec, lock) for o in range(4)]
+    msgs[1].reject("bad")
+    assert ack_all(msgs) == [msgs[1]]
+    assert rec.calls == [(1, "reject", "bad"), (0, "ack", None), (2, "ack", None), (3, "ack", None)]
+    assert [m.outcome for m in msgs] == ["ack", "reject", "ack", "ack"]
+    assert not lock.locked() and ack_all([]) == []

@@ -529,3 +529,15 @@ def test_commits_before_subscribe_answer_as_natively():
         native.close()
     c = FakeShareConsumer(BASE)
     assert (c.commit_sync(), c.commit_async()) == expected == ({}, None)
+
+
+def test_a_batch_settles_in_its_order_and_a_record_settled_directly_keeps_its_outcome():
+    c, q = consumer("explicit")
+    a, b, d = c.poll(0)
+    b.kmq_message.reject("bad")  # the application settles one through the kmq extra
+    c.acknowledge(a, AcknowledgeType.ACCEPT)
+    c.acknowledge(b, AcknowledgeType.ACCEPT)
+    c.acknowledge(d, AcknowledgeType.RELEASE)
+    c.poll(0)
+    assert q.settler.outcomes == [(1, "reject", "bad"), (0, "ack", None), (2, "nack", 0.0)]
+    assert [m.kmq_message.outcome for m in (a, b, d)] == ["ack", "reject", "nack"]
