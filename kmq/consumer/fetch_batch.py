@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from kmq.core.message import KmqMessage, for_group
+from kmq.core.message import KmqMessage, for_group, offsets_by_partition
 from kmq.core.schedule import HEADER_NOT_BEFORE
 
 __all__ = ["FetchBatch", "classify", "first_offsets", "first_last", "STARTING", "STARTED", "START_FAILED", "GIVEN_BACK"]
@@ -107,19 +107,8 @@ class FetchBatch:
         ``skipped``: records of the same poll that are not delivered (another consumer group's
         copies), whose offsets the batch's commit passes without a START; ``scheduled``: those of
         ``messages`` with a ``kmq-not-before`` header."""
-        offsets: dict[int, list[int]] = {}
+        offsets = offsets_by_partition(messages)
         nbytes = sum([m._nbytes for m in messages])
-        first = messages[0].partition if messages else None
-        if first is not None and first == messages[-1].partition \
-                and [m.partition for m in messages].count(first) == len(messages):  # one partition: at C speed
-            offsets[first] = [m.offset for m in messages]
-        else:
-            for m in messages:
-                offs = offsets.get(m.partition)
-                if offs is None:
-                    offsets[m.partition] = [m.offset]
-                else:
-                    offs.append(m.offset)
         return cls(messages, offsets, now, gen, nbytes, first_last(skipped) if skipped else None, scheduled)
 
     def drop(self, partitions: set[int]) -> list[KmqMessage]:

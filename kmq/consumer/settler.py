@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from kmq.consumer.give_back import RETURNED
 from kmq.consumer.writer import _ms
-from kmq.core.message import ABANDON, ACK, KmqMessage
+from kmq.core.message import ABANDON, ACK, KmqMessage, offsets_by_partition
 from kmq.core.settlement import Released
 
 if TYPE_CHECKING:
@@ -88,22 +88,9 @@ class ConsumerSettler:
             return
         self._acked = []
         inflight, buffer = self._inflight, self._acks
-        first = acked[0].partition
-        if first == acked[-1].partition and [m.partition for m in acked].count(first) == len(acked):
-            # one partition: all at C speed
-            buffer.ack_many(first, [m.offset for m in acked])
-            inflight[first] -= len(acked)
-        else:  # in any order (runs per partition, interleaved): one pass
-            by_partition: dict[int, list[int]] = {}
-            for m in acked:
-                offsets = by_partition.get(m.partition)
-                if offsets is None:
-                    by_partition[m.partition] = [m.offset]
-                else:
-                    offsets.append(m.offset)
-            for p, offsets in by_partition.items():
-                buffer.ack_many(p, offsets)
-                inflight[p] -= len(offsets)
+        for p, offsets in offsets_by_partition(acked).items():
+            buffer.ack_many(p, offsets)
+            inflight[p] -= len(offsets)
         counts = self._settled_counts
         counts[0] += len(acked)
         counts[1] += sum([m._nbytes for m in acked])

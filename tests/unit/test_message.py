@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from kmq.core.errors import MessageAlreadySettled
-from kmq.core.message import KmqMessage, ack_all, delivery_count_of, message_builder, origin_of
+from kmq.core.message import KmqMessage, ack_all, delivery_count_of, message_builder, offsets_by_partition, origin_of
 from tests.helpers.messages import Recorder, make
 
 
@@ -178,3 +178,15 @@ def test_ack_all_acks_the_unsettled_in_order_and_returns_the_settled_ones():
     assert rec.calls == [(1, "reject", "bad"), (0, "ack", None), (2, "ack", None), (3, "ack", None)]
     assert [m.outcome for m in msgs] == ["ack", "reject", "ack", "ack"]
     assert not lock.locked() and ack_all([]) == []
+
+
+def test_offsets_by_partition_keeps_each_partitions_order_whether_one_partition_or_interleaved():
+    lock, rec = threading.Lock(), Recorder()
+
+    def msgs(*parts_offsets: tuple[int, int]) -> list[KmqMessage]:
+        return [KmqMessage("orders", p, o, None, b"v", None, 1000, rec, lock) for p, o in parts_offsets]
+
+    assert offsets_by_partition([]) == {}
+    assert offsets_by_partition(msgs((2, 5), (2, 3), (2, 9))) == {2: [5, 3, 9]}
+    assert offsets_by_partition(msgs((1, 4), (0, 7), (1, 5), (0, 2))) == {1: [4, 5], 0: [7, 2]}
+    assert offsets_by_partition(msgs((1, 4), (0, 7), (1, 5))) == {1: [4, 5], 0: [7]}  # first and last alike
