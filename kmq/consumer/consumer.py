@@ -497,8 +497,12 @@ class KmqConsumer(ConsumerSettler):
         for msgs, first, end, leased_at in taken:
             expiry.handed(msgs, first, end, leased_at, now)
         if taken and self._schedule is not None:
-            with self._lock:
-                self._schedule.taken([t[0] for t in taken], now)
+            # A batch's grace starts at the take of its last message (poll(max_records) and
+            # iteration take a batch in parts); until then the keeper's look covers it.
+            whole = [t[0] for t in taken if t[2] == len(t[0])]
+            if whole:
+                with self._lock:
+                    self._schedule.taken(whole, now)
         expiry.look(now)  # outside the lock: settlements go on meanwhile
         if not expiry.due(now):
             return

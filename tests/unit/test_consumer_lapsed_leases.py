@@ -59,9 +59,13 @@ def test_a_batch_is_tracked_for_renewal_only_if_unsettled_just_after_user_code_t
     c._ready.put(batch, leased_at=0.0)
     schedule.look(0.2)
     assert not schedule.tracked  # waiting to be taken: not looked at (nothing settles meanwhile)
-    taken = c._ready.take(0.0, 0, lambda: False)
+    taken = c._ready.take(0.0, 2, lambda: False)  # poll(max_records): the batch in parts
     KmqConsumer._expire_leases(c, 0.2)  # the fetcher tells the schedule what was taken
+    schedule.look(0.3)
+    assert not schedule.tracked  # the grace starts at the take of the batch's last message
+    taken += c._ready.take(0.0, 2, lambda: False)
+    KmqConsumer._expire_leases(c, 0.3)
     for m in taken[:3]:
         m.ack()
-    schedule.look(0.2 + SETTLED_WITHIN)
+    schedule.look(0.3 + SETTLED_WITHIN)
     assert list(schedule.tracked) == [batch[3]]  # only the one still unsettled costs an entry
