@@ -460,8 +460,10 @@ class KmqConsumer(ConsumerSettler):
                 # Tracked for renewal only if still unsettled 10 ms after user code took them
                 # (_expire_leases tells the schedule): most messages of a busy consumer are
                 # settled by then and cost the schedule nothing. The keeper's look tracks them
-                # meanwhile if they wait longer, so no renewal is missed.
-                schedule.track_soon(messages, b.leased_at, now, until_taken=True)  # type: ignore[arg-type]
+                # meanwhile if they wait longer, so no renewal is missed. (ordering: key's takes
+                # are records of their own, not the batch: 10 ms after the hand-over there.)
+                schedule.track_soon(messages, b.leased_at, now,  # type: ignore[arg-type]  # list invariance
+                                    until_taken=self._keyed is None)
                 schedule.look(now)
         self.writer.count_received(len(messages))
         if self._tracing is not None:
