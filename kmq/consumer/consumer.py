@@ -457,9 +457,13 @@ class KmqConsumer(ConsumerSettler):
             self.flow.handed(len(messages), now)
             schedule = self._schedule
             if schedule is not None:
-                # Tracked for renewal only if still unsettled 10 ms on: most messages of a busy
-                # consumer are settled by then and cost the schedule nothing.
-                schedule.track_soon(messages, b.leased_at, now)  # type: ignore[arg-type]  # list invariance
+                # Tracked for renewal only if still unsettled 10 ms after user code took them
+                # (_expire_leases tells the schedule): most messages of a busy consumer are
+                # settled by then and cost the schedule nothing. The keeper's look tracks them
+                # meanwhile if they wait longer, so no renewal is missed. (ordering: key's takes
+                # are records of their own, not the batch: 10 ms after the hand-over there.)
+                schedule.track_soon(messages, b.leased_at, now,  # type: ignore[arg-type]  # list invariance
+                                    until_taken=self._keyed is None)
                 schedule.look(now)
         self.writer.count_received(len(messages))
         if self._tracing is not None:
@@ -491,8 +495,16 @@ class KmqConsumer(ConsumerSettler):
         """Messages whose lease ended in user code unsettled leave flow control and the in-flight
         count (:mod:`kmq.consumer.lease_expiry`); settling them later still writes the marker."""
         expiry = self._expiry
-        for msgs, first, end, leased_at in self._ready.taken():
+        taken = self._ready.taken()
+        for msgs, first, end, leased_at in taken:
             expiry.handed(msgs, first, end, leased_at, now)
+        if taken and self._schedule is not None:
+            # A batch's grace starts at the take of its last message (poll(max_records) and
+            # iteration take a batch in parts); until then the keeper's look covers it.
+            whole = [t[0] for t in taken if t[2] == len(t[0])]
+            if whole:
+                with self._lock:
+                    self._schedule.taken(whole, now)
         expiry.look(now)  # outside the lock: settlements go on meanwhile
         if not expiry.due(now):
             return

@@ -77,6 +77,17 @@ class ConsumerSettler:
             else:
                 self._keys.settled(msg, outcome, arg)
 
+    def settled_many(self, msgs: list[KmqMessage]) -> None:
+        """A run of plain acks (:func:`~kmq.core.message.ack_all`; their outcomes are set), under
+        the lock: noted at once for :meth:`_fold_acks`, or each as :meth:`settled` does when
+        ``ordering: key`` or tracing hears of each settlement."""
+        if self._fold_later:
+            self._acked += msgs
+            return
+        settled = self.settled
+        for m in msgs:
+            settled(m, ACK, None)
+
     def _fold_acks(self) -> None:
         """The acks :meth:`settled` only noted: their END offsets into the writer's buffer (one
         append per partition), the in-flight and flow counts, and out of the renewal

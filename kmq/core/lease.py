@@ -91,7 +91,10 @@ class LeaseSchedule:
     (:meth:`look`), or before anything else reads the schedule, and only its keys unsettled
     then are tracked. A busy consumer settles most messages within that time, so they never
     cost an entry or a removal. A key tracked soon and settled meanwhile needs no
-    :meth:`forget`; one that stops being renewed unsettled needs :meth:`untrack`.
+    :meth:`forget`; one that stops being renewed unsettled needs :meth:`untrack`. A batch tracked
+    soon ``until_taken`` waits for its grace until :meth:`taken` names it (user code took it: a
+    batch waiting to be taken settles nothing meanwhile). :meth:`due` looks at every batch
+    tracked soon, whether its grace is over or not: a renewal is never missed for a look not made.
     """
 
     def __init__(self, lease: float, max_lease: float, margin: float,
@@ -114,6 +117,8 @@ class LeaseSchedule:
         self._seq = 0
         #: Batches tracked soon, not looked at yet: (look at, started, deadline, keys), in look order.
         self._soon: deque[tuple[float, float, float, list]] = deque()
+        #: Batches tracked soon until taken, not taken yet: id(keys) -> (started, deadline, keys).
+        self._untaken: dict[int, tuple[float, float, list]] = {}
 
     def __len__(self) -> int:
         self._look_all()
@@ -153,17 +158,34 @@ class LeaseSchedule:
         group = self._push(started, deadline, list(fresh))
         entries.update(dict.fromkeys(group.keys, group))
 
-    def track_soon(self, keys: list[Hashable], started: float, now: float, lease: float | None = None) -> None:
+    def track_soon(self, keys: list[Hashable], started: float, now: float, lease: float | None = None,
+                   until_taken: bool = False) -> None:
         """Track the keys of ``keys`` (one batch, started at ``started``) still unsettled at the
-        look ``grace`` seconds after ``now``. The list is kept as it is, not copied. Without
-        ``unsettled`` this is :meth:`track_many`."""
+        look ``grace`` seconds after ``now`` (``until_taken``: after :meth:`taken` names this
+        list). The list is kept as it is, not copied. Without ``unsettled`` this is :meth:`track_many`."""
         if not keys:
             return
         deadline = started + (lease or self.lease)
         if self._unsettled is None:
             self._track(keys, started, deadline)
+        elif until_taken:
+            before = self._untaken.get(id(keys))
+            if before is not None:  # the same list again: the earlier one is looked at now
+                self._look_at((now, *before))
+            self._untaken[id(keys)] = (started, deadline, keys)
         else:
             self._soon.append((now + self.grace, started, deadline, keys))
+
+    def taken(self, batches: list[list], now: float) -> None:
+        """User code took (some of) these lists at ``now``: a batch of them tracked soon
+        ``until_taken`` is looked at ``grace`` seconds on. Other lists are ignored."""
+        untaken = self._untaken
+        if not untaken:
+            return
+        for keys in batches:
+            entry = untaken.pop(id(keys), None)
+            if entry is not None:
+                self._soon.append((now + self.grace, *entry))
 
     def look(self, now: float) -> None:
         """Track what :meth:`track_soon` got at least ``grace`` seconds before ``now``."""
@@ -175,6 +197,10 @@ class LeaseSchedule:
         soon = self._soon
         while soon:
             self._look_at(soon.popleft())
+        if self._untaken:
+            untaken, self._untaken = self._untaken, {}
+            for started, deadline, keys in untaken.values():
+                self._look_at((0.0, started, deadline, keys))
 
     def _look_at(self, entry: tuple[float, float, float, list]) -> None:
         _at, started, deadline, keys = entry

@@ -70,7 +70,8 @@ Headers = Sequence[tuple[str, "bytes | None"]]
 
 class Settler(Protocol):
     """What a message reports its settlement to. Both calls run under the shared
-    lock and must not block (append to a buffer, update counters)."""
+    lock and must not block (append to a buffer, update counters). A settler may also offer
+    ``settled_many(messages)``, a run of plain acks at once (:func:`ack_all`)."""
 
     def settled(self, msg: "KmqMessage", outcome: str, arg: Any) -> None: ...
 
@@ -223,21 +224,45 @@ def offsets_by_partition(messages: Sequence["KmqMessage"]) -> dict[int, list[int
 def ack_all(messages: Sequence["KmqMessage"]) -> list["KmqMessage"]:
     """:meth:`KmqMessage.ack` each of ``messages`` (one consumer's: they share its lock) under one
     acquisition of the lock instead of one per message. Returns those settled already, left as
-    they are (``ack()`` would have raised :class:`~kmq.core.errors.MessageAlreadySettled` for them)."""
+    they are (``ack()`` would have raised :class:`~kmq.core.errors.MessageAlreadySettled` for them).
+
+    A settler with a ``settled_many(messages)`` method hears of the run of its messages at once,
+    after every outcome is set (under the lock); any other settler once per message."""
     if not messages:
         return []
-    skipped: list[KmqMessage] = []
-    lock = messages[0]._lock
+    first = messages[0]
+    lock, settler = first._lock, first._settler
+    many = getattr(settler, "settled_many", None)
     lock.acquire()
     try:
-        for m in messages:
-            if m._outcome is not None:
-                skipped.append(m)
-                continue
-            m._outcome = ACK
-            m._settler.settled(m, ACK, None)
+        if many is None:
+            return _ack_each(messages)
+        run: list[KmqMessage] = []
+        rest: list[KmqMessage] = []  # settled already, or another settler's (a lease ended in user code)
+        try:
+            for m in messages:
+                if m._outcome is None and m._settler is settler:
+                    m._outcome = ACK
+                    run.append(m)
+                else:
+                    rest.append(m)
+        finally:
+            if run:  # even after an error: an outcome set is a settlement to book
+                many(run)
+        return _ack_each(rest) if rest else rest
     finally:
         lock.release()
+
+
+def _ack_each(messages: Sequence["KmqMessage"]) -> list["KmqMessage"]:
+    """:func:`ack_all` for settlers told once per message (the lock held): the settled ones."""
+    skipped: list[KmqMessage] = []
+    for m in messages:
+        if m._outcome is not None:
+            skipped.append(m)
+            continue
+        m._outcome = ACK
+        m._settler.settled(m, ACK, None)
     return skipped
 
 

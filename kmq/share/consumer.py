@@ -402,7 +402,7 @@ class ShareConsumer:
                                         "mode records are accepted by the next poll or commit")
         if message._poll is not self._poll_token or message._applied:
             self._in_flight(message, "acknowledgement")
-        message._ack = ack
+        message._note(ack)
 
     def _apply(self, dues: list[Due], results: bool = False) -> dict[TopicPartition, set[int]]:
         """Settle ``dues`` on their kmq messages (buffered markers, no I/O). Returns what was applied
@@ -411,14 +411,13 @@ class ShareConsumer:
             return {}
         accepted: list[Any] = []  # a run of accepts, settled together under one lock acquisition
         for m, kind, arg in dues:
-            m._applied = True
+            km = m._applying()
             if kind is AcknowledgeType.ACCEPT:
-                accepted.append(m.kmq_message)
+                accepted.append(km)
                 continue
             if accepted:  # in the batch's order: the run before this one first
                 self._accept(accepted)
                 accepted = []
-            km = m.kmq_message
             try:
                 if isinstance(arg, settlement.Released):  # released by close(): not a delivery
                     km._give_back(arg)

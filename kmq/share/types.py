@@ -145,6 +145,15 @@ class Message:
         self._ack: tuple[AcknowledgeType, Any] | None = None
         self._applied = False
 
+    def _note(self, ack: tuple[AcknowledgeType, Any]) -> None:
+        """Record an acknowledgement (the consumer's ``acknowledge()``), applied by the next poll or commit."""
+        self._ack = ack
+
+    def _applying(self) -> KmqMessage:
+        """Its acknowledgement is being applied (the consumer's, once): its kmq message, which settles it."""
+        self._applied = True
+        return self.kmq_message
+
     def topic(self) -> str:
         return self.kmq_message.topic
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kmq.consumer.ack_buffer import AckBuffer
 from kmq.core.markers import End, Renew
+from kmq.core.message import ack_all
 from tests.helpers.kafka import wait_until
 from tests.helpers.consumer_shell import FakeKafka
 
@@ -34,3 +35,20 @@ def test_acks_give_the_markers_and_in_flight_counts_of_settling_each_on_its_own(
     assert sorted(tuple(r) for m in markers if isinstance(m, End) for r in m.ranges) == [(2, 6), (9, 1)]
     assert not [m for m in markers if isinstance(m, Renew)]
     assert consumer.in_flight() == {0: 2}
+
+
+def test_ack_all_books_a_run_as_acking_each_does(consumer_on):
+    kafka = FakeKafka(records=10)
+    consumer = consumer_on(kafka)
+    got: list = []
+    wait_until(lambda: got.extend(consumer.poll(timeout=0.2)) or len(got) >= 10, 10, what="the batch handed over")
+    got[3].nack()
+    assert ack_all(got[:6] + [got[0]]) == [got[3], got[0]]
+    assert consumer.in_flight() == {0: 4}
+    consumer._fold_later = False  # as with ordering: key or tracing: each told on its own
+    assert ack_all(got[6:9]) == []
+    assert consumer.in_flight() == {0: 1}
+    consumer.writer.flush_buffer()
+    ended = {o for m in consumer.writer.flushed if isinstance(m, End) for start, n in m.ranges
+             for o in range(start, start + n)}
+    assert ended == {0, 1, 2, 4, 5, 6, 7, 8}

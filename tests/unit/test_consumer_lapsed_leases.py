@@ -20,9 +20,10 @@ from kmq.consumer.flow import FlowControl, FlowLimits
 from kmq.consumer.lease_expiry import LeaseExpiry
 from kmq.consumer.leases import LateSettler
 from kmq.consumer.ready_queue import ReadyQueue
-from kmq.core.lease import LeaseSchedule
-from kmq.core.message import KmqMessage
+from kmq.core.lease import SETTLED_WITHIN, LeaseSchedule
+from kmq.core.message import KmqMessage, unsettled
 from kmq.telemetry.metrics import ConsumerMetrics
+from tests.helpers.messages import Recorder
 
 LEASE = 1.0
 
@@ -48,3 +49,23 @@ def test_a_message_whose_lease_ended_in_user_code_is_no_longer_renewed_automatic
     KmqConsumer._expire_leases(c, 5.0)  # nobody renewed it in time: the consumer gives it up
     assert c._inflight[0] == 0 and msg._settler is c._late
     assert msg not in schedule  # so the keeper renews it no more
+
+
+def test_a_batch_is_tracked_for_renewal_only_if_unsettled_just_after_user_code_took_it():
+    schedule = LeaseSchedule(LEASE, 600.0, 0.25, unsettled=unsettled)
+    c = _consumer(schedule)
+    batch = [KmqMessage("q", 0, o, None, b"v", [], 0, Recorder(), c._lock) for o in range(4)]
+    schedule.track_soon(batch, 0.0, 0.0, until_taken=True)  # as the hand-over does
+    c._ready.put(batch, leased_at=0.0)
+    schedule.look(0.2)
+    assert not schedule.tracked  # waiting to be taken: not looked at (nothing settles meanwhile)
+    taken = c._ready.take(0.0, 2, lambda: False)  # poll(max_records): the batch in parts
+    KmqConsumer._expire_leases(c, 0.2)  # the fetcher tells the schedule what was taken
+    schedule.look(0.3)
+    assert not schedule.tracked  # the grace starts at the take of the batch's last message
+    taken += c._ready.take(0.0, 2, lambda: False)
+    KmqConsumer._expire_leases(c, 0.3)
+    for m in taken[:3]:
+        m.ack()
+    schedule.look(0.3 + SETTLED_WITHIN)
+    assert list(schedule.tracked) == [batch[3]]  # only the one still unsettled costs an entry

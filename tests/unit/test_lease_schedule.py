@@ -230,3 +230,29 @@ def test_tracked_is_a_live_view_a_settler_may_skip_forget_on_while_it_is_empty()
     assert set(view) == {"b"}  # the same object, not a copy taken at construction
     s.forget("b")
     assert not view and s.due(9.0).renew == {}
+
+
+def test_a_batch_tracked_soon_until_taken_has_its_grace_from_the_take():
+    settled: set = set()
+    s = _soon_schedule(settled)
+    batch = ["a", "b", "c", "d"]
+    s.track_soon(batch, started=0.0, now=0.5, until_taken=True)
+    s.look(2.0)  # waiting to be taken for 1.5 s: no look yet (user code settled nothing meanwhile)
+    assert s._entries == {}
+    s.taken([["x"], batch], now=2.0)  # a list it does not know is passed over
+    settled.update({"a", "b", "c"})  # user code settles within the grace
+    s.look(2.005)
+    assert s._entries == {}
+    s.look(2.01)
+    assert set(s._entries) == {"d"}
+    assert s.due(9.0).renew == {10.0: ["d"]}  # the START's deadline, not the take's
+
+
+def test_due_tracks_a_batch_waiting_to_be_taken_so_its_renewal_is_not_missed():
+    settled: set = set()
+    s = _soon_schedule(settled)
+    s.track_soon(["a", "b"], started=0.0, now=0.0, until_taken=True)
+    assert s.due(1.0).next_in == pytest.approx(8.0)  # the keeper knows of a and b's renewal at 9.0
+    assert s.due(9.0).renew == {10.0: ["a", "b"]}
+    s.taken([["a", "b"]], now=9.5)  # taken late: nothing left to look at
+    assert not s._soon

@@ -180,6 +180,32 @@ def test_ack_all_acks_the_unsettled_in_order_and_returns_the_settled_ones():
     assert not lock.locked() and ack_all([]) == []
 
 
+class _RunRecorder(Recorder):
+    """A settler told of a run of plain acks at once (``settled_many``), as KmqConsumer's is."""
+
+    def __init__(self, lock):
+        super().__init__()
+        self.lock, self.runs = lock, []
+
+    def settled_many(self, msgs):
+        assert self.lock.locked() and all(m.outcome == "ack" for m in msgs)  # every outcome set first
+        self.runs.append([m.offset for m in msgs])
+
+
+def test_ack_all_tells_a_settler_with_settled_many_of_its_run_at_once_and_any_other_of_each():
+    lock = threading.Lock()
+    runs, other = _RunRecorder(lock), Recorder()
+    msgs = [KmqMessage("orders", 2, o, None, b"v", None, 1000, runs, lock) for o in range(6)]
+    msgs[3] = KmqMessage("orders", 2, 3, None, b"v", None, 1000, other, lock)  # e.g. its lease ended
+    msgs[1].reject("bad")
+    # settled already, or listed twice: left as they are (the first listing stands)
+    assert ack_all(msgs + [msgs[4]]) == [msgs[1], msgs[4]]
+    assert runs.runs == [[0, 2, 4, 5]] and runs.calls == [(1, "reject", "bad")]
+    assert other.calls == [(3, "ack", None)]
+    assert [m.outcome for m in msgs] == ["ack", "reject", "ack", "ack", "ack", "ack"]
+    assert not lock.locked()
+
+
 def test_offsets_by_partition_keeps_each_partitions_order_whether_one_partition_or_interleaved():
     lock, rec = threading.Lock(), Recorder()
 
