@@ -30,7 +30,6 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, Iterator, Mapping
 
-from kmq import client as client_api
 from kmq.client.parts import KAFKA_CLIENTS, ClientFactory
 from kmq.config import Config
 from kmq.config.process import untuned_collector_hint
@@ -527,14 +526,12 @@ class KmqConsumer(ConsumerSettler):
         self._fail(FetcherStalled(f"{self.queue.name}: {why}"))
 
     def _fetch_failed(self, exc: Exception) -> None:
-        """The fetch loop (thread or event-loop driver) stopped on ``exc``: surface it to the application
-        as kmq's error where the seam knows it, else as the bug it is, logged with its traceback."""
-        error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
-        if error is None:  # a bug: surface it to the application instead of dying silently
+        """The fetch loop (thread or event-loop driver) stopped on ``exc``: surface it to the application,
+        kmq's error as it is (the seam's adapters raise only kmq's errors), anything else as the bug it
+        is, logged with its traceback."""
+        if not isinstance(exc, KmqError):  # a bug: surface it to the application instead of dying silently
             log.exception("the fetch loop of %s failed", self.queue.name)
-        elif error is not exc:
-            error.__cause__ = exc
-        self._fail(error or exc)
+        self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
         log.error("%s: %s", self.queue.name, exc)
