@@ -69,6 +69,7 @@ from kmq.core.errors import BrokerUnavailable, KmqError, MarkerDecodeError  # no
 from kmq.core.lease_state import PartitionState
 from kmq.core.marker_clock import ClockWatch
 from kmq.core.marker_batch import apply_batch, to_apply
+from kmq.core.step_timers import StepTimers
 from kmq.core.redelivery_plan import retry_at_ms
 from kmq.telemetry.metrics import TrackerMetrics
 from tracker.assignment import Assignment
@@ -304,7 +305,7 @@ class Tracker:
             metadata_max_age=kafka.metadata_max_age, max_poll_interval=_MAX_POLL_INTERVAL_S, **membership,
         )
         self._assigned.subscribe(self._consumer)
-        self._next_commit = self._next_metrics = self._mono()
+        self._timers = StepTimers(_COMMIT_INTERVAL_S, _METRICS_INTERVAL_S)
         self._membership.pauses.start()
         log.info("tracker started: group %s%s, queues %s", self.cfg.tracker.group_id,
                  f" (static member {self.cfg.tracker.instance_id})" if self.cfg.tracker.instance_id else "",
@@ -344,14 +345,12 @@ class Tracker:
         records = self._consumer.fetch(wait_s, _POLL_RECORDS)
         read_ms = self._now_ms()
         floor_ms, self._fetch_sent_ms = self._fetch_sent_ms, sent_ms
-        if self._membership_in_doubt("before this step"):
-            records = []  # read before the pause: act on nothing of it, re-read from the commits
-        if self._clock_jumped():
-            records = []  # read on the old clock: re-read from the commits
+        # Both checked (each drops the view when it holds): records read before a pause or on the old clock.
+        stale = self._membership_in_doubt("before this step") | self._clock_jumped()
         self._membership.polled()
         tally: Tally = Tally()
         just_positioned = self._catch_up.position_new(self._owned, self._consumer)
-        for owned, batch, floor in to_apply(records, self._owned, just_positioned, floor_ms):
+        for owned, batch, floor in to_apply(records, self._owned, just_positioned, floor_ms, stale):
             self._apply(owned, batch, tally, read_ms, floor)
             self._note_end(owned)
             self._touched(owned)
@@ -359,20 +358,17 @@ class Tracker:
             self.metrics.markers.labels(queue, mtype).inc(n)
         caught = self._catch_up.update(self._owned, self._consumer, self._hw_reader)
         if caught:
-            self._next_metrics = 0.0  # publish the replayed state at once
+            self._timers.caught_up()
             for owned in caught:  # an idle partition is read at its end from now on
                 self._note_end(owned)
-        # A catch-up target read is a look-up too: the broker answered, no probe is due for it.
-        self._lookups.looked_up_ms = max(self._lookups.looked_up_ms, self._catch_up.looked_up_ms)
+        self._lookups.heard(self._catch_up.looked_up_ms)
         if not self._clock_jumped():  # a jump since the fetch: nothing is judged on the old clock's times
             self._redeliver_due()
-        mono = self._mono()
-        if mono >= self._next_commit:
+        due = self._timers.due(self._mono())
+        if due.commit:
             self._assigned.commit(self._consumer)
-            self._next_commit = mono + _COMMIT_INTERVAL_S
-        if mono >= self._next_metrics:
+        if due.metrics:
             self._update_metrics()
-            self._next_metrics = mono + _METRICS_INTERVAL_S
         self._last_step_mono = self._mono()
         return self._next_delay()
 

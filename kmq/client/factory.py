@@ -30,7 +30,7 @@ from kmq.client.api import (
 )
 from kmq.client.errors import ProduceDenied, ProducerFenced, RecordRefused, RecordTooLarge, TopicUnknown
 from kmq.client.overrides import CONSUMER, PRODUCER, native
-from kmq.core.errors import BrokerUnavailable, KmqError, UnsupportedConsumer
+from kmq.core.errors import KmqError, UnsupportedConsumer
 
 __all__ = ["open_admin", "adapt_consumer", "group_consumer", "client_error", "broker_errors", "producer", "send_many",
            "close_producer", "produce_errors",
@@ -81,7 +81,7 @@ def group_consumer(kafka: Any, group_id: str, assignor: str, max_records: int,
     return KafkaPythonConsumer(clients.consumer(kafka, group_id=group_id, enable_auto_commit=False,
                                                 max_poll_records=max_records,
                                                 partition_assignment_strategy=clients.assignors(assignor),
-                                                **native(overrides, CONSUMER, name)))
+                                                **native(overrides, CONSUMER, name)), kafka)
 
 
 def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
@@ -92,17 +92,14 @@ def client_error(kafka: Any, exc: BaseException, what: str) -> KmqError | None:
         return exc
     module = type(exc).__module__.split(".")[0]
     if module in ("confluent_kafka", "cimpl"):
-        err: Any = exc.args[0] if exc.args else None
-        if hasattr(err, "code") and hasattr(err, "str"):
-            from kmq.client.confluent.errors import classify as confluent_classify
+        from kmq.client.confluent import errors as confluent_errors
 
-            return confluent_classify(kafka, err) or BrokerUnavailable(f"{what} failed: {err.str()} ({err.name()})")
-        return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+        return confluent_errors.client_error(kafka, exc, what)
     if module != "kafka":
         return None
     from kmq.client.kafka_python import clients
 
-    return clients.classify(kafka, exc) or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+    return clients.client_error(kafka, exc, what)
 
 
 @contextlib.contextmanager

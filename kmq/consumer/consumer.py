@@ -539,14 +539,19 @@ class KmqConsumer(ConsumerSettler):
         self._fail(FetcherStalled(f"{self.queue.name}: {why}"))
 
     def _fetch_failed(self, exc: Exception) -> None:
-        """The fetch loop (thread or event-loop driver) stopped on ``exc``: surface it to the application
-        as kmq's error where the seam knows it, else as the bug it is, logged with its traceback."""
-        error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
-        if error is None:  # a bug: surface it to the application instead of dying silently
-            log.exception("the fetch loop of %s failed", self.queue.name)
-        elif error is not exc:
-            error.__cause__ = exc
-        self._fail(error or exc)
+        """The fetch loop (thread or event-loop driver) stopped on ``exc``: surface it to the application,
+        kmq's error as it is (the adapters' fetch and subscribe raise only kmq's errors), anything else
+        as the bug it is, logged with its traceback."""
+        if not isinstance(exc, KmqError):
+            # A client call the adapters do not translate (pause, resume, a position...) still reaches
+            # the application as kmq's error for a client failure, never as the client's own class.
+            error = client_api.client_error(self.cfg.kafka, exc, f"consuming {self.queue.name}")
+            if error is None:  # a bug: surface it to the application instead of dying silently
+                log.exception("the fetch loop of %s failed", self.queue.name)
+            else:
+                error.__cause__ = exc
+                exc = error
+        self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
         log.error("%s: %s", self.queue.name, exc)

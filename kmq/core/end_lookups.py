@@ -150,6 +150,11 @@ class EndLookups:
                 o.end_read(now_ms, end)
         return out
 
+    def heard(self, at_ms: int) -> None:
+        """The broker answered a read of a markers partition's end elsewhere at ``at_ms`` (a
+        catch-up target's): a look-up too, so no probe is due before ``probe_interval_ms`` from then."""
+        self.looked_up_ms = max(self.looked_up_ms, at_ms)
+
     def clock_moved(self, by_ms: int) -> None:
         """The tracker's clock jumped by ``by_ms`` (negative: back): the times kept here move with it."""
         if self.looked_up_ms:

@@ -63,12 +63,15 @@ R = TypeVar("R", bound=FetchedRecord)
 
 
 def to_apply(records: Iterable[R], owned: Mapping[Any, P], just_positioned: Container[Any],
-             floor_ms: int | None) -> list[tuple[P, list[R], int | None]]:
+             floor_ms: int | None, stale: bool = False) -> list[tuple[P, list[R], int | None]]:
     """The fetched ``records`` by partition, in offset order, each with the partition of ``owned``
     it is applied to and its floor (``floor_ms``, when the fetch before was sent, for a partition
     at its log end then; else None). Records of a partition not owned, not positioned, or positioned
     in this step (``just_positioned``: fetched from its old position) are dropped: it is read again
-    from its committed offset."""
+    from its committed offset. ``stale``: the view was dropped since the fetch (the membership in
+    doubt, the clock jumped): all of them are dropped, every partition is read again."""
+    if stale:
+        return []
     by_partition: dict[tuple[str, int], list[R]] = {}
     for rec in records:
         by_partition.setdefault((rec.topic, rec.partition), []).append(rec)

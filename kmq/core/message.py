@@ -445,6 +445,11 @@ class KmqMessage:
         holds the message's lock."""
         self._settler = settler
 
+    def traced_by(self, span: Any) -> None:
+        """Carry ``span`` as its delivery span (:attr:`span`): set by the consumer's tracing
+        (:mod:`kmq.telemetry.tracing`) as it is handed to user code, only when tracing is on."""
+        self._span = span
+
 
 #: ``build(topic, partition, offset, key, value, headers, timestamp) -> KmqMessage``.
 MessageBuilder = Callable[[str, int, int, "bytes | None", "bytes | None", "Headers | None", "int | None"], KmqMessage]

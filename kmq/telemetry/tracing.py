@@ -130,7 +130,8 @@ class DeliveryTracing:
         """Messages handed to user code: their spans start now; each message carries its own."""
         start = time.time_ns()
         for m in messages:
-            span = m._span = self.start(m.topic, m.partition, m.offset, m._headers, start)
+            span = self.start(m.topic, m.partition, m.offset, m._headers, start)
+            m.traced_by(span)
             old = self._spans.pop((m.partition, m.offset), None)
             if old is not None:  # handed again (a rebalance gave it back): the earlier one is over
                 _end(old, "abandon")

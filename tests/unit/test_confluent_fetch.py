@@ -10,7 +10,11 @@ import pytest
 
 pytest.importorskip("confluent_kafka", reason="the confluent-kafka extra is not installed")
 
+import confluent_kafka as ck  # noqa: E402
+
 from kmq.client.confluent.consumer import ConfluentConsumer  # noqa: E402
+from kmq.config import Config  # noqa: E402
+from kmq.core.errors import AuthorizationFailed, BrokerUnavailable  # noqa: E402
 
 
 class FakeMessage:
@@ -92,3 +96,36 @@ def test_the_member_id_is_asked_once_per_membership_not_per_fetch():
     raw.callbacks["revoke"](None, [])  # a rebalance: the member may have a new id
     raw.callbacks["assign"](None, [])
     assert c.member_id() == "member-2"
+
+
+class FailingRdkafka(FakeRdkafka):
+    """librdkafka's consume raising ``error`` (a refused login or an ACL denial come so)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(queued=0)
+        self.error = error
+
+    def consume(self, n: int, timeout: float) -> list:
+        raise self.error
+
+
+class FatalRecord(FakeMessage):
+    def error(self):
+        return ck.KafkaError(ck.KafkaError._FATAL, "fenced", fatal=True)
+
+
+KAFKA = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "sasl_username": "svc"},
+                          "queues": [{"name": "q"}]}).kafka
+
+
+def test_a_fetch_librdkafka_fails_raises_kmqs_error_naming_what_failed():
+    denied = ck.KafkaException(ck.KafkaError(ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, "not allowed"))
+    with pytest.raises(AuthorizationFailed, match="Kafka denied user 'svc' a topic operation") as got:
+        ConfluentConsumer(FailingRdkafka(denied), kafka=KAFKA).fetch(0.5, 10)
+    assert got.value.__cause__ is denied
+    raw = FakeRdkafka(queued=0)
+    raw.queued = [FatalRecord(0)]
+    c = ConfluentConsumer(raw, kafka=KAFKA)
+    c.subscribe(["q"], lambda parts: None, lambda parts: None)
+    with pytest.raises(BrokerUnavailable, match=r"^consuming q failed: fenced"):
+        c.fetch(0.5, 10)

@@ -11,6 +11,7 @@ import pytest
 from kmq.client.api import Delivery
 from kmq.config import Config
 from kmq.consumer.consumer import KmqConsumer
+from kmq.core.errors import AuthorizationFailed
 from kmq.core.markers import End, Nack
 from tests.helpers.consumer_shell import TOPIC, FakeClients, FakeKafka, FakeWriter
 from tests.helpers.kafka import wait_until
@@ -174,3 +175,26 @@ def test_an_application_that_stops_taking_gives_its_partition_back_and_joins_aga
         consumer.close(timeout=5)
     ended = {o for m in consumer.writer.flushed if isinstance(m, End) for r in m.ranges for o in r.offsets()}
     assert 0 in ended
+
+
+class FailsToFetch(FakeKafka):
+    """A client whose fetch raises ``error``: kmq's error from an adapter, or a bug."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(records=0)
+        self.error = error
+
+    def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = None, wake=None) -> list:
+        raise self.error
+
+
+@pytest.mark.parametrize("error, a_bug", [(AuthorizationFailed("Kafka denied user 'svc' a topic operation"), False),
+                                          (ZeroDivisionError("a bug"), True)])
+def test_a_failed_fetch_reaches_the_application_as_it_is_and_only_a_bug_is_logged_with_its_traceback(
+        consumer_on, caplog, error, a_bug):
+    consumer = consumer_on(FailsToFetch(error))
+    with pytest.raises(type(error)) as got:
+        consumer.poll(timeout=5)
+    assert got.value is error
+    tracebacks = [r for r in caplog.records if r.exc_info and "the fetch loop" in r.getMessage()]
+    assert bool(tracebacks) == a_bug

@@ -117,3 +117,16 @@ def test_a_commit_never_passes_an_open_start_and_names_only_what_moved(positions
     for tp, o in owned.items():
         if tp not in out:
             assert o.state.committable_offset() is None or (not force and o.state.committable_offset() == o.committed)
+
+
+def test_a_catch_up_targets_read_heard_elsewhere_puts_the_probe_off_and_an_older_one_does_not():
+    state = PartitionState(Q.backoff.delay, Q.max_deliveries)
+    state.position = 1
+    idle = [OwnedPartition(Q, ("q__markers", 0), state, caught_up=True)]  # nothing due past what it read
+    lookups = EndLookups(step_offsets=100, most=MOST, probe_interval_ms=PROBE_MS)
+    lookups.heard(10_000)
+    assert lookups.choose(idle, 10_000 + PROBE_MS - 1) is None  # the broker answered just now: no probe
+    lookups.heard(1_000)  # an older answer moves nothing back
+    assert lookups.choose(idle, 10_000 + PROBE_MS - 1) is None
+    probe = lookups.choose(idle, 10_000 + PROBE_MS)
+    assert probe is not None and probe.probe

@@ -1,15 +1,17 @@
 """The kafka-python adapter's fetch: a retriable error out of ``KafkaConsumer.poll`` is a failed poll
-(nothing fetched, polled again), never the end of the consumer; others still fail the caller."""
+(nothing fetched, polled again), never the end of the consumer; others fail the caller as kmq's error."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
-from kafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
+from kafka.errors import CorruptRecordError, KafkaConnectionError, TopicAuthorizationFailedError
 
 from kmq.client.kafka_python import consumer as adapter_module
 from kmq.client.kafka_python.consumer import KafkaPythonConsumer
+from kmq.config import Config
+from kmq.core.errors import AuthorizationFailed, BrokerUnavailable
 
 
 class RawConsumer:
@@ -34,7 +36,38 @@ def test_a_refused_connection_out_of_poll_is_a_failed_poll_logged_once_per_run(m
                       ("INFO", "Kafka poll works again")]
 
 
-def test_a_non_retriable_error_out_of_poll_still_fails_the_caller():
-    kc = KafkaPythonConsumer(RawConsumer(TopicAuthorizationFailedError("not allowed")))
-    with pytest.raises(TopicAuthorizationFailedError):
+class Subscribing(RawConsumer):
+    """A stand-in that can also be subscribed (whose metadata look-up raises ``refuse`` when given)."""
+
+    def __init__(self, *errors: Exception, refuse: Exception | None = None) -> None:
+        super().__init__(*errors)
+        self.refuse = refuse
+
+    def partitions_for_topic(self, topic: str) -> set:
+        if self.refuse is not None:
+            raise self.refuse
+        return {0}
+
+    def subscribe(self, topics, listener) -> None:
+        pass
+
+
+KAFKA = Config.from_dict({"kafka": {"bootstrap_servers": "127.0.0.1:9", "sasl_username": "svc"},
+                          "queues": [{"name": "q"}]}).kafka
+
+
+def test_a_non_retriable_error_out_of_poll_fails_the_caller_as_kmqs_error_naming_what_failed():
+    kc = KafkaPythonConsumer(RawConsumer(TopicAuthorizationFailedError("not allowed")), KAFKA)
+    with pytest.raises(AuthorizationFailed, match="Kafka denied user 'svc' a topic operation") as got:
         kc.fetch(0.0, 10)
+    assert isinstance(got.value.__cause__, TopicAuthorizationFailedError)
+    kc = KafkaPythonConsumer(Subscribing(CorruptRecordError("crc")), KAFKA)
+    kc.subscribe(["q"], lambda parts: None, lambda parts: None)
+    with pytest.raises(BrokerUnavailable, match=r"^consuming q failed: CorruptRecordError"):
+        kc.fetch(0.0, 10)
+
+
+def test_a_subscription_the_broker_refuses_fails_as_kmqs_error():
+    kc = KafkaPythonConsumer(Subscribing(refuse=TopicAuthorizationFailedError("not allowed")), KAFKA)
+    with pytest.raises(AuthorizationFailed):
+        kc.subscribe(["q"], lambda parts: None, lambda parts: None)

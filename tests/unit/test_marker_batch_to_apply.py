@@ -52,3 +52,10 @@ def test_only_partitions_positioned_before_the_fetch_get_their_records_with_the_
             assert applied[id(o)] == (mine, floor if o.at_end else None)
         else:
             assert o is None or id(o) not in applied
+
+
+def test_nothing_fetched_before_the_view_was_dropped_is_applied():
+    owned = {tp: Owned(positioned=True, at_end=True) for tp in TPS}
+    records = [Rec(t, p, i) for i, (t, p) in enumerate(TPS)]
+    assert len(to_apply(records, owned, set(), 5)) == len(TPS)
+    assert to_apply(records, owned, set(), 5, stale=True) == []  # the membership in doubt, the clock jumped

@@ -19,7 +19,6 @@ ALLOWED = {
     ("kmq/telemetry/logs.py", "handler._kmq_handler"): "a tag on a logging handler kmq made",
     **{("kmq/core/message.py", f"m._{slot}"): "message_builder fills KmqMessage's slots in its own module"
        for slot in ("headers", "settler", "lock", "outcome", "nbytes", "span")},
-    ("kmq/telemetry/tracing.py", "m._span"): "the delivery's span, read through KmqMessage.span",
 }
 
 

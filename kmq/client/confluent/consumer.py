@@ -35,7 +35,7 @@ from kmq.client.api import (
 )
 from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
-from kmq.client.confluent.errors import as_kmq_error
+from kmq.client.confluent.errors import as_kmq_error, client_error
 from kmq.client.confluent.fatal import FatalState
 from kmq.client.confluent.flush_settlement import FlushSettlement
 from kmq.client.confluent.log_bridge import LibrdkafkaLogBridge
@@ -279,7 +279,7 @@ def consumer(kafka: KafkaConfig, *topics: str, group_id: str | None = None, time
     conf.update({k: v for k, v in overrides.items() if v is not None})
     conf.update(passthrough(kafka))
     c = ConfluentConsumer(construct(ck.Consumer, conf, kafka), log_bridge=conf["logger"],
-                          timeout_s=timeout_s or kafka.connect_timeout)
+                          timeout_s=timeout_s or kafka.connect_timeout, kafka=kafka)
     if topics:
         c.raw.subscribe(list(topics))
     return c
@@ -291,8 +291,10 @@ class ConfluentConsumer:
     client = CONFLUENT
 
     def __init__(self, consumer: Any, log_bridge: LibrdkafkaLogBridge | None = None,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, kafka: KafkaConfig | None = None) -> None:
         self.raw = consumer
+        self._kafka = kafka  # the settings it was built from: they name a refused login or an ACL
+        self._what = "fetching records"  # what a failed fetch was doing, for kmq's error
         self._log_bridge = log_bridge
         self._timeout_s = timeout_s  # of the look-ups that ask the broker (committed, log start)
         # Where each partition's next fetch starts after a seek: librdkafka reports no position
@@ -316,7 +318,14 @@ class ConfluentConsumer:
         Returns as soon as records are there, like kafka-python's poll: librdkafka's
         ``consume(n, timeout)`` waits for ``n`` records or the timeout, which at a low rate holds
         each record for up to ``timeout`` seconds. So wait for one record, then take what is
-        queued behind it."""
+        queued behind it. A fatal error of librdkafka raises kmq's error
+        (:func:`kmq.client.confluent.errors.client_error`)."""
+        try:
+            return self._fetch(timeout, max_records, build)
+        except KafkaException as exc:
+            raise client_error(self._kafka, exc, self._what) from exc
+
+    def _fetch(self, timeout: float, max_records: int, build: Callable[..., Any]) -> list:
         first = self.raw.consume(1, timeout)
         msgs = first + self.raw.consume(max_records - 1, 0) if first and max_records > 1 else first
         many = getattr(build, "many", None)  # kmq's message builder: the whole poll in one call
@@ -382,7 +391,12 @@ class ConfluentConsumer:
                         log.warning("commit before revoking %s failed: %s", sorted(moved), exc)
             on_revoked(moved)
 
-        self.raw.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+        topics = list(topics)
+        self._what = f"consuming {', '.join(topics)}"
+        try:
+            self.raw.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+        except KafkaException as exc:
+            raise client_error(self._kafka, exc, f"subscribing to {', '.join(topics)}") from exc
 
     def _forget_seeks(self, partitions: set) -> None:
         for tp in partitions:

@@ -25,7 +25,7 @@ require_client(CONFLUENT)  # the one clear error when the extra is missing
 
 from confluent_kafka import KafkaError  # noqa: E402
 
-__all__ = ["as_kmq_error", "classify"]
+__all__ = ["as_kmq_error", "classify", "client_error"]
 
 _LOCAL: dict[int, type[ProduceFailed]] = {KafkaError._UNKNOWN_TOPIC: TopicUnknown,
                                           KafkaError._UNKNOWN_PARTITION: TopicUnknown,
@@ -51,3 +51,14 @@ def classify(kafka: KafkaConfig, err: Any) -> BrokerUnavailable | None:
     if code in ACL_CODES:
         return denied(kafka, ACL_CODES[code], err.str())
     return None
+
+
+def client_error(kafka: KafkaConfig | None, exc: BaseException, what: str) -> BrokerUnavailable:
+    """kmq's error for confluent-kafka's ``exc`` (a ``KafkaException``) while doing ``what``: the
+    refused-login or ACL error (:func:`classify`, when the client's settings ``kafka`` are known),
+    else :class:`~kmq.core.errors.BrokerUnavailable` naming ``what`` and librdkafka's error."""
+    err: Any = exc.args[0] if exc.args else None
+    if not (hasattr(err, "code") and hasattr(err, "str")):
+        return BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+    found = classify(kafka, err) if kafka is not None else None
+    return found or BrokerUnavailable(f"{what} failed: {err.str()} ({err.name()})")

@@ -56,6 +56,14 @@ def classify(kafka: KafkaConfig, exc: BaseException) -> BrokerUnavailable | None
     return None
 
 
+def client_error(kafka: KafkaConfig | None, exc: BaseException, what: str) -> BrokerUnavailable:
+    """kmq's error for kafka-python's ``exc`` while doing ``what``: the refused-login or ACL error
+    (:func:`classify`, when the client's settings ``kafka`` are known), else
+    :class:`~kmq.core.errors.BrokerUnavailable` naming ``what``."""
+    found = classify(kafka, exc) if kafka is not None else None
+    return found or BrokerUnavailable(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
 @contextlib.contextmanager
 def broker_errors(kafka: KafkaConfig, timeout_s: float | None = None) -> Iterator[None]:
     """Map kafka-python's connection, authentication and ACL failures to kmq's errors.

@@ -19,9 +19,11 @@ from kafka.errors import CommitFailedError, IllegalStateError, KafkaError, Kafka
 from kafka.structs import OffsetAndMetadata
 
 from kmq.client.api import KAFKA_PYTHON, ClientCommitFailed, Partition, Record
+from kmq.client.kafka_python.clients import client_error
 from kmq.client.kafka_python.group_join import COORDINATOR_ATTRIBUTES, keep_finished_joins, snapshot_subscribed_metadata
 from kmq.client.kafka_python.grown_partitions import PRODUCER_ATTRIBUTES
 from kmq.client.kafka_python.watchdog import FetchWatchdog, lagging_partitions, unstrand_records
+from kmq.config import KafkaConfig
 from kmq.core.errors import BrokerUnavailable
 
 __all__ = ["KafkaPythonConsumer", "PRIVATE_ATTRIBUTES", "member_id"]
@@ -115,8 +117,10 @@ class KafkaPythonConsumer:
 
     client = KAFKA_PYTHON
 
-    def __init__(self, consumer: KafkaConsumer) -> None:
+    def __init__(self, consumer: KafkaConsumer, kafka: KafkaConfig | None = None) -> None:
         self.raw = consumer
+        self._kafka = kafka  # the settings it was built from: they name a refused login or an ACL
+        self._what = "fetching records"  # what a failed fetch was doing, for kmq's error
         keep_finished_joins(consumer)  # also a user's own consumer handed to MarkerWriter
         self._watchdog: FetchWatchdog | None = None
         self._poll_failing = False  # logged once per run of failed polls
@@ -140,12 +144,16 @@ class KafkaPythonConsumer:
         else:
             listener = _CommittingListener(self.raw, on_assigned, on_revoked, commit_on_revoke, on_commit_failed)
         topics = list(topics)
+        self._what = f"consuming {', '.join(topics)}"
         # kafka-python's group leader assigns from its metadata cache: a subscribed topic not in it yet
         # gets no partitions ("No partition metadata for topic"), and the whole group sat with nothing
         # assigned until a later rebalance (a tracker started on Apache Kafka: over 40 s). Known first.
-        for topic in topics:
-            self.raw.partitions_for_topic(topic)
-        self.raw.subscribe(topics, listener=listener)
+        try:
+            for topic in topics:
+                self.raw.partitions_for_topic(topic)
+            self.raw.subscribe(topics, listener=listener)
+        except KafkaError as exc:
+            raise client_error(self._kafka, exc, f"subscribing to {', '.join(topics)}") from exc
         snapshot_subscribed_metadata(self.raw)
 
     def fetch(self, timeout: float, max_records: int, build: Callable[..., Any] = Record,
@@ -175,9 +183,9 @@ class KafkaPythonConsumer:
         except KafkaError as exc:
             # A broker that refuses connections can surface through poll (seen: ECONNREFUSED from a
             # reconnect, right after a broker was killed). kafka-python reconnects on its own; only a
-            # non-retriable error (authorization, a bug) fails the caller.
+            # non-retriable error (authorization, a bug) fails the caller, as kmq's error.
             if not (isinstance(exc, KafkaTimeoutError) or exc.retriable):
-                raise
+                raise client_error(self._kafka, exc, self._what) from exc
             if wd is not None:
                 wd.poll_returned(normally=False)
             log.log(logging.DEBUG if self._poll_failing else logging.WARNING,
